@@ -1,0 +1,32 @@
+# Project-wide helper targets: warnings and sanitizers are INTERFACE targets linked PRIVATE to our
+# own targets only, never through CMAKE_CXX_FLAGS, so third-party headers are not affected.
+
+add_library(mocker_warnings INTERFACE)
+target_compile_options(mocker_warnings INTERFACE
+  -Wall -Wextra -Wpedantic -Wshadow -Wconversion -Wsign-conversion -Wold-style-cast
+  -Wnon-virtual-dtor -Woverloaded-virtual -Wimplicit-fallthrough
+  $<$<CXX_COMPILER_ID:GNU>:-Wduplicated-cond>
+  $<$<BOOL:${MOCKER_WERROR}>:-Werror>)
+
+add_library(mocker_sanitizers INTERFACE)
+if(MOCKER_SANITIZE)
+  target_compile_options(mocker_sanitizers INTERFACE -fsanitize=${MOCKER_SANITIZE}
+                         -fno-omit-frame-pointer -fno-sanitize-recover=all)
+  target_link_options(mocker_sanitizers INTERFACE -fsanitize=${MOCKER_SANITIZE})
+endif()
+
+# mocker_configure_target(<target>): warnings + sanitizers for one of our own targets.
+function(mocker_configure_target target)
+  target_link_libraries(${target} PRIVATE mocker_warnings mocker_sanitizers)
+endfunction()
+
+# mocker_add_test(<name> SOURCES ... LIBS ...): one GoogleTest binary per module, every case
+# discovered by ctest.
+function(mocker_add_test name)
+  cmake_parse_arguments(ARG "" "" "SOURCES;LIBS" ${ARGN})
+  add_executable(${name} ${ARG_SOURCES})
+  target_link_libraries(${name} PRIVATE ${ARG_LIBS} GTest::gmock GTest::gtest_main)
+  mocker_configure_target(${name})
+  gtest_discover_tests(${name} DISCOVERY_TIMEOUT 60
+                       PROPERTIES ENVIRONMENT "MOCKER_SOURCE_DIR=${PROJECT_SOURCE_DIR}")
+endfunction()

@@ -1,0 +1,70 @@
+#include "engine/block_hash.h"
+
+#include <xxhash.h>
+
+#include <array>
+#include <bit>
+#include <cstring>
+
+#include "engine/base/check.h"
+
+namespace mocker::engine {
+namespace {
+
+void storeLe32(std::uint32_t v, unsigned char* out) {
+  out[0] = static_cast<unsigned char>(v);
+  out[1] = static_cast<unsigned char>(v >> 8);
+  out[2] = static_cast<unsigned char>(v >> 16);
+  out[3] = static_cast<unsigned char>(v >> 24);
+}
+
+void storeLe64(std::uint64_t v, unsigned char* out) {
+  for (int i = 0; i < 8; ++i) out[i] = static_cast<unsigned char>(v >> (8 * i));
+}
+
+}  // namespace
+
+std::uint64_t contentHash(std::span<const std::uint32_t> tokens, std::uint64_t hash_seed) {
+  constexpr std::size_t kStackTokens = 256;
+  std::array<unsigned char, kStackTokens * 4> stack_buf;
+  std::vector<unsigned char> heap_buf;
+  unsigned char* buf = stack_buf.data();
+  if (tokens.size() > kStackTokens) {
+    heap_buf.resize(tokens.size() * 4);
+    buf = heap_buf.data();
+  }
+  if constexpr (std::endian::native == std::endian::little) {
+    if (!tokens.empty()) std::memcpy(buf, tokens.data(), tokens.size() * 4);
+  } else {
+    for (std::size_t i = 0; i < tokens.size(); ++i) storeLe32(tokens[i], buf + 4 * i);
+  }
+  return XXH3_64bits_withSeed(buf, tokens.size() * 4, hash_seed);
+}
+
+std::uint64_t chainHash(std::uint64_t parent, std::uint64_t content, std::uint64_t chain_seed) {
+  std::array<unsigned char, 16> buf;
+  storeLe64(parent, buf.data());
+  storeLe64(content, buf.data() + 8);
+  return XXH3_64bits_withSeed(buf.data(), buf.size(), chain_seed);
+}
+
+void extendSequenceHashes(std::span<const std::uint32_t> tokens, std::uint32_t block_size,
+                          const HashSeeds& seeds, std::vector<std::uint64_t>& hashes) {
+  MOCKER_CHECK(block_size >= 1);
+  const std::size_t num_full = tokens.size() / block_size;
+  for (std::size_t i = hashes.size(); i < num_full; ++i) {
+    const std::uint64_t c =
+        contentHash(tokens.subspan(i * block_size, block_size), seeds.hash_seed);
+    hashes.push_back(i == 0 ? c : chainHash(hashes[i - 1], c, seeds.chain_seed));
+  }
+}
+
+std::vector<std::uint64_t> sequenceHashes(std::span<const std::uint32_t> tokens,
+                                          std::uint32_t block_size, const HashSeeds& seeds) {
+  std::vector<std::uint64_t> hashes;
+  hashes.reserve(tokens.size() / (block_size == 0 ? 1 : block_size));
+  extendSequenceHashes(tokens, block_size, seeds, hashes);
+  return hashes;
+}
+
+}  // namespace mocker::engine

@@ -1,0 +1,43 @@
+// Block hashing (spec engine.md §3): XXH3-64 content hash per full block over little-endian u32
+// tokens, and the chained sequence hash that identifies a block in the pool and on the wire.
+//
+//   c_i = XXH3_64(LE32(t_0) ‖ … ‖ LE32(t_{B−1}), hash_seed)
+//   s_0 = c_0;  s_i = XXH3_64(LE64(s_{i−1}) ‖ LE64(c_i), chain_seed)
+//
+// Pure functions; thread-safe.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+namespace mocker::engine {
+
+/// Default seed of the per-block content hash (Dynamo's XXH3_SEED).
+inline constexpr std::uint64_t kDefaultHashSeed = 1337;
+/// Default seed of the chain step (the Dynamo mocker's; Dynamo's token crate uses 0).
+inline constexpr std::uint64_t kDefaultChainSeed = 1337;
+
+/// Seeds used for hashing; both are configuration values (engine.md §1.1).
+struct HashSeeds {
+  std::uint64_t hash_seed = kDefaultHashSeed;
+  std::uint64_t chain_seed = kDefaultChainSeed;
+};
+
+/// Content hash c of one block's tokens (any length; the engine passes exactly block_size).
+std::uint64_t contentHash(std::span<const std::uint32_t> tokens, std::uint64_t hash_seed);
+
+/// Chain step: s_i from s_{i-1} and c_i.
+std::uint64_t chainHash(std::uint64_t parent, std::uint64_t content, std::uint64_t chain_seed);
+
+/// Sequence hashes s_0..s_{k-1} of the k = floor(len/block_size) full blocks of `tokens`.
+/// A trailing partial block has no hash. REQUIRES: block_size >= 1.
+std::vector<std::uint64_t> sequenceHashes(std::span<const std::uint32_t> tokens,
+                                          std::uint32_t block_size, const HashSeeds& seeds);
+
+/// Extends `hashes` (sequence hashes of the first hashes.size() full blocks of `tokens`) with
+/// the hashes of every further full block. Incremental form used as requests grow.
+void extendSequenceHashes(std::span<const std::uint32_t> tokens, std::uint32_t block_size,
+                          const HashSeeds& seeds, std::vector<std::uint64_t>& hashes);
+
+}  // namespace mocker::engine

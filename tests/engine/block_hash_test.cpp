@@ -1,0 +1,75 @@
+// Pins the spec's hash vectors (engine.md §3, §14 behaviour 1). The same vectors are recomputed
+// independently with python3-xxhash by tests/engine/hash_vectors.py (registered with ctest).
+#include "engine/block_hash.h"
+
+#include <gtest/gtest.h>
+
+#include <numeric>
+#include <vector>
+
+namespace mocker::engine {
+namespace {
+
+std::vector<std::uint32_t> iota(std::uint32_t first, std::uint32_t last) {
+  std::vector<std::uint32_t> v(last - first + 1);
+  std::iota(v.begin(), v.end(), first);
+  return v;
+}
+
+TEST(BlockHashTest, ContentHashVectors) {
+  EXPECT_EQ(contentHash(iota(1, 4), 1337), 14643705804678351452ull);
+  EXPECT_EQ(contentHash(iota(1, 4), 1337), 0xcb38e4d7fb2dca5cull);
+  EXPECT_EQ(contentHash(iota(5, 8), 1337), 16777012769546811212ull);
+  EXPECT_EQ(contentHash(iota(9, 12), 1337), 483935686894639516ull);
+}
+
+TEST(BlockHashTest, SequenceHashVectorsChainSeed1337) {
+  const auto s = sequenceHashes(iota(1, 12), 4, HashSeeds{1337, 1337});
+  ASSERT_EQ(s.size(), 3u);
+  EXPECT_EQ(s[0], 0xcb38e4d7fb2dca5cull);
+  EXPECT_EQ(s[1], 4945711292740353085ull);
+  EXPECT_EQ(s[2], 12583592247330656132ull);
+}
+
+TEST(BlockHashTest, SequenceHashVectorsChainSeed0) {
+  const auto s = sequenceHashes(iota(1, 12), 4, HashSeeds{1337, 0});
+  ASSERT_EQ(s.size(), 3u);
+  EXPECT_EQ(s[1], 13257339816715102022ull);
+  EXPECT_EQ(s[2], 18362646011897812054ull);
+}
+
+TEST(BlockHashTest, DynamoRecordedVector) {
+  const auto s = sequenceHashes({{11, 22, 33, 44, 55, 66, 77, 88}}, 4, HashSeeds{});
+  ASSERT_EQ(s.size(), 2u);
+  EXPECT_EQ(s[0], 4117275816416024698ull);
+  EXPECT_EQ(contentHash({{55, 66, 77, 88}}, 1337), 6081346995852963768ull);
+  EXPECT_EQ(s[1], 5947898228081096063ull);
+}
+
+TEST(BlockHashTest, PartialBlockHasNoHash) {
+  EXPECT_EQ(sequenceHashes(iota(1, 10), 4, HashSeeds{}).size(), 2u);
+  EXPECT_TRUE(sequenceHashes(iota(1, 3), 4, HashSeeds{}).empty());
+}
+
+TEST(BlockHashTest, IncrementalExtensionMatchesFullComputation) {
+  const auto tokens = iota(1, 40);
+  std::vector<std::uint64_t> grown;
+  for (std::size_t len = 0; len <= tokens.size(); ++len) {
+    extendSequenceHashes(std::span(tokens).first(len), 4, HashSeeds{}, grown);
+  }
+  EXPECT_EQ(grown, sequenceHashes(tokens, 4, HashSeeds{}));
+}
+
+TEST(BlockHashTest, LargeBlocksHashTheSameAsSpecFormula) {
+  // 512-token blocks exceed the stack buffer; the chain must still match contentHash+chainHash.
+  const auto tokens = iota(1, 1024);
+  const auto s = sequenceHashes(tokens, 512, HashSeeds{});
+  ASSERT_EQ(s.size(), 2u);
+  const auto c0 = contentHash(std::span(tokens).first(512), 1337);
+  const auto c1 = contentHash(std::span(tokens).subspan(512), 1337);
+  EXPECT_EQ(s[0], c0);
+  EXPECT_EQ(s[1], chainHash(c0, c1, 1337));
+}
+
+}  // namespace
+}  // namespace mocker::engine
