@@ -1,0 +1,92 @@
+// EngineConfig: every engine setting with the Dynamo/vLLM key names and defaults of
+// ../shared/spec/engine.md §1 (aggregate with default member initialisers; build it with
+// designated initialisers). validateEngineConfig() returns an error naming the field and the
+// allowed range. The service's TOML/CLI loader and the replay tool fill this struct.
+//
+// Plain value type; thread-compatible.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "engine/base/result.h"
+#include "engine/block_hash.h"
+
+namespace mocker::engine {
+
+enum class EngineType { Vllm, Sglang, Trtllm };
+enum class PreemptionMode { Lifo, Fifo };
+enum class TimingModelKind { Polynomial, Interpolated, Fixed };
+enum class KvEventVisibility { PassEnd, PassStart };
+enum class SchedulePolicy { Fcfs, Lpm };
+
+/// An interpolated timing profile (engine.md §8.2). Loaded from a file outside the engine
+/// (tools/service); the engine only validates the arrays.
+struct TimingProfile {
+  std::vector<double> prefill_isl;       ///< strictly increasing
+  std::vector<double> prefill_ttft_ms;   ///< same length as prefill_isl
+  std::vector<double> decode_active_kv_tokens;  ///< strictly increasing (rows)
+  std::vector<double> decode_context_length;    ///< strictly increasing (columns)
+  std::vector<std::vector<double>> decode_itl;  ///< [rows][cols] milliseconds
+};
+
+/// SGLang scheduler settings (engine.md §1.3); used only when engine_type = sglang.
+struct SglangConfig {
+  SchedulePolicy schedule_policy = SchedulePolicy::Fcfs;
+  std::uint32_t page_size = 1;
+  std::uint32_t max_prefill_tokens = 16384;
+  std::uint32_t chunked_prefill_size = 8192;
+  std::uint32_t clip_max_new_tokens = 4096;
+  double schedule_conservativeness = 1.0;
+};
+
+struct EngineConfig {
+  EngineType engine_type = EngineType::Vllm;
+  std::uint32_t num_gpu_blocks = 16384;  ///< per DP rank, >= 1
+  std::uint32_t block_size = 0;          ///< 0 = engine default (vllm 64, trtllm 32, sglang page)
+  std::optional<std::uint32_t> max_model_len;           ///< null = unlimited; else >= 2
+  std::optional<std::uint32_t> max_num_seqs = 256;      ///< null = unbounded; else >= 1
+  std::optional<std::uint32_t> max_num_batched_tokens = 8192;  ///< null = unbounded
+  bool enable_prefix_caching = true;
+  bool enable_chunked_prefill = true;
+  PreemptionMode preemption_mode = PreemptionMode::Lifo;
+  std::uint32_t dp_size = 1;  ///< >= 1
+  std::uint64_t hash_seed = kDefaultHashSeed;
+  std::uint64_t chain_seed = kDefaultChainSeed;
+  std::uint64_t token_seed = 0;  ///< seed of synthetic output token ids (§2.2)
+  KvEventVisibility kv_event_visibility = KvEventVisibility::PassEnd;
+  bool allow_empty_output = false;  ///< accept max_output_tokens = 0 at submit
+
+  // Timing (§1.2, §8).
+  TimingModelKind timing_model = TimingModelKind::Polynomial;
+  std::optional<TimingProfile> timing_profile;  ///< required iff timing_model = interpolated
+  std::optional<double> fixed_prefill_ms;       ///< required iff timing_model = fixed
+  std::optional<double> fixed_decode_ms;
+  double speedup_ratio = 1.0;         ///< finite, >= 0; 0 = live mode does not wait (§8.4)
+  double decode_speedup_ratio = 1.0;  ///< finite, > 0
+
+  SglangConfig sglang;
+};
+
+/// Checks every field; the error names the first offending field and its allowed range.
+Status validateEngineConfig(const EngineConfig& config);
+
+/// block_size after applying the engine default (vllm 64, trtllm 32, sglang page_size).
+std::uint32_t effectiveBlockSize(const EngineConfig& config);
+
+/// Lower-case names used in config files and on the CLI, and their parsers (case-insensitive).
+std::string_view toString(EngineType v);
+std::string_view toString(PreemptionMode v);
+std::string_view toString(TimingModelKind v);
+std::string_view toString(KvEventVisibility v);
+std::string_view toString(SchedulePolicy v);
+Result<EngineType> parseEngineType(std::string_view s);
+Result<PreemptionMode> parsePreemptionMode(std::string_view s);
+Result<TimingModelKind> parseTimingModelKind(std::string_view s);
+Result<KvEventVisibility> parseKvEventVisibility(std::string_view s);
+Result<SchedulePolicy> parseSchedulePolicy(std::string_view s);  ///< fcfs (alias fifo) | lpm
+
+}  // namespace mocker::engine

@@ -1,0 +1,96 @@
+// Engine: the deterministic simulation of one inference engine with `dp_size` independent
+// data-parallel ranks (../shared/spec/engine.md). Each rank owns a KV block pool, a scheduler
+// (vLLM, TRT-LLM or SGLang policy) and its own pass clock.
+//
+//   submit(Request)        → RequestId, or an error naming why the request is refused
+//   cancel(id)             → Applied | Noop
+//   step(rank, now_ms)     → PassResult of one modelled forward pass of that rank
+//
+// Time is a parameter (milliseconds as double, the spec's unit): the engine never reads a clock,
+// sleeps, logs or does I/O. The live service turns PassResult::end_ms into a deadline; offline
+// tools advance a virtual clock (offline_driver.h). Same config + inputs ⇒ same results.
+//
+// Not thread-safe. Owned and used by one thread (the service's engine thread or a replay loop).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "engine/base/result.h"
+#include "engine/config.h"
+#include "engine/types.h"
+
+namespace mocker::engine {
+
+namespace detail {
+class RankCore;
+}  // namespace detail
+
+enum class CancelResult { Applied, Noop };
+
+class Engine final {
+ public:
+  /// REQUIRES: validateEngineConfig(config) succeeded (use create() for untrusted configs).
+  explicit Engine(EngineConfig config);
+  ~Engine();
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+  Engine(Engine&&) noexcept;
+  Engine& operator=(Engine&&) noexcept;
+
+  /// Validates `config` and builds an engine, or returns the validation error.
+  static Result<Engine> create(EngineConfig config);
+
+  const EngineConfig& config() const;
+  std::uint32_t blockSize() const;
+  std::uint32_t dpSize() const;
+
+  /// Queues a request on its rank's waiting queue. Refused (InvalidArgument naming the field)
+  /// for an empty prompt, dp_rank >= dp_size, zero output without allow_empty_output. A plan
+  /// whose length differs from max_output_tokens is accepted; the plan's length wins.
+  Result<RequestId> submit(Request request);
+
+  /// Removes a waiting or running request and releases its KV blocks. Applied if the request
+  /// was still known to the scheduler, Noop otherwise (finished, cancelled, unknown).
+  /// The outputs a pass already returned are the caller's: use discardOutputs() to drop the
+  /// cancelled request's signals from an in-flight PassResult.
+  CancelResult cancel(RequestId id);
+
+  /// Runs one pass of `dp_rank` starting at `now_ms`. A pass with nothing to do returns
+  /// did_work = false and end_ms = now_ms.
+  PassResult step(std::uint32_t dp_rank, double now_ms);
+
+  /// True while the rank has waiting or running requests.
+  bool hasWork(std::uint32_t dp_rank) const;
+  /// True while any rank has work.
+  bool hasWork() const;
+
+  /// Current load metrics of a rank (§10).
+  LoadMetrics loadMetrics(std::uint32_t dp_rank) const;
+
+  /// Sorted sequence hashes of every block currently cache-visible on `dp_rank` (active or
+  /// inactive): the state a KV-event subscriber should reproduce (`kv_snapshot`).
+  std::vector<std::uint64_t> cachedBlockHashes(std::uint32_t dp_rank) const;
+
+  /// vLLM reset_prefix_cache: succeeds only when the rank has no active blocks; drops every
+  /// cached block and returns the AllBlocksCleared event to publish. nullopt ⇒ refused.
+  std::optional<KvEvent> resetPrefixCache(std::uint32_t dp_rank);
+
+  /// Checks the rank's internal invariants (free + active + inactive = total, refcounts,
+  /// queue membership, copies). Returns an error describing the first violation. For tests.
+  Status checkInvariantsForTest(std::uint32_t dp_rank) const;
+
+ private:
+  std::unique_ptr<EngineConfig> config_;
+  std::vector<std::unique_ptr<detail::RankCore>> ranks_;
+  std::uint64_t next_id_ = 1;
+};
+
+/// Removes every output signal of `id` from `pass` (a cancel during the in-flight pass, §13.4).
+void discardOutputs(PassResult& pass, RequestId id);
+
+/// Output token k of a request without a plan (§2.2).
+std::uint32_t syntheticToken(std::uint64_t token_seed, RequestId id, std::uint32_t k);
+
+}  // namespace mocker::engine
