@@ -1,0 +1,107 @@
+// BlockPool: the paged KV block pool of one DP rank (../shared/spec/engine.md §4).
+//
+// Every physical block is Free, Private (held by one request, content not cache-visible) or
+// Cached ({hash = s_i, refcount}). Active = Private or Cached with refcount > 0; Inactive =
+// Cached with refcount 0: still reusable by prefix match and evictable, kept in one LRU list
+// (head = evicted next). A hash may have several physical copies; a Removed event is produced
+// only when the last copy is evicted, a "newly visible" result only on 0 → 1 copies.
+//
+// Invariants (checkInvariants):
+//   1. free + active + inactive = num_blocks
+//   2. the LRU list holds exactly the inactive blocks
+//   3. copies[hash] = number of Cached blocks with that hash; num_active ≤ copies
+//
+// All operations are O(1) except evictions (O(1) each) and cachedHashes (O(blocks)).
+// Not thread-safe; owned by one rank's scheduler.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <unordered_map>
+#include <vector>
+
+#include "engine/base/result.h"
+#include "engine/types.h"
+
+namespace mocker::engine {
+
+using BlockId = std::uint32_t;
+
+class BlockPool final {
+ public:
+  explicit BlockPool(std::uint32_t num_blocks);
+  BlockPool(const BlockPool&) = delete;
+  BlockPool& operator=(const BlockPool&) = delete;
+
+  std::uint32_t numBlocks() const { return static_cast<std::uint32_t>(blocks_.size()); }
+  std::uint32_t numFree() const { return static_cast<std::uint32_t>(free_.size()); }
+  std::uint32_t numInactive() const { return num_inactive_; }
+  std::uint32_t numActive() const { return numBlocks() - numFree() - num_inactive_; }
+
+  /// Number of leading hashes that have at least one cached copy (§4.2). Side-effect free.
+  std::uint32_t countPrefixHits(std::span<const std::uint64_t> hashes) const;
+  /// True if some copy of `hash` is cached with refcount > 0.
+  bool hasActiveCopy(std::uint64_t hash) const;
+
+  /// Claims a cached copy of `hash` for a request (prefix hit): an active copy gets refcount+1,
+  /// otherwise an inactive copy leaves the LRU list with refcount 1.
+  /// REQUIRES: countPrefixHits({hash}) == 1.
+  BlockId claimCached(std::uint64_t hash);
+
+  /// Blocks that allocatePrivate() could still provide: free + inactive.
+  std::uint32_t numAllocatable() const { return numFree() + num_inactive_; }
+
+  /// Takes a free block, evicting the LRU head first when none is free; evictions that drop the
+  /// last copy of a hash append a BlockRemoved to `events`. REQUIRES: numAllocatable() >= 1.
+  BlockId allocatePrivate(std::vector<KvEvent>& events);
+
+  /// Turns a private block into a cached copy of `hash` with refcount 1. Returns true if the
+  /// hash had no copy before (newly visible ⇒ the caller emits Stored).
+  bool finalize(BlockId block, std::uint64_t hash);
+
+  /// Releases one reference: private ⇒ free; cached ⇒ refcount−1, appended to the LRU tail at 0.
+  void release(BlockId block);
+
+  /// True if `block` is private (allocated, not yet cache-visible).
+  bool isPrivate(BlockId block) const { return blocks_[block].state == State::Private; }
+
+  /// Sorted hashes with at least one cached copy (active or inactive).
+  std::vector<std::uint64_t> cachedHashes() const;
+
+  /// Drops every cached block (no events) if no block is active; false otherwise.
+  bool clearCache();
+
+  Status checkInvariants() const;
+
+ private:
+  enum class State : std::uint8_t { Free, Private, Cached };
+  static constexpr std::uint32_t kNil = ~std::uint32_t{0};
+
+  struct Block {
+    std::uint64_t hash = 0;
+    std::uint32_t refcount = 0;
+    State state = State::Free;
+    std::uint32_t lru_prev = kNil;
+    std::uint32_t lru_next = kNil;
+    std::uint32_t copy_next = kNil;  // singly linked list of copies of the same hash
+  };
+  struct Copies {
+    std::uint32_t head = kNil;
+    std::uint32_t count = 0;
+    std::uint32_t num_active = 0;
+  };
+
+  void lruAppend(BlockId b);
+  void lruRemove(BlockId b);
+  void unlinkCopy(BlockId b);
+
+  std::vector<Block> blocks_;
+  std::vector<BlockId> free_;  // stack; top = next allocated
+  std::uint32_t lru_head_ = kNil;
+  std::uint32_t lru_tail_ = kNil;
+  std::uint32_t num_inactive_ = 0;
+  std::unordered_map<std::uint64_t, Copies> copies_;  // lookup only, never iterated for output
+};
+
+}  // namespace mocker::engine

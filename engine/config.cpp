@@ -1,0 +1,215 @@
+#include "engine/config.h"
+
+#include <algorithm>
+#include <cctype>
+#include <cmath>
+#include <string>
+
+namespace mocker::engine {
+namespace {
+
+std::string lower(std::string_view s) {
+  std::string out(s);
+  std::transform(out.begin(), out.end(), out.begin(),
+                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  return out;
+}
+
+template <typename E, std::size_t N>
+Result<E> parseEnum(std::string_view field, std::string_view s,
+                    const std::pair<std::string_view, E> (&table)[N]) {
+  const std::string l = lower(s);
+  std::string allowed;
+  for (const auto& [name, value] : table) {
+    if (l == name) return value;
+    if (!allowed.empty()) allowed += " | ";
+    allowed += name;
+  }
+  return invalidArgument(std::string(field) + ": unknown value '" + std::string(s) +
+                         "' (allowed: " + allowed + ")");
+}
+
+constexpr std::pair<std::string_view, EngineType> kEngineTypes[] = {
+    {"vllm", EngineType::Vllm}, {"sglang", EngineType::Sglang}, {"trtllm", EngineType::Trtllm}};
+constexpr std::pair<std::string_view, PreemptionMode> kPreemptionModes[] = {
+    {"lifo", PreemptionMode::Lifo}, {"fifo", PreemptionMode::Fifo}};
+constexpr std::pair<std::string_view, TimingModelKind> kTimingModels[] = {
+    {"polynomial", TimingModelKind::Polynomial},
+    {"interpolated", TimingModelKind::Interpolated},
+    {"fixed", TimingModelKind::Fixed}};
+constexpr std::pair<std::string_view, KvEventVisibility> kVisibilities[] = {
+    {"pass_end", KvEventVisibility::PassEnd}, {"pass_start", KvEventVisibility::PassStart}};
+constexpr std::pair<std::string_view, SchedulePolicy> kPolicies[] = {
+    {"fcfs", SchedulePolicy::Fcfs}, {"fifo", SchedulePolicy::Fcfs}, {"lpm", SchedulePolicy::Lpm}};
+
+template <typename E, std::size_t N>
+std::string_view nameOf(E v, const std::pair<std::string_view, E> (&table)[N]) {
+  for (const auto& [name, value] : table) {
+    if (value == v) return name;
+  }
+  return "?";
+}
+
+Status fieldError(std::string_view field, const std::string& rule, const std::string& got) {
+  return invalidArgument(std::string(field) + " must be " + rule + " (got " + got + ")");
+}
+
+std::string num(double v) {
+  std::string s = std::to_string(v);
+  return s;
+}
+
+Status checkIncreasing(std::string_view field, const std::vector<double>& v) {
+  if (v.empty()) return fieldError(field, "a non-empty array", "an empty array");
+  for (std::size_t i = 0; i < v.size(); ++i) {
+    if (!std::isfinite(v[i])) return fieldError(field, "finite", "a non-finite element");
+    if (i > 0 && !(v[i] > v[i - 1])) {
+      return fieldError(
+          field, "strictly increasing",
+          "element " + std::to_string(i) + " = " + num(v[i]) + " after " + num(v[i - 1]));
+    }
+  }
+  return {};
+}
+
+Status validateProfile(const TimingProfile& p) {
+  MOCKER_TRY_VOID(checkIncreasing("timing_profile.prefill_isl", p.prefill_isl));
+  if (p.prefill_ttft_ms.size() != p.prefill_isl.size()) {
+    return fieldError("timing_profile.prefill_ttft_ms",
+                      "as long as prefill_isl (" + std::to_string(p.prefill_isl.size()) + ")",
+                      std::to_string(p.prefill_ttft_ms.size()) + " elements");
+  }
+  for (double v : p.prefill_ttft_ms) {
+    if (!std::isfinite(v)) return fieldError("timing_profile.prefill_ttft_ms", "finite", num(v));
+  }
+  MOCKER_TRY_VOID(
+      checkIncreasing("timing_profile.decode_active_kv_tokens", p.decode_active_kv_tokens));
+  MOCKER_TRY_VOID(checkIncreasing("timing_profile.decode_context_length", p.decode_context_length));
+  if (p.decode_itl.size() != p.decode_active_kv_tokens.size()) {
+    return fieldError("timing_profile.decode_itl",
+                      std::to_string(p.decode_active_kv_tokens.size()) + " rows",
+                      std::to_string(p.decode_itl.size()) + " rows");
+  }
+  for (std::size_t r = 0; r < p.decode_itl.size(); ++r) {
+    if (p.decode_itl[r].size() != p.decode_context_length.size()) {
+      return fieldError("timing_profile.decode_itl[" + std::to_string(r) + "]",
+                        std::to_string(p.decode_context_length.size()) + " columns",
+                        std::to_string(p.decode_itl[r].size()) + " columns");
+    }
+    for (double v : p.decode_itl[r]) {
+      if (!std::isfinite(v)) return fieldError("timing_profile.decode_itl", "finite", num(v));
+    }
+  }
+  return {};
+}
+
+}  // namespace
+
+std::string_view toString(EngineType v) { return nameOf(v, kEngineTypes); }
+std::string_view toString(PreemptionMode v) { return nameOf(v, kPreemptionModes); }
+std::string_view toString(TimingModelKind v) { return nameOf(v, kTimingModels); }
+std::string_view toString(KvEventVisibility v) { return nameOf(v, kVisibilities); }
+std::string_view toString(SchedulePolicy v) { return nameOf(v, kPolicies); }
+
+Result<EngineType> parseEngineType(std::string_view s) {
+  return parseEnum("engine_type", s, kEngineTypes);
+}
+Result<PreemptionMode> parsePreemptionMode(std::string_view s) {
+  return parseEnum("preemption_mode", s, kPreemptionModes);
+}
+Result<TimingModelKind> parseTimingModelKind(std::string_view s) {
+  return parseEnum("timing_model", s, kTimingModels);
+}
+Result<KvEventVisibility> parseKvEventVisibility(std::string_view s) {
+  return parseEnum("kv_event_visibility", s, kVisibilities);
+}
+Result<SchedulePolicy> parseSchedulePolicy(std::string_view s) {
+  return parseEnum("sglang.schedule_policy", s, kPolicies);
+}
+
+std::uint32_t effectiveBlockSize(const EngineConfig& config) {
+  if (config.block_size != 0) return config.block_size;
+  switch (config.engine_type) {
+    case EngineType::Vllm:
+      return 64;
+    case EngineType::Trtllm:
+      return 32;
+    case EngineType::Sglang:
+      return config.sglang.page_size == 0 ? 1 : config.sglang.page_size;  // page_size wins
+  }
+  return 64;
+}
+
+Status validateEngineConfig(const EngineConfig& c) {
+  const auto u = [](std::uint64_t v) { return std::to_string(v); };
+  if (c.num_gpu_blocks < 1) return fieldError("num_gpu_blocks", ">= 1", u(c.num_gpu_blocks));
+  const std::uint32_t block_size = effectiveBlockSize(c);
+  if (block_size < 1) return fieldError("block_size", ">= 1", u(block_size));
+  if (c.max_model_len && *c.max_model_len < 2) {
+    return fieldError("max_model_len", ">= 2 or null", u(*c.max_model_len));
+  }
+  if (c.max_model_len && c.engine_type == EngineType::Sglang) {
+    return invalidArgument("max_model_len applies only to engine_type vllm or trtllm");
+  }
+  if (c.max_num_seqs && *c.max_num_seqs < 1) {
+    return fieldError("max_num_seqs", ">= 1 or null (unbounded)", u(*c.max_num_seqs));
+  }
+  if (c.max_num_batched_tokens && *c.max_num_batched_tokens < 1) {
+    return fieldError("max_num_batched_tokens", ">= 1 or null (unbounded)",
+                      u(*c.max_num_batched_tokens));
+  }
+  if (c.dp_size < 1) return fieldError("dp_size", ">= 1", u(c.dp_size));
+  if (c.dp_size > 1024) return fieldError("dp_size", "<= 1024", u(c.dp_size));
+  if (!std::isfinite(c.speedup_ratio) || c.speedup_ratio < 0) {
+    return fieldError("speedup_ratio", "finite and >= 0", num(c.speedup_ratio));
+  }
+  if (!std::isfinite(c.decode_speedup_ratio) || c.decode_speedup_ratio <= 0) {
+    return fieldError("decode_speedup_ratio", "finite and > 0", num(c.decode_speedup_ratio));
+  }
+  switch (c.timing_model) {
+    case TimingModelKind::Polynomial:
+      break;
+    case TimingModelKind::Interpolated:
+      if (!c.timing_profile) {
+        return invalidArgument("timing_profile_path is required when timing_model = interpolated");
+      }
+      MOCKER_TRY_VOID(validateProfile(*c.timing_profile));
+      break;
+    case TimingModelKind::Fixed:
+      for (const auto& [name, value] : {std::pair{"fixed_prefill_ms", c.fixed_prefill_ms},
+                                        std::pair{"fixed_decode_ms", c.fixed_decode_ms}}) {
+        if (!value)
+          return invalidArgument(std::string(name) + " is required when timing_model = fixed");
+        if (!std::isfinite(*value) || *value < 0) {
+          return fieldError(name, "finite and >= 0", num(*value));
+        }
+      }
+      break;
+  }
+  if (c.engine_type == EngineType::Sglang) {
+    const SglangConfig& s = c.sglang;
+    if (c.block_size != 0 && s.page_size != 0 && c.block_size != s.page_size) {
+      return invalidArgument("sglang.page_size (" + u(s.page_size) + ") must equal block_size (" +
+                             u(c.block_size) + ") when both are set");
+    }
+    if (s.max_prefill_tokens < 1) {
+      return fieldError("sglang.max_prefill_tokens", ">= 1", u(s.max_prefill_tokens));
+    }
+    if (s.chunked_prefill_size < 1 || s.chunked_prefill_size % block_size != 0) {
+      return fieldError("sglang.chunked_prefill_size",
+                        ">= 1 and divisible by block_size " + u(block_size),
+                        u(s.chunked_prefill_size));
+    }
+    if (s.clip_max_new_tokens < 1) {
+      return fieldError("sglang.clip_max_new_tokens", ">= 1", u(s.clip_max_new_tokens));
+    }
+    if (!std::isfinite(s.schedule_conservativeness) || s.schedule_conservativeness < 0 ||
+        s.schedule_conservativeness > 1) {
+      return fieldError("sglang.schedule_conservativeness", "finite, 0 <= x <= 1",
+                        num(s.schedule_conservativeness));
+    }
+  }
+  return {};
+}
+
+}  // namespace mocker::engine

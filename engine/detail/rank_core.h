@@ -1,0 +1,38 @@
+// RankCore: the per-DP-rank scheduler interface the Engine facade dispatches to. One
+// implementation per engine family (vllm/trtllm in scheduler.h; sglang later).
+//
+// Internal to engine/. Not thread-safe.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <vector>
+
+#include "engine/base/result.h"
+#include "engine/types.h"
+
+namespace mocker::engine::detail {
+
+/// A request after validation, as handed to a rank.
+struct AcceptedRequest {
+  RequestId id;
+  std::vector<std::uint32_t> tokens;    // prompt
+  std::uint32_t max_output_tokens = 0;  // effective (plan length when planned)
+  std::optional<std::vector<std::uint32_t>> output_token_ids;
+};
+
+class RankCore {
+ public:
+  virtual ~RankCore() = default;
+  virtual void submit(AcceptedRequest&& request) = 0;
+  /// True if the request was waiting or running (and is now gone).
+  virtual bool cancel(RequestId id) = 0;
+  virtual PassResult step(double now_ms) = 0;
+  virtual bool hasWork() const = 0;
+  virtual LoadMetrics loadMetrics() const = 0;
+  virtual std::vector<std::uint64_t> cachedBlockHashes() const = 0;
+  virtual bool clearCache() = 0;
+  virtual Status checkInvariants() const = 0;
+};
+
+}  // namespace mocker::engine::detail

@@ -1,0 +1,131 @@
+#include "engine/engine.h"
+
+#include <xxhash.h>
+
+#include <algorithm>
+#include <array>
+#include <string>
+
+#include "engine/scheduler.h"
+
+namespace mocker::engine {
+namespace {
+
+/// Upper bound on prompt + output tokens of one request: keeps u32 positions and block
+/// arithmetic far from overflow (2^28 tokens ≈ 1 GiB of token ids).
+constexpr std::uint64_t kMaxRequestTokens = std::uint64_t{1} << 28;
+
+std::unique_ptr<detail::RankCore> makeRank(const EngineConfig& config, std::uint32_t rank) {
+  switch (config.engine_type) {
+    case EngineType::Vllm:
+    case EngineType::Trtllm:
+      return std::make_unique<VllmScheduler>(config, rank);
+    case EngineType::Sglang:
+      break;
+  }
+  MOCKER_CHECK_MSG(false, "engine_type sglang is not implemented yet");
+  return nullptr;
+}
+
+}  // namespace
+
+std::uint32_t syntheticToken(std::uint64_t token_seed, RequestId id, std::uint32_t k) {
+  std::array<unsigned char, 20> buf{};
+  const std::uint64_t id_value = id.value();
+  for (int i = 0; i < 8; ++i) {
+    buf[static_cast<std::size_t>(i)] = static_cast<unsigned char>(token_seed >> (8 * i));
+    buf[static_cast<std::size_t>(8 + i)] = static_cast<unsigned char>(id_value >> (8 * i));
+  }
+  for (int i = 0; i < 4; ++i) {
+    buf[static_cast<std::size_t>(16 + i)] = static_cast<unsigned char>(k >> (8 * i));
+  }
+  return 1000 + static_cast<std::uint32_t>(XXH3_64bits_withSeed(buf.data(), buf.size(), 0) % 31000);
+}
+
+Engine::Engine(EngineConfig config) : config_(std::make_unique<EngineConfig>(std::move(config))) {
+  MOCKER_CHECK(validateEngineConfig(*config_).has_value());
+  ranks_.reserve(config_->dp_size);
+  for (std::uint32_t r = 0; r < config_->dp_size; ++r) ranks_.push_back(makeRank(*config_, r));
+}
+
+Engine::~Engine() = default;
+Engine::Engine(Engine&&) noexcept = default;
+Engine& Engine::operator=(Engine&&) noexcept = default;
+
+Result<Engine> Engine::create(EngineConfig config) {
+  MOCKER_TRY_VOID(validateEngineConfig(config));
+  if (config.engine_type == EngineType::Sglang) {
+    return Error{ErrorCode::Unsupported, "engine_type sglang is not implemented yet"};
+  }
+  return Engine(std::move(config));
+}
+
+const EngineConfig& Engine::config() const { return *config_; }
+std::uint32_t Engine::blockSize() const { return effectiveBlockSize(*config_); }
+std::uint32_t Engine::dpSize() const { return config_->dp_size; }
+
+Result<RequestId> Engine::submit(Request request) {
+  if (request.tokens.empty()) return invalidArgument("tokens: the prompt must not be empty");
+  if (request.dp_rank >= config_->dp_size) {
+    return invalidArgument("dp_rank " + std::to_string(request.dp_rank) +
+                           " is out of range (dp_size " + std::to_string(config_->dp_size) + ")");
+  }
+  const std::uint64_t output =
+      request.output_token_ids ? request.output_token_ids->size() : request.max_output_tokens;
+  if (output == 0 && !config_->allow_empty_output) {
+    return invalidArgument(
+        "max_output_tokens: a request must produce at least one token (allow_empty_output is "
+        "off)");
+  }
+  if (request.tokens.size() + output > kMaxRequestTokens) {
+    return invalidArgument("request too large: prompt + output tokens exceed " +
+                           std::to_string(kMaxRequestTokens));
+  }
+  const RequestId id{next_id_++};
+  detail::AcceptedRequest accepted{id, std::move(request.tokens),
+                                   static_cast<std::uint32_t>(output),
+                                   std::move(request.output_token_ids)};
+  ranks_[request.dp_rank]->submit(std::move(accepted));
+  return id;
+}
+
+CancelResult Engine::cancel(RequestId id) {
+  for (auto& rank : ranks_) {
+    if (rank->cancel(id)) return CancelResult::Applied;
+  }
+  return CancelResult::Noop;
+}
+
+PassResult Engine::step(std::uint32_t dp_rank, double now_ms) {
+  MOCKER_CHECK(dp_rank < ranks_.size());
+  return ranks_[dp_rank]->step(now_ms);
+}
+
+bool Engine::hasWork(std::uint32_t dp_rank) const { return ranks_.at(dp_rank)->hasWork(); }
+
+bool Engine::hasWork() const {
+  return std::any_of(ranks_.begin(), ranks_.end(), [](const auto& r) { return r->hasWork(); });
+}
+
+LoadMetrics Engine::loadMetrics(std::uint32_t dp_rank) const {
+  return ranks_.at(dp_rank)->loadMetrics();
+}
+
+std::vector<std::uint64_t> Engine::cachedBlockHashes(std::uint32_t dp_rank) const {
+  return ranks_.at(dp_rank)->cachedBlockHashes();
+}
+
+std::optional<KvEvent> Engine::resetPrefixCache(std::uint32_t dp_rank) {
+  if (!ranks_.at(dp_rank)->clearCache()) return std::nullopt;
+  return KvEvent{AllBlocksCleared{}};
+}
+
+Status Engine::checkInvariantsForTest(std::uint32_t dp_rank) const {
+  return ranks_.at(dp_rank)->checkInvariants();
+}
+
+void discardOutputs(PassResult& pass, RequestId id) {
+  std::erase_if(pass.outputs, [id](const OutputSignal& s) { return s.id == id; });
+}
+
+}  // namespace mocker::engine

@@ -1,0 +1,37 @@
+// Forward-pass timing model (../shared/spec/engine.md §8): a pure function of the batch shape to
+// a duration in milliseconds. Three kinds: polynomial (default, aisimulate's coefficients),
+// interpolated (a measured profile, §8.2) and fixed (tests, calibration). Scaling by
+// speedup_ratio / decode_speedup_ratio is applied by the scheduler, not here.
+//
+// Immutable after construction; thread-safe.
+#pragma once
+
+#include <cstdint>
+
+#include "engine/config.h"
+
+namespace mocker::engine {
+
+class TimingModel {
+ public:
+  /// REQUIRES: config validated (profile present for interpolated, fixed values for fixed).
+  explicit TimingModel(const EngineConfig& config);
+
+  /// Prefill time of a batch: `batch` requests with integer-mean input length `isl` and
+  /// integer-mean cached prefix `prefix`. 0 when nothing is computed. May be non-finite only for
+  /// a pathological interpolated profile; the caller treats that as a failed pass.
+  double prefillMs(std::uint64_t batch, std::uint64_t isl, std::uint64_t prefix) const;
+
+  /// Decode time of one step for `batch` requests, `active_kv` KV tokens in use, integer-mean
+  /// context length `ctx`, pool capacity `total_kv` tokens. 0 when batch = 0.
+  double decodeMs(std::uint64_t batch, std::uint64_t active_kv, std::uint64_t ctx,
+                  std::uint64_t total_kv) const;
+
+ private:
+  TimingModelKind kind_;
+  const TimingProfile* profile_ = nullptr;  // points into the engine-owned config
+  double fixed_prefill_ms_ = 0.0;
+  double fixed_decode_ms_ = 0.0;
+};
+
+}  // namespace mocker::engine

@@ -1,0 +1,139 @@
+// Test harness for engine scenarios: drives an Engine step by step on a virtual clock (each pass
+// starts at the previous pass's end), and after EVERY step checks the engine's invariants, the
+// token budget, max_num_seqs, and that the KV events replayed into a set reproduce exactly the
+// pool's cached hashes (so every Removed was Stored before, Stored happens only on 0 → 1 copies).
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <map>
+#include <numeric>
+#include <set>
+#include <vector>
+
+#include "engine/engine.h"
+
+namespace mocker::engine::testing {
+
+/// The spec's test defaults (engine.md §14): vllm, block_size 4, 16 blocks.
+inline EngineConfig specConfig() { return EngineConfig{.num_gpu_blocks = 16, .block_size = 4}; }
+
+inline std::vector<std::uint32_t> range(std::uint32_t first, std::uint32_t last) {
+  std::vector<std::uint32_t> v(last - first + 1);
+  std::iota(v.begin(), v.end(), first);
+  return v;
+}
+
+inline std::vector<std::uint32_t> concat(std::vector<std::uint32_t> a,
+                                         const std::vector<std::uint32_t>& b) {
+  a.insert(a.end(), b.begin(), b.end());
+  return a;
+}
+
+class Harness {
+ public:
+  explicit Harness(EngineConfig config) : engine_(std::move(config)) {
+    visible_.resize(engine_.dpSize());
+    now_.resize(engine_.dpSize(), 0.0);
+  }
+
+  Engine& engine() { return engine_; }
+
+  RequestId submit(std::vector<std::uint32_t> tokens, std::uint32_t max_output,
+                   std::uint32_t dp_rank = 0) {
+    auto id = engine_.submit(
+        Request{.tokens = std::move(tokens), .max_output_tokens = max_output, .dp_rank = dp_rank});
+    EXPECT_TRUE(id.has_value()) << (id ? "" : id.error().toString());
+    return id ? *id : RequestId{};
+  }
+
+  /// One pass of `rank` at its clock; checks every per-step invariant.
+  const PassResult& step(std::uint32_t rank = 0) {
+    passes_.push_back(engine_.step(rank, now_[rank]));
+    const PassResult& p = passes_.back();
+    now_[rank] = p.end_ms;
+    const std::string where = "pass " + std::to_string(passes_.size());
+    const Status ok = engine_.checkInvariantsForTest(rank);
+    EXPECT_TRUE(ok.has_value()) << where << ": " << (ok ? "" : ok.error().message);
+    const EngineConfig& c = engine_.config();
+    const std::uint64_t scheduled_tokens =
+        p.fpm.scheduled.sum_prefill_tokens + p.fpm.scheduled.num_decode_requests;
+    if (c.max_num_batched_tokens) {
+      EXPECT_LE(scheduled_tokens, *c.max_num_batched_tokens) << where;
+    }
+    if (c.max_num_seqs) {
+      EXPECT_LE(p.load.running_requests, *c.max_num_seqs) << where;
+    }
+    EXPECT_EQ(p.dp_rank, rank) << where;
+    auto& vis = visible_[rank];
+    for (const KvEvent& e : p.kv_events) {
+      if (const auto* s = std::get_if<BlockStored>(&e)) {
+        EXPECT_EQ(s->token_ids.size(), s->block_hashes.size() * s->block_size) << where;
+        for (std::uint64_t h : s->block_hashes) {
+          EXPECT_TRUE(vis.insert(h).second) << where << ": Stored twice without Removed";
+        }
+      } else if (const auto* r = std::get_if<BlockRemoved>(&e)) {
+        for (std::uint64_t h : r->block_hashes) {
+          EXPECT_EQ(vis.erase(h), 1u) << where << ": Removed a hash that was never Stored";
+        }
+      } else {
+        vis.clear();
+      }
+    }
+    const auto cached = engine_.cachedBlockHashes(rank);
+    EXPECT_EQ(std::set<std::uint64_t>(cached.begin(), cached.end()), vis)
+        << where << ": events do not reproduce the pool";
+    return p;
+  }
+
+  /// Steps rank 0 until it has no work; returns the number of passes.
+  int runUntilIdle(std::uint32_t rank = 0, int max_passes = 100000) {
+    int n = 0;
+    while (engine_.hasWork(rank) && n < max_passes) {
+      step(rank);
+      ++n;
+    }
+    EXPECT_FALSE(engine_.hasWork(rank)) << "still busy after " << n << " passes";
+    return n;
+  }
+
+  double now(std::uint32_t rank = 0) const { return now_[rank]; }
+  const std::vector<PassResult>& passes() const { return passes_; }
+
+  /// Output signals of `id` across all passes so far.
+  std::vector<OutputSignal> signalsOf(RequestId id) const {
+    std::vector<OutputSignal> out;
+    for (const auto& p : passes_) {
+      for (const auto& s : p.outputs) {
+        if (s.id == id) out.push_back(s);
+      }
+    }
+    return out;
+  }
+
+ private:
+  Engine engine_;
+  std::vector<double> now_;
+  std::vector<std::set<std::uint64_t>> visible_;
+  std::vector<PassResult> passes_;
+};
+
+inline std::vector<BlockStored> storedEvents(const PassResult& p) {
+  std::vector<BlockStored> out;
+  for (const auto& e : p.kv_events) {
+    if (const auto* s = std::get_if<BlockStored>(&e)) out.push_back(*s);
+  }
+  return out;
+}
+
+inline std::vector<std::uint64_t> removedHashes(const PassResult& p) {
+  std::vector<std::uint64_t> out;
+  for (const auto& e : p.kv_events) {
+    if (const auto* r = std::get_if<BlockRemoved>(&e)) {
+      out.insert(out.end(), r->block_hashes.begin(), r->block_hashes.end());
+    }
+  }
+  return out;
+}
+
+}  // namespace mocker::engine::testing
