@@ -4,7 +4,6 @@
 
 #include <array>
 #include <bit>
-#include <cstring>
 
 #include "engine/base/check.h"
 
@@ -25,20 +24,14 @@ void storeLe64(std::uint64_t v, unsigned char* out) {
 }  // namespace
 
 std::uint64_t contentHash(std::span<const std::uint32_t> tokens, std::uint64_t hash_seed) {
-  constexpr std::size_t kStackTokens = 256;
-  std::array<unsigned char, kStackTokens * 4> stack_buf;
-  std::vector<unsigned char> heap_buf;
-  unsigned char* buf = stack_buf.data();
-  if (tokens.size() > kStackTokens) {
-    heap_buf.resize(tokens.size() * 4);
-    buf = heap_buf.data();
-  }
   if constexpr (std::endian::native == std::endian::little) {
-    if (!tokens.empty()) std::memcpy(buf, tokens.data(), tokens.size() * 4);
+    // The in-memory representation already is LE32(t_0) ‖ LE32(t_1) ‖ …: hash it in place.
+    return XXH3_64bits_withSeed(tokens.data(), tokens.size_bytes(), hash_seed);
   } else {
-    for (std::size_t i = 0; i < tokens.size(); ++i) storeLe32(tokens[i], buf + 4 * i);
+    std::vector<unsigned char> buf(tokens.size() * 4);
+    for (std::size_t i = 0; i < tokens.size(); ++i) storeLe32(tokens[i], buf.data() + 4 * i);
+    return XXH3_64bits_withSeed(buf.data(), buf.size(), hash_seed);
   }
-  return XXH3_64bits_withSeed(buf, tokens.size() * 4, hash_seed);
 }
 
 std::uint64_t chainHash(std::uint64_t parent, std::uint64_t content, std::uint64_t chain_seed) {

@@ -7,31 +7,30 @@
 
 namespace mocker::engine {
 
-BlockPool::BlockPool(std::uint32_t num_blocks) : blocks_(num_blocks) {
+BlockPool::BlockPool(std::uint32_t num_blocks) : blocks_(num_blocks), copies_(num_blocks) {
   free_.reserve(num_blocks);
   // Stack with block 0 on top, so allocation order is 0, 1, 2, ... on a fresh pool.
   for (std::uint32_t i = num_blocks; i-- > 0;) free_.push_back(i);
-  copies_.reserve(num_blocks);
 }
 
 std::uint32_t BlockPool::countPrefixHits(std::span<const std::uint64_t> hashes) const {
   std::uint32_t n = 0;
   for (std::uint64_t h : hashes) {
-    if (copies_.find(h) == copies_.end()) break;
+    if (copies_.find(h) == nullptr) break;
     ++n;
   }
   return n;
 }
 
 bool BlockPool::hasActiveCopy(std::uint64_t hash) const {
-  const auto it = copies_.find(hash);
-  return it != copies_.end() && it->second.num_active > 0;
+  const Copies* c = copies_.find(hash);
+  return c != nullptr && c->num_active > 0;
 }
 
 BlockId BlockPool::claimCached(std::uint64_t hash) {
-  const auto it = copies_.find(hash);
-  MOCKER_CHECK(it != copies_.end());
-  Copies& c = it->second;
+  Copies* found = copies_.find(hash);
+  MOCKER_CHECK(found != nullptr);
+  Copies& c = *found;
   BlockId chosen = kNil;
   for (BlockId b = c.head; b != kNil; b = blocks_[b].copy_next) {
     if (blocks_[b].refcount > 0) {
@@ -56,10 +55,12 @@ BlockId BlockPool::allocatePrivate(std::vector<KvEvent>& events) {
     Block& v = blocks_[victim];
     const std::uint64_t hash = v.hash;
     unlinkCopy(victim);
-    const auto it = copies_.find(hash);
-    if (--it->second.count == 0) {
-      copies_.erase(it);
-      events.emplace_back(BlockRemoved{{hash}});
+    Copies* c = copies_.find(hash);
+    if (c->count > 1) {
+      --c->count;
+    } else {
+      copies_.erase(hash);
+      events.emplace_back(BlockRemoved{hash});
     }
     v = Block{};
     free_.push_back(victim);
@@ -76,8 +77,8 @@ bool BlockPool::finalize(BlockId block, std::uint64_t hash) {
   MOCKER_CHECK(b.state == State::Private);
   b.state = State::Cached;
   b.hash = hash;
-  auto [it, inserted] = copies_.try_emplace(hash);
-  Copies& c = it->second;
+  auto [found, inserted] = copies_.findOrInsert(hash);
+  Copies& c = *found;
   b.copy_next = c.head;
   c.head = block;
   ++c.count;
@@ -95,7 +96,7 @@ void BlockPool::release(BlockId block) {
   }
   MOCKER_CHECK(b.state == State::Cached);
   if (--b.refcount == 0) {
-    --copies_.find(b.hash)->second.num_active;
+    --copies_.find(b.hash)->num_active;
     lruAppend(block);
   }
 }
@@ -103,7 +104,7 @@ void BlockPool::release(BlockId block) {
 std::vector<std::uint64_t> BlockPool::cachedHashes() const {
   std::vector<std::uint64_t> out;
   out.reserve(copies_.size());
-  for (const auto& [hash, c] : copies_) out.push_back(hash);
+  copies_.forEach([&](std::uint64_t hash, const Copies&) { out.push_back(hash); });
   std::sort(out.begin(), out.end());
   return out;
 }
@@ -150,7 +151,7 @@ void BlockPool::lruRemove(BlockId b) {
 }
 
 void BlockPool::unlinkCopy(BlockId b) {
-  Copies& c = copies_.find(blocks_[b].hash)->second;
+  Copies& c = *copies_.find(blocks_[b].hash);
   if (c.head == b) {
     c.head = blocks_[b].copy_next;
   } else {
@@ -196,12 +197,13 @@ Status BlockPool::checkInvariants() const {
   }
   if (lru_len != inactive) return fail("LRU length != inactive blocks");
   if (seen.size() != copies_.size()) return fail("copies map size mismatch");
-  for (const auto& [hash, c] : copies_) {
+  bool mismatch = false;
+  copies_.forEach([&](std::uint64_t hash, const Copies& c) {
     const auto it = seen.find(hash);
-    if (it == seen.end() || it->second.first != c.count || it->second.second != c.num_active) {
-      return fail("copies count mismatch for a hash");
-    }
-  }
+    mismatch |=
+        it == seen.end() || it->second.first != c.count || it->second.second != c.num_active;
+  });
+  if (mismatch) return fail("copies count mismatch for a hash");
   return {};
 }
 

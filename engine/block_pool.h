@@ -18,10 +18,10 @@
 #include <cstdint>
 #include <optional>
 #include <span>
-#include <unordered_map>
 #include <vector>
 
 #include "engine/base/result.h"
+#include "engine/detail/hash_index.h"
 #include "engine/types.h"
 
 namespace mocker::engine {
@@ -101,7 +101,7 @@ class BlockPool final {
   std::uint32_t lru_head_ = kNil;
   std::uint32_t lru_tail_ = kNil;
   std::uint32_t num_inactive_ = 0;
-  std::unordered_map<std::uint64_t, Copies> copies_;  // lookup only, never iterated for output
+  detail::HashIndex<Copies> copies_;  // lookup only; cachedHashes() sorts
 };
 
 }  // namespace mocker::engine

@@ -54,6 +54,8 @@ void VllmScheduler::submit(detail::AcceptedRequest&& request) {
   r.prompt_len = static_cast<std::uint32_t>(request.tokens.size());
   r.tokens = std::move(request.tokens);
   r.max_output = request.max_output_tokens;
+  // Generated tokens are appended in place; reserve so a long prompt is never copied to grow.
+  r.tokens.reserve(std::size_t{r.prompt_len} + r.max_output);
   r.plan = std::move(request.output_token_ids);
   if (isTrtllm()) {
     // §6: clamp the output reservation to what the pool (and max_model_len) can ever hold.
@@ -348,6 +350,9 @@ PassResult VllmScheduler::step(double now_ms) {
         break;
       }
       const auto n = static_cast<std::uint32_t>(std::min<std::uint64_t>(uncached, budget));
+      if (r.blocks.capacity() == 0) {
+        r.blocks.reserve(blocksFor(std::uint64_t{r.prompt_len} + r.max_output));
+      }
       if (!acquire(r, cached + n, match.hit_blocks, events)) {
         MOCKER_DCHECK(false);  // the capacity check above guarantees the allocation
         break;

@@ -55,8 +55,10 @@ struct BlockStored {
   std::uint32_t block_size = 0;
   friend bool operator==(const BlockStored&, const BlockStored&) = default;
 };
+/// One evicted hash per event, in eviction order (§4.5, like vLLM); the wire form wraps it in a
+/// one-element `block_hashes` array.
 struct BlockRemoved {
-  std::vector<std::uint64_t> block_hashes;  ///< exactly one hash per event from our engines
+  std::uint64_t block_hash = 0;
   friend bool operator==(const BlockRemoved&, const BlockRemoved&) = default;
 };
 struct AllBlocksCleared {

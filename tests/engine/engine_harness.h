@@ -73,9 +73,7 @@ class Harness {
           EXPECT_TRUE(vis.insert(h).second) << where << ": Stored twice without Removed";
         }
       } else if (const auto* r = std::get_if<BlockRemoved>(&e)) {
-        for (std::uint64_t h : r->block_hashes) {
-          EXPECT_EQ(vis.erase(h), 1u) << where << ": Removed a hash that was never Stored";
-        }
+        EXPECT_EQ(vis.erase(r->block_hash), 1u) << where << ": Removed a hash never Stored";
       } else {
         vis.clear();
       }
@@ -130,7 +128,7 @@ inline std::vector<std::uint64_t> removedHashes(const PassResult& p) {
   std::vector<std::uint64_t> out;
   for (const auto& e : p.kv_events) {
     if (const auto* r = std::get_if<BlockRemoved>(&e)) {
-      out.insert(out.end(), r->block_hashes.begin(), r->block_hashes.end());
+      out.push_back(r->block_hash);
     }
   }
   return out;

@@ -375,7 +375,7 @@ TEST(SchedulerTest, PreemptedVictimRefundsBudget) {
   const std::uint64_t a_s1 = stored->block_hashes.at(0);
   const auto* removed = std::get_if<BlockRemoved>(&p2.kv_events[1]);
   ASSERT_NE(removed, nullptr);
-  EXPECT_EQ(removed->block_hashes, (std::vector<std::uint64_t>{a_s1}));
+  EXPECT_EQ(removed->block_hash, a_s1);
   EXPECT_EQ(p2.fpm.scheduled.num_decode_requests, 1u);
   EXPECT_EQ(p2.fpm.scheduled.sum_decode_kv_tokens, 9u);
   ASSERT_EQ(p2.outputs.size(), 1u);
@@ -395,10 +395,8 @@ TEST(SchedulerTest, LeafFirstEviction) {
   const auto& p = h.step();
   const auto x = hashesOf(range(1, 16));
   ASSERT_EQ(p.kv_events.size(), 3u);
-  EXPECT_EQ(std::get<BlockRemoved>(p.kv_events[0]).block_hashes,
-            (std::vector<std::uint64_t>{x[3]}));
-  EXPECT_EQ(std::get<BlockRemoved>(p.kv_events[1]).block_hashes,
-            (std::vector<std::uint64_t>{x[2]}));
+  EXPECT_EQ(std::get<BlockRemoved>(p.kv_events[0]).block_hash, x[3]);
+  EXPECT_EQ(std::get<BlockRemoved>(p.kv_events[1]).block_hash, x[2]);
   const auto& s = std::get<BlockStored>(p.kv_events[2]);
   EXPECT_EQ(s.block_hashes, hashesOf(range(201, 208)));
   EXPECT_FALSE(s.parent_block_hash.has_value());

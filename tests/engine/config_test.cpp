@@ -1,0 +1,103 @@
+#include "engine/config.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+namespace mocker::engine {
+namespace {
+
+TEST(EngineConfigTest, DefaultsFollowTheSpec) {
+  const EngineConfig c;
+  EXPECT_EQ(c.engine_type, EngineType::Vllm);
+  EXPECT_EQ(c.num_gpu_blocks, 16384u);
+  EXPECT_EQ(effectiveBlockSize(c), 64u);
+  EXPECT_EQ(c.max_num_seqs, 256u);
+  EXPECT_EQ(c.max_num_batched_tokens, 8192u);
+  EXPECT_TRUE(c.enable_prefix_caching);
+  EXPECT_TRUE(c.enable_chunked_prefill);
+  EXPECT_EQ(c.preemption_mode, PreemptionMode::Lifo);
+  EXPECT_FALSE(c.max_model_len.has_value());
+  EXPECT_EQ(c.hash_seed, 1337u);
+  EXPECT_EQ(c.chain_seed, 1337u);
+  EXPECT_EQ(effectiveBlockSize(EngineConfig{.engine_type = EngineType::Trtllm}), 32u);
+  EXPECT_EQ(effectiveBlockSize(EngineConfig{.engine_type = EngineType::Sglang}), 1u);
+  EXPECT_TRUE(validateEngineConfig(c).has_value());
+}
+
+struct BadConfig {
+  const char* name;
+  EngineConfig config;
+  const char* fragment;
+};
+
+TEST(EngineConfigTest, ValidationNamesFieldAndRange) {
+  const BadConfig cases[] = {
+      {"zero blocks", {.num_gpu_blocks = 0}, "num_gpu_blocks must be >= 1"},
+      {"model len", {.max_model_len = 1}, "max_model_len must be >= 2"},
+      {"seqs", {.max_num_seqs = 0}, "max_num_seqs must be >= 1"},
+      {"budget", {.max_num_batched_tokens = 0}, "max_num_batched_tokens must be >= 1"},
+      {"dp", {.dp_size = 0}, "dp_size must be >= 1"},
+      {"speedup", {.speedup_ratio = -1}, "speedup_ratio must be finite and >= 0"},
+      {"speedup nan", {.speedup_ratio = std::nan("")}, "speedup_ratio"},
+      {"decode speedup",
+       {.decode_speedup_ratio = 0},
+       "decode_speedup_ratio must be finite and > 0"},
+      {"profile missing", {.timing_model = TimingModelKind::Interpolated}, "timing_profile_path"},
+      {"fixed missing", {.timing_model = TimingModelKind::Fixed}, "fixed_prefill_ms is required"},
+      {"fixed negative",
+       {.timing_model = TimingModelKind::Fixed, .fixed_prefill_ms = 1, .fixed_decode_ms = -2},
+       "fixed_decode_ms must be finite and >= 0"},
+      {"sglang page",
+       {.engine_type = EngineType::Sglang, .block_size = 16, .sglang = {.page_size = 32}},
+       "sglang.page_size (32) must equal block_size (16)"},
+      {"sglang chunk",
+       {.engine_type = EngineType::Sglang,
+        .block_size = 16,
+        .sglang = {.chunked_prefill_size = 100}},
+       "sglang.chunked_prefill_size must be >= 1 and divisible by block_size 16"},
+      {"sglang conservativeness",
+       {.engine_type = EngineType::Sglang, .sglang = {.schedule_conservativeness = 1.5}},
+       "sglang.schedule_conservativeness"},
+      {"sglang model len",
+       {.engine_type = EngineType::Sglang, .max_model_len = 10},
+       "max_model_len applies only"},
+  };
+  for (const auto& c : cases) {
+    const Status s = validateEngineConfig(c.config);
+    ASSERT_FALSE(s.has_value()) << c.name;
+    EXPECT_NE(s.error().message.find(c.fragment), std::string::npos)
+        << c.name << ": " << s.error().message;
+  }
+}
+
+TEST(EngineConfigTest, ProfileArraysAreChecked) {
+  EngineConfig c{.timing_model = TimingModelKind::Interpolated};
+  c.timing_profile = TimingProfile{.prefill_isl = {1, 1},
+                                   .prefill_ttft_ms = {1, 2},
+                                   .decode_active_kv_tokens = {1},
+                                   .decode_context_length = {1},
+                                   .decode_itl = {{1}}};
+  auto s = validateEngineConfig(c);
+  ASSERT_FALSE(s.has_value());
+  EXPECT_NE(s.error().message.find("prefill_isl must be strictly increasing"), std::string::npos);
+  c.timing_profile->prefill_isl = {1, 2};
+  c.timing_profile->decode_itl = {{1, 2}};
+  s = validateEngineConfig(c);
+  ASSERT_FALSE(s.has_value());
+  EXPECT_NE(s.error().message.find("decode_itl[0]"), std::string::npos);
+}
+
+TEST(EngineConfigTest, EnumParsersAreCaseInsensitiveAndListChoices) {
+  EXPECT_EQ(*parseEngineType("SGLang"), EngineType::Sglang);
+  EXPECT_EQ(*parsePreemptionMode("FIFO"), PreemptionMode::Fifo);
+  EXPECT_EQ(*parseSchedulePolicy("fifo"), SchedulePolicy::Fcfs);
+  EXPECT_EQ(toString(EngineType::Trtllm), "trtllm");
+  const auto bad = parseEngineType("tgi");
+  ASSERT_FALSE(bad.has_value());
+  EXPECT_EQ(bad.error().message,
+            "engine_type: unknown value 'tgi' (allowed: vllm | sglang | trtllm)");
+}
+
+}  // namespace
+}  // namespace mocker::engine
