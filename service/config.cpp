@@ -409,13 +409,13 @@ class TomlReader {
         } else if (findKey(key_path) != nullptr) {
           fail(node, key_path, "expected a value, got a table");
         } else {
-          fail(node, key_path, "unknown table");
+          fail(raw_key.source(), key_path, "unknown table");
         }
         continue;
       }
       const Key* key = findKey(key_path);
       if (key == nullptr) {
-        fail(node, key_path,
+        fail(raw_key.source(), key_path,
              isKnownTable(key_path) ? "expected a table, got a value" : "unknown key");
         continue;
       }
@@ -443,15 +443,19 @@ class TomlReader {
   }
 
  private:
-  std::string locate(const toml::node& node) const {
-    const auto& b = node.source().begin;
+  std::string locate(const toml::source_region& region) const {
+    const auto& b = region.begin;
     return source_ + ":" + std::to_string(b.line) + ":" + std::to_string(b.column);
   }
+  std::string locate(const toml::node& node) const { return locate(node.source()); }
 
+  void fail(const toml::source_region& region, const std::string& key_path,
+            const std::string& what) {
+    errors_.push_back({region.begin.line, region.begin.column,
+                       invalidArgument(locate(region) + ": " + key_path + ": " + what)});
+  }
   void fail(const toml::node& node, const std::string& key_path, const std::string& what) {
-    const auto& b = node.source().begin;
-    errors_.push_back(
-        {b.line, b.column, invalidArgument(locate(node) + ": " + key_path + ": " + what)});
+    fail(node.source(), key_path, what);
   }
 
   static Result<Value> toValue(const toml::node& node) {
@@ -481,38 +485,33 @@ class TomlReader {
 // Validation.
 
 struct Issue {
-  std::string key;  ///< key path the error is about (for its origin)
-  Error error;      ///< message starts with the key path
+  /// Key paths the error is about, most specific first; the first one with a known origin
+  /// locates the error.
+  std::vector<std::string> keys;
+  Error error;  ///< message starts with the key path
 };
 
-Issue issue(std::string key, const std::string& what) {
-  Error e = invalidArgument(key + " " + what);
-  return {std::move(key), std::move(e)};
+Issue issue(const std::string& key, const std::string& what,
+            std::vector<std::string> related = {}) {
+  related.insert(related.begin(), key);
+  return {std::move(related), invalidArgument(key + " " + what)};
 }
 
-/// Maps an engine::validateEngineConfig message to the key path it names: the earliest engine
-/// key name that appears in the message as a whole word.
-std::string engineKeyOf(const std::string& message) {
-  std::string best;
-  std::size_t best_pos = std::string::npos;
-  std::size_t best_len = 0;
+/// Maps an engine::validateEngineConfig message to the key paths it names, in order of
+/// appearance: every engine key name that appears in the message as a whole word.
+std::vector<std::string> engineKeysOf(const std::string& message) {
+  std::vector<std::pair<std::size_t, std::string>> found;  // (position, key path)
+  const auto word = [](char ch) {
+    return std::isalnum(static_cast<unsigned char>(ch)) != 0 || ch == '_';
+  };
   const auto consider = [&](const std::string& needle, const std::string& key_path) {
     for (std::size_t pos = message.find(needle); pos != std::string::npos;
          pos = message.find(needle, pos + 1)) {
-      const auto word = [](char ch) {
-        return std::isalnum(static_cast<unsigned char>(ch)) != 0 || ch == '_' || ch == '.';
-      };
-      const bool left_ok = pos == 0 || !word(message[pos - 1]);
       const std::size_t end = pos + needle.size();
-      const bool right_ok =
-          end == message.size() ||
-          !(std::isalnum(static_cast<unsigned char>(message[end])) != 0 || message[end] == '_');
+      const bool left_ok = pos == 0 || !(word(message[pos - 1]) || message[pos - 1] == '.');
+      const bool right_ok = end == message.size() || !word(message[end]);
       if (left_ok && right_ok) {
-        if (pos < best_pos || (pos == best_pos && needle.size() > best_len)) {
-          best = key_path;
-          best_pos = pos;
-          best_len = needle.size();
-        }
+        found.emplace_back(pos, key_path);
         return;
       }
     }
@@ -523,7 +522,11 @@ std::string engineKeyOf(const std::string& message) {
   }
   consider("timing_profile", "engine.timing_profile_path");
   consider("allow_empty_output", "service.allow_empty_output");
-  return best;
+  std::stable_sort(found.begin(), found.end(),
+                   [](const auto& a, const auto& b) { return a.first < b.first; });
+  std::vector<std::string> out;
+  for (auto& [pos, key] : found) out.push_back(std::move(key));
+  return out;
 }
 
 bool isWildcardTcp(std::string_view endpoint) {
@@ -556,15 +559,16 @@ std::optional<Issue> findIssue(const ServiceConfig& c) {
   using engine::TimingModelKind;
   if (c.engine.timing_model == TimingModelKind::Interpolated && c.timing_profile_path.empty() &&
       !c.engine.timing_profile) {
-    return issue("engine.timing_profile_path", "is required when timing_model = interpolated");
+    return issue("engine.timing_profile_path", "is required when timing_model = interpolated",
+                 {"engine.timing_model"});
   }
   if (auto st = engine::validateEngineConfig(c.engine); !st) {
     const std::string& msg = st.error().message;
-    const std::string key = engineKeyOf(msg);
-    if (!key.empty() && key.starts_with("engine.") && msg.starts_with(key.substr(7))) {
-      return Issue{key, invalidArgument("engine." + msg)};
+    std::vector<std::string> named = engineKeysOf(msg);
+    if (!named.empty() && msg.starts_with(named.front().substr(7))) {
+      return Issue{std::move(named), invalidArgument("engine." + msg)};
     }
-    return Issue{key, invalidArgument("engine: " + msg)};
+    return Issue{std::move(named), invalidArgument("engine: " + msg)};
   }
 
   const LiveConfig& s = c.service;
@@ -592,7 +596,6 @@ std::optional<Issue> findIssue(const ServiceConfig& c) {
   }
 
   const KvEventsConfig& kv = c.kv_events;
-  if (kv.hwm < 1) return issue("kv_events.hwm", "must be >= 1 (got 0)");
   if (kv.max_queue_size < 1) return issue("kv_events.max_queue_size", "must be >= 1 (got 0)");
   if (kv.buffer_steps < 1) return issue("kv_events.buffer_steps", "must be >= 1 (got 0)");
   if (kv.topic.starts_with("kv@")) {
@@ -640,16 +643,21 @@ std::optional<Issue> findIssue(const ServiceConfig& c) {
     const std::uint32_t ranks = sock.per_rank ? c.engine.dp_size : 1;
     for (std::uint32_t r = 0; r < ranks; ++r) {
       auto address = rankEndpoint(*sock.endpoint, r);
-      if (!address) return Issue{key, invalidArgument(key + ": " + address.error().message)};
+      if (!address) {
+        return Issue{{key, "engine.dp_size"},
+                     invalidArgument(key + ": " + address.error().message)};
+      }
       if (sock.endpoint->connect) continue;
       for (const Bound& other : bound) {
         if (collide(*address, other.address)) {
-          return issue(key, "(" + *address + " for dp_rank " + std::to_string(r) +
-                                ") collides with " + other.key + " (" + other.address +
-                                " for dp_rank " + std::to_string(other.rank) +
-                                "); per-rank endpoints use port + dp_rank, so space the base "
-                                "ports at least dp_size (" +
-                                std::to_string(c.engine.dp_size) + ") apart");
+          return issue(key,
+                       "(" + *address + " for dp_rank " + std::to_string(r) + ") collides with " +
+                           other.key + " (" + other.address + " for dp_rank " +
+                           std::to_string(other.rank) +
+                           "); per-rank endpoints use port + dp_rank, so space the base "
+                           "ports at least dp_size (" +
+                           std::to_string(c.engine.dp_size) + ") apart",
+                       {other.key, "engine.dp_size"});
         }
       }
       bound.push_back({key, *address, r});
@@ -852,7 +860,12 @@ Result<ServiceConfig> finishServiceConfig(ServiceConfig config, const KeyOrigins
     config.engine.timing_profile = std::move(*profile);
   }
   if (auto found = findIssue(config)) {
-    return Error{found->error.code, origin(found->key) + found->error.message};
+    for (const std::string& key : found->keys) {
+      if (origins.contains(key)) {
+        return Error{found->error.code, origin(key) + found->error.message};
+      }
+    }
+    return found->error;
   }
   return config;
 }

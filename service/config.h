@@ -88,8 +88,8 @@ struct FpmConfig {
 
 /// `[service]`: the live boundary and socket limits (engine.md §1.5, §13; issue #5).
 struct LiveConfig {
-  std::uint32_t submit_sndhwm = 1000;                ///< submit ROUTER ZMQ_SNDHWM, >= 1
-  std::uint32_t submit_rcvhwm = 1000;                ///< submit ROUTER ZMQ_RCVHWM, >= 1
+  std::uint32_t submit_sndhwm = 1000;                ///< submit ROUTER ZMQ_SNDHWM; 0 = unlimited
+  std::uint32_t submit_rcvhwm = 1000;                ///< submit ROUTER ZMQ_RCVHWM; 0 = unlimited
   std::int64_t max_message_size = 64 * 1024 * 1024;  ///< ZMQ_MAXMSGSIZE bytes, >= 1
   std::uint32_t max_submit_backlog = 10000;          ///< engine waiting requests before reads pause
   std::uint32_t linger_ms = 1000;                    ///< ZMQ_LINGER on close, <= 60000
