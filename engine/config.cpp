@@ -186,27 +186,32 @@ Status validateEngineConfig(const EngineConfig& c) {
       }
       break;
   }
+  // SGLang settings are range-checked whatever the engine type (a bad value is never silently
+  // ignored); the cross-field rules apply only when the SGLang scheduler is selected.
+  const SglangConfig& s = c.sglang;
+  if (s.max_prefill_tokens < 1) {
+    return fieldError("sglang.max_prefill_tokens", ">= 1", u(s.max_prefill_tokens));
+  }
+  if (s.clip_max_new_tokens < 1) {
+    return fieldError("sglang.clip_max_new_tokens", ">= 1", u(s.clip_max_new_tokens));
+  }
+  if (!std::isfinite(s.schedule_conservativeness) || s.schedule_conservativeness < 0 ||
+      s.schedule_conservativeness > 1) {
+    return fieldError("sglang.schedule_conservativeness", "finite and in [0, 1]",
+                      num(s.schedule_conservativeness));
+  }
+  if (s.chunked_prefill_size < 1) {
+    return fieldError("sglang.chunked_prefill_size", ">= 1", u(s.chunked_prefill_size));
+  }
   if (c.engine_type == EngineType::Sglang) {
-    const SglangConfig& s = c.sglang;
     if (c.block_size != 0 && s.page_size != 0 && c.block_size != s.page_size) {
       return invalidArgument("sglang.page_size (" + u(s.page_size) + ") must equal block_size (" +
                              u(c.block_size) + ") when both are set");
     }
-    if (s.max_prefill_tokens < 1) {
-      return fieldError("sglang.max_prefill_tokens", ">= 1", u(s.max_prefill_tokens));
-    }
-    if (s.chunked_prefill_size < 1 || s.chunked_prefill_size % block_size != 0) {
+    if (s.chunked_prefill_size % block_size != 0) {
       return fieldError("sglang.chunked_prefill_size",
                         ">= 1 and divisible by block_size " + u(block_size),
                         u(s.chunked_prefill_size));
-    }
-    if (s.clip_max_new_tokens < 1) {
-      return fieldError("sglang.clip_max_new_tokens", ">= 1", u(s.clip_max_new_tokens));
-    }
-    if (!std::isfinite(s.schedule_conservativeness) || s.schedule_conservativeness < 0 ||
-        s.schedule_conservativeness > 1) {
-      return fieldError("sglang.schedule_conservativeness", "finite, 0 <= x <= 1",
-                        num(s.schedule_conservativeness));
     }
   }
   return {};

@@ -4,6 +4,9 @@
 
 #include <algorithm>
 
+#include "service/config.h"
+#include "tools/serve_flags.h"
+
 namespace mocker::tools {
 
 std::string versionString() { return std::string("mocker ") + MOCKER_VERSION; }
@@ -17,6 +20,14 @@ int runCli(const std::vector<std::string>& args, std::ostream& out, std::ostream
   app.require_subcommand(0, 1);
   app.footer("Run `mocker <command> --help` for a command's options.");
 
+  // `mocker config`: resolve defaults → --config file → flags, validate, optionally dump.
+  CLI::App* config_cmd = app.add_subcommand(
+      "config", "Validate the effective configuration (file + flags); --dump prints it as TOML");
+  bool dump = false;
+  config_cmd->add_flag("--dump", dump, "print the effective configuration as TOML (every key)");
+  ServeFlags config_flags;
+  addServeFlags(*config_cmd, config_flags);
+
   std::vector<std::string> argv_rest(args.begin() + (args.empty() ? 0 : 1), args.end());
   std::reverse(argv_rest.begin(), argv_rest.end());
   try {
@@ -26,6 +37,19 @@ int runCli(const std::vector<std::string>& args, std::ostream& out, std::ostream
   }
   if (app.get_subcommands().empty()) {
     out << app.help();
+    return 0;
+  }
+  if (config_cmd->parsed()) {
+    const auto config = resolveServeConfig(config_flags);
+    if (!config) {
+      err << "mocker: configuration error: " << config.error().message << "\n";
+      return 2;
+    }
+    if (dump) {
+      out << service::dumpServiceConfig(*config);
+    } else {
+      out << "configuration OK\n";
+    }
     return 0;
   }
   return 0;

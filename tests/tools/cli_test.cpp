@@ -2,7 +2,13 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
+#include <filesystem>
+#include <fstream>
 #include <sstream>
+
+#include "service/config.h"
 
 namespace mocker::tools {
 namespace {
@@ -37,6 +43,164 @@ TEST(CliTest, UnknownOptionIsAUsageError) {
   const auto r = run({"--no-such-flag"});
   EXPECT_NE(r.code, 0);
   EXPECT_NE(r.err.find("--no-such-flag"), std::string::npos);
+}
+
+// --- mocker config -----------------------------------------------------------------------------
+
+/// Writes `text` to a fresh file under the temp dir; removed at scope exit.
+class TempFile {
+ public:
+  TempFile(const std::string& name, const std::string& text) {
+    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+    path_ = std::filesystem::temp_directory_path() /
+            ("mocker_cli_test_" + std::string(info->name()) + "_" + name);
+    std::ofstream(path_) << text;
+  }
+  ~TempFile() {
+    std::error_code ec;
+    std::filesystem::remove(path_, ec);
+  }
+  std::string path() const { return path_.string(); }
+
+ private:
+  std::filesystem::path path_;
+};
+
+service::ServiceConfig parseDump(const std::string& text) {
+  auto r = service::parseServiceConfig(text, "dump");
+  EXPECT_TRUE(r.has_value()) << r.error().toString() << "\n" << text;
+  return r.has_value() ? *r : service::ServiceConfig{};
+}
+
+TEST(CliConfigTest, DumpWithoutArgumentsPrintsTheDefaults) {
+  const auto r = run({"config", "--dump"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_TRUE(r.err.empty());
+  EXPECT_TRUE(parseDump(r.out) == service::ServiceConfig{});
+}
+
+TEST(CliConfigTest, WithoutDumpOnlyValidates) {
+  const auto r = run({"config"});
+  EXPECT_EQ(r.code, 0);
+  EXPECT_EQ(r.out, "configuration OK\n");
+}
+
+TEST(CliConfigTest, FlagsOverrideTheFile) {
+  const TempFile file("c.toml", R"([engine]
+num_gpu_blocks = 100
+enable_prefix_caching = false
+max_num_seqs = 4
+[kv_events]
+topic = "from-file"
+layout = "p7"
+[fpm]
+enabled = false
+)");
+  const auto r = run({"config",
+                      "--dump",
+                      "--config",
+                      file.path(),
+                      "--num-gpu-blocks",
+                      "7",
+                      "--enable-prefix-caching",
+                      "--max-num-seqs",
+                      "none",
+                      "--kv-events-layout",
+                      "MAP",
+                      "--fpm",
+                      "--fpm-endpoint",
+                      "tcp://collector:20380",
+                      "--fpm-connect",
+                      "--log-level",
+                      "debug",
+                      "--dp-size",
+                      "2",
+                      "--kv-replay-endpoint",
+                      "tcp://127.0.0.1:6000"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  const auto c = parseDump(r.out);
+  EXPECT_EQ(c.engine.num_gpu_blocks, 7u);           // flag over file
+  EXPECT_TRUE(c.engine.enable_prefix_caching);      // flag over file
+  EXPECT_FALSE(c.engine.max_num_seqs.has_value());  // "none" from a flag
+  EXPECT_EQ(c.kv_events.topic, "from-file");        // file over default
+  EXPECT_EQ(c.kv_events.layout, service::KvEventLayout::Map);
+  EXPECT_TRUE(c.fpm.enabled);
+  EXPECT_EQ(c.endpoints.fpm, (service::EndpointConfig{"tcp://collector:20380", true}));
+  EXPECT_EQ(c.log_level, spdlog::level::debug);
+  EXPECT_EQ(c.engine.dp_size, 2u);
+}
+
+TEST(CliConfigTest, NegatedFlagsTurnOptionsOff) {
+  const auto r =
+      run({"config", "--dump", "--no-enable-prefix-caching", "--no-enable-chunked-prefill",
+           "--no-kv-events", "--no-fpm", "--allow-empty-output"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  const auto c = parseDump(r.out);
+  EXPECT_FALSE(c.engine.enable_prefix_caching);
+  EXPECT_FALSE(c.engine.enable_chunked_prefill);
+  EXPECT_FALSE(c.kv_events.enabled);
+  EXPECT_FALSE(c.fpm.enabled);
+  EXPECT_TRUE(c.engine.allow_empty_output);
+}
+
+TEST(CliConfigTest, FileErrorIsOneLineWithFileLineColumnAndExitCode2) {
+  const TempFile file("bad.toml", "[engine]\nnum_gpu_blocks = 0\n");
+  const auto r = run({"config", "--dump", "--config", file.path()});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_TRUE(r.out.empty());
+  EXPECT_EQ(r.err, "mocker: configuration error: " + file.path() +
+                       ":2:18: engine.num_gpu_blocks must be >= 1 (got 0)\n");
+}
+
+TEST(CliConfigTest, AFlagCanFixABadFileValue) {
+  const TempFile file("bad.toml", "[engine]\nnum_gpu_blocks = 0\n");
+  const auto r = run({"config", "--config", file.path(), "--num-gpu-blocks", "3"});
+  EXPECT_EQ(r.code, 0) << r.err;
+}
+
+TEST(CliConfigTest, FlagErrorsNameTheFlag) {
+  for (const auto& [args, fragment] : std::vector<std::pair<std::vector<std::string>, std::string>>{
+           {{"--num-gpu-blocks", "0"}, "--num-gpu-blocks: engine.num_gpu_blocks must be >= 1"},
+           {{"--num-gpu-blocks", "lots"},
+            "--num-gpu-blocks: engine.num_gpu_blocks: expected an integer"},
+           {{"--engine-type", "tgi"},
+            "--engine-type: engine.engine_type: engine_type: unknown value 'tgi'"},
+           {{"--kv-events-layout", "p10"}, "--kv-events-layout: kv_events.layout"},
+           {{"--speedup-ratio", "-2"},
+            "--speedup-ratio: engine.speedup_ratio must be finite and >= 0"},
+           {{"--kv-events-topic", "kv@a@b@c"}, "--kv-events-topic: kv_events.topic"},
+           {{"--timing-model", "interpolated"},
+            "--timing-model: engine.timing_profile_path is required"},
+           {{"--timing-profile", "/nonexistent/p.json"},
+            "--timing-profile: engine.timing_profile_path"},
+           {{"--dp-size", "2"}, "--dp-size: endpoints.kv_replay.endpoint"},
+       }) {
+    std::vector<std::string> argv{"config"};
+    argv.insert(argv.end(), args.begin(), args.end());
+    const auto r = run(argv);
+    EXPECT_EQ(r.code, 2) << args[0];
+    EXPECT_NE(r.err.find("mocker: configuration error: " + fragment), std::string::npos) << r.err;
+    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+  }
+}
+
+TEST(CliConfigTest, MissingConfigFileIsAnError) {
+  const auto r = run({"config", "--config", "/nonexistent/mocker.toml"});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find("/nonexistent/mocker.toml"), std::string::npos) << r.err;
+}
+
+TEST(CliConfigTest, HelpCoversEveryConfigurationKey) {
+  const auto r = run({"config", "--help"});
+  ASSERT_EQ(r.code, 0);
+  for (const std::string& key : service::configKeys()) {
+    if (key == "engine.worker_type" || key == "engine.trtllm.capacity_scheduler_policy") {
+      continue;  // single-valued keys: nothing to choose on the command line
+    }
+    EXPECT_NE(r.out.find("[" + key + "]"), std::string::npos) << "no flag for " << key;
+  }
+  EXPECT_NE(r.out.find("--config"), std::string::npos);
+  EXPECT_NE(r.out.find("--dump"), std::string::npos);
 }
 
 }  // namespace

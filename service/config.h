@@ -1,0 +1,166 @@
+// ServiceConfig: everything `mocker serve` is configured with — the engine (engine/config.h),
+// the ZeroMQ endpoints, the KV-event and forward-pass-metrics publishers, logging and the
+// live-boundary limits — plus its TOML loader, validator and dumper. The file layout, every key,
+// its default and its range are documented in service/README.md (normative sources:
+// ../shared/spec/engine.md §1, wire.md §2.6 and §7).
+//
+//   loadServiceConfig(path)              file → validated config (errors: "file:line:col: key …")
+//   parseServiceConfig(text, name)       same, from text
+//   validateServiceConfig(config)        every range and cross-field rule (errors name the key)
+//   dumpServiceConfig(config)            TOML with every key; parses back to an equal config
+//
+// Conventions: keys that may be "unset" (max_model_len, max_num_seqs, max_num_batched_tokens,
+// startup_time_s, fixed_prefill_ms, fixed_decode_ms) take the string "none" for null; u64 seeds
+// above 2^63-1 are written as decimal strings; enum strings are case-insensitive.
+//
+// Plain value types and pure functions (apart from file reads); thread-compatible. Call from
+// the main thread at start-up.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <spdlog/common.h>
+
+#include "engine/base/result.h"
+#include "engine/config.h"
+
+namespace mocker::service {
+
+/// A ZeroMQ endpoint. Every socket binds unless `connect` is true (our rule: we do not copy
+/// vLLM's "bind iff the address contains * or ::" guess; see service/README.md).
+struct EndpointConfig {
+  std::string endpoint;
+  bool connect = false;
+  friend bool operator==(const EndpointConfig&, const EndpointConfig&) = default;
+};
+
+/// KV-event payload layouts (wire.md §3.2, §3.3) and replay layouts (§4).
+enum class KvEventLayout { P6, P7, P8, P9, P12, Map, Map26 };
+enum class ReplayLayout { R1, R2 };
+/// parent_block_hash of a run that starts at block 0 (wire.md §3.4).
+enum class ParentRoot { Nil, Zero };
+
+std::string_view toString(KvEventLayout v);
+std::string_view toString(ReplayLayout v);
+std::string_view toString(ParentRoot v);
+Result<KvEventLayout> parseKvEventLayout(std::string_view s);  ///< case-insensitive
+Result<ReplayLayout> parseReplayLayout(std::string_view s);
+Result<ParentRoot> parseParentRoot(std::string_view s);
+
+/// `[endpoints.*]`. kv_events, kv_replay and fpm are per DP rank (offset by the rank).
+struct EndpointsConfig {
+  EndpointConfig submit{"tcp://127.0.0.1:5555"};     ///< ROUTER
+  EndpointConfig cancel{"tcp://127.0.0.1:5556"};     ///< ROUTER
+  EndpointConfig kv_events{"tcp://127.0.0.1:5557"};  ///< PUB
+  EndpointConfig kv_replay{"tcp://127.0.0.1:5558"};  ///< ROUTER
+  EndpointConfig fpm{"tcp://127.0.0.1:5559"};        ///< PUB
+  friend bool operator==(const EndpointsConfig&, const EndpointsConfig&) = default;
+};
+
+/// `[kv_events]` (wire.md §2.5, §2.6).
+struct KvEventsConfig {
+  bool enabled = true;                    ///< PUB socket on endpoints.kv_events
+  bool replay_enabled = true;             ///< replay ROUTER on endpoints.kv_replay (needs enabled)
+  std::string topic;                      ///< frame 0; "kv@<pod>@<model>" form checked
+  std::uint32_t hwm = 100000;             ///< PUB ZMQ_SNDHWM, >= 1
+  std::uint32_t max_queue_size = 100000;  ///< batches, >= 1
+  std::uint32_t buffer_steps = 10000;     ///< replay ring, batches, >= 1
+  KvEventLayout layout = KvEventLayout::P8;
+  ReplayLayout replay_layout = ReplayLayout::R1;
+  ParentRoot parent_root = ParentRoot::Nil;
+  bool force_uint64_hashes = false;
+  bool clear_on_start = false;
+  friend bool operator==(const KvEventsConfig&, const KvEventsConfig&) = default;
+};
+
+/// `[fpm]` (wire.md §7).
+struct FpmConfig {
+  bool enabled = true;
+  std::string worker_id = "0";  ///< decimal u64
+  friend bool operator==(const FpmConfig&, const FpmConfig&) = default;
+};
+
+/// `[service]`: the live boundary and socket limits (engine.md §1.5, §13; issue #5).
+struct LiveConfig {
+  std::uint32_t submit_sndhwm = 1000;                ///< submit ROUTER ZMQ_SNDHWM; 0 = unlimited
+  std::uint32_t submit_rcvhwm = 1000;                ///< submit ROUTER ZMQ_RCVHWM; 0 = unlimited
+  std::int64_t max_message_size = 64 * 1024 * 1024;  ///< ZMQ_MAXMSGSIZE bytes, >= 1
+  std::uint32_t max_submit_backlog = 10000;          ///< engine waiting requests before reads pause
+  std::uint32_t linger_ms = 1000;                    ///< ZMQ_LINGER on close, <= 60000
+  std::uint32_t max_buffered_outputs = 8;            ///< >= 1
+  double fpm_heartbeat_interval_s = 1.0;             ///< finite, > 0
+  std::optional<double> startup_time_s;              ///< null or finite >= 0
+  friend bool operator==(const LiveConfig&, const LiveConfig&) = default;
+};
+
+struct ServiceConfig {
+  /// `[engine]`, `[engine.sglang]`. engine.allow_empty_output is the `[service]` key
+  /// allow_empty_output (engine.md §1.5); engine.timing_profile is loaded from
+  /// timing_profile_path.
+  engine::EngineConfig engine;
+  /// `[engine] timing_profile_path`: JSON profile (loadTimingProfile); "" = none.
+  std::string timing_profile_path;
+  LiveConfig service;
+  EndpointsConfig endpoints;
+  KvEventsConfig kv_events;
+  FpmConfig fpm;
+  spdlog::level::level_enum log_level = spdlog::level::info;  ///< `[logging] level`
+};
+
+/// Field-by-field equality (EngineConfig has no operator==).
+bool operator==(const ServiceConfig& a, const ServiceConfig& b);
+
+/// The endpoint a per-rank socket of `dp_rank` uses: publishers::offsetEndpoint, except that a
+/// wildcard tcp port ("tcp://host:*", an ephemeral port) stays a wildcard for every rank.
+Result<std::string> rankEndpoint(const EndpointConfig& endpoint, std::uint32_t dp_rank);
+
+/// Every range and cross-field rule; the error message starts with the key path
+/// ("engine.num_gpu_blocks must be >= 1 (got 0)"). Does not read files.
+Status validateServiceConfig(const ServiceConfig& config);
+
+/// Where each key's value came from: "file.toml:12:5" for file keys, "--flag" for CLI flags.
+using KeyOrigins = std::map<std::string, std::string, std::less<>>;
+
+/// Parses TOML `text` (named `source_name` in errors), loads the timing profile (a relative
+/// timing_profile_path is resolved against the directory of source_name) and validates.
+/// Errors read "<source_name>:<line>:<col>: <key> …".
+Result<ServiceConfig> parseServiceConfig(std::string_view text, std::string_view source_name);
+
+/// Reads `path` and parses it (parseServiceConfig). A missing file is NotFound.
+Result<ServiceConfig> loadServiceConfig(const std::string& path);
+
+/// The layering steps behind parseServiceConfig, for the CLI (defaults → file → flags):
+/// applies the file's keys over `base` without validating, recording each key's origin.
+Result<ServiceConfig> parseServiceConfigOver(ServiceConfig base, std::string_view text,
+                                             std::string_view source_name, KeyOrigins& origins);
+Result<ServiceConfig> loadServiceConfigOver(ServiceConfig base, const std::string& path,
+                                            KeyOrigins& origins);
+
+/// Sets one key (TOML path, e.g. "engine.max_num_seqs") from command-line text, with the same
+/// types and spellings as the file ("none", true/false, enum names). Unknown key → error.
+Status setConfigValue(ServiceConfig& config, std::string_view key, std::string_view text);
+
+/// Final step: loads engine.timing_profile from timing_profile_path (if set) and validates;
+/// errors are prefixed with the origin of the key they name.
+Result<ServiceConfig> finishServiceConfig(ServiceConfig config, const KeyOrigins& origins);
+
+/// Every key path, in dump order ("engine.engine_type", …, "logging.level").
+std::vector<std::string> configKeys();
+
+/// Loads an interpolated timing profile (JSON object with the arrays of engine.md §8.2:
+/// prefill_isl, prefill_ttft_ms, decode_active_kv_tokens, decode_context_length, decode_itl).
+/// Errors name the file and what is wrong (missing array, wrong type, lengths, ordering).
+Result<engine::TimingProfile> loadTimingProfile(const std::string& path);
+Result<engine::TimingProfile> parseTimingProfile(std::string_view json_text,
+                                                 std::string_view source_name);
+
+/// The effective configuration as TOML, every key present (null spelled "none").
+std::string dumpServiceConfig(const ServiceConfig& config);
+
+}  // namespace mocker::service

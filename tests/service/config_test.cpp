@@ -1,0 +1,642 @@
+#include "service/config.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cctype>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+namespace mocker::service {
+namespace {
+
+namespace fs = std::filesystem;
+
+/// A fresh directory under the system temp dir, removed at scope exit.
+class TempDir {
+ public:
+  TempDir() {
+    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+    path_ = fs::temp_directory_path() / ("mocker_config_test_" + std::string(info->name()) + "_" +
+                                         std::to_string(reinterpret_cast<std::uintptr_t>(this)));
+    fs::create_directories(path_);
+  }
+  ~TempDir() {
+    std::error_code ec;
+    fs::remove_all(path_, ec);
+  }
+  std::string write(const std::string& name, const std::string& text) const {
+    const fs::path p = path_ / name;
+    std::ofstream(p) << text;
+    return p.string();
+  }
+  const fs::path& path() const { return path_; }
+
+ private:
+  fs::path path_;
+};
+
+constexpr const char* kGoodProfile = R"({
+  "prefill_isl": [8, 512, 8192],
+  "prefill_ttft_ms": [16.6, 24.4, 169.1],
+  "decode_active_kv_tokens": [0, 1000],
+  "decode_context_length": [16, 4096],
+  "decode_itl": [[5.7, 6.0], [20.0, 34.0]]
+})";
+
+TEST(ServiceConfigTest, DefaultsEqualTheSpec) {
+  const ServiceConfig c;
+  // engine.md §1.1–§1.3
+  EXPECT_EQ(c.engine.engine_type, engine::EngineType::Vllm);
+  EXPECT_EQ(c.engine.num_gpu_blocks, 16384u);
+  EXPECT_EQ(c.engine.block_size, 0u);
+  EXPECT_FALSE(c.engine.max_model_len.has_value());
+  EXPECT_EQ(c.engine.max_num_seqs, 256u);
+  EXPECT_EQ(c.engine.max_num_batched_tokens, 8192u);
+  EXPECT_TRUE(c.engine.enable_prefix_caching);
+  EXPECT_TRUE(c.engine.enable_chunked_prefill);
+  EXPECT_EQ(c.engine.preemption_mode, engine::PreemptionMode::Lifo);
+  EXPECT_EQ(c.engine.dp_size, 1u);
+  EXPECT_EQ(c.engine.hash_seed, 1337u);
+  EXPECT_EQ(c.engine.chain_seed, 1337u);
+  EXPECT_EQ(c.engine.token_seed, 0u);
+  EXPECT_EQ(c.engine.kv_event_visibility, engine::KvEventVisibility::PassEnd);
+  EXPECT_EQ(c.engine.timing_model, engine::TimingModelKind::Polynomial);
+  EXPECT_TRUE(c.timing_profile_path.empty());
+  EXPECT_EQ(c.engine.speedup_ratio, 1.0);
+  EXPECT_EQ(c.engine.decode_speedup_ratio, 1.0);
+  EXPECT_EQ(c.engine.sglang.schedule_policy, engine::SchedulePolicy::Fcfs);
+  EXPECT_EQ(c.engine.sglang.page_size, 0u);  // unset ⇒ block_size if set, else 1
+  EXPECT_EQ(c.engine.sglang.max_prefill_tokens, 16384u);
+  EXPECT_EQ(c.engine.sglang.chunked_prefill_size, 8192u);
+  EXPECT_EQ(c.engine.sglang.clip_max_new_tokens, 4096u);
+  EXPECT_EQ(c.engine.sglang.schedule_conservativeness, 1.0);
+  // §1.5
+  EXPECT_FALSE(c.engine.allow_empty_output);
+  EXPECT_EQ(c.service.max_buffered_outputs, 8u);
+  EXPECT_EQ(c.service.fpm_heartbeat_interval_s, 1.0);
+  EXPECT_FALSE(c.service.startup_time_s.has_value());
+  // Issue #5 endpoints: all bind on loopback.
+  EXPECT_EQ(c.endpoints.submit, (EndpointConfig{"tcp://127.0.0.1:5555", false}));
+  EXPECT_EQ(c.endpoints.cancel, (EndpointConfig{"tcp://127.0.0.1:5556", false}));
+  EXPECT_EQ(c.endpoints.kv_events, (EndpointConfig{"tcp://127.0.0.1:5557", false}));
+  EXPECT_EQ(c.endpoints.kv_replay, (EndpointConfig{"tcp://127.0.0.1:5558", false}));
+  EXPECT_EQ(c.endpoints.fpm, (EndpointConfig{"tcp://127.0.0.1:5559", false}));
+  // wire.md §2.6 and §7 (enabled by default in serve).
+  EXPECT_TRUE(c.kv_events.enabled);
+  EXPECT_TRUE(c.kv_events.replay_enabled);
+  EXPECT_EQ(c.kv_events.topic, "");
+  EXPECT_EQ(c.kv_events.hwm, 100000u);
+  EXPECT_EQ(c.kv_events.max_queue_size, 100000u);
+  EXPECT_EQ(c.kv_events.buffer_steps, 10000u);
+  EXPECT_EQ(c.kv_events.layout, KvEventLayout::P8);
+  EXPECT_EQ(c.kv_events.replay_layout, ReplayLayout::R1);
+  EXPECT_EQ(c.kv_events.parent_root, ParentRoot::Nil);
+  EXPECT_FALSE(c.kv_events.force_uint64_hashes);
+  EXPECT_FALSE(c.kv_events.clear_on_start);
+  EXPECT_TRUE(c.fpm.enabled);
+  EXPECT_EQ(c.fpm.worker_id, "0");
+  EXPECT_EQ(c.log_level, spdlog::level::info);
+
+  EXPECT_TRUE(validateServiceConfig(c).has_value());
+}
+
+TEST(ServiceConfigTest, EmptyFileGivesDefaults) {
+  const auto r = parseServiceConfig("", "empty.toml");
+  ASSERT_TRUE(r.has_value()) << r.error().toString();
+  EXPECT_TRUE(*r == ServiceConfig{});
+}
+
+TEST(ServiceConfigTest, ExampleFileLoadsAndEqualsDefaults) {
+  const auto r =
+      loadServiceConfig(std::string(MOCKER_SOURCE_DIR_FOR_TEST) + "/docs/mocker.example.toml");
+  ASSERT_TRUE(r.has_value()) << r.error().toString();
+  EXPECT_TRUE(*r == ServiceConfig{});
+}
+
+TEST(ServiceConfigTest, ParsesEveryKindOfValue) {
+  const auto r = parseServiceConfig(R"(
+[engine]
+engine_type = "SGLang"
+num_gpu_blocks = 64
+max_num_seqs = "none"
+max_num_batched_tokens = "NONE"
+enable_prefix_caching = false
+dp_size = 2
+hash_seed = "18446744073709551615"
+token_seed = 7
+timing_model = "Fixed"
+fixed_prefill_ms = 3
+fixed_decode_ms = 1.5
+speedup_ratio = 0
+startup_time_s = 2.5
+[engine.sglang]
+schedule_policy = "fifo"
+page_size = 16
+chunked_prefill_size = 4096
+[service]
+allow_empty_output = true
+[endpoints.kv_events]
+endpoint = "tcp://indexer:6000"
+connect = true
+[endpoints.fpm]
+endpoint = "tcp://127.0.0.1:7000"
+[kv_events]
+topic = "kv@10.0.0.1:8000@llama"
+layout = "MAP26"
+parent_root = "zero"
+[fpm]
+worker_id = "7587889736218396437"
+[logging]
+level = "WARNING"
+)",
+                                    "kinds.toml");
+  ASSERT_TRUE(r.has_value()) << r.error().toString();
+  const ServiceConfig& c = *r;
+  EXPECT_EQ(c.engine.engine_type, engine::EngineType::Sglang);
+  EXPECT_EQ(c.engine.num_gpu_blocks, 64u);
+  EXPECT_FALSE(c.engine.max_num_seqs.has_value());
+  EXPECT_FALSE(c.engine.max_num_batched_tokens.has_value());
+  EXPECT_FALSE(c.engine.enable_prefix_caching);
+  EXPECT_EQ(c.engine.dp_size, 2u);
+  EXPECT_EQ(c.engine.hash_seed, 18446744073709551615u);
+  EXPECT_EQ(c.engine.token_seed, 7u);
+  EXPECT_EQ(c.engine.timing_model, engine::TimingModelKind::Fixed);
+  EXPECT_EQ(c.engine.fixed_prefill_ms, 3.0);
+  EXPECT_EQ(c.engine.fixed_decode_ms, 1.5);
+  EXPECT_EQ(c.engine.speedup_ratio, 0.0);
+  EXPECT_EQ(c.service.startup_time_s, 2.5);
+  EXPECT_EQ(c.engine.sglang.page_size, 16u);
+  EXPECT_TRUE(c.engine.allow_empty_output);
+  EXPECT_EQ(c.endpoints.kv_events, (EndpointConfig{"tcp://indexer:6000", true}));
+  EXPECT_EQ(c.kv_events.layout, KvEventLayout::Map26);
+  EXPECT_EQ(c.kv_events.parent_root, ParentRoot::Zero);
+  EXPECT_EQ(c.fpm.worker_id, "7587889736218396437");
+  EXPECT_EQ(c.log_level, spdlog::level::warn);
+}
+
+struct BadConfig {
+  const char* name;
+  const char* toml;
+  std::vector<std::string> fragments;  ///< each must appear in the error message
+};
+
+// Line numbers count from the first line of the raw string (which starts with a newline, so the
+// first key is on line 2).
+const std::vector<BadConfig> kBadConfigs = {
+    {"UnknownKey",
+     "\n[engine]\nnum_gpu_blockz = 1\n",
+     {"bad.toml:3:1", "engine.num_gpu_blockz", "unknown key"}},
+    {"UnknownTable", "\n[engin]\nx = 1\n", {"bad.toml:", "engin", "unknown table"}},
+    {"UnknownTopLevelKey", "\nverbose = true\n", {"bad.toml:2:1", "verbose", "unknown key"}},
+    {"WrongTypeString",
+     "\n[engine]\nnum_gpu_blocks = \"many\"\n",
+     {"bad.toml:3:18", "engine.num_gpu_blocks", "expected an integer"}},
+    {"WrongTypeBool",
+     "\n[engine]\nenable_prefix_caching = 1\n",
+     {"bad.toml:3:25", "engine.enable_prefix_caching", "expected a boolean"}},
+    {"NegativeUnsigned",
+     "\n[engine]\nblock_size = -4\n",
+     {"bad.toml:3:14", "engine.block_size", "[0, 4294967295]"}},
+    {"TableWhereValueExpected",
+     "\n[engine.dp_size]\nx = 1\n",
+     {"bad.toml:2:", "engine.dp_size", "expected a value"}},
+    {"ValueWhereTableExpected", "\nengine = 3\n", {"bad.toml:2:", "engine", "expected a table"}},
+    {"SyntaxError", "\n[engine]\nnum_gpu_blocks = = 3\n", {"bad.toml:3:", "TOML syntax error"}},
+    {"ZeroBlocks",
+     "\n[engine]\nnum_gpu_blocks = 0\n",
+     {"bad.toml:3:18", "engine.num_gpu_blocks", ">= 1"}},
+    {"ZeroDpSize", "\n[engine]\ndp_size = 0\n", {"bad.toml:3:11", "engine.dp_size", ">= 1"}},
+    {"ZeroMaxNumSeqs",
+     "\n[engine]\nmax_num_seqs = 0\n",
+     {"bad.toml:3:16", "engine.max_num_seqs", ">= 1"}},
+    {"NullSpelledWrong",
+     "\n[engine]\nmax_num_seqs = \"unbounded\"\n",
+     {"bad.toml:3:16", "engine.max_num_seqs", "\"none\""}},
+    {"MaxModelLenOne",
+     "\n[engine]\nmax_model_len = 1\n",
+     {"bad.toml:3:17", "engine.max_model_len", ">= 2"}},
+    {"UnknownEngineType",
+     "\n[engine]\nengine_type = \"tgi\"\n",
+     {"bad.toml:3:15", "engine.engine_type", "'tgi'", "vllm"}},
+    {"UnknownPreemptionMode",
+     "\n[engine]\npreemption_mode = \"random\"\n",
+     {"bad.toml:3:19", "engine.preemption_mode"}},
+    {"NegativeSpeedup",
+     "\n[engine]\nspeedup_ratio = -1.0\n",
+     {"bad.toml:3:17", "engine.speedup_ratio", ">= 0"}},
+    {"ZeroDecodeSpeedup",
+     "\n[engine]\ndecode_speedup_ratio = 0.0\n",
+     {"bad.toml:3:24", "engine.decode_speedup_ratio", "> 0"}},
+    {"InfiniteSpeedup",
+     "\n[engine]\nspeedup_ratio = inf\n",
+     {"bad.toml:3:17", "engine.speedup_ratio", "finite"}},
+    {"FixedWithoutTimes",
+     "\n[engine]\ntiming_model = \"fixed\"\n",
+     {"bad.toml:3:16", "fixed_prefill_ms", "required"}},
+    {"InterpolatedWithoutProfile",
+     "\n[engine]\ntiming_model = \"interpolated\"\n",
+     {"engine.timing_profile_path", "required"}},
+    {"MissingProfileFile",
+     "\n[engine]\ntiming_model = \"interpolated\"\ntiming_profile_path = \"/nonexistent/p.json\"\n",
+     {"bad.toml:4:23", "engine.timing_profile_path", "/nonexistent/p.json"}},
+    {"WorkerTypeLater",
+     "\n[engine]\nworker_type = \"prefill\"\n",
+     {"bad.toml:3:15", "engine.worker_type", "aggregated"}},
+    {"NegativeStartupTime",
+     "\n[engine]\nstartup_time_s = -1\n",
+     {"bad.toml:3:18", "engine.startup_time_s", ">= 0"}},
+    {"SglangPageSizeMismatch",
+     "\n[engine]\nengine_type = \"sglang\"\nblock_size = 16\n[engine.sglang]\npage_size = 32\n",
+     {"bad.toml:6:13", "engine.sglang.page_size", "block_size"}},
+    {"SglangChunkNotDivisible",
+     "\n[engine]\nengine_type = \"sglang\"\n[engine.sglang]\npage_size = 16\nchunked_prefill_size "
+     "= 100\n",
+     {"bad.toml:6:24", "engine.sglang.chunked_prefill_size", "divisible"}},
+    {"SglangConservativeness",
+     "\n[engine.sglang]\nschedule_conservativeness = 1.5\n",
+     {"bad.toml:3:29", "engine.sglang.schedule_conservativeness", "[0, 1]"}},
+    {"TrtllmPolicy",
+     "\n[engine.trtllm]\ncapacity_scheduler_policy = \"max_utilization\"\n",
+     {"bad.toml:3:29", "engine.trtllm.capacity_scheduler_policy", "guaranteed_no_evict"}},
+    {"ZeroBufferedOutputs",
+     "\n[service]\nmax_buffered_outputs = 0\n",
+     {"bad.toml:3:24", "service.max_buffered_outputs", ">= 1"}},
+    {"ZeroHeartbeat",
+     "\n[service]\nfpm_heartbeat_interval_s = 0\n",
+     {"bad.toml:3:28", "service.fpm_heartbeat_interval_s", "> 0"}},
+    {"ZeroMaxMessage",
+     "\n[service]\nmax_message_size = 0\n",
+     {"bad.toml:3:20", "service.max_message_size", ">= 1"}},
+    {"ZeroBacklog",
+     "\n[service]\nmax_submit_backlog = 0\n",
+     {"bad.toml:3:22", "service.max_submit_backlog", ">= 1"}},
+    {"LongLinger",
+     "\n[service]\nlinger_ms = 600000\n",
+     {"bad.toml:3:13", "service.linger_ms", "60000"}},
+    {"UnknownLayout",
+     "\n[kv_events]\nlayout = \"p10\"\n",
+     {"bad.toml:3:10", "kv_events.layout", "p6, p7, p8, p9, p12, map, map26"}},
+    {"UnknownReplayLayout",
+     "\n[kv_events]\nreplay_layout = \"r3\"\n",
+     {"bad.toml:3:17", "kv_events.replay_layout", "r1, r2"}},
+    {"UnknownParentRoot",
+     "\n[kv_events]\nparent_root = \"null\"\n",
+     {"bad.toml:3:15", "kv_events.parent_root"}},
+    {"LlmdTopicModelWithAt",
+     "\n[kv_events]\ntopic = \"kv@pod:8000@org@model\"\n",
+     {"bad.toml:3:9", "kv_events.topic", "kv@<pod>@<model>"}},
+    {"LlmdTopicTooFewParts",
+     "\n[kv_events]\ntopic = \"kv@pod\"\n",
+     {"bad.toml:3:9", "kv_events.topic", "exactly 3"}},
+    {"ZeroBufferSteps",
+     "\n[kv_events]\nbuffer_steps = 0\n",
+     {"bad.toml:3:16", "kv_events.buffer_steps", ">= 1"}},
+    {"ZeroQueue",
+     "\n[kv_events]\nmax_queue_size = 0\n",
+     {"bad.toml:3:18", "kv_events.max_queue_size", ">= 1"}},
+    {"WorkerIdNotNumeric",
+     "\n[fpm]\nworker_id = \"worker-7\"\n",
+     {"bad.toml:3:13", "fpm.worker_id", "decimal"}},
+    {"WorkerIdTooLarge",
+     "\n[fpm]\nworker_id = \"18446744073709551616\"\n",
+     {"bad.toml:3:13", "fpm.worker_id"}},
+    {"UnknownLogLevel",
+     "\n[logging]\nlevel = \"loud\"\n",
+     {"bad.toml:3:9", "logging.level", "'loud'"}},
+    {"BadScheme",
+     "\n[endpoints.submit]\nendpoint = \"udp://127.0.0.1:1\"\n",
+     {"bad.toml:3:12", "endpoints.submit.endpoint", "unsupported scheme"}},
+    {"EmptyEndpoint",
+     "\n[endpoints.cancel]\nendpoint = \"\"\n",
+     {"bad.toml:3:12", "endpoints.cancel.endpoint", "empty"}},
+    {"SameEndpointTwice",
+     "\n[endpoints.cancel]\nendpoint = \"tcp://127.0.0.1:5555\"\n",
+     {"bad.toml:3:12", "endpoints.cancel.endpoint", "collides with endpoints.submit.endpoint"}},
+    {"WildcardHostCollides",
+     "\n[endpoints.fpm]\nendpoint = \"tcp://*:5555\"\n",
+     {"bad.toml:3:12", "endpoints.fpm.endpoint", "collides"}},
+    {"DpOffsetCollision",
+     "\n[engine]\ndp_size = 2\n",
+     {"bad.toml:3:11", "endpoints.kv_replay.endpoint", "dp_rank 1", "dp_size (2)"}},
+    {"DpOffsetPortOverflow",
+     "\n[engine]\ndp_size = 2\n[kv_events]\nreplay_enabled = false\n[endpoints.fpm]\nendpoint = "
+     "\"tcp://127.0.0.1:65535\"\n",
+     {"bad.toml:7:12", "endpoints.fpm.endpoint", "exceeds 65535"}},
+    {"ArrayValue",
+     "\n[engine]\nnum_gpu_blocks = [1, 2]\n",
+     {"bad.toml:3:18", "engine.num_gpu_blocks", "array"}},
+};
+
+class BadConfigTest : public ::testing::TestWithParam<BadConfig> {};
+
+TEST_P(BadConfigTest, ErrorNamesFileLineColumnAndField) {
+  const BadConfig& bad = GetParam();
+  const auto r = parseServiceConfig(bad.toml, "bad.toml");
+  ASSERT_FALSE(r.has_value()) << bad.name;
+  for (const std::string& fragment : bad.fragments) {
+    if (fragment.starts_with("bad.toml:")) {
+      // The location leads the message; a complete line:column is followed by ": ".
+      const bool complete = std::count(fragment.begin(), fragment.end(), ':') == 2 &&
+                            std::isdigit(static_cast<unsigned char>(fragment.back())) != 0;
+      EXPECT_EQ(r.error().message.rfind(complete ? fragment + ": " : fragment, 0), 0u)
+          << "expected location '" << fragment << "' at the start of: " << r.error().message;
+      continue;
+    }
+    EXPECT_NE(r.error().message.find(fragment), std::string::npos)
+        << "missing '" << fragment << "' in: " << r.error().message;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Catalogue, BadConfigTest, ::testing::ValuesIn(kBadConfigs),
+                         [](const auto& param_info) { return std::string(param_info.param.name); });
+
+TEST(ServiceConfigTest, DpOffsetsAreFineWhenBasePortsAreSpaced) {
+  const auto r = parseServiceConfig(R"(
+[engine]
+dp_size = 4
+[endpoints.kv_events]
+endpoint = "tcp://127.0.0.1:6000"
+[endpoints.kv_replay]
+endpoint = "tcp://127.0.0.1:6100"
+[endpoints.fpm]
+endpoint = "ipc:///tmp/mocker-fpm"
+)",
+                                    "dp.toml");
+  ASSERT_TRUE(r.has_value()) << r.error().toString();
+  EXPECT_EQ(*rankEndpoint(r->endpoints.kv_events, 3), "tcp://127.0.0.1:6003");
+  EXPECT_EQ(*rankEndpoint(r->endpoints.fpm, 2), "ipc:///tmp/mocker-fpm_dp2");
+}
+
+TEST(ServiceConfigTest, ConnectedAndDisabledEndpointsDoNotCollide) {
+  // fpm connects to a consumer's bound SUB at the submit address: not a local bind conflict.
+  // kv events are disabled, so their endpoints are not checked at all.
+  const auto r = parseServiceConfig(R"(
+[endpoints.fpm]
+endpoint = "tcp://127.0.0.1:5555"
+connect = true
+[kv_events]
+enabled = false
+[endpoints.kv_events]
+endpoint = "tcp://127.0.0.1:5555"
+)",
+                                    "ok.toml");
+  ASSERT_TRUE(r.has_value()) << r.error().toString();
+}
+
+TEST(ServiceConfigTest, WildcardPortsNeverCollideAndStayWildcardPerRank) {
+  const auto r = parseServiceConfig(R"(
+[engine]
+dp_size = 3
+[endpoints.submit]
+endpoint = "tcp://127.0.0.1:*"
+[endpoints.cancel]
+endpoint = "tcp://127.0.0.1:*"
+[endpoints.kv_events]
+endpoint = "tcp://127.0.0.1:*"
+[endpoints.kv_replay]
+endpoint = "tcp://127.0.0.1:*"
+[endpoints.fpm]
+endpoint = "tcp://127.0.0.1:*"
+)",
+                                    "ephemeral.toml");
+  ASSERT_TRUE(r.has_value()) << r.error().toString();
+  EXPECT_EQ(*rankEndpoint(r->endpoints.kv_events, 2), "tcp://127.0.0.1:*");
+}
+
+ServiceConfig nonDefaultConfig() {
+  ServiceConfig c;
+  c.engine.engine_type = engine::EngineType::Trtllm;
+  c.engine.num_gpu_blocks = 77;
+  c.engine.block_size = 16;
+  c.engine.max_model_len = 4096;
+  c.engine.max_num_seqs.reset();
+  c.engine.max_num_batched_tokens = 123;
+  c.engine.enable_chunked_prefill = false;
+  c.engine.preemption_mode = engine::PreemptionMode::Fifo;
+  c.engine.hash_seed = 0xFFFFFFFFFFFFFFFFull;
+  c.engine.chain_seed = 42;
+  c.engine.token_seed = 9;
+  c.engine.kv_event_visibility = engine::KvEventVisibility::PassStart;
+  c.engine.timing_model = engine::TimingModelKind::Fixed;
+  c.engine.fixed_prefill_ms = 0.1;
+  c.engine.fixed_decode_ms = 1e-9;
+  c.engine.speedup_ratio = 1.0 / 3.0;
+  c.engine.decode_speedup_ratio = 2.5;
+  c.engine.allow_empty_output = true;
+  c.engine.sglang.schedule_policy = engine::SchedulePolicy::Lpm;
+  c.engine.sglang.schedule_conservativeness = 0.3;
+  c.service.submit_sndhwm = 5;
+  c.service.max_message_size = 1 << 20;
+  c.service.startup_time_s = 0.25;
+  c.endpoints.submit = {"ipc:///tmp/mocker \"quoted\"\\dir/submit", false};
+  c.endpoints.fpm = {"tcp://collector:20380", true};
+  c.kv_events.topic = "kv@10.1.2.3:8000@Qwen/Qwen3-0.6B";
+  c.kv_events.layout = KvEventLayout::P12;
+  c.kv_events.replay_layout = ReplayLayout::R2;
+  c.kv_events.force_uint64_hashes = true;
+  c.kv_events.clear_on_start = true;
+  c.kv_events.replay_enabled = false;
+  c.fpm.worker_id = "18446744073709551615";
+  c.log_level = spdlog::level::trace;
+  return c;
+}
+
+TEST(ServiceConfigTest, DumpRoundTripsDefaults) {
+  const std::string text = dumpServiceConfig(ServiceConfig{});
+  const auto r = parseServiceConfig(text, "dump.toml");
+  ASSERT_TRUE(r.has_value()) << r.error().toString() << "\n" << text;
+  EXPECT_TRUE(*r == ServiceConfig{});
+}
+
+TEST(ServiceConfigTest, DumpRoundTripsNonDefaultValues) {
+  const ServiceConfig c = nonDefaultConfig();
+  ASSERT_TRUE(validateServiceConfig(c).has_value()) << validateServiceConfig(c).error().message;
+  const std::string text = dumpServiceConfig(c);
+  const auto r = parseServiceConfig(text, "dump.toml");
+  ASSERT_TRUE(r.has_value()) << r.error().toString() << "\n" << text;
+  EXPECT_TRUE(*r == c) << text << "\n---\n" << dumpServiceConfig(*r);
+  EXPECT_EQ(r->engine.hash_seed, 0xFFFFFFFFFFFFFFFFull);
+  EXPECT_EQ(r->engine.speedup_ratio, 1.0 / 3.0);  // bit-exact doubles
+  EXPECT_EQ(r->endpoints.submit.endpoint, c.endpoints.submit.endpoint);
+  EXPECT_FALSE(r->engine.max_num_seqs.has_value());
+}
+
+TEST(ServiceConfigTest, DumpListsEveryKey) {
+  const std::string text = dumpServiceConfig(ServiceConfig{});
+  const auto keys = configKeys();
+  EXPECT_GE(keys.size(), 55u);
+  for (const std::string& key : keys) {
+    const auto dot = key.rfind('.');
+    std::string table = "[";
+    table.append(key, 0, dot).append("]");
+    std::string line = "\n";
+    line.append(key, dot + 1).append(" = ");
+    const auto at = text.find(table);
+    ASSERT_NE(at, std::string::npos) << table;
+    EXPECT_NE(text.find(line, at), std::string::npos) << key;
+  }
+}
+
+TEST(ServiceConfigTest, EqualityNoticesAnyDifference) {
+  ServiceConfig a;
+  ServiceConfig b;
+  EXPECT_TRUE(a == b);
+  b.kv_events.clear_on_start = true;
+  EXPECT_FALSE(a == b);
+  b = a;
+  b.engine.sglang.page_size = 2;
+  EXPECT_FALSE(a == b);
+  b = a;
+  b.engine.timing_profile = engine::TimingProfile{};
+  EXPECT_FALSE(a == b);
+}
+
+TEST(ServiceConfigTest, SetConfigValueUsesFileSpellings) {
+  ServiceConfig c;
+  ASSERT_TRUE(setConfigValue(c, "engine.max_num_seqs", "none").has_value());
+  EXPECT_FALSE(c.engine.max_num_seqs.has_value());
+  ASSERT_TRUE(setConfigValue(c, "engine.max_num_seqs", "12").has_value());
+  EXPECT_EQ(c.engine.max_num_seqs, 12u);
+  ASSERT_TRUE(setConfigValue(c, "engine.hash_seed", "18446744073709551615").has_value());
+  EXPECT_EQ(c.engine.hash_seed, 18446744073709551615u);
+  ASSERT_TRUE(setConfigValue(c, "kv_events.layout", "MAP").has_value());
+  EXPECT_EQ(c.kv_events.layout, KvEventLayout::Map);
+  ASSERT_TRUE(setConfigValue(c, "engine.speedup_ratio", "0.5").has_value());
+  EXPECT_EQ(c.engine.speedup_ratio, 0.5);
+  ASSERT_TRUE(setConfigValue(c, "fpm.enabled", "false").has_value());
+  EXPECT_FALSE(c.fpm.enabled);
+
+  EXPECT_FALSE(setConfigValue(c, "engine.num_gpu_blocks", "12x").has_value());
+  EXPECT_FALSE(setConfigValue(c, "engine.num_gpu_blocks", "-1").has_value());
+  EXPECT_FALSE(setConfigValue(c, "engine.hash_seed", "18446744073709551616").has_value());
+  EXPECT_FALSE(setConfigValue(c, "fpm.enabled", "maybe").has_value());
+  const auto unknown = setConfigValue(c, "engine.nope", "1");
+  ASSERT_FALSE(unknown.has_value());
+  EXPECT_NE(unknown.error().message.find("engine.nope"), std::string::npos);
+}
+
+TEST(ServiceConfigTest, LaterLayerOverridesEarlierAndOriginsFollow) {
+  KeyOrigins origins;
+  auto c =
+      parseServiceConfigOver(ServiceConfig{}, "[engine]\nnum_gpu_blocks = 0\n", "f.toml", origins);
+  ASSERT_TRUE(c.has_value());
+  EXPECT_EQ(origins["engine.num_gpu_blocks"], "f.toml:2:18");
+  // Without an override the file's bad value is reported at its location...
+  const auto bad = finishServiceConfig(*c, origins);
+  ASSERT_FALSE(bad.has_value());
+  EXPECT_EQ(bad.error().message.rfind("f.toml:2:18: engine.num_gpu_blocks", 0), 0u)
+      << bad.error().message;
+  // ...and a flag layered on top wins.
+  ASSERT_TRUE(setConfigValue(*c, "engine.num_gpu_blocks", "5").has_value());
+  origins["engine.num_gpu_blocks"] = "--num-gpu-blocks";
+  const auto good = finishServiceConfig(*c, origins);
+  ASSERT_TRUE(good.has_value()) << good.error().message;
+  EXPECT_EQ(good->engine.num_gpu_blocks, 5u);
+}
+
+TEST(ServiceConfigTest, MissingFileIsNotFound) {
+  const auto r = loadServiceConfig("/nonexistent/mocker.toml");
+  ASSERT_FALSE(r.has_value());
+  EXPECT_EQ(r.error().code, ErrorCode::NotFound);
+  EXPECT_NE(r.error().message.find("/nonexistent/mocker.toml"), std::string::npos);
+}
+
+TEST(ServiceConfigTest, ErrorsReportTheEarliestProblemInTheFile) {
+  const auto r = parseServiceConfig("[logging]\nlevel = \"x\"\n[engine]\nbogus = 1\n", "f.toml");
+  ASSERT_FALSE(r.has_value());
+  EXPECT_NE(r.error().message.find("f.toml:2:9"), std::string::npos) << r.error().message;
+}
+
+// --- Timing profiles --------------------------------------------------------------------------
+
+TEST(TimingProfileTest, LoadsAGoodProfileRelativeToTheConfigFile) {
+  TempDir dir;
+  dir.write("profile.json", kGoodProfile);
+  const std::string config =
+      dir.write("mocker.toml",
+                "[engine]\ntiming_model = \"interpolated\"\ntiming_profile_path = "
+                "\"profile.json\"\n");
+  const auto r = loadServiceConfig(config);
+  ASSERT_TRUE(r.has_value()) << r.error().toString();
+  ASSERT_TRUE(r->engine.timing_profile.has_value());
+  EXPECT_EQ(r->engine.timing_profile->prefill_isl, (std::vector<double>{8, 512, 8192}));
+  EXPECT_EQ(r->engine.timing_profile->decode_itl[1][1], 34.0);
+  EXPECT_EQ(r->timing_profile_path, (dir.path() / "profile.json").string());
+  // The dump names the resolved path, so it loads back from anywhere.
+  const auto again = parseServiceConfig(dumpServiceConfig(*r), "elsewhere/dump.toml");
+  ASSERT_TRUE(again.has_value()) << again.error().toString();
+  EXPECT_TRUE(*again == *r);
+}
+
+struct BadProfile {
+  const char* name;
+  const char* json;
+  const char* fragment;
+};
+
+const std::vector<BadProfile> kBadProfiles = {
+    {"NotJson", "{ prefill_isl: ", "invalid JSON"},
+    {"NotAnObject", "[1, 2]", "expected a JSON object"},
+    {"MissingArray",
+     R"({"prefill_isl": [1], "prefill_ttft_ms": [1], "decode_active_kv_tokens": [1],
+         "decode_context_length": [1]})",
+     "missing array 'decode_itl'"},
+    {"UnknownKey",
+     R"({"prefill_isl": [1], "prefill_ttft_ms": [1], "decode_active_kv_tokens": [1],
+         "decode_context_length": [1], "decode_itl": [[1]], "comment": 1})",
+     "unknown key 'comment'"},
+    {"StringElement",
+     R"({"prefill_isl": [1, "2"], "prefill_ttft_ms": [1, 2], "decode_active_kv_tokens": [1],
+         "decode_context_length": [1], "decode_itl": [[1]]})",
+     "prefill_isl[1] must be a number"},
+    {"NotIncreasing",
+     R"({"prefill_isl": [1, 1], "prefill_ttft_ms": [1, 2], "decode_active_kv_tokens": [1],
+         "decode_context_length": [1], "decode_itl": [[1]]})",
+     "prefill_isl must be strictly increasing"},
+    {"LengthMismatch",
+     R"({"prefill_isl": [1, 2], "prefill_ttft_ms": [1], "decode_active_kv_tokens": [1],
+         "decode_context_length": [1], "decode_itl": [[1]]})",
+     "prefill_ttft_ms must be as long as prefill_isl"},
+    {"RowCountMismatch",
+     R"({"prefill_isl": [1], "prefill_ttft_ms": [1], "decode_active_kv_tokens": [1, 2],
+         "decode_context_length": [1], "decode_itl": [[1]]})",
+     "decode_itl must be 2 rows"},
+    {"ColumnCountMismatch",
+     R"({"prefill_isl": [1], "prefill_ttft_ms": [1], "decode_active_kv_tokens": [1],
+         "decode_context_length": [1, 2], "decode_itl": [[1]]})",
+     "decode_itl[0] must be 2 columns"},
+    {"EmptyArray",
+     R"({"prefill_isl": [], "prefill_ttft_ms": [], "decode_active_kv_tokens": [1],
+         "decode_context_length": [1], "decode_itl": [[1]]})",
+     "prefill_isl must be a non-empty array"},
+};
+
+class BadProfileTest : public ::testing::TestWithParam<BadProfile> {};
+
+TEST_P(BadProfileTest, ErrorNamesTheFileAndTheProblem) {
+  const BadProfile& bad = GetParam();
+  TempDir dir;
+  const std::string path = dir.write("bad.json", bad.json);
+  const auto r = loadTimingProfile(path);
+  ASSERT_FALSE(r.has_value());
+  EXPECT_NE(r.error().message.find(path), std::string::npos) << r.error().message;
+  EXPECT_NE(r.error().message.find(bad.fragment), std::string::npos) << r.error().message;
+
+  // Through a config file the error also names the key and where it was set.
+  const std::string config = dir.write(
+      "c.toml", "[engine]\ntiming_model = \"interpolated\"\ntiming_profile_path = \"bad.json\"\n");
+  const auto c = loadServiceConfig(config);
+  ASSERT_FALSE(c.has_value());
+  EXPECT_NE(c.error().message.find(config + ":3:23: engine.timing_profile_path"), std::string::npos)
+      << c.error().message;
+  EXPECT_NE(c.error().message.find(bad.fragment), std::string::npos) << c.error().message;
+}
+
+INSTANTIATE_TEST_SUITE_P(Catalogue, BadProfileTest, ::testing::ValuesIn(kBadProfiles),
+                         [](const auto& param_info) { return std::string(param_info.param.name); });
+
+}  // namespace
+}  // namespace mocker::service

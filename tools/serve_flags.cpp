@@ -1,0 +1,143 @@
+#include "tools/serve_flags.h"
+
+#include <CLI/CLI.hpp>
+
+#include <utility>
+
+namespace mocker::tools {
+namespace {
+
+struct FlagSpec {
+  const char* names;  ///< CLI11 name list; a boolean pair is "--x,!--no-x"
+  const char* key;
+  const char* help;
+  bool boolean = false;
+};
+
+struct Group {
+  const char* name;
+  std::initializer_list<FlagSpec> flags;
+};
+
+// clang-format off
+const std::initializer_list<Group> kGroups = {
+  {"Engine ([engine])", {
+    {"--engine-type", "engine.engine_type", "scheduler: vllm | sglang | trtllm"},
+    {"--num-gpu-blocks", "engine.num_gpu_blocks", "KV blocks per DP rank (>= 1)"},
+    {"--block-size", "engine.block_size", "tokens per block; 0 = engine default (vllm 64, trtllm 32, sglang page size)"},
+    {"--max-model-len", "engine.max_model_len", "max prompt + output length (>= 2), or none"},
+    {"--max-num-seqs", "engine.max_num_seqs", "max running requests (>= 1), or none = unbounded"},
+    {"--max-num-batched-tokens", "engine.max_num_batched_tokens", "per-pass token budget (>= 1), or none = unbounded"},
+    {"--enable-prefix-caching,!--no-enable-prefix-caching", "engine.enable_prefix_caching", "prefix reuse and KV events", true},
+    {"--enable-chunked-prefill,!--no-enable-chunked-prefill", "engine.enable_chunked_prefill", "split long prompts across passes", true},
+    {"--preemption-mode", "engine.preemption_mode", "lifo | fifo (vllm)"},
+    {"--dp-size,--data-parallel-size", "engine.dp_size", "data-parallel ranks (>= 1)"},
+    {"--hash-seed", "engine.hash_seed", "u64 seed of the block content hash"},
+    {"--chain-seed", "engine.chain_seed", "u64 seed of the chained sequence hash"},
+    {"--token-seed", "engine.token_seed", "u64 seed of synthetic output tokens"},
+    {"--kv-event-visibility", "engine.kv_event_visibility", "pass_end | pass_start"},
+    {"--startup-time", "engine.startup_time_s", "seconds to wait before accepting requests, or none"},
+    {"--timing-model", "engine.timing_model", "polynomial | interpolated | fixed"},
+    {"--timing-profile", "engine.timing_profile_path", "JSON timing profile (required with --timing-model interpolated)"},
+    {"--fixed-prefill-ms", "engine.fixed_prefill_ms", "prefill pass time with --timing-model fixed"},
+    {"--fixed-decode-ms", "engine.fixed_decode_ms", "decode pass time with --timing-model fixed"},
+    {"--speedup-ratio", "engine.speedup_ratio", "divide modelled time by this (>= 0; 0 = never wait)"},
+    {"--decode-speedup-ratio", "engine.decode_speedup_ratio", "extra divisor for decode time (> 0)"},
+  }},
+  {"SGLang ([engine.sglang], engine type sglang)", {
+    {"--sglang-schedule-policy", "engine.sglang.schedule_policy", "fcfs (alias fifo) | lpm"},
+    {"--page-size,--sglang-page-size", "engine.sglang.page_size", "tokens per page (>= 1)"},
+    {"--max-prefill-tokens", "engine.sglang.max_prefill_tokens", "per-pass prefill budget (>= 1)"},
+    {"--chunked-prefill-size", "engine.sglang.chunked_prefill_size", "prefill chunk (multiple of the block size)"},
+    {"--clip-max-new-tokens", "engine.sglang.clip_max_new_tokens", "cap on per-request output reservation (>= 1)"},
+    {"--schedule-conservativeness", "engine.sglang.schedule_conservativeness", "0 <= x <= 1"},
+  }},
+  {"Live service ([service])", {
+    {"--allow-empty-output,!--no-allow-empty-output", "service.allow_empty_output", "accept requests with a 0-token output", true},
+    {"--max-buffered-outputs", "service.max_buffered_outputs", "undelivered outputs per request before it is abandoned (>= 1)"},
+    {"--fpm-heartbeat-interval", "service.fpm_heartbeat_interval_s", "idle FPM heartbeat period in seconds (> 0)"},
+    {"--submit-sndhwm", "service.submit_sndhwm", "submit ROUTER ZMQ_SNDHWM (0 = unlimited)"},
+    {"--submit-rcvhwm", "service.submit_rcvhwm", "submit ROUTER ZMQ_RCVHWM (0 = unlimited)"},
+    {"--max-message-size", "service.max_message_size", "ZMQ_MAXMSGSIZE in bytes (>= 1)"},
+    {"--max-submit-backlog", "service.max_submit_backlog", "waiting requests before submit reads pause (>= 1)"},
+    {"--linger-ms", "service.linger_ms", "ZMQ_LINGER on close (0..60000)"},
+  }},
+  {"Endpoints ([endpoints.*]; every socket binds unless --X-connect)", {
+    {"--submit-endpoint", "endpoints.submit.endpoint", "submit ROUTER"},
+    {"--submit-connect,!--submit-bind", "endpoints.submit.connect", "connect the submit socket instead of binding", true},
+    {"--cancel-endpoint", "endpoints.cancel.endpoint", "cancel ROUTER"},
+    {"--cancel-connect,!--cancel-bind", "endpoints.cancel.connect", "connect the cancel socket", true},
+    {"--kv-events-endpoint", "endpoints.kv_events.endpoint", "KV-event PUB (+ dp_rank)"},
+    {"--kv-events-connect,!--kv-events-bind", "endpoints.kv_events.connect", "connect the KV-event PUB (to a bound SUB)", true},
+    {"--kv-replay-endpoint", "endpoints.kv_replay.endpoint", "KV-event replay ROUTER (+ dp_rank)"},
+    {"--kv-replay-connect,!--kv-replay-bind", "endpoints.kv_replay.connect", "connect the replay ROUTER", true},
+    {"--fpm-endpoint", "endpoints.fpm.endpoint", "forward-pass-metrics PUB (+ dp_rank)"},
+    {"--fpm-connect,!--fpm-bind", "endpoints.fpm.connect", "connect the FPM PUB", true},
+  }},
+  {"KV events ([kv_events])", {
+    {"--kv-events,!--no-kv-events", "kv_events.enabled", "publish KV events", true},
+    {"--kv-replay,!--no-kv-replay", "kv_events.replay_enabled", "serve KV-event replays", true},
+    {"--kv-events-topic", "kv_events.topic", "frame-0 topic (llm-d: kv@<pod>@<model>)"},
+    {"--kv-events-hwm", "kv_events.hwm", "PUB ZMQ_SNDHWM (0 = unlimited)"},
+    {"--kv-events-max-queue-size", "kv_events.max_queue_size", "publisher queue in batches (>= 1)"},
+    {"--kv-events-buffer-steps", "kv_events.buffer_steps", "replay ring in batches (>= 1)"},
+    {"--kv-events-layout", "kv_events.layout", "p6 | p7 | p8 | p9 | p12 | map | map26"},
+    {"--kv-events-replay-layout", "kv_events.replay_layout", "r1 | r2"},
+    {"--kv-events-parent-root", "kv_events.parent_root", "nil | zero"},
+    {"--kv-events-force-uint64-hashes,!--no-kv-events-force-uint64-hashes", "kv_events.force_uint64_hashes", "always encode hashes as uint64", true},
+    {"--kv-events-clear-on-start,!--no-kv-events-clear-on-start", "kv_events.clear_on_start", "publish AllBlocksCleared as batch 0", true},
+  }},
+  {"Forward-pass metrics ([fpm])", {
+    {"--fpm,!--no-fpm", "fpm.enabled", "publish forward-pass metrics", true},
+    {"--fpm-worker-id", "fpm.worker_id", "decimal u64 worker id"},
+  }},
+  {"Logging ([logging])", {
+    {"--log-level", "logging.level", "trace | debug | info | warn | error | critical | off"},
+  }},
+};
+// clang-format on
+
+}  // namespace
+
+void addServeFlags(CLI::App& app, ServeFlags& flags) {
+  app.add_option("--config", flags.config_path,
+                 "TOML configuration file (see docs/mocker.example.toml); flags override it")
+      ->group("Configuration")
+      ->option_text("FILE");
+  for (const Group& group : kGroups) {
+    for (const FlagSpec& spec : group.flags) {
+      ServeFlags::Binding& b = flags.bindings.emplace_back();
+      const std::string names = spec.names;
+      b.flag = names.substr(0, names.find(','));
+      b.key = spec.key;
+      b.boolean = spec.boolean;
+      const std::string help = std::string(spec.help) + "  [" + spec.key + "]";
+      if (spec.boolean) {
+        b.option = app.add_flag(names, b.value, help);
+      } else {
+        b.option = app.add_option(names, b.text, help);
+      }
+      b.option->group(group.name);
+    }
+  }
+}
+
+Result<service::ServiceConfig> resolveServeConfig(const ServeFlags& flags) {
+  service::KeyOrigins origins;
+  service::ServiceConfig config;
+  if (!flags.config_path.empty()) {
+    MOCKER_TRY(config,
+               service::loadServiceConfigOver(std::move(config), flags.config_path, origins));
+  }
+  for (const ServeFlags::Binding& b : flags.bindings) {
+    if (b.option->count() == 0) continue;
+    const std::string text = b.boolean ? (b.value ? "true" : "false") : b.text;
+    if (auto st = service::setConfigValue(config, b.key, text); !st) {
+      return Error{st.error().code, b.flag + ": " + b.key + ": " + st.error().message};
+    }
+    origins[b.key] = b.flag;
+  }
+  return service::finishServiceConfig(std::move(config), origins);
+}
+
+}  // namespace mocker::tools

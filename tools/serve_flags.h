@@ -1,0 +1,53 @@
+// The command-line flags shared by `mocker serve` and `mocker config`: --config FILE plus one
+// flag per configuration key (named like vLLM's / Dynamo's where they have one), layered as
+// defaults → file → flags. Flag values use the file's spellings ("none", enum names).
+//
+//   ServeFlags flags;
+//   addServeFlags(app_or_subcommand, flags);   // before parsing
+//   auto config = resolveServeConfig(flags);   // after parsing; errors name file:line:col or flag
+//
+// Not thread-safe; the ServeFlags object must outlive the CLI::App it was registered with and
+// must not move after registration (CLI11 holds pointers into it).
+#pragma once
+
+#include <deque>
+#include <string>
+
+#include "engine/base/result.h"
+#include "service/config.h"
+
+namespace CLI {
+class App;
+class Option;
+}  // namespace CLI
+
+namespace mocker::tools {
+
+struct ServeFlags {
+  /// One registered flag: a configuration key and the value CLI11 stored for it.
+  struct Binding {
+    std::string flag;    ///< "--num-gpu-blocks", for error messages
+    std::string key;     ///< "engine.num_gpu_blocks"
+    std::string text;    ///< value flags
+    bool value = false;  ///< boolean flags
+    bool boolean = false;
+    CLI::Option* option = nullptr;
+  };
+
+  ServeFlags() = default;
+  ServeFlags(const ServeFlags&) = delete;
+  ServeFlags& operator=(const ServeFlags&) = delete;
+
+  std::string config_path;
+  std::deque<Binding> bindings;  // deque: stable addresses for CLI11
+};
+
+/// Registers --config and every configuration flag on `app`, in help groups.
+void addServeFlags(CLI::App& app, ServeFlags& flags);
+
+/// defaults → --config file (if given) → flags given on the command line → profile load →
+/// validation. Errors are prefixed with the origin of the offending key ("f.toml:3:5: " or
+/// "--flag: ").
+Result<service::ServiceConfig> resolveServeConfig(const ServeFlags& flags);
+
+}  // namespace mocker::tools
