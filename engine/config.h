@@ -26,8 +26,8 @@ enum class SchedulePolicy { Fcfs, Lpm };
 /// An interpolated timing profile (engine.md §8.2). Loaded from a file outside the engine
 /// (tools/service); the engine only validates the arrays.
 struct TimingProfile {
-  std::vector<double> prefill_isl;       ///< strictly increasing
-  std::vector<double> prefill_ttft_ms;   ///< same length as prefill_isl
+  std::vector<double> prefill_isl;              ///< strictly increasing
+  std::vector<double> prefill_ttft_ms;          ///< same length as prefill_isl
   std::vector<double> decode_active_kv_tokens;  ///< strictly increasing (rows)
   std::vector<double> decode_context_length;    ///< strictly increasing (columns)
   std::vector<std::vector<double>> decode_itl;  ///< [rows][cols] milliseconds
@@ -47,8 +47,8 @@ struct EngineConfig {
   EngineType engine_type = EngineType::Vllm;
   std::uint32_t num_gpu_blocks = 16384;  ///< per DP rank, >= 1
   std::uint32_t block_size = 0;          ///< 0 = engine default (vllm 64, trtllm 32, sglang page)
-  std::optional<std::uint32_t> max_model_len;           ///< null = unlimited; else >= 2
-  std::optional<std::uint32_t> max_num_seqs = 256;      ///< null = unbounded; else >= 1
+  std::optional<std::uint32_t> max_model_len;                  ///< null = unlimited; else >= 2
+  std::optional<std::uint32_t> max_num_seqs = 256;             ///< null = unbounded; else >= 1
   std::optional<std::uint32_t> max_num_batched_tokens = 8192;  ///< null = unbounded
   bool enable_prefix_caching = true;
   bool enable_chunked_prefill = true;

@@ -111,7 +111,7 @@ struct LoadMetrics {
 struct PassResult {
   std::uint32_t dp_rank = 0;
   double start_ms = 0.0;
-  double end_ms = 0.0;     ///< start_ms + prefill_ms + decode_ms
+  double end_ms = 0.0;      ///< start_ms + prefill_ms + decode_ms
   double prefill_ms = 0.0;  ///< after speedup scaling
   double decode_ms = 0.0;
   bool did_work = false;  ///< false ⇒ nothing scheduled and nothing emitted; wait for input
