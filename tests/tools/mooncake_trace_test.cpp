@@ -75,6 +75,16 @@ TEST(MooncakeTraceTest, IgnoresUnknownKeys) {
   EXPECT_EQ(w.sessions.size(), 1u);
 }
 
+TEST(MooncakeTraceTest, NestedUnknownValuesAreSkippedAndRepeatedKeysReplace) {
+  const Workload w = parseOk(
+      R"({"meta": {"hash_ids": [99], "timestamp": -5, "x": [[1], {"y": null}]}, "timestamp": 3, )"
+      R"("output_length": 2, "hash_ids": [5, 6], "hash_ids": [7], "session_id": null})");
+  ASSERT_EQ(w.sessions.size(), 1u);
+  EXPECT_EQ(w.sessions[0].turns[0].hash_ids, (std::vector<std::uint64_t>{7}));
+  EXPECT_EQ(w.sessions[0].turns[0].output_length, 2u);
+  EXPECT_EQ(w.sessions[0].session_id, "request_1");  // null session_id = absent
+}
+
 TEST(MooncakeTraceTest, MissingInputLengthMeansCapacity) {
   const Workload w = parseOk(R"({"timestamp": 0, "output_length": 1, "hash_ids": [1, 2, 3]})",
                              {.trace_block_size = 16});
@@ -120,6 +130,13 @@ TEST(MooncakeTraceTest, MalformedLineCatalogueNamesLineNumbers) {
       {R"({"timestamp": 0, "output_length": 1, "hash_ids": [1)", "not valid JSON"},
       {R"([1, 2, 3])", "expected a JSON object"},
       {R"(garbage)", "not valid JSON"},
+      {R"(42)", "expected a JSON object"},
+      {R"({"timestamp": 0, "output_length": 1, "hash_ids": [1]} extra)", "not valid JSON"},
+      {R"({"timestamp": 0, "output_length": 1, "hash_ids": [1, [2]]})", "unsigned integers"},
+      {R"({"timestamp": 0, "output_length": 1, "hash_ids": [1, "2"]})", "unsigned integers"},
+      {R"({"timestamp": 0, "output_length": 1, "hash_ids": null})", "missing required key"},
+      {R"({"timestamp": [0], "output_length": 1, "hash_ids": [1]})", "must be a number"},
+      {R"({"timestamp": 0, "output_length": {"n": 1}, "hash_ids": [1]})", "must be an integer"},
   };
   const std::string good = R"({"timestamp": 0, "output_length": 1, "hash_ids": [1]})";
   for (const Case& c : cases) {
