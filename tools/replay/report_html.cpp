@@ -140,13 +140,22 @@ std::string renderChart(const Chart& chart) {
   svg += "<text transform=\"translate(16," + num(kTop + ph / 2) +
          ") rotate(-90)\" text-anchor=\"middle\">" + escapeHtml(chart.y_label) + "</text>\n";
 
+  // Polylines first, then the legend on a translucent box so it stays readable over data.
+  for (std::size_t i = 0; i < chart.series.size(); ++i) {
+    svg += "<polyline fill=\"none\" stroke-width=\"1.5\" stroke=\"" +
+           std::string(kColors[i % std::size(kColors)]) + "\" points=\"";
+    for (const auto& [x, y] : chart.series[i].points) svg += num(px(x)) + "," + num(py(y)) + " ";
+    svg += "\"/>\n";
+  }
+  std::size_t longest = 0;
+  for (const Series& s : chart.series) longest = std::max(longest, s.name.size());
+  svg += "<rect x=\"" + num(kLeft + 4) + "\" y=\"" + num(kTop + 2) + "\" width=\"" +
+         num(34 + 6.5 * static_cast<double>(longest)) + "\" height=\"" +
+         num(6 + 14 * static_cast<double>(chart.series.size())) +
+         "\" fill=\"#fff\" fill-opacity=\"0.85\" stroke=\"#ccc\"/>\n";
   for (std::size_t i = 0; i < chart.series.size(); ++i) {
     const Series& s = chart.series[i];
     const char* color = kColors[i % std::size(kColors)];
-    svg += "<polyline fill=\"none\" stroke-width=\"1.5\" stroke=\"" + std::string(color) +
-           "\" points=\"";
-    for (const auto& [x, y] : s.points) svg += num(px(x)) + "," + num(py(y)) + " ";
-    svg += "\"/>\n";
     const double ly = kTop + 12 + 14 * static_cast<double>(i);
     svg += "<line x1=\"" + num(kLeft + 10) + "\" y1=\"" + num(ly - 4) + "\" x2=\"" +
            num(kLeft + 28) + "\" y2=\"" + num(ly - 4) + "\" stroke=\"" + color +

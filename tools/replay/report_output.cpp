@@ -68,7 +68,7 @@ std::string padRight(const std::string& s, std::size_t width) {
 std::string formatReportTable(const Report& r) {
   std::string out;
   const auto line = [&](const std::string& label, const std::string& value) {
-    out += padRight(label, 34) + value + "\n";
+    out += padRight(label, 38) + value + "\n";
   };
   out += "Replay report\n";
   line("Requests",
