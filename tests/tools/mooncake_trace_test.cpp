@@ -85,6 +85,18 @@ TEST(MooncakeTraceTest, NestedUnknownValuesAreSkippedAndRepeatedKeysReplace) {
   EXPECT_EQ(w.sessions[0].session_id, "request_1");  // null session_id = absent
 }
 
+TEST(MooncakeTraceTest, AcceptsHashIdsAbove32Bits) {
+  const Workload w = parseOk(
+      R"({"timestamp": 0, "output_length": 1, "hash_ids": [4294967301, 18446744073709551615]})");
+  EXPECT_EQ(w.sessions[0].turns[0].hash_ids,
+            (std::vector<std::uint64_t>{4'294'967'301u, 18'446'744'073'709'551'615u}));
+  PromptSynthesizer synth(w.trace_block_size);
+  const std::vector<std::uint32_t> tokens = synth.synthesize(w.sessions[0].turns[0]);
+  EXPECT_EQ(tokens.front(), 5u);
+  EXPECT_EQ(tokens.back(), 0xFFFF'FFFFu);
+  EXPECT_EQ(synth.warnings().size(), 1u);
+}
+
 TEST(MooncakeTraceTest, MissingInputLengthMeansCapacity) {
   const Workload w = parseOk(R"({"timestamp": 0, "output_length": 1, "hash_ids": [1, 2, 3]})",
                              {.trace_block_size = 16});
