@@ -1,0 +1,16 @@
+// Shared helpers for the replay tests: paths to checked-in and shared trace data.
+#pragma once
+
+#include <string>
+
+namespace mocker::replay::testing {
+
+/// Repository root (compile-time), so the binary also runs outside ctest.
+inline std::string sourceDir() { return MOCKER_SOURCE_DIR_FOR_TEST; }
+
+/// A file under ../shared/data/traces (the shared folder sits next to the repository).
+inline std::string sharedTrace(const std::string& name) {
+  return sourceDir() + "/../shared/data/traces/" + name;
+}
+
+}  // namespace mocker::replay::testing

@@ -1,0 +1,249 @@
+#include "tools/replay/report_output.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "tools/replay/report_html.h"
+
+namespace mocker::replay {
+namespace {
+
+using ::testing::HasSubstr;
+using ::testing::Not;
+
+// A: arrival 0, admit 1 (reuse 16), tokens 10 20 30 40, completed.
+// B: arrival 5, admit 6, tokens 15, completed (single token).
+// C: arrival 8, rejected at 8.
+ReplayCollector smallRun() {
+  ReplayCollector c;
+  const RequestHandle a = c.onArrival({.session_id = "s1",
+                                       .turn_index = 0,
+                                       .request_id = "req-a",
+                                       .input_length = 64,
+                                       .requested_output_length = 4},
+                                      0);
+  const RequestHandle b = c.onArrival(
+      {.session_id = "s2", .turn_index = 1, .input_length = 32, .requested_output_length = 1}, 5);
+  const RequestHandle x = c.onArrival(
+      {.session_id = "s3", .turn_index = 0, .input_length = 8, .requested_output_length = 2}, 8);
+  c.onAdmission(a, 1, 16, false);
+  c.onAdmission(b, 6, 0, false);
+  c.onTerminal(x, 8, TerminalStatus::Rejected);
+  for (const double t : {10.0, 20.0, 30.0, 40.0}) c.onToken(a, t);
+  c.onToken(b, 15);
+  c.onTerminal(b, 15, TerminalStatus::Completed);
+  c.onTerminal(a, 40, TerminalStatus::Completed);
+  for (int i = 0; i < 5; ++i) {
+    c.onEngineSample({.time_ms = 10.0 * i,
+                      .kv_usage = 0.1 * i,
+                      .num_running = static_cast<std::uint64_t>(i % 3),
+                      .num_waiting = 1});
+  }
+  return c;
+}
+
+std::vector<std::string> expectedKeys(bool goodput) {
+  std::vector<std::string> keys = {"num_requests",
+                                   "completed_requests",
+                                   "rejected_requests",
+                                   "cancelled_requests",
+                                   "total_input_tokens",
+                                   "total_output_tokens",
+                                   "duration_ms",
+                                   "wall_time_ms",
+                                   "request_throughput_rps",
+                                   "input_throughput_tok_s",
+                                   "output_throughput_tok_s",
+                                   "total_throughput_tok_s",
+                                   "processed_tokens_per_s",
+                                   "prefix_cache_reused_ratio",
+                                   "first_admission_prefix_cache_reused_ratio"};
+  for (const std::string m : {"ttft", "ttst", "tpot", "itl", "e2e_latency"}) {
+    for (const std::string s :
+         {"mean", "min", "max", "median", "p75", "p90", "p95", "p99", "std"}) {
+      keys.push_back(s + "_" + m + "_ms");
+    }
+  }
+  for (const std::string s : {"mean", "min", "max", "median", "p75", "p90", "p95", "p99", "std"}) {
+    keys.push_back(s + "_output_token_throughput_per_user");
+  }
+  for (const char* k :
+       {"failed_requests", "incomplete_requests", "total_preemptions", "peak_kv_usage"}) {
+    keys.push_back(k);
+  }
+  if (goodput) {
+    for (const char* k : {"goodput_completed_requests", "goodput_request_throughput_rps",
+                          "goodput_output_throughput_tok_s"}) {
+      keys.push_back(k);
+    }
+  }
+  return keys;
+}
+
+std::vector<std::string> keysOf(const nlohmann::ordered_json& j) {
+  std::vector<std::string> keys;
+  for (const auto& [k, v] : j.items()) keys.push_back(k);
+  return keys;
+}
+
+TEST(ReportJsonTest, HasExactlyTheFlatKeysInOrder) {
+  const ReplayCollector c = smallRun();
+  const auto j = nlohmann::ordered_json::parse(formatReportJson(c.buildReport({})));
+  EXPECT_EQ(keysOf(j), expectedKeys(false));
+  const auto g =
+      nlohmann::ordered_json::parse(formatReportJson(c.buildReport({.slo = {.e2e_ms = 20.0}})));
+  EXPECT_EQ(keysOf(g), expectedKeys(true));
+  EXPECT_EQ(g["goodput_completed_requests"], 1);  // E2E: A 40 (too slow), B 10
+}
+
+TEST(ReportJsonTest, ValuesAndNulls) {
+  const auto j = nlohmann::json::parse(formatReportJson(smallRun().buildReport({})));
+  EXPECT_EQ(j["num_requests"], 3);
+  EXPECT_EQ(j["completed_requests"], 2);
+  EXPECT_EQ(j["rejected_requests"], 1);
+  EXPECT_EQ(j["total_input_tokens"], 96);
+  EXPECT_EQ(j["total_output_tokens"], 5);
+  EXPECT_EQ(j["duration_ms"], 40.0);
+  EXPECT_TRUE(j["wall_time_ms"].is_null());
+  EXPECT_TRUE(j["processed_tokens_per_s"].is_null());
+  EXPECT_EQ(j["median_ttft_ms"], 10.0);
+  EXPECT_EQ(j["mean_itl_ms"], 10.0);
+  EXPECT_EQ(j["max_itl_ms"], 10.0);
+  EXPECT_EQ(j["mean_output_token_throughput_per_user"], 100.0);
+  EXPECT_EQ(j["median_ttst_ms"], 10.0);  // only A has two tokens
+  EXPECT_FALSE(j.contains("count_ttst_ms"));
+  EXPECT_DOUBLE_EQ(j["prefix_cache_reused_ratio"].get<double>(), 16.0 / 96);
+  EXPECT_DOUBLE_EQ(j["peak_kv_usage"].get<double>(), 0.4);
+
+  // n = 0 ⇒ every statistic null.
+  const auto empty = nlohmann::json::parse(formatReportJson(ReplayCollector().buildReport({})));
+  for (const char* k : {"mean_ttft_ms", "median_e2e_latency_ms", "std_itl_ms", "p99_tpot_ms",
+                        "max_output_token_throughput_per_user", "duration_ms"}) {
+    EXPECT_TRUE(empty[k].is_null()) << k;
+  }
+}
+
+TEST(ReportJsonTest, SameInputGivesByteIdenticalOutput) {
+  const std::string a = formatReportJson(smallRun().buildReport({.wall_time_ms = 3.25}));
+  const std::string b = formatReportJson(smallRun().buildReport({.wall_time_ms = 3.25}));
+  EXPECT_EQ(a, b);
+  EXPECT_EQ(formatRequestsJsonl(smallRun()), formatRequestsJsonl(smallRun()));
+  // Doubles round-trip exactly (shortest representation).
+  ReplayCollector c;
+  const RequestHandle h = c.onArrival({.session_id = "x", .input_length = 1}, 0.1);
+  c.onToken(h, 0.3);
+  c.onTerminal(h, 0.3, TerminalStatus::Completed);
+  const auto j = nlohmann::json::parse(formatReportJson(c.buildReport({})));
+  EXPECT_EQ(j["mean_ttft_ms"].get<double>(), 0.3 - 0.1);
+}
+
+TEST(RequestsJsonlTest, OneObjectPerRequestWithTheSpecFields) {
+  const std::string text = formatRequestsJsonl(smallRun());
+  std::istringstream in(text);
+  std::vector<nlohmann::ordered_json> rows;
+  for (std::string line; std::getline(in, line);)
+    rows.push_back(nlohmann::ordered_json::parse(line));
+  ASSERT_EQ(rows.size(), 3u);
+  const std::vector<std::string> fields = {"session_id",
+                                           "turn_index",
+                                           "request_id",
+                                           "arrival_time_ms",
+                                           "first_admit_ms",
+                                           "first_token_ms",
+                                           "last_token_ms",
+                                           "terminal_time_ms",
+                                           "terminal_status",
+                                           "ttft_ms",
+                                           "ttst_ms",
+                                           "e2e_latency_ms",
+                                           "itl_ms",
+                                           "input_length",
+                                           "requested_output_length",
+                                           "output_length",
+                                           "reused_input_tokens",
+                                           "admission_count"};
+  for (const auto& row : rows) EXPECT_EQ(keysOf(row), fields);
+  const auto& a = rows[0];
+  EXPECT_EQ(a["session_id"], "s1");
+  EXPECT_EQ(a["request_id"], "req-a");
+  EXPECT_EQ(a["arrival_time_ms"], 0.0);
+  EXPECT_EQ(a["first_admit_ms"], 1.0);
+  EXPECT_EQ(a["first_token_ms"], 10.0);
+  EXPECT_EQ(a["last_token_ms"], 40.0);
+  EXPECT_EQ(a["terminal_time_ms"], 40.0);
+  EXPECT_EQ(a["terminal_status"], "completed");
+  EXPECT_EQ(a["ttft_ms"], 10.0);
+  EXPECT_EQ(a["ttst_ms"], 10.0);
+  EXPECT_EQ(a["e2e_latency_ms"], 40.0);
+  EXPECT_EQ(a["itl_ms"], 10.0);
+  EXPECT_EQ(a["input_length"], 64);
+  EXPECT_EQ(a["requested_output_length"], 4);
+  EXPECT_EQ(a["output_length"], 4);
+  EXPECT_EQ(a["reused_input_tokens"], 16);
+  EXPECT_EQ(a["admission_count"], 1);
+  EXPECT_EQ(rows[1]["turn_index"], 1);
+  EXPECT_TRUE(rows[1]["request_id"].is_null());
+  EXPECT_TRUE(rows[1]["ttst_ms"].is_null());
+  EXPECT_EQ(rows[2]["terminal_status"], "rejected");
+  EXPECT_TRUE(rows[2]["first_admit_ms"].is_null());
+  EXPECT_TRUE(rows[2]["ttft_ms"].is_null());
+  EXPECT_EQ(rows[2]["admission_count"], 0);
+}
+
+TEST(ReportTableTest, ShowsMetricsAndDashesForEmptyDistributions) {
+  const std::string t = formatReportTable(smallRun().buildReport({}));
+  EXPECT_THAT(t, HasSubstr("Time to first token (ms)"));
+  EXPECT_THAT(t, HasSubstr("Request latency (ms)"));
+  EXPECT_THAT(t, HasSubstr("avg"));
+  EXPECT_THAT(t, HasSubstr("p99"));
+  EXPECT_THAT(t, HasSubstr("completed 2, rejected 1"));
+  EXPECT_THAT(t, HasSubstr("10.00"));
+  const std::string empty = formatReportTable(ReplayCollector().buildReport({}));
+  EXPECT_THAT(empty, HasSubstr("–"));
+  EXPECT_THAT(empty, Not(HasSubstr("nan")));
+}
+
+std::size_t countOf(const std::string& haystack, const std::string& needle) {
+  std::size_t n = 0;
+  for (auto p = haystack.find(needle); p != std::string::npos; p = haystack.find(needle, p + 1)) {
+    ++n;
+  }
+  return n;
+}
+
+TEST(ReportHtmlTest, SelfContainedPageWithSvgPlots) {
+  const ReplayCollector c = smallRun();
+  const std::string html = renderHtmlReport(c.buildReport({}), c, {.title = "t <1>"});
+  EXPECT_THAT(html, HasSubstr("<!DOCTYPE html>"));
+  EXPECT_THAT(html, HasSubstr("<title>t &lt;1&gt;</title>"));
+  EXPECT_EQ(countOf(html, "<svg "), 5u);
+  EXPECT_EQ(countOf(html, "</svg>"), 5u);
+  EXPECT_GE(countOf(html, "<polyline "), 5u);  // TTFT, E2E, throughput, KV, running + waiting
+  EXPECT_THAT(html, HasSubstr("TTFT CDF"));
+  EXPECT_THAT(html, HasSubstr("KV cache usage"));
+  EXPECT_THAT(html, HasSubstr("Time to first token (ms)"));
+  // Nothing external: no scripts, stylesheets, images or links.
+  EXPECT_THAT(html, Not(HasSubstr("<script")));
+  EXPECT_THAT(html, Not(HasSubstr("<link")));
+  EXPECT_THAT(html, Not(HasSubstr("src=")));
+  EXPECT_THAT(html, Not(HasSubstr("href=")));
+  EXPECT_EQ(html, renderHtmlReport(c.buildReport({}), c, {.title = "t <1>"}));
+}
+
+TEST(ReportHtmlTest, EmptyRunRendersNoDataPlots) {
+  const ReplayCollector c;
+  const std::string html = renderHtmlReport(c.buildReport({}), c);
+  EXPECT_EQ(countOf(html, "<svg "), 5u);
+  EXPECT_THAT(html, HasSubstr("no data"));
+  EXPECT_THAT(html, Not(HasSubstr("nan")));
+  EXPECT_THAT(html, Not(HasSubstr("inf")));
+}
+
+}  // namespace
+}  // namespace mocker::replay

@@ -1,0 +1,186 @@
+#include "tools/replay/collector.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "engine/base/check.h"
+
+namespace mocker::replay {
+
+const char* terminalStatusName(TerminalStatus status) {
+  switch (status) {
+    case TerminalStatus::Incomplete:
+      return "incomplete";
+    case TerminalStatus::Completed:
+      return "completed";
+    case TerminalStatus::Rejected:
+      return "rejected";
+    case TerminalStatus::Cancelled:
+      return "cancelled";
+    case TerminalStatus::Failed:
+      return "failed";
+  }
+  return "incomplete";
+}
+
+RequestLatencies latenciesOf(const RequestRecord& record) {
+  RequestLatencies l;
+  const std::vector<double>& tau = record.token_times_ms;
+  if (tau.empty()) return l;
+  l.ttft_ms = tau.front() - record.arrival_ms;
+  l.e2e_ms = tau.back() - record.arrival_ms;
+  if (tau.size() >= 2) {
+    l.ttst_ms = tau[1] - tau[0];
+    l.tpot_ms = (tau.back() - tau.front()) / static_cast<double>(tau.size() - 1);
+  }
+  return l;
+}
+
+RequestHandle ReplayCollector::onArrival(RequestInfo info, double arrival_ms) {
+  RequestRecord r;
+  r.info = std::move(info);
+  r.arrival_ms = arrival_ms;
+  requests_.push_back(std::move(r));
+  return requests_.size() - 1;
+}
+
+RequestRecord& ReplayCollector::record(RequestHandle request) {
+  MOCKER_CHECK_MSG(request < requests_.size(), "unknown request handle");
+  return requests_[request];
+}
+
+void ReplayCollector::onAdmission(RequestHandle request, double time_ms,
+                                  std::uint32_t reused_input_tokens, bool is_readmission) {
+  RequestRecord& r = record(request);
+  if (!r.first_admit_ms) {
+    r.first_admit_ms = time_ms;
+    r.first_reused_input_tokens = reused_input_tokens;
+  }
+  (void)is_readmission;  // admission_count already distinguishes first admission from re-
+  r.last_reused_input_tokens = reused_input_tokens;
+  ++r.admission_count;
+}
+
+void ReplayCollector::onToken(RequestHandle request, double time_ms) {
+  record(request).token_times_ms.push_back(time_ms);
+}
+
+void ReplayCollector::onTerminal(RequestHandle request, double time_ms, TerminalStatus status) {
+  RequestRecord& r = record(request);
+  if (r.terminal_ms || status == TerminalStatus::Incomplete) return;
+  r.status = status;
+  r.terminal_ms = time_ms;
+}
+
+void ReplayCollector::onEngineSample(const EngineSample& sample) {
+  samples_.push_back(sample);
+  std::uint64_t& p = preemptions_by_rank_[sample.dp_rank];
+  p = std::max(p, sample.preemptions_total);
+}
+
+namespace {
+
+std::optional<double> perSecond(double amount, std::optional<double> duration_ms) {
+  if (!duration_ms || *duration_ms <= 0.0) return std::nullopt;
+  return amount / (*duration_ms / 1000.0);
+}
+
+}  // namespace
+
+Report ReplayCollector::buildReport(const ReportOptions& options) const {
+  Report rep;
+  rep.num_requests = requests_.size();
+  std::vector<double> ttft, ttst, tpot, itl, e2e, per_user;
+  std::optional<double> first_arrival;
+  std::optional<double> last_terminal;
+  std::uint64_t reused_last = 0;
+  std::uint64_t reused_first = 0;
+  std::uint64_t good = 0;
+  std::uint64_t good_output = 0;
+
+  for (const RequestRecord& r : requests_) {
+    if (!first_arrival || r.arrival_ms < *first_arrival) first_arrival = r.arrival_ms;
+    if (r.terminal_ms && (!last_terminal || *r.terminal_ms > *last_terminal)) {
+      last_terminal = r.terminal_ms;
+    }
+    switch (r.status) {
+      case TerminalStatus::Completed:
+        ++rep.completed_requests;
+        break;
+      case TerminalStatus::Rejected:
+        ++rep.rejected_requests;
+        continue;
+      case TerminalStatus::Cancelled:
+        ++rep.cancelled_requests;
+        continue;
+      case TerminalStatus::Failed:
+        ++rep.failed_requests;
+        continue;
+      case TerminalStatus::Incomplete:
+        ++rep.incomplete_requests;
+        continue;
+    }
+    // Completed requests only from here on.
+    rep.total_input_tokens += r.info.input_length;
+    rep.total_output_tokens += r.token_times_ms.size();
+    reused_last += r.last_reused_input_tokens;
+    reused_first += r.first_reused_input_tokens;
+    const RequestLatencies l = latenciesOf(r);
+    if (l.ttft_ms) ttft.push_back(*l.ttft_ms);
+    if (l.e2e_ms) e2e.push_back(*l.e2e_ms);
+    if (l.ttst_ms) ttst.push_back(*l.ttst_ms);
+    if (l.tpot_ms) tpot.push_back(*l.tpot_ms);
+    for (std::size_t k = 1; k < r.token_times_ms.size(); ++k) {
+      const double gap = r.token_times_ms[k] - r.token_times_ms[k - 1];
+      itl.push_back(gap);
+      if (gap > 0.0) per_user.push_back(1000.0 / gap);
+    }
+    if (options.slo.any()) {
+      const SloSpec& s = options.slo;
+      const bool ok = (!s.ttft_ms || (l.ttft_ms && *l.ttft_ms <= *s.ttft_ms)) &&
+                      (!s.e2e_ms || (l.e2e_ms && *l.e2e_ms <= *s.e2e_ms)) &&
+                      (!s.tpot_ms || !l.tpot_ms || *l.tpot_ms <= *s.tpot_ms);
+      if (ok) {
+        ++good;
+        good_output += r.token_times_ms.size();
+      }
+    }
+  }
+
+  if (first_arrival && last_terminal) rep.duration_ms = *last_terminal - *first_arrival;
+  rep.wall_time_ms = options.wall_time_ms;
+  const auto in = static_cast<double>(rep.total_input_tokens);
+  const auto out = static_cast<double>(rep.total_output_tokens);
+  rep.request_throughput_rps =
+      perSecond(static_cast<double>(rep.completed_requests), rep.duration_ms);
+  rep.input_throughput_tok_s = perSecond(in, rep.duration_ms);
+  rep.output_throughput_tok_s = perSecond(out, rep.duration_ms);
+  rep.total_throughput_tok_s = perSecond(in + out, rep.duration_ms);
+  rep.processed_tokens_per_s = perSecond(in + out, rep.wall_time_ms);
+  if (rep.total_input_tokens > 0) {
+    rep.prefix_cache_reused_ratio = static_cast<double>(reused_last) / in;
+    rep.first_admission_prefix_cache_reused_ratio = static_cast<double>(reused_first) / in;
+  }
+  rep.ttft = summarize(std::move(ttft));
+  rep.ttst = summarize(std::move(ttst));
+  rep.tpot = summarize(std::move(tpot));
+  rep.itl = summarize(std::move(itl));
+  rep.e2e_latency = summarize(std::move(e2e));
+  rep.output_token_throughput_per_user = summarize(std::move(per_user));
+
+  for (const auto& [rank, preemptions] : preemptions_by_rank_) rep.total_preemptions += preemptions;
+  for (const EngineSample& s : samples_) {
+    if (!rep.peak_kv_usage || s.kv_usage > *rep.peak_kv_usage) rep.peak_kv_usage = s.kv_usage;
+  }
+  if (options.slo.any()) {
+    Goodput g;
+    g.slo = options.slo;
+    g.completed_requests = good;
+    g.request_throughput_rps = perSecond(static_cast<double>(good), rep.duration_ms);
+    g.output_throughput_tok_s = perSecond(static_cast<double>(good_output), rep.duration_ms);
+    rep.goodput = g;
+  }
+  return rep;
+}
+
+}  // namespace mocker::replay

@@ -1,0 +1,160 @@
+// ReplayCollector — records what happened to every replayed request and engine-level samples,
+// and turns them into the Report of ../shared/spec/replay.md §6. The replay loop (offline,
+// live or closed-loop) feeds it per-request events in time order:
+//
+//   RequestHandle h = collector.onArrival({session_id, turn_index, ...}, arrival_ms);
+//   collector.onAdmission(h, pass_start_ms, reused_input_tokens, is_readmission);
+//   collector.onToken(h, pass_end_ms);                       // once per output token
+//   collector.onTerminal(h, pass_end_ms, TerminalStatus::Completed);
+//   collector.onEngineSample({.time_ms = end_ms, .kv_usage = ..., .num_running = ...});
+//   Report report = collector.buildReport({.slo = ..., .wall_time_ms = ...});
+//
+// Not thread-safe; owned by the replay loop's thread. Misuse (an unknown handle) is a broken
+// invariant of the loop and aborts via MOCKER_CHECK.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "tools/replay/stats.h"
+
+namespace mocker::replay {
+
+/// How a request ended. Incomplete = no terminal event was recorded.
+enum class TerminalStatus : std::uint8_t { Incomplete, Completed, Rejected, Cancelled, Failed };
+
+/// "completed", "rejected", "cancelled", "failed", "incomplete".
+const char* terminalStatusName(TerminalStatus status);
+
+/// Dense index of a request inside one collector, in arrival (dispatch) order.
+using RequestHandle = std::size_t;
+
+/// Static facts about a request, known at dispatch.
+struct RequestInfo {
+  std::string session_id{};
+  std::uint32_t turn_index = 0;  ///< 0-based position in its session
+  std::optional<std::string> request_id{};
+  std::uint32_t input_length = 0;             ///< prompt tokens actually submitted
+  std::uint32_t requested_output_length = 0;  ///< max_output_tokens
+};
+
+/// Everything recorded for one request (§6.1).
+struct RequestRecord {
+  RequestInfo info{};
+  double arrival_ms = 0.0;
+  std::optional<double> first_admit_ms{};
+  std::uint32_t admission_count = 0;  ///< 1 + readmissions after preemption
+  std::uint32_t first_reused_input_tokens = 0;
+  std::uint32_t last_reused_input_tokens = 0;
+  std::vector<double> token_times_ms{};  ///< τ_1 ≤ … ≤ τ_n
+  TerminalStatus status = TerminalStatus::Incomplete;
+  std::optional<double> terminal_ms{};
+};
+
+/// Latencies of one request derived from its record (§6.2); absent when undefined.
+struct RequestLatencies {
+  std::optional<double> ttft_ms{};  ///< τ_1 − arrival (n ≥ 1)
+  std::optional<double> ttst_ms{};  ///< τ_2 − τ_1 (n ≥ 2)
+  std::optional<double> tpot_ms{};  ///< (τ_n − τ_1)/(n − 1) (n ≥ 2)
+  std::optional<double> e2e_ms{};   ///< τ_n − arrival (n ≥ 1)
+};
+RequestLatencies latenciesOf(const RequestRecord& record);
+
+/// One engine observation, typically after each forward pass of one rank (from LoadMetrics).
+struct EngineSample {
+  double time_ms = 0.0;  ///< pass end
+  std::uint32_t dp_rank = 0;
+  double kv_usage = 0.0;          ///< fraction of KV blocks in use, [0, 1]
+  std::uint64_t num_running = 0;  ///< batch size
+  std::uint64_t num_waiting = 0;
+  std::uint64_t preemptions_total = 0;  ///< cumulative for this rank
+};
+
+/// Service-level objectives for goodput (§6.3); each bound is optional.
+struct SloSpec {
+  std::optional<double> ttft_ms{};
+  std::optional<double> tpot_ms{};  ///< skipped for requests with n <= 1
+  std::optional<double> e2e_ms{};
+  bool any() const { return ttft_ms || tpot_ms || e2e_ms; }
+};
+
+struct ReportOptions {
+  SloSpec slo{};
+  std::optional<double> wall_time_ms{};  ///< real time the replay took (offline)
+};
+
+struct Goodput {
+  SloSpec slo{};
+  std::uint64_t completed_requests = 0;  ///< good requests
+  std::optional<double> request_throughput_rps{};
+  std::optional<double> output_throughput_tok_s{};
+};
+
+/// The replay report (§6.2–§6.5). Token totals and throughputs count completed requests only;
+/// latency distributions use completed requests only. Optional fields are null when undefined
+/// (no terminal yet, zero duration, no wall time, no input tokens).
+struct Report {
+  std::uint64_t num_requests = 0;
+  std::uint64_t completed_requests = 0;
+  std::uint64_t rejected_requests = 0;
+  std::uint64_t cancelled_requests = 0;
+  std::uint64_t failed_requests = 0;
+  std::uint64_t incomplete_requests = 0;
+  std::uint64_t total_input_tokens = 0;
+  std::uint64_t total_output_tokens = 0;  ///< actual tokens emitted
+  std::optional<double> duration_ms{};    ///< last terminal − first arrival
+  std::optional<double> wall_time_ms{};
+  std::optional<double> request_throughput_rps{};
+  std::optional<double> input_throughput_tok_s{};
+  std::optional<double> output_throughput_tok_s{};
+  std::optional<double> total_throughput_tok_s{};
+  std::optional<double> processed_tokens_per_s{};  ///< (Σ in + Σ out) / wall seconds
+  std::optional<double> prefix_cache_reused_ratio{};
+  std::optional<double> first_admission_prefix_cache_reused_ratio{};
+  Distribution ttft{};
+  Distribution ttst{};
+  Distribution tpot{};
+  Distribution itl{};  ///< pooled gaps
+  Distribution e2e_latency{};
+  Distribution output_token_throughput_per_user{};  ///< 1000/gap for every pooled gap > 0
+  std::uint64_t total_preemptions = 0;
+  std::optional<double> peak_kv_usage{};  ///< null without engine samples
+  std::optional<Goodput> goodput{};       ///< only when slo.any()
+};
+
+class ReplayCollector final {
+ public:
+  ReplayCollector() = default;
+
+  /// Registers a request dispatched at `arrival_ms`; returns its handle (0, 1, 2, …).
+  RequestHandle onArrival(RequestInfo info, double arrival_ms);
+  /// A move from waiting to running at `time_ms` (pass start). The first admission sets
+  /// first_admit_ms and first_reused_input_tokens; every one sets last_reused_input_tokens.
+  void onAdmission(RequestHandle request, double time_ms, std::uint32_t reused_input_tokens,
+                   bool is_readmission);
+  /// One output token emitted at `time_ms`. REQUIRES: time order per request.
+  void onToken(RequestHandle request, double time_ms);
+  /// The terminal signal. Only the first terminal event of a request counts.
+  void onTerminal(RequestHandle request, double time_ms, TerminalStatus status);
+  /// Engine-level observation (kept for plots; feeds peak KV usage and preemptions).
+  void onEngineSample(const EngineSample& sample);
+
+  const std::vector<RequestRecord>& requests() const { return requests_; }
+  const std::vector<EngineSample>& engineSamples() const { return samples_; }
+
+  /// Computes every §6 metric from what was recorded so far.
+  Report buildReport(const ReportOptions& options) const;
+
+ private:
+  RequestRecord& record(RequestHandle request);
+
+  std::vector<RequestRecord> requests_;
+  std::vector<EngineSample> samples_;
+  std::map<std::uint32_t, std::uint64_t> preemptions_by_rank_;  // max cumulative per rank
+};
+
+}  // namespace mocker::replay

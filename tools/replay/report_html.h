@@ -1,0 +1,25 @@
+// Self-contained HTML replay report: the summary table plus inline SVG plots (TTFT and E2E
+// CDFs, output-token throughput over time, KV usage and batch size over time from the engine
+// samples). No external scripts, styles or fonts: the page reads offline in any browser.
+//
+// Pure function; thread-compatible. Deterministic for the same input.
+#pragma once
+
+#include <cstddef>
+#include <string>
+
+#include "tools/replay/collector.h"
+
+namespace mocker::replay {
+
+struct HtmlReportOptions {
+  std::string title = "mocker replay report";
+  std::size_t max_points_per_series = 1000;  ///< larger series are bucketed (max per bucket)
+  std::size_t throughput_buckets = 100;      ///< time buckets for the throughput plot
+};
+
+/// Renders the page. `report` is normally collector.buildReport(...).
+std::string renderHtmlReport(const Report& report, const ReplayCollector& collector,
+                             const HtmlReportOptions& options = {});
+
+}  // namespace mocker::replay

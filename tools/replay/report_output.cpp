@@ -1,0 +1,199 @@
+#include "tools/replay/report_output.h"
+
+#include <cstdio>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace mocker::replay {
+namespace {
+
+using nlohmann::ordered_json;
+
+ordered_json orNull(const std::optional<double>& v) {
+  return v ? ordered_json(*v) : ordered_json(nullptr);
+}
+
+void addDistribution(ordered_json& j, const std::string& metric, const std::string& suffix,
+                     const Distribution& d) {
+  const auto put = [&](const char* stat, double value) {
+    j[std::string(stat) + "_" + metric + suffix] =
+        d.count == 0 ? ordered_json(nullptr) : ordered_json(value);
+  };
+  put("mean", d.mean);
+  put("min", d.min);
+  put("max", d.max);
+  put("median", d.p50);
+  put("p75", d.p75);
+  put("p90", d.p90);
+  put("p95", d.p95);
+  put("p99", d.p99);
+  put("std", d.std);
+}
+
+std::string fixed(double v, int decimals) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.*f", decimals, v);
+  return buf;
+}
+
+std::string fixedOr(const std::optional<double>& v, int decimals, const char* unit = "") {
+  return v ? fixed(*v, decimals) + unit : std::string("–");
+}
+
+/// Display width of UTF-8 text (code points; enough for "–" and ASCII).
+std::size_t displayWidth(const std::string& s) {
+  std::size_t n = 0;
+  for (const char c : s) {
+    if ((static_cast<unsigned char>(c) & 0xC0) != 0x80) ++n;
+  }
+  return n;
+}
+
+std::string padLeft(const std::string& s, std::size_t width) {
+  const std::size_t w = displayWidth(s);
+  return w >= width ? s : std::string(width - w, ' ') + s;
+}
+
+std::string padRight(const std::string& s, std::size_t width) {
+  const std::size_t w = displayWidth(s);
+  return w >= width ? s : s + std::string(width - w, ' ');
+}
+
+}  // namespace
+
+std::string formatReportTable(const Report& r) {
+  std::string out;
+  const auto line = [&](const std::string& label, const std::string& value) {
+    out += padRight(label, 38) + value + "\n";
+  };
+  out += "Replay report\n";
+  line("Requests",
+       std::to_string(r.num_requests) + " (completed " + std::to_string(r.completed_requests) +
+           ", rejected " + std::to_string(r.rejected_requests) + ", cancelled " +
+           std::to_string(r.cancelled_requests) + ", failed " + std::to_string(r.failed_requests) +
+           ", incomplete " + std::to_string(r.incomplete_requests) + ")");
+  line("Input tokens (completed)", std::to_string(r.total_input_tokens));
+  line("Output tokens (completed)", std::to_string(r.total_output_tokens));
+  line("Duration (ms)", fixedOr(r.duration_ms, 3));
+  line("Wall time (ms)", fixedOr(r.wall_time_ms, 3));
+  if (r.duration_ms && r.wall_time_ms && *r.wall_time_ms > 0.0) {
+    line("Speedup vs real time", fixed(*r.duration_ms / *r.wall_time_ms, 1) + "x");
+  }
+  line("Request throughput (req/s)", fixedOr(r.request_throughput_rps, 3));
+  line("Input token throughput (tok/s)", fixedOr(r.input_throughput_tok_s, 2));
+  line("Output token throughput (tok/s)", fixedOr(r.output_throughput_tok_s, 2));
+  line("Total token throughput (tok/s)", fixedOr(r.total_throughput_tok_s, 2));
+  line("Simulator speed (tok/s wall)", fixedOr(r.processed_tokens_per_s, 0));
+  line("Prefix cache reuse (last admit)",
+       r.prefix_cache_reused_ratio ? fixed(100.0 * *r.prefix_cache_reused_ratio, 2) + " %"
+                                   : std::string("–"));
+  line("Prefix cache reuse (first admit)",
+       r.first_admission_prefix_cache_reused_ratio
+           ? fixed(100.0 * *r.first_admission_prefix_cache_reused_ratio, 2) + " %"
+           : std::string("–"));
+  line("Preemptions", std::to_string(r.total_preemptions));
+  line("Peak KV usage",
+       r.peak_kv_usage ? fixed(100.0 * *r.peak_kv_usage, 2) + " %" : std::string("–"));
+  if (r.goodput) {
+    line("Goodput (good requests)", std::to_string(r.goodput->completed_requests));
+    line("Goodput request throughput (req/s)", fixedOr(r.goodput->request_throughput_rps, 3));
+    line("Goodput output throughput (tok/s)", fixedOr(r.goodput->output_throughput_tok_s, 2));
+  }
+  out += "\n";
+
+  constexpr std::size_t kLabel = 38;
+  constexpr std::size_t kCol = 11;
+  out += padRight("Metric", kLabel);
+  for (const char* c : {"avg", "min", "max", "p99", "p90", "p75", "p50", "std"}) {
+    out += padLeft(c, kCol);
+  }
+  out += "\n";
+  const std::vector<std::pair<const char*, const Distribution*>> rows = {
+      {"Time to first token (ms)", &r.ttft},
+      {"Time to second token (ms)", &r.ttst},
+      {"Time per output token, per req (ms)", &r.tpot},
+      {"Inter-token latency, pooled (ms)", &r.itl},
+      {"Request latency (ms)", &r.e2e_latency},
+      {"Output tok/s per user (pooled)", &r.output_token_throughput_per_user},
+  };
+  for (const auto& [name, d] : rows) {
+    out += padRight(name, kLabel);
+    for (const double v : {d->mean, d->min, d->max, d->p99, d->p90, d->p75, d->p50, d->std}) {
+      out += padLeft(d->count == 0 ? std::string("–") : fixed(v, 2), kCol);
+    }
+    out += "\n";
+  }
+  return out;
+}
+
+std::string formatReportJson(const Report& r) {
+  ordered_json j;
+  j["num_requests"] = r.num_requests;
+  j["completed_requests"] = r.completed_requests;
+  j["rejected_requests"] = r.rejected_requests;
+  j["cancelled_requests"] = r.cancelled_requests;
+  j["total_input_tokens"] = r.total_input_tokens;
+  j["total_output_tokens"] = r.total_output_tokens;
+  j["duration_ms"] = orNull(r.duration_ms);
+  j["wall_time_ms"] = orNull(r.wall_time_ms);
+  j["request_throughput_rps"] = orNull(r.request_throughput_rps);
+  j["input_throughput_tok_s"] = orNull(r.input_throughput_tok_s);
+  j["output_throughput_tok_s"] = orNull(r.output_throughput_tok_s);
+  j["total_throughput_tok_s"] = orNull(r.total_throughput_tok_s);
+  j["processed_tokens_per_s"] = orNull(r.processed_tokens_per_s);
+  j["prefix_cache_reused_ratio"] = orNull(r.prefix_cache_reused_ratio);
+  j["first_admission_prefix_cache_reused_ratio"] =
+      orNull(r.first_admission_prefix_cache_reused_ratio);
+  addDistribution(j, "ttft", "_ms", r.ttft);
+  addDistribution(j, "ttst", "_ms", r.ttst);
+  addDistribution(j, "tpot", "_ms", r.tpot);
+  addDistribution(j, "itl", "_ms", r.itl);
+  addDistribution(j, "e2e_latency", "_ms", r.e2e_latency);
+  addDistribution(j, "output_token_throughput_per_user", "", r.output_token_throughput_per_user);
+  j["failed_requests"] = r.failed_requests;
+  j["incomplete_requests"] = r.incomplete_requests;
+  j["total_preemptions"] = r.total_preemptions;
+  j["peak_kv_usage"] = orNull(r.peak_kv_usage);
+  if (r.goodput) {
+    j["goodput_completed_requests"] = r.goodput->completed_requests;
+    j["goodput_request_throughput_rps"] = orNull(r.goodput->request_throughput_rps);
+    j["goodput_output_throughput_tok_s"] = orNull(r.goodput->output_throughput_tok_s);
+  }
+  return j.dump(2) + "\n";
+}
+
+std::string formatRequestsJsonl(const ReplayCollector& collector) {
+  std::string out;
+  for (const RequestRecord& r : collector.requests()) {
+    const RequestLatencies l = latenciesOf(r);
+    const auto& tau = r.token_times_ms;
+    ordered_json j;
+    j["session_id"] = r.info.session_id;
+    j["turn_index"] = r.info.turn_index;
+    j["request_id"] = r.info.request_id ? ordered_json(*r.info.request_id) : nullptr;
+    j["arrival_time_ms"] = r.arrival_ms;
+    j["first_admit_ms"] = orNull(r.first_admit_ms);
+    j["first_token_ms"] = tau.empty() ? ordered_json(nullptr) : ordered_json(tau.front());
+    j["last_token_ms"] = tau.empty() ? ordered_json(nullptr) : ordered_json(tau.back());
+    j["terminal_time_ms"] = orNull(r.terminal_ms);
+    j["terminal_status"] = terminalStatusName(r.status);
+    j["ttft_ms"] = orNull(l.ttft_ms);
+    j["ttst_ms"] = orNull(l.ttst_ms);
+    j["e2e_latency_ms"] = orNull(l.e2e_ms);
+    j["itl_ms"] = orNull(l.tpot_ms);
+    j["input_length"] = r.info.input_length;
+    j["requested_output_length"] = r.info.requested_output_length;
+    j["output_length"] = tau.size();
+    j["reused_input_tokens"] = r.last_reused_input_tokens;
+    j["admission_count"] = r.admission_count;
+    out += j.dump();
+    out += '\n';
+  }
+  return out;
+}
+
+}  // namespace mocker::replay

@@ -1,0 +1,40 @@
+// Text outputs of a replay (../shared/spec/replay.md §6.5): the AIPerf-style table for stdout,
+// the flat JSON report (Dynamo-compatible keys) and the per-request JSONL timelines. The HTML
+// page is in report_html.h.
+//
+// Pure functions; thread-compatible. Same input ⇒ byte-identical output: JSON numbers use
+// nlohmann-json's shortest round-trip formatting, keys are in a fixed order.
+#pragma once
+
+#include <string>
+
+#include "tools/replay/collector.h"
+
+namespace mocker::replay {
+
+/// Human-readable table: header lines (requests, tokens, durations, throughputs, reuse,
+/// preemptions, goodput) and one row per latency metric with columns
+/// avg, min, max, p99, p90, p75, p50, std ("–" when a metric has no samples).
+std::string formatReportTable(const Report& report);
+
+/// The JSON report, pretty-printed with 2-space indent and a trailing newline. Keys, in order:
+/// num_requests, completed_requests, rejected_requests, cancelled_requests, total_input_tokens,
+/// total_output_tokens, duration_ms, wall_time_ms, request_throughput_rps,
+/// input_throughput_tok_s, output_throughput_tok_s, total_throughput_tok_s,
+/// processed_tokens_per_s, prefix_cache_reused_ratio,
+/// first_admission_prefix_cache_reused_ratio; for m in ttft, ttst, tpot, itl, e2e_latency:
+/// {mean,min,max,median,p75,p90,p95,p99,std}_<m>_ms; the same nine for
+/// output_token_throughput_per_user without "_ms"; then failed_requests, incomplete_requests,
+/// total_preemptions, peak_kv_usage; then (only when SLOs were given)
+/// goodput_completed_requests, goodput_request_throughput_rps, goodput_output_throughput_tok_s.
+/// Undefined values (empty distributions, zero durations) are null.
+std::string formatReportJson(const Report& report);
+
+/// One JSON object per request, in arrival order, with keys session_id, turn_index,
+/// request_id, arrival_time_ms, first_admit_ms, first_token_ms, last_token_ms,
+/// terminal_time_ms, terminal_status, ttft_ms, ttst_ms, e2e_latency_ms, itl_ms (per-request
+/// mean gap = TPOT), input_length, requested_output_length, output_length (tokens emitted),
+/// reused_input_tokens (at the last admission), admission_count. Absent values are null.
+std::string formatRequestsJsonl(const ReplayCollector& collector);
+
+}  // namespace mocker::replay

@@ -1,0 +1,36 @@
+// Distribution statistics for replay reports (../shared/spec/replay.md §6.4): count, mean, min,
+// max, p50, p75, p90, p95, p99 and population std, computed exactly from all samples.
+//
+// Pure functions; thread-compatible.
+#pragma once
+
+#include <cstddef>
+#include <vector>
+
+namespace mocker::replay {
+
+/// Summary of one sample set. When count == 0 every other field is meaningless (0) and output
+/// formats show null / "–". With count == 1 every percentile is the value and std is 0.
+struct Distribution {
+  std::size_t count = 0;
+  double mean = 0.0;
+  double min = 0.0;
+  double max = 0.0;
+  double p50 = 0.0;
+  double p75 = 0.0;
+  double p90 = 0.0;
+  double p95 = 0.0;
+  double p99 = 0.0;
+  double std = 0.0;  ///< population standard deviation (divide by n), like numpy.std
+};
+
+/// numpy's default percentile ("linear"): for sorted x_0..x_{n−1}, h = (n − 1)·p/100,
+/// value = x_⌊h⌋ + (h − ⌊h⌋)·(x_⌈h⌉ − x_⌊h⌋). [10, 20, 30, 40]: p50 = 25, p90 = 37, p99 = 39.7.
+/// REQUIRES: `sorted` non-empty and ascending, 0 <= p <= 100.
+double percentileLinear(const std::vector<double>& sorted, double p);
+
+/// Sorts `samples` (taken by value) and summarises them. Deterministic: sums run in sorted
+/// order; std uses the two-pass formula.
+Distribution summarize(std::vector<double> samples);
+
+}  // namespace mocker::replay

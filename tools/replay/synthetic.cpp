@@ -1,0 +1,150 @@
+#include "tools/replay/synthetic.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <string>
+#include <utility>
+
+#include "tools/replay/random.h"
+
+namespace mocker::replay {
+namespace {
+
+bool finiteNonNegative(double v) { return std::isfinite(v) && v >= 0.0; }
+bool finitePositive(double v) { return std::isfinite(v) && v > 0.0; }
+
+Status validate(const SyntheticSpec& spec) {
+  if (spec.request_count == 0) return invalidArgument("request_count must be >= 1");
+  if (spec.turns_per_session == 0) return invalidArgument("turns_per_session must be >= 1");
+  if (!std::isfinite(spec.input_tokens.mean) || !finiteNonNegative(spec.input_tokens.stddev)) {
+    return invalidArgument("input_tokens needs a finite mean and a finite stddev >= 0");
+  }
+  if (!std::isfinite(spec.output_tokens.mean) || !finiteNonNegative(spec.output_tokens.stddev)) {
+    return invalidArgument("output_tokens needs a finite mean and a finite stddev >= 0");
+  }
+  const ArrivalProcess& a = spec.arrival;
+  switch (a.kind) {
+    case ArrivalKind::Burst:
+      break;
+    case ArrivalKind::Gamma:
+      if (!finitePositive(a.smoothness)) {
+        return invalidArgument("gamma arrival smoothness must be finite and > 0");
+      }
+      [[fallthrough]];
+    case ArrivalKind::Constant:
+    case ArrivalKind::Poisson:
+      if (!finitePositive(a.rate_per_s)) {
+        return invalidArgument("arrival rate must be finite and > 0");
+      }
+      break;
+    case ArrivalKind::Interval:
+      if (!finiteNonNegative(a.interval_ms)) {
+        return invalidArgument("arrival interval must be finite and >= 0");
+      }
+      break;
+  }
+  if (!(spec.shared_prefix_ratio >= 0.0 && spec.shared_prefix_ratio <= 1.0)) {
+    return invalidArgument("shared_prefix_ratio must be in [0, 1]");
+  }
+  if (spec.num_prefix_groups > kMaxPrefixGroups) {
+    return invalidArgument("num_prefix_groups must be <= " + std::to_string(kMaxPrefixGroups) +
+                           " (got " + std::to_string(spec.num_prefix_groups) + ")");
+  }
+  if (spec.inter_turn_delay.kind != DelayKind::None &&
+      !finiteNonNegative(spec.inter_turn_delay.ms)) {
+    return invalidArgument("inter_turn_delay must be finite and >= 0");
+  }
+  if (spec.block_size == 0) return invalidArgument("block_size must be >= 1");
+  return {};
+}
+
+/// Round half away from zero, clamp to [1, 2^32 − 1].
+std::uint32_t toLength(double sample) {
+  const double r = std::round(sample);
+  if (!(r >= 1.0)) return 1;
+  constexpr double kMax = std::numeric_limits<std::uint32_t>::max();
+  return r >= kMax ? std::numeric_limits<std::uint32_t>::max() : static_cast<std::uint32_t>(r);
+}
+
+double arrivalGapMs(SplitMix64& rng, const ArrivalProcess& a) {
+  switch (a.kind) {
+    case ArrivalKind::Burst:
+      return 0.0;
+    case ArrivalKind::Constant:
+      return 1000.0 / a.rate_per_s;
+    case ArrivalKind::Poisson:
+      return sampleExponential(rng, 1000.0 / a.rate_per_s);
+    case ArrivalKind::Gamma:
+      return sampleGamma(rng, a.smoothness, 1000.0 / (a.rate_per_s * a.smoothness));
+    case ArrivalKind::Interval:
+      return a.interval_ms;
+  }
+  return 0.0;
+}
+
+}  // namespace
+
+Result<Workload> generateSyntheticWorkload(const SyntheticSpec& spec) {
+  MOCKER_TRY_VOID(validate(spec));
+  SplitMix64 rng(spec.seed);
+  Workload workload;
+  workload.trace_block_size = spec.block_size;
+  workload.sessions.reserve(spec.request_count);
+  std::uint64_t next_fresh_id = 1;
+  double arrival_ms = 0.0;
+
+  for (std::uint32_t i = 0; i < spec.request_count; ++i) {
+    if (i > 0) arrival_ms += arrivalGapMs(rng, spec.arrival);
+    std::optional<std::uint64_t> group;
+    if (spec.num_prefix_groups > 0) group = rng.uniformIndex(spec.num_prefix_groups);
+
+    Session session;
+    session.session_id = "session_" + std::to_string(i);
+    session.first_arrival_ms = arrival_ms;
+    session.turns.reserve(spec.turns_per_session);
+    for (std::uint32_t t = 0; t < spec.turns_per_session; ++t) {
+      Turn turn;
+      turn.input_length =
+          toLength(sampleNormal(rng, spec.input_tokens.mean, spec.input_tokens.stddev));
+      turn.output_length =
+          toLength(sampleNormal(rng, spec.output_tokens.mean, spec.output_tokens.stddev));
+      if (t > 0) {
+        switch (spec.inter_turn_delay.kind) {
+          case DelayKind::None:
+            break;
+          case DelayKind::Constant:
+            turn.delay_after_previous_ms = spec.inter_turn_delay.ms;
+            break;
+          case DelayKind::Exponential:
+            turn.delay_after_previous_ms = sampleExponential(rng, spec.inter_turn_delay.ms);
+            break;
+        }
+      }
+      const std::uint64_t n =
+          (std::uint64_t{turn.input_length} + spec.block_size - 1) / spec.block_size;
+      std::uint64_t p = 0;
+      if (group) {
+        p = std::min<std::uint64_t>(n, static_cast<std::uint64_t>(std::round(
+                                           static_cast<double>(n) * spec.shared_prefix_ratio)));
+      }
+      if (p > kSharedIdsPerGroup) {
+        return invalidArgument("session " + std::to_string(i) + " needs " + std::to_string(p) +
+                               " shared blocks; at most 2^20 per group");
+      }
+      if (next_fresh_id + (n - p) > kSharedIdBase) {
+        return invalidArgument("synthetic workload needs more than 2^31 - 1 fresh block ids");
+      }
+      turn.hash_ids.reserve(n);
+      for (std::uint64_t b = 0; b < p; ++b) {
+        turn.hash_ids.push_back(kSharedIdBase + *group * kSharedIdsPerGroup + b);
+      }
+      for (std::uint64_t b = p; b < n; ++b) turn.hash_ids.push_back(next_fresh_id++);
+      session.turns.push_back(std::move(turn));
+    }
+    workload.sessions.push_back(std::move(session));
+  }
+  return workload;
+}
+
+}  // namespace mocker::replay

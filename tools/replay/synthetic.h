@@ -1,0 +1,70 @@
+// Synthetic workload generator (../shared/spec/replay.md §4): request count, normal input/output
+// length distributions, an arrival process, shared-prefix groups, turns per session and
+// inter-turn think time, all driven by one seeded SplitMix64 so that the same spec gives the
+// same Workload everywhere.
+//
+// Pure function; thread-compatible.
+#pragma once
+
+#include <cstdint>
+
+#include "engine/base/result.h"
+#include "tools/replay/workload.h"
+
+namespace mocker::replay {
+
+/// Normal length distribution: sample, round to nearest (half away from zero), clamp >= 1.
+struct LengthDistribution {
+  double mean = 0.0;
+  double stddev = 0.0;  ///< >= 0; 0 ⇒ always `mean` (no randomness consumed)
+};
+
+enum class ArrivalKind : std::uint8_t { Burst, Constant, Poisson, Gamma, Interval };
+
+/// How sessions arrive. The first session arrives at 0; each next one adds one gap:
+/// Burst 0; Constant 1000/rate ms; Poisson Exp(mean 1000/rate); Gamma shape `smoothness`,
+/// scale 1000/(rate·smoothness); Interval `interval_ms`.
+struct ArrivalProcess {
+  ArrivalKind kind = ArrivalKind::Poisson;
+  double rate_per_s = 1.0;   ///< Constant, Poisson, Gamma: finite, > 0
+  double smoothness = 1.0;   ///< Gamma: finite, > 0 (1 = Poisson; vLLM's `burstiness`)
+  double interval_ms = 0.0;  ///< Interval: finite, >= 0
+};
+
+enum class DelayKind : std::uint8_t { None, Constant, Exponential };
+
+/// Think time before turns 2.. of a session.
+struct InterTurnDelay {
+  DelayKind kind = DelayKind::None;
+  double ms = 0.0;  ///< Constant: the delay; Exponential: the mean. Finite, >= 0.
+};
+
+struct SyntheticSpec {
+  std::uint32_t request_count = 0;  ///< number of sessions, >= 1
+  std::uint32_t turns_per_session = 1;
+  LengthDistribution input_tokens{};
+  LengthDistribution output_tokens{};
+  ArrivalProcess arrival{};
+  double shared_prefix_ratio = 0.0;     ///< in [0, 1]
+  std::uint32_t num_prefix_groups = 0;  ///< <= kMaxPrefixGroups; 0 ⇒ no sharing
+  InterTurnDelay inter_turn_delay{};
+  std::uint32_t block_size = kDefaultTraceBlockSize;  ///< trace block size for hash ids, >= 1
+  std::uint64_t seed = 0;
+};
+
+inline constexpr std::uint32_t kMaxPrefixGroups = 2048;
+/// Shared ids are kSharedIdBase + group · 2^20 + block_index; fresh ids count up from 1 and
+/// stay below kSharedIdBase. All ids are < 2^32, so token synthesis never aliases them.
+inline constexpr std::uint64_t kSharedIdBase = 0x8000'0000ull;
+inline constexpr std::uint64_t kSharedIdsPerGroup = 1ull << 20;
+
+/// Generates the workload. Randomness is consumed in this order, per session i:
+///   1. the arrival gap (i > 0; Poisson/Gamma only),
+///   2. the prefix group (when num_prefix_groups > 0): uniformIndex(num_prefix_groups),
+///   3. per turn: input length, output length, then the delay (turns 2.., Exponential only).
+/// Each turn has n = ceil(input/block_size) ids; the first p = min(n, round(n · ratio)) are its
+/// group's shared ids, the rest fresh. Sessions are named session_<i> (0-based); turns have
+/// line 0 and no request_id. Errors name the offending parameter.
+Result<Workload> generateSyntheticWorkload(const SyntheticSpec& spec);
+
+}  // namespace mocker::replay
