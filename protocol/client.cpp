@@ -1,0 +1,548 @@
+#include "protocol/client.h"
+
+#include <algorithm>
+
+#include "protocol/detail/msgpack_io.h"
+#include "protocol/limits.h"
+
+namespace mocker::protocol {
+namespace {
+
+using detail::MapView;
+using detail::packBin;
+using detail::Packer;
+using detail::packStr;
+
+constexpr std::uint32_t kU32Max = std::numeric_limits<std::uint32_t>::max();
+
+// ---------------------------------------------------------------------------------------------
+// Encoding
+
+// Appends to a fresh vector; `fn(pk)` writes the fields after "v" and "type".
+template <typename Fn>
+std::vector<std::byte> encodeMap(std::string_view type, std::uint32_t num_fields, Fn&& fn,
+                                 std::size_t reserve = 64) {
+  std::vector<std::byte> out;
+  out.reserve(reserve);
+  detail::ByteSink sink(out);
+  Packer pk(sink);
+  pk.pack_map(2 + num_fields);
+  packStr(pk, "v");
+  pk.pack_uint64(kClientProtocolVersion);
+  packStr(pk, "type");
+  packStr(pk, type);
+  fn(pk);
+  return out;
+}
+
+void packTokens(Packer& pk, const std::vector<std::uint32_t>& tokens) {
+  pk.pack_array(static_cast<std::uint32_t>(tokens.size()));
+  for (std::uint32_t t : tokens) pk.pack_uint32(t);
+}
+
+std::string_view cancelResultName(CancelResult r) {
+  return r == CancelResult::Applied ? "applied" : "not_found";
+}
+
+// ---------------------------------------------------------------------------------------------
+// Decoding helpers
+
+Result<std::string> requestId(const MapView& m, std::string_view key = "id") {
+  MOCKER_TRY(const msgpack::object* o, m.require(key));
+  MOCKER_TRY(const std::string_view id, detail::getStr(*o, key, kMaxRequestIdBytes));
+  if (id.empty()) return invalidArgument(std::string(key) + ": must not be empty");
+  return std::string(id);
+}
+
+Result<std::uint64_t> uintKey(const MapView& m, std::string_view key,
+                              std::uint64_t max = std::numeric_limits<std::uint64_t>::max()) {
+  MOCKER_TRY(const msgpack::object* o, m.require(key));
+  return detail::getUint(*o, key, max);
+}
+
+Result<std::uint32_t> u32Key(const MapView& m, std::string_view key) {
+  MOCKER_TRY(const std::uint64_t v, uintKey(m, key, kU32Max));
+  return static_cast<std::uint32_t>(v);
+}
+
+Result<std::optional<std::uint32_t>> optU32Key(const MapView& m, std::string_view key) {
+  const msgpack::object* o = m.findNonNil(key);
+  if (o == nullptr) return std::optional<std::uint32_t>{};
+  MOCKER_TRY(const std::uint64_t v, detail::getUint(*o, key, kU32Max));
+  return std::optional<std::uint32_t>{static_cast<std::uint32_t>(v)};
+}
+
+Result<std::string> strKey(const MapView& m, std::string_view key) {
+  MOCKER_TRY(const msgpack::object* o, m.require(key));
+  MOCKER_TRY(const std::string_view s, detail::getStr(*o, key, kMaxStringBytes));
+  return std::string(s);
+}
+
+Result<ClientMessage> decodeSubmit(const MapView& m) {
+  SubmitRequest r;
+  MOCKER_TRY(r.id, requestId(m));
+  MOCKER_TRY(const msgpack::object* prompt, m.require("prompt"));
+  MOCKER_TRY(r.prompt, detail::getU32Array(*prompt, "prompt", kMaxTokensPerRequest));
+  MOCKER_TRY(r.max_tokens, u32Key(m, "max_tokens"));
+  if (const auto* o = m.findNonNil("output_tokens")) {
+    MOCKER_TRY(r.output_tokens, detail::getU32Array(*o, "output_tokens", kMaxTokensPerRequest));
+  }
+  MOCKER_TRY(r.dp_rank, optU32Key(m, "dp_rank"));
+  if (const auto* o = m.findNonNil("arrival_ms")) {
+    MOCKER_TRY(r.arrival_ms, detail::getNumber(*o, "arrival_ms"));
+  }
+  if (const auto* o = m.findNonNil("priority")) {
+    MOCKER_TRY(r.priority, detail::getInt(*o, "priority"));
+  }
+  return ClientMessage{std::move(r)};
+}
+
+Result<ClientMessage> decodeSubmitAck(const MapView& m) {
+  SubmitAck r;
+  MOCKER_TRY(r.id, requestId(m));
+  MOCKER_TRY(r.dp_rank, u32Key(m, "dp_rank"));
+  return ClientMessage{std::move(r)};
+}
+
+Result<ClientMessage> decodeSubmitReject(const MapView& m) {
+  SubmitReject r;
+  MOCKER_TRY(r.id, requestId(m));
+  MOCKER_TRY(r.reason, strKey(m, "reason"));
+  return ClientMessage{std::move(r)};
+}
+
+Result<RequestOutput> decodeRequestOutput(const msgpack::object& o) {
+  MOCKER_TRY(const MapView m, MapView::create(o, "output"));
+  RequestOutput r;
+  MOCKER_TRY(r.id, requestId(m));
+  MOCKER_TRY(r.index, u32Key(m, "index"));
+  MOCKER_TRY(const msgpack::object* tokens, m.require("tokens"));
+  MOCKER_TRY(r.tokens, detail::getU32Array(*tokens, "tokens", kMaxTokensPerRequest));
+  if (const auto* f = m.findNonNil("finish")) {
+    MOCKER_TRY(const std::string_view name, detail::getStr(*f, "finish", kMaxStringBytes));
+    MOCKER_TRY(r.finish, parseFinishReason(name));
+  }
+  if (const auto* t = m.findNonNil("reason")) {
+    MOCKER_TRY(const std::string_view text, detail::getStr(*t, "reason", kMaxStringBytes));
+    r.reason = std::string(text);
+  }
+  MOCKER_TRY(r.cached_tokens, optU32Key(m, "cached_tokens"));
+  if (!r.finish && r.tokens.empty()) {
+    return invalidArgument("tokens: empty on a non-terminal output (no 'finish')");
+  }
+  return r;
+}
+
+Result<ClientMessage> decodeOutput(const MapView& m) {
+  MOCKER_TRY(const msgpack::object* list, m.require("outputs"));
+  MOCKER_TRY(const auto items, detail::getArray(*list, "outputs", kMaxOutputsPerMessage));
+  OutputBatch batch;
+  batch.outputs.reserve(items.size());
+  for (std::size_t i = 0; i < items.size(); ++i) {
+    auto out = decodeRequestOutput(items[i]);
+    if (!out) return out.error().withContext(detail::indexed("outputs", i));
+    batch.outputs.push_back(std::move(out).value());
+  }
+  return ClientMessage{std::move(batch)};
+}
+
+Result<ClientMessage> decodeCancel(const MapView& m) {
+  CancelRequest r;
+  MOCKER_TRY(r.id, requestId(m));
+  if (const auto* c = m.findNonNil("client")) {
+    MOCKER_TRY(const std::string_view client, detail::getBytes(*c, "client", kMaxRoutingIdBytes));
+    if (client.empty()) return invalidArgument("client: routing id must not be empty");
+    r.client = std::string(client);
+  }
+  return ClientMessage{std::move(r)};
+}
+
+Result<ClientMessage> decodeCancelReply(const MapView& m) {
+  CancelReply r;
+  MOCKER_TRY(r.id, requestId(m));
+  MOCKER_TRY(const std::string result, strKey(m, "result"));
+  if (result == "applied") {
+    r.result = CancelResult::Applied;
+  } else if (result == "not_found") {
+    r.result = CancelResult::NotFound;
+  } else {
+    return corruption("result: '" + result.substr(0, 64) + "' is not one of applied, not_found");
+  }
+  return ClientMessage{std::move(r)};
+}
+
+Result<ErrorCode> parseErrorCode(std::string_view s) {
+  for (ErrorCode c : {ErrorCode::InvalidArgument, ErrorCode::Corruption, ErrorCode::NotFound,
+                      ErrorCode::Unsupported, ErrorCode::IoError, ErrorCode::Internal}) {
+    if (s == errorCodeName(c)) return c;
+  }
+  return corruption("code: '" + std::string(s.substr(0, 64)) + "' is not a known error code");
+}
+
+Result<ClientMessage> decodeError(const MapView& m) {
+  ErrorReply r;
+  MOCKER_TRY(const std::string code, strKey(m, "code"));
+  MOCKER_TRY(r.code, parseErrorCode(code));
+  MOCKER_TRY(r.message, strKey(m, "message"));
+  if (m.findNonNil("id") != nullptr) {
+    MOCKER_TRY(r.id, requestId(m));
+  }
+  return ClientMessage{std::move(r)};
+}
+
+Result<RankStats> decodeRankStats(const msgpack::object& o) {
+  MOCKER_TRY(const MapView m, MapView::create(o, "rank"));
+  RankStats r;
+  MOCKER_TRY(r.dp_rank, u32Key(m, "dp_rank"));
+  MOCKER_TRY(r.active_blocks, uintKey(m, "active_blocks"));
+  MOCKER_TRY(r.total_blocks, uintKey(m, "total_blocks"));
+  MOCKER_TRY(const msgpack::object* usage, m.require("kv_usage"));
+  MOCKER_TRY(r.kv_usage, detail::getNumber(*usage, "kv_usage"));
+  MOCKER_TRY(r.running, uintKey(m, "running"));
+  MOCKER_TRY(r.waiting, uintKey(m, "waiting"));
+  MOCKER_TRY(r.preemptions, uintKey(m, "preemptions"));
+  MOCKER_TRY(r.prefix_queries_tokens, uintKey(m, "prefix_queries_tokens"));
+  MOCKER_TRY(r.prefix_hit_tokens, uintKey(m, "prefix_hit_tokens"));
+  return r;
+}
+
+Result<ClientRoutes> decodeClientRoutes(const msgpack::object& o) {
+  MOCKER_TRY(const MapView m, MapView::create(o, "client"));
+  ClientRoutes r;
+  MOCKER_TRY(const msgpack::object* c, m.require("client"));
+  MOCKER_TRY(const std::string_view client, detail::getBytes(*c, "client", kMaxRoutingIdBytes));
+  r.client = std::string(client);
+  MOCKER_TRY(r.routes, uintKey(m, "routes"));
+  return r;
+}
+
+// Decodes an array of T with `fn`, prefixing errors with "<field>[i]".
+template <typename T, typename Fn>
+Result<std::vector<T>> decodeList(const MapView& m, std::string_view field, std::size_t max,
+                                  Fn&& fn) {
+  MOCKER_TRY(const msgpack::object* list, m.require(field));
+  MOCKER_TRY(const auto items, detail::getArray(*list, field, max));
+  std::vector<T> out;
+  out.reserve(items.size());
+  for (std::size_t i = 0; i < items.size(); ++i) {
+    Result<T> item = fn(items[i]);
+    if (!item) return item.error().withContext(detail::indexed(field, i));
+    out.push_back(std::move(item).value());
+  }
+  return out;
+}
+
+Result<ClientMessage> decodeStatsReply(const MapView& m) {
+  StatsReply r;
+  MOCKER_TRY(r.ranks, decodeList<RankStats>(m, "ranks", kMaxRanks, decodeRankStats));
+  MOCKER_TRY(r.routes, uintKey(m, "routes"));
+  MOCKER_TRY(r.clients,
+             decodeList<ClientRoutes>(m, "clients", kMaxStatsClients, decodeClientRoutes));
+  return ClientMessage{std::move(r)};
+}
+
+Result<ClientMessage> decodeKvSnapshotRequest(const MapView& m) {
+  KvSnapshotRequest r;
+  MOCKER_TRY(r.dp_rank, optU32Key(m, "dp_rank"));
+  return ClientMessage{r};
+}
+
+Result<RankBlocks> decodeRankBlocks(const msgpack::object& o) {
+  MOCKER_TRY(const MapView m, MapView::create(o, "rank"));
+  RankBlocks r;
+  MOCKER_TRY(r.dp_rank, u32Key(m, "dp_rank"));
+  MOCKER_TRY(const msgpack::object* list, m.require("block_hashes"));
+  MOCKER_TRY(const auto items, detail::getArray(*list, "block_hashes", kMaxSnapshotBlocksPerRank));
+  r.block_hashes.reserve(items.size());
+  for (std::size_t i = 0; i < items.size(); ++i) {
+    MOCKER_TRY(const std::uint64_t h,
+               detail::getUint(items[i], detail::indexed("block_hashes", i)));
+    if (!r.block_hashes.empty() && h <= r.block_hashes.back()) {
+      return invalidArgument(detail::indexed("block_hashes", i) +
+                             ": hashes must be strictly ascending");
+    }
+    r.block_hashes.push_back(h);
+  }
+  return r;
+}
+
+Result<ClientMessage> decodeKvSnapshotReply(const MapView& m) {
+  KvSnapshotReply r;
+  MOCKER_TRY(r.ranks, decodeList<RankBlocks>(m, "ranks", kMaxRanks, decodeRankBlocks));
+  return ClientMessage{std::move(r)};
+}
+
+}  // namespace
+
+std::string_view toString(FinishReason reason) {
+  switch (reason) {
+    case FinishReason::Length:
+      return "length";
+    case FinishReason::Cancelled:
+      return "cancelled";
+    case FinishReason::Rejected:
+      return "rejected";
+    case FinishReason::Error:
+      return "error";
+    case FinishReason::Shutdown:
+      return "shutdown";
+  }
+  return "?";
+}
+
+Result<FinishReason> parseFinishReason(std::string_view s) {
+  for (FinishReason r : {FinishReason::Length, FinishReason::Cancelled, FinishReason::Rejected,
+                         FinishReason::Error, FinishReason::Shutdown}) {
+    if (s == toString(r)) return r;
+  }
+  return corruption("finish: '" + std::string(s.substr(0, 64)) +
+                    "' is not one of length, cancelled, rejected, error, shutdown");
+}
+
+std::string_view messageType(const ClientMessage& message) {
+  static constexpr std::string_view kNames[] = {
+      "submit", "submit_ack", "submit_reject", "output",      "cancel",           "cancel_reply",
+      "error",  "stats",      "stats_reply",   "kv_snapshot", "kv_snapshot_reply"};
+  static_assert(std::size(kNames) == std::variant_size_v<ClientMessage>);
+  return kNames[message.index()];
+}
+
+std::vector<std::byte> encodeClientMessage(const ClientMessage& message) {
+  return std::visit([](const auto& m) { return encodeClientMessage(m); }, message);
+}
+
+std::vector<std::byte> encodeClientMessage(const SubmitRequest& m) {
+  const std::uint32_t n = 3 + (m.output_tokens ? 1u : 0u) + (m.dp_rank ? 1u : 0u) +
+                          (m.arrival_ms ? 1u : 0u) + (m.priority ? 1u : 0u);
+  const std::size_t reserve =
+      64 + m.id.size() + 5 * (m.prompt.size() + (m.output_tokens ? m.output_tokens->size() : 0));
+  return encodeMap(
+      "submit", n,
+      [&](Packer& pk) {
+        packStr(pk, "id");
+        packStr(pk, m.id);
+        packStr(pk, "prompt");
+        packTokens(pk, m.prompt);
+        packStr(pk, "max_tokens");
+        pk.pack_uint32(m.max_tokens);
+        if (m.output_tokens) {
+          packStr(pk, "output_tokens");
+          packTokens(pk, *m.output_tokens);
+        }
+        if (m.dp_rank) {
+          packStr(pk, "dp_rank");
+          pk.pack_uint32(*m.dp_rank);
+        }
+        if (m.arrival_ms) {
+          packStr(pk, "arrival_ms");
+          pk.packF64(*m.arrival_ms);
+        }
+        if (m.priority) {
+          packStr(pk, "priority");
+          pk.pack_int64(*m.priority);
+        }
+      },
+      reserve);
+}
+
+std::vector<std::byte> encodeClientMessage(const SubmitAck& m) {
+  return encodeMap("submit_ack", 2, [&](Packer& pk) {
+    packStr(pk, "id");
+    packStr(pk, m.id);
+    packStr(pk, "dp_rank");
+    pk.pack_uint32(m.dp_rank);
+  });
+}
+
+std::vector<std::byte> encodeClientMessage(const SubmitReject& m) {
+  return encodeMap("submit_reject", 2, [&](Packer& pk) {
+    packStr(pk, "id");
+    packStr(pk, m.id);
+    packStr(pk, "reason");
+    packStr(pk, m.reason);
+  });
+}
+
+std::vector<std::byte> encodeClientMessage(const OutputBatch& m) {
+  std::size_t reserve = 32;
+  for (const RequestOutput& o : m.outputs) reserve += 40 + o.id.size() + 5 * o.tokens.size();
+  return encodeMap(
+      "output", 1,
+      [&](Packer& pk) {
+        packStr(pk, "outputs");
+        pk.pack_array(static_cast<std::uint32_t>(m.outputs.size()));
+        for (const RequestOutput& o : m.outputs) {
+          const std::uint32_t n =
+              3 + (o.finish ? 1u : 0u) + (o.reason.empty() ? 0u : 1u) + (o.cached_tokens ? 1u : 0u);
+          pk.pack_map(n);
+          packStr(pk, "id");
+          packStr(pk, o.id);
+          packStr(pk, "index");
+          pk.pack_uint32(o.index);
+          packStr(pk, "tokens");
+          packTokens(pk, o.tokens);
+          if (o.finish) {
+            packStr(pk, "finish");
+            packStr(pk, toString(*o.finish));
+          }
+          if (!o.reason.empty()) {
+            packStr(pk, "reason");
+            packStr(pk, o.reason);
+          }
+          if (o.cached_tokens) {
+            packStr(pk, "cached_tokens");
+            pk.pack_uint32(*o.cached_tokens);
+          }
+        }
+      },
+      reserve);
+}
+
+std::vector<std::byte> encodeClientMessage(const CancelRequest& m) {
+  return encodeMap("cancel", m.client ? 2 : 1, [&](Packer& pk) {
+    packStr(pk, "id");
+    packStr(pk, m.id);
+    if (m.client) {
+      packStr(pk, "client");
+      packBin(pk, *m.client);
+    }
+  });
+}
+
+std::vector<std::byte> encodeClientMessage(const CancelReply& m) {
+  return encodeMap("cancel_reply", 2, [&](Packer& pk) {
+    packStr(pk, "id");
+    packStr(pk, m.id);
+    packStr(pk, "result");
+    packStr(pk, cancelResultName(m.result));
+  });
+}
+
+std::vector<std::byte> encodeClientMessage(const ErrorReply& m) {
+  return encodeMap("error", m.id ? 3 : 2, [&](Packer& pk) {
+    packStr(pk, "code");
+    packStr(pk, errorCodeName(m.code));
+    packStr(pk, "message");
+    packStr(pk, m.message);
+    if (m.id) {
+      packStr(pk, "id");
+      packStr(pk, *m.id);
+    }
+  });
+}
+
+std::vector<std::byte> encodeClientMessage(const StatsRequest& /*m*/) {
+  return encodeMap("stats", 0, [](Packer& /*pk*/) {});
+}
+
+std::vector<std::byte> encodeClientMessage(const StatsReply& m) {
+  return encodeMap(
+      "stats_reply", 3,
+      [&](Packer& pk) {
+        packStr(pk, "ranks");
+        pk.pack_array(static_cast<std::uint32_t>(m.ranks.size()));
+        for (const RankStats& r : m.ranks) {
+          pk.pack_map(9);
+          packStr(pk, "dp_rank");
+          pk.pack_uint32(r.dp_rank);
+          packStr(pk, "active_blocks");
+          pk.pack_uint64(r.active_blocks);
+          packStr(pk, "total_blocks");
+          pk.pack_uint64(r.total_blocks);
+          packStr(pk, "kv_usage");
+          pk.packF64(r.kv_usage);
+          packStr(pk, "running");
+          pk.pack_uint64(r.running);
+          packStr(pk, "waiting");
+          pk.pack_uint64(r.waiting);
+          packStr(pk, "preemptions");
+          pk.pack_uint64(r.preemptions);
+          packStr(pk, "prefix_queries_tokens");
+          pk.pack_uint64(r.prefix_queries_tokens);
+          packStr(pk, "prefix_hit_tokens");
+          pk.pack_uint64(r.prefix_hit_tokens);
+        }
+        packStr(pk, "routes");
+        pk.pack_uint64(m.routes);
+        packStr(pk, "clients");
+        pk.pack_array(static_cast<std::uint32_t>(m.clients.size()));
+        for (const ClientRoutes& c : m.clients) {
+          pk.pack_map(2);
+          packStr(pk, "client");
+          packBin(pk, c.client);
+          packStr(pk, "routes");
+          pk.pack_uint64(c.routes);
+        }
+      },
+      256 + 200 * m.ranks.size() + 32 * m.clients.size());
+}
+
+std::vector<std::byte> encodeClientMessage(const KvSnapshotRequest& m) {
+  return encodeMap("kv_snapshot", m.dp_rank ? 1 : 0, [&](Packer& pk) {
+    if (m.dp_rank) {
+      packStr(pk, "dp_rank");
+      pk.pack_uint32(*m.dp_rank);
+    }
+  });
+}
+
+std::vector<std::byte> encodeClientMessage(const KvSnapshotReply& m) {
+  std::size_t reserve = 64;
+  for (const RankBlocks& r : m.ranks) reserve += 32 + 9 * r.block_hashes.size();
+  return encodeMap(
+      "kv_snapshot_reply", 1,
+      [&](Packer& pk) {
+        packStr(pk, "ranks");
+        pk.pack_array(static_cast<std::uint32_t>(m.ranks.size()));
+        for (const RankBlocks& r : m.ranks) {
+          // REQUIRES: strictly ascending hashes (the decoder refuses anything else).
+          MOCKER_DCHECK(std::adjacent_find(r.block_hashes.begin(), r.block_hashes.end(),
+                                           std::greater_equal<>()) == r.block_hashes.end());
+          pk.pack_map(2);
+          packStr(pk, "dp_rank");
+          pk.pack_uint32(r.dp_rank);
+          packStr(pk, "block_hashes");
+          pk.pack_array(static_cast<std::uint32_t>(r.block_hashes.size()));
+          for (std::uint64_t h : r.block_hashes) pk.pack_uint64(h);
+        }
+      },
+      reserve);
+}
+
+Result<ClientMessage> decodeClientMessage(std::span<const std::byte> payload) {
+  MOCKER_TRY(const detail::Unpacked unpacked, detail::unpackMessage(payload, "message"));
+  MOCKER_TRY(const MapView m, MapView::create(unpacked.root(), "message"));
+  MOCKER_TRY(const msgpack::object* v, m.require("v"));
+  MOCKER_TRY(const std::uint64_t version, detail::getUint(*v, "v"));
+  if (version != kClientProtocolVersion) {
+    return Error{ErrorCode::Unsupported, "v: protocol version " + std::to_string(version) +
+                                             " is not supported (this peer speaks version " +
+                                             std::to_string(kClientProtocolVersion) + ")"};
+  }
+  MOCKER_TRY(const msgpack::object* type_obj, m.require("type"));
+  MOCKER_TRY(const std::string_view type, detail::getStr(*type_obj, "type", kMaxStringBytes));
+  if (type == "submit") return decodeSubmit(m);
+  if (type == "output") return decodeOutput(m);
+  if (type == "cancel") return decodeCancel(m);
+  if (type == "submit_ack") return decodeSubmitAck(m);
+  if (type == "submit_reject") return decodeSubmitReject(m);
+  if (type == "cancel_reply") return decodeCancelReply(m);
+  if (type == "error") return decodeError(m);
+  if (type == "stats") return ClientMessage{StatsRequest{}};
+  if (type == "stats_reply") return decodeStatsReply(m);
+  if (type == "kv_snapshot") return decodeKvSnapshotRequest(m);
+  if (type == "kv_snapshot_reply") return decodeKvSnapshotReply(m);
+  return corruption("type: unknown message type '" + std::string(type.substr(0, 64)) + "'");
+}
+
+std::optional<std::string> peekRequestId(std::span<const std::byte> payload) {
+  auto unpacked = detail::unpackMessage(payload, "message");
+  if (!unpacked) return std::nullopt;
+  auto m = MapView::create(unpacked->root(), "message");
+  if (!m) return std::nullopt;
+  auto id = requestId(*m);
+  if (!id) return std::nullopt;
+  return std::move(id).value();
+}
+
+}  // namespace mocker::protocol

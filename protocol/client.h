@@ -1,0 +1,179 @@
+// Client protocol v1 (documented for implementers in protocol/README.md): the messages a client
+// exchanges with the service over a DEALER ↔ ROUTER pair — submit / ack / reject, batched
+// streamed outputs, cancel / reply, error, stats and kv_snapshot. Every message is one msgpack
+// map whose first keys are "v" (protocol version) and "type".
+//
+// Request ids are chosen by the client and scoped by its ZeroMQ routing id; the service maps
+// them to internal engine ids. One OutputBatch carries every output of one client for one pass.
+//
+// Pure functions on plain value types; thread-safe. Never throws.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <variant>
+#include <vector>
+
+#include "engine/base/result.h"
+
+namespace mocker::protocol {
+
+/// The protocol version this build speaks; a message with another "v" is refused (Unsupported).
+inline constexpr std::uint64_t kClientProtocolVersion = 1;
+
+/// client → service: start a request.
+struct SubmitRequest {
+  std::string id;                     ///< 1..256 bytes, unique among the client's active ids
+  std::vector<std::uint32_t> prompt;  ///< prompt token ids (≤ kMaxTokensPerRequest)
+  std::uint32_t max_tokens = 0;       ///< output tokens to generate
+  std::optional<std::vector<std::uint32_t>> output_tokens;  ///< planned output; its length wins
+  std::optional<std::uint32_t> dp_rank;                     ///< absent: the service chooses
+  std::optional<double> arrival_ms;                         ///< informational
+  std::optional<std::int64_t> priority;                     ///< informational (not modelled)
+  friend bool operator==(const SubmitRequest&, const SubmitRequest&) = default;
+};
+
+/// service → client: the request was admitted to the engine.
+struct SubmitAck {
+  std::string id;
+  std::uint32_t dp_rank = 0;  ///< the rank that runs it
+  friend bool operator==(const SubmitAck&, const SubmitAck&) = default;
+};
+
+/// service → client: the request was refused before it ran (no outputs follow).
+struct SubmitReject {
+  std::string id;
+  std::string reason;  ///< human-readable ("duplicate active id", "dp_rank 3 >= dp_size 2")
+  friend bool operator==(const SubmitReject&, const SubmitReject&) = default;
+};
+
+/// Why a stream ended. Wire names: "length", "cancelled", "rejected", "error", "shutdown".
+enum class FinishReason { Length, Cancelled, Rejected, Error, Shutdown };
+std::string_view toString(FinishReason reason);
+Result<FinishReason> parseFinishReason(std::string_view s);
+
+/// The outputs of one request within one OutputBatch: consecutive tokens starting at output
+/// position `index`, and, on the last message of the stream, a finish reason.
+struct RequestOutput {
+  std::string id;
+  std::uint32_t index = 0;                     ///< output position of tokens[0] (0-based)
+  std::vector<std::uint32_t> tokens;           ///< may be empty on a terminal message
+  std::optional<FinishReason> finish;          ///< set ⇔ terminal: nothing follows for this id
+  std::string reason;                          ///< optional text (omitted on the wire when empty)
+  std::optional<std::uint32_t> cached_tokens;  ///< with the first token: prefix-cache hits
+  friend bool operator==(const RequestOutput&, const RequestOutput&) = default;
+};
+
+/// service → client: every output of that client produced by one pass.
+struct OutputBatch {
+  std::vector<RequestOutput> outputs;
+  friend bool operator==(const OutputBatch&, const OutputBatch&) = default;
+};
+
+/// client → service (cancel socket or submit socket): cancel a request of `client`, by default
+/// the sender's own routing id.
+struct CancelRequest {
+  std::string id;
+  std::optional<std::string> client;  ///< routing id bytes of the submitting client
+  friend bool operator==(const CancelRequest&, const CancelRequest&) = default;
+};
+
+enum class CancelResult { Applied, NotFound };  ///< wire: "applied", "not_found"
+
+struct CancelReply {
+  std::string id;
+  CancelResult result = CancelResult::NotFound;
+  friend bool operator==(const CancelReply&, const CancelReply&) = default;
+};
+
+/// service → client: a message could not be accepted (malformed, unsupported version, limit).
+struct ErrorReply {
+  ErrorCode code = ErrorCode::Corruption;  ///< wire: errorCodeName(code)
+  std::string message;                     ///< names what is wrong
+  std::optional<std::string> id;           ///< request id, when it could be read
+  friend bool operator==(const ErrorReply&, const ErrorReply&) = default;
+};
+
+/// client → service: ask for load metrics.
+struct StatsRequest {
+  friend bool operator==(const StatsRequest&, const StatsRequest&) = default;
+};
+
+struct RankStats {
+  std::uint32_t dp_rank = 0;
+  std::uint64_t active_blocks = 0;
+  std::uint64_t total_blocks = 0;
+  double kv_usage = 0.0;  ///< active / total, 0..1
+  std::uint64_t running = 0;
+  std::uint64_t waiting = 0;
+  std::uint64_t preemptions = 0;            ///< cumulative
+  std::uint64_t prefix_queries_tokens = 0;  ///< cumulative prompt tokens looked up
+  std::uint64_t prefix_hit_tokens = 0;      ///< cumulative prompt tokens reused
+  friend bool operator==(const RankStats&, const RankStats&) = default;
+};
+
+struct ClientRoutes {
+  std::string client;  ///< routing id bytes (bin on the wire)
+  std::uint64_t routes = 0;
+  friend bool operator==(const ClientRoutes&, const ClientRoutes&) = default;
+};
+
+struct StatsReply {
+  std::vector<RankStats> ranks;
+  std::uint64_t routes = 0;  ///< live requests across all clients
+  std::vector<ClientRoutes> clients;
+  friend bool operator==(const StatsReply&, const StatsReply&) = default;
+};
+
+/// client → service: ask for the cached block hashes (of one rank, or all).
+struct KvSnapshotRequest {
+  std::optional<std::uint32_t> dp_rank;
+  friend bool operator==(const KvSnapshotRequest&, const KvSnapshotRequest&) = default;
+};
+
+struct RankBlocks {
+  std::uint32_t dp_rank = 0;
+  std::vector<std::uint64_t> block_hashes;  ///< strictly ascending
+  friend bool operator==(const RankBlocks&, const RankBlocks&) = default;
+};
+
+struct KvSnapshotReply {
+  std::vector<RankBlocks> ranks;
+  friend bool operator==(const KvSnapshotReply&, const KvSnapshotReply&) = default;
+};
+
+using ClientMessage =
+    std::variant<SubmitRequest, SubmitAck, SubmitReject, OutputBatch, CancelRequest, CancelReply,
+                 ErrorReply, StatsRequest, StatsReply, KvSnapshotRequest, KvSnapshotReply>;
+
+/// The wire "type" of a message ("submit", "submit_ack", ..., "kv_snapshot_reply").
+std::string_view messageType(const ClientMessage& message);
+
+/// Encoders, one per message, plus one for the variant. Output follows the key order of
+/// protocol/README.md (which golden tests pin).
+std::vector<std::byte> encodeClientMessage(const ClientMessage& message);
+std::vector<std::byte> encodeClientMessage(const SubmitRequest& m);
+std::vector<std::byte> encodeClientMessage(const SubmitAck& m);
+std::vector<std::byte> encodeClientMessage(const SubmitReject& m);
+std::vector<std::byte> encodeClientMessage(const OutputBatch& m);
+std::vector<std::byte> encodeClientMessage(const CancelRequest& m);
+std::vector<std::byte> encodeClientMessage(const CancelReply& m);
+std::vector<std::byte> encodeClientMessage(const ErrorReply& m);
+std::vector<std::byte> encodeClientMessage(const StatsRequest& m);
+std::vector<std::byte> encodeClientMessage(const StatsReply& m);
+std::vector<std::byte> encodeClientMessage(const KvSnapshotRequest& m);
+std::vector<std::byte> encodeClientMessage(const KvSnapshotReply& m);
+
+/// Decodes any v1 message. Order of checks: size/structure, map, "v" (missing → Corruption,
+/// ≠ 1 → Unsupported), "type" (unknown → Corruption), then fields. Unknown keys are ignored.
+/// Errors name the field ("outputs[3].tokens[0]: expected unsigned integer, got str").
+Result<ClientMessage> decodeClientMessage(std::span<const std::byte> payload);
+
+/// Best effort: the "id" of a message that may otherwise be malformed (for ErrorReply.id).
+std::optional<std::string> peekRequestId(std::span<const std::byte> payload);
+
+}  // namespace mocker::protocol

@@ -1,0 +1,138 @@
+// Internal msgpack helpers shared by the protocol encoders and decoders: a packer writing into a
+// std::vector<std::byte>, a bounds-checked structural pre-scan, and typed accessors that turn
+// msgpack::object values into Result errors naming the field. Only protocol/*.cpp include this
+// header (msgpack-c is linked PRIVATE to mocker_protocol).
+//
+// Pure functions; thread-safe. Never throws: every msgpack-c call that can throw is wrapped.
+#pragma once
+
+#include <msgpack.hpp>
+
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "engine/base/result.h"
+
+namespace mocker::protocol::detail {
+
+/// msgpack-c output stream appending to a byte vector.
+class ByteSink {
+ public:
+  explicit ByteSink(std::vector<std::byte>& out) : out_(&out) {}
+  void write(const char* data, std::size_t size) {
+    const auto* bytes = reinterpret_cast<const std::byte*>(data);
+    out_->insert(out_->end(), bytes, bytes + size);
+  }
+
+ private:
+  std::vector<std::byte>* out_;
+};
+
+/// msgpack-c packer plus packF64. NOTE: msgpack-c 4.x `pack_double` writes integral values as
+/// integers (0.0 → 0x00); wire.md §1 requires float64 (`cb`) for every float, so encoders must
+/// use packF64 and never pack_double.
+class Packer : public msgpack::packer<ByteSink> {
+ public:
+  explicit Packer(ByteSink& sink) : msgpack::packer<ByteSink>(sink), sink_(&sink) {}
+
+  /// float64: 0xcb + 8 big-endian bytes of the IEEE-754 value.
+  void packF64(double d) {
+    std::uint64_t bits = 0;
+    static_assert(sizeof(bits) == sizeof(d));
+    std::memcpy(&bits, &d, sizeof(d));
+    char buf[9];
+    buf[0] = static_cast<char>(0xcb);
+    for (int i = 0; i < 8; ++i) buf[1 + i] = static_cast<char>((bits >> (56 - 8 * i)) & 0xff);
+    sink_->write(buf, sizeof(buf));
+  }
+
+ private:
+  ByteSink* sink_;
+};
+
+/// Packs a msgpack str (never bin).
+inline void packStr(Packer& pk, std::string_view s) {
+  pk.pack_str(static_cast<std::uint32_t>(s.size()));
+  pk.pack_str_body(s.data(), static_cast<std::uint32_t>(s.size()));
+}
+
+/// Packs a msgpack bin.
+inline void packBin(Packer& pk, std::string_view s) {
+  pk.pack_bin(static_cast<std::uint32_t>(s.size()));
+  pk.pack_bin_body(s.data(), static_cast<std::uint32_t>(s.size()));
+}
+
+/// A decoded message: the msgpack-c zone (owning the object tree; strings reference the input
+/// buffer, which must outlive it) and its root object.
+struct Unpacked {
+  msgpack::object_handle handle;
+  const msgpack::object& root() const { return handle.get(); }
+};
+
+/// Walks the bytes without allocating: exactly one complete msgpack object, no trailing bytes,
+/// nesting ≤ kMaxNestingDepth, every declared length backed by input bytes, at most
+/// kMaxObjectsPerMessage objects, no ext types, no reserved byte 0xc1. `what` names the message
+/// kind in errors ("kv event batch").
+Status prescan(std::span<const std::byte> bytes, std::string_view what);
+
+/// prescan() followed by msgpack::unpack with limits; strings and bins reference `bytes`.
+Result<Unpacked> unpackMessage(std::span<const std::byte> bytes, std::string_view what);
+
+/// "str", "array", "positive integer", ...
+const char* typeName(const msgpack::object& o);
+
+/// Corruption error "<field>: expected <want>, got <type>".
+Error typeError(std::string_view field, std::string_view want, const msgpack::object& got);
+
+/// Unsigned integer ≤ `max`. Accepts only msgpack integers (a negative value is an error).
+Result<std::uint64_t> getUint(const msgpack::object& o, std::string_view field,
+                              std::uint64_t max = std::numeric_limits<std::uint64_t>::max());
+/// Signed 64-bit integer (either msgpack integer family, within int64 range).
+Result<std::int64_t> getInt(const msgpack::object& o, std::string_view field);
+/// A 64-bit hash: unsigned integer, or a negative integer reinterpreted as two's complement
+/// (i64 hashes as some encoders write them).
+Result<std::uint64_t> getHash(const msgpack::object& o, std::string_view field);
+/// Number: float32/float64 or integer, converted to double; NaN is refused.
+Result<double> getNumber(const msgpack::object& o, std::string_view field);
+/// str of at most `max_bytes` bytes (content is not UTF-8 validated).
+Result<std::string_view> getStr(const msgpack::object& o, std::string_view field,
+                                std::size_t max_bytes);
+/// bin or str of at most `max_bytes` bytes.
+Result<std::string_view> getBytes(const msgpack::object& o, std::string_view field,
+                                  std::size_t max_bytes);
+/// Array of at most `max_elements` elements.
+Result<std::span<const msgpack::object>> getArray(const msgpack::object& o, std::string_view field,
+                                                  std::size_t max_elements);
+/// Array of unsigned integers each ≤ UINT32_MAX (token ids).
+Result<std::vector<std::uint32_t>> getU32Array(const msgpack::object& o, std::string_view field,
+                                               std::size_t max_elements);
+
+/// Read-only view of a msgpack map with string keys, no duplicate keys.
+class MapView {
+ public:
+  /// Fails if `o` is not a map, has more than kMaxMapEntries entries, a non-str key or a
+  /// duplicate key.
+  static Result<MapView> create(const msgpack::object& o, std::string_view field);
+
+  /// The value of `key`, or nullptr.
+  const msgpack::object* find(std::string_view key) const;
+  /// The value of `key`, or a Corruption error "<key>: missing".
+  Result<const msgpack::object*> require(std::string_view key) const;
+  /// The value of `key` unless it is absent or nil.
+  const msgpack::object* findNonNil(std::string_view key) const;
+
+ private:
+  explicit MapView(const msgpack::object_map& map) : map_(&map) {}
+  const msgpack::object_map* map_;
+};
+
+/// "<prefix>[<index>]".
+std::string indexed(std::string_view prefix, std::size_t index);
+
+}  // namespace mocker::protocol::detail

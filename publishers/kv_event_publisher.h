@@ -1,0 +1,99 @@
+// KvEventPublisher: turns the KV events of one DP rank's passes into vLLM-compatible KV-event
+// messages (spec wire.md §2–§4) and keeps a replay ring buffer.
+//
+//   * one batch per pass, only if the pass produced events; batches are never split or merged;
+//   * sequence numbers per publisher (= per rank) from 0, +1 per batch;
+//   * live message: [topic, seq (8 B BE), payload] to the FrameSink, non-blocking;
+//   * the batch is stored in the ring (last `buffer_steps` batches, oldest evicted) BEFORE it is
+//     sent, so a batch the sink drops stays replayable (consumers see a gap and replay it);
+//   * handleReplayRequest() answers the replay ROUTER protocol (wire.md §4) in layout r1 or r2.
+//
+// Not thread-safe: owned and used by the thread that owns the sink (the service loop). Never
+// starts threads, never reads a clock (timestamps are parameters).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "engine/base/result.h"
+#include "engine/types.h"
+#include "protocol/kv_events.h"
+#include "publishers/frame_sink.h"
+
+namespace mocker::publishers {
+
+/// Replay reply layouts (wire.md §4): r1 = [seq, payload], r2 = [topic, seq, payload].
+enum class ReplayLayout { R1, R2 };
+std::string_view toString(ReplayLayout layout);
+Result<ReplayLayout> parseReplayLayout(std::string_view s);
+
+struct KvEventPublisherConfig {
+  std::uint32_t dp_rank = 0;
+  std::string topic;  ///< frame 0; "" by default; "kv@<pod>@<model>" is validated
+  protocol::KvEncodeOptions encoding;
+  std::size_t buffer_steps = 10'000;  ///< replay ring capacity in batches; 0 disables the ring
+  ReplayLayout replay_layout = ReplayLayout::R1;
+};
+
+/// Accepts any topic, except that one starting with "kv@" must be exactly
+/// "kv@<pod>@<model>" with non-empty parts and no '@' in the model (llm-d splits on '@').
+Status validateKvTopic(std::string_view topic);
+
+class KvEventPublisher {
+ public:
+  /// Validates the config. `sink` must outlive the publisher.
+  static Result<std::unique_ptr<KvEventPublisher>> create(KvEventPublisherConfig config,
+                                                          FrameSink& sink);
+
+  KvEventPublisher(const KvEventPublisher&) = delete;
+  KvEventPublisher& operator=(const KvEventPublisher&) = delete;
+
+  /// Publishes the events of one pass (engine.md §4.8 order) as one batch stamped `ts`
+  /// (seconds). Returns the batch's sequence number, or nullopt if `events` is empty.
+  std::optional<std::uint64_t> publishPass(std::span<const engine::KvEvent> events, double ts);
+
+  /// Same with wire-level events (e.g. AllBlocksCleared as batch 0 with clear_on_start).
+  std::optional<std::uint64_t> publishEvents(std::vector<protocol::KvEvent> events, double ts);
+
+  /// Answers one replay request as received from the ROUTER socket: [identity, "", start_seq
+  /// (8 B BE)]. Returns the reply messages (each starting with [identity, ""]): every ringed
+  /// batch with seq ≥ start_seq in ascending order, then the end marker. Any other shape is
+  /// ignored (no reply) and counted in numMalformedReplayRequests().
+  std::vector<Message> handleReplayRequest(std::span<const Frame> frames);
+
+  std::uint64_t nextSeq() const { return next_seq_; }
+  std::uint64_t numBatchesSent() const { return num_sent_; }
+  std::uint64_t numBatchesDropped() const { return num_dropped_; }  ///< by the sink
+  std::uint64_t numReplayRequests() const { return num_replay_requests_; }
+  std::uint64_t numMalformedReplayRequests() const { return num_malformed_replay_requests_; }
+  std::size_t ringSize() const { return ring_.size(); }
+  const KvEventPublisherConfig& config() const { return config_; }
+
+ private:
+  KvEventPublisher(KvEventPublisherConfig config, FrameSink& sink)
+      : config_(std::move(config)), sink_(&sink) {}
+
+  std::uint64_t publishBatch(const protocol::KvEventBatch& batch);
+
+  KvEventPublisherConfig config_;
+  FrameSink* sink_;
+  std::uint64_t next_seq_ = 0;
+  std::deque<std::pair<std::uint64_t, std::vector<std::byte>>> ring_;  ///< consecutive seqs
+  std::uint64_t num_sent_ = 0;
+  std::uint64_t num_dropped_ = 0;
+  std::uint64_t num_replay_requests_ = 0;
+  std::uint64_t num_malformed_replay_requests_ = 0;
+};
+
+/// engine → wire event conversion (medium "GPU", lora fields nil).
+protocol::KvEvent toWireEvent(const engine::KvEvent& event);
+
+}  // namespace mocker::publishers

@@ -1,0 +1,309 @@
+#include "protocol/client.h"
+
+#include <gtest/gtest.h>
+
+#include "protocol/limits.h"
+#include "tests/protocol/protocol_test_util.h"
+
+namespace mocker::protocol {
+namespace {
+
+using testing::Bytes;
+using testing::concat;
+using testing::DamageCase;
+using testing::fromHex;
+using testing::Json;
+using testing::mp;
+using testing::prefix;
+using testing::readGolden;
+using testing::toHex;
+
+const std::string kRoutingId(
+    "\x00k\x8b"
+    "Eg",
+    5);
+
+// Each golden file of tests/data/protocol/client_*.hex and the C++ value it must equal.
+std::vector<std::pair<std::string, ClientMessage>> clientGoldens() {
+  return {
+      {"client_submit_min", SubmitRequest{.id = "r1", .prompt = {1, 2, 3}, .max_tokens = 2}},
+      {"client_submit_full", SubmitRequest{.id = "req-42",
+                                           .prompt = {1, 200, 70000},
+                                           .max_tokens = 3,
+                                           .output_tokens = std::vector<std::uint32_t>{7, 8, 9},
+                                           .dp_rank = 1,
+                                           .arrival_ms = 12.5,
+                                           .priority = -2}},
+      {"client_submit_ack", SubmitAck{.id = "r1", .dp_rank = 0}},
+      {"client_submit_reject", SubmitReject{.id = "r1", .reason = "duplicate active request id"}},
+      {"client_output",
+       OutputBatch{
+           .outputs =
+               {
+                   {.id = "r1", .index = 0, .tokens = {24979}, .cached_tokens = 16},
+                   {.id = "r2", .index = 5, .tokens = {7036, 1001}},
+                   {.id = "r3",
+                    .index = 2,
+                    .tokens = {},
+                    .finish = FinishReason::Cancelled,
+                    .reason = "cancelled by client"},
+                   {.id = "r4", .index = 9, .tokens = {1234}, .finish = FinishReason::Length},
+               }}},
+      {"client_cancel", CancelRequest{.id = "r1"}},
+      {"client_cancel_client", CancelRequest{.id = "r1", .client = kRoutingId}},
+      {"client_cancel_reply_applied", CancelReply{.id = "r1", .result = CancelResult::Applied}},
+      {"client_cancel_reply_not_found", CancelReply{.id = "r9", .result = CancelResult::NotFound}},
+      {"client_error",
+       ErrorReply{
+           .code = ErrorCode::Unsupported,
+           .message = "v: protocol version 2 is not supported (this peer speaks version 1)"}},
+      {"client_error_id",
+       ErrorReply{
+           .code = ErrorCode::InvalidArgument, .message = "dp_rank: 4 >= dp_size 2", .id = "r1"}},
+      {"client_stats", StatsRequest{}},
+      {"client_stats_reply",
+       StatsReply{.ranks = {{.dp_rank = 0,
+                             .active_blocks = 10,
+                             .total_blocks = 16384,
+                             .kv_usage = 0.25,
+                             .running = 2,
+                             .waiting = 1,
+                             .preemptions = 0,
+                             .prefix_queries_tokens = 4096,
+                             .prefix_hit_tokens = 1024},
+                            {.dp_rank = 1, .total_blocks = 16384, .preemptions = 3}},
+                  .routes = 3,
+                  .clients = {{kRoutingId, 2}, {"bob", 1}}}},
+      {"client_kv_snapshot", KvSnapshotRequest{}},
+      {"client_kv_snapshot_rank", KvSnapshotRequest{.dp_rank = 1}},
+      {"client_kv_snapshot_reply",
+       KvSnapshotReply{.ranks = {{.dp_rank = 0,
+                                  .block_hashes = {0x44a2b2379d6d3c3dull, 0xaea1e67a6c80cf84ull,
+                                                   0xcb38e4d7fb2dca5cull}},
+                                 {.dp_rank = 1, .block_hashes = {}}}}},
+  };
+}
+
+TEST(ClientGoldenTest, EncodersMatchPythonGoldensAndDecodeBack) {
+  const auto goldens = clientGoldens();
+  EXPECT_EQ(goldens.size(), 16u);
+  for (const auto& [name, message] : goldens) {
+    SCOPED_TRACE(name);
+    const Bytes golden = readGolden(name);
+    EXPECT_EQ(toHex(encodeClientMessage(message)), toHex(golden));
+    const auto decoded = decodeClientMessage(golden);
+    ASSERT_TRUE(decoded.has_value()) << decoded.error().toString();
+    EXPECT_EQ(*decoded, message);
+  }
+}
+
+TEST(ClientGoldenTest, EveryMessageTypeIsCovered) {
+  std::vector<bool> seen(std::variant_size_v<ClientMessage>, false);
+  for (const auto& [name, message] : clientGoldens()) seen[message.index()] = true;
+  for (std::size_t i = 0; i < seen.size(); ++i) EXPECT_TRUE(seen[i]) << "variant index " << i;
+}
+
+TEST(ClientRoundTripTest, MessageTypesAndExtremes) {
+  SubmitRequest big{.id = std::string(kMaxRequestIdBytes, 'x'),
+                    .prompt = std::vector<std::uint32_t>(5000, 4294967295u),
+                    .max_tokens = 4294967295u,
+                    .output_tokens = std::vector<std::uint32_t>{},
+                    .dp_rank = 0,
+                    .arrival_ms = -0.0,
+                    .priority = std::numeric_limits<std::int64_t>::min()};
+  const auto d = decodeClientMessage(encodeClientMessage(big));
+  ASSERT_TRUE(d.has_value()) << d.error().toString();
+  EXPECT_EQ(std::get<SubmitRequest>(*d), big);
+  for (const auto& [name, message] : clientGoldens()) {
+    EXPECT_EQ(*decodeClientMessage(encodeClientMessage(message)), message) << name;
+  }
+  EXPECT_EQ(messageType(ClientMessage{OutputBatch{}}), "output");
+  EXPECT_EQ(messageType(ClientMessage{KvSnapshotReply{}}), "kv_snapshot_reply");
+}
+
+TEST(ClientDecodeTest, AllFinishReasons) {
+  for (FinishReason r : {FinishReason::Length, FinishReason::Cancelled, FinishReason::Rejected,
+                         FinishReason::Error, FinishReason::Shutdown}) {
+    const OutputBatch b{.outputs = {{.id = "a", .index = 0, .tokens = {}, .finish = r}}};
+    EXPECT_EQ(std::get<OutputBatch>(*decodeClientMessage(encodeClientMessage(b))), b);
+    EXPECT_EQ(*parseFinishReason(toString(r)), r);
+  }
+}
+
+TEST(ClientDecodeTest, VersionTwoIsRefusedClearly) {
+  const auto r = decodeClientMessage(mp({{"v", 2}, {"type", "submit"}, {"id", "x"}}));
+  ASSERT_FALSE(r.has_value());
+  EXPECT_EQ(r.error().code, ErrorCode::Unsupported);
+  EXPECT_EQ(r.error().message,
+            "v: protocol version 2 is not supported (this peer speaks version 1)");
+}
+
+TEST(ClientDecodeTest, UnknownKeysAndNilOptionalsAreIgnored) {
+  const auto r = decodeClientMessage(mp({{"v", 1},
+                                         {"type", "submit"},
+                                         {"id", "a"},
+                                         {"prompt", {1}},
+                                         {"max_tokens", 1},
+                                         {"dp_rank", nullptr},
+                                         {"future_field", {{"x", 1}}}}));
+  ASSERT_TRUE(r.has_value()) << r.error().toString();
+  EXPECT_FALSE(std::get<SubmitRequest>(*r).dp_rank.has_value());
+}
+
+TEST(ClientDecodeTest, PeekRequestIdOfAnOtherwiseBadMessage) {
+  EXPECT_EQ(peekRequestId(mp({{"v", 1}, {"type", "submit"}, {"id", "r7"}, {"prompt", "x"}})), "r7");
+  EXPECT_FALSE(peekRequestId(fromHex("81")).has_value());
+  EXPECT_FALSE(peekRequestId(mp({{"id", 5}})).has_value());
+}
+
+Json submit() {
+  return {{"v", 1}, {"type", "submit"}, {"id", "r1"}, {"prompt", {1, 2}}, {"max_tokens", 4}};
+}
+Json submitWith(const std::string& key, Json v) {
+  Json j = submit();
+  j[key] = std::move(v);
+  return j;
+}
+Json submitWithout(const std::string& key) {
+  Json j = submit();
+  j.erase(key);
+  return j;
+}
+Json msg(const std::string& type, Json fields) {
+  Json j = {{"v", 1}, {"type", type}};
+  for (auto& [k, v] : fields.items()) j[k] = v;
+  return j;
+}
+Json output(Json entry) { return msg("output", {{"outputs", Json::array({entry})}}); }
+
+std::vector<DamageCase> clientDamageCatalogue() {
+  const Bytes ok = mp(submit());
+  Json wide = submit();
+  for (int i = 0; i < 70; ++i) wide[std::to_string(i).insert(0, 1, 'k')] = i;
+  Bytes deep = fromHex("86 a1 76 01 a4 74797065 a6 7375626d6974 a2 6964 a1 61 a6 70726f6d7074");
+  for (int i = 0; i < 12; ++i) deep.push_back(std::byte{0x91});
+  deep.push_back(std::byte{0x01});
+  deep = concat(deep, fromHex("aa 6d61785f746f6b656e73 01"));
+  const auto E = ErrorCode::Corruption;
+  const auto I = ErrorCode::InvalidArgument;
+  const auto U = ErrorCode::Unsupported;
+  return {
+      {"empty input", {}, E, "message: empty"},
+      {"truncated", prefix(ok, ok.size() / 2), E, "truncated"},
+      {"trailing bytes", concat(ok, fromHex("01")), E, "1 trailing bytes"},
+      {"root is an array", mp(Json::array({1, "submit"})), E, "message: expected map, got array"},
+      {"v missing", mp({{"type", "stats"}}), E, "v: missing"},
+      {"v is 2", mp({{"v", 2}, {"type", "stats"}}), U, "v: protocol version 2 is not supported"},
+      {"v is 0", mp({{"v", 0}, {"type", "stats"}}), U, "version 0"},
+      {"v is a str", mp({{"v", "1"}, {"type", "stats"}}), E, "v: expected unsigned integer"},
+      {"v is negative", mp({{"v", -1}, {"type", "stats"}}), I, "v: must be >= 0"},
+      {"type missing", mp({{"v", 1}}), E, "type: missing"},
+      {"type is an int", mp({{"v", 1}, {"type", 3}}), E, "type: expected str"},
+      {"unknown type", mp({{"v", 1}, {"type", "subscribe"}}), E,
+       "type: unknown message type 'subscribe'"},
+      {"submit without id", mp(submitWithout("id")), E, "id: missing"},
+      {"submit id is an int", mp(submitWith("id", 7)), E, "id: expected str"},
+      {"submit id empty", mp(submitWith("id", "")), I, "id: must not be empty"},
+      {"submit id too long", mp(submitWith("id", std::string(257, 'x'))), I,
+       "id: string of 257 bytes exceeds the limit of 256"},
+      {"submit without prompt", mp(submitWithout("prompt")), E, "prompt: missing"},
+      {"prompt is a str", mp(submitWith("prompt", "hello")), E, "prompt: expected array, got str"},
+      {"prompt token is a str", mp(submitWith("prompt", {1, "2"})), E,
+       "prompt[1]: expected unsigned integer, got str"},
+      {"prompt token negative", mp(submitWith("prompt", {-1})), I, "prompt[0]: must be >= 0"},
+      {"prompt token above u32", mp(submitWith("prompt", {1LL << 32})), I,
+       "prompt[0]: 4294967296 exceeds"},
+      {"prompt too long", mp(submitWith("prompt", std::vector<int>(kMaxTokensPerRequest + 1, 1))),
+       I, "prompt: 1048577 elements exceed the limit of 1048576"},
+      {"submit without max_tokens", mp(submitWithout("max_tokens")), E, "max_tokens: missing"},
+      {"max_tokens negative", mp(submitWith("max_tokens", -4)), I, "max_tokens: must be >= 0"},
+      {"max_tokens above u32", mp(submitWith("max_tokens", 1LL << 40)), I,
+       "max_tokens: 1099511627776 exceeds"},
+      {"output_tokens element is a float", mp(submitWith("output_tokens", {1.5})), E,
+       "output_tokens[0]: expected unsigned integer, got float"},
+      {"dp_rank is a str", mp(submitWith("dp_rank", "0")), E, "dp_rank: expected unsigned integer"},
+      {"arrival_ms is a str", mp(submitWith("arrival_ms", "now")), E,
+       "arrival_ms: expected number"},
+      {"priority is a float", mp(submitWith("priority", 0.5)), E, "priority: expected integer"},
+      {"output without outputs", mp(msg("output", Json::object())), E, "outputs: missing"},
+      {"outputs is a map", mp(msg("output", {{"outputs", {{"a", 1}}}})), E,
+       "outputs: expected array, got map"},
+      {"output entry is an int", mp(msg("output", {{"outputs", {1}}})), E,
+       "outputs[0]: output: expected map"},
+      {"output without index", mp(output({{"id", "a"}, {"tokens", {1}}})), E,
+       "outputs[0]: index: missing"},
+      {"output token is a str", mp(output({{"id", "a"}, {"index", 0}, {"tokens", {"t"}}})), E,
+       "outputs[0]: tokens[0]: expected unsigned integer"},
+      {"unknown finish reason",
+       mp(output({{"id", "a"}, {"index", 0}, {"tokens", {1}}, {"finish", "stop"}})), E,
+       "finish: 'stop' is not one of"},
+      {"non-terminal output without tokens",
+       mp(output({{"id", "a"}, {"index", 0}, {"tokens", Json::array()}})), I,
+       "tokens: empty on a non-terminal output"},
+      {"cached_tokens negative",
+       mp(output({{"id", "a"}, {"index", 0}, {"tokens", {1}}, {"cached_tokens", -1}})), I,
+       "cached_tokens: must be >= 0"},
+      {"cancel without id", mp(msg("cancel", Json::object())), E, "id: missing"},
+      {"cancel client is an int", mp(msg("cancel", {{"id", "a"}, {"client", 5}})), E,
+       "client: expected bin or str"},
+      {"cancel client empty", mp(msg("cancel", {{"id", "a"}, {"client", testing::bin({})}})), I,
+       "client: routing id must not be empty"},
+      {"cancel client too long",
+       mp(msg("cancel", {{"id", "a"}, {"client", std::string(256, 'c')}})), I,
+       "client: string of 256 bytes"},
+      {"cancel_reply bad result", mp(msg("cancel_reply", {{"id", "a"}, {"result", "done"}})), E,
+       "result: 'done' is not one of applied, not_found"},
+      {"submit_ack without dp_rank", mp(msg("submit_ack", {{"id", "a"}})), E, "dp_rank: missing"},
+      {"submit_reject without reason", mp(msg("submit_reject", {{"id", "a"}})), E,
+       "reason: missing"},
+      {"error with unknown code", mp(msg("error", {{"code", "oops"}, {"message", "m"}})), E,
+       "code: 'oops' is not a known error code"},
+      {"error without message", mp(msg("error", {{"code", "internal"}})), E, "message: missing"},
+      {"stats_reply rank without kv_usage",
+       mp(msg("stats_reply",
+              {{"ranks", {{{"dp_rank", 0}}}}, {"routes", 0}, {"clients", Json::array()}})),
+       E, "ranks[0]: active_blocks: missing"},
+      {"stats_reply without clients",
+       mp(msg("stats_reply", {{"ranks", Json::array()}, {"routes", 0}})), E, "clients: missing"},
+      {"kv_snapshot dp_rank negative", mp(msg("kv_snapshot", {{"dp_rank", -1}})), I,
+       "dp_rank: must be >= 0"},
+      {"kv_snapshot_reply unsorted",
+       mp(msg("kv_snapshot_reply", {{"ranks", {{{"dp_rank", 0}, {"block_hashes", {5, 3}}}}}})), I,
+       "ranks[0]: block_hashes[1]: hashes must be strictly ascending"},
+      {"kv_snapshot_reply hash is a str",
+       mp(msg("kv_snapshot_reply", {{"ranks", {{{"dp_rank", 0}, {"block_hashes", {"h"}}}}}})), E,
+       "ranks[0]: block_hashes[0]: expected unsigned integer"},
+      {"duplicate key", fromHex("83 a1 76 01 a4 74797065 a5 7374617473 a1 76 01"), E,
+       "duplicate key 'v'"},
+      {"too many keys", mp(wide), I, "message: map of 75 entries exceeds the limit of 64"},
+      {"nesting too deep", deep, I, "nesting deeper than 8"},
+      {"huge declared array", fromHex("82 a1 76 01 a4 74797065 dd 7fffffff"), E,
+       "declares 2147483647 entries"},
+      {"str length beyond the input", fromHex("82 a1 76 01 a4 74797065 da ffff 61"), E,
+       "truncated"},
+  };
+}
+
+TEST(ClientDamageTest, EveryCaseIsRefusedWithTheNamedField) {
+  const auto cases = clientDamageCatalogue();
+  EXPECT_GE(cases.size(), 30u);
+  for (const DamageCase& c : cases) {
+    SCOPED_TRACE(c.name);
+    const auto r = decodeClientMessage(c.input);
+    ASSERT_FALSE(r.has_value());
+    EXPECT_EQ(r.error().code, c.code) << r.error().toString();
+    EXPECT_NE(r.error().message.find(c.mentions), std::string::npos) << r.error().toString();
+  }
+}
+
+TEST(ClientDamageTest, EveryTruncationOfEveryGoldenIsRefused) {
+  for (const auto& [name, message] : clientGoldens()) {
+    const Bytes golden = readGolden(name);
+    for (std::size_t n = 0; n < golden.size(); ++n) {
+      EXPECT_FALSE(decodeClientMessage(prefix(golden, n)).has_value()) << name << " " << n;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace mocker::protocol
