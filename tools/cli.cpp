@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "service/config.h"
+#include "tools/serve_command.h"
 #include "tools/serve_flags.h"
 
 namespace mocker::tools {
@@ -28,6 +29,9 @@ int runCli(const std::vector<std::string>& args, std::ostream& out, std::ostream
   ServeFlags config_flags;
   addServeFlags(*config_cmd, config_flags);
 
+  ServeCommand serve;
+  addServeCommand(app, serve);
+
   std::vector<std::string> argv_rest(args.begin() + (args.empty() ? 0 : 1), args.end());
   std::reverse(argv_rest.begin(), argv_rest.end());
   try {
@@ -39,6 +43,7 @@ int runCli(const std::vector<std::string>& args, std::ostream& out, std::ostream
     out << app.help();
     return 0;
   }
+  if (serve.cmd->parsed()) return runServeCommand(serve, out, err);
   if (config_cmd->parsed()) {
     const auto config = resolveServeConfig(config_flags);
     if (!config) {

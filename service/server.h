@@ -1,0 +1,86 @@
+// Server: the live service behind `mocker serve` (../shared/spec/engine.md §13, issue #5).
+//
+// One thread — the one that calls run() — owns the engine and every ZeroMQ socket:
+//   submit  ROUTER  submits, stats, kv_snapshot (and cancels); streamed outputs go back here
+//   cancel  ROUTER  cancels only, read before submits, never behind a submission backlog
+//   kv[r]   PUB + replay ROUTER per DP rank (vLLM-compatible KV events)
+//   fpm[r]  PUB per DP rank (Dynamo-compatible forward-pass metrics)
+// and runs a zmq_poll loop whose timeout is the time left until the earliest in-flight pass (or
+// heartbeat) is due. Each pass of a rank is computed at its start (engine.step), then the loop
+// waits its modelled duration ÷ speedup_ratio — servicing cancels and reading submits meanwhile
+// — and publishes at the pass boundary: KV events and FPM, then outputs, one OutputBatch per
+// client. speedup_ratio = 0 publishes as soon as a pass is computed. An idle loop blocks in poll.
+//
+// Backpressure: the submit ROUTER uses ROUTER_MANDATORY; a send that would block abandons that
+// client's streams in the batch (cancelled in the engine at once, outputs dropped) and the client
+// is sent a terminal `cancelled` as soon as it is writable again; an unroutable client (gone) has
+// every request cancelled. Nothing ever blocks the loop.
+//
+// Thread-safety: construct, run() and destroy on one thread; requestStop() may be called from
+// any thread or a signal handler (it writes an eventfd).
+#pragma once
+
+#include <atomic>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "engine/base/result.h"
+#include "service/config.h"
+
+namespace mocker::service {
+
+/// The resolved endpoints (ephemeral ports filled in), for logs and tests.
+struct BoundEndpoints {
+  std::string submit;
+  std::string cancel;
+  std::vector<std::string> kv_events;  ///< per DP rank (empty when disabled)
+  std::vector<std::string> kv_replay;
+  std::vector<std::string> fpm;
+};
+
+/// Counters for tests and logs.
+struct ServerCounters {
+  std::uint64_t submits = 0;
+  std::uint64_t rejected_submits = 0;
+  std::uint64_t cancels_applied = 0;
+  std::uint64_t cancels_not_found = 0;
+  std::uint64_t backpressure_cancels = 0;
+  std::uint64_t unroutable_cancels = 0;
+  std::uint64_t malformed_messages = 0;
+  std::uint64_t passes = 0;
+  std::uint64_t output_messages = 0;
+};
+
+struct ServerOptions {
+  /// Finish every in-flight request before exiting on stop (`--drain`); otherwise each gets a
+  /// terminal `shutdown` message.
+  bool drain = false;
+};
+
+class Server final {
+ public:
+  /// Creates the engine and binds/connects every socket. Errors name the endpoint.
+  static Result<std::unique_ptr<Server>> create(ServiceConfig config, ServerOptions options = {});
+  ~Server();
+  Server(const Server&) = delete;
+  Server& operator=(const Server&) = delete;
+
+  const BoundEndpoints& endpoints() const;
+
+  /// Serves until requestStop(); then shuts down (§13.6) and returns. Call once.
+  Status run();
+
+  /// Asks run() to stop. Async-signal-safe; callable from any thread.
+  void requestStop();
+
+  /// Counters; read only from the run() thread or after run() returned.
+  const ServerCounters& counters() const;
+
+ private:
+  class Impl;
+  explicit Server(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace mocker::service

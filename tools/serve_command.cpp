@@ -1,0 +1,82 @@
+#include "tools/serve_command.h"
+
+#include <CLI/CLI.hpp>
+#include <spdlog/spdlog.h>
+
+#include <atomic>
+#include <csignal>
+
+#include "service/logging.h"
+#include "service/server.h"
+
+namespace mocker::tools {
+namespace {
+
+std::atomic<service::Server*> g_server{nullptr};
+
+extern "C" void onStopSignal(int /*signal*/) {
+  if (service::Server* s = g_server.load()) s->requestStop();  // async-signal-safe (eventfd)
+}
+
+}  // namespace
+
+void addServeCommand(CLI::App& app, ServeCommand& command) {
+  command.cmd = app.add_subcommand(
+      "serve",
+      "Run the live service: submit/cancel ROUTERs, streamed outputs, KV-event and "
+      "forward-pass-metric publishers (loopback endpoints by default)");
+  command.cmd->add_flag("--drain", command.drain,
+                        "on SIGINT/SIGTERM finish in-flight requests before exiting (default: "
+                        "end them with a terminal `shutdown` message)");
+  addServeFlags(*command.cmd, command.flags);
+  command.cmd->footer(
+      "Stops on SIGINT/SIGTERM. Prints one line per endpoint: `<name> <endpoint>`.\n"
+      "`mocker config --dump [flags]` shows the effective configuration.");
+}
+
+int runServeCommand(const ServeCommand& command, std::ostream& out, std::ostream& err) {
+  auto config = resolveServeConfig(command.flags);
+  if (!config) {
+    err << "mocker: configuration error: " << config.error().message << "\n";
+    return 2;
+  }
+  service::setupLogging(config->log_level);
+  auto server = service::Server::create(*config, {.drain = command.drain});
+  if (!server) {
+    err << "mocker: cannot start: " << server.error().message << "\n";
+    return 1;
+  }
+  const service::BoundEndpoints& ep = (*server)->endpoints();
+  out << "submit " << ep.submit << "\n" << "cancel " << ep.cancel << "\n";
+  for (std::size_t r = 0; r < ep.kv_events.size(); ++r) {
+    out << "kv_events[" << r << "] " << ep.kv_events[r] << "\n";
+  }
+  for (std::size_t r = 0; r < ep.kv_replay.size(); ++r) {
+    out << "kv_replay[" << r << "] " << ep.kv_replay[r] << "\n";
+  }
+  for (std::size_t r = 0; r < ep.fpm.size(); ++r) out << "fpm[" << r << "] " << ep.fpm[r] << "\n";
+  out << "ready\n";
+  out.flush();
+  spdlog::info("mocker serve: engine {} with {} rank(s), {} blocks of {} tokens each",
+               engine::toString(config->engine.engine_type), config->engine.dp_size,
+               config->engine.num_gpu_blocks, engine::effectiveBlockSize(config->engine));
+
+  g_server.store(server->get());
+  struct sigaction action {};
+  action.sa_handler = onStopSignal;
+  sigemptyset(&action.sa_mask);
+  sigaction(SIGINT, &action, nullptr);
+  sigaction(SIGTERM, &action, nullptr);
+  const Status status = (*server)->run();
+  g_server.store(nullptr);
+  signal(SIGINT, SIG_DFL);
+  signal(SIGTERM, SIG_DFL);
+  if (!status) {
+    err << "mocker: " << status.error().message << "\n";
+    return 1;
+  }
+  spdlog::info("mocker serve: stopped");
+  return 0;
+}
+
+}  // namespace mocker::tools
