@@ -32,6 +32,7 @@ std::vector<std::byte> encodeMap(std::string_view type, std::uint32_t num_fields
   packStr(pk, "type");
   packStr(pk, type);
   fn(pk);
+  sink.finish();
   return out;
 }
 

@@ -124,6 +124,7 @@ std::vector<std::byte> encodeFpm(const FpmRecord& r) {
     packStr(pk, "x_preemptions_total");
     pk.pack_uint64(*x.preemptions_total);
   }
+  sink.finish();
   return out;
 }
 

@@ -349,6 +349,7 @@ void appendKvEventBatch(const KvEventBatch& batch, const KvEncodeOptions& option
   const Encoder encoder{pk, options};
   for (const KvEvent& e : batch.events) std::visit(encoder, e);
   pk.pack_uint32(batch.dp_rank);
+  sink.finish();
 }
 
 std::vector<std::byte> encodeKvEventBatch(const KvEventBatch& batch,
@@ -364,6 +365,7 @@ std::vector<std::byte> encodeKvEventBatch(const KvEventBatch& batch,
   }
   out.reserve(estimate);
   appendKvEventBatch(batch, options, out);
+  // NOTE: ByteSink grows by resize; the reserve above keeps that to one allocation.
   return out;
 }
 

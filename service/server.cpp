@@ -45,8 +45,7 @@ constexpr int kSubmitsPerIteration = 64;
 constexpr auto kOwedRetryInterval = std::chrono::milliseconds(5);
 
 double unixSeconds() {
-  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch())
-      .count();
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
 
 std::shared_ptr<spdlog::logger> serveLogger() {
@@ -217,12 +216,12 @@ Status Server::Impl::init() {
     Rank& rank = ranks_[r];
     if (config_.kv_events.enabled) {
       MOCKER_TRY(const std::string ep, rankEndpoint(config_.endpoints.kv_events, r));
-      MOCKER_TRY(rank.kv_sink, publishers::ZmqPubSink::create(
-                                   context_, {.endpoint = ep,
-                                              .connect = config_.endpoints.kv_events.connect,
-                                              .sndhwm = static_cast<int>(config_.kv_events.hwm),
-                                              .linger_ms = static_cast<int>(
-                                                  config_.service.linger_ms)}));
+      MOCKER_TRY(rank.kv_sink,
+                 publishers::ZmqPubSink::create(
+                     context_, {.endpoint = ep,
+                                .connect = config_.endpoints.kv_events.connect,
+                                .sndhwm = static_cast<int>(config_.kv_events.hwm),
+                                .linger_ms = static_cast<int>(config_.service.linger_ms)}));
       endpoints.kv_events.push_back(rank.kv_sink->endpoint());
       publishers::KvEventPublisherConfig kc;
       kc.dp_rank = r;
@@ -252,11 +251,11 @@ Status Server::Impl::init() {
     }
     if (config_.fpm.enabled) {
       MOCKER_TRY(const std::string ep, rankEndpoint(config_.endpoints.fpm, r));
-      MOCKER_TRY(rank.fpm_sink, publishers::ZmqPubSink::create(
-                                    context_, {.endpoint = ep,
-                                               .connect = config_.endpoints.fpm.connect,
-                                               .linger_ms = static_cast<int>(
-                                                   config_.service.linger_ms)}));
+      MOCKER_TRY(rank.fpm_sink,
+                 publishers::ZmqPubSink::create(
+                     context_, {.endpoint = ep,
+                                .connect = config_.endpoints.fpm.connect,
+                                .linger_ms = static_cast<int>(config_.service.linger_ms)}));
       endpoints.fpm.push_back(rank.fpm_sink->endpoint());
       MOCKER_TRY(rank.fpm, publishers::FpmPublisher::create(
                                {.worker_id = config_.fpm.worker_id,
@@ -415,8 +414,8 @@ void Server::Impl::handleSubmitSocketMessage(std::vector<zmq::message_t>& parts)
           protocol::StatsReply s;
           for (std::uint32_t r = 0; r < engine_.dpSize(); ++r) {
             const engine::LoadMetrics l = engine_.loadMetrics(r);
-            s.ranks.push_back({r, l.active_blocks, l.total_blocks, l.kv_usage,
-                               l.running_requests, l.waiting_requests, l.preemptions_total,
+            s.ranks.push_back({r, l.active_blocks, l.total_blocks, l.kv_usage, l.running_requests,
+                               l.waiting_requests, l.preemptions_total,
                                l.prefix_cache_queries_tokens, l.prefix_cache_hits_tokens});
           }
           s.routes = routes_.size();

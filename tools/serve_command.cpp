@@ -1,7 +1,7 @@
 #include "tools/serve_command.h"
 
-#include <CLI/CLI.hpp>
 #include <spdlog/spdlog.h>
+#include <CLI/CLI.hpp>
 
 #include <atomic>
 #include <csignal>
@@ -47,7 +47,8 @@ int runServeCommand(const ServeCommand& command, std::ostream& out, std::ostream
     return 1;
   }
   const service::BoundEndpoints& ep = (*server)->endpoints();
-  out << "submit " << ep.submit << "\n" << "cancel " << ep.cancel << "\n";
+  out << "submit " << ep.submit << "\n"
+      << "cancel " << ep.cancel << "\n";
   for (std::size_t r = 0; r < ep.kv_events.size(); ++r) {
     out << "kv_events[" << r << "] " << ep.kv_events[r] << "\n";
   }
