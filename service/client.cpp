@@ -1,0 +1,87 @@
+#include "service/client.h"
+
+#include <random>
+#include <zmq.hpp>
+
+namespace mocker::service {
+
+struct Client::Impl {
+  zmq::context_t context{1};
+  zmq::socket_t submit{context, zmq::socket_type::dealer};
+  zmq::socket_t cancel{context, zmq::socket_type::dealer};
+  std::string routing_id;
+};
+
+Client::Client(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+Client::~Client() = default;
+
+Result<std::unique_ptr<Client>> Client::connect(ClientOptions options) {
+  auto impl = std::make_unique<Impl>();
+  impl->routing_id = options.routing_id;
+  if (impl->routing_id.empty()) {
+    std::random_device rd;
+    static constexpr char kAlphabet[] = "0123456789abcdefghijklmnopqrstuvwxyz";
+    for (int i = 0; i < 16; ++i) impl->routing_id += kAlphabet[rd() % 36];
+  }
+  try {
+    for (zmq::socket_t* s : {&impl->submit, &impl->cancel}) {
+      s->set(zmq::sockopt::routing_id, impl->routing_id);
+      s->set(zmq::sockopt::linger, options.linger_ms);
+    }
+    impl->submit.set(zmq::sockopt::rcvhwm, options.rcvhwm);
+    impl->submit.set(zmq::sockopt::sndhwm, options.sndhwm);
+    impl->submit.connect(options.submit_endpoint);
+    impl->cancel.connect(options.cancel_endpoint);
+  } catch (const zmq::error_t& e) {
+    return Error{ErrorCode::IoError, std::string("client connect: ") + e.what()};
+  }
+  return std::unique_ptr<Client>(new Client(std::move(impl)));
+}
+
+const std::string& Client::routingId() const { return impl_->routing_id; }
+
+Status Client::sendRaw(std::span<const std::byte> payload) {
+  try {
+    impl_->submit.send(zmq::buffer(payload.data(), payload.size()), zmq::send_flags::none);
+  } catch (const zmq::error_t& e) {
+    return Error{ErrorCode::IoError, std::string("send: ") + e.what()};
+  }
+  return {};
+}
+
+Status Client::send(const protocol::ClientMessage& message) {
+  return sendRaw(protocol::encodeClientMessage(message));
+}
+
+Status Client::cancel(const std::string& id, std::optional<std::string> client) {
+  const auto bytes = protocol::encodeClientMessage(protocol::CancelRequest{id, std::move(client)});
+  try {
+    impl_->cancel.send(zmq::buffer(bytes.data(), bytes.size()), zmq::send_flags::none);
+  } catch (const zmq::error_t& e) {
+    return Error{ErrorCode::IoError, std::string("send cancel: ") + e.what()};
+  }
+  return {};
+}
+
+Result<std::optional<protocol::ClientMessage>> Client::receive(std::chrono::milliseconds timeout) {
+  zmq::pollitem_t items[] = {{impl_->cancel.handle(), 0, ZMQ_POLLIN, 0},
+                             {impl_->submit.handle(), 0, ZMQ_POLLIN, 0}};
+  try {
+    zmq::poll(items, 2, timeout);
+    for (int i = 0; i < 2; ++i) {
+      if (!(items[i].revents & ZMQ_POLLIN)) continue;
+      zmq::socket_t& s = i == 0 ? impl_->cancel : impl_->submit;
+      zmq::message_t msg;
+      if (!s.recv(msg, zmq::recv_flags::dontwait)) continue;
+      auto decoded =
+          protocol::decodeClientMessage({static_cast<const std::byte*>(msg.data()), msg.size()});
+      if (!decoded) return decoded.error();
+      return std::optional<protocol::ClientMessage>(std::move(*decoded));
+    }
+  } catch (const zmq::error_t& e) {
+    return Error{ErrorCode::IoError, std::string("receive: ") + e.what()};
+  }
+  return std::optional<protocol::ClientMessage>();
+}
+
+}  // namespace mocker::service

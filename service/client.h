@@ -1,0 +1,63 @@
+// Client: the C++ client of `mocker serve` (protocol/README.md), used by the tools and tests.
+//
+// Two DEALER sockets that share one routing id: one to the submit ROUTER (submits, stats,
+// kv_snapshot; receives acks, streamed outputs and errors) and one to the cancel ROUTER (cancels
+// and their replies), so a cancel never queues behind this client's own submits and the service
+// can match it to the client's requests.
+//
+//   auto client = Client::connect({.submit_endpoint = ..., .cancel_endpoint = ...});
+//   client->submit({.id = "r1", .prompt = {...}, .max_tokens = 16});
+//   while (auto msg = client->receive(std::chrono::seconds(1))) { ... }   // nullopt on timeout
+//   client->cancel("r1");
+//
+// Owns its own ZeroMQ context. Not thread-safe: use one Client per thread.
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "engine/base/result.h"
+#include "protocol/client.h"
+
+namespace mocker::service {
+
+struct ClientOptions {
+  std::string submit_endpoint = "tcp://127.0.0.1:5555";
+  std::string cancel_endpoint = "tcp://127.0.0.1:5556";
+  /// Routing id of both sockets; empty ⇒ a random 16-character id.
+  std::string routing_id;
+  int rcvhwm = 1000;  ///< ZMQ_RCVHWM of the submit socket (small values exercise backpressure)
+  int sndhwm = 1000;
+  int linger_ms = 0;
+};
+
+class Client final {
+ public:
+  static Result<std::unique_ptr<Client>> connect(ClientOptions options);
+  ~Client();
+  Client(const Client&) = delete;
+  Client& operator=(const Client&) = delete;
+
+  const std::string& routingId() const;
+
+  /// Sends a message on the submit socket (submit, stats, kv_snapshot, or a cancel).
+  Status send(const protocol::ClientMessage& message);
+  Status submit(const protocol::SubmitRequest& request) { return send(request); }
+  /// Sends a cancel on the cancel socket (for this client's request unless `client` is given).
+  Status cancel(const std::string& id, std::optional<std::string> client = std::nullopt);
+  /// Sends raw bytes on the submit socket (tests of malformed input).
+  Status sendRaw(std::span<const std::byte> payload);
+
+  /// The next message from either socket (cancel replies first), or nullopt after `timeout`.
+  /// A message that does not decode is an error.
+  Result<std::optional<protocol::ClientMessage>> receive(std::chrono::milliseconds timeout);
+
+ private:
+  struct Impl;
+  explicit Client(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace mocker::service
