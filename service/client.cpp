@@ -30,6 +30,7 @@ Result<std::unique_ptr<Client>> Client::connect(ClientOptions options) {
     }
     impl->submit.set(zmq::sockopt::rcvhwm, options.rcvhwm);
     impl->submit.set(zmq::sockopt::sndhwm, options.sndhwm);
+    impl->submit.set(zmq::sockopt::rcvbuf, options.rcvbuf);
     impl->submit.connect(options.submit_endpoint);
     impl->cancel.connect(options.cancel_endpoint);
   } catch (const zmq::error_t& e) {

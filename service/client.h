@@ -30,6 +30,7 @@ struct ClientOptions {
   std::string routing_id;
   int rcvhwm = 1000;  ///< ZMQ_RCVHWM of the submit socket (small values exercise backpressure)
   int sndhwm = 1000;
+  int rcvbuf = -1;  ///< ZMQ_RCVBUF (kernel receive buffer) of the submit socket; -1 = OS default
   int linger_ms = 0;
 };
 

@@ -111,6 +111,7 @@ class Server::Impl {
     std::string id;
     std::uint32_t rank = 0;
     RouteState state = RouteState::Active;
+    std::uint32_t delivered = 0;  // output tokens the client has been sent (next index)
   };
   struct ClientState {
     bool delimiter = false;  // the client frames payloads with an empty delimiter (REQ style)
@@ -523,7 +524,10 @@ void Server::Impl::handleCancel(zmq::socket_t& reply_socket, const std::string& 
   reply(reply_socket, sender, protocol::CancelReply{req.id, protocol::CancelResult::Applied});
   route.state = RouteState::Cancelling;
   ClientState& cs = clients_[owner];
-  cs.owed.push_back({.id = req.id, .finish = FinishReason::Cancelled, .reason = "cancelled"});
+  cs.owed.push_back({.id = req.id,
+                     .index = route.delivered,
+                     .finish = FinishReason::Cancelled,
+                     .reason = "cancelled"});
   cs.owed_ids.push_back(id);
   retryOwed();
 }
@@ -536,7 +540,8 @@ void Server::Impl::abandon(engine::RequestId id, const std::string& why) {
   route.state = RouteState::Cancelling;
   ++counters.backpressure_cancels;
   ClientState& cs = clients_[route.client];
-  cs.owed.push_back({.id = route.id, .finish = FinishReason::Cancelled, .reason = why});
+  cs.owed.push_back(
+      {.id = route.id, .index = route.delivered, .finish = FinishReason::Cancelled, .reason = why});
   cs.owed_ids.push_back(id);
   log_->debug("request '{}' abandoned: {}", route.id, why);
 }
@@ -688,6 +693,12 @@ void Server::Impl::deliver(std::map<std::string, protocol::OutputBatch>& batches
     const auto outcome = sendTo(submit_, client, protocol::encodeClientMessage(batch));
     if (outcome == SendOutcome::Sent) {
       ++counters.output_messages;
+      for (const auto& o : batch.outputs) {
+        const auto key = by_key_.find({client, o.id});
+        if (key != by_key_.end()) {
+          routes_.at(key->second).delivered += static_cast<std::uint32_t>(o.tokens.size());
+        }
+      }
       for (engine::RequestId id : terminal_ids[client]) closeRoute(id);
       continue;
     }
@@ -707,6 +718,7 @@ void Server::Impl::deliver(std::map<std::string, protocol::OutputBatch>& batches
         ++counters.backpressure_cancels;
         clients_[client].owed.push_back(
             {.id = o.id,
+             .index = route.delivered,
              .finish = FinishReason::Cancelled,
              .reason = "backpressure: outputs dropped, the client is not reading"});
         clients_[client].owed_ids.push_back(id);
@@ -741,8 +753,10 @@ void Server::Impl::shutdown() {
     Route& route = routes_.at(id);
     if (route.state == RouteState::Active) {
       engine_.cancel(id);
-      batches[route.client].outputs.push_back(
-          {.id = route.id, .finish = FinishReason::Shutdown, .reason = "the service is stopping"});
+      batches[route.client].outputs.push_back({.id = route.id,
+                                               .index = route.delivered,
+                                               .finish = FinishReason::Shutdown,
+                                               .reason = "the service is stopping"});
     } else {
       // Owed terminals (backpressure or cancel) go out with the shutdown batch.
     }

@@ -1,0 +1,165 @@
+// Test fixture for the live service: runs a real service::Server on a thread with ephemeral
+// loopback endpoints, and helpers that wait on real sockets with deadlines (never sleeps).
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <map>
+#include <thread>
+
+#include <spdlog/spdlog.h>
+
+#include "service/client.h"
+#include "service/server.h"
+
+namespace mocker::service::testing {
+
+using namespace std::chrono_literals;
+
+/// Small engine, no pacing, every endpoint ephemeral, publishers off unless a test turns them on.
+inline ServiceConfig testConfig() {
+  ServiceConfig c;
+  c.engine.num_gpu_blocks = 256;
+  c.engine.block_size = 4;
+  c.engine.speedup_ratio = 0;
+  for (EndpointConfig* ep : {&c.endpoints.submit, &c.endpoints.cancel, &c.endpoints.kv_events,
+                             &c.endpoints.kv_replay, &c.endpoints.fpm}) {
+    ep->endpoint = "tcp://127.0.0.1:*";
+  }
+  c.kv_events.enabled = false;
+  c.fpm.enabled = false;
+  c.service.linger_ms = 0;
+  return c;
+}
+
+class LiveService {
+ public:
+  explicit LiveService(ServiceConfig config, ServerOptions options = {}) {
+    spdlog::set_level(spdlog::level::warn);
+    auto server = Server::create(std::move(config), options);
+    EXPECT_TRUE(server.has_value()) << (server ? "" : server.error().toString());
+    if (!server) return;
+    server_ = std::move(*server);
+    thread_ = std::thread([this] { status_ = server_->run(); });
+  }
+  ~LiveService() { stop(); }
+
+  /// Stops the server and waits for run() to return.
+  void stop() {
+    if (thread_.joinable()) {
+      server_->requestStop();
+      thread_.join();
+      EXPECT_TRUE(status_.has_value());
+    }
+  }
+
+  const BoundEndpoints& endpoints() const { return server_->endpoints(); }
+
+  std::unique_ptr<Client> client(ClientOptions options = {}) const {
+    options.submit_endpoint = endpoints().submit;
+    options.cancel_endpoint = endpoints().cancel;
+    auto c = Client::connect(std::move(options));
+    EXPECT_TRUE(c.has_value());
+    return std::move(*c);
+  }
+
+ private:
+  std::unique_ptr<Server> server_;
+  std::thread thread_;
+  Status status_;
+};
+
+/// Everything one request's stream delivered.
+struct Stream {
+  std::vector<std::uint32_t> tokens;
+  std::vector<std::uint32_t> indices;  // index of each output entry
+  std::optional<protocol::FinishReason> finish;
+  std::string reason;
+  bool acked = false;
+  std::optional<std::string> rejected;
+};
+
+/// Receives on `client` until every id in `ids` has ended (finish or reject) or the deadline
+/// passes; other messages (cancel replies, errors) are appended to `others`.
+/// `streams` may carry what was already received of these streams.
+inline std::map<std::string, Stream> collect(Client& client, const std::vector<std::string>& ids,
+                                             std::vector<protocol::ClientMessage>* others = nullptr,
+                                             std::chrono::milliseconds timeout = 10s,
+                                             std::map<std::string, Stream> streams = {}) {
+  for (const auto& id : ids) streams[id];
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  const auto done = [&] {
+    for (const auto& [id, s] : streams) {
+      if (!s.finish && !s.rejected) return false;
+    }
+    return true;
+  };
+  while (!done() && std::chrono::steady_clock::now() < deadline) {
+    auto msg = client.receive(50ms);
+    if (!msg) {
+      ADD_FAILURE() << "undecodable message: " << msg.error().message;
+      break;
+    }
+    if (!*msg) continue;
+    if (auto* b = std::get_if<protocol::OutputBatch>(&**msg)) {
+      for (const auto& o : b->outputs) {
+        Stream& s = streams[o.id];
+        EXPECT_FALSE(s.finish.has_value()) << "output after the terminal for " << o.id;
+        EXPECT_EQ(o.index, s.tokens.size()) << "out-of-order output for " << o.id;
+        s.indices.push_back(o.index);
+        s.tokens.insert(s.tokens.end(), o.tokens.begin(), o.tokens.end());
+        if (o.finish) {
+          s.finish = o.finish;
+          s.reason = o.reason;
+        }
+      }
+    } else if (auto* a = std::get_if<protocol::SubmitAck>(&**msg)) {
+      streams[a->id].acked = true;
+    } else if (auto* r = std::get_if<protocol::SubmitReject>(&**msg)) {
+      streams[r->id].rejected = r->reason;
+    } else if (others) {
+      others->push_back(std::move(**msg));
+    }
+  }
+  EXPECT_TRUE(done()) << "streams did not end before the deadline";
+  return streams;
+}
+
+/// Waits for the next message of type T (skipping others into `skipped`), or fails.
+template <typename T>
+std::optional<T> awaitMessage(Client& client, std::chrono::milliseconds timeout = 10s,
+                              std::vector<protocol::ClientMessage>* skipped = nullptr) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (std::chrono::steady_clock::now() < deadline) {
+    auto msg = client.receive(50ms);
+    if (!msg || !*msg) continue;
+    if (auto* t = std::get_if<T>(&**msg)) return *t;
+    if (skipped) skipped->push_back(std::move(**msg));
+  }
+  ADD_FAILURE() << "no message of the expected type before the deadline";
+  return std::nullopt;
+}
+
+inline protocol::StatsReply stats(Client& client) {
+  EXPECT_TRUE(client.send(protocol::StatsRequest{}).has_value());
+  return awaitMessage<protocol::StatsReply>(client).value_or(protocol::StatsReply{});
+}
+
+/// Polls stats until `pred` holds or the deadline passes.
+template <typename Pred>
+bool eventually(Client& client, Pred pred, std::chrono::milliseconds timeout = 10s) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (pred(stats(client))) return true;
+  }
+  return false;
+}
+
+inline std::vector<std::uint32_t> prompt(std::uint32_t n, std::uint32_t first = 1) {
+  std::vector<std::uint32_t> p(n);
+  for (std::uint32_t i = 0; i < n; ++i) p[i] = first + i;
+  return p;
+}
+
+}  // namespace mocker::service::testing

@@ -1,0 +1,467 @@
+// Live-service tests over real ZeroMQ sockets on ephemeral loopback ports (engine.md §13,
+// issue #5). Waiting is always a poll with a deadline.
+#include <gtest/gtest.h>
+
+#include <zmq.hpp>
+
+#include "live_service.h"
+#include "protocol/limits.h"
+
+namespace mocker::service {
+namespace {
+
+using namespace std::chrono_literals;
+using protocol::FinishReason;
+using protocol::SubmitRequest;
+using testing::collect;
+using testing::LiveService;
+using testing::prompt;
+using testing::testConfig;
+
+// "prefix<i>" (built with append: g++ 12 -O3 gives a false -Wrestrict on literal + string).
+std::string idOf(const char* prefix, std::uint32_t i) {
+  std::string id(prefix);
+  id.append(std::to_string(i));
+  return id;
+}
+
+TEST(ServerTest, StreamCompletesInOrderWithOneTerminal) {
+  LiveService svc(testConfig());
+  auto c = svc.client();
+  ASSERT_TRUE(c->submit({.id = "a", .prompt = prompt(10), .max_tokens = 20}));
+  auto streams = collect(*c, {"a"});
+  const auto& s = streams["a"];
+  EXPECT_TRUE(s.acked);
+  EXPECT_EQ(s.tokens.size(), 20u);
+  EXPECT_EQ(s.finish, FinishReason::Length);
+  EXPECT_EQ(s.tokens[0], 24979u);  // engine.md §2.2: first request ⇒ internal id 1
+}
+
+TEST(ServerTest, PlannedOutputTokensComeBackVerbatim) {
+  LiveService svc(testConfig());
+  auto c = svc.client();
+  const std::vector<std::uint32_t> plan{5, 6, 7, 8};
+  ASSERT_TRUE(c->submit({.id = "p", .prompt = prompt(6), .max_tokens = 99, .output_tokens = plan}));
+  EXPECT_EQ(collect(*c, {"p"})["p"].tokens, plan);
+}
+
+TEST(ServerTest, TwoClientsInterleaveWithoutMixing) {
+  LiveService svc(testConfig());
+  auto a = svc.client();
+  auto b = svc.client();
+  for (std::uint32_t i = 0; i < 4; ++i) {
+    const std::string id = idOf("r", i);
+    ASSERT_TRUE(a->submit({.id = id,
+                           .prompt = prompt(8, 100),
+                           .max_tokens = 12,
+                           .output_tokens = std::vector<std::uint32_t>(12, 1000 + i)}));
+    ASSERT_TRUE(b->submit({.id = id,
+                           .prompt = prompt(8, 100),
+                           .max_tokens = 9,
+                           .output_tokens = std::vector<std::uint32_t>(9, 2000 + i)}));
+  }
+  const std::vector<std::string> ids{"r0", "r1", "r2", "r3"};
+  auto sa = collect(*a, ids);
+  auto sb = collect(*b, ids);
+  for (std::uint32_t i = 0; i < 4; ++i) {
+    const std::string id = idOf("r", i);
+    EXPECT_EQ(sa[id].tokens, std::vector<std::uint32_t>(12, 1000 + i)) << id;
+    EXPECT_EQ(sb[id].tokens, std::vector<std::uint32_t>(9, 2000 + i)) << id;
+  }
+}
+
+TEST(ServerTest, DuplicateActiveIdRejectedThenReusable) {
+  auto cfg = testConfig();
+  cfg.engine.speedup_ratio = 1;  // keep the first request running for a while
+  cfg.engine.timing_model = engine::TimingModelKind::Fixed;
+  cfg.engine.fixed_prefill_ms = 1;
+  cfg.engine.fixed_decode_ms = 1;
+  LiveService svc(cfg);
+  auto c = svc.client();
+  ASSERT_TRUE(c->submit({.id = "x", .prompt = prompt(4), .max_tokens = 50}));
+  ASSERT_TRUE(c->submit({.id = "x", .prompt = prompt(4), .max_tokens = 5}));
+  auto reject = testing::awaitMessage<protocol::SubmitReject>(*c);
+  ASSERT_TRUE(reject);
+  EXPECT_NE(reject->reason.find("duplicate"), std::string::npos);
+  EXPECT_EQ(collect(*c, {"x"})["x"].tokens.size(), 50u);
+  ASSERT_TRUE(c->submit({.id = "x", .prompt = prompt(4), .max_tokens = 5}));
+  auto again = collect(*c, {"x"});
+  EXPECT_EQ(again["x"].tokens.size(), 5u);
+  EXPECT_NE(again["x"].tokens[0], 24979u);  // a new internal id, not id 1 again
+}
+
+TEST(ServerTest, InvalidSubmitsAreRejectedWithReason) {
+  LiveService svc(testConfig());
+  auto c = svc.client();
+  ASSERT_TRUE(c->submit({.id = "rank", .prompt = prompt(4), .max_tokens = 1, .dp_rank = 3}));
+  ASSERT_TRUE(c->submit({.id = "zero", .prompt = prompt(4), .max_tokens = 0}));
+  ASSERT_TRUE(c->submit({.id = "empty", .prompt = {}, .max_tokens = 1}));
+  auto s = collect(*c, {"rank", "zero", "empty"});
+  EXPECT_NE(s["rank"].rejected.value_or("").find("dp_rank 3"), std::string::npos);
+  EXPECT_NE(s["zero"].rejected.value_or("").find("max_output_tokens"), std::string::npos);
+  EXPECT_NE(s["empty"].rejected.value_or("").find("prompt"), std::string::npos);
+}
+
+TEST(ServerTest, EmptyOutputAllowedByConfig) {
+  auto cfg = testConfig();
+  cfg.engine.allow_empty_output = true;
+  LiveService svc(cfg);
+  auto c = svc.client();
+  ASSERT_TRUE(c->submit({.id = "z", .prompt = prompt(4), .max_tokens = 0}));
+  auto s = collect(*c, {"z"});
+  EXPECT_TRUE(s["z"].tokens.empty());
+  EXPECT_EQ(s["z"].finish, FinishReason::Length);
+}
+
+TEST(ServerTest, NeverFittingPromptEndsRejected) {
+  auto cfg = testConfig();
+  cfg.engine.num_gpu_blocks = 4;
+  LiveService svc(cfg);
+  auto c = svc.client();
+  ASSERT_TRUE(c->submit({.id = "big", .prompt = prompt(17), .max_tokens = 1}));
+  auto s = collect(*c, {"big"});
+  EXPECT_TRUE(s["big"].acked);
+  EXPECT_EQ(s["big"].finish, FinishReason::Rejected);
+  EXPECT_FALSE(s["big"].reason.empty());
+}
+
+// A cancel of a request still waiting for admission (max_num_seqs 1), of an unknown id, and of a
+// finished one.
+TEST(ServerTest, CancelBeforeAdmissionUnknownAndAfterCompletion) {
+  auto cfg = testConfig();
+  cfg.engine.max_num_seqs = 1;
+  cfg.engine.speedup_ratio = 1;
+  cfg.engine.timing_model = engine::TimingModelKind::Fixed;
+  cfg.engine.fixed_prefill_ms = 1;
+  cfg.engine.fixed_decode_ms = 2;
+  LiveService svc(cfg);
+  auto c = svc.client();
+  ASSERT_TRUE(c->submit({.id = "run", .prompt = prompt(4), .max_tokens = 40}));
+  ASSERT_TRUE(c->submit({.id = "wait", .prompt = prompt(4, 50), .max_tokens = 5}));
+  ASSERT_TRUE(testing::awaitMessage<protocol::SubmitAck>(*c));
+  ASSERT_TRUE(c->cancel("wait"));
+  std::vector<protocol::ClientMessage> others;
+  auto s = collect(*c, {"wait"}, &others);
+  EXPECT_TRUE(s["wait"].tokens.empty());
+  EXPECT_EQ(s["wait"].finish, FinishReason::Cancelled);
+  ASSERT_TRUE(c->cancel("nobody"));
+  auto s2 = collect(*c, {"run"}, &others);
+  EXPECT_EQ(s2["run"].tokens.size(), 40u);
+  ASSERT_TRUE(c->cancel("run"));
+  std::vector<protocol::CancelReply> replies;
+  const auto deadline = std::chrono::steady_clock::now() + 10s;
+  while (replies.size() < 3 && std::chrono::steady_clock::now() < deadline) {
+    for (auto& m : others) {
+      if (auto* r = std::get_if<protocol::CancelReply>(&m)) replies.push_back(*r);
+    }
+    others.clear();
+    if (replies.size() < 3) {
+      if (auto r = testing::awaitMessage<protocol::CancelReply>(*c, 5s)) replies.push_back(*r);
+    }
+  }
+  ASSERT_EQ(replies.size(), 3u);
+  EXPECT_EQ(replies[0], (protocol::CancelReply{"wait", protocol::CancelResult::Applied}));
+  EXPECT_EQ(replies[1], (protocol::CancelReply{"nobody", protocol::CancelResult::NotFound}));
+  EXPECT_EQ(replies[2], (protocol::CancelReply{"run", protocol::CancelResult::NotFound}));
+}
+
+// §14.29: a cancel that arrives while a pass is in flight is applied before the pass ends; that
+// request's outputs of the pass are dropped, the other request's are delivered.
+TEST(ServerTest, CancelMidStreamDuringAnInFlightPass) {
+  auto cfg = testConfig();
+  cfg.engine.speedup_ratio = 1;
+  cfg.engine.timing_model = engine::TimingModelKind::Fixed;
+  cfg.engine.fixed_prefill_ms = 0;
+  cfg.engine.fixed_decode_ms = 20;
+  LiveService svc(cfg);
+  auto c = svc.client();
+  ASSERT_TRUE(c->submit({.id = "keep", .prompt = prompt(4), .max_tokens = 30}));
+  ASSERT_TRUE(c->submit({.id = "drop", .prompt = prompt(4, 77), .max_tokens = 30}));
+  // Wait for the first token of "drop", then cancel it while the next pass is in flight.
+  std::map<std::string, testing::Stream> seen;
+  const auto deadline = std::chrono::steady_clock::now() + 10s;
+  while (seen["drop"].tokens.empty() && std::chrono::steady_clock::now() < deadline) {
+    auto m = c->receive(50ms);
+    if (!m || !*m) continue;
+    if (auto* b = std::get_if<protocol::OutputBatch>(&**m)) {
+      for (const auto& o : b->outputs) {
+        seen[o.id].tokens.insert(seen[o.id].tokens.end(), o.tokens.begin(), o.tokens.end());
+      }
+    }
+  }
+  ASSERT_FALSE(seen["drop"].tokens.empty());
+  ASSERT_TRUE(c->cancel("drop"));
+  std::vector<protocol::ClientMessage> others;
+  auto s = collect(*c, {"drop", "keep"}, &others, 10s, seen);
+  EXPECT_EQ(s["drop"].finish, FinishReason::Cancelled);
+  EXPECT_LT(s["drop"].tokens.size(), 30u);
+  EXPECT_EQ(s["keep"].tokens.size(), 30u);
+  EXPECT_EQ(s["keep"].finish, FinishReason::Length);
+  bool applied = false;
+  for (const auto& m : others) {
+    if (auto* r = std::get_if<protocol::CancelReply>(&m)) {
+      applied |= r->result == protocol::CancelResult::Applied;
+    }
+  }
+  EXPECT_TRUE(applied);
+}
+
+// A client that never reads, with a tiny high-water mark, has its requests cancelled; another
+// client's stream completes in full meanwhile and the slow one learns of the cancel later.
+TEST(ServerTest, SlowReaderIsCancelledOthersUnaffected) {
+  auto cfg = testConfig();
+  cfg.service.submit_sndhwm = 2;
+  cfg.engine.num_gpu_blocks = 100000;
+  cfg.engine.speedup_ratio = 1;
+  cfg.engine.timing_model = engine::TimingModelKind::Fixed;
+  cfg.engine.fixed_prefill_ms = 0;
+  cfg.engine.fixed_decode_ms = 0.5;
+  LiveService svc(cfg);
+  auto slow = svc.client({.rcvhwm = 2, .rcvbuf = 2048});
+  auto fast = svc.client();
+  auto observer = svc.client();
+  std::vector<std::string> slow_ids;
+  for (std::uint32_t i = 0; i < 32; ++i) {
+    slow_ids.push_back(idOf("s", i));
+    ASSERT_TRUE(slow->submit(
+        {.id = slow_ids.back(), .prompt = prompt(8, 1000 * i), .max_tokens = 1000000}));
+  }
+  ASSERT_TRUE(fast->submit({.id = "f", .prompt = prompt(8, 500), .max_tokens = 300}));
+  auto fs = collect(*fast, {"f"});
+  EXPECT_EQ(fs["f"].tokens.size(), 300u);
+  EXPECT_EQ(fs["f"].finish, FinishReason::Length);
+  // Once the slow client's pipe is full its streams are abandoned: nothing runs any more.
+  EXPECT_TRUE(testing::eventually(
+      *observer,
+      [](const protocol::StatsReply& r) {
+        return r.ranks.at(0).running == 0 && r.ranks.at(0).active_blocks == 0;
+      },
+      60s));
+  // The slow client now reads: every stream ends with a backpressure cancel.
+  auto ss = collect(*slow, slow_ids, nullptr, 30s);
+  for (const auto& id : slow_ids) {
+    EXPECT_EQ(ss[id].finish, FinishReason::Cancelled) << id;
+    EXPECT_NE(ss[id].reason.find("backpressure"), std::string::npos) << id;
+  }
+  EXPECT_TRUE(
+      testing::eventually(*observer, [](const protocol::StatsReply& r) { return r.routes == 0; }));
+}
+
+TEST(ServerTest, DisconnectedClientHasItsRequestsCancelled) {
+  auto cfg = testConfig();
+  cfg.engine.speedup_ratio = 1;
+  cfg.engine.timing_model = engine::TimingModelKind::Fixed;
+  cfg.engine.fixed_prefill_ms = 1;
+  cfg.engine.fixed_decode_ms = 1;
+  LiveService svc(cfg);
+  auto observer = svc.client();
+  {
+    auto gone = svc.client();
+    for (std::uint32_t i = 0; i < 3; ++i) {
+      ASSERT_TRUE(
+          gone->submit({.id = idOf("g", i), .prompt = prompt(40, 10 * i), .max_tokens = 100000}));
+    }
+    ASSERT_TRUE(testing::eventually(
+        *observer, [](const protocol::StatsReply& r) { return r.ranks.at(0).running == 3; }));
+  }  // the client disconnects mid-stream
+  EXPECT_TRUE(testing::eventually(*observer, [](const protocol::StatsReply& r) {
+    return r.routes == 0 && r.ranks.at(0).active_blocks == 0 && r.ranks.at(0).running == 0;
+  }));
+}
+
+TEST(ServerTest, ShutdownEndsEveryOpenStream) {
+  auto cfg = testConfig();
+  cfg.engine.max_num_seqs = 2;
+  cfg.engine.speedup_ratio = 1;
+  cfg.engine.timing_model = engine::TimingModelKind::Fixed;
+  cfg.engine.fixed_prefill_ms = 1;
+  cfg.engine.fixed_decode_ms = 5;
+  LiveService svc(cfg);
+  auto c = svc.client();
+  for (std::uint32_t i = 0; i < 4; ++i) {  // 2 running, 2 waiting
+    ASSERT_TRUE(
+        c->submit({.id = idOf("q", i), .prompt = prompt(8, 100 * i), .max_tokens = 100000}));
+  }
+  ASSERT_TRUE(testing::eventually(*c, [](const protocol::StatsReply& r) {
+    return r.ranks.at(0).running == 2 && r.ranks.at(0).waiting == 2;
+  }));
+  svc.stop();
+  auto s = collect(*c, {"q0", "q1", "q2", "q3"});
+  for (const auto& [id, st] : s) EXPECT_EQ(st.finish, FinishReason::Shutdown) << id;
+}
+
+TEST(ServerTest, DrainFinishesInFlightRequestsOnStop) {
+  auto cfg = testConfig();
+  cfg.engine.speedup_ratio = 1;
+  cfg.engine.timing_model = engine::TimingModelKind::Fixed;
+  cfg.engine.fixed_prefill_ms = 1;
+  cfg.engine.fixed_decode_ms = 1;
+  LiveService svc(cfg, {.drain = true});
+  auto c = svc.client();
+  ASSERT_TRUE(c->submit({.id = "d", .prompt = prompt(8), .max_tokens = 30}));
+  ASSERT_TRUE(testing::awaitMessage<protocol::SubmitAck>(*c));
+  svc.stop();
+  auto s = collect(*c, {"d"});
+  EXPECT_EQ(s["d"].finish, FinishReason::Length);
+  EXPECT_EQ(s["d"].tokens.size(), 30u);
+}
+
+// Every malformed message gets an error reply naming the problem; the service keeps serving.
+TEST(ServerTest, MalformedMessagesGetErrorsAndServiceKeepsServing) {
+  LiveService svc(testConfig());
+  auto c = svc.client();
+  const auto bytes = [](std::initializer_list<int> v) {
+    std::vector<std::byte> out;
+    for (int b : v) out.push_back(static_cast<std::byte>(b));
+    return out;
+  };
+  struct Bad {
+    const char* name;
+    std::vector<std::byte> payload;
+    const char* fragment;
+  };
+  const std::vector<Bad> catalogue = {
+      {"empty", {}, ""},
+      {"not a map", bytes({0x93, 0x01, 0x02, 0x03}), ""},
+      {"truncated map", bytes({0x82, 0xa1, 'v'}), ""},
+      {"no version", bytes({0x81, 0xa4, 't', 'y', 'p', 'e', 0xa5, 's', 't', 'a', 't', 's'}), "v"},
+      {"version 2",
+       bytes({0x82, 0xa1, 'v', 0x02, 0xa4, 't', 'y', 'p', 'e', 0xa5, 's', 't', 'a', 't', 's'}),
+       "version"},
+      {"unknown type",
+       bytes({0x82, 0xa1, 'v', 0x01, 0xa4, 't', 'y', 'p', 'e', 0xa3, 'f', 'o', 'o'}), "foo"},
+      {"submit without fields",
+       bytes({0x82, 0xa1, 'v', 0x01, 0xa4, 't', 'y', 'p', 'e', 0xa6, 's', 'u', 'b', 'm', 'i', 't'}),
+       ""},
+      {"trailing bytes",
+       bytes(
+           {0x82, 0xa1, 'v', 0x01, 0xa4, 't', 'y', 'p', 'e', 0xa5, 's', 't', 'a', 't', 's', 0x00}),
+       "trailing"},
+      {"huge array claim", bytes({0xdd, 0xff, 0xff, 0xff, 0xff}), ""},
+      {"server-only type",
+       bytes({0x83, 0xa1, 'v', 0x01, 0xa4, 't', 'y', 'p',  'e', 0xaa, 's',  'u', 'b',
+              'm',  'i',  't', '_',  'a',  'c', 'k', 0xa2, 'i', 'd',  0xa1, 'x'}),
+       ""},
+  };
+  for (const Bad& bad : catalogue) {
+    ASSERT_TRUE(c->sendRaw(bad.payload));
+    auto err = testing::awaitMessage<protocol::ErrorReply>(*c, 5s);
+    ASSERT_TRUE(err) << bad.name;
+    EXPECT_FALSE(err->message.empty()) << bad.name;
+    EXPECT_NE(err->message.find(bad.fragment), std::string::npos)
+        << bad.name << ": " << err->message;
+  }
+  // An oversized message (beyond the protocol limit but under ZMQ_MAXMSGSIZE).
+  std::vector<std::byte> big(protocol::kMaxMessageBytes + 16, std::byte{0xc0});
+  ASSERT_TRUE(c->sendRaw(big));
+  auto err = testing::awaitMessage<protocol::ErrorReply>(*c, 5s);
+  ASSERT_TRUE(err);
+  EXPECT_NE(err->message.find("exceeds"), std::string::npos) << err->message;
+  // Still serving, for this client and for others.
+  ASSERT_TRUE(c->submit({.id = "ok", .prompt = prompt(4), .max_tokens = 3}));
+  EXPECT_EQ(collect(*c, {"ok"})["ok"].tokens.size(), 3u);
+}
+
+TEST(ServerTest, MultiFrameMessagesAreRefused) {
+  LiveService svc(testConfig());
+  zmq::context_t ctx;
+  zmq::socket_t d(ctx, zmq::socket_type::dealer);
+  d.set(zmq::sockopt::linger, 0);
+  d.connect(svc.endpoints().submit);
+  d.send(zmq::str_buffer("a"), zmq::send_flags::sndmore);
+  d.send(zmq::str_buffer("b"), zmq::send_flags::none);
+  zmq::pollitem_t item{d.handle(), 0, ZMQ_POLLIN, 0};
+  ASSERT_EQ(zmq::poll(&item, 1, std::chrono::milliseconds(5000)), 1);
+  zmq::message_t reply;
+  ASSERT_TRUE(d.recv(reply));
+  auto decoded =
+      protocol::decodeClientMessage({static_cast<const std::byte*>(reply.data()), reply.size()});
+  ASSERT_TRUE(decoded);
+  auto* e = std::get_if<protocol::ErrorReply>(&*decoded);
+  ASSERT_NE(e, nullptr);
+  EXPECT_NE(e->message.find("one payload frame"), std::string::npos);
+}
+
+TEST(ServerTest, CancelSocketAcceptsOnlyCancels) {
+  LiveService svc(testConfig());
+  zmq::context_t ctx;
+  zmq::socket_t d(ctx, zmq::socket_type::dealer);
+  d.set(zmq::sockopt::linger, 0);
+  d.connect(svc.endpoints().cancel);
+  const auto bytes = protocol::encodeClientMessage(protocol::StatsRequest{});
+  d.send(zmq::buffer(bytes.data(), bytes.size()));
+  zmq::pollitem_t item{d.handle(), 0, ZMQ_POLLIN, 0};
+  ASSERT_EQ(zmq::poll(&item, 1, std::chrono::milliseconds(5000)), 1);
+  zmq::message_t reply;
+  ASSERT_TRUE(d.recv(reply));
+  auto decoded =
+      protocol::decodeClientMessage({static_cast<const std::byte*>(reply.data()), reply.size()});
+  ASSERT_TRUE(decoded);
+  ASSERT_TRUE(std::holds_alternative<protocol::ErrorReply>(*decoded));
+}
+
+// Cancels flow on their own socket while a large submission backlog waits in ZeroMQ.
+TEST(ServerTest, CancelHonouredWhileTenThousandSubmitsAreQueued) {
+  auto cfg = testConfig();
+  cfg.service.max_submit_backlog = 50;
+  cfg.service.submit_rcvhwm = 0;  // unlimited: the backlog queues in ZeroMQ
+  cfg.engine.max_num_seqs = 4;
+  cfg.engine.speedup_ratio = 1;
+  cfg.engine.timing_model = engine::TimingModelKind::Fixed;
+  cfg.engine.fixed_prefill_ms = 1;
+  cfg.engine.fixed_decode_ms = 1;
+  LiveService svc(cfg);
+  auto flood = svc.client({.sndhwm = 0});
+  ASSERT_TRUE(flood->submit({.id = "first", .prompt = prompt(4), .max_tokens = 100000}));
+  ASSERT_TRUE(testing::awaitMessage<protocol::SubmitAck>(*flood));
+  for (std::uint32_t i = 0; i < 10000; ++i) {
+    ASSERT_TRUE(
+        flood->submit({.id = idOf("b", i), .prompt = prompt(4, 1000), .max_tokens = 100000}));
+  }
+  ASSERT_TRUE(flood->cancel("first"));
+  const auto reply = testing::awaitMessage<protocol::CancelReply>(*flood, 10s);
+  ASSERT_TRUE(reply);
+  EXPECT_EQ(*reply, (protocol::CancelReply{"first", protocol::CancelResult::Applied}));
+  auto observer = svc.client();
+  const auto s = testing::stats(*observer);
+  EXPECT_LE(s.ranks.at(0).waiting, 60u);  // the rest still waits in ZeroMQ, unread
+}
+
+TEST(ServerTest, StatsAndKvSnapshot) {
+  auto cfg = testConfig();
+  cfg.engine.block_size = 4;
+  LiveService svc(cfg);
+  auto c = svc.client();
+  ASSERT_TRUE(c->submit({.id = "k", .prompt = prompt(9), .max_tokens = 1}));
+  collect(*c, {"k"});
+  ASSERT_TRUE(c->send(protocol::KvSnapshotRequest{}));
+  auto snap = testing::awaitMessage<protocol::KvSnapshotReply>(*c);
+  ASSERT_TRUE(snap);
+  ASSERT_EQ(snap->ranks.size(), 1u);
+  EXPECT_EQ(snap->ranks[0].block_hashes.size(), 2u);  // 9 tokens ⇒ 2 full blocks cached
+  const auto s = testing::stats(*c);
+  EXPECT_EQ(s.routes, 0u);
+  EXPECT_EQ(s.ranks.at(0).active_blocks, 0u);
+  EXPECT_EQ(s.ranks.at(0).total_blocks, 256u);
+  EXPECT_EQ(s.ranks.at(0).prefix_queries_tokens, 9u);
+  ASSERT_TRUE(c->send(protocol::KvSnapshotRequest{.dp_rank = 5}));
+  EXPECT_TRUE(testing::awaitMessage<protocol::ErrorReply>(*c));
+}
+
+TEST(ServerTest, DpRanksGetTheirOwnRequests) {
+  auto cfg = testConfig();
+  cfg.engine.dp_size = 2;
+  LiveService svc(cfg);
+  auto c = svc.client();
+  ASSERT_TRUE(c->submit({.id = "one", .prompt = prompt(8), .max_tokens = 1, .dp_rank = 1}));
+  collect(*c, {"one"});
+  ASSERT_TRUE(c->send(protocol::KvSnapshotRequest{}));
+  auto snap = testing::awaitMessage<protocol::KvSnapshotReply>(*c);
+  ASSERT_TRUE(snap);
+  ASSERT_EQ(snap->ranks.size(), 2u);
+  EXPECT_TRUE(snap->ranks[0].block_hashes.empty());
+  EXPECT_EQ(snap->ranks[1].block_hashes.size(), 2u);
+}
+
+}  // namespace
+}  // namespace mocker::service
