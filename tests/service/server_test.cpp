@@ -136,7 +136,7 @@ TEST(ServerTest, CancelBeforeAdmissionUnknownAndAfterCompletion) {
   cfg.engine.fixed_decode_ms = 2;
   LiveService svc(cfg);
   auto c = svc.client();
-  ASSERT_TRUE(c->submit({.id = "run", .prompt = prompt(4), .max_tokens = 40}));
+  ASSERT_TRUE(c->submit({.id = "run", .prompt = prompt(4), .max_tokens = 400}));
   ASSERT_TRUE(c->submit({.id = "wait", .prompt = prompt(4, 50), .max_tokens = 5}));
   ASSERT_TRUE(testing::awaitMessage<protocol::SubmitAck>(*c));
   ASSERT_TRUE(c->cancel("wait"));
@@ -146,7 +146,7 @@ TEST(ServerTest, CancelBeforeAdmissionUnknownAndAfterCompletion) {
   EXPECT_EQ(s["wait"].finish, FinishReason::Cancelled);
   ASSERT_TRUE(c->cancel("nobody"));
   auto s2 = collect(*c, {"run"}, &others);
-  EXPECT_EQ(s2["run"].tokens.size(), 40u);
+  EXPECT_EQ(s2["run"].tokens.size(), 400u);
   ASSERT_TRUE(c->cancel("run"));
   std::vector<protocol::CancelReply> replies;
   const auto deadline = std::chrono::steady_clock::now() + 10s;
@@ -210,18 +210,21 @@ TEST(ServerTest, CancelMidStreamDuringAnInFlightPass) {
 // client's stream completes in full meanwhile and the slow one learns of the cancel later.
 TEST(ServerTest, SlowReaderIsCancelledOthersUnaffected) {
   auto cfg = testConfig();
-  cfg.service.submit_sndhwm = 2;
-  cfg.engine.num_gpu_blocks = 100000;
+  // A small pipe, but not so small that a reading client on a loaded machine trips it: the
+  // fast client would have to stall for ~32 passes (32 ms) to be cancelled.
+  cfg.service.submit_sndhwm = 32;
+  cfg.engine.num_gpu_blocks = 1000000;
+  cfg.engine.max_num_seqs = 512;
   cfg.engine.speedup_ratio = 1;
   cfg.engine.timing_model = engine::TimingModelKind::Fixed;
   cfg.engine.fixed_prefill_ms = 0;
-  cfg.engine.fixed_decode_ms = 0.5;
+  cfg.engine.fixed_decode_ms = 1;
   LiveService svc(cfg);
   auto slow = svc.client({.rcvhwm = 2, .rcvbuf = 2048});
   auto fast = svc.client();
   auto observer = svc.client();
   std::vector<std::string> slow_ids;
-  for (std::uint32_t i = 0; i < 32; ++i) {
+  for (std::uint32_t i = 0; i < 100; ++i) {  // ~2 KB per pass for the slow client
     slow_ids.push_back(idOf("s", i));
     ASSERT_TRUE(slow->submit(
         {.id = slow_ids.back(), .prompt = prompt(8, 1000 * i), .max_tokens = 1000000}));
