@@ -300,7 +300,8 @@ bool SglangScheduler::admitPrefill(PassResult& out, std::vector<RequestId>& reje
     std::uint64_t reserve = 0;
     if (chunk == extend) {
       // Our cap: a lone request (nothing else holding KV) always passes the rem_total check.
-      const std::uint64_t room = total_tokens_ - pageTokens(pagesFor(r.len()));
+      const std::uint64_t used = pageTokens(pagesFor(r.len()));
+      const std::uint64_t room = total_tokens_ > used ? total_tokens_ - used : 0;
       reserve = std::min<std::uint64_t>(
           {r.remainingOutput(), sg_.clip_max_new_tokens, room > 0 ? room - 1 : 0});
     }
