@@ -7,6 +7,7 @@
 #include <string>
 
 #include "engine/scheduler.h"
+#include "engine/sglang_scheduler.h"
 
 namespace mocker::engine {
 namespace {
@@ -21,9 +22,9 @@ std::unique_ptr<detail::RankCore> makeRank(const EngineConfig& config, std::uint
     case EngineType::Trtllm:
       return std::make_unique<VllmScheduler>(config, rank);
     case EngineType::Sglang:
-      break;
+      return std::make_unique<SglangScheduler>(config, rank);
   }
-  MOCKER_CHECK_MSG(false, "engine_type sglang is not implemented yet");
+  MOCKER_CHECK_MSG(false, "unknown engine_type");
   return nullptr;
 }
 
@@ -54,9 +55,6 @@ Engine& Engine::operator=(Engine&&) noexcept = default;
 
 Result<Engine> Engine::create(EngineConfig config) {
   MOCKER_TRY_VOID(validateEngineConfig(config));
-  if (config.engine_type == EngineType::Sglang) {
-    return Error{ErrorCode::Unsupported, "engine_type sglang is not implemented yet"};
-  }
   return Engine(std::move(config));
 }
 

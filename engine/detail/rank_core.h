@@ -1,5 +1,5 @@
 // RankCore: the per-DP-rank scheduler interface the Engine facade dispatches to. One
-// implementation per engine family (vllm/trtllm in scheduler.h; sglang later).
+// implementation per engine family (vllm/trtllm in scheduler.h, sglang in sglang_scheduler.h).
 //
 // Internal to engine/. Not thread-safe.
 #pragma once

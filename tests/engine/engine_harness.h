@@ -58,7 +58,10 @@ class Harness {
     const EngineConfig& c = engine_.config();
     const std::uint64_t scheduled_tokens =
         p.fpm.scheduled.sum_prefill_tokens + p.fpm.scheduled.num_decode_requests;
-    if (c.max_num_batched_tokens) {
+    if (c.engine_type == EngineType::Sglang) {
+      // max_num_batched_tokens does not apply; every chunk is charged against rem_chunk (§7.3).
+      EXPECT_LE(p.fpm.scheduled.sum_prefill_tokens, c.sglang.chunked_prefill_size) << where;
+    } else if (c.max_num_batched_tokens) {
       EXPECT_LE(scheduled_tokens, *c.max_num_batched_tokens) << where;
     }
     if (c.max_num_seqs) {

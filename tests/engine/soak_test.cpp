@@ -71,7 +71,7 @@ TEST_P(SoakTest, InvariantsHoldAndPoolDrains) {
   EXPECT_EQ(m.running_requests, 0u);
   EXPECT_EQ(m.waiting_requests, 0u);
   EXPECT_GT(cancels, 0u);
-  if (cfg.engine_type == EngineType::Vllm) {
+  if (cfg.engine_type != EngineType::Trtllm) {
     EXPECT_GT(m.preemptions_total, 0u) << "pool was not small enough to force preemption";
   }
   if (cfg.enable_prefix_caching) {
@@ -87,13 +87,39 @@ EngineConfig tiny(EngineConfig c) {
   return c;
 }
 
+// SGLang: 12 pages of 4 tokens, 8-token chunks and a 16-token prefill budget, so chunking,
+// retraction and eviction all happen.
+EngineConfig tinySglang(SchedulePolicy policy, bool prefix_caching) {
+  EngineConfig c = tiny({.engine_type = EngineType::Sglang});
+  c.max_num_batched_tokens = std::nullopt;  // does not apply to SGLang
+  c.enable_prefix_caching = prefix_caching;
+  c.sglang.schedule_policy = policy;
+  c.sglang.chunked_prefill_size = 8;
+  c.sglang.max_prefill_tokens = 16;
+  c.sglang.clip_max_new_tokens = 4;
+  return c;
+}
+
+// SGLang's default page size 1: per-token radix nodes and events.
+EngineConfig tinySglangPage1() {
+  EngineConfig c = tinySglang(SchedulePolicy::Lpm, true);
+  c.block_size = 0;
+  c.num_gpu_blocks = 48;
+  c.sglang.chunked_prefill_size = 7;
+  return c;
+}
+
 INSTANTIATE_TEST_SUITE_P(
     Engines, SoakTest,
     ::testing::Values(SoakCase{"vllm_lifo", tiny({})},
                       SoakCase{"vllm_fifo", tiny({.preemption_mode = PreemptionMode::Fifo})},
                       SoakCase{"vllm_no_chunking", tiny({.enable_chunked_prefill = false})},
                       SoakCase{"vllm_no_prefix_cache", tiny({.enable_prefix_caching = false})},
-                      SoakCase{"trtllm", tiny({.engine_type = EngineType::Trtllm})}),
+                      SoakCase{"trtllm", tiny({.engine_type = EngineType::Trtllm})},
+                      SoakCase{"sglang_fcfs", tinySglang(SchedulePolicy::Fcfs, true)},
+                      SoakCase{"sglang_lpm", tinySglang(SchedulePolicy::Lpm, true)},
+                      SoakCase{"sglang_no_prefix_cache", tinySglang(SchedulePolicy::Fcfs, false)},
+                      SoakCase{"sglang_page1_lpm", tinySglangPage1()}),
     [](const ::testing::TestParamInfo<SoakCase>& param_info) {
       return std::string(param_info.param.name);
     });

@@ -1,0 +1,209 @@
+#include "engine/radix_cache.h"
+
+#include <algorithm>
+#include <string>
+
+#include "engine/base/check.h"
+
+namespace mocker::engine {
+
+RadixCache::RadixCache(std::uint32_t num_pages)
+    : num_pages_(num_pages), num_free_(num_pages), index_(num_pages) {
+  nodes_.reserve(num_pages);
+}
+
+std::uint32_t RadixCache::matchLength(std::span<const std::uint64_t> hashes) const {
+  std::uint32_t n = 0;
+  for (std::uint64_t h : hashes) {
+    if (index_.find(h) == nullptr) break;
+    ++n;
+  }
+  return n;
+}
+
+std::uint32_t RadixCache::countUnlocked(std::span<const std::uint64_t> hashes) const {
+  std::uint32_t n = 0;
+  for (std::uint64_t h : hashes) {
+    const Entry* e = index_.find(h);
+    MOCKER_CHECK(e != nullptr);
+    if (nodes_[e->node].lock_ref == 0) ++n;
+  }
+  return n;
+}
+
+void RadixCache::lockPath(std::span<const std::uint64_t> hashes, std::vector<NodeId>& path) {
+  for (std::uint64_t h : hashes) {
+    const Entry* e = index_.find(h);
+    MOCKER_CHECK(e != nullptr);
+    lock(e->node);  // leaves the leaf set (keyed by the old tick) before the tick changes
+    nodes_[e->node].tick = ++clock_;
+    path.push_back(e->node);
+  }
+}
+
+void RadixCache::lock(NodeId n) {
+  Node& node = nodes_[n];
+  if (node.lock_ref++ == 0) {
+    --num_evictable_;
+    if (node.in_leaves) removeLeaf(n);
+  }
+}
+
+void RadixCache::unlock(NodeId n) {
+  Node& node = nodes_[n];
+  MOCKER_CHECK(node.lock_ref > 0);
+  if (--node.lock_ref == 0) {
+    ++num_evictable_;
+    if (node.num_children == 0) addLeaf(n);
+  }
+}
+
+void RadixCache::addLeaf(NodeId n) {
+  nodes_[n].in_leaves = true;
+  leaves_.emplace(nodes_[n].tick, n);
+}
+
+void RadixCache::removeLeaf(NodeId n) {
+  nodes_[n].in_leaves = false;
+  leaves_.erase({nodes_[n].tick, n});
+}
+
+void RadixCache::allocatePrivate(std::uint32_t n, std::vector<KvEvent>& events) {
+  MOCKER_CHECK(n <= num_free_ + num_evictable_);
+  while (num_free_ < n) evictOne(events);
+  num_free_ -= n;
+  num_private_ += n;
+}
+
+void RadixCache::freePrivate(std::uint32_t n) {
+  MOCKER_CHECK(n <= num_private_);
+  num_private_ -= n;
+  num_free_ += n;
+}
+
+void RadixCache::evictOne(std::vector<KvEvent>& events) {
+  MOCKER_CHECK(!leaves_.empty());
+  const NodeId victim = leaves_.begin()->second;
+  leaves_.erase(leaves_.begin());
+  Node& v = nodes_[victim];
+  const std::uint64_t hash = v.hash;
+  const NodeId parent = v.parent;
+  index_.erase(hash);
+  events.emplace_back(BlockRemoved{hash});
+  v = Node{};
+  free_slots_.push_back(victim);
+  --num_evictable_;
+  ++num_free_;
+  if (parent != kRoot) {
+    Node& p = nodes_[parent];
+    if (--p.num_children == 0 && p.lock_ref == 0) addLeaf(parent);
+  }
+}
+
+std::pair<RadixCache::NodeId, bool> RadixCache::insert(NodeId parent, std::uint64_t hash) {
+  MOCKER_CHECK(num_private_ > 0);
+  MOCKER_CHECK(parent == kRoot || nodes_[parent].lock_ref > 0);
+  auto [entry, inserted] = index_.findOrInsert(hash);
+  if (!inserted) {
+    // A copy is already visible: share it and give the duplicate page back.
+    const NodeId existing = entry->node;
+    lock(existing);
+    nodes_[existing].tick = ++clock_;
+    freePrivate(1);
+    return {existing, false};
+  }
+  NodeId id = 0;
+  if (!free_slots_.empty()) {
+    id = free_slots_.back();
+    free_slots_.pop_back();
+  } else {
+    id = static_cast<NodeId>(nodes_.size());
+    nodes_.emplace_back();
+  }
+  entry->count = 1;
+  entry->node = id;
+  Node& node = nodes_[id];
+  node = Node{};
+  node.hash = hash;
+  node.parent = parent;
+  node.lock_ref = 1;
+  node.tick = ++clock_;
+  node.live = true;
+  if (parent != kRoot) {
+    Node& p = nodes_[parent];
+    MOCKER_DCHECK(!p.in_leaves);  // locked by the inserting request
+    ++p.num_children;
+  }
+  --num_private_;
+  return {id, true};
+}
+
+void RadixCache::releasePath(std::span<const NodeId> path) {
+  for (NodeId n : path) nodes_[n].tick = ++clock_;
+  for (std::size_t i = path.size(); i-- > 0;) unlock(path[i]);
+}
+
+std::vector<std::uint64_t> RadixCache::cachedHashes() const {
+  std::vector<std::uint64_t> out;
+  out.reserve(index_.size());
+  index_.forEach([&](std::uint64_t hash, const Entry&) { out.push_back(hash); });
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+bool RadixCache::clear() {
+  if (numActive() != 0) return false;
+  index_.clear();
+  nodes_.clear();
+  free_slots_.clear();
+  leaves_.clear();
+  num_free_ = num_pages_;
+  num_evictable_ = 0;
+  return true;
+}
+
+Status RadixCache::checkInvariants(std::span<const std::uint32_t> expected_locks) const {
+  const auto fail = [](const std::string& what) {
+    return Error{ErrorCode::Internal, "radix cache invariant: " + what};
+  };
+  std::uint32_t live = 0, unlocked = 0, leaves = 0;
+  std::vector<std::uint32_t> children(nodes_.size(), 0);
+  for (NodeId id = 0; id < nodes_.size(); ++id) {
+    const Node& n = nodes_[id];
+    if (!n.live) continue;
+    ++live;
+    const Entry* e = index_.find(n.hash);
+    if (e == nullptr || e->node != id) return fail("node missing from the hash index");
+    if (n.parent != kRoot) {
+      if (n.parent >= nodes_.size() || !nodes_[n.parent].live) return fail("dangling parent");
+      if (nodes_[n.parent].lock_ref < n.lock_ref) return fail("parent less locked than child");
+      ++children[n.parent];
+    }
+    const std::uint32_t expected = id < expected_locks.size() ? expected_locks[id] : 0;
+    if (n.lock_ref != expected) {
+      return fail("lock_ref " + std::to_string(n.lock_ref) + " != holders " +
+                  std::to_string(expected));
+    }
+  }
+  for (NodeId id = 0; id < nodes_.size(); ++id) {
+    const Node& n = nodes_[id];
+    if (!n.live) continue;
+    if (children[id] != n.num_children) return fail("child count mismatch");
+    const bool unlocked_leaf = n.lock_ref == 0 && n.num_children == 0;
+    if (n.lock_ref == 0) ++unlocked;
+    if (unlocked_leaf != n.in_leaves) return fail("leaf set membership mismatch");
+    if (unlocked_leaf) {
+      ++leaves;
+      if (!leaves_.contains({n.tick, id})) return fail("leaf set key mismatch");
+    }
+  }
+  if (live != index_.size()) return fail("hash index size != live nodes");
+  if (leaves != leaves_.size()) return fail("leaf set size mismatch");
+  if (unlocked != num_evictable_) return fail("evictable count mismatch");
+  if (std::uint64_t{num_free_} + num_private_ + live != num_pages_) {
+    return fail("free + private + nodes != pages");
+  }
+  return {};
+}
+
+}  // namespace mocker::engine

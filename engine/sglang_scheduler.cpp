@@ -1,0 +1,630 @@
+// SGLang-style scheduling of one DP rank (../shared/spec/engine.md §7).
+//
+// NOTE on the algorithm. Unlike the vLLM core there is no dangling token: a request's KV covers
+// all `len` tokens once it runs (a sampled token gets its slot when it is appended). One pass:
+//
+//   1. ORDER waiting: fcfs keeps queue order; lpm (≤ 128 waiting) sorts by cached prefix, with
+//      requests sharing their first 32 tokens with an earlier short-prefix request deprioritised.
+//   2. PREFILL: take waiting heads while SGLang's budgets allow (rem_total = free + evictable
+//      − page slack − running requests' output reserve × new_token_ratio; rem_input; rem_chunk).
+//      A fresh request locks its cached radix path, allocates the rest; a prompt larger than
+//      chunked_prefill_size is cut into page-aligned chunks and goes back to the FRONT of waiting.
+//   3. EXTEND passes are exclusive: if anything was prefilled, only requests that completed their
+//      prompt in this pass sample (their first token); otherwise every running request decodes.
+//   4. DECODE: if the page growth for one more token per request exceeds free + evictable,
+//      retract the request with the fewest generated tokens (to the front of waiting) and reset
+//      new_token_ratio; append one token each; pages that complete become radix nodes (Stored).
+//   5. new_token_ratio decays linearly towards its minimum.
+//
+// Our rules where SGLang/Dynamo would stall forever (documented in engine/README.md):
+//   * a fresh prompt needing >= N pages is rejected at the head; generation stops once a
+//     sequence needs N pages; the admission output reserve is capped so a lone request fits;
+//   * `charged > rem_input` stops admission only when the batch is non-empty (SGLang's
+//     PrefillAdder lets the first request exceed max_prefill_tokens);
+//   * if nothing can run while waiting partial prefills hold KV, or a lone decoding request
+//     cannot grow, those partial prefills are retracted (their KV is released);
+//   * newly prefilled requests whose first token finds no page after retraction wait (running)
+//     for the next decode pass.
+#include "engine/sglang_scheduler.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <unordered_set>
+
+#include "engine/base/check.h"
+#include "engine/block_hash.h"
+#include "engine/engine.h"
+
+namespace mocker::engine {
+namespace {
+
+constexpr std::uint64_t kUnbounded = std::numeric_limits<std::uint64_t>::max();
+
+double effectiveSpeedup(double ratio) { return ratio > 0.0 ? ratio : 1.0; }
+
+}  // namespace
+
+SglangScheduler::SglangScheduler(const EngineConfig& config, std::uint32_t dp_rank)
+    : config_(config),
+      sg_(config.sglang),
+      dp_rank_(dp_rank),
+      page_size_(effectiveBlockSize(config)),
+      timing_(config),
+      cache_(config.num_gpu_blocks),
+      total_tokens_(std::uint64_t{config.num_gpu_blocks} * page_size_),
+      init_ratio_(kInitRatioBase * config.sglang.schedule_conservativeness),
+      min_ratio_(kMinRatioFactor * init_ratio_),
+      decay_((init_ratio_ - min_ratio_) / kRatioDecayPasses),
+      new_token_ratio_(init_ratio_) {}
+
+void SglangScheduler::submit(detail::AcceptedRequest&& request) {
+  Req r;
+  r.id = request.id;
+  r.prompt_len = static_cast<std::uint32_t>(request.tokens.size());
+  r.tokens = std::move(request.tokens);
+  r.max_output = request.max_output_tokens;
+  r.tokens.reserve(std::size_t{r.prompt_len} + r.max_output);
+  r.plan = std::move(request.output_token_ids);
+  const RequestId id = r.id;
+  addToWaitingStats(r);
+  requests_.emplace(id, std::move(r));
+  waiting_.push_back(id);
+  ++num_waiting_;
+}
+
+void SglangScheduler::addToWaitingStats(const Req& r) {
+  if (r.generated() > 0) {
+    queued_decode_.add(r.len());
+  } else {
+    queued_prefill_.add(r.prompt_len);
+  }
+}
+
+void SglangScheduler::removeFromWaitingStats(const Req& r) {
+  if (r.generated() > 0) {
+    queued_decode_.remove(r.len());
+  } else {
+    queued_prefill_.remove(r.prompt_len);
+  }
+}
+
+bool SglangScheduler::cancel(RequestId id) {
+  const auto it = requests_.find(id);
+  if (it == requests_.end()) return false;
+  Req& r = it->second;
+  if (r.state == ReqState::Running) {
+    running_.erase(std::find(running_.begin(), running_.end(), id));
+  } else {
+    // Stays in waiting_ as a stale id until it reaches the head or lpm reorders (O(1) cancel).
+    removeFromWaitingStats(r);
+    --num_waiting_;
+    std::erase(waiting_holders_, id);
+  }
+  releaseKv(r);
+  requests_.erase(it);
+  return true;
+}
+
+void SglangScheduler::ensureHashes(Req& r, std::uint32_t pages) const {
+  if (r.hashes.size() >= pages) return;
+  extendSequenceHashes(std::span(r.tokens).first(std::size_t{pages} * page_size_), page_size_,
+                       HashSeeds{config_.hash_seed, config_.chain_seed}, r.hashes);
+}
+
+void SglangScheduler::releaseKv(Req& r) {
+  const std::uint64_t before = overheadOf(r);
+  cache_.releasePath(r.path);
+  cache_.freePrivate(r.private_pages);
+  r.path.clear();
+  r.private_pages = 0;
+  r.materialized = 0;
+  page_overhead_ -= before;
+}
+
+void SglangScheduler::publishPages(Req& r, std::vector<KvEvent>& events) {
+  if (!config_.enable_prefix_caching) return;
+  const std::uint32_t full = r.materialized / page_size_;
+  const auto first = static_cast<std::uint32_t>(r.path.size());
+  if (full <= first) return;
+  ensureHashes(r, full);
+  std::uint32_t run_start = 0;
+  bool in_run = false;
+  const auto flush = [&](std::uint32_t end) {
+    if (!in_run) return;
+    in_run = false;
+    BlockStored stored;
+    stored.block_hashes.assign(r.hashes.begin() + run_start, r.hashes.begin() + end);
+    if (run_start > 0) stored.parent_block_hash = r.hashes[run_start - 1];
+    stored.token_ids.assign(r.tokens.begin() + std::ptrdiff_t{run_start} * page_size_,
+                            r.tokens.begin() + std::ptrdiff_t{end} * page_size_);
+    stored.block_size = page_size_;
+    events.emplace_back(std::move(stored));
+  };
+  for (std::uint32_t i = first; i < full; ++i) {
+    MOCKER_CHECK(r.private_pages > 0);
+    const RadixCache::NodeId parent = i == 0 ? RadixCache::kRoot : r.path[i - 1];
+    const auto [node, created] = cache_.insert(parent, r.hashes[i]);
+    --r.private_pages;
+    r.path.push_back(node);
+    if (created && !in_run) {
+      in_run = true;
+      run_start = i;
+    } else if (!created) {
+      flush(i);
+    }
+  }
+  flush(full);
+}
+
+bool SglangScheduler::allocateChunk(Req& r, std::uint32_t chunk_end, std::uint32_t& cached,
+                                    std::vector<KvEvent>& events) {
+  const std::uint64_t before = overheadOf(r);
+  const std::uint64_t reclaimable = std::uint64_t{cache_.numFree()} + cache_.numEvictable();
+  cached = 0;
+  if (r.heldPages() == 0) {
+    std::uint32_t matched = 0;
+    std::span<const std::uint64_t> prefix;
+    if (config_.enable_prefix_caching) {
+      // At least one token is computed (SGLang init_next_round_input): match ≤ len − 1 tokens.
+      const std::uint32_t limit = std::min(chunk_end, r.len() - 1) / page_size_;
+      ensureHashes(r, limit);
+      matched = cache_.matchLength(std::span(r.hashes).first(limit));
+      prefix = std::span(r.hashes).first(matched);
+    }
+    const std::uint32_t newly_locked = matched > 0 ? cache_.countUnlocked(prefix) : 0;
+    const std::uint32_t required = pagesFor(chunk_end) - matched;
+    if (required > reclaimable - newly_locked) return false;
+    cache_.lockPath(prefix, r.path);  // protect the hit before evicting for the rest
+    cache_.allocatePrivate(required, events);
+    r.private_pages = required;
+    cached = matched * page_size_;
+  } else {
+    const std::uint32_t required = pagesFor(chunk_end) - r.heldPages();
+    if (required > reclaimable) return false;
+    cache_.allocatePrivate(required, events);
+    r.private_pages += required;
+  }
+  r.materialized = chunk_end;
+  publishPages(r, events);
+  page_overhead_ = page_overhead_ - before + overheadOf(r);
+  return true;
+}
+
+void SglangScheduler::pushWaitingFront(Req& r) {
+  r.state = ReqState::Waiting;
+  waiting_.push_front(r.id);
+  ++num_waiting_;
+  addToWaitingStats(r);
+  if (r.heldPages() > 0) waiting_holders_.push_back(r.id);
+}
+
+void SglangScheduler::retract(Req& r) {
+  releaseKv(r);
+  ++r.num_retractions;
+  ++retractions_total_;
+  pushWaitingFront(r);
+}
+
+bool SglangScheduler::releaseWaitingHolders(std::optional<std::uint64_t> needed_pages) {
+  bool any = false;
+  while (!waiting_holders_.empty()) {
+    if (needed_pages && std::uint64_t{cache_.numFree()} + cache_.numEvictable() >= *needed_pages) {
+      break;
+    }
+    Req& r = requests_.at(waiting_holders_.back());
+    waiting_holders_.pop_back();
+    releaseKv(r);
+    ++r.num_retractions;
+    ++retractions_total_;
+    any = true;
+  }
+  return any;
+}
+
+void SglangScheduler::orderWaitingLpm() {
+  struct Entry {
+    bool deprioritised;
+    std::uint32_t prefix;
+    RequestId id;
+  };
+  std::vector<Entry> entries;
+  entries.reserve(num_waiting_);
+  const std::uint32_t key_pages = (kInBatchPrefixThreshold + page_size_ - 1) / page_size_;
+  std::unordered_set<std::uint64_t> in_batch;
+  for (RequestId id : waiting_) {
+    const auto it = requests_.find(id);
+    if (it == requests_.end()) continue;  // cancelled: dropped here
+    Req& r = it->second;
+    std::uint32_t prefix = 0;
+    if (config_.enable_prefix_caching) {
+      const std::uint32_t limit = (r.len() - 1) / page_size_;
+      ensureHashes(r, limit);
+      prefix = cache_.matchLength(std::span(r.hashes).first(limit)) * page_size_;
+    }
+    bool deprioritised = false;
+    if (prefix <= kInBatchPrefixThreshold && r.len() >= key_pages * page_size_) {
+      ensureHashes(r, key_pages);
+      const std::uint64_t key = r.hashes[key_pages - 1];  // chains the first key_pages pages
+      deprioritised = !in_batch.insert(key).second;
+    }
+    entries.push_back({deprioritised, prefix, id});
+  }
+  std::stable_sort(entries.begin(), entries.end(), [](const Entry& a, const Entry& b) {
+    if (a.deprioritised != b.deprioritised) return !a.deprioritised;
+    if (a.prefix != b.prefix) return a.prefix > b.prefix;
+    return a.id < b.id;  // arrival order
+  });
+  waiting_.clear();
+  for (const Entry& e : entries) waiting_.push_back(e.id);
+}
+
+bool SglangScheduler::admitPrefill(PassResult& out, std::vector<RequestId>& rejected) {
+  const std::uint64_t max_seqs = config_.max_num_seqs ? *config_.max_num_seqs : kUnbounded;
+  std::uint64_t reserved_output = 0;
+  for (RequestId id : running_) {
+    reserved_output += std::min(requests_.at(id).remainingOutput(), sg_.clip_max_new_tokens);
+  }
+  const std::uint64_t reclaimable =
+      pageTokens(std::uint64_t{cache_.numFree()} + cache_.numEvictable());
+  double rem_total = static_cast<double>(reclaimable - std::min(reclaimable, page_overhead_)) -
+                     static_cast<double>(reserved_output) * new_token_ratio_;
+  double rem_input = sg_.max_prefill_tokens;
+  double rem_chunk = sg_.chunked_prefill_size;
+  std::uint64_t admitted = 0;
+  bool any = false;
+  while (running_.size() + admitted < max_seqs && !waiting_.empty()) {
+    const auto it = requests_.find(waiting_.front());
+    if (it == requests_.end()) {  // cancelled while waiting
+      waiting_.pop_front();
+      continue;
+    }
+    Req& r = it->second;
+    if (!r.head_checked && !r.admitted_before && pagesFor(r.prompt_len) >= config_.num_gpu_blocks) {
+      // Our rule: SGLang's strict `charged + reserve >= rem_total` check can never pass.
+      removeFromWaitingStats(r);
+      --num_waiting_;
+      waiting_.pop_front();
+      rejected.push_back(r.id);
+      requests_.erase(it);
+      continue;
+    }
+    r.head_checked = true;
+    const std::uint32_t extend = r.len() - r.materialized;
+    std::uint32_t chunk = extend;
+    if (extend > sg_.chunked_prefill_size) {
+      chunk = static_cast<std::uint32_t>(rem_chunk / page_size_) * page_size_;
+      if (chunk == 0) break;
+    }
+    const std::uint64_t charged = pageTokens(pagesFor(chunk));
+    std::uint64_t reserve = 0;
+    if (chunk == extend) {
+      // Our cap: a lone request (nothing else holding KV) always passes the rem_total check.
+      const std::uint64_t used = pageTokens(pagesFor(r.len()));
+      const std::uint64_t room = total_tokens_ > used ? total_tokens_ - used : 0;
+      reserve = std::min<std::uint64_t>(
+          {r.remainingOutput(), sg_.clip_max_new_tokens, room > 0 ? room - 1 : 0});
+    }
+    if (static_cast<double>(charged + reserve) >= rem_total) break;
+    if ((static_cast<double>(charged) > rem_input && admitted > 0) ||
+        static_cast<double>(charged) > rem_chunk) {
+      break;
+    }
+    const std::uint32_t held_before = r.heldPages();
+    const std::uint32_t materialized_before = r.materialized;
+    std::uint32_t cached = 0;
+    if (!allocateChunk(r, materialized_before + chunk, cached, out.kv_events)) {
+      oom_ = true;
+      break;
+    }
+    waiting_.pop_front();
+    removeFromWaitingStats(r);
+    --num_waiting_;
+    if (held_before > 0) std::erase(waiting_holders_, r.id);
+    if (materialized_before == 0) {
+      out.admissions.push_back({r.id, cached, r.admitted_before});
+      if (!r.admitted_before) r.first_cached_tokens = cached;
+      r.admitted_before = true;
+      prefix_queries_tokens_ += r.len();
+      prefix_hits_tokens_ += cached;
+    }
+    rem_total -= static_cast<double>(pageTokens(r.heldPages() - held_before) + reserve);
+    rem_input -= static_cast<double>(charged);
+    rem_chunk -= static_cast<double>(charged);
+    prefills_.push_back({r.id, r.materialized,
+                         materialized_before == 0 ? cached : materialized_before, r.prompt_len});
+    ++admitted;
+    any = true;
+    if (rem_chunk <= 0) break;
+  }
+  return any;
+}
+
+std::uint32_t SglangScheduler::nextToken(const Req& r) const {
+  const std::uint32_t k = r.generated();
+  if (r.plan) return (*r.plan)[k];
+  return syntheticToken(config_.token_seed, r.id, k);
+}
+
+bool SglangScheduler::reachedEnd(const Req& r) const {
+  // Our rule: a sequence that needs every page stops (it could never be re-admitted).
+  return r.generated() >= r.max_output || pagesFor(r.len()) >= config_.num_gpu_blocks;
+}
+
+void SglangScheduler::finish(Req& r) {
+  releaseKv(r);
+  r.state = ReqState::Done;
+}
+
+PassResult SglangScheduler::step(double now_ms) {
+  PassResult out;
+  out.dp_rank = dp_rank_;
+  out.start_ms = now_ms;
+  prefills_.clear();
+  oom_ = false;
+  std::vector<KvEvent>& events = out.kv_events;
+  bool retracted_any = false;
+
+  // 1. Order waiting.
+  if (sg_.schedule_policy == SchedulePolicy::Lpm && num_waiting_ > 1 &&
+      num_waiting_ <= kLpmFallbackWaiting) {
+    orderWaitingLpm();
+  }
+
+  // 2. Prefill admission.
+  std::vector<RequestId> rejected;
+  admitPrefill(out, rejected);
+  if (prefills_.empty() && running_.empty() && !waiting_holders_.empty()) {
+    // Our rule: nothing can run while partial prefills pin KV ⇒ release them and retry.
+    retracted_any |= releaseWaitingHolders(std::nullopt);
+    admitPrefill(out, rejected);
+  }
+  if (oom_) new_token_ratio_ = init_ratio_;
+
+  // 3. Prefill time; partially prefilled requests go back to the front of waiting.
+  const double speedup = effectiveSpeedup(config_.speedup_ratio);
+  ForwardPassMetrics& fpm = out.fpm;
+  fpm.dp_rank = dp_rank_;
+  detail::Welford prefill_len;
+  std::uint64_t sum_isl = 0, sum_prefix = 0;
+  std::vector<RequestId> decode_set;
+  std::vector<RequestId> partial;
+  for (const Prefill& p : prefills_) {
+    sum_isl += p.chunk_end;
+    sum_prefix += p.kv_before;
+    if (p.chunk_end > p.kv_before) {
+      ++fpm.scheduled.num_prefill_requests;
+      fpm.scheduled.sum_prefill_tokens += p.chunk_end - p.kv_before;
+      fpm.scheduled.sum_prefill_kv_tokens += p.kv_before;
+      prefill_len.add(p.prompt_len);
+    }
+    Req& r = requests_.at(p.id);
+    if (r.materialized < r.len()) {
+      partial.push_back(p.id);
+    } else {
+      r.state = ReqState::Running;
+      running_.push_back(p.id);
+      decode_set.push_back(p.id);
+    }
+  }
+  for (std::size_t i = partial.size(); i-- > 0;) pushWaitingFront(requests_.at(partial[i]));
+  fpm.scheduled.var_prefill_length = prefill_len.variance();
+  const std::uint64_t batch = prefills_.size();
+  const double prefill_raw =
+      batch == 0 ? 0.0 : timing_.prefillMs(batch, sum_isl / batch, sum_prefix / batch);
+  out.prefill_ms = prefill_raw / speedup;
+
+  // 4. Exclusive extend: a pass that prefilled decodes only the requests it completed.
+  const bool extend_pass = batch > 0;
+  if (!extend_pass) decode_set = running_;
+
+  // 5. Decode step over the decode set.
+  std::vector<Req*> active;
+  active.reserve(decode_set.size());
+  for (RequestId id : decode_set) {
+    Req& r = requests_.at(id);
+    if (r.remainingOutput() == 0) {  // nothing to sample (max_output 0)
+      out.outputs.push_back({r.id, std::nullopt, r.generated(), 0.0, Terminal::Completed, {}});
+      finish(r);
+      continue;
+    }
+    active.push_back(&r);
+  }
+  const auto growthOf = [&](const Req& r) {
+    return pageTokens(pagesFor(std::uint64_t{r.len()} + 1)) - pageTokens(r.heldPages());
+  };
+  const auto reclaimable = [&] {
+    return pageTokens(std::uint64_t{cache_.numFree()} + cache_.numEvictable());
+  };
+  std::uint64_t growth = 0;
+  for (const Req* r : active) growth += growthOf(*r);
+  while (growth > reclaimable() && active.size() > 1) {
+    // Retract the request with the fewest generated tokens (ties: earliest in running order).
+    std::size_t victim = 0;
+    for (std::size_t i = 1; i < active.size(); ++i) {
+      if (active[i]->generated() < active[victim]->generated()) victim = i;
+    }
+    growth -= growthOf(*active[victim]);
+    retract(*active[victim]);
+    active.erase(active.begin() + static_cast<std::ptrdiff_t>(victim));
+    retracted_any = true;
+  }
+  if (growth > reclaimable() && !extend_pass) {
+    retracted_any |= releaseWaitingHolders((growth + page_size_ - 1) / page_size_);
+  }
+  if (growth > reclaimable()) {
+    // Newly prefilled requests wait (running) for the next decode pass; a decode pass cannot
+    // get here (a lone sequence always fits once nothing else pins KV).
+    MOCKER_DCHECK(extend_pass);
+    active.clear();
+  }
+  std::uint64_t len_sum = 0;
+  detail::Welford decode_len;
+  for (const Req* r : active) {
+    len_sum += r->len();
+    if (!extend_pass) {
+      ++fpm.scheduled.num_decode_requests;
+      fpm.scheduled.sum_decode_kv_tokens += r->len();
+      decode_len.add(r->len());
+    }
+  }
+  fpm.scheduled.var_decode_kv_tokens = decode_len.variance();
+  if (!active.empty()) {
+    const double decode_raw = timing_.decodeMs(active.size(), std::min(len_sum, total_tokens_),
+                                               len_sum / active.size(), total_tokens_);
+    out.decode_ms = decode_raw / (speedup * config_.decode_speedup_ratio);
+  }
+  const bool failed = !std::isfinite(out.prefill_ms) || !std::isfinite(out.decode_ms);
+  for (Req* rp : active) {
+    Req& r = *rp;
+    if (failed) {
+      out.outputs.push_back({r.id, std::nullopt, r.generated(), 0.0, Terminal::Failed, {}});
+      finish(r);
+      continue;
+    }
+    const std::uint64_t before = overheadOf(r);
+    if (growthOf(r) > 0) {
+      cache_.allocatePrivate(1, events);
+      ++r.private_pages;
+    }
+    const std::uint32_t k = r.generated();
+    OutputSignal sig{r.id, nextToken(r), k, 0.0, Terminal::None, {}};
+    if (k == 0) sig.cached_tokens = r.first_cached_tokens;
+    r.tokens.push_back(*sig.token);
+    r.materialized = r.len();
+    publishPages(r, events);
+    page_overhead_ = page_overhead_ - before + overheadOf(r);
+    if (reachedEnd(r)) {
+      sig.terminal = Terminal::Completed;
+      finish(r);
+    }
+    out.outputs.push_back(sig);
+  }
+  if (failed) {
+    out.prefill_ms = std::isfinite(out.prefill_ms) ? out.prefill_ms : 0.0;
+    out.decode_ms = 0.0;
+  }
+  // Drop finished and retracted requests from running (one compaction per pass).
+  std::erase_if(running_, [&](RequestId id) {
+    const auto it = requests_.find(id);
+    if (it->second.state == ReqState::Done) {
+      requests_.erase(it);
+      return true;
+    }
+    return it->second.state != ReqState::Running;
+  });
+  for (RequestId id : rejected) {
+    out.outputs.push_back({id, std::nullopt, 0, 0.0, Terminal::Rejected, {}});
+  }
+
+  // 6. Ratio update, metrics.
+  if (retracted_any) new_token_ratio_ = init_ratio_;
+  out.did_work = batch > 0 || !out.outputs.empty() || retracted_any || !decode_set.empty();
+  if (out.did_work) new_token_ratio_ = std::max(min_ratio_, new_token_ratio_ - decay_);
+  out.end_ms = now_ms + out.prefill_ms + out.decode_ms;
+  for (OutputSignal& s : out.outputs) s.time_ms = out.end_ms;
+  fpm.wall_time = (out.end_ms - now_ms) / 1000.0;
+  fpm.queued.num_prefill_requests = queued_prefill_.count();
+  fpm.queued.sum_prefill_tokens = queued_prefill_.sum();
+  fpm.queued.var_prefill_length = queued_prefill_.variance();
+  fpm.queued.num_decode_requests = queued_decode_.count();
+  fpm.queued.sum_decode_kv_tokens = queued_decode_.sum();
+  fpm.queued.var_decode_kv_tokens = queued_decode_.variance();
+  out.load = loadMetrics();
+  return out;
+}
+
+LoadMetrics SglangScheduler::loadMetrics() const {
+  LoadMetrics m;
+  m.dp_rank = dp_rank_;
+  m.active_blocks = cache_.numActive();
+  m.total_blocks = cache_.numPages();
+  m.kv_usage = static_cast<double>(m.active_blocks) / static_cast<double>(m.total_blocks);
+  m.running_requests = running_.size();
+  m.waiting_requests = num_waiting_;
+  m.preemptions_total = retractions_total_;
+  m.prefix_cache_queries_tokens = prefix_queries_tokens_;
+  m.prefix_cache_hits_tokens = prefix_hits_tokens_;
+  m.prefix_cache_hit_rate =
+      prefix_queries_tokens_ == 0
+          ? 0.0
+          : static_cast<double>(prefix_hits_tokens_) / static_cast<double>(prefix_queries_tokens_);
+  return m;
+}
+
+std::vector<RequestId> SglangScheduler::waitingOrder() const {
+  std::vector<RequestId> out;
+  for (RequestId id : waiting_) {
+    if (requests_.contains(id)) out.push_back(id);
+  }
+  return out;
+}
+
+std::uint32_t SglangScheduler::materializedTokens(RequestId id) const {
+  const auto it = requests_.find(id);
+  return it == requests_.end() ? 0 : it->second.materialized;
+}
+
+Status SglangScheduler::checkInvariants() const {
+  const auto fail = [](const std::string& what) {
+    return Error{ErrorCode::Internal, "sglang scheduler invariant: " + what};
+  };
+  std::vector<std::uint32_t> locks(cache_.nodeCapacity(), 0);
+  std::uint64_t private_pages = 0, overhead = 0;
+  for (const auto& [id, r] : requests_) {
+    for (RadixCache::NodeId n : r.path) {
+      if (n >= locks.size()) return fail("path holds an unknown node");
+      ++locks[n];
+    }
+    for (std::size_t i = 0; i < r.path.size(); ++i) {
+      if (i >= r.hashes.size() || cache_.hashOf(r.path[i]) != r.hashes[i]) {
+        return fail("path node does not advertise the request's page hash");
+      }
+    }
+    private_pages += r.private_pages;
+    overhead += overheadOf(r);
+    if (r.heldPages() != pagesFor(r.materialized)) return fail("held pages != ceil(kv / B)");
+    if (config_.enable_prefix_caching && r.path.size() != r.materialized / page_size_) {
+      return fail("a complete page is not in the radix tree");
+    }
+    if (!config_.enable_prefix_caching && !r.path.empty()) return fail("tree use without caching");
+    if (r.materialized > r.len()) return fail("materialized > len");
+  }
+  MOCKER_TRY_VOID(cache_.checkInvariants(locks));
+  if (private_pages != cache_.numPrivate()) return fail("private page count mismatch");
+  if (overhead != page_overhead_) return fail("page overhead mismatch");
+  if (config_.max_num_seqs && running_.size() > *config_.max_num_seqs) {
+    return fail("running > max_num_seqs");
+  }
+  std::uint64_t live_waiting = 0, holders = 0;
+  std::unordered_map<RequestId, int> seen;
+  for (RequestId id : waiting_) {
+    const auto it = requests_.find(id);
+    if (it == requests_.end()) continue;
+    if (it->second.state != ReqState::Waiting) return fail("non-waiting request in waiting");
+    if (++seen[id] > 1) return fail("request twice in waiting");
+    if (it->second.heldPages() > 0) {
+      ++holders;
+      if (std::find(waiting_holders_.begin(), waiting_holders_.end(), id) ==
+          waiting_holders_.end()) {
+        return fail("waiting request holds KV but is not a holder");
+      }
+    }
+    ++live_waiting;
+  }
+  if (holders != waiting_holders_.size()) return fail("holder list mismatch");
+  if (live_waiting != num_waiting_) return fail("waiting count mismatch");
+  if (queued_prefill_.count() + queued_decode_.count() != num_waiting_) {
+    return fail("queued statistics count mismatch");
+  }
+  for (RequestId id : running_) {
+    if (++seen[id] > 1) return fail("request in two queues");
+    const Req& r = requests_.at(id);
+    if (r.state != ReqState::Running) return fail("non-running request in running");
+    if (r.materialized != r.len()) return fail("running request without KV for every token");
+  }
+  if (seen.size() != requests_.size()) return fail("request in no queue");
+  return {};
+}
+
+}  // namespace mocker::engine

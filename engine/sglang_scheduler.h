@@ -1,0 +1,157 @@
+// SglangScheduler: one DP rank of an SGLang-style engine (../shared/spec/engine.md §7) over a
+// paged RadixCache (§7.1): fcfs/lpm ordering, prefill admission under SGLang's token budgets
+// and new-token ratio, chunked prefill, exclusive extend passes and decode retraction.
+//
+// Owns its requests (stored once, keyed by RequestId; queues hold ids), its radix cache and its
+// counters. Per-pass cost is proportional to the batch (plus the ≤ 128 waiting requests lpm
+// scores): queue statistics and the page-rounding slack are maintained incrementally, and
+// cancelled waiting requests are dropped lazily when they reach the head.
+//
+// Not thread-safe. Owned by the Engine facade.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <optional>
+#include <unordered_map>
+#include <vector>
+
+#include "engine/config.h"
+#include "engine/detail/rank_core.h"
+#include "engine/detail/stats.h"
+#include "engine/radix_cache.h"
+#include "engine/timing_model.h"
+
+namespace mocker::engine {
+
+class SglangScheduler final : public detail::RankCore {
+ public:
+  /// §7.2 constants.
+  static constexpr std::uint32_t kLpmFallbackWaiting = 128;
+  static constexpr std::uint32_t kInBatchPrefixThreshold = 32;
+  static constexpr double kInitRatioBase = 0.7;
+  static constexpr double kMinRatioFactor = 0.14;
+  static constexpr double kRatioDecayPasses = 600.0;
+
+  /// REQUIRES: validated config with engine_type sglang; `config` outlives this object.
+  SglangScheduler(const EngineConfig& config, std::uint32_t dp_rank);
+
+  void submit(detail::AcceptedRequest&& request) override;
+  bool cancel(RequestId id) override;
+  PassResult step(double now_ms) override;
+  bool hasWork() const override { return num_waiting_ > 0 || !running_.empty(); }
+  LoadMetrics loadMetrics() const override;
+  std::vector<std::uint64_t> cachedBlockHashes() const override { return cache_.cachedHashes(); }
+  bool clearCache() override { return cache_.clear(); }
+  Status checkInvariants() const override;
+
+  /// Scheduler state exposed for tests.
+  double newTokenRatio() const { return new_token_ratio_; }
+  double initNewTokenRatio() const { return init_ratio_; }
+  double minNewTokenRatio() const { return min_ratio_; }
+  double newTokenRatioDecay() const { return decay_; }
+  /// Waiting request ids in queue order (live ones only).
+  std::vector<RequestId> waitingOrder() const;
+  std::vector<RequestId> runningOrder() const { return running_; }
+  /// Tokens of `id` whose KV is materialised (0 if unknown).
+  std::uint32_t materializedTokens(RequestId id) const;
+
+ private:
+  enum class ReqState : std::uint8_t { Waiting, Running, Done };
+
+  struct Req {
+    RequestId id;
+    std::vector<std::uint32_t> tokens;  // prompt followed by every sampled output token
+    std::uint32_t prompt_len = 0;
+    std::uint32_t max_output = 0;
+    std::optional<std::vector<std::uint32_t>> plan;
+    std::uint32_t materialized = 0;        // tokens whose KV exists
+    std::vector<RadixCache::NodeId> path;  // tree nodes held; page i ↔ path[i]
+    std::uint32_t private_pages = 0;       // pages held after the path (not cache-visible)
+    std::vector<std::uint64_t> hashes;     // sequence hashes of full pages, grown lazily
+    ReqState state = ReqState::Waiting;
+    bool admitted_before = false;
+    bool head_checked = false;
+    std::uint32_t first_cached_tokens = 0;
+    std::uint32_t num_retractions = 0;
+
+    std::uint32_t len() const { return static_cast<std::uint32_t>(tokens.size()); }
+    std::uint32_t generated() const { return len() - prompt_len; }
+    std::uint32_t remainingOutput() const { return max_output - generated(); }
+    std::uint32_t heldPages() const {
+      return static_cast<std::uint32_t>(path.size()) + private_pages;
+    }
+  };
+
+  // One request's prefill work in the current pass.
+  struct Prefill {
+    RequestId id;
+    std::uint32_t chunk_end;  // materialised tokens after this pass
+    std::uint32_t kv_before;  // tokens already in KV before this chunk (cache hits or chunks)
+    std::uint32_t prompt_len;
+  };
+
+  std::uint64_t pageTokens(std::uint64_t pages) const { return pages * page_size_; }
+  std::uint32_t pagesFor(std::uint64_t tokens) const {
+    return static_cast<std::uint32_t>((tokens + page_size_ - 1) / page_size_);
+  }
+  std::uint64_t overheadOf(const Req& r) const {
+    return pageTokens(r.heldPages()) - r.materialized;
+  }
+
+  void orderWaitingLpm();
+  /// Prefill admission (§7.3 step 2); fills prefills_, out.admissions and `rejected`.
+  bool admitPrefill(PassResult& out, std::vector<RequestId>& rejected);
+  /// Allocates KV for `r` up to `chunk_end` tokens; false (nothing changed) when out of memory.
+  bool allocateChunk(Req& r, std::uint32_t chunk_end, std::uint32_t& cached,
+                     std::vector<KvEvent>& events);
+  /// Turns every newly completed private page of `r` into a tree node (Stored runs).
+  void publishPages(Req& r, std::vector<KvEvent>& events);
+  /// Drops all of `r`'s KV (unlocks its path, frees private pages); materialized = 0.
+  void releaseKv(Req& r);
+  /// Retracts a running request to the front of waiting (§7.3 step 5).
+  void retract(Req& r);
+  /// Releases the pages of waiting requests that hold a partial prefill, newest first, until
+  /// `needed_pages` fit (all of them if needed_pages is nullopt). Returns true if any was released.
+  bool releaseWaitingHolders(std::optional<std::uint64_t> needed_pages);
+  void pushWaitingFront(Req& r);
+  void addToWaitingStats(const Req& r);
+  void removeFromWaitingStats(const Req& r);
+  void finish(Req& r);
+  std::uint32_t nextToken(const Req& r) const;
+  bool reachedEnd(const Req& r) const;
+  void ensureHashes(Req& r, std::uint32_t pages) const;
+
+  const EngineConfig& config_;
+  const SglangConfig& sg_;
+  const std::uint32_t dp_rank_;
+  const std::uint32_t page_size_;
+  const TimingModel timing_;
+  RadixCache cache_;
+  const std::uint64_t total_tokens_;  // N·B
+
+  const double init_ratio_;
+  const double min_ratio_;
+  const double decay_;
+  double new_token_ratio_;
+
+  std::unordered_map<RequestId, Req> requests_;  // lookup only; order comes from the queues
+  std::deque<RequestId> waiting_;  // may hold ids of cancelled requests (dropped lazily)
+  std::vector<RequestId> running_;
+  std::uint64_t num_waiting_ = 0;
+  std::vector<RequestId> waiting_holders_;  // waiting requests that hold KV (partial prefill)
+  std::uint64_t page_overhead_ = 0;         // Σ page-rounding slack of requests holding KV
+
+  detail::RunningMoments queued_prefill_;  // prompt lengths of waiting requests without output
+  detail::RunningMoments queued_decode_;   // lengths of retracted waiting requests with output
+
+  std::uint64_t retractions_total_ = 0;
+  std::uint64_t prefix_queries_tokens_ = 0;
+  std::uint64_t prefix_hits_tokens_ = 0;
+
+  // Per-pass scratch (kept as members to reuse their capacity).
+  std::vector<Prefill> prefills_;
+  bool oom_ = false;
+};
+
+}  // namespace mocker::engine

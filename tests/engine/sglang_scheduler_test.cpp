@@ -1,0 +1,695 @@
+// Scenario tests for the SGLang scheduler and radix cache (engine.md §7, §14.35–36) and extra
+// TRT-LLM guaranteed-no-evict scenarios (§6). Engine-level scenarios go through Harness::step
+// (per-step invariants + KV events replayed into a set == the cache); scenarios that need the
+// scheduler's internal state (new_token_ratio, queue order) drive an SglangScheduler directly
+// through `Direct`, which performs the same checks.
+#include <gtest/gtest.h>
+
+#include <set>
+
+#include "engine/block_hash.h"
+#include "engine/sglang_scheduler.h"
+#include "engine_harness.h"
+
+namespace mocker::engine {
+namespace {
+
+using testing::concat;
+using testing::Harness;
+using testing::range;
+using testing::removedHashes;
+using testing::storedEvents;
+
+constexpr double kPrefill8 = 16.6229144639296;  // T_prefill(1, 8, 0)
+
+/// The spec's test defaults adapted to SGLang: 16 pages of 4 tokens.
+EngineConfig sgConfig() {
+  EngineConfig c;
+  c.engine_type = EngineType::Sglang;
+  c.num_gpu_blocks = 16;
+  c.sglang.page_size = 4;
+  return c;
+}
+
+std::vector<std::uint64_t> hashesOf(const std::vector<std::uint32_t>& tokens,
+                                    std::uint32_t page = 4) {
+  return sequenceHashes(tokens, page, HashSeeds{});
+}
+
+double decodeMs(double u) { return std::max(1.0, -25.74 * u * u + 54.01 * u + 5.74); }
+
+/// Drives one SglangScheduler directly, checking invariants and KV-event consistency per step.
+class Direct {
+ public:
+  explicit Direct(EngineConfig config)
+      : config_(std::move(config)), sched_(std::make_unique<SglangScheduler>(config_, 0)) {
+    EXPECT_TRUE(validateEngineConfig(config_).has_value());
+  }
+
+  RequestId submit(std::vector<std::uint32_t> tokens, std::uint32_t max_output) {
+    const RequestId id{next_id_++};
+    sched_->submit(detail::AcceptedRequest{id, std::move(tokens), max_output, std::nullopt});
+    return id;
+  }
+
+  const PassResult& step() {
+    passes_.push_back(sched_->step(now_));
+    const PassResult& p = passes_.back();
+    now_ = p.end_ms;
+    const Status ok = sched_->checkInvariants();
+    EXPECT_TRUE(ok.has_value()) << "pass " << passes_.size() << ": "
+                                << (ok ? "" : ok.error().message);
+    for (const KvEvent& e : p.kv_events) {
+      if (const auto* s = std::get_if<BlockStored>(&e)) {
+        for (std::uint64_t h : s->block_hashes) EXPECT_TRUE(visible_.insert(h).second);
+      } else if (const auto* r = std::get_if<BlockRemoved>(&e)) {
+        EXPECT_EQ(visible_.erase(r->block_hash), 1u);
+      }
+    }
+    const auto cached = sched_->cachedBlockHashes();
+    EXPECT_EQ(std::set<std::uint64_t>(cached.begin(), cached.end()), visible_);
+    return p;
+  }
+
+  SglangScheduler& sched() { return *sched_; }
+  const std::vector<PassResult>& passes() const { return passes_; }
+
+ private:
+  EngineConfig config_;
+  std::unique_ptr<SglangScheduler> sched_;
+  std::uint64_t next_id_ = 1;
+  double now_ = 0.0;
+  std::set<std::uint64_t> visible_;
+  std::vector<PassResult> passes_;
+};
+
+bool hasToken(const PassResult& p, RequestId id) {
+  for (const auto& s : p.outputs) {
+    if (s.id == id && s.token) return true;
+  }
+  return false;
+}
+
+TEST(SglangSchedulerTest, EngineCreateAcceptsSglang) {
+  auto e = Engine::create(sgConfig());
+  ASSERT_TRUE(e.has_value()) << e.error().toString();
+  EXPECT_EQ(e->blockSize(), 4u);
+  EngineConfig c = sgConfig();
+  c.sglang.page_size = 0;  // unset ⇒ 1
+  EXPECT_EQ(Engine::create(c)->blockSize(), 1u);
+}
+
+// §14.35: ratio constants, linear decay to the minimum over 600 passes, then it stays there.
+TEST(SglangSchedulerTest, NewTokenRatioDecaysToMinimum) {
+  EngineConfig c = sgConfig();
+  c.num_gpu_blocks = 1024;
+  Direct d(c);
+  EXPECT_DOUBLE_EQ(d.sched().initNewTokenRatio(), 0.7);
+  EXPECT_NEAR(d.sched().minNewTokenRatio(), 0.098, 1e-15);
+  EXPECT_NEAR(d.sched().newTokenRatioDecay(), 0.0010033333333333333, 1e-15);
+  EXPECT_DOUBLE_EQ(d.sched().newTokenRatio(), 0.7);
+  d.submit(range(1, 4), 1000);
+  d.step();
+  EXPECT_NEAR(d.sched().newTokenRatio(), 0.7 - 0.602 / 600, 1e-15);
+  for (int i = 1; i < 600; ++i) d.step();
+  EXPECT_EQ(d.passes().back().load.preemptions_total, 0u);
+  EXPECT_NEAR(d.sched().newTokenRatio(), 0.098, 1e-12);
+  for (int i = 0; i < 50; ++i) d.step();
+  EXPECT_NEAR(d.sched().newTokenRatio(), 0.098, 1e-12);
+
+  c.sglang.schedule_conservativeness = 0.5;
+  Direct half(c);
+  EXPECT_DOUBLE_EQ(half.sched().initNewTokenRatio(), 0.35);
+  EXPECT_NEAR(half.sched().minNewTokenRatio(), 0.049, 1e-15);
+}
+
+// A pass with nothing to do is not a pass: the ratio does not decay.
+TEST(SglangSchedulerTest, IdleStepDoesNotDecayRatio) {
+  Direct d(sgConfig());
+  const auto& p = d.step();
+  EXPECT_FALSE(p.did_work);
+  EXPECT_EQ(p.end_ms, 0.0);
+  EXPECT_DOUBLE_EQ(d.sched().newTokenRatio(), 0.7);
+}
+
+// §14.36: a pass that prefills decodes only the requests that completed their prompt in it.
+TEST(SglangSchedulerTest, ExclusiveExtendPass) {
+  Harness h(sgConfig());
+  const RequestId a = h.submit(range(1, 8), 5);
+  const auto& p1 = h.step();
+  EXPECT_TRUE(hasToken(p1, a));  // first token in its own extend pass
+  const auto& p2 = h.step();     // decode pass
+  EXPECT_TRUE(hasToken(p2, a));
+  EXPECT_EQ(p2.fpm.scheduled.num_decode_requests, 1u);
+  EXPECT_EQ(p2.fpm.scheduled.sum_decode_kv_tokens, 9u);
+  const RequestId b = h.submit(range(101, 108), 3);
+  const auto& p3 = h.step();
+  EXPECT_FALSE(hasToken(p3, a)) << "running request decoded in an extend pass";
+  EXPECT_TRUE(hasToken(p3, b));
+  EXPECT_EQ(p3.fpm.scheduled.num_prefill_requests, 1u);
+  EXPECT_EQ(p3.fpm.scheduled.num_decode_requests, 0u);
+  EXPECT_EQ(p3.admissions.size(), 1u);
+  const auto& p4 = h.step();  // both decode again
+  EXPECT_TRUE(hasToken(p4, a));
+  EXPECT_TRUE(hasToken(p4, b));
+  EXPECT_EQ(p4.fpm.scheduled.num_decode_requests, 2u);
+}
+
+// §7.3 timing: prefill T_prefill(batch, mean chunk end, mean cached); decode over Σ len of the
+// decode set (not active pages).
+TEST(SglangSchedulerTest, SingleRequestTiming) {
+  Harness h(sgConfig());
+  const RequestId id = h.submit(range(1, 8), 3);
+  const auto& p1 = h.step();
+  EXPECT_DOUBLE_EQ(p1.prefill_ms, kPrefill8);
+  EXPECT_DOUBLE_EQ(p1.decode_ms, decodeMs(8.0 / 64));
+  const auto& p2 = h.step();
+  EXPECT_DOUBLE_EQ(p2.prefill_ms, 0.0);
+  EXPECT_DOUBLE_EQ(p2.decode_ms, decodeMs(9.0 / 64));
+  const auto& p3 = h.step();
+  EXPECT_DOUBLE_EQ(p3.decode_ms, decodeMs(10.0 / 64));
+  EXPECT_FALSE(h.engine().hasWork());
+  const auto sig = h.signalsOf(id);
+  ASSERT_EQ(sig.size(), 3u);
+  EXPECT_EQ(sig[0].token, 24979u);  // §2.2 vectors
+  EXPECT_EQ(sig[0].cached_tokens, 0u);
+  EXPECT_EQ(sig[2].terminal, Terminal::Completed);
+  EXPECT_DOUBLE_EQ(sig[2].time_ms, p3.end_ms);
+  EXPECT_DOUBLE_EQ(p3.end_ms, p1.end_ms + p2.decode_ms + p3.decode_ms);
+}
+
+// Chunked prefill: page-aligned chunks, the partial request goes back to the FRONT of waiting,
+// one admission event, the token arrives in the pass that completes the prompt.
+TEST(SglangSchedulerTest, ChunkedPrefillReturnsToFront) {
+  EngineConfig c = sgConfig();
+  c.sglang.chunked_prefill_size = 8;
+  Direct d(c);
+  const RequestId a = d.submit(range(1, 20), 2);
+  const RequestId b = d.submit(range(101, 104), 1);
+  const auto& p1 = d.step();
+  EXPECT_EQ(p1.fpm.scheduled.sum_prefill_tokens, 8u);
+  EXPECT_EQ(p1.fpm.scheduled.sum_prefill_kv_tokens, 0u);
+  EXPECT_DOUBLE_EQ(p1.prefill_ms, kPrefill8);
+  ASSERT_EQ(p1.admissions.size(), 1u);
+  EXPECT_EQ(p1.admissions[0].id, a);
+  EXPECT_TRUE(p1.outputs.empty());
+  EXPECT_EQ(d.sched().waitingOrder(), (std::vector<RequestId>{a, b}));
+  EXPECT_EQ(d.sched().materializedTokens(a), 8u);
+  EXPECT_EQ(p1.fpm.queued.num_prefill_requests, 2u);  // the partial request is queued again
+  // Its complete pages are already cache-visible.
+  ASSERT_EQ(storedEvents(p1).size(), 1u);
+  EXPECT_EQ(storedEvents(p1)[0].block_hashes, hashesOf(range(1, 8)));
+  const auto& p2 = d.step();
+  EXPECT_EQ(p2.fpm.scheduled.sum_prefill_tokens, 8u);
+  EXPECT_EQ(p2.fpm.scheduled.sum_prefill_kv_tokens, 8u);
+  EXPECT_TRUE(p2.admissions.empty());
+  EXPECT_TRUE(p2.outputs.empty());
+  EXPECT_EQ(d.sched().waitingOrder().front(), a);
+  const auto& p3 = d.step();  // last 4 tokens of A, then B fits the remaining chunk budget
+  EXPECT_EQ(p3.fpm.scheduled.num_prefill_requests, 2u);
+  EXPECT_EQ(p3.fpm.scheduled.sum_prefill_tokens, 8u);
+  EXPECT_TRUE(hasToken(p3, a));
+  EXPECT_TRUE(hasToken(p3, b));
+  EXPECT_EQ(storedEvents(p3)[0].parent_block_hash, hashesOf(range(1, 20))[3]);
+}
+
+// A prompt larger than chunked_prefill_size never computes more than rem_chunk per pass.
+TEST(SglangSchedulerTest, ChunkBudgetIsSharedAcrossRequests) {
+  EngineConfig c = sgConfig();
+  c.num_gpu_blocks = 64;
+  c.sglang.chunked_prefill_size = 16;
+  Direct d(c);
+  d.submit(range(1, 12), 1);
+  const RequestId b = d.submit(range(101, 140), 1);
+  const auto& p1 = d.step();
+  EXPECT_EQ(p1.fpm.scheduled.num_prefill_requests, 2u);
+  EXPECT_EQ(p1.fpm.scheduled.sum_prefill_tokens, 16u);  // 12 + one page of B
+  EXPECT_EQ(d.sched().materializedTokens(b), 4u);
+}
+
+// lpm: longest cached prefix first; fcfs keeps arrival order.
+TEST(SglangSchedulerTest, LpmPrefersLongestCachedPrefix) {
+  for (SchedulePolicy policy : {SchedulePolicy::Fcfs, SchedulePolicy::Lpm}) {
+    EngineConfig c = sgConfig();
+    c.max_num_seqs = 1;
+    c.sglang.schedule_policy = policy;
+    Direct d(c);
+    d.submit(range(1, 16), 1);
+    d.step();
+    const RequestId cold = d.submit(range(201, 212), 1);
+    const RequestId warm = d.submit(concat(range(1, 12), {77, 78}), 1);
+    const auto& p = d.step();
+    ASSERT_EQ(p.admissions.size(), 1u);
+    if (policy == SchedulePolicy::Lpm) {
+      EXPECT_EQ(p.admissions[0].id, warm);
+      EXPECT_EQ(p.admissions[0].reused_input_tokens, 12u);
+    } else {
+      EXPECT_EQ(p.admissions[0].id, cold);
+    }
+  }
+}
+
+// lpm: among short-prefix requests, one whose first 32 tokens repeat an earlier one's is
+// deprioritised behind the others.
+TEST(SglangSchedulerTest, LpmDeprioritisesInBatchDuplicatePrefix) {
+  EngineConfig c = sgConfig();
+  c.num_gpu_blocks = 64;
+  c.max_num_seqs = 1;
+  c.sglang.schedule_policy = SchedulePolicy::Lpm;
+  Direct d(c);
+  const RequestId a = d.submit(concat(range(1, 32), {7}), 1);
+  const RequestId b = d.submit(concat(range(1, 32), {8}), 1);
+  const RequestId x = d.submit(range(500, 520), 1);
+  const auto& p = d.step();
+  ASSERT_EQ(p.admissions.size(), 1u);
+  EXPECT_EQ(p.admissions[0].id, a);
+  EXPECT_EQ(d.sched().waitingOrder(), (std::vector<RequestId>{x, b}));
+  // Once A's prefix is cached, B has a 32-token cached prefix and goes before X.
+  const auto& p2 = d.step();
+  ASSERT_EQ(p2.admissions.size(), 1u);
+  EXPECT_EQ(p2.admissions[0].id, b);
+  EXPECT_EQ(p2.admissions[0].reused_input_tokens, 32u);
+}
+
+// lpm falls back to fcfs when more than 128 requests wait; at 128 it still sorts.
+TEST(SglangSchedulerTest, LpmFallsBackToFcfsAbove128Waiting) {
+  for (std::uint32_t cold_count : {127u, 128u}) {
+    EngineConfig c = sgConfig();
+    c.num_gpu_blocks = 64;
+    c.max_num_seqs = 1;
+    c.sglang.schedule_policy = SchedulePolicy::Lpm;
+    Direct d(c);
+    d.submit(range(1, 16), 1);
+    d.step();
+    const RequestId first_cold = d.submit(range(1000, 1011), 1);
+    for (std::uint32_t i = 1; i < cold_count; ++i) {
+      d.submit(range(2000 + 20 * i, 2000 + 20 * i + 11), 1);
+    }
+    const RequestId warm = d.submit(range(1, 14), 1);  // waiting = cold_count + 1
+    const auto& p = d.step();
+    ASSERT_EQ(p.admissions.size(), 1u);
+    EXPECT_EQ(p.admissions[0].id, cold_count + 1 > 128 ? first_cold : warm)
+        << "waiting " << cold_count + 1;
+  }
+}
+
+// Retraction under memory pressure picks the request with the fewest generated tokens; it goes
+// to the front of waiting with no KV, counts in preemptions_total and resets new_token_ratio.
+TEST(SglangSchedulerTest, RetractionPicksFewestGeneratedAndResetsRatio) {
+  EngineConfig c = sgConfig();
+  c.num_gpu_blocks = 8;
+  c.sglang.clip_max_new_tokens = 1;
+  c.sglang.chunked_prefill_size = 8;
+  Direct d(c);
+  const RequestId a = d.submit(range(1, 8), 20);
+  d.step();  // A prefilled, token 0
+  d.step();  // token 1
+  const RequestId b = d.submit(range(101, 108), 20);
+  const auto& p3 = d.step();  // B prefilled (A idle)
+  EXPECT_TRUE(hasToken(p3, b));
+  EXPECT_FALSE(hasToken(p3, a));
+  std::size_t retraction_pass = 0;
+  for (int i = 0; i < 20 && retraction_pass == 0; ++i) {
+    const auto& p = d.step();
+    if (p.load.preemptions_total > 0) retraction_pass = d.passes().size();
+  }
+  ASSERT_NE(retraction_pass, 0u) << "pool never ran out";
+  const PassResult& p = d.passes()[retraction_pass - 1];
+  EXPECT_EQ(p.load.preemptions_total, 1u);
+  EXPECT_TRUE(hasToken(p, a));
+  EXPECT_FALSE(hasToken(p, b));
+  EXPECT_EQ(d.sched().waitingOrder(), (std::vector<RequestId>{b}));
+  EXPECT_EQ(d.sched().materializedTokens(b), 0u);
+  EXPECT_EQ(p.fpm.queued.num_decode_requests, 1u);  // B has output tokens
+  EXPECT_NEAR(d.sched().newTokenRatio(),
+              d.sched().initNewTokenRatio() - d.sched().newTokenRatioDecay(), 1e-15);
+  d.step();
+  while (d.sched().hasWork()) d.step();
+  std::uint32_t b_tokens = 0, a_tokens = 0;
+  for (const auto& q : d.passes()) {
+    for (const auto& s : q.outputs) {
+      if (s.token) (s.id == a ? a_tokens : b_tokens) += 1;
+    }
+  }
+  EXPECT_EQ(a_tokens, 20u);
+  EXPECT_EQ(b_tokens, 20u);  // generated tokens survive retraction
+}
+
+// Ties on generated tokens: the earliest in running order is retracted (Dynamo's rule).
+TEST(SglangSchedulerTest, RetractionTieTakesEarliestRunning) {
+  EngineConfig c = sgConfig();
+  c.num_gpu_blocks = 8;
+  c.sglang.clip_max_new_tokens = 1;
+  Direct d(c);
+  const RequestId a = d.submit(range(1, 8), 20);
+  const RequestId b = d.submit(range(101, 108), 20);
+  const auto& p1 = d.step();
+  ASSERT_EQ(p1.admissions.size(), 2u);
+  while (d.passes().back().load.preemptions_total == 0) {
+    ASSERT_LT(d.passes().size(), 20u);
+    d.step();
+  }
+  EXPECT_EQ(d.sched().waitingOrder(), (std::vector<RequestId>{a}));
+  EXPECT_EQ(d.sched().runningOrder(), (std::vector<RequestId>{b}));
+}
+
+// Page-granularity events (page_size 4): Stored when a page completes — for generated tokens in
+// the pass that appends the token — with the previous page's hash as parent.
+TEST(SglangSchedulerTest, PageEventsAtPageGranularity) {
+  Harness h(sgConfig());
+  const RequestId id = h.submit(range(1, 10), 3);
+  const auto& p1 = h.step();
+  const auto s1 = storedEvents(p1);
+  ASSERT_EQ(s1.size(), 1u);
+  EXPECT_EQ(s1[0].block_hashes, hashesOf(range(1, 8)));
+  EXPECT_FALSE(s1[0].parent_block_hash.has_value());
+  EXPECT_EQ(s1[0].token_ids, range(1, 8));
+  EXPECT_EQ(s1[0].block_size, 4u);
+  const auto& p2 = h.step();  // appends g1 ⇒ page [9, 10, g0, g1] completes now
+  const auto sig = h.signalsOf(id);
+  ASSERT_EQ(sig.size(), 2u);
+  const std::vector<std::uint32_t> all = concat(range(1, 10), {*sig[0].token, *sig[1].token});
+  const auto s2 = storedEvents(p2);
+  ASSERT_EQ(s2.size(), 1u);
+  EXPECT_EQ(s2[0].block_hashes, std::vector<std::uint64_t>{hashesOf(all)[2]});
+  EXPECT_EQ(s2[0].parent_block_hash, hashesOf(all)[1]);
+  EXPECT_EQ(s2[0].token_ids, (std::vector<std::uint32_t>{9, 10, *sig[0].token, *sig[1].token}));
+  const auto& p3 = h.step();
+  EXPECT_TRUE(p3.kv_events.empty());  // the partial tail page is freed, not stored
+  EXPECT_EQ(h.engine().cachedBlockHashes(0).size(), 3u);
+  EXPECT_EQ(h.engine().loadMetrics(0).active_blocks, 0u);
+}
+
+// page_size 1 (the SGLang default): every token is a page, so events are per token.
+TEST(SglangSchedulerTest, PageSizeOneGivesPerTokenEvents) {
+  EngineConfig c = sgConfig();
+  c.sglang.page_size = 0;  // default 1
+  c.num_gpu_blocks = 64;
+  Harness h(c);
+  const RequestId id = h.submit(range(1, 5), 2);
+  const auto& p1 = h.step();
+  const auto s = storedEvents(p1);
+  ASSERT_EQ(s.size(), 2u);  // the prompt's run, then the first generated token's page
+  EXPECT_EQ(s[0].block_hashes, hashesOf(range(1, 5), 1));
+  EXPECT_EQ(s[0].block_size, 1u);
+  EXPECT_EQ(s[0].token_ids, range(1, 5));
+  const std::uint32_t g0 = *h.signalsOf(id)[0].token;
+  EXPECT_EQ(s[1].block_hashes,
+            std::vector<std::uint64_t>{hashesOf(concat(range(1, 5), {g0}), 1)[5]});
+  EXPECT_EQ(s[1].parent_block_hash, hashesOf(range(1, 5), 1)[4]);
+  EXPECT_EQ(s[1].token_ids, std::vector<std::uint32_t>{g0});
+  h.runUntilIdle();
+  EXPECT_EQ(h.engine().cachedBlockHashes(0).size(), 7u);
+}
+
+// Eviction removes the oldest unlocked leaf first; Removed events precede the Stored of the
+// allocation that needed the room; a later decode page evicts the next leaf.
+TEST(SglangSchedulerTest, LeafFirstEvictionWithRemovedEvents) {
+  EngineConfig c = sgConfig();
+  c.num_gpu_blocks = 4;
+  Harness h(c);
+  h.submit(range(1, 12), 1);
+  h.step();
+  const auto x = hashesOf(range(1, 12));
+  EXPECT_EQ(h.engine().cachedBlockHashes(0).size(), 3u);
+  h.submit(range(201, 208), 1);
+  const auto& p = h.step();
+  ASSERT_EQ(p.kv_events.size(), 3u);
+  EXPECT_EQ(std::get<BlockRemoved>(p.kv_events[0]).block_hash, x[2]);
+  const auto& stored = std::get<BlockStored>(p.kv_events[1]);
+  EXPECT_EQ(stored.block_hashes, hashesOf(range(201, 208)));
+  EXPECT_EQ(std::get<BlockRemoved>(p.kv_events[2]).block_hash, x[1]);  // first token's page
+}
+
+// Cached prefix reuse: the radix match is limited to prompt_len − 1 tokens, page-floored; a
+// page that is already in the tree is shared (no Stored); a new suffix is Stored with a parent.
+TEST(SglangSchedulerTest, CachedPrefixReuse) {
+  Harness h(sgConfig());
+  h.submit(range(1, 16), 1);
+  h.runUntilIdle();
+  const RequestId again = h.submit(range(1, 16), 1);
+  const auto& p = h.step();
+  ASSERT_EQ(p.admissions.size(), 1u);
+  EXPECT_EQ(p.admissions[0].reused_input_tokens, 12u);
+  EXPECT_FALSE(p.admissions[0].is_readmission);
+  EXPECT_EQ(p.fpm.scheduled.sum_prefill_tokens, 4u);
+  EXPECT_EQ(p.fpm.scheduled.sum_prefill_kv_tokens, 12u);
+  EXPECT_TRUE(storedEvents(p).empty());
+  EXPECT_EQ(h.signalsOf(again)[0].cached_tokens, 12u);
+  EXPECT_DOUBLE_EQ(p.prefill_ms, 16.5621604959824);  // T_prefill(1, 16, 12): 4 tokens
+
+  h.submit(range(1, 13), 1);  // floor(12 / 4) = 3 pages
+  EXPECT_EQ(h.step().admissions[0].reused_input_tokens, 12u);
+  h.submit(range(1, 12), 1);  // floor(11 / 4) = 2 pages
+  EXPECT_EQ(h.step().admissions[0].reused_input_tokens, 8u);
+
+  h.submit(concat(range(1, 8), range(90, 97)), 1);
+  const auto& q = h.step();
+  EXPECT_EQ(q.admissions[0].reused_input_tokens, 8u);
+  const auto stored = storedEvents(q);
+  ASSERT_EQ(stored.size(), 1u);
+  EXPECT_EQ(stored[0].block_hashes.size(), 2u);
+  EXPECT_EQ(stored[0].parent_block_hash, hashesOf(range(1, 16))[1]);
+  const LoadMetrics m = h.engine().loadMetrics(0);
+  EXPECT_EQ(m.prefix_cache_queries_tokens, 16u + 16 + 13 + 12 + 16);
+  EXPECT_EQ(m.prefix_cache_hits_tokens, 12u + 12 + 8 + 8);
+}
+
+// Two identical prompts in one pass: the second shares the pages the first just made visible.
+TEST(SglangSchedulerTest, ConcurrentIdenticalPromptsShareWithinOnePass) {
+  Harness h(sgConfig());
+  h.submit(range(1, 16), 2);
+  h.submit(range(1, 16), 2);
+  const auto& p = h.step();
+  ASSERT_EQ(p.admissions.size(), 2u);
+  EXPECT_EQ(p.admissions[1].reused_input_tokens, 12u);
+  std::size_t hashes = 0;
+  for (const auto& s : storedEvents(p)) hashes += s.block_hashes.size();
+  EXPECT_EQ(hashes, 4u);
+}
+
+// clip_max_new_tokens caps each request's output reservation at admission.
+TEST(SglangSchedulerTest, ClipMaxNewTokensCapsReservation) {
+  for (std::uint32_t clip : {8u, 4096u}) {
+    EngineConfig c = sgConfig();  // 64 token slots
+    c.sglang.clip_max_new_tokens = clip;
+    Harness h(c);
+    h.submit(range(1, 8), 100);
+    h.submit(range(101, 108), 100);
+    const auto& p = h.step();
+    // clip 8: 8 + 8 charged each fits; clip 4096: A's reservation (capped to the pool) leaves
+    // no room for B.
+    EXPECT_EQ(p.admissions.size(), clip == 8 ? 2u : 1u) << "clip " << clip;
+  }
+}
+
+// Running requests' remaining outputs × new_token_ratio are held back from new prefills.
+TEST(SglangSchedulerTest, RunningReserveBlocksAdmission) {
+  EngineConfig c = sgConfig();
+  c.sglang.chunked_prefill_size = 8;
+  Harness h(c);
+  h.submit(range(1, 8), 55);  // admitted: 8 + min(55, room 55) < 64
+  h.step();
+  const RequestId b = h.submit(range(101, 108), 4);
+  const auto& p = h.step();
+  // rem_total = (64 − 12 held) − 3 page slack − 54 × 0.6990 = 11.3 ≤ 8 + 4.
+  EXPECT_TRUE(p.admissions.empty());
+  EXPECT_EQ(p.fpm.queued.num_prefill_requests, 1u);
+  EXPECT_TRUE(h.signalsOf(b).empty());
+}
+
+TEST(SglangSchedulerTest, MaxNumSeqsCapsRunning) {
+  EngineConfig c = sgConfig();
+  c.max_num_seqs = 2;
+  Harness h(c);
+  for (std::uint32_t i = 0; i < 4; ++i) h.submit(range(100 * i + 1, 100 * i + 4), 3);
+  const auto& p = h.step();
+  EXPECT_EQ(p.admissions.size(), 2u);
+  EXPECT_EQ(p.load.running_requests, 2u);
+  EXPECT_EQ(p.load.waiting_requests, 2u);
+  h.runUntilIdle();
+}
+
+TEST(SglangSchedulerTest, ZeroOutputCompletesWithoutToken) {
+  EngineConfig c = sgConfig();
+  c.allow_empty_output = true;
+  Harness h(c);
+  const RequestId id = h.submit(range(1, 8), 0);
+  const auto& p = h.step();
+  ASSERT_EQ(p.outputs.size(), 1u);
+  EXPECT_EQ(p.outputs[0].id, id);
+  EXPECT_FALSE(p.outputs[0].token.has_value());
+  EXPECT_EQ(p.outputs[0].terminal, Terminal::Completed);
+  EXPECT_DOUBLE_EQ(p.end_ms, kPrefill8);
+  EXPECT_EQ(p.fpm.scheduled.num_decode_requests, 0u);
+  EXPECT_FALSE(h.engine().hasWork());
+}
+
+// Our rule: a prompt that needs every page can never pass SGLang's strict budget check, so it
+// is rejected at the head; the follower runs in the same pass.
+TEST(SglangSchedulerTest, OversizedPromptRejectedFollowerAdmitted) {
+  EngineConfig c = sgConfig();
+  c.num_gpu_blocks = 4;
+  Harness h(c);
+  const RequestId big = h.submit(range(1, 13), 1);
+  const RequestId ok = h.submit(range(101, 104), 1);
+  const auto& p = h.step();
+  ASSERT_EQ(p.outputs.size(), 2u);
+  EXPECT_EQ(p.outputs[0].id, ok);
+  EXPECT_EQ(p.outputs[0].terminal, Terminal::Completed);
+  EXPECT_EQ(p.outputs[1].id, big);
+  EXPECT_EQ(p.outputs[1].terminal, Terminal::Rejected);
+}
+
+// Our rule: generation stops once the sequence needs every page of the pool.
+TEST(SglangSchedulerTest, LoneSequenceStopsBeforeOutgrowingPool) {
+  EngineConfig c = sgConfig();
+  c.num_gpu_blocks = 4;
+  Harness h(c);
+  const RequestId id = h.submit(range(1, 8), 100);
+  h.runUntilIdle();
+  const auto sig = h.signalsOf(id);
+  ASSERT_EQ(sig.size(), 5u);  // len 13 needs the 4th page
+  EXPECT_EQ(sig.back().terminal, Terminal::Completed);
+}
+
+TEST(SglangSchedulerTest, PrefixCachingOffSharesNothingAndEmitsNoEvents) {
+  EngineConfig c = sgConfig();
+  c.enable_prefix_caching = false;
+  Harness h(c);
+  h.submit(range(1, 16), 2);
+  h.runUntilIdle();
+  h.submit(range(1, 16), 2);
+  const auto& p = h.step();
+  EXPECT_EQ(p.admissions[0].reused_input_tokens, 0u);
+  h.runUntilIdle();
+  for (const auto& q : h.passes()) EXPECT_TRUE(q.kv_events.empty());
+  EXPECT_TRUE(h.engine().cachedBlockHashes(0).empty());
+}
+
+// Cancellation releases everything: a running request's locks and pages, and a waiting partial
+// prefill's pages; a second cancel is a no-op.
+TEST(SglangSchedulerTest, CancelReleasesLocksAndPages) {
+  EngineConfig c = sgConfig();
+  c.sglang.chunked_prefill_size = 8;
+  Harness h(c);
+  const RequestId a = h.submit(range(1, 8), 10);
+  h.step();
+  const RequestId b = h.submit(range(101, 124), 10);
+  h.step();  // B's first chunk: B is a waiting partial prefill holding 2 pages
+  EXPECT_GT(h.engine().loadMetrics(0).active_blocks, 3u);
+  EXPECT_EQ(h.engine().cancel(b), CancelResult::Applied);
+  EXPECT_EQ(h.engine().cancel(a), CancelResult::Applied);
+  EXPECT_EQ(h.engine().cancel(a), CancelResult::Noop);
+  EXPECT_TRUE(h.engine().checkInvariantsForTest(0).has_value());
+  const LoadMetrics m = h.engine().loadMetrics(0);
+  EXPECT_EQ(m.active_blocks, 0u);
+  EXPECT_EQ(m.running_requests, 0u);
+  EXPECT_EQ(m.waiting_requests, 0u);
+  EXPECT_FALSE(h.engine().hasWork());
+  ASSERT_TRUE(h.engine().resetPrefixCache(0).has_value());
+  EXPECT_TRUE(h.engine().cachedBlockHashes(0).empty());
+}
+
+TEST(SglangSchedulerTest, ResetPrefixCacheRefusedWhileActive) {
+  Harness h(sgConfig());
+  h.submit(range(1, 8), 3);
+  h.step();
+  EXPECT_FALSE(h.engine().resetPrefixCache(0).has_value());
+  h.runUntilIdle();
+  EXPECT_TRUE(h.engine().resetPrefixCache(0).has_value());
+}
+
+TEST(SglangSchedulerTest, SameInputsSameRun) {
+  const auto run = [] {
+    EngineConfig c = sgConfig();
+    c.num_gpu_blocks = 10;
+    c.sglang.schedule_policy = SchedulePolicy::Lpm;
+    Harness h(c);
+    for (std::uint32_t i = 0; i < 8; ++i) h.submit(range(1, 4 + 3 * i), 5 + i);
+    h.runUntilIdle();
+    std::vector<OutputSignal> out;
+    std::vector<KvEvent> events;
+    for (const auto& p : h.passes()) {
+      out.insert(out.end(), p.outputs.begin(), p.outputs.end());
+      events.insert(events.end(), p.kv_events.begin(), p.kv_events.end());
+    }
+    return std::pair(out, events);
+  };
+  EXPECT_EQ(run(), run());
+}
+
+// ---- TRT-LLM guaranteed-no-evict (§6), beyond scheduler_test.cpp ----
+
+EngineConfig trtConfig() {
+  EngineConfig c = testing::specConfig();
+  c.engine_type = EngineType::Trtllm;
+  return c;
+}
+
+// At submit max_output is clamped to N·B − prompt: the request completes when it fills the pool.
+TEST(TrtllmSchedulerTest, OutputClampedToPool) {
+  EngineConfig c = trtConfig();
+  c.num_gpu_blocks = 4;  // 16 tokens
+  Harness h(c);
+  const RequestId id = h.submit(range(1, 8), 100);
+  h.runUntilIdle();
+  const auto sig = h.signalsOf(id);
+  ASSERT_EQ(sig.size(), 8u);
+  EXPECT_EQ(sig.back().terminal, Terminal::Completed);
+  EXPECT_EQ(h.engine().loadMetrics(0).preemptions_total, 0u);
+}
+
+// A prompt that fills the pool is rejected at the head; max_model_len clamps the output too.
+TEST(TrtllmSchedulerTest, PromptFillingPoolRejectedAndMaxModelLenClamps) {
+  EngineConfig c = trtConfig();
+  c.num_gpu_blocks = 4;
+  c.max_model_len = 12;
+  Harness h(c);
+  const RequestId big = h.submit(range(1, 16), 1);
+  const RequestId ok = h.submit(range(101, 108), 100);
+  h.runUntilIdle();
+  const auto bs = h.signalsOf(big);
+  ASSERT_EQ(bs.size(), 1u);
+  EXPECT_EQ(bs[0].terminal, Terminal::Rejected);
+  EXPECT_EQ(h.signalsOf(ok).size(), 4u);  // 12 − 8
+}
+
+// Admission reserves prompt + max_output for every running request: a small follower waits
+// although its own blocks would fit, and nothing is ever preempted.
+TEST(TrtllmSchedulerTest, ReservationCountsRunningRequestsRemainingBlocks) {
+  EngineConfig c = trtConfig();
+  c.num_gpu_blocks = 8;
+  Harness h(c);
+  const RequestId a = h.submit(range(1, 4), 24);     // reserves 7 blocks
+  const RequestId b = h.submit(range(101, 104), 4);  // needs 2 blocks: 1 available
+  const auto& p1 = h.step();
+  ASSERT_EQ(p1.admissions.size(), 1u);
+  EXPECT_EQ(p1.admissions[0].id, a);
+  bool a_done = false;
+  while (h.engine().hasWork()) {
+    const auto& p = h.step();
+    for (const auto& adm : p.admissions) {
+      if (adm.id == b) {
+        EXPECT_TRUE(a_done);
+      }
+    }
+    for (const auto& s : p.outputs) a_done |= s.id == a && s.terminal == Terminal::Completed;
+    EXPECT_EQ(p.load.preemptions_total, 0u);
+  }
+  EXPECT_EQ(h.signalsOf(b).size(), 4u);
+}
+
+// §4.3 does not apply: a prompt with a fully cached prefix reuses every full block.
+TEST(TrtllmSchedulerTest, NoRecomputeOfLastBlockOnPartialHit) {
+  Harness h(trtConfig());
+  h.submit(range(1, 16), 1);
+  h.runUntilIdle();
+  h.submit(concat(range(1, 16), {50, 51}), 1);
+  const auto& p = h.step();
+  EXPECT_EQ(p.admissions[0].reused_input_tokens, 16u);
+  EXPECT_EQ(p.fpm.scheduled.sum_prefill_tokens, 2u);
+}
+
+}  // namespace
+}  // namespace mocker::engine
