@@ -345,7 +345,17 @@ int ReplayCommand::run(std::ostream& out, std::ostream& err) {
   bool ok = write(f.report_json, replay::formatReportJson(report));
   ok = write(f.requests_jsonl, replay::formatRequestsJsonl(collector)) && ok;
   if (!f.report_html.empty()) {
-    ok = write(f.report_html, replay::renderHtmlReport(report, collector)) && ok;
+    replay::HtmlReportOptions html;
+    const std::uint32_t dp_size = config->engine.dp_size;
+    if (f.num_workers > 1) {
+      for (std::uint32_t w = 0; w < f.num_workers; ++w) {
+        for (std::uint32_t r = 0; r < dp_size; ++r) {
+          html.rank_labels.push_back("worker " + std::to_string(w) +
+                                     (dp_size > 1 ? " rank " + std::to_string(r) : ""));
+        }
+      }
+    }
+    ok = write(f.report_html, replay::renderHtmlReport(report, collector, html)) && ok;
   }
   return ok ? 0 : 1;
 }
