@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "service/config.h"
+#include "tools/replay_command.h"
 #include "tools/serve_command.h"
 #include "tools/serve_flags.h"
 
@@ -31,19 +32,24 @@ int runCli(const std::vector<std::string>& args, std::ostream& out, std::ostream
 
   ServeCommand serve;
   addServeCommand(app, serve);
+  // `mocker replay`: trace / synthetic replay with reports (tools/replay_command.h).
+  ReplayCommand replay(app);
 
   std::vector<std::string> argv_rest(args.begin() + (args.empty() ? 0 : 1), args.end());
   std::reverse(argv_rest.begin(), argv_rest.end());
   try {
     app.parse(argv_rest);
   } catch (const CLI::ParseError& e) {
-    return app.exit(e, out, err);
+    // Help and version exit 0; every other parse error is a usage error (2), whatever CLI11's
+    // own code for it (105 for a failed validator, 109 for extras, ...).
+    return app.exit(e, out, err) == 0 ? 0 : 2;
   }
   if (app.get_subcommands().empty()) {
     out << app.help();
     return 0;
   }
   if (serve.cmd->parsed()) return runServeCommand(serve, out, err);
+  if (replay.parsed()) return replay.run(out, err);
   if (config_cmd->parsed()) {
     const auto config = resolveServeConfig(config_flags);
     if (!config) {

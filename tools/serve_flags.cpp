@@ -2,7 +2,10 @@
 
 #include <CLI/CLI.hpp>
 
+#include <cstdint>
 #include <utility>
+
+#include "engine/config.h"
 
 namespace mocker::tools {
 namespace {
@@ -122,7 +125,7 @@ void addServeFlags(CLI::App& app, ServeFlags& flags) {
   }
 }
 
-Result<service::ServiceConfig> resolveServeConfig(const ServeFlags& flags) {
+Result<service::ServiceConfig> resolveServeConfig(const ServeFlags& flags, ConfigUse use) {
   service::KeyOrigins origins;
   service::ServiceConfig config;
   if (!flags.config_path.empty()) {
@@ -137,7 +140,19 @@ Result<service::ServiceConfig> resolveServeConfig(const ServeFlags& flags) {
     }
     origins[b.key] = b.flag;
   }
-  return service::finishServiceConfig(std::move(config), origins);
+  if (use == ConfigUse::Serve) return service::finishServiceConfig(std::move(config), origins);
+  // Engine only (offline tools): per-rank socket endpoints are never opened, so the service
+  // rules that depend on dp_size (endpoint port spacing) must not reject a valid engine.
+  const std::uint32_t dp_size = config.engine.dp_size;
+  config.engine.dp_size = 1;
+  MOCKER_TRY(config, service::finishServiceConfig(std::move(config), origins));
+  config.engine.dp_size = dp_size;
+  if (auto st = engine::validateEngineConfig(config.engine); !st) {
+    const auto it = origins.find("engine.dp_size");
+    const std::string origin = it == origins.end() ? std::string() : it->second + ": ";
+    return Error{st.error().code, origin + st.error().message};
+  }
+  return config;
 }
 
 }  // namespace mocker::tools

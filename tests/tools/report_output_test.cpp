@@ -236,6 +236,30 @@ TEST(ReportHtmlTest, SelfContainedPageWithSvgPlots) {
   EXPECT_EQ(html, renderHtmlReport(c.buildReport({}), c, {.title = "t <1>"}));
 }
 
+TEST(ReportHtmlTest, RankLabelsNameTheSeries) {
+  ReplayCollector c;
+  c.onEngineSample({.time_ms = 1, .dp_rank = 0, .kv_usage = 0.5, .num_running = 1});
+  c.onEngineSample({.time_ms = 2, .dp_rank = 1, .kv_usage = 0.25, .num_running = 2});
+  c.onEngineSample({.time_ms = 3, .dp_rank = 2, .kv_usage = 0.25, .num_running = 2});
+  const std::string html =
+      renderHtmlReport(c.buildReport({}), c, {.rank_labels = {"worker 0", "worker 1"}});
+  EXPECT_THAT(html, HasSubstr("KV usage % (worker 0)"));
+  EXPECT_THAT(html, HasSubstr("waiting (worker 1)"));
+  EXPECT_THAT(html, HasSubstr("running (batch size) (rank 2)"));  // no label given
+}
+
+TEST(ReportHtmlTest, ManyRanksArePlottedAsTotals) {
+  ReplayCollector c;
+  for (std::uint32_t r = 0; r < 3; ++r) {
+    c.onEngineSample(
+        {.time_ms = 1.0 + r, .dp_rank = r, .kv_usage = 0.5, .num_running = 2, .num_waiting = 1});
+  }
+  const std::string html = renderHtmlReport(c.buildReport({}), c, {.max_ranks_per_plot = 2});
+  EXPECT_THAT(html, HasSubstr("running (batch size), total (3 ranks)"));
+  EXPECT_THAT(html, HasSubstr("KV usage %, mean (3 ranks)"));
+  EXPECT_THAT(html, Not(HasSubstr("(rank 0)")));
+}
+
 TEST(ReportHtmlTest, EmptyRunRendersNoDataPlots) {
   const ReplayCollector c;
   const std::string html = renderHtmlReport(c.buildReport({}), c);

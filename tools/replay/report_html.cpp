@@ -255,20 +255,59 @@ std::string renderHtmlReport(const Report& report, const ReplayCollector& collec
                          {std::move(throughput)},
                          std::nullopt});
 
-  // Engine samples, one series per rank.
+  // Engine samples: one series per rank, or — beyond max_ranks_per_plot ranks, where per-rank
+  // lines and legends would bury the plot — totals over every rank (the value each rank last
+  // reported, summed; KV usage averaged), stepped at every sample in time order.
   std::map<std::uint32_t, Series> kv, running, waiting;
-  for (const EngineSample& s : collector.engineSamples()) {
-    const double x = (s.time_ms - t0) / 1000.0;
-    const std::string rank = " (rank " + std::to_string(s.dp_rank) + ")";
-    auto& k = kv[s.dp_rank];
-    if (k.name.empty()) k.name = "KV usage %" + rank;
-    k.points.emplace_back(x, 100.0 * s.kv_usage);
-    auto& run = running[s.dp_rank];
-    if (run.name.empty()) run.name = "running (batch size)" + rank;
-    run.points.emplace_back(x, static_cast<double>(s.num_running));
-    auto& wait = waiting[s.dp_rank];
-    if (wait.name.empty()) wait.name = "waiting" + rank;
-    wait.points.emplace_back(x, static_cast<double>(s.num_waiting));
+  std::map<std::uint32_t, bool> ranks;
+  for (const EngineSample& s : collector.engineSamples()) ranks[s.dp_rank] = true;
+  if (ranks.size() > options.max_ranks_per_plot) {
+    std::vector<const EngineSample*> order;
+    order.reserve(collector.engineSamples().size());
+    for (const EngineSample& s : collector.engineSamples()) order.push_back(&s);
+    std::stable_sort(order.begin(), order.end(),
+                     [](const auto* a, const auto* b) { return a->time_ms < b->time_ms; });
+    const std::string all = " (" + std::to_string(ranks.size()) + " ranks)";
+    Series& k = kv[0];
+    k.name = "KV usage %, mean" + all;
+    running[0].name = "running (batch size), total" + all;
+    waiting[0].name = "waiting, total" + all;
+    std::map<std::uint32_t, const EngineSample*> last;
+    double kv_sum = 0.0, run_sum = 0.0, wait_sum = 0.0;
+    for (const EngineSample* s : order) {
+      const EngineSample*& prev = last[s->dp_rank];
+      if (prev != nullptr) {
+        kv_sum -= prev->kv_usage;
+        run_sum -= static_cast<double>(prev->num_running);
+        wait_sum -= static_cast<double>(prev->num_waiting);
+      }
+      prev = s;
+      kv_sum += s->kv_usage;
+      run_sum += static_cast<double>(s->num_running);
+      wait_sum += static_cast<double>(s->num_waiting);
+      const double x = (s->time_ms - t0) / 1000.0;
+      k.points.emplace_back(x, 100.0 * kv_sum / static_cast<double>(ranks.size()));
+      running[0].points.emplace_back(x, run_sum);
+      waiting[0].points.emplace_back(x, wait_sum);
+    }
+  } else {
+    for (const EngineSample& s : collector.engineSamples()) {
+      const double x = (s.time_ms - t0) / 1000.0;
+      auto& k = kv[s.dp_rank];
+      if (k.name.empty()) {
+        const std::string rank =
+            " (" +
+            (s.dp_rank < options.rank_labels.size() ? options.rank_labels[s.dp_rank]
+                                                    : "rank " + std::to_string(s.dp_rank)) +
+            ")";
+        k.name = "KV usage %" + rank;
+        running[s.dp_rank].name = "running (batch size)" + rank;
+        waiting[s.dp_rank].name = "waiting" + rank;
+      }
+      k.points.emplace_back(x, 100.0 * s.kv_usage);
+      running[s.dp_rank].points.emplace_back(x, static_cast<double>(s.num_running));
+      waiting[s.dp_rank].points.emplace_back(x, static_cast<double>(s.num_waiting));
+    }
   }
   Chart kv_chart{"KV cache usage over time (max per bucket)",
                  "time since first arrival (s)",

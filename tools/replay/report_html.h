@@ -7,6 +7,7 @@
 
 #include <cstddef>
 #include <string>
+#include <vector>
 
 #include "tools/replay/collector.h"
 
@@ -16,6 +17,12 @@ struct HtmlReportOptions {
   std::string title = "mocker replay report";
   std::size_t max_points_per_series = 1000;  ///< larger series are bucketed (max per bucket)
   std::size_t throughput_buckets = 100;      ///< time buckets for the throughput plot
+  /// Legend names of EngineSample::dp_rank values (index = dp_rank), e.g. "worker 1 rank 0"
+  /// when the replay ran several workers; missing entries read "rank N".
+  std::vector<std::string> rank_labels{};
+  /// With more ranks than this, the KV and batch plots show totals over all ranks (KV usage
+  /// averaged, running and waiting summed) instead of one line per rank.
+  std::size_t max_ranks_per_plot = 4;
 };
 
 /// Renders the page. `report` is normally collector.buildReport(...).

@@ -1,0 +1,274 @@
+#include "tools/replay/offline_replay.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "tools/replay/collector.h"
+#include "tools/replay/mooncake_trace.h"
+#include "tools/replay/report_output.h"
+#include "tools/replay/synthetic.h"
+
+namespace mocker::replay {
+namespace {
+
+Workload parse(const std::string& text, bool require_timestamps = true) {
+  auto w =
+      parseMooncakeTrace(text, {.trace_block_size = 16, .require_timestamps = require_timestamps});
+  EXPECT_TRUE(w.has_value()) << (w ? "" : w.error().toString());
+  return w ? std::move(*w) : Workload{};
+}
+
+/// A small engine whose passes take a fixed time: prefill 10 ms, decode 2 ms.
+engine::EngineConfig smallEngine() {
+  return engine::EngineConfig{.num_gpu_blocks = 256,
+                              .block_size = 16,
+                              .timing_model = engine::TimingModelKind::Fixed,
+                              .fixed_prefill_ms = 10.0,
+                              .fixed_decode_ms = 2.0};
+}
+
+ReplayCollector replayOrDie(const Workload& w, const OfflineReplayOptions& options,
+                            OfflineReplayStats* stats_out = nullptr) {
+  ReplayCollector collector;
+  auto stats = runOfflineReplay(w, options, collector);
+  EXPECT_TRUE(stats.has_value()) << (stats ? "" : stats.error().toString());
+  if (stats && stats_out) *stats_out = *stats;
+  return collector;
+}
+
+// replay.md §9.4: turn 2 with delay 50 is submitted exactly 50 ms after turn 1's terminal.
+TEST(OfflineReplayTest, LaterTurnArrivesExactlyDelayAfterPreviousTerminal) {
+  const Workload w =
+      parse(R"({"timestamp": 0, "output_length": 5, "hash_ids": [1, 2], "session_id": "s"})"
+            "\n"
+            R"({"timestamp": 1, "output_length": 3, "hash_ids": [3], "session_id": "x"})"
+            "\n"
+            R"({"output_length": 2, "hash_ids": [1, 2, 4], "session_id": "s", "delay": 50})"
+            "\n");
+  const ReplayCollector c = replayOrDie(w, {.engine = smallEngine()});
+  ASSERT_EQ(c.requests().size(), 3u);
+  // Dispatch order: s/0 at 0, x/0 at 1, s/1 after s/0 ended.
+  const RequestRecord& first = c.requests()[0];
+  const RequestRecord& second_turn = c.requests()[2];
+  EXPECT_EQ(second_turn.info.session_id, "s");
+  EXPECT_EQ(second_turn.info.turn_index, 1u);
+  ASSERT_TRUE(first.terminal_ms.has_value());
+  EXPECT_EQ(first.status, TerminalStatus::Completed);
+  EXPECT_EQ(second_turn.arrival_ms, *first.terminal_ms + 50.0);
+  ASSERT_TRUE(second_turn.first_admit_ms.has_value());
+  EXPECT_GE(*second_turn.first_admit_ms, second_turn.arrival_ms);
+  // The second turn reuses its session's prefix (blocks 1, 2 of 16 tokens each).
+  EXPECT_EQ(second_turn.first_reused_input_tokens, 32u);
+  EXPECT_EQ(second_turn.status, TerminalStatus::Completed);
+}
+
+TEST(OfflineReplayTest, ArrivalDuringAPassWaitsForThePassBoundary) {
+  const Workload w = parse(R"({"timestamp": 0, "output_length": 3, "hash_ids": [1]})"
+                           "\n"
+                           R"({"timestamp": 5, "output_length": 1, "hash_ids": [2]})"
+                           "\n");
+  const ReplayCollector c = replayOrDie(w, {.engine = smallEngine()});
+  ASSERT_EQ(c.requests().size(), 2u);
+  EXPECT_EQ(c.requests()[0].first_admit_ms, 0.0);
+  EXPECT_EQ(c.requests()[1].arrival_ms, 5.0);
+  // Request 1 arrives during request 0's prefill pass and is admitted at that pass's end.
+  ASSERT_FALSE(c.requests()[0].token_times_ms.empty());
+  const double first_pass_end = c.requests()[0].token_times_ms.front();
+  EXPECT_GT(first_pass_end, 5.0);
+  EXPECT_EQ(c.requests()[1].first_admit_ms, first_pass_end);
+}
+
+// replay.md §9.7: concurrency 2 with four 1-token requests ⇒ requests 3 and 4 arrive at the
+// terminal times of requests 1 and 2, and their TTFT excludes the wait for a slot.
+TEST(OfflineReplayTest, ClosedLoopDispatchesOnTerminals) {
+  const Workload w = parse(R"({"output_length": 1, "hash_ids": [1]})"
+                           "\n"
+                           R"({"output_length": 1, "hash_ids": [2]})"
+                           "\n"
+                           R"({"output_length": 1, "hash_ids": [3]})"
+                           "\n"
+                           R"({"output_length": 1, "hash_ids": [4]})"
+                           "\n",
+                           /*require_timestamps=*/false);
+  const ReplayCollector c = replayOrDie(w, {.engine = smallEngine(), .concurrency = 2});
+  const auto& r = c.requests();
+  ASSERT_EQ(r.size(), 4u);
+  EXPECT_EQ(r[0].arrival_ms, 0.0);
+  EXPECT_EQ(r[1].arrival_ms, 0.0);
+  ASSERT_TRUE(r[0].terminal_ms && r[1].terminal_ms);
+  EXPECT_EQ(r[2].arrival_ms, *r[0].terminal_ms);
+  EXPECT_EQ(r[3].arrival_ms, *r[1].terminal_ms);
+  EXPECT_GT(r[2].arrival_ms, 0.0);
+  const RequestLatencies l3 = latenciesOf(r[2]);
+  ASSERT_TRUE(l3.ttft_ms.has_value());
+  // One prefill pass on an idle rank, like request 1: no slot wait included.
+  EXPECT_EQ(*l3.ttft_ms, *latenciesOf(r[0]).ttft_ms);
+  EXPECT_EQ(r[2].info.input_length, 16u);
+}
+
+TEST(OfflineReplayTest, ClosedLoopNeverExceedsTheConcurrency) {
+  SyntheticSpec spec{.request_count = 40,
+                     .input_tokens = {200, 80},
+                     .output_tokens = {20, 15},
+                     .arrival = {.kind = ArrivalKind::Burst},
+                     .block_size = 16,
+                     .seed = 3};
+  auto w = generateSyntheticWorkload(spec);
+  ASSERT_TRUE(w.has_value());
+  const ReplayCollector c = replayOrDie(*w, {.engine = smallEngine(), .concurrency = 3});
+  ASSERT_EQ(c.requests().size(), 40u);
+  // At every arrival, at most 2 earlier requests are still in flight.
+  for (std::size_t i = 0; i < c.requests().size(); ++i) {
+    const double t = c.requests()[i].arrival_ms;
+    int in_flight = 0;
+    for (std::size_t j = 0; j < i; ++j) {
+      if (*c.requests()[j].terminal_ms > t) ++in_flight;
+    }
+    EXPECT_LE(in_flight, 2) << "request " << i;
+    EXPECT_EQ(c.requests()[i].status, TerminalStatus::Completed);
+  }
+}
+
+TEST(OfflineReplayTest, SameInstantArrivalsAreSubmittedInTraceOrder) {
+  const Workload w =
+      parse(R"({"timestamp": 7, "output_length": 1, "hash_ids": [1], "request_id": "a"})"
+            "\n"
+            R"({"timestamp": 7, "output_length": 1, "hash_ids": [2], "request_id": "b"})"
+            "\n"
+            R"({"timestamp": 3, "output_length": 1, "hash_ids": [3], "request_id": "c"})"
+            "\n");
+  const ReplayCollector c = replayOrDie(w, {.engine = smallEngine()});
+  ASSERT_EQ(c.requests().size(), 3u);
+  EXPECT_EQ(c.requests()[0].info.request_id, "c");
+  EXPECT_EQ(c.requests()[1].info.request_id, "a");
+  EXPECT_EQ(c.requests()[2].info.request_id, "b");
+}
+
+TEST(OfflineReplayTest, ZeroTokenOutputCompletesWithoutTokens) {
+  const Workload w = parse(R"({"timestamp": 0, "output_length": 0, "hash_ids": [1]})"
+                           "\n");
+  const ReplayCollector c = replayOrDie(w, {.engine = smallEngine()});
+  ASSERT_EQ(c.requests().size(), 1u);
+  EXPECT_EQ(c.requests()[0].status, TerminalStatus::Completed);
+  EXPECT_TRUE(c.requests()[0].token_times_ms.empty());
+}
+
+TEST(OfflineReplayTest, DpRanksAndWorkersGetRequestsRoundRobin) {
+  std::string text;
+  for (int i = 0; i < 12; ++i) {
+    text += R"({"timestamp": )" + std::to_string(i) + R"(, "output_length": 2, "hash_ids": [)" +
+            std::to_string(i + 1) + "]}\n";
+  }
+  const Workload w = parse(text);
+  engine::EngineConfig config = smallEngine();
+  config.dp_size = 2;
+  OfflineReplayStats stats;
+  const ReplayCollector c = replayOrDie(w, {.engine = config, .num_workers = 3}, &stats);
+  EXPECT_EQ(stats.per_worker, (std::vector<std::uint64_t>{4, 4, 4}));
+  std::vector<std::uint32_t> ranks_seen;
+  for (const EngineSample& s : c.engineSamples()) ranks_seen.push_back(s.dp_rank);
+  std::sort(ranks_seen.begin(), ranks_seen.end());
+  ranks_seen.erase(std::unique(ranks_seen.begin(), ranks_seen.end()), ranks_seen.end());
+  EXPECT_EQ(ranks_seen, (std::vector<std::uint32_t>{0, 1, 2, 3, 4, 5}));  // worker · 2 + rank
+}
+
+TEST(OfflineReplayTest, RejectsBadOptionsBeforeSimulating) {
+  const Workload w = parse(R"({"timestamp": 0, "output_length": 1, "hash_ids": [1]})"
+                           "\n");
+  ReplayCollector c;
+  EXPECT_FALSE(runOfflineReplay(w, {.engine = smallEngine(), .num_workers = 0}, c).has_value());
+  EXPECT_FALSE(runOfflineReplay(w, {.engine = smallEngine(), .concurrency = 0}, c).has_value());
+  engine::EngineConfig bad = smallEngine();
+  bad.num_gpu_blocks = 0;
+  const auto r = runOfflineReplay(w, {.engine = bad}, c);
+  ASSERT_FALSE(r.has_value());
+  EXPECT_NE(r.error().message.find("num_gpu_blocks"), std::string::npos);
+  const Workload untimed = parse(R"({"output_length": 1, "hash_ids": [1]})"
+                                 "\n",
+                                 /*require_timestamps=*/false);
+  EXPECT_FALSE(runOfflineReplay(untimed, {.engine = smallEngine()}, c).has_value());
+  EXPECT_TRUE(c.requests().empty());
+}
+
+TEST(OfflineReplayTest, RouterNamesRoundTrip) {
+  for (const RouterKind k : {RouterKind::RoundRobin, RouterKind::Kv, RouterKind::Random}) {
+    EXPECT_EQ(*parseRouterKind(toString(k)), k);
+  }
+  EXPECT_FALSE(parseRouterKind("nearest").has_value());
+}
+
+/// Prefix-heavy workload: 16 groups, 90 % of every prompt shared within its group.
+Workload prefixHeavy() {
+  auto w = generateSyntheticWorkload({.request_count = 400,
+                                      .input_tokens = {2048, 256},
+                                      .output_tokens = {32, 8},
+                                      .arrival = {.kind = ArrivalKind::Poisson, .rate_per_s = 40},
+                                      .shared_prefix_ratio = 0.9,
+                                      .num_prefix_groups = 16,
+                                      .block_size = 64,
+                                      .seed = 11});
+  EXPECT_TRUE(w.has_value());
+  return std::move(*w);
+}
+
+Report replayWithRouter(const Workload& w, RouterKind router, OfflineReplayStats* stats) {
+  // A cache of 160 × 64 tokens per worker holds only a few groups' prefixes: where a group's
+  // requests land decides whether its prefix is still cached.
+  engine::EngineConfig config{.num_gpu_blocks = 160, .max_num_seqs = 8};
+  ReplayCollector c = replayOrDie(
+      w, {.engine = config, .num_workers = 4, .router = router, .router_seed = 5}, stats);
+  return c.buildReport({});
+}
+
+// With 4 workers and a prefix-heavy trace, kv routing reuses more of the prefix cache than
+// round robin (issue #6).
+TEST(OfflineReplayTest, KvRouterReusesMorePrefixThanRoundRobin) {
+  const Workload w = prefixHeavy();
+  OfflineReplayStats rr_stats, kv_stats, random_stats;
+  const Report rr = replayWithRouter(w, RouterKind::RoundRobin, &rr_stats);
+  const Report kv = replayWithRouter(w, RouterKind::Kv, &kv_stats);
+  const Report rnd = replayWithRouter(w, RouterKind::Random, &random_stats);
+  ASSERT_TRUE(rr.prefix_cache_reused_ratio && kv.prefix_cache_reused_ratio &&
+              rnd.prefix_cache_reused_ratio);
+  std::printf(
+      "prefix reuse ratio, 4 workers, 400 requests, 16 groups: round_robin %.4f, "
+      "random %.4f, kv %.4f (kv routed %llu of 400 to a cached prefix)\n",
+      *rr.prefix_cache_reused_ratio, *rnd.prefix_cache_reused_ratio, *kv.prefix_cache_reused_ratio,
+      static_cast<unsigned long long>(kv_stats.kv_routed_hits));
+  EXPECT_GT(*kv.prefix_cache_reused_ratio, *rr.prefix_cache_reused_ratio);
+  EXPECT_GT(*kv.prefix_cache_reused_ratio, *rnd.prefix_cache_reused_ratio);
+  EXPECT_EQ(kv.completed_requests, 400u);
+  EXPECT_EQ(rr.completed_requests, 400u);
+  EXPECT_GT(kv_stats.kv_events, 0u);
+  // Every worker got work under every router (kv spreads the groups by load).
+  for (const auto* s : {&rr_stats, &kv_stats, &random_stats}) {
+    for (const std::uint64_t n : s->per_worker) EXPECT_GT(n, 0u);
+  }
+}
+
+TEST(OfflineReplayTest, KvRouterTieBreaksByLoadThenLowestWorker) {
+  // Nothing cached anywhere: the first request goes to worker 0, the second (while the first is
+  // in flight) to worker 1, and so on; once request 0 has ended, its prefix pulls request 4 back.
+  const Workload w = parse(R"({"timestamp": 0, "output_length": 1, "hash_ids": [1, 2]})"
+                           "\n"
+                           R"({"timestamp": 0, "output_length": 1, "hash_ids": [3, 4]})"
+                           "\n"
+                           R"({"timestamp": 0, "output_length": 1, "hash_ids": [5, 6]})"
+                           "\n"
+                           R"({"timestamp": 1000, "output_length": 1, "hash_ids": [7, 8]})"
+                           "\n"
+                           R"({"timestamp": 2000, "output_length": 1, "hash_ids": [3, 4, 9]})"
+                           "\n");
+  OfflineReplayStats stats;
+  replayOrDie(w, {.engine = smallEngine(), .num_workers = 3, .router = RouterKind::Kv}, &stats);
+  // Workers: r0 → 0, r1 → 1, r2 → 2, r3 (all idle, no overlap) → 0, r4 (prefix on 1) → 1.
+  EXPECT_EQ(stats.per_worker, (std::vector<std::uint64_t>{2, 2, 1}));
+  EXPECT_EQ(stats.kv_routed_hits, 1u);
+}
+
+}  // namespace
+}  // namespace mocker::replay

@@ -1,0 +1,289 @@
+// End-to-end tests of `mocker replay` through the in-process CLI: the golden report of the tiny
+// checked-in trace, determinism, and the error paths.
+//
+// Golden files: tests/data/tiny_trace.report.json (JSON report; wall-time fields stored as null)
+// and tests/data/tiny_trace.requests.jsonl. Regenerate them only deliberately:
+//   MOCKER_UPDATE_GOLDEN=1 build/tests/tools/replay_tests --gtest_filter='ReplayGolden*'
+// then review the diff before committing.
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "replay_test_util.h"
+#include "tools/cli.h"
+
+namespace mocker::tools {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::ordered_json;
+using replay::testing::sharedTrace;
+using replay::testing::sourceDir;
+
+struct CliRun {
+  int code;
+  std::string out;
+  std::string err;
+};
+
+CliRun run(std::vector<std::string> args) {
+  args.insert(args.begin(), "mocker");
+  std::ostringstream out, err;
+  const int code = runCli(args, out, err);
+  return {code, out.str(), err.str()};
+}
+
+std::string readAll(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::ostringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+/// A per-test scratch directory, removed at scope exit.
+class TempDir {
+ public:
+  TempDir() {
+    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+    path_ = fs::temp_directory_path() /
+            ("mocker_replay_cli_" + std::string(info->test_suite_name()) + "_" + info->name());
+    fs::remove_all(path_);
+    fs::create_directories(path_);
+  }
+  ~TempDir() {
+    std::error_code ec;
+    fs::remove_all(path_, ec);
+  }
+  std::string file(const std::string& name) const { return (path_ / name).string(); }
+  std::string write(const std::string& name, const std::string& text) const {
+    std::ofstream(path_ / name, std::ios::binary) << text;
+    return file(name);
+  }
+
+ private:
+  fs::path path_;
+};
+
+/// The JSON report with the wall-time dependent fields nulled.
+ordered_json withoutWallTime(const std::string& text) {
+  ordered_json j = ordered_json::parse(text);
+  j["wall_time_ms"] = nullptr;
+  j["processed_tokens_per_s"] = nullptr;
+  return j;
+}
+
+bool updateGolden() {
+  const char* v = std::getenv("MOCKER_UPDATE_GOLDEN");
+  return v != nullptr && std::string(v) == "1";
+}
+
+// --- golden -------------------------------------------------------------------------------------
+
+TEST(ReplayGoldenTest, TinyTraceReportMatchesGoldenFieldByField) {
+  TempDir dir;
+  const std::string trace = sourceDir() + "/tests/data/tiny_trace.jsonl";
+  const CliRun r = run({"replay", trace, "--report-json", dir.file("report.json"),
+                        "--requests-jsonl", dir.file("requests.jsonl")});
+  ASSERT_EQ(r.code, 0) << r.err;
+  const ordered_json actual = withoutWallTime(readAll(dir.file("report.json")));
+  const std::string requests = readAll(dir.file("requests.jsonl"));
+  const fs::path golden_report = sourceDir() + "/tests/data/tiny_trace.report.json";
+  const fs::path golden_requests = sourceDir() + "/tests/data/tiny_trace.requests.jsonl";
+  if (updateGolden()) {
+    std::ofstream(golden_report, std::ios::binary) << actual.dump(2) << "\n";
+    std::ofstream(golden_requests, std::ios::binary) << requests;
+    GTEST_SKIP() << "golden files rewritten: " << golden_report << ", " << golden_requests;
+  }
+  ASSERT_TRUE(fs::exists(golden_report)) << "run with MOCKER_UPDATE_GOLDEN=1 to create it";
+  const ordered_json expected = ordered_json::parse(readAll(golden_report));
+  // Every field, in order, with its name in the failure message.
+  ASSERT_EQ(actual.size(), expected.size());
+  auto a = actual.begin();
+  for (auto e = expected.begin(); e != expected.end(); ++e, ++a) {
+    EXPECT_EQ(a.key(), e.key());
+    EXPECT_EQ(a.value(), e.value()) << "field " << e.key();
+  }
+  EXPECT_EQ(requests, readAll(golden_requests));
+  // Sanity on what the golden pins: 8 requests, all completed, some prefix reuse.
+  EXPECT_EQ(expected["num_requests"], 8);
+  EXPECT_EQ(expected["completed_requests"], 8);
+  EXPECT_GT(expected["prefix_cache_reused_ratio"].get<double>(), 0.0);
+  // The table names the simulated duration, wall time and speedup.
+  EXPECT_NE(r.out.find("Duration (ms)"), std::string::npos);
+  EXPECT_NE(r.out.find("Wall time (ms)"), std::string::npos);
+  EXPECT_NE(r.out.find("Speedup vs real time"), std::string::npos);
+}
+
+// --- determinism (replay.md §9.8)
+// -----------------------------------------------------------------
+
+void expectIdenticalRuns(const std::vector<std::string>& args) {
+  TempDir dir;
+  std::vector<std::string> outputs[2];
+  for (int i = 0; i < 2; ++i) {
+    const std::string n = std::to_string(i);
+    std::vector<std::string> a = args;
+    for (const char* flag : {"--report-json", "--requests-jsonl", "--report-html"}) {
+      a.push_back(flag);
+      a.push_back(dir.file(std::string(flag + 2) + n));
+    }
+    const CliRun r = run(a);
+    ASSERT_EQ(r.code, 0) << r.err;
+    outputs[i] = {withoutWallTime(readAll(dir.file("report-json" + n))).dump(2),
+                  readAll(dir.file("requests-jsonl" + n))};
+    const std::string html = readAll(dir.file("report-html" + n));
+    EXPECT_NE(html.find("<svg"), std::string::npos);
+  }
+  EXPECT_EQ(outputs[0][0], outputs[1][0]);
+  EXPECT_TRUE(outputs[0][1] == outputs[1][1]) << "request timelines differ";
+  EXPECT_FALSE(outputs[0][1].empty());
+}
+
+TEST(ReplayDeterminismTest, ShippedSyntheticTraceTwiceGivesIdenticalOutputs) {
+  const std::string trace = sharedTrace("mooncake_synthetic_trace.jsonl");
+  if (!fs::exists(trace)) GTEST_SKIP() << trace << " not found";
+  expectIdenticalRuns({"replay", trace});
+}
+
+TEST(ReplayDeterminismTest, FourWorkersEveryRouterTwiceGivesIdenticalOutputs) {
+  for (const char* router : {"round_robin", "kv", "random"}) {
+    SCOPED_TRACE(router);
+    expectIdenticalRuns({"replay",
+                         "--format",
+                         "synthetic",
+                         "--num-requests",
+                         "300",
+                         "--input-tokens-mean",
+                         "3000",
+                         "--input-tokens-stddev",
+                         "800",
+                         "--output-tokens-mean",
+                         "50",
+                         "--output-tokens-stddev",
+                         "20",
+                         "--request-rate",
+                         "30",
+                         "--shared-prefix-ratio",
+                         "0.6",
+                         "--num-prefix-groups",
+                         "10",
+                         "--turns-per-session",
+                         "2",
+                         "--inter-turn-delay",
+                         "exponential",
+                         "--inter-turn-delay-ms",
+                         "200",
+                         "--seed",
+                         "9",
+                         "--num-workers",
+                         "4",
+                         "--router",
+                         router,
+                         "--num-gpu-blocks",
+                         "400",
+                         "--dp-size",
+                         "2"});
+  }
+}
+
+// --- CLI behaviour ------------------------------------------------------------------------------
+
+TEST(ReplayCliTest, MalformedLineIsReportedWithItsNumberAndNothingRuns) {
+  TempDir dir;
+  const std::string trace =
+      dir.write("bad.jsonl",
+                "{\"timestamp\": 0, \"output_length\": 1, \"hash_ids\": [1]}\n"
+                "\n"
+                "{\"timestamp\": 5, \"output_length\": 1, \"hash_ids\": []}\n"
+                "{\"timestamp\": 9, \"output_length\": 2, \"hash_ids\": [2]}\n");
+  const CliRun r = run({"replay", trace, "--report-json", dir.file("r.json")});
+  EXPECT_EQ(r.code, 1);
+  EXPECT_NE(r.err.find("line 3"), std::string::npos) << r.err;
+  EXPECT_TRUE(r.out.empty()) << "nothing may be simulated: " << r.out;
+  EXPECT_FALSE(fs::exists(dir.file("r.json")));
+
+  const CliRun skipped =
+      run({"replay", trace, "--skip-invalid", "--report-json", dir.file("r.json")});
+  EXPECT_EQ(skipped.code, 0) << skipped.err;
+  EXPECT_NE(skipped.err.find("skipped line 3"), std::string::npos) << skipped.err;
+  EXPECT_EQ(ordered_json::parse(readAll(dir.file("r.json")))["num_requests"], 2);
+}
+
+TEST(ReplayCliTest, UnknownRouterIsAUsageError) {
+  const CliRun r =
+      run({"replay", sourceDir() + "/tests/data/tiny_trace.jsonl", "--router", "nearest"});
+  EXPECT_EQ(r.code, 2) << r.err;
+  EXPECT_NE(r.err.find("--router"), std::string::npos) << r.err;
+}
+
+TEST(ReplayCliTest, ConnectAndLiveModeSayNotImplementedYet) {
+  for (const std::vector<std::string>& extra :
+       {std::vector<std::string>{"--connect", "tcp://127.0.0.1:5555"},
+        std::vector<std::string>{"--mode", "live"}}) {
+    std::vector<std::string> args = {"replay", sourceDir() + "/tests/data/tiny_trace.jsonl"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    const CliRun r = run(args);
+    EXPECT_EQ(r.code, 2);
+    EXPECT_NE(r.err.find("not implemented yet"), std::string::npos) << r.err;
+    EXPECT_TRUE(r.out.empty());
+  }
+}
+
+TEST(ReplayCliTest, FormatErrorsNameTheProblem) {
+  TempDir dir;
+  const std::string odd = dir.write("trace.txt", "x\n");
+  CliRun r = run({"replay", odd});
+  EXPECT_EQ(r.code, 1);
+  EXPECT_NE(r.err.find("--format"), std::string::npos) << r.err;
+  r = run({"replay", dir.file("missing.jsonl")});
+  EXPECT_EQ(r.code, 1);
+  EXPECT_NE(r.err.find("missing.jsonl"), std::string::npos) << r.err;
+  r = run({"replay", "--format", "synthetic", "--input-tokens-mean", "10"});
+  EXPECT_EQ(r.code, 1);
+  EXPECT_NE(r.err.find("--num-requests"), std::string::npos) << r.err;
+  r = run({"replay", sourceDir() + "/tests/data/tiny_trace.jsonl", "--num-gpu-blocks", "0"});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find("num_gpu_blocks"), std::string::npos) << r.err;
+}
+
+TEST(ReplayCliTest, ClosedLoopAndSloOptionsReachTheReport) {
+  TempDir dir;
+  const CliRun r = run({"replay", sourceDir() + "/tests/data/tiny_trace.jsonl", "--concurrency",
+                        "1", "--slo-ttft-ms", "1000000", "--report-json", dir.file("r.json"),
+                        "--requests-jsonl", dir.file("r.jsonl")});
+  ASSERT_EQ(r.code, 0) << r.err;
+  const ordered_json j = ordered_json::parse(readAll(dir.file("r.json")));
+  EXPECT_EQ(j["completed_requests"], 8);
+  // A generous TTFT bound: every request with a first token is good; the 0-token request has no
+  // TTFT and so fails the bound (collector.h).
+  EXPECT_EQ(j["goodput_completed_requests"], 7);
+  // One request in flight at a time: each arrives no earlier than the previous one ended.
+  std::istringstream lines(readAll(dir.file("r.jsonl")));
+  std::string line;
+  double previous_end = 0.0;
+  int n = 0;
+  while (std::getline(lines, line)) {
+    const ordered_json req = ordered_json::parse(line);
+    EXPECT_GE(req["arrival_time_ms"].get<double>(), previous_end) << "request " << n;
+    previous_end = req["terminal_time_ms"].get<double>();
+    ++n;
+  }
+  EXPECT_EQ(n, 8);
+}
+
+TEST(ReplayCliTest, SyntheticWorkloadRunsWithTheEngineFlags) {
+  const CliRun r = run({"replay", "--format", "synthetic", "--num-requests", "20",
+                        "--input-tokens-mean", "300", "--output-tokens-mean", "10", "--arrival",
+                        "burst", "--block-size", "16", "--num-workers", "2"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("Requests per worker (round_robin): 10 10"), std::string::npos) << r.out;
+}
+
+}  // namespace
+}  // namespace mocker::tools

@@ -1,0 +1,392 @@
+#include "tools/replay/offline_replay.h"
+
+#include <algorithm>
+#include <functional>
+#include <limits>
+#include <queue>
+#include <string>
+#include <utility>
+
+#include "engine/base/check.h"
+#include "engine/block_hash.h"
+#include "engine/engine.h"
+#include "tools/index/kv_index.h"
+#include "tools/replay/random.h"
+
+namespace mocker::replay {
+namespace {
+
+constexpr double kInf = std::numeric_limits<double>::infinity();
+constexpr std::uint64_t kProgressEveryPasses = 4096;
+
+/// A turn waiting to be dispatched. Ordered by eligibility time, then trace order: source line
+/// (0 for synthetic turns), session index, turn index.
+struct EligibleTurn {
+  double time_ms = 0.0;
+  std::size_t line = 0;
+  std::uint32_t session = 0;
+  std::uint32_t turn = 0;
+  bool operator>(const EligibleTurn& o) const {
+    if (time_ms != o.time_ms) return time_ms > o.time_ms;
+    if (line != o.line) return line > o.line;
+    if (session != o.session) return session > o.session;
+    return turn > o.turn;
+  }
+};
+
+/// What the loop remembers about a submitted request, indexed by its engine id.
+struct Tracked {
+  RequestHandle handle = 0;
+  std::uint32_t session = 0;
+  std::uint32_t turn = 0;
+  bool live = false;
+};
+
+/// One (worker, rank) pair: a global rank.
+struct Slot {
+  std::uint32_t worker = 0;
+  std::uint32_t rank = 0;
+  double clock_ms = 0.0;  ///< next pass start (or end of the pass in flight)
+  bool blocked = false;   ///< last pass did nothing: wait for a new dispatch
+  std::uint64_t in_flight = 0;
+  std::priority_queue<double, std::vector<double>, std::greater<>> pending_terminals;
+};
+
+/// KV events of one pass, visible to the router from `visible_ms` on.
+struct PendingEvents {
+  double visible_ms = 0.0;
+  std::uint64_t seq = 0;
+  std::uint32_t slot = 0;
+  std::vector<engine::KvEvent> events;
+};
+struct PendingEventsLater {
+  bool operator()(const PendingEvents& a, const PendingEvents& b) const {
+    return a.visible_ms != b.visible_ms ? a.visible_ms > b.visible_ms : a.seq > b.seq;
+  }
+};
+
+TerminalStatus toStatus(engine::Terminal t) {
+  switch (t) {
+    case engine::Terminal::Completed:
+      return TerminalStatus::Completed;
+    case engine::Terminal::Rejected:
+      return TerminalStatus::Rejected;
+    case engine::Terminal::Cancelled:
+      return TerminalStatus::Cancelled;
+    case engine::Terminal::Failed:
+      return TerminalStatus::Failed;
+    case engine::Terminal::None:
+      break;
+  }
+  return TerminalStatus::Incomplete;
+}
+
+class OfflineReplay {
+ public:
+  OfflineReplay(const Workload& workload, const OfflineReplayOptions& options,
+                ReplayCollector& collector, std::vector<engine::Engine> workers)
+      : workload_(workload),
+        options_(options),
+        collector_(collector),
+        workers_(std::move(workers)),
+        synth_(workload.trace_block_size),
+        rng_(options.router_seed),
+        dp_size_(workers_.front().dpSize()),
+        block_size_(workers_.front().blockSize()),
+        seeds_{options.engine.hash_seed, options.engine.chain_seed},
+        tracked_(workers_.size()),
+        next_rank_(workers_.size(), 0) {
+    for (std::uint32_t w = 0; w < workers_.size(); ++w) {
+      for (std::uint32_t r = 0; r < dp_size_; ++r) {
+        Slot& s = slots_.emplace_back();
+        s.worker = w;
+        s.rank = r;
+        index_.registerSource({w, r});
+      }
+    }
+    stats_.per_worker.assign(workers_.size(), 0);
+    total_turns_ = workload.numTurns();
+    for (std::uint32_t s = 0; s < workload.sessions.size(); ++s) {
+      const Session& session = workload.sessions[s];
+      const double at = options.concurrency ? 0.0 : *session.first_arrival_ms;
+      eligible_.push({at, session.turns.front().line, s, 0});
+    }
+    if (options.concurrency) {
+      for (std::uint32_t i = 0; i < *options.concurrency; ++i) free_slots_.push(0.0);
+    }
+  }
+
+  OfflineReplayStats run() {
+    while (true) {
+      const double dispatch_at = nextDispatchTime();
+      const std::optional<std::uint32_t> busy = earliestBusySlot();
+      const double pass_at = busy ? slots_[*busy].clock_ms : kInf;
+      if (dispatch_at == kInf && pass_at == kInf) break;
+      if (dispatch_at <= pass_at) {
+        dispatch(dispatch_at);
+      } else {
+        step(*busy);
+      }
+    }
+    flushEvents(kInf);
+    stats_.kv_index_blocks = index_.numBlocksIndexed();
+    stats_.warnings = synth_.warnings();
+    reportProgress();
+    return std::move(stats_);
+  }
+
+ private:
+  double nextDispatchTime() const {
+    if (eligible_.empty()) return kInf;
+    const double t = eligible_.top().time_ms;
+    if (!options_.concurrency) return t;
+    if (free_slots_.empty()) return kInf;  // every slot in flight: wait for a terminal
+    return std::max(t, free_slots_.top());
+  }
+
+  std::optional<std::uint32_t> earliestBusySlot() const {
+    std::optional<std::uint32_t> best;
+    double best_clock = kInf;
+    for (std::uint32_t g = 0; g < slots_.size(); ++g) {
+      const Slot& s = slots_[g];
+      if (s.blocked || s.clock_ms >= best_clock) continue;
+      if (!workers_[s.worker].hasWork(s.rank)) continue;
+      best = g;
+      best_clock = s.clock_ms;
+    }
+    return best;
+  }
+
+  /// Applies KV-event batches that are visible at `now` to the router's index.
+  void flushEvents(double now) {
+    while (!pending_events_.empty() && pending_events_.top().visible_ms <= now) {
+      const PendingEvents& p = pending_events_.top();
+      const Slot& s = slots_[p.slot];
+      for (const engine::KvEvent& e : p.events) index_.apply(e, {s.worker, s.rank});
+      pending_events_.pop();
+    }
+  }
+
+  /// Settles terminals that happened at or before `now` into the in-flight counts.
+  void settleTerminals(double now) {
+    for (Slot& s : slots_) {
+      while (!s.pending_terminals.empty() && s.pending_terminals.top() <= now) {
+        s.pending_terminals.pop();
+        --s.in_flight;
+      }
+    }
+  }
+
+  std::uint32_t route(double now, const std::vector<std::uint32_t>& tokens) {
+    const auto num_workers = static_cast<std::uint32_t>(workers_.size());
+    switch (options_.router) {
+      case RouterKind::RoundRobin:
+      case RouterKind::Random: {
+        const std::uint32_t w = options_.router == RouterKind::RoundRobin
+                                    ? static_cast<std::uint32_t>(dispatches_ % num_workers)
+                                    : static_cast<std::uint32_t>(rng_.uniformIndex(num_workers));
+        const std::uint32_t r = next_rank_[w];
+        next_rank_[w] = (r + 1) % dp_size_;
+        return w * dp_size_ + r;
+      }
+      case RouterKind::Kv:
+        break;
+    }
+    flushEvents(now);
+    settleTerminals(now);
+    hashes_ = engine::sequenceHashes(tokens, block_size_, seeds_);
+    index_.overlapBlocks(hashes_, overlap_);
+    std::uint32_t best = 0;
+    for (std::uint32_t g = 1; g < slots_.size(); ++g) {
+      if (overlap_[g] > overlap_[best] ||
+          (overlap_[g] == overlap_[best] && slots_[g].in_flight < slots_[best].in_flight)) {
+        best = g;
+      }
+    }
+    if (overlap_[best] > 0) ++stats_.kv_routed_hits;
+    return best;
+  }
+
+  void dispatch(double now) {
+    const EligibleTurn next = eligible_.top();
+    eligible_.pop();
+    if (options_.concurrency) free_slots_.pop();
+    const Session& session = workload_.sessions[next.session];
+    const Turn& turn = session.turns[next.turn];
+
+    engine::Request request;
+    request.tokens = synth_.synthesize(turn, turn.output_length);
+    request.max_output_tokens = turn.output_length;
+    request.arrival_ms = now;
+    const RequestHandle handle =
+        collector_.onArrival({.session_id = session.session_id,
+                              .turn_index = next.turn,
+                              .request_id = turn.request_id,
+                              .input_length = static_cast<std::uint32_t>(request.tokens.size()),
+                              .requested_output_length = turn.output_length},
+                             now);
+
+    const std::uint32_t g = route(now, request.tokens);
+    ++dispatches_;
+    Slot& slot = slots_[g];
+    request.dp_rank = slot.rank;
+    ++stats_.per_worker[slot.worker];
+    Result<engine::RequestId> id = workers_[slot.worker].submit(std::move(request));
+    if (!id) {
+      // Refused at submit (e.g. a prompt beyond the engine's hard limit): rejected on arrival.
+      ++stats_.refused_at_submit;
+      end(handle, next.session, next.turn, now, TerminalStatus::Rejected);
+      return;
+    }
+    auto& tracked = tracked_[slot.worker];
+    const auto index = static_cast<std::size_t>(id->value());
+    if (tracked.size() <= index) tracked.resize(std::max(index + 1, tracked.size() * 2));
+    tracked[index] = {handle, next.session, next.turn, true};
+    ++slot.in_flight;
+    slot.blocked = false;
+    if (slot.clock_ms < now) slot.clock_ms = now;  // an idle rank wakes up at the arrival
+  }
+
+  /// A request reached its terminal at `time_ms`: record it, free its concurrency slot and
+  /// make the session's next turn eligible after its delay.
+  void end(RequestHandle handle, std::uint32_t session, std::uint32_t turn, double time_ms,
+           TerminalStatus status) {
+    collector_.onTerminal(handle, time_ms, status);
+    ++ended_;
+    if (options_.concurrency) free_slots_.push(time_ms);
+    const Session& s = workload_.sessions[session];
+    if (turn + 1 < s.turns.size()) {
+      const Turn& next = s.turns[turn + 1];
+      eligible_.push({time_ms + next.delay_after_previous_ms, next.line, session, turn + 1});
+    }
+  }
+
+  void step(std::uint32_t g) {
+    Slot& slot = slots_[g];
+    engine::Engine& engine = workers_[slot.worker];
+    engine::PassResult pass = engine.step(slot.rank, slot.clock_ms);
+    if (!pass.did_work) {
+      slot.blocked = true;  // cannot progress until something new arrives on this rank
+      return;
+    }
+    ++stats_.passes;
+    stats_.end_ms = std::max(stats_.end_ms, pass.end_ms);
+    slot.clock_ms = pass.end_ms;
+    auto& tracked = tracked_[slot.worker];
+    for (const engine::Admission& a : pass.admissions) {
+      collector_.onAdmission(tracked[static_cast<std::size_t>(a.id.value())].handle, pass.start_ms,
+                             a.reused_input_tokens, a.is_readmission);
+    }
+    for (const engine::OutputSignal& sig : pass.outputs) {
+      Tracked& t = tracked[static_cast<std::size_t>(sig.id.value())];
+      MOCKER_CHECK(t.live);
+      if (sig.token) collector_.onToken(t.handle, sig.time_ms);
+      if (sig.terminal != engine::Terminal::None) {
+        t.live = false;
+        slot.pending_terminals.push(sig.time_ms);
+        end(t.handle, t.session, t.turn, sig.time_ms, toStatus(sig.terminal));
+      }
+    }
+    collector_.onEngineSample({.time_ms = pass.end_ms,
+                               .dp_rank = g,
+                               .kv_usage = pass.load.kv_usage,
+                               .num_running = pass.load.running_requests,
+                               .num_waiting = pass.load.waiting_requests,
+                               .preemptions_total = pass.load.preemptions_total});
+    stats_.kv_events += pass.kv_events.size();
+    if (options_.router == RouterKind::Kv && !pass.kv_events.empty()) {
+      const bool at_start =
+          options_.engine.kv_event_visibility == engine::KvEventVisibility::PassStart;
+      pending_events_.push({at_start ? pass.start_ms : pass.end_ms, next_event_seq_++, g,
+                            std::move(pass.kv_events)});
+    }
+    if (options_.progress && stats_.passes % kProgressEveryPasses == 0) reportProgress();
+  }
+
+  void reportProgress() {
+    if (!options_.progress) return;
+    options_.progress({.dispatched = dispatches_,
+                       .ended = ended_,
+                       .total = total_turns_,
+                       .sim_time_ms = stats_.end_ms});
+  }
+
+  const Workload& workload_;
+  const OfflineReplayOptions& options_;
+  ReplayCollector& collector_;
+  std::vector<engine::Engine> workers_;
+  PromptSynthesizer synth_;
+  SplitMix64 rng_;
+  std::uint32_t dp_size_;
+  std::uint32_t block_size_;
+  engine::HashSeeds seeds_;
+  std::vector<std::vector<Tracked>> tracked_;  // per worker, by engine request id
+  std::vector<std::uint32_t> next_rank_;       // per worker, round-robin rank
+  std::vector<Slot> slots_;                    // worker-major: g = worker · dp_size + rank
+  std::priority_queue<EligibleTurn, std::vector<EligibleTurn>, std::greater<>> eligible_;
+  std::priority_queue<double, std::vector<double>, std::greater<>> free_slots_;  // closed loop
+  std::priority_queue<PendingEvents, std::vector<PendingEvents>, PendingEventsLater>
+      pending_events_;
+  std::uint64_t next_event_seq_ = 0;
+  index::KvIndex index_;
+  std::vector<std::uint64_t> hashes_;   // scratch
+  std::vector<std::uint32_t> overlap_;  // scratch
+  std::uint64_t dispatches_ = 0;
+  std::uint64_t ended_ = 0;
+  std::uint64_t total_turns_ = 0;
+  OfflineReplayStats stats_;
+};
+
+}  // namespace
+
+std::string_view toString(RouterKind kind) {
+  switch (kind) {
+    case RouterKind::RoundRobin:
+      return "round_robin";
+    case RouterKind::Kv:
+      return "kv";
+    case RouterKind::Random:
+      return "random";
+  }
+  return "round_robin";
+}
+
+Result<RouterKind> parseRouterKind(std::string_view text) {
+  if (text == "round_robin" || text == "round-robin") return RouterKind::RoundRobin;
+  if (text == "kv") return RouterKind::Kv;
+  if (text == "random") return RouterKind::Random;
+  return invalidArgument("router: expected round_robin | kv | random (got '" + std::string(text) +
+                         "')");
+}
+
+Result<OfflineReplayStats> runOfflineReplay(const Workload& workload,
+                                            const OfflineReplayOptions& options,
+                                            ReplayCollector& collector) {
+  if (options.num_workers == 0) return invalidArgument("num_workers must be >= 1 (got 0)");
+  if (options.concurrency && *options.concurrency == 0) {
+    return invalidArgument("concurrency must be >= 1 (got 0)");
+  }
+  if (!options.concurrency) {
+    for (const Session& s : workload.sessions) {
+      if (!s.first_arrival_ms) {
+        return invalidArgument("session '" + s.session_id +
+                               "' has no arrival time: trace mode needs a timestamp on every "
+                               "first turn (closed-loop replay with a concurrency does not)");
+      }
+    }
+  }
+  engine::EngineConfig config = options.engine;
+  config.allow_empty_output = true;
+  std::vector<engine::Engine> workers;
+  workers.reserve(options.num_workers);
+  for (std::uint32_t w = 0; w < options.num_workers; ++w) {
+    Result<engine::Engine> e = engine::Engine::create(config);
+    if (!e) return e.error();
+    workers.push_back(std::move(*e));
+  }
+  if (workload.sessions.empty()) return OfflineReplayStats{};
+  OfflineReplay replay(workload, options, collector, std::move(workers));
+  return replay.run();
+}
+
+}  // namespace mocker::replay

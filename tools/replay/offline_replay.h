@@ -1,0 +1,89 @@
+// Offline replay (../shared/spec/replay.md §5.1 trace mode, §5.3 closed loop): replays a Workload
+// through one or more in-process engines ("workers", each an Engine with the same config and
+// `dp_size` ranks) on a virtual clock, and feeds a ReplayCollector. No sockets, no sleeping, no
+// wall clock: the same workload + options give the same collector contents, bit for bit.
+//
+// Event loop (global over every worker's ranks; each rank has its own pass clock):
+//   * the next dispatch is the earliest eligible turn — trace mode: a session's first turn at its
+//     first_arrival_ms, a later turn at (previous turn's terminal time + delay); closed loop: the
+//     same for later turns, first turns at 0, and never more than `concurrency` requests in
+//     flight (a dispatch waits for a terminal to free a slot). Ties: trace order.
+//   * the next pass is the busy rank with the earliest clock (ties: lowest worker, then rank).
+//   * dispatches at time t go before passes starting at t or later; an idle rank wakes up at
+//     the dispatch time; a request dispatched while its rank's pass is in flight waits for the
+//     pass boundary. The request's arrival time is its dispatch time.
+// Routing (one decision per dispatch, see RouterKind). KV events of a pass become visible to the
+// `kv` router at the pass end (kv_event_visibility = pass_end) or start (pass_start).
+//
+// Not thread-safe; runs on the calling thread.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string_view>
+#include <vector>
+
+#include "engine/base/result.h"
+#include "engine/config.h"
+#include "tools/replay/collector.h"
+#include "tools/replay/workload.h"
+
+namespace mocker::replay {
+
+/// How a dispatch picks its (worker, dp_rank).
+///   RoundRobin: worker = dispatch number mod num_workers; rank round-robin per worker.
+///   Random:     worker uniform from SplitMix64(router_seed); rank round-robin per worker.
+///   Kv:         every (worker, rank) is scored by the number of leading blocks of the
+///               request's sequence hashes (engine block size and hash seeds) that the KV
+///               index — fed by the workers' own KV events — says it holds. Highest overlap
+///               wins; ties go to the fewest requests in flight on that (worker, rank) (dispatched
+///               and not yet ended at the dispatch instant); then to the lowest worker index,
+///               then the lowest rank.
+enum class RouterKind : std::uint8_t { RoundRobin, Kv, Random };
+
+std::string_view toString(RouterKind kind);  ///< "round_robin", "kv", "random"
+Result<RouterKind> parseRouterKind(std::string_view text);
+
+/// Progress, reported every few thousand passes and once at the end.
+struct OfflineProgress {
+  std::uint64_t dispatched = 0;  ///< requests dispatched so far
+  std::uint64_t ended = 0;       ///< requests that reached a terminal
+  std::uint64_t total = 0;       ///< turns in the workload
+  double sim_time_ms = 0.0;      ///< latest pass end reached
+};
+
+struct OfflineReplayOptions {
+  /// Configuration of every worker. REQUIRES: valid (validateEngineConfig); the replay forces
+  /// allow_empty_output = true (0-token outputs are allowed in replay, engine.md §2.1).
+  engine::EngineConfig engine{};
+  std::uint32_t num_workers = 1;  ///< >= 1
+  RouterKind router = RouterKind::RoundRobin;
+  std::uint64_t router_seed = 0;  ///< Random router only
+  /// Closed loop (§5.3) when set (>= 1): first-turn timestamps are ignored.
+  std::optional<std::uint32_t> concurrency{};
+  /// Called on the replay thread; may be empty.
+  std::function<void(const OfflineProgress&)> progress{};
+};
+
+/// Counters of one run (besides what the collector recorded).
+struct OfflineReplayStats {
+  std::uint64_t passes = 0;                 ///< passes that did work, all ranks
+  double end_ms = 0.0;                      ///< latest pass end
+  std::vector<std::uint64_t> per_worker{};  ///< requests dispatched to each worker
+  std::uint64_t refused_at_submit = 0;      ///< recorded as rejected at arrival
+  std::uint64_t kv_events = 0;              ///< KV events produced, all ranks
+  std::uint64_t kv_index_blocks = 0;        ///< Kv router: (hash, rank) pairs indexed at end
+  std::uint64_t kv_routed_hits = 0;         ///< Kv router: dispatches with overlap > 0
+  std::vector<std::string> warnings{};      ///< e.g. the hash-id aliasing warning
+};
+
+/// Runs the whole workload. Per-pass engine samples go to collector.onEngineSample with
+/// dp_rank = worker · dp_size + rank (a global rank index). Errors (before anything is
+/// simulated): invalid engine config, num_workers 0, concurrency 0, a session without a first
+/// arrival in trace mode.
+Result<OfflineReplayStats> runOfflineReplay(const Workload& workload,
+                                            const OfflineReplayOptions& options,
+                                            ReplayCollector& collector);
+
+}  // namespace mocker::replay

@@ -1,0 +1,363 @@
+#include "tools/replay_command.h"
+
+#include <unistd.h>
+#include <CLI/CLI.hpp>
+
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <optional>
+#include <sstream>
+
+#include "tools/replay/azure_trace.h"
+#include "tools/replay/collector.h"
+#include "tools/replay/mooncake_trace.h"
+#include "tools/replay/offline_replay.h"
+#include "tools/replay/report_html.h"
+#include "tools/replay/report_output.h"
+#include "tools/replay/synthetic.h"
+
+namespace mocker::tools {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double msSince(Clock::time_point start) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - start).count();
+}
+
+/// The workload from the trace file or the synthetic flags.
+Result<replay::Workload> loadWorkload(const ReplayFlags& f, bool closed_loop) {
+  std::string format = f.format;
+  if (format.empty()) {
+    if (f.trace.empty()) {
+      return invalidArgument("give a TRACE file, or --format synthetic with the synthetic flags");
+    }
+    const std::string ext = std::filesystem::path(f.trace).extension().string();
+    if (ext == ".jsonl" || ext == ".json") {
+      format = "mooncake";
+    } else if (ext == ".csv") {
+      format = "azure";
+    } else {
+      return invalidArgument("cannot tell the format of '" + f.trace +
+                             "' from its extension (.jsonl = mooncake, .csv = azure): use "
+                             "--format");
+    }
+  }
+  const replay::TraceOptions options{.trace_block_size = f.trace_block_size,
+                                     .arrival_speedup_ratio = f.arrival_speedup_ratio,
+                                     .skip_invalid = f.skip_invalid,
+                                     .require_timestamps = !closed_loop};
+  if (format == "mooncake") {
+    if (f.trace.empty()) return invalidArgument("--format mooncake needs a TRACE file");
+    return replay::loadMooncakeTrace(f.trace, options);
+  }
+  if (format == "azure") {
+    if (f.trace.empty()) return invalidArgument("--format azure needs a TRACE file");
+    return replay::loadAzureTrace(f.trace, options);
+  }
+  // synthetic
+  if (!f.trace.empty()) {
+    return invalidArgument("--format synthetic takes no TRACE file (got '" + f.trace + "')");
+  }
+  if (f.num_requests == 0) return invalidArgument("--num-requests: required (>= 1)");
+  if (f.input_mean <= 0) return invalidArgument("--input-tokens-mean: required (> 0)");
+  if (f.output_mean < 0) return invalidArgument("--output-tokens-mean: must be >= 0");
+  replay::SyntheticSpec spec{
+      .request_count = f.num_requests,
+      .turns_per_session = f.turns_per_session,
+      .input_tokens = {f.input_mean, f.input_stddev},
+      .output_tokens = {f.output_mean, f.output_stddev},
+      .shared_prefix_ratio = f.shared_prefix_ratio,
+      .num_prefix_groups = f.num_prefix_groups,
+      .block_size = f.trace_block_size,
+      .seed = f.seed,
+  };
+  spec.arrival.rate_per_s = f.request_rate;
+  spec.arrival.smoothness = f.gamma_smoothness;
+  spec.arrival.interval_ms = f.arrival_interval_ms;
+  if (f.arrival == "burst") {
+    spec.arrival.kind = replay::ArrivalKind::Burst;
+  } else if (f.arrival == "constant") {
+    spec.arrival.kind = replay::ArrivalKind::Constant;
+  } else if (f.arrival == "gamma") {
+    spec.arrival.kind = replay::ArrivalKind::Gamma;
+  } else if (f.arrival == "interval") {
+    spec.arrival.kind = replay::ArrivalKind::Interval;
+  } else {
+    spec.arrival.kind = replay::ArrivalKind::Poisson;
+  }
+  spec.inter_turn_delay.ms = f.inter_turn_delay_ms;
+  if (f.inter_turn_delay == "constant") {
+    spec.inter_turn_delay.kind = replay::DelayKind::Constant;
+  } else if (f.inter_turn_delay == "exponential") {
+    spec.inter_turn_delay.kind = replay::DelayKind::Exponential;
+  } else {
+    spec.inter_turn_delay.kind = replay::DelayKind::None;
+  }
+  MOCKER_TRY(replay::Workload workload, replay::generateSyntheticWorkload(spec));
+  // §2.4 step 3 applies to synthetic arrivals and delays too.
+  if (f.arrival_speedup_ratio != 1.0) {
+    replay::normalizeArrivals(workload.sessions, f.arrival_speedup_ratio);
+  }
+  return workload;
+}
+
+Status writeFile(const std::string& path, const std::string& text) {
+  std::ofstream file(path, std::ios::binary | std::ios::trunc);
+  if (!file) return Error{ErrorCode::IoError, "cannot open '" + path + "' for writing"};
+  file << text;
+  file.close();
+  if (!file) return Error{ErrorCode::IoError, "cannot write '" + path + "'"};
+  return {};
+}
+
+/// A one-line progress bar on a terminal's stderr, drawn only once the run has lasted a second,
+/// at most ten times per second.
+class ProgressBar {
+ public:
+  explicit ProgressBar(std::ostream& err) : err_(err), start_(Clock::now()) {}
+  void update(const replay::OfflineProgress& p) {
+    const double elapsed = msSince(start_);
+    if (elapsed < 1000.0 || elapsed - last_draw_ms_ < 100.0) return;
+    last_draw_ms_ = elapsed;
+    constexpr int kWidth = 30;
+    const double frac =
+        p.total == 0 ? 1.0 : static_cast<double>(p.ended) / static_cast<double>(p.total);
+    const int filled = static_cast<int>(frac * kWidth);
+    std::ostringstream line;
+    line << "\r[" << std::string(static_cast<std::size_t>(filled), '#')
+         << std::string(static_cast<std::size_t>(kWidth - filled), '.') << "] " << p.ended << "/"
+         << p.total << " requests, simulated " << static_cast<long long>(p.sim_time_ms / 1000.0)
+         << " s ";
+    err_ << line.str() << std::flush;
+    drawn_ = true;
+  }
+  void finish() {
+    if (drawn_) err_ << "\r" << std::string(80, ' ') << "\r" << std::flush;
+  }
+
+ private:
+  std::ostream& err_;
+  Clock::time_point start_;
+  double last_draw_ms_ = 0.0;
+  bool drawn_ = false;
+};
+
+}  // namespace
+
+ReplayCommand::ReplayCommand(CLI::App& app) {
+  cmd_ = app.add_subcommand(
+      "replay",
+      "Replay a Mooncake JSONL / Azure CSV trace or a synthetic workload and report latency, "
+      "throughput and prefix-cache reuse (offline on a virtual clock by default)");
+  ReplayFlags& f = flags_;
+  cmd_->add_option("trace", f.trace, "trace file (.jsonl = Mooncake, .csv = Azure)")
+      ->option_text("TRACE");
+  const char* input = "Input";
+  cmd_->add_option("--format", f.format, "mooncake | azure | synthetic (default: by extension)")
+      ->check(CLI::IsMember({"mooncake", "azure", "synthetic"}))
+      ->group(input);
+  cmd_->add_option("--trace-block-size", f.trace_block_size,
+                   "tokens per trace hash id (Mooncake 512)")
+      ->capture_default_str()
+      ->group(input);
+  cmd_->add_option("--arrival-speedup-ratio", f.arrival_speedup_ratio,
+                   "divide arrival times and inter-turn delays by this (> 0)")
+      ->capture_default_str()
+      ->group(input);
+  cmd_->add_flag("--skip-invalid", f.skip_invalid,
+                 "skip malformed trace lines (reported on stderr) instead of stopping")
+      ->group(input);
+
+  const char* synth = "Synthetic workload (--format synthetic)";
+  cmd_->add_option("--num-requests", f.num_requests, "sessions to generate (>= 1)")->group(synth);
+  cmd_->add_option("--input-tokens-mean", f.input_mean, "prompt length mean")->group(synth);
+  cmd_->add_option("--input-tokens-stddev", f.input_stddev, "prompt length stddev")
+      ->capture_default_str()
+      ->group(synth);
+  cmd_->add_option("--output-tokens-mean", f.output_mean, "output length mean")->group(synth);
+  cmd_->add_option("--output-tokens-stddev", f.output_stddev, "output length stddev")
+      ->capture_default_str()
+      ->group(synth);
+  cmd_->add_option("--arrival", f.arrival, "burst | constant | poisson | gamma | interval")
+      ->check(CLI::IsMember({"burst", "constant", "poisson", "gamma", "interval"}))
+      ->capture_default_str()
+      ->group(synth);
+  cmd_->add_option("--request-rate", f.request_rate, "sessions/s (constant, poisson, gamma)")
+      ->capture_default_str()
+      ->group(synth);
+  cmd_->add_option("--gamma-smoothness", f.gamma_smoothness, "gamma shape (1 = Poisson)")
+      ->capture_default_str()
+      ->group(synth);
+  cmd_->add_option("--arrival-interval-ms", f.arrival_interval_ms, "gap for --arrival interval")
+      ->capture_default_str()
+      ->group(synth);
+  cmd_->add_option("--shared-prefix-ratio", f.shared_prefix_ratio,
+                   "fraction of each prompt taken from its group's shared prefix, [0, 1]")
+      ->capture_default_str()
+      ->group(synth);
+  cmd_->add_option("--num-prefix-groups", f.num_prefix_groups, "prefix groups (0 = no sharing)")
+      ->capture_default_str()
+      ->group(synth);
+  cmd_->add_option("--turns-per-session", f.turns_per_session, "turns per session")
+      ->capture_default_str()
+      ->group(synth);
+  cmd_->add_option("--inter-turn-delay", f.inter_turn_delay, "none | constant | exponential")
+      ->check(CLI::IsMember({"none", "constant", "exponential"}))
+      ->capture_default_str()
+      ->group(synth);
+  cmd_->add_option("--inter-turn-delay-ms", f.inter_turn_delay_ms,
+                   "constant delay, or exponential mean")
+      ->capture_default_str()
+      ->group(synth);
+  cmd_->add_option("--seed", f.seed, "RNG seed of the synthetic workload")
+      ->capture_default_str()
+      ->group(synth);
+
+  const char* run_group = "Replay";
+  cmd_->add_option("--mode", f.mode, "offline | live (live: not implemented yet)")
+      ->check(CLI::IsMember({"offline", "live"}))
+      ->capture_default_str()
+      ->group(run_group);
+  cmd_->add_option("--connect", f.connect,
+                   "live mode: a running `mocker serve` (not implemented yet)")
+      ->group(run_group);
+  cmd_->add_option("--num-workers", f.num_workers, "in-process workers (offline)")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str()
+      ->group(run_group);
+  cmd_->add_option("--router", f.router, "round_robin | kv | random (between workers)")
+      ->check(CLI::IsMember({"round_robin", "kv", "random"}))
+      ->capture_default_str()
+      ->group(run_group);
+  cmd_->add_option("--router-seed", f.router_seed, "seed of the random router")
+      ->capture_default_str()
+      ->group(run_group);
+  cmd_->add_option("--concurrency", f.concurrency,
+                   "closed loop: keep N requests in flight, ignoring first-turn timestamps")
+      ->check(CLI::PositiveNumber)
+      ->group(run_group);
+  cmd_->add_flag("--progress,!--no-progress", f.progress,
+                 "progress bar on stderr (only on a terminal, after one second)")
+      ->group(run_group);
+
+  const char* out_group = "Report";
+  cmd_->add_option("--report-json", f.report_json, "write the JSON report")
+      ->option_text("FILE")
+      ->group(out_group);
+  cmd_->add_option("--requests-jsonl", f.requests_jsonl, "write per-request timelines (JSONL)")
+      ->option_text("FILE")
+      ->group(out_group);
+  cmd_->add_option("--report-html", f.report_html, "write a self-contained HTML report")
+      ->option_text("FILE")
+      ->group(out_group);
+  cmd_->add_option("--slo-ttft-ms", f.slo_ttft_ms, "goodput SLO on TTFT")
+      ->check(CLI::NonNegativeNumber)
+      ->group(out_group);
+  cmd_->add_option("--slo-tpot-ms", f.slo_tpot_ms, "goodput SLO on TPOT")
+      ->check(CLI::NonNegativeNumber)
+      ->group(out_group);
+  cmd_->add_option("--slo-e2e-ms", f.slo_e2e_ms, "goodput SLO on end-to-end latency")
+      ->check(CLI::NonNegativeNumber)
+      ->group(out_group);
+
+  addServeFlags(*cmd_, f.serve);
+}
+
+bool ReplayCommand::parsed() const { return cmd_->parsed(); }
+
+int ReplayCommand::run(std::ostream& out, std::ostream& err) {
+  const ReplayFlags& f = flags_;
+  const ReplayMode mode =
+      f.mode == "live" || !f.connect.empty() ? ReplayMode::Live : ReplayMode::Offline;
+  if (mode == ReplayMode::Live) {
+    err << "mocker replay: live mode (--mode live / --connect) is not implemented yet; "
+           "run without them for an offline replay\n";
+    return 2;
+  }
+
+  const auto config = resolveServeConfig(f.serve, ConfigUse::EngineOnly);
+  if (!config) {
+    err << "mocker replay: configuration error: " << config.error().message << "\n";
+    return 2;
+  }
+  const Result<replay::RouterKind> router = replay::parseRouterKind(f.router);
+  if (!router) {
+    err << "mocker replay: " << router.error().message << "\n";
+    return 2;
+  }
+  const bool closed_loop = cmd_->count("--concurrency") > 0;
+
+  Result<replay::Workload> workload = loadWorkload(f, closed_loop);
+  if (!workload) {
+    err << "mocker replay: " << workload.error().message << "\n";
+    return 1;
+  }
+  for (const replay::LineError& e : workload->skipped_lines) {
+    err << "mocker replay: skipped line " << e.line << ": " << e.message << "\n";
+  }
+
+  replay::SloSpec slo;
+  if (cmd_->count("--slo-ttft-ms") > 0) slo.ttft_ms = f.slo_ttft_ms;
+  if (cmd_->count("--slo-tpot-ms") > 0) slo.tpot_ms = f.slo_tpot_ms;
+  if (cmd_->count("--slo-e2e-ms") > 0) slo.e2e_ms = f.slo_e2e_ms;
+
+  const bool tty = &err == &std::cerr && ::isatty(STDERR_FILENO) == 1 && f.progress;
+  ProgressBar bar(err);
+  replay::OfflineReplayOptions options{
+      .engine = config->engine,
+      .num_workers = f.num_workers,
+      .router = *router,
+      .router_seed = f.router_seed,
+  };
+  if (closed_loop) options.concurrency = f.concurrency;
+  if (tty) options.progress = [&bar](const replay::OfflineProgress& p) { bar.update(p); };
+
+  replay::ReplayCollector collector;
+  const Clock::time_point start = Clock::now();
+  const Result<replay::OfflineReplayStats> stats =
+      replay::runOfflineReplay(*workload, options, collector);
+  const double wall_ms = msSince(start);
+  bar.finish();
+  if (!stats) {
+    err << "mocker replay: " << stats.error().message << "\n";
+    return 2;
+  }
+  for (const std::string& w : stats->warnings) err << "mocker replay: warning: " << w << "\n";
+
+  const replay::Report report = collector.buildReport({.slo = slo, .wall_time_ms = wall_ms});
+  out << replay::formatReportTable(report);
+  if (f.num_workers > 1) {
+    out << "Requests per worker (" << replay::toString(*router) << "):";
+    for (const std::uint64_t n : stats->per_worker) out << " " << n;
+    out << "\n";
+  }
+
+  const auto write = [&err](const std::string& path, const std::string& text) {
+    if (path.empty()) return true;
+    const Status s = writeFile(path, text);
+    if (!s) err << "mocker replay: " << s.error().message << "\n";
+    return s.has_value();
+  };
+  bool ok = write(f.report_json, replay::formatReportJson(report));
+  ok = write(f.requests_jsonl, replay::formatRequestsJsonl(collector)) && ok;
+  if (!f.report_html.empty()) {
+    replay::HtmlReportOptions html;
+    const std::uint32_t dp_size = config->engine.dp_size;
+    if (f.num_workers > 1) {
+      for (std::uint32_t w = 0; w < f.num_workers; ++w) {
+        for (std::uint32_t r = 0; r < dp_size; ++r) {
+          html.rank_labels.push_back("worker " + std::to_string(w) +
+                                     (dp_size > 1 ? " rank " + std::to_string(r) : ""));
+        }
+      }
+    }
+    ok = write(f.report_html, replay::renderHtmlReport(report, collector, html)) && ok;
+  }
+  return ok ? 0 : 1;
+}
+
+}  // namespace mocker::tools

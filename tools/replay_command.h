@@ -1,0 +1,96 @@
+// `mocker replay TRACE [options]`: loads a Mooncake JSONL or Azure CSV trace (or generates a
+// synthetic workload), replays it and prints the AIPerf-style report; optionally writes the JSON
+// report, per-request JSONL timelines and a self-contained HTML page
+// (../shared/spec/replay.md; tools/replay/README.md).
+//
+// Modes: `offline` (default; in-process engines on a virtual clock, tools/replay/offline_replay.h)
+// and `live` (`--connect`; reserved — not implemented yet, the command says so). Engine settings
+// come from the shared serve flags (--config FILE and one flag per [engine] key).
+//
+//   ReplayCommand replay(app);            // registers the subcommand before app.parse()
+//   if (replay.parsed()) return replay.run(out, err);
+//
+// Call from the main thread. Not copyable or movable: CLI11 holds pointers into it.
+#pragma once
+
+#include <cstdint>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "tools/serve_flags.h"
+
+namespace CLI {
+class App;
+}  // namespace CLI
+
+namespace mocker::tools {
+
+/// Where the engines run. Live mode (a load driver against `mocker serve`) is not implemented
+/// yet; the enum and `--mode`/`--connect` exist so that adding it does not reshape the command.
+enum class ReplayMode : std::uint8_t { Offline, Live };
+
+/// Raw flag values, as CLI11 stores them.
+struct ReplayFlags {
+  std::string trace;
+  std::string format;  ///< "" = by extension
+  std::string mode = "offline";
+  std::vector<std::string> connect;
+  // Trace options.
+  std::uint32_t trace_block_size = 512;
+  double arrival_speedup_ratio = 1.0;
+  bool skip_invalid = false;
+  // Synthetic workload.
+  std::uint32_t num_requests = 0;
+  double input_mean = 0.0;
+  double input_stddev = 0.0;
+  double output_mean = 0.0;
+  double output_stddev = 0.0;
+  std::string arrival = "poisson";
+  double request_rate = 1.0;
+  double gamma_smoothness = 1.0;
+  double arrival_interval_ms = 0.0;
+  double shared_prefix_ratio = 0.0;
+  std::uint32_t num_prefix_groups = 0;
+  std::uint32_t turns_per_session = 1;
+  std::string inter_turn_delay = "none";
+  double inter_turn_delay_ms = 0.0;
+  std::uint64_t seed = 0;
+  // Replay.
+  std::uint32_t num_workers = 1;
+  std::string router = "round_robin";
+  std::uint64_t router_seed = 0;
+  std::uint32_t concurrency = 0;  ///< 0 = trace mode (timestamps)
+  // Outputs.
+  std::string report_json;
+  std::string requests_jsonl;
+  std::string report_html;
+  double slo_ttft_ms = 0.0;  ///< 0 = not given (checked through the option's count)
+  double slo_tpot_ms = 0.0;
+  double slo_e2e_ms = 0.0;
+  bool progress = true;
+  ServeFlags serve;
+};
+
+class ReplayCommand final {
+ public:
+  /// Registers the `replay` subcommand and all its flags on `app`.
+  explicit ReplayCommand(CLI::App& app);
+  ReplayCommand(const ReplayCommand&) = delete;
+  ReplayCommand& operator=(const ReplayCommand&) = delete;
+
+  /// True when the command line selected `replay`.
+  bool parsed() const;
+
+  /// Runs the parsed command. Returns the exit code: 0 ok, 1 bad input or runtime error
+  /// (unreadable/malformed trace, unwritable output), 2 configuration/usage error. The report
+  /// table goes to `out`; errors, warnings and the progress bar (only when `err` is std::cerr on
+  /// a terminal and the run lasts more than a second) go to `err`.
+  int run(std::ostream& out, std::ostream& err);
+
+ private:
+  CLI::App* cmd_ = nullptr;
+  ReplayFlags flags_;
+};
+
+}  // namespace mocker::tools
