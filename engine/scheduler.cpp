@@ -24,6 +24,7 @@
 
 #include "engine/base/check.h"
 #include "engine/block_hash.h"
+#include "engine/detail/pass_common.h"
 #include "engine/engine.h"
 
 namespace mocker::engine {
@@ -460,36 +461,22 @@ PassResult VllmScheduler::step(double now_ms) {
     out.decode_ms = 0.0;
   }
 
-  out.end_ms = now_ms + out.prefill_ms + out.decode_ms;
-  for (OutputSignal& s : out.outputs) s.time_ms = out.end_ms;
+  detail::stampPassEnd(out, now_ms);
   out.did_work = !scheduled_.empty() || !out.outputs.empty();
-  fpm.wall_time = (out.end_ms - now_ms) / 1000.0;
-  fpm.queued.num_prefill_requests = queued_prefill_.count();
-  fpm.queued.sum_prefill_tokens = queued_prefill_.sum();
-  fpm.queued.var_prefill_length = queued_prefill_.variance();
-  fpm.queued.num_decode_requests = queued_decode_.count();
-  fpm.queued.sum_decode_kv_tokens = queued_decode_.sum();
-  fpm.queued.var_decode_kv_tokens = queued_decode_.variance();
+  detail::fillQueued(fpm.queued, queued_prefill_, queued_decode_);
   out.load = loadMetrics();
   return out;
 }
 
 LoadMetrics VllmScheduler::loadMetrics() const {
-  LoadMetrics m;
-  m.dp_rank = dp_rank_;
-  m.active_blocks = pool_.numActive();
-  m.total_blocks = pool_.numBlocks();
-  m.kv_usage = static_cast<double>(m.active_blocks) / static_cast<double>(m.total_blocks);
-  m.running_requests = running_.size();
-  m.waiting_requests = num_waiting_;
-  m.preemptions_total = preemptions_total_;
-  m.prefix_cache_queries_tokens = prefix_queries_tokens_;
-  m.prefix_cache_hits_tokens = prefix_hits_tokens_;
-  m.prefix_cache_hit_rate =
-      prefix_queries_tokens_ == 0
-          ? 0.0
-          : static_cast<double>(prefix_hits_tokens_) / static_cast<double>(prefix_queries_tokens_);
-  return m;
+  return detail::makeLoadMetrics({.dp_rank = dp_rank_,
+                                  .active_blocks = pool_.numActive(),
+                                  .total_blocks = pool_.numBlocks(),
+                                  .running = running_.size(),
+                                  .waiting = num_waiting_,
+                                  .preemptions = preemptions_total_,
+                                  .prefix_queries_tokens = prefix_queries_tokens_,
+                                  .prefix_hits_tokens = prefix_hits_tokens_});
 }
 
 Status VllmScheduler::checkInvariants() const {
