@@ -7,6 +7,7 @@
 #include "service/config.h"
 #include "tools/serve_command.h"
 #include "tools/serve_flags.h"
+#include "tools/submit_command.h"
 
 namespace mocker::tools {
 
@@ -31,6 +32,8 @@ int runCli(const std::vector<std::string>& args, std::ostream& out, std::ostream
 
   ServeCommand serve;
   addServeCommand(app, serve);
+  SubmitCommand submit;
+  addSubmitCommand(app, submit);
 
   std::vector<std::string> argv_rest(args.begin() + (args.empty() ? 0 : 1), args.end());
   std::reverse(argv_rest.begin(), argv_rest.end());
@@ -44,6 +47,7 @@ int runCli(const std::vector<std::string>& args, std::ostream& out, std::ostream
     return 0;
   }
   if (serve.cmd->parsed()) return runServeCommand(serve, out, err);
+  if (submit.cmd->parsed()) return runSubmitCommand(submit, out, err);
   if (config_cmd->parsed()) {
     const auto config = resolveServeConfig(config_flags);
     if (!config) {
