@@ -1,6 +1,7 @@
 // cancel_latency_bench — cancel round-trip latency of a live service::Server under a submit flood.
 //
 //   cancel_latency_bench [--flood N] [--cancels K] [--speedup S] [--blocks B] [--max-seqs M]
+//   (--flood 0: no flood, an idle service answering not_found: the machine's round-trip floor)
 //
 // An in-process Server (ephemeral endpoints, small KV pool, passes running) gets N submits
 // (default 100,000) from a flooding DEALER; with max_submit_backlog (10,000) waiting requests the
@@ -110,7 +111,7 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
-  if (argc % 2 == 0 || opt.flood < 1 || opt.cancels < 1 || opt.blocks < 1 || opt.max_seqs < 1) {
+  if (argc % 2 == 0 || opt.flood < 0 || opt.cancels < 1 || opt.blocks < 1 || opt.max_seqs < 1) {
     std::fprintf(stderr, "cancel_latency_bench: bad arguments\n");
     return 2;
   }
@@ -161,7 +162,7 @@ int main(int argc, char** argv) {
   bool ok = true;
   for (int k = 0; k < opt.cancels && ok; ++k) {
     // Spread over the first 10,000 (the ones the service has read; some may have finished).
-    const std::string id = floodId((k * 7919) % std::min(opt.flood, 10000));
+    const std::string id = floodId((k * 7919) % std::max(1, std::min(opt.flood, 10000)));
     const auto t0 = Clock::now();
     if (auto s = (*client)->cancel(id, std::string(kFloodId)); !s) {
       std::fprintf(stderr, "cancel: %s\n", s.error().message.c_str());
