@@ -1,5 +1,6 @@
 #include "service/client.h"
 
+#include <cerrno>
 #include <random>
 #include <zmq.hpp>
 
@@ -80,6 +81,8 @@ Result<std::optional<protocol::ClientMessage>> Client::receive(std::chrono::mill
       return std::optional<protocol::ClientMessage>(std::move(*decoded));
     }
   } catch (const zmq::error_t& e) {
+    // A signal (e.g. Ctrl-C handled by the caller) interrupts poll: report "nothing yet".
+    if (e.num() == EINTR) return std::optional<protocol::ClientMessage>();
     return Error{ErrorCode::IoError, std::string("receive: ") + e.what()};
   }
   return std::optional<protocol::ClientMessage>();

@@ -1,0 +1,210 @@
+// cancel_latency_bench — cancel round-trip latency of a live service::Server under a submit flood.
+//
+//   cancel_latency_bench [--flood N] [--cancels K] [--speedup S] [--blocks B] [--max-seqs M]
+//   (--flood 0: no flood, an idle service answering not_found: the machine's round-trip floor)
+//
+// An in-process Server (ephemeral endpoints, small KV pool, passes running) gets N submits
+// (default 100,000) from a flooding DEALER; with max_submit_backlog (10,000) waiting requests the
+// service stops reading submits, so most of the flood sits in ZeroMQ queues — that is the point.
+// Meanwhile a second client measures K (default 1,000) cancel round trips on the cancel socket:
+// send a cancel naming one of the flood's requests (`client` = the flood's routing id), wait for
+// the cancel_reply. Prints p50 / p99 / max and how many were applied; asserts nothing on timing.
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <thread>
+#include <variant>
+#include <vector>
+#include <zmq.hpp>
+
+#include "protocol/client.h"
+#include "service/client.h"
+#include "service/config.h"
+#include "service/logging.h"
+#include "service/server.h"
+
+namespace {
+
+using namespace mocker;
+using Clock = std::chrono::steady_clock;
+
+struct Options {
+  int flood = 100'000;
+  int cancels = 1'000;
+  double speedup = 1.0;
+  std::uint32_t blocks = 256;
+  std::uint32_t max_seqs = 64;
+};
+
+double loadAverage() {
+  double avg[1] = {0};
+  return getloadavg(avg, 1) == 1 ? avg[0] : -1.0;
+}
+
+const char kFloodId[] = "flood";
+
+std::string floodId(int i) {
+  std::string id = std::to_string(i);
+  id.insert(id.begin(), 'f');
+  return id;
+}
+
+/// Sends `n` submits as fast as the pipes take them while draining everything sent back, until
+/// `stop`. Outputs are read (and dropped) so the flood is never abandoned for not reading.
+void flood(const std::string& endpoint, int n, const std::atomic<bool>& stop,
+           std::atomic<int>& sent, std::atomic<long>& received) {
+  zmq::context_t ctx(1);
+  zmq::socket_t s(ctx, zmq::socket_type::dealer);
+  s.set(zmq::sockopt::routing_id, kFloodId);
+  s.set(zmq::sockopt::linger, 0);
+  s.set(zmq::sockopt::sndhwm, 0);  // unlimited: the backlog queues here and in the service
+  s.set(zmq::sockopt::rcvhwm, 0);
+  s.connect(endpoint);
+  protocol::SubmitRequest r;
+  r.prompt.resize(64);
+  r.max_tokens = 64;
+  zmq::message_t m;
+  while (!stop.load()) {
+    if (sent.load() < n) {
+      const int i = sent.load();
+      r.id = floodId(i);
+      for (std::size_t t = 0; t < r.prompt.size(); ++t) {
+        r.prompt[t] = static_cast<std::uint32_t>(i * 131 + static_cast<int>(t));
+      }
+      const auto bytes = protocol::encodeClientMessage(r);
+      if (s.send(zmq::buffer(bytes.data(), bytes.size()), zmq::send_flags::dontwait)) ++sent;
+    }
+    while (s.recv(m, zmq::recv_flags::dontwait)) ++received;
+    if (sent.load() >= n) {
+      zmq::pollitem_t item{s.handle(), 0, ZMQ_POLLIN, 0};
+      zmq::poll(&item, 1, std::chrono::milliseconds(10));
+    }
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Options opt;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    const std::string a = argv[i];
+    const char* v = argv[i + 1];
+    if (a == "--flood") {
+      opt.flood = std::atoi(v);
+    } else if (a == "--cancels") {
+      opt.cancels = std::atoi(v);
+    } else if (a == "--speedup") {
+      opt.speedup = std::atof(v);
+    } else if (a == "--blocks") {
+      opt.blocks = static_cast<std::uint32_t>(std::atol(v));
+    } else if (a == "--max-seqs") {
+      opt.max_seqs = static_cast<std::uint32_t>(std::atol(v));
+    } else {
+      std::fprintf(stderr,
+                   "usage: cancel_latency_bench [--flood N] [--cancels K] [--speedup S] "
+                   "[--blocks B] [--max-seqs M]\n");
+      return 2;
+    }
+  }
+  if (argc % 2 == 0 || opt.flood < 0 || opt.cancels < 1 || opt.blocks < 1 || opt.max_seqs < 1) {
+    std::fprintf(stderr, "cancel_latency_bench: bad arguments\n");
+    return 2;
+  }
+  service::setupLogging(spdlog::level::warn);
+  std::printf("load average (1 min) at start: %.2f, hardware threads: %u\n", loadAverage(),
+              std::thread::hardware_concurrency());
+
+  service::ServiceConfig config;
+  config.engine.speedup_ratio = opt.speedup;
+  config.engine.num_gpu_blocks = opt.blocks;
+  config.engine.block_size = 16;
+  config.engine.max_num_seqs = opt.max_seqs;
+  config.kv_events.enabled = false;
+  config.fpm.enabled = false;
+  config.endpoints.submit.endpoint = "tcp://127.0.0.1:*";
+  config.endpoints.cancel.endpoint = "tcp://127.0.0.1:*";
+  auto server = service::Server::create(config);
+  if (!server) {
+    std::fprintf(stderr, "server: %s\n", server.error().message.c_str());
+    return 1;
+  }
+  const std::string submit = (*server)->endpoints().submit;
+  const std::string cancel = (*server)->endpoints().cancel;
+  Status run_status;
+  std::thread server_thread([&] { run_status = (*server)->run(); });
+
+  std::atomic<bool> stop{false};
+  std::atomic<int> sent{0};
+  std::atomic<long> received{0};
+  std::thread flood_thread(flood, submit, opt.flood, std::cref(stop), std::ref(sent),
+                           std::ref(received));
+
+  auto client = service::Client::connect({.submit_endpoint = submit, .cancel_endpoint = cancel});
+  if (!client) {
+    std::fprintf(stderr, "client: %s\n", client.error().message.c_str());
+    return 1;
+  }
+  // Start measuring once the flood is fully queued (the service has paused reading submits).
+  const auto flood_deadline = Clock::now() + std::chrono::seconds(60);
+  while (sent.load() < opt.flood && Clock::now() < flood_deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));  // progress poll, not a wait
+  }
+  std::printf("flood: %d submits queued (%ld replies read so far)\n", sent.load(), received.load());
+
+  std::vector<double> latencies_us;
+  int applied = 0;
+  int not_found = 0;
+  bool ok = true;
+  for (int k = 0; k < opt.cancels && ok; ++k) {
+    // Spread over the first 10,000 (the ones the service has read; some may have finished).
+    const std::string id = floodId((k * 7919) % std::max(1, std::min(opt.flood, 10000)));
+    const auto t0 = Clock::now();
+    if (auto s = (*client)->cancel(id, std::string(kFloodId)); !s) {
+      std::fprintf(stderr, "cancel: %s\n", s.error().message.c_str());
+      ok = false;
+      break;
+    }
+    while (true) {
+      auto msg = (*client)->receive(std::chrono::seconds(10));
+      if (!msg || !*msg) {
+        std::fprintf(stderr, "no cancel_reply within 10 s\n");
+        ok = false;
+        break;
+      }
+      if (const auto* reply = std::get_if<protocol::CancelReply>(&**msg)) {
+        if (reply->id != id) continue;
+        latencies_us.push_back(
+            std::chrono::duration<double, std::micro>(Clock::now() - t0).count());
+        (reply->result == protocol::CancelResult::Applied ? applied : not_found) += 1;
+        break;
+      }
+    }
+  }
+  stop = true;
+  flood_thread.join();
+  (*server)->requestStop();
+  server_thread.join();
+
+  if (!latencies_us.empty()) {
+    std::sort(latencies_us.begin(), latencies_us.end());
+    const auto at = [&](double q) {
+      const auto i = static_cast<std::size_t>(q * static_cast<double>(latencies_us.size() - 1));
+      return latencies_us[i];
+    };
+    const auto& c = (*server)->counters();
+    std::printf(
+        "cancel round trip under a %d-submit flood (speedup %g, %u blocks, max_num_seqs %u): "
+        "%zu cancels (%d applied, %d not_found)\n"
+        "  p50 %.1f us, p99 %.1f us, max %.1f us; service: %llu submits read, %llu passes\n",
+        opt.flood, opt.speedup, opt.blocks, opt.max_seqs, latencies_us.size(), applied, not_found,
+        at(0.5), at(0.99), latencies_us.back(), static_cast<unsigned long long>(c.submits),
+        static_cast<unsigned long long>(c.passes));
+  }
+  std::printf("load average (1 min) at end: %.2f\n", loadAverage());
+  return ok && run_status ? 0 : 1;
+}
