@@ -80,17 +80,43 @@ struct Stream {
   std::optional<std::string> rejected;
 };
 
+/// Folds one received message into `streams` (outputs, acks, rejects); anything else goes to
+/// `others` when given.
+inline void absorb(std::map<std::string, Stream>& streams, protocol::ClientMessage&& msg,
+                   std::vector<protocol::ClientMessage>* others) {
+  if (auto* b = std::get_if<protocol::OutputBatch>(&msg)) {
+    for (const auto& o : b->outputs) {
+      Stream& s = streams[o.id];
+      EXPECT_FALSE(s.finish.has_value()) << "output after the terminal for " << o.id;
+      EXPECT_EQ(o.index, s.tokens.size()) << "out-of-order output for " << o.id;
+      s.indices.push_back(o.index);
+      s.tokens.insert(s.tokens.end(), o.tokens.begin(), o.tokens.end());
+      if (o.finish) {
+        s.finish = o.finish;
+        s.reason = o.reason;
+      }
+    }
+  } else if (auto* a = std::get_if<protocol::SubmitAck>(&msg)) {
+    streams[a->id].acked = true;
+  } else if (auto* r = std::get_if<protocol::SubmitReject>(&msg)) {
+    streams[r->id].rejected = r->reason;
+  } else if (others) {
+    others->push_back(std::move(msg));
+  }
+}
+
 /// Receives on `client` until every id in `ids` has ended (finish or reject) or the deadline
-/// passes; other messages (cancel replies, errors) are appended to `others`.
-/// `streams` may carry what was already received of these streams.
+/// passes; other messages (cancel replies, errors) are appended to `others`. `streams` may carry
+/// what was already received (outputs of other requests are recorded too, so pass the result on
+/// to a later call that waits for them).
 inline std::map<std::string, Stream> collect(Client& client, const std::vector<std::string>& ids,
                                              std::vector<protocol::ClientMessage>* others = nullptr,
                                              std::chrono::milliseconds timeout = 10s,
                                              std::map<std::string, Stream> streams = {}) {
-  for (const auto& id : ids) streams[id];
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   const auto done = [&] {
-    for (const auto& [id, s] : streams) {
+    for (const auto& id : ids) {
+      const Stream& s = streams[id];
       if (!s.finish && !s.rejected) return false;
     }
     return true;
@@ -101,29 +127,23 @@ inline std::map<std::string, Stream> collect(Client& client, const std::vector<s
       ADD_FAILURE() << "undecodable message: " << msg.error().message;
       break;
     }
-    if (!*msg) continue;
-    if (auto* b = std::get_if<protocol::OutputBatch>(&**msg)) {
-      for (const auto& o : b->outputs) {
-        Stream& s = streams[o.id];
-        EXPECT_FALSE(s.finish.has_value()) << "output after the terminal for " << o.id;
-        EXPECT_EQ(o.index, s.tokens.size()) << "out-of-order output for " << o.id;
-        s.indices.push_back(o.index);
-        s.tokens.insert(s.tokens.end(), o.tokens.begin(), o.tokens.end());
-        if (o.finish) {
-          s.finish = o.finish;
-          s.reason = o.reason;
-        }
-      }
-    } else if (auto* a = std::get_if<protocol::SubmitAck>(&**msg)) {
-      streams[a->id].acked = true;
-    } else if (auto* r = std::get_if<protocol::SubmitReject>(&**msg)) {
-      streams[r->id].rejected = r->reason;
-    } else if (others) {
-      others->push_back(std::move(**msg));
-    }
+    if (*msg) absorb(streams, std::move(**msg), others);
   }
   EXPECT_TRUE(done()) << "streams did not end before the deadline";
   return streams;
+}
+
+/// Receives until `id` is acknowledged (or rejected), folding everything into `streams`.
+inline bool awaitAck(Client& client, const std::string& id, std::map<std::string, Stream>& streams,
+                     std::vector<protocol::ClientMessage>* others = nullptr,
+                     std::chrono::milliseconds timeout = 10s) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (!streams[id].acked && !streams[id].rejected &&
+         std::chrono::steady_clock::now() < deadline) {
+    auto msg = client.receive(50ms);
+    if (msg && *msg) absorb(streams, std::move(**msg), others);
+  }
+  return streams[id].acked;
 }
 
 /// Waits for the next message of type T (skipping others into `skipped`), or fails.
