@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "service/config.h"
+#include "tools/index_command.h"
 #include "tools/replay_command.h"
 #include "tools/serve_command.h"
 #include "tools/serve_flags.h"
@@ -34,6 +35,8 @@ int runCli(const std::vector<std::string>& args, std::ostream& out, std::ostream
   addServeCommand(app, serve);
   // `mocker replay`: trace / synthetic replay with reports (tools/replay_command.h).
   ReplayCommand replay(app);
+  // `mocker index`: KV-event subscriber and prefix index (tools/index_command.h).
+  IndexCommand index(app);
 
   std::vector<std::string> argv_rest(args.begin() + (args.empty() ? 0 : 1), args.end());
   std::reverse(argv_rest.begin(), argv_rest.end());
@@ -50,6 +53,7 @@ int runCli(const std::vector<std::string>& args, std::ostream& out, std::ostream
   }
   if (serve.cmd->parsed()) return runServeCommand(serve, out, err);
   if (replay.parsed()) return replay.run(out, err);
+  if (index.parsed()) return index.run(out, err);
   if (config_cmd->parsed()) {
     const auto config = resolveServeConfig(config_flags);
     if (!config) {
