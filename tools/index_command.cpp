@@ -129,12 +129,16 @@ int IndexCommand::run(std::ostream& out, std::ostream& err) {
     err << "mocker index: --once needs --verify\n";
     return 2;
   }
-  const auto level = spdlog::level::from_str(f.log_level);
-  if (level == spdlog::level::off && f.log_level != "off") {
-    err << "mocker index: --log-level: unknown level '" << f.log_level << "'\n";
+  const auto level = service::parseLogLevel(f.log_level);
+  if (!level) {
+    err << "mocker index: --log-level: " << level.error().message << "\n";
     return 2;
   }
-  service::setupLogging(level);
+  if (auto logger = spdlog::get("mocker")) {  // already set up (a second run in one process)
+    logger->set_level(*level);
+  } else {
+    service::setupLogging(*level);
+  }
   index::IndexServiceConfig config;
   for (const std::string& spec : f.workers) {
     auto parsed = index::parseWorkerSpec(spec);

@@ -61,7 +61,7 @@ TEST(WorkerSpec, ErrorsNameTheProblem) {
       {"1/0=tcp://h:1,dp=2", "either /RANK or dp=N"},
       {"1/x=tcp://h:1", "RANK"},
       {"1=tcp://h:1,replay=", "needs a value"},
-      {"1=ipc:///tmp/x,dp=2", "ipc"},
+      {"1=tcp://h,dp=2", "tcp://h"},
   };
   for (const auto& [spec, what] : bad) {
     auto w = parseWorkerSpec(spec);

@@ -46,14 +46,16 @@ WorkerEndpoint endpointOf(const LiveService& svc, std::uint64_t worker_id) {
 
 /// Shared-prefix load: `n` requests in `groups` prefix groups (12 shared tokens) plus 8 unique
 /// tokens each, 4 output tokens; submitted at once and collected to the end.
-void runLoad(const LiveService& svc, int n, std::uint32_t groups, std::uint32_t salt = 0) {
+void runLoad(const LiveService& svc, std::uint32_t n, std::uint32_t groups,
+             std::uint32_t salt = 0) {
   auto client = svc.client({.rcvhwm = 100000, .sndhwm = 100000});
   std::vector<std::string> ids;
-  for (int i = 0; i < n; ++i) {
+  for (std::uint32_t i = 0; i < n; ++i) {
     std::vector<std::uint32_t> prompt = service::testing::prompt(12, 1000 * (i % groups + 1));
     const auto tail = service::testing::prompt(8, 100000 + 100 * i + salt * 100000);
     prompt.insert(prompt.end(), tail.begin(), tail.end());
-    const std::string id = "r" + std::to_string(i);
+    std::string id = std::to_string(i);
+    id.insert(0, 1, 'r');
     ASSERT_TRUE(client->submit({.id = id, .prompt = prompt, .max_tokens = 4}).has_value());
     ids.push_back(id);
   }
@@ -62,6 +64,9 @@ void runLoad(const LiveService& svc, int n, std::uint32_t groups, std::uint32_t 
     EXPECT_EQ(s.finish, protocol::FinishReason::Length) << id;
   }
 }
+
+class RunningIndex;
+void waitLive(const LiveService& svc, const RunningIndex& index);
 
 /// Runs an IndexService on a thread.
 class RunningIndex {
@@ -158,6 +163,24 @@ std::string describe(const VerifyReply& r) {
   return os.str();
 }
 
+/// Submits small requests until the index has read a live batch from its SUB (the ZeroMQ
+/// subscription is in place), so that later batches travel the live path.
+void waitLive(const LiveService& svc, const RunningIndex& index) {
+  auto client = svc.client();
+  const auto deadline = std::chrono::steady_clock::now() + 20s;
+  std::uint32_t i = 0;
+  while (index.stats().live_messages == 0 && std::chrono::steady_clock::now() < deadline) {
+    std::string id = std::to_string(i);
+    id.insert(0, "warm");
+    ASSERT_TRUE(
+        client->submit({.id = id, .prompt = service::testing::prompt(8, 77000 + 10 * i++),
+                        .max_tokens = 1})
+            .has_value());
+    service::testing::collect(*client, {id});
+  }
+  ASSERT_GT(index.stats().live_messages, 0u) << "the SUB never received a live batch";
+}
+
 IndexServiceConfig indexConfig(std::vector<WorkerEndpoint> workers) {
   IndexServiceConfig c;
   c.workers = std::move(workers);
@@ -172,6 +195,7 @@ class IndexLiveTest : public ::testing::TestWithParam<ReplayLayout> {};
 TEST_P(IndexLiveTest, CatchesUpUnderLoadAndVerifies) {
   LiveService svc(eventsConfig(GetParam(), 24, 10000));
   RunningIndex index(indexConfig({endpointOf(svc, 7)}));
+  waitLive(svc, index);
   runLoad(svc, 150, 4);
   const VerifyReply v = index.verifyEventually();
   EXPECT_TRUE(v.ok) << describe(v);
@@ -190,6 +214,7 @@ TEST_P(IndexLiveTest, LostLiveBatchesAreHealedThroughReplay) {
   // Lose every fifth live batch, as a dropped subscription window would.
   config.drop_live_for_test = [](WorkerRank, std::uint64_t seq) { return seq % 5 == 2; };
   RunningIndex index(std::move(config));
+  waitLive(svc, index);
   runLoad(svc, 150, 4);
   const VerifyReply v = index.verifyEventually();
   EXPECT_TRUE(v.ok) << describe(v);
@@ -205,14 +230,21 @@ TEST_P(IndexLiveTest, RingOverrunIsReportedAndResyncedFromSnapshot) {
   // A ring of 4 batches cannot cover a lost window of 20: the replay starts past the gap.
   LiveService svc(eventsConfig(GetParam(), 24, 4));
   IndexServiceConfig config = indexConfig({endpointOf(svc, 7)});
-  config.drop_live_for_test = [](WorkerRank, std::uint64_t seq) { return seq >= 5 && seq < 25; };
+  auto armed = std::make_shared<std::atomic<bool>>(false);
+  auto to_drop = std::make_shared<std::atomic<int>>(20);
+  config.drop_live_for_test = [armed, to_drop](WorkerRank, std::uint64_t) {
+    return armed->load() && to_drop->fetch_sub(1) > 0;
+  };
   config.probe_interval = 0ms;  // only the next live batch may reveal the gap
   RunningIndex index(std::move(config));
+  waitLive(svc, index);
+  armed->store(true);
   runLoad(svc, 150, 4);
   const VerifyReply v = index.verifyEventually();
   EXPECT_TRUE(v.ok) << describe(v);
   const IndexStats s = index.stats();
   EXPECT_GT(s.batches_received, 30u);
+  EXPECT_EQ(s.live_dropped_for_test, 20u);
   EXPECT_GE(s.gaps_unhealed, 1u);
   EXPECT_GE(s.resyncs, 1u);
   EXPECT_EQ(s.resync_failures, 0u);
@@ -246,12 +278,12 @@ TEST_P(IndexLiveTest, LateJoinerWithOverrunRingResyncs) {
   EXPECT_TRUE(v2.ok) << describe(v2);
 }
 
+std::string layoutName(const ::testing::TestParamInfo<ReplayLayout>& p) {
+  return p.param == ReplayLayout::R1 ? "r1" : "r2";
+}
+
 INSTANTIATE_TEST_SUITE_P(ReplayLayouts, IndexLiveTest,
-                         ::testing::Values(ReplayLayout::R1, ReplayLayout::R2),
-                         [](const auto& info) {
-                           return info.param == ReplayLayout::R1 ? std::string("r1")
-                                                                 : std::string("r2");
-                         });
+                         ::testing::Values(ReplayLayout::R1, ReplayLayout::R2), layoutName);
 
 TEST(IndexLive, TinyReceiveHighWaterMarkStillConverges) {
   LiveService svc(eventsConfig(ReplayLayout::R1, 24, 10000));
@@ -259,6 +291,7 @@ TEST(IndexLive, TinyReceiveHighWaterMarkStillConverges) {
   config.sub_rcvhwm = 1;
   config.sub_rcvbuf = 256;
   RunningIndex index(std::move(config));
+  waitLive(svc, index);
   runLoad(svc, 150, 4);
   const VerifyReply v = index.verifyEventually();
   EXPECT_TRUE(v.ok) << describe(v);
@@ -275,8 +308,14 @@ TEST(IndexLive, NoReplayEndpointResyncsOnGap) {
   WorkerEndpoint w = endpointOf(svc, 7);
   w.replay.clear();
   IndexServiceConfig config = indexConfig({w});
-  config.drop_live_for_test = [](WorkerRank, std::uint64_t seq) { return seq == 3; };
+  auto armed = std::make_shared<std::atomic<bool>>(false);
+  auto to_drop = std::make_shared<std::atomic<int>>(1);
+  config.drop_live_for_test = [armed, to_drop](WorkerRank, std::uint64_t) {
+    return armed->load() && to_drop->fetch_sub(1) > 0;
+  };
   RunningIndex index(std::move(config));
+  waitLive(svc, index);
+  armed->store(true);
   runLoad(svc, 80, 4);
   const VerifyReply v = index.verifyEventually();
   EXPECT_TRUE(v.ok) << describe(v);
@@ -402,10 +441,11 @@ TEST(IndexCli, VerifyOnceReportsNoDifferenceAfterLoad) {
   LiveService svc(eventsConfig(ReplayLayout::R2, 24, 10000));
   runLoad(svc, 60, 4);
   const WorkerEndpoint w = endpointOf(svc, 3);
+  std::string spec = std::string("3=").append(w.events).append(",replay=").append(w.replay);
+  spec.append(",snapshot=").append(w.snapshot);
   std::ostringstream out, err;
   const int code = tools::runCli(
-      {"mocker", "index", "--worker",
-       "3=" + w.events + ",replay=" + w.replay + ",snapshot=" + w.snapshot, "--verify", "--once",
+      {"mocker", "index", "--worker", spec, "--verify", "--once",
        "--query-endpoint", "none", "--stats-interval-s", "0", "--linger-ms", "0"},
       out, err);
   EXPECT_EQ(code, 0) << out.str() << err.str();
@@ -416,9 +456,10 @@ TEST(IndexCli, VerifyOnceReportsNoDifferenceAfterLoad) {
 TEST(IndexCli, VerifyOnceWithoutSnapshotEndpointFails) {
   LiveService svc(eventsConfig(ReplayLayout::R1, 24, 10000));
   const WorkerEndpoint w = endpointOf(svc, 3);
+  const std::string spec = std::string("3=").append(w.events).append(",replay=").append(w.replay);
   std::ostringstream out, err;
   const int code =
-      tools::runCli({"mocker", "index", "--worker", "3=" + w.events + ",replay=" + w.replay,
+      tools::runCli({"mocker", "index", "--worker", spec,
                      "--verify", "--once", "--query-endpoint", "none", "--stats-interval-s", "0"},
                     out, err);
   EXPECT_EQ(code, 1) << out.str() << err.str();

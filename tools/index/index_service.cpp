@@ -123,6 +123,7 @@ std::vector<std::pair<std::string, std::uint64_t>> statsCounters(const IndexStat
   return {
       {"uptime_ms", static_cast<std::uint64_t>(s.uptime_s * 1000.0)},
       {"batches_received", s.batches_received},
+      {"live_messages", s.live_messages},
       {"batches_applied", s.batches_applied},
       {"duplicate_batches", s.duplicate_batches},
       {"events_applied", s.events_applied},
@@ -634,6 +635,7 @@ void IndexService::Impl::drainSub(std::size_t i) {
       return;
     }
     if (!got) return;
+    ++s_.live_messages;
     if (parts_.size() != 3) {
       ++s_.malformed_messages;
       continue;

@@ -56,6 +56,7 @@ Result<std::vector<WorkerEndpoint>> parseWorkerSpec(std::string_view spec);
 struct IndexStats {
   double uptime_s = 0.0;
   std::uint64_t batches_received = 0;  ///< live + replayed messages that decoded as batches
+  std::uint64_t live_messages = 0;     ///< messages read from the SUBs
   std::uint64_t batches_applied = 0;
   std::uint64_t duplicate_batches = 0;  ///< seq already applied (replay overlap, old seqs)
   std::uint64_t events_applied = 0;
