@@ -51,8 +51,8 @@ std::string formatVerifyReply(const index::VerifyReply& r) {
   std::ostringstream os;
   std::uint64_t blocks = 0;
   for (const auto& d : r.sources) blocks += d.worker_blocks;
-  os << "verify: " << (r.ok ? "OK" : "DIFFERENCE") << " (" << r.sources.size()
-     << " source(s), " << blocks << " worker block(s))\n";
+  os << "verify: " << (r.ok ? "OK" : "DIFFERENCE") << " (" << r.sources.size() << " source(s), "
+     << blocks << " worker block(s))\n";
   for (const auto& d : r.sources) {
     const bool same = d.missing.empty() && d.extra.empty();
     os << "  worker " << d.worker_id << " rank " << d.dp_rank << ": index " << d.index_blocks

@@ -88,16 +88,24 @@ int main(int argc, char** argv) {
       st.block_hashes.push_back(0x9e3779b97f4a7c15ull * (std::uint64_t{k} * o.blocks + b + 1));
       for (std::uint32_t t = 0; t < o.block_size; ++t) st.token_ids.push_back(k * 1000 + b + t);
     }
-    protocol::KvEventBatch stored{.ts = 1.0, .events = {st}, .dp_rank = 0};
-    protocol::KvEventBatch removed{.ts = 1.0, .events = {}, .dp_rank = 0};
-    for (auto it = st.block_hashes.rbegin(); it != st.block_hashes.rend(); ++it) {
-      removed.events.push_back(protocol::BlockRemovedEvent{{*it}});
+    protocol::KvEventBatch stored;
+    stored.ts = 1.0;
+    stored.events.emplace_back(std::in_place_type<protocol::BlockStoredEvent>, std::move(st));
+    const auto& stored_hashes = std::get<protocol::BlockStoredEvent>(stored.events[0]).block_hashes;
+    protocol::KvEventBatch removed;
+    removed.ts = 1.0;
+    for (auto it = stored_hashes.rbegin(); it != stored_hashes.rend(); ++it) {
+      protocol::BlockRemovedEvent rm;
+      rm.block_hashes.push_back(*it);
+      removed.events.emplace_back(std::in_place_type<protocol::BlockRemovedEvent>, std::move(rm));
     }
     payloads.push_back(protocol::encodeKvEventBatch(stored, {.layout = *layout}));
     payloads.push_back(protocol::encodeKvEventBatch(removed, {.layout = *layout}));
     payload_bytes += payloads[payloads.size() - 2].size() + payloads.back().size();
   }
-  const auto empty = protocol::encodeKvEventBatch({.ts = 1.0, .events = {}, .dp_rank = 0});
+  protocol::KvEventBatch empty_batch;
+  empty_batch.ts = 1.0;
+  const auto empty = protocol::encodeKvEventBatch(empty_batch);
 
   zmq::context_t context(1);
   zmq::socket_t pub(context, zmq::socket_type::pub);
@@ -138,8 +146,8 @@ int main(int argc, char** argv) {
   for (std::uint64_t i = 0; i < n; ++i) {
     if (o.rate > 0 && i % 64 == 0) {
       const double due_s = static_cast<double>(i) * o.blocks / o.rate;
-      std::this_thread::sleep_until(t0 + std::chrono::duration_cast<Clock::duration>(
-                                             std::chrono::duration<double>(due_s)));
+      std::this_thread::sleep_until(
+          t0 + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(due_s)));
     }
     send(i + 1, payloads[i % payloads.size()]);
   }
@@ -148,17 +156,17 @@ int main(int argc, char** argv) {
   index::IndexStats s = (*service)->stats();
   std::uint64_t last_applied = s.batches_applied;
   auto last_progress = Clock::now();
-  auto t_done = last_progress;
+  auto t_done = last_progress;  // when the last batch was applied
   while (s.batches_applied - before.batches_applied < n) {
     std::this_thread::sleep_for(std::chrono::microseconds(200));
     s = (*service)->stats();
     if (s.batches_applied != last_applied) {
       last_applied = s.batches_applied;
       last_progress = Clock::now();
+      t_done = last_progress;
     } else if (Clock::now() - last_progress > std::chrono::seconds(3)) {
       break;
     }
-    t_done = Clock::now();
   }
   (*service)->requestStop();
   runner.join();
@@ -171,13 +179,11 @@ int main(int argc, char** argv) {
   std::printf("index_bench: layout %s, %llu batches of %u blocks (block size %u, avg %.0f B)\n",
               o.layout.c_str(), static_cast<unsigned long long>(n), o.blocks, o.block_size,
               static_cast<double>(payload_bytes) / static_cast<double>(payloads.size()));
-  std::printf("  published %.0f blocks/s (%.3f s)%s\n",
-              static_cast<double>(n) * o.blocks / pub_s, pub_s,
-              o.rate > 0 ? " (paced)" : "");
+  std::printf("  published %.0f blocks/s (%.3f s)%s\n", static_cast<double>(n) * o.blocks / pub_s,
+              pub_s, o.rate > 0 ? " (paced)" : "");
   std::printf("  applied   %llu/%llu batches, %llu blocks in %.3f s = %.0f blocks/s\n",
               static_cast<unsigned long long>(applied), static_cast<unsigned long long>(n),
-              static_cast<unsigned long long>(blocks), all_s,
-              static_cast<double>(blocks) / all_s);
+              static_cast<unsigned long long>(blocks), all_s, static_cast<double>(blocks) / all_s);
   std::printf("  gaps %llu, decode errors %llu, index now holds %llu blocks\n",
               static_cast<unsigned long long>(s.gaps_detected - before.gaps_detected),
               static_cast<unsigned long long>(s.decode_errors),

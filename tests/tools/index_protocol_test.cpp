@@ -66,16 +66,14 @@ TEST(WorkerSpec, ErrorsNameTheProblem) {
   for (const auto& [spec, what] : bad) {
     auto w = parseWorkerSpec(spec);
     ASSERT_FALSE(w.has_value()) << spec;
-    EXPECT_NE(w.error().message.find(what), std::string::npos)
-        << spec << ": " << w.error().message;
+    EXPECT_NE(w.error().message.find(what), std::string::npos) << spec << ": " << w.error().message;
   }
 }
 
 TEST(QueryProtocol, DocumentedExamplesRoundTrip) {
   // The README's examples, byte for byte.
-  const OverlapQuery by_tokens{.id = "q1", .tokens = std::vector<std::uint32_t>{1, 2, 3, 4, 5, 6,
-                                                                                7, 8},
-                               .block_size = 4};
+  const OverlapQuery by_tokens{
+      .id = "q1", .tokens = std::vector<std::uint32_t>{1, 2, 3, 4, 5, 6, 7, 8}, .block_size = 4};
   EXPECT_EQ(hex(encodeQueryRequest(by_tokens)),
             "84a474797065a76f7665726c6170a26964a27131a6746f6b656e739801020304050607"
             "08aa626c6f636b5f73697a6504");
@@ -84,21 +82,19 @@ TEST(QueryProtocol, DocumentedExamplesRoundTrip) {
   EXPECT_EQ(hex(encodeQueryRequest(by_hashes)),
             "82a474797065a76f7665726c6170ac626c6f636b5f68617368657392cfcb38e4d7fb2dca5ccf44a2"
             "b2379d6d3c3d");
-  const OverlapReply reply{.id = "q1",
-                           .num_blocks = 2,
-                           .workers = {{.worker_id = 7, .blocks = 2, .ranks = {{0, 2}}}}};
+  const OverlapReply reply{
+      .id = "q1", .num_blocks = 2, .workers = {{.worker_id = 7, .blocks = 2, .ranks = {{0, 2}}}}};
   EXPECT_EQ(hex(encodeQueryReply(reply)),
             "84a474797065ad6f7665726c61705f7265706c79a26964a27131aa6e756d5f626c6f636b7302a7"
             "776f726b6572739183a9776f726b65725f696407a6626c6f636b7302a572616e6b739182a76470"
             "5f72616e6b00a6626c6f636b7302");
 
-  for (const QueryRequest& q :
-       {QueryRequest{by_tokens}, QueryRequest{by_hashes}, QueryRequest{StatsQuery{"s"}},
-        QueryRequest{VerifyQuery{}},
-        QueryRequest{OverlapQuery{.tokens = std::vector<std::uint32_t>{},
-                                  .block_size = 16,
-                                  .hash_seed = 1,
-                                  .chain_seed = 2}}}) {
+  for (const QueryRequest& q : {QueryRequest{by_tokens}, QueryRequest{by_hashes},
+                                QueryRequest{StatsQuery{"s"}}, QueryRequest{VerifyQuery{}},
+                                QueryRequest{OverlapQuery{.tokens = std::vector<std::uint32_t>{},
+                                .block_size = 16,
+                                .hash_seed = 1,
+                                .chain_seed = 2}}}) {
     auto back = decodeQueryRequest(encodeQueryRequest(q));
     ASSERT_TRUE(back.has_value()) << back.error().message;
     EXPECT_EQ(*back, q);
@@ -125,8 +121,8 @@ TEST(QueryProtocol, MalformedRequestsAreErrors) {
   const std::vector<std::vector<std::byte>> bad = {
       {},
       {std::byte{0xc1}},
-      {std::byte{0x90}},                                    // []
-      {std::byte{0x80}},                                    // {}
+      {std::byte{0x90}},                                   // []
+      {std::byte{0x80}},                                   // {}
       {std::byte{0x81}, std::byte{0xa4}, std::byte{'t'}},  // truncated
   };
   for (const auto& b : bad) {
@@ -134,15 +130,13 @@ TEST(QueryProtocol, MalformedRequestsAreErrors) {
     EXPECT_FALSE(decodeQueryReply(b).has_value()) << hex(b);
   }
   // Huge tokens count (array32 header claiming 2^32-1 entries) with no body.
-  const std::vector<std::byte> huge = {std::byte{0x82}, std::byte{0xa4}, std::byte{'t'},
-                                       std::byte{'y'},  std::byte{'p'},  std::byte{'e'},
-                                       std::byte{0xa7}, std::byte{'o'},  std::byte{'v'},
-                                       std::byte{'e'},  std::byte{'r'},  std::byte{'l'},
-                                       std::byte{'a'},  std::byte{'p'},  std::byte{0xa6},
-                                       std::byte{'t'},  std::byte{'o'},  std::byte{'k'},
-                                       std::byte{'e'},  std::byte{'n'},  std::byte{'s'},
-                                       std::byte{0xdd}, std::byte{0xff}, std::byte{0xff},
-                                       std::byte{0xff}, std::byte{0xff}};
+  const std::vector<std::byte> huge = {
+      std::byte{0x82}, std::byte{0xa4}, std::byte{'t'},  std::byte{'y'},  std::byte{'p'},
+      std::byte{'e'},  std::byte{0xa7}, std::byte{'o'},  std::byte{'v'},  std::byte{'e'},
+      std::byte{'r'},  std::byte{'l'},  std::byte{'a'},  std::byte{'p'},  std::byte{0xa6},
+      std::byte{'t'},  std::byte{'o'},  std::byte{'k'},  std::byte{'e'},  std::byte{'n'},
+      std::byte{'s'},  std::byte{0xdd}, std::byte{0xff}, std::byte{0xff}, std::byte{0xff},
+      std::byte{0xff}};
   EXPECT_FALSE(decodeQueryRequest(huge).has_value());
 }
 

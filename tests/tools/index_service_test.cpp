@@ -172,10 +172,11 @@ void waitLive(const LiveService& svc, const RunningIndex& index) {
   while (index.stats().live_messages == 0 && std::chrono::steady_clock::now() < deadline) {
     std::string id = std::to_string(i);
     id.insert(0, "warm");
-    ASSERT_TRUE(
-        client->submit({.id = id, .prompt = service::testing::prompt(8, 77000 + 10 * i++),
-                        .max_tokens = 1})
-            .has_value());
+    ASSERT_TRUE(client
+                    ->submit({.id = id,
+                              .prompt = service::testing::prompt(8, 77000 + 10 * i++),
+                              .max_tokens = 1})
+                    .has_value());
     service::testing::collect(*client, {id});
   }
   ASSERT_GT(index.stats().live_messages, 0u) << "the SUB never received a live batch";
@@ -339,9 +340,8 @@ TEST(IndexLive, OverlapQueryNamesTheWorkerThatServedThePrompt) {
     service::testing::collect(*client, {"q"});
   }
   const auto reply = index.overlapEventually(
-      OverlapQuery{.id = "o", .tokens = served}, [](const OverlapReply& r) {
-        return r.workers.size() == 2 && r.workers[0].blocks == 5;
-      });
+      OverlapQuery{.id = "o", .tokens = served},
+      [](const OverlapReply& r) { return r.workers.size() == 2 && r.workers[0].blocks == 5; });
   ASSERT_TRUE(reply.has_value());
   EXPECT_EQ(reply->id, "o");
   EXPECT_EQ(reply->num_blocks, 5u);
@@ -397,9 +397,9 @@ TEST(IndexLive, MalformedQueriesGetErrorRepliesAndTheServiceLivesOn) {
       {"not msgpack", raw("\xc1\xc1\xc1")},
       {"empty", {}},
       {"array", hexBytes("93010203")},
-      {"no type", hexBytes("81a26964a178")},                      // {"id": "x"}
-      {"unknown type", hexBytes("81a474797065a3666f6f")},         // {"type": "foo"}
-      {"type not str", hexBytes("81a47479706501")},               // {"type": 1}
+      {"no type", hexBytes("81a26964a178")},               // {"id": "x"}
+      {"unknown type", hexBytes("81a474797065a3666f6f")},  // {"type": "foo"}
+      {"type not str", hexBytes("81a47479706501")},        // {"type": 1}
       {"overlap without input", hexBytes("81a474797065a76f7665726c6170")},
       // {"type": "overlap", "tokens": ["a"]}
       {"token not int", hexBytes("82a474797065a76f7665726c6170a6746f6b656e7391a161")},
@@ -444,10 +444,10 @@ TEST(IndexCli, VerifyOnceReportsNoDifferenceAfterLoad) {
   std::string spec = std::string("3=").append(w.events).append(",replay=").append(w.replay);
   spec.append(",snapshot=").append(w.snapshot);
   std::ostringstream out, err;
-  const int code = tools::runCli(
-      {"mocker", "index", "--worker", spec, "--verify", "--once",
-       "--query-endpoint", "none", "--stats-interval-s", "0", "--linger-ms", "0"},
-      out, err);
+  const int code =
+      tools::runCli({"mocker", "index", "--worker", spec, "--verify", "--once", "--query-endpoint",
+                     "none", "--stats-interval-s", "0", "--linger-ms", "0"},
+                    out, err);
   EXPECT_EQ(code, 0) << out.str() << err.str();
   EXPECT_THAT(out.str(), ::testing::HasSubstr("verify: OK"));
   EXPECT_THAT(out.str(), ::testing::HasSubstr("worker 3 rank 0"));
@@ -458,10 +458,9 @@ TEST(IndexCli, VerifyOnceWithoutSnapshotEndpointFails) {
   const WorkerEndpoint w = endpointOf(svc, 3);
   const std::string spec = std::string("3=").append(w.events).append(",replay=").append(w.replay);
   std::ostringstream out, err;
-  const int code =
-      tools::runCli({"mocker", "index", "--worker", spec,
-                     "--verify", "--once", "--query-endpoint", "none", "--stats-interval-s", "0"},
-                    out, err);
+  const int code = tools::runCli({"mocker", "index", "--worker", spec, "--verify", "--once",
+                                  "--query-endpoint", "none", "--stats-interval-s", "0"},
+                                 out, err);
   EXPECT_EQ(code, 1) << out.str() << err.str();
   EXPECT_THAT(out.str(), ::testing::HasSubstr("no snapshot endpoint"));
 }
@@ -470,9 +469,8 @@ TEST(IndexCli, UsageErrors) {
   std::ostringstream out, err;
   EXPECT_EQ(tools::runCli({"mocker", "index", "--worker", "x=tcp://127.0.0.1:1"}, out, err), 2);
   EXPECT_THAT(err.str(), ::testing::HasSubstr("ID"));
-  EXPECT_EQ(tools::runCli({"mocker", "index", "--worker", "1=tcp://127.0.0.1:1", "--once"}, out,
-                          err),
-            2);
+  EXPECT_EQ(
+      tools::runCli({"mocker", "index", "--worker", "1=tcp://127.0.0.1:1", "--once"}, out, err), 2);
   EXPECT_EQ(tools::runCli({"mocker", "index"}, out, err), 2);
 }
 

@@ -54,8 +54,9 @@ Result<std::vector<WorkerEndpoint>> parseWorkerSpec(std::string_view spec) {
   const std::string where = "--worker '" + std::string(spec) + "'";
   const auto eq = spec.find('=');
   if (eq == std::string_view::npos) {
-    return invalid(where + ": expected ID[/RANK]=tcp://HOST:PORT[,replay=EP][,snapshot=EP]"
-                           "[,dp=N][,topic=T]");
+    return invalid(where +
+                   ": expected ID[/RANK]=tcp://HOST:PORT[,replay=EP][,snapshot=EP]"
+                   "[,dp=N][,topic=T]");
   }
   WorkerEndpoint base;
   std::string_view head = spec.substr(0, eq);
@@ -221,8 +222,7 @@ class IndexService::Impl {
     VerifyReply reply;
   };
 
-  Result<zmq::socket_t> makeSocket(zmq::socket_type type, const std::string& endpoint,
-                                   bool bind);
+  Result<zmq::socket_t> makeSocket(zmq::socket_type type, const std::string& endpoint, bool bind);
   Status connectChannel(Channel& ch);
   WorkerRank source(const Conn& c) const { return {c.spec.worker_id, c.rank.value_or(0)}; }
 
@@ -413,9 +413,10 @@ void IndexService::Impl::onBatch(std::size_t i, std::uint64_t seq,
       ++s_.rank_mismatches;
       if (!c.warned_mismatch) {
         c.warned_mismatch = true;
-        spdlog::warn("index: worker {}: endpoint {} is configured as rank {} but sends batches "
-                     "of rank {}; applying them to rank {}",
-                     c.spec.worker_id, c.spec.events, *c.rank, batch.dp_rank, *c.rank);
+        spdlog::warn(
+            "index: worker {}: endpoint {} is configured as rank {} but sends batches "
+            "of rank {}; applying them to rank {}",
+            c.spec.worker_id, c.spec.events, *c.rank, batch.dp_rank, *c.rank);
       }
     }
   }
@@ -516,9 +517,10 @@ void IndexService::Impl::unhealable(std::size_t i, const std::string& reason) {
   const std::uint64_t upto = c.pending.empty() ? c.max_seen + 1 : c.pending.begin()->first;
   const std::string what = rankName(c.spec.worker_id, c.rank);
   if (c.channel != kNoChannel && c.rank) {
-    spdlog::warn("index: {}: batches {}..{} were lost and cannot be replayed ({}); resyncing "
-                 "from the worker's kv_snapshot",
-                 what, c.next, upto - 1, reason);
+    spdlog::warn(
+        "index: {}: batches {}..{} were lost and cannot be replayed ({}); resyncing "
+        "from the worker's kv_snapshot",
+        what, c.next, upto - 1, reason);
     // The snapshot reflects at least every batch seen so far (max_seen was published before
     // the request is sent); batches after it are re-applied, which is idempotent.
     ++s_.resyncs;
@@ -537,9 +539,10 @@ void IndexService::Impl::unhealable(std::size_t i, const std::string& reason) {
     }
     return;
   }
-  spdlog::warn("index: {}: batches {}..{} were lost and cannot be replayed ({}); no snapshot "
-               "endpoint, so the index for this rank may stay wrong (give snapshot=EP)",
-               what, c.next, upto - 1, reason);
+  spdlog::warn(
+      "index: {}: batches {}..{} were lost and cannot be replayed ({}); no snapshot "
+      "endpoint, so the index for this rank may stay wrong (give snapshot=EP)",
+      what, c.next, upto - 1, reason);
   c.next = upto;
   drainPending(c);
 }
@@ -568,8 +571,8 @@ void IndexService::Impl::onSnapshot(std::size_t chi, const SnapRequest& req,
       for (const auto& r : snap->ranks) {
         if (r.dp_rank == src.dp_rank) blocks = &r;
       }
-      if (blocks == nullptr) failure = "the kv_snapshot reply has no rank " +
-                                       std::to_string(src.dp_rank);
+      if (blocks == nullptr)
+        failure = "the kv_snapshot reply has no rank " + std::to_string(src.dp_rank);
     }
     if (blocks == nullptr) {
       ++s_.resync_failures;
@@ -929,10 +932,10 @@ void IndexService::Impl::timers() {
     ch.dealer.close();
     if (Status st = connectChannel(ch); !st) spdlog::error("index: {}", st.error().message);
     for (const SnapRequest& req : waiting) {
-      onSnapshot(chi, req,
-                 Error{ErrorCode::IoError, "no kv_snapshot reply from " + ch.endpoint + " within " +
-                                               std::to_string(config_.snapshot_timeout.count()) +
-                                               " ms"});
+      onSnapshot(
+          chi, req,
+          Error{ErrorCode::IoError, "no kv_snapshot reply from " + ch.endpoint + " within " +
+                                        std::to_string(config_.snapshot_timeout.count()) + " ms"});
     }
   }
   stepVerify();

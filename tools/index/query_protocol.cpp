@@ -133,8 +133,7 @@ Result<bool> asBool(const msgpack::object& o, std::string_view field) {
   return o.via.boolean;
 }
 
-Result<std::span<const msgpack::object>> asArray(const msgpack::object& o,
-                                                 std::string_view field) {
+Result<std::span<const msgpack::object>> asArray(const msgpack::object& o, std::string_view field) {
   if (o.type != msgpack::type::ARRAY) return corrupt(std::string(field) + ": expected an array");
   return std::span<const msgpack::object>(o.via.array.ptr, o.via.array.size);
 }

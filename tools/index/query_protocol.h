@@ -91,9 +91,9 @@ struct SourceDiff {
 
 struct VerifyReply {
   std::optional<std::string> id;
-  bool ok = false;                   ///< no differences and no errors
-  std::vector<SourceDiff> sources;   ///< every compared (worker, rank), ascending
-  std::vector<std::string> errors;   ///< e.g. a worker without a snapshot endpoint, a timeout
+  bool ok = false;                  ///< no differences and no errors
+  std::vector<SourceDiff> sources;  ///< every compared (worker, rank), ascending
+  std::vector<std::string> errors;  ///< e.g. a worker without a snapshot endpoint, a timeout
   friend bool operator==(const VerifyReply&, const VerifyReply&) = default;
 };
 
