@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "service/config.h"
+#include "tools/index_command.h"
 #include "tools/replay_command.h"
 #include "tools/serve_command.h"
 #include "tools/serve_flags.h"
@@ -37,6 +38,8 @@ int runCli(const std::vector<std::string>& args, std::ostream& out, std::ostream
   ReplayCommand replay(app);
   SubmitCommand submit;
   addSubmitCommand(app, submit);
+  // `mocker index`: KV-event subscriber and prefix index (tools/index_command.h).
+  IndexCommand index(app);
 
   std::vector<std::string> argv_rest(args.begin() + (args.empty() ? 0 : 1), args.end());
   std::reverse(argv_rest.begin(), argv_rest.end());
@@ -54,6 +57,7 @@ int runCli(const std::vector<std::string>& args, std::ostream& out, std::ostream
   if (serve.cmd->parsed()) return runServeCommand(serve, out, err);
   if (replay.parsed()) return replay.run(out, err);
   if (submit.cmd->parsed()) return runSubmitCommand(submit, out, err);
+  if (index.parsed()) return index.run(out, err);
   if (config_cmd->parsed()) {
     const auto config = resolveServeConfig(config_flags);
     if (!config) {

@@ -1,0 +1,478 @@
+// `mocker index` against a real in-process service::Server (tests/service/live_service.h):
+// catch-up, gap healing through replay (r1 and r2), ring overrun → resync from kv_snapshot,
+// overlap queries, malformed queries, the CLI's --verify --once. Every wait polls a real socket
+// with a deadline; no fixed ports.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <sstream>
+#include <thread>
+#include <zmq.hpp>
+#include <zmq_addon.hpp>
+
+#include "engine/block_hash.h"
+#include "tests/service/live_service.h"
+#include "tools/cli.h"
+#include "tools/index/index_service.h"
+
+namespace mocker::index {
+namespace {
+
+using namespace std::chrono_literals;
+using service::ReplayLayout;
+using service::ServiceConfig;
+using service::testing::LiveService;
+
+ServiceConfig eventsConfig(ReplayLayout layout, std::uint32_t blocks, std::uint32_t ring) {
+  ServiceConfig c = service::testing::testConfig();
+  c.kv_events.enabled = true;
+  c.kv_events.replay_enabled = true;
+  c.kv_events.replay_layout = layout;
+  c.kv_events.buffer_steps = ring;
+  c.engine.num_gpu_blocks = blocks;
+  c.engine.block_size = 4;
+  return c;
+}
+
+WorkerEndpoint endpointOf(const LiveService& svc, std::uint64_t worker_id) {
+  return {.worker_id = worker_id,
+          .dp_rank = std::nullopt,
+          .events = svc.endpoints().kv_events.at(0),
+          .replay = svc.endpoints().kv_replay.at(0),
+          .snapshot = svc.endpoints().submit,
+          .topic = ""};
+}
+
+/// Shared-prefix load: `n` requests in `groups` prefix groups (12 shared tokens) plus 8 unique
+/// tokens each, 4 output tokens; submitted at once and collected to the end.
+void runLoad(const LiveService& svc, std::uint32_t n, std::uint32_t groups,
+             std::uint32_t salt = 0) {
+  auto client = svc.client({.rcvhwm = 100000, .sndhwm = 100000});
+  std::vector<std::string> ids;
+  for (std::uint32_t i = 0; i < n; ++i) {
+    std::vector<std::uint32_t> prompt = service::testing::prompt(12, 1000 * (i % groups + 1));
+    const auto tail = service::testing::prompt(8, 100000 + 100 * i + salt * 100000);
+    prompt.insert(prompt.end(), tail.begin(), tail.end());
+    std::string id = std::to_string(i);
+    id.insert(0, 1, 'r');
+    ASSERT_TRUE(client->submit({.id = id, .prompt = prompt, .max_tokens = 4}).has_value());
+    ids.push_back(id);
+  }
+  const auto streams = service::testing::collect(*client, ids, nullptr, 60s);
+  for (const auto& [id, s] : streams) {
+    EXPECT_EQ(s.finish, protocol::FinishReason::Length) << id;
+  }
+}
+
+class RunningIndex;
+void waitLive(const LiveService& svc, const RunningIndex& index);
+
+/// Runs an IndexService on a thread.
+class RunningIndex {
+ public:
+  explicit RunningIndex(IndexServiceConfig config) {
+    config.query_endpoint = "tcp://127.0.0.1:*";
+    config.linger_ms = 0;
+    auto s = IndexService::create(std::move(config));
+    EXPECT_TRUE(s.has_value()) << (s ? "" : s.error().message);
+    if (!s) return;
+    service_ = std::move(*s);
+    thread_ = std::thread([this] { status_ = service_->run(); });
+    socket_.set(zmq::sockopt::linger, 0);
+    socket_.connect(service_->queryEndpoint());
+  }
+  ~RunningIndex() {
+    if (thread_.joinable()) {
+      service_->requestStop();
+      thread_.join();
+      EXPECT_TRUE(status_.has_value());
+    }
+  }
+  IndexStats stats() const { return service_->stats(); }
+
+  /// Sends raw frames, returns the decoded reply (or an error on timeout / undecodable).
+  Result<QueryReply> askRaw(const std::vector<std::vector<std::byte>>& frames,
+                            std::chrono::milliseconds timeout = 20s) {
+    for (std::size_t i = 0; i < frames.size(); ++i) {
+      socket_.send(zmq::buffer(frames[i].data(), frames[i].size()),
+                   i + 1 < frames.size() ? zmq::send_flags::sndmore : zmq::send_flags::none);
+    }
+    zmq::pollitem_t item{socket_.handle(), 0, ZMQ_POLLIN, 0};
+    const auto deadline = std::chrono::steady_clock::now() + timeout;
+    while (std::chrono::steady_clock::now() < deadline) {
+      zmq::poll(&item, 1, 50ms);
+      if (!(item.revents & ZMQ_POLLIN)) continue;
+      std::vector<zmq::message_t> parts;
+      (void)zmq::recv_multipart(socket_, std::back_inserter(parts));
+      const auto& p = parts.back();
+      return decodeQueryReply({static_cast<const std::byte*>(p.data()), p.size()});
+    }
+    return Error{ErrorCode::IoError, "no reply before the deadline"};
+  }
+  Result<QueryReply> ask(const QueryRequest& request) {
+    return askRaw({encodeQueryRequest(request)});
+  }
+
+  /// Verify until it reports no difference or the deadline passes; returns the last reply.
+  VerifyReply verifyEventually(std::chrono::milliseconds timeout = 30s) {
+    const auto deadline = std::chrono::steady_clock::now() + timeout;
+    VerifyReply last;
+    while (std::chrono::steady_clock::now() < deadline) {
+      auto r = ask(VerifyQuery{"v"});
+      if (!r) {
+        ADD_FAILURE() << r.error().message;
+        return last;
+      }
+      last = std::get<VerifyReply>(*r);
+      if (last.ok) return last;
+    }
+    return last;
+  }
+
+  /// Polls overlap queries until `pred(reply)` or the deadline.
+  template <typename Pred>
+  std::optional<OverlapReply> overlapEventually(const OverlapQuery& q, Pred pred) {
+    const auto deadline = std::chrono::steady_clock::now() + 20s;
+    std::optional<OverlapReply> last;
+    while (std::chrono::steady_clock::now() < deadline) {
+      auto r = ask(q);
+      if (!r) return last;
+      last = std::get<OverlapReply>(*r);
+      if (pred(*last)) return last;
+    }
+    return last;
+  }
+
+ private:
+  std::unique_ptr<IndexService> service_;
+  std::thread thread_;
+  Status status_;
+  zmq::context_t context_{1};
+  zmq::socket_t socket_{context_, zmq::socket_type::dealer};
+};
+
+std::string describe(const VerifyReply& r) {
+  std::ostringstream os;
+  for (const auto& d : r.sources) {
+    os << "worker " << d.worker_id << " rank " << d.dp_rank << ": index " << d.index_blocks
+       << " worker " << d.worker_blocks << " missing " << d.missing.size() << " extra "
+       << d.extra.size() << "; ";
+  }
+  for (const auto& e : r.errors) os << "error: " << e << "; ";
+  return os.str();
+}
+
+/// Submits small requests until the index has read a live batch from its SUB (the ZeroMQ
+/// subscription is in place), so that later batches travel the live path.
+void waitLive(const LiveService& svc, const RunningIndex& index) {
+  auto client = svc.client();
+  const auto deadline = std::chrono::steady_clock::now() + 20s;
+  std::uint32_t i = 0;
+  while (index.stats().live_messages == 0 && std::chrono::steady_clock::now() < deadline) {
+    std::string id = std::to_string(i);
+    id.insert(0, "warm");
+    ASSERT_TRUE(client
+                    ->submit({.id = id,
+                              .prompt = service::testing::prompt(8, 77000 + 10 * i++),
+                              .max_tokens = 1})
+                    .has_value());
+    service::testing::collect(*client, {id});
+  }
+  ASSERT_GT(index.stats().live_messages, 0u) << "the SUB never received a live batch";
+}
+
+IndexServiceConfig indexConfig(std::vector<WorkerEndpoint> workers) {
+  IndexServiceConfig c;
+  c.workers = std::move(workers);
+  c.block_size = 4;
+  c.probe_interval = 20ms;
+  c.replay_timeout = 2000ms;
+  return c;
+}
+
+class IndexLiveTest : public ::testing::TestWithParam<ReplayLayout> {};
+
+TEST_P(IndexLiveTest, CatchesUpUnderLoadAndVerifies) {
+  LiveService svc(eventsConfig(GetParam(), 24, 10000));
+  RunningIndex index(indexConfig({endpointOf(svc, 7)}));
+  waitLive(svc, index);
+  runLoad(svc, 150, 4);
+  const VerifyReply v = index.verifyEventually();
+  EXPECT_TRUE(v.ok) << describe(v);
+  ASSERT_EQ(v.sources.size(), 1u);
+  EXPECT_GT(v.sources[0].worker_blocks, 0u);
+  const IndexStats s = index.stats();
+  EXPECT_GT(s.blocks_applied, s.blocks_indexed) << "the tiny pool must have evicted blocks";
+  EXPECT_EQ(s.gaps_unhealed, 0u);
+  EXPECT_EQ(s.resyncs, 0u);
+  EXPECT_EQ(s.decode_errors, 0u);
+}
+
+TEST_P(IndexLiveTest, LostLiveBatchesAreHealedThroughReplay) {
+  LiveService svc(eventsConfig(GetParam(), 24, 10000));
+  IndexServiceConfig config = indexConfig({endpointOf(svc, 7)});
+  // Lose every fifth live batch, as a dropped subscription window would.
+  config.drop_live_for_test = [](WorkerRank, std::uint64_t seq) { return seq % 5 == 2; };
+  RunningIndex index(std::move(config));
+  waitLive(svc, index);
+  runLoad(svc, 150, 4);
+  const VerifyReply v = index.verifyEventually();
+  EXPECT_TRUE(v.ok) << describe(v);
+  const IndexStats s = index.stats();
+  EXPECT_GT(s.live_dropped_for_test, 0u);
+  EXPECT_GT(s.gaps_detected, 0u);
+  EXPECT_EQ(s.gaps_healed, s.gaps_detected);
+  EXPECT_EQ(s.gaps_unhealed, 0u);
+  EXPECT_EQ(s.resyncs, 0u);
+}
+
+TEST_P(IndexLiveTest, RingOverrunIsReportedAndResyncedFromSnapshot) {
+  // A ring of 4 batches cannot cover a lost window of 20: the replay starts past the gap.
+  LiveService svc(eventsConfig(GetParam(), 24, 4));
+  IndexServiceConfig config = indexConfig({endpointOf(svc, 7)});
+  auto armed = std::make_shared<std::atomic<bool>>(false);
+  auto to_drop = std::make_shared<std::atomic<int>>(20);
+  config.drop_live_for_test = [armed, to_drop](WorkerRank, std::uint64_t) {
+    return armed->load() && to_drop->fetch_sub(1) > 0;
+  };
+  config.probe_interval = 0ms;  // only the next live batch may reveal the gap
+  RunningIndex index(std::move(config));
+  waitLive(svc, index);
+  armed->store(true);
+  runLoad(svc, 150, 4);
+  const VerifyReply v = index.verifyEventually();
+  EXPECT_TRUE(v.ok) << describe(v);
+  const IndexStats s = index.stats();
+  EXPECT_GT(s.batches_received, 30u);
+  EXPECT_EQ(s.live_dropped_for_test, 20u);
+  EXPECT_GE(s.gaps_unhealed, 1u);
+  EXPECT_GE(s.resyncs, 1u);
+  EXPECT_EQ(s.resync_failures, 0u);
+}
+
+TEST_P(IndexLiveTest, LateJoinerCatchesUpThroughReplayFromZero) {
+  LiveService svc(eventsConfig(GetParam(), 24, 10000));
+  runLoad(svc, 60, 4);  // everything is published before the index connects
+  RunningIndex index(indexConfig({endpointOf(svc, 7)}));
+  const VerifyReply v = index.verifyEventually();
+  EXPECT_TRUE(v.ok) << describe(v);
+  EXPECT_GT(v.sources.at(0).worker_blocks, 0u);
+  const IndexStats s = index.stats();
+  EXPECT_EQ(s.gaps_unhealed, 0u);
+  EXPECT_EQ(s.resyncs, 0u);
+  EXPECT_EQ(s.caught_up, 1u);
+}
+
+TEST_P(IndexLiveTest, LateJoinerWithOverrunRingResyncs) {
+  LiveService svc(eventsConfig(GetParam(), 24, 4));
+  runLoad(svc, 60, 4);
+  RunningIndex index(indexConfig({endpointOf(svc, 7)}));
+  const VerifyReply v = index.verifyEventually();
+  EXPECT_TRUE(v.ok) << describe(v);
+  const IndexStats s = index.stats();
+  EXPECT_GE(s.gaps_unhealed, 1u);
+  EXPECT_GE(s.resyncs, 1u);
+  // Still in step with new traffic after the resync.
+  runLoad(svc, 40, 3, 1);
+  const VerifyReply v2 = index.verifyEventually();
+  EXPECT_TRUE(v2.ok) << describe(v2);
+}
+
+std::string layoutName(const ::testing::TestParamInfo<ReplayLayout>& p) {
+  return p.param == ReplayLayout::R1 ? "r1" : "r2";
+}
+
+INSTANTIATE_TEST_SUITE_P(ReplayLayouts, IndexLiveTest,
+                         ::testing::Values(ReplayLayout::R1, ReplayLayout::R2), layoutName);
+
+TEST(IndexLive, TinyReceiveHighWaterMarkStillConverges) {
+  LiveService svc(eventsConfig(ReplayLayout::R1, 24, 10000));
+  IndexServiceConfig config = indexConfig({endpointOf(svc, 7)});
+  config.sub_rcvhwm = 1;
+  config.sub_rcvbuf = 256;
+  RunningIndex index(std::move(config));
+  waitLive(svc, index);
+  runLoad(svc, 150, 4);
+  const VerifyReply v = index.verifyEventually();
+  EXPECT_TRUE(v.ok) << describe(v);
+  const IndexStats s = index.stats();
+  // Whether ZeroMQ dropped anything depends on timing; every gap it did cause was healed.
+  EXPECT_EQ(s.gaps_healed + s.gaps_unhealed, s.gaps_detected);
+  EXPECT_EQ(s.resync_failures, 0u);
+  std::cerr << "tiny RCVHWM: " << s.gaps_detected << " gap(s) detected, " << s.gaps_healed
+            << " healed\n";
+}
+
+TEST(IndexLive, NoReplayEndpointResyncsOnGap) {
+  LiveService svc(eventsConfig(ReplayLayout::R1, 24, 10000));
+  WorkerEndpoint w = endpointOf(svc, 7);
+  w.replay.clear();
+  IndexServiceConfig config = indexConfig({w});
+  auto armed = std::make_shared<std::atomic<bool>>(false);
+  auto to_drop = std::make_shared<std::atomic<int>>(1);
+  config.drop_live_for_test = [armed, to_drop](WorkerRank, std::uint64_t) {
+    return armed->load() && to_drop->fetch_sub(1) > 0;
+  };
+  RunningIndex index(std::move(config));
+  waitLive(svc, index);
+  armed->store(true);
+  runLoad(svc, 80, 4);
+  const VerifyReply v = index.verifyEventually();
+  EXPECT_TRUE(v.ok) << describe(v);
+  EXPECT_GE(index.stats().resyncs, 1u);
+}
+
+TEST(IndexLive, OverlapQueryNamesTheWorkerThatServedThePrompt) {
+  LiveService a(eventsConfig(ReplayLayout::R1, 256, 10000));
+  LiveService b(eventsConfig(ReplayLayout::R2, 256, 10000));
+  RunningIndex index(indexConfig({endpointOf(a, 7), endpointOf(b, 8)}));
+  const std::vector<std::uint32_t> served = service::testing::prompt(22, 5000);  // 5 full blocks
+  {
+    auto client = a.client();
+    ASSERT_TRUE(client->submit({.id = "p", .prompt = served, .max_tokens = 2}).has_value());
+    service::testing::collect(*client, {"p"});
+  }
+  const auto other = service::testing::prompt(16, 9000);
+  {
+    auto client = b.client();
+    ASSERT_TRUE(client->submit({.id = "q", .prompt = other, .max_tokens = 2}).has_value());
+    service::testing::collect(*client, {"q"});
+  }
+  const auto reply = index.overlapEventually(
+      OverlapQuery{.id = "o", .tokens = served},
+      [](const OverlapReply& r) { return r.workers.size() == 2 && r.workers[0].blocks == 5; });
+  ASSERT_TRUE(reply.has_value());
+  EXPECT_EQ(reply->id, "o");
+  EXPECT_EQ(reply->num_blocks, 5u);
+  ASSERT_EQ(reply->workers.size(), 2u);
+  EXPECT_EQ(reply->workers[0].worker_id, 7u);
+  EXPECT_EQ(reply->workers[0].blocks, 5u);
+  EXPECT_EQ(reply->workers[1].worker_id, 8u);
+  EXPECT_EQ(reply->workers[1].blocks, 0u);
+
+  // A shared 3-block prefix then a different tail: overlap 3 on worker 7.
+  std::vector<std::uint32_t> partial(served.begin(), served.begin() + 12);
+  partial.push_back(1);
+  partial.push_back(2);
+  partial.push_back(3);
+  partial.push_back(4);
+  auto r = index.ask(OverlapQuery{.tokens = partial});
+  ASSERT_TRUE(r.has_value());
+  EXPECT_EQ(std::get<OverlapReply>(*r).workers.at(0).blocks, 3u);
+
+  // By hashes (same seeds as the engine): worker 8's prompt.
+  const auto hashes = engine::sequenceHashes(other, 4, engine::HashSeeds{});
+  r = index.ask(OverlapQuery{.block_hashes = hashes});
+  ASSERT_TRUE(r.has_value());
+  const auto& by_hash = std::get<OverlapReply>(*r);
+  EXPECT_EQ(by_hash.num_blocks, 4u);
+  EXPECT_EQ(by_hash.workers.at(0).blocks, 0u);
+  EXPECT_EQ(by_hash.workers.at(1).blocks, 4u);
+
+  // Other seeds give other hashes: nothing matches.
+  r = index.ask(OverlapQuery{.tokens = served, .hash_seed = 1});
+  ASSERT_TRUE(r.has_value());
+  EXPECT_EQ(std::get<OverlapReply>(*r).workers.at(0).blocks, 0u);
+}
+
+std::vector<std::byte> raw(std::string_view s) {
+  std::vector<std::byte> out(s.size());
+  std::memcpy(out.data(), s.data(), s.size());
+  return out;
+}
+
+std::vector<std::byte> hexBytes(std::string_view hex) {
+  std::vector<std::byte> out;
+  for (std::size_t i = 0; i + 1 < hex.size(); i += 2) {
+    out.push_back(static_cast<std::byte>(std::stoi(std::string(hex.substr(i, 2)), nullptr, 16)));
+  }
+  return out;
+}
+
+TEST(IndexLive, MalformedQueriesGetErrorRepliesAndTheServiceLivesOn) {
+  LiveService svc(eventsConfig(ReplayLayout::R1, 64, 10000));
+  RunningIndex index(indexConfig({endpointOf(svc, 7)}));
+  const std::vector<std::pair<std::string, std::vector<std::byte>>> cases = {
+      {"not msgpack", raw("\xc1\xc1\xc1")},
+      {"empty", {}},
+      {"array", hexBytes("93010203")},
+      {"no type", hexBytes("81a26964a178")},               // {"id": "x"}
+      {"unknown type", hexBytes("81a474797065a3666f6f")},  // {"type": "foo"}
+      {"type not str", hexBytes("81a47479706501")},        // {"type": 1}
+      {"overlap without input", hexBytes("81a474797065a76f7665726c6170")},
+      // {"type": "overlap", "tokens": ["a"]}
+      {"token not int", hexBytes("82a474797065a76f7665726c6170a6746f6b656e7391a161")},
+      // {"type": "overlap", "tokens": [1], "block_size": 0}
+      {"block_size 0",
+       hexBytes("83a474797065a76f7665726c6170a6746f6b656e739101aa626c6f636b5f73697a6500")},
+      // {"type": "overlap", "tokens": [1], "block_hashes": [1]}
+      {"both inputs",
+       hexBytes("83a474797065a76f7665726c6170a6746f6b656e739101ac626c6f636b5f68617368657391"
+                "01")},
+      {"trailing bytes", hexBytes("81a474797065a57374617473c0")},
+      {"truncated", hexBytes("82a474797065a7")},
+  };
+  for (const auto& [name, payload] : cases) {
+    auto r = index.askRaw({payload});
+    ASSERT_TRUE(r.has_value()) << name << ": " << r.error().message;
+    const auto* e = std::get_if<QueryError>(&*r);
+    ASSERT_NE(e, nullptr) << name;
+    EXPECT_FALSE(e->message.empty()) << name;
+  }
+  // The id of a bad request is echoed when readable.
+  // {"type": "overlap", "id": "z"} (no input)
+  auto r = index.askRaw({hexBytes("82a474797065a76f7665726c6170a26964a17a")});
+  ASSERT_TRUE(r.has_value());
+  EXPECT_EQ(std::get<QueryError>(*r).id, "z");
+  // Two payload frames after the routing id: an error too.
+  r = index.askRaw({raw("a"), raw("b")});
+  ASSERT_TRUE(r.has_value());
+  EXPECT_NE(std::get_if<QueryError>(&*r), nullptr);
+  // Still serving.
+  r = index.ask(StatsQuery{"s"});
+  ASSERT_TRUE(r.has_value());
+  const auto& stats = std::get<StatsReply>(*r);
+  EXPECT_EQ(stats.id, "s");
+  EXPECT_GE(index.stats().query_errors, cases.size() + 2);
+}
+
+TEST(IndexCli, VerifyOnceReportsNoDifferenceAfterLoad) {
+  LiveService svc(eventsConfig(ReplayLayout::R2, 24, 10000));
+  runLoad(svc, 60, 4);
+  const WorkerEndpoint w = endpointOf(svc, 3);
+  std::string spec = std::string("3=").append(w.events).append(",replay=").append(w.replay);
+  spec.append(",snapshot=").append(w.snapshot);
+  std::ostringstream out, err;
+  const int code =
+      tools::runCli({"mocker", "index", "--worker", spec, "--verify", "--once", "--query-endpoint",
+                     "none", "--stats-interval-s", "0", "--linger-ms", "0"},
+                    out, err);
+  EXPECT_EQ(code, 0) << out.str() << err.str();
+  EXPECT_THAT(out.str(), ::testing::HasSubstr("verify: OK"));
+  EXPECT_THAT(out.str(), ::testing::HasSubstr("worker 3 rank 0"));
+}
+
+TEST(IndexCli, VerifyOnceWithoutSnapshotEndpointFails) {
+  LiveService svc(eventsConfig(ReplayLayout::R1, 24, 10000));
+  const WorkerEndpoint w = endpointOf(svc, 3);
+  const std::string spec = std::string("3=").append(w.events).append(",replay=").append(w.replay);
+  std::ostringstream out, err;
+  const int code = tools::runCli({"mocker", "index", "--worker", spec, "--verify", "--once",
+                                  "--query-endpoint", "none", "--stats-interval-s", "0"},
+                                 out, err);
+  EXPECT_EQ(code, 1) << out.str() << err.str();
+  EXPECT_THAT(out.str(), ::testing::HasSubstr("no snapshot endpoint"));
+}
+
+TEST(IndexCli, UsageErrors) {
+  std::ostringstream out, err;
+  EXPECT_EQ(tools::runCli({"mocker", "index", "--worker", "x=tcp://127.0.0.1:1"}, out, err), 2);
+  EXPECT_THAT(err.str(), ::testing::HasSubstr("ID"));
+  EXPECT_EQ(
+      tools::runCli({"mocker", "index", "--worker", "1=tcp://127.0.0.1:1", "--once"}, out, err), 2);
+  EXPECT_EQ(tools::runCli({"mocker", "index"}, out, err), 2);
+}
+
+}  // namespace
+}  // namespace mocker::index
