@@ -293,6 +293,12 @@ ReplayCommand::ReplayCommand(CLI::App& app) {
       ->group(out_group);
 
   addServeFlags(*cmd_, f.serve);
+  cmd_->footer(
+      "Offline mode runs the engines in-process with the --config / [engine] settings above. "
+      "Live mode (--mode live --connect tcp://HOST:PORT ...) drives running `mocker serve` "
+      "instances on the wall clock and ignores the engine settings (each server has its own; "
+      "give the servers --allow-empty-output to replay 0-token outputs, which offline always "
+      "accepts). See tools/replay/README.md.");
 }
 
 bool ReplayCommand::parsed() const { return cmd_->parsed(); }
