@@ -11,6 +11,7 @@ struct Client::Impl {
   zmq::socket_t submit{context, zmq::socket_type::dealer};
   zmq::socket_t cancel{context, zmq::socket_type::dealer};
   std::string routing_id;
+  zmq::send_flags send_flags = zmq::send_flags::none;
 };
 
 Client::Client(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -19,6 +20,7 @@ Client::~Client() = default;
 Result<std::unique_ptr<Client>> Client::connect(ClientOptions options) {
   auto impl = std::make_unique<Impl>();
   impl->routing_id = options.routing_id;
+  if (options.nonblocking_send) impl->send_flags = zmq::send_flags::dontwait;
   if (impl->routing_id.empty()) {
     std::random_device rd;
     static constexpr char kAlphabet[] = "0123456789abcdefghijklmnopqrstuvwxyz";
@@ -44,7 +46,9 @@ const std::string& Client::routingId() const { return impl_->routing_id; }
 
 Status Client::sendRaw(std::span<const std::byte> payload) {
   try {
-    impl_->submit.send(zmq::buffer(payload.data(), payload.size()), zmq::send_flags::none);
+    if (!impl_->submit.send(zmq::buffer(payload.data(), payload.size()), impl_->send_flags)) {
+      return Error{ErrorCode::IoError, "send: would block (high-water mark reached)"};
+    }
   } catch (const zmq::error_t& e) {
     return Error{ErrorCode::IoError, std::string("send: ") + e.what()};
   }
@@ -58,7 +62,9 @@ Status Client::send(const protocol::ClientMessage& message) {
 Status Client::cancel(const std::string& id, std::optional<std::string> client) {
   const auto bytes = protocol::encodeClientMessage(protocol::CancelRequest{id, std::move(client)});
   try {
-    impl_->cancel.send(zmq::buffer(bytes.data(), bytes.size()), zmq::send_flags::none);
+    if (!impl_->cancel.send(zmq::buffer(bytes.data(), bytes.size()), impl_->send_flags)) {
+      return Error{ErrorCode::IoError, "send cancel: would block (high-water mark reached)"};
+    }
   } catch (const zmq::error_t& e) {
     return Error{ErrorCode::IoError, std::string("send cancel: ") + e.what()};
   }
@@ -86,6 +92,26 @@ Result<std::optional<protocol::ClientMessage>> Client::receive(std::chrono::mill
     return Error{ErrorCode::IoError, std::string("receive: ") + e.what()};
   }
   return std::optional<protocol::ClientMessage>();
+}
+
+Result<std::vector<std::size_t>> Client::waitReadable(std::span<Client* const> clients,
+                                                      std::chrono::milliseconds timeout) {
+  std::vector<zmq::pollitem_t> items;
+  items.reserve(clients.size() * 2);
+  for (Client* c : clients) {
+    items.push_back({c->impl_->cancel.handle(), 0, ZMQ_POLLIN, 0});
+    items.push_back({c->impl_->submit.handle(), 0, ZMQ_POLLIN, 0});
+  }
+  std::vector<std::size_t> ready;
+  try {
+    zmq::poll(items.data(), items.size(), timeout);
+  } catch (const zmq::error_t& e) {
+    return Error{ErrorCode::IoError, std::string("poll: ") + e.what()};
+  }
+  for (std::size_t i = 0; i < clients.size(); ++i) {
+    if ((items[2 * i].revents | items[2 * i + 1].revents) & ZMQ_POLLIN) ready.push_back(i);
+  }
+  return ready;
 }
 
 }  // namespace mocker::service

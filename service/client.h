@@ -10,13 +10,18 @@
 //   while (auto msg = client->receive(std::chrono::seconds(1))) { ... }   // nullopt on timeout
 //   client->cancel("r1");
 //
+// A caller driving several clients from one thread (the live replay) waits on all of them with
+// Client::waitReadable and then drains each ready one with receive(0ms).
+//
 // Owns its own ZeroMQ context. Not thread-safe: use one Client per thread.
 #pragma once
 
 #include <chrono>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
+#include <vector>
 
 #include "engine/base/result.h"
 #include "protocol/client.h"
@@ -32,6 +37,9 @@ struct ClientOptions {
   int sndhwm = 1000;
   int rcvbuf = -1;  ///< ZMQ_RCVBUF (kernel receive buffer) of the submit socket; -1 = OS default
   int linger_ms = 0;
+  /// Sends never block: a send that would block (high-water mark reached, e.g. the service is
+  /// gone) fails with IoError instead. Default: block like a plain ZeroMQ send.
+  bool nonblocking_send = false;
 };
 
 class Client final {
@@ -54,6 +62,12 @@ class Client final {
   /// The next message from either socket (cancel replies first), or nullopt after `timeout`.
   /// A message that does not decode is an error.
   Result<std::optional<protocol::ClientMessage>> receive(std::chrono::milliseconds timeout);
+
+  /// Waits up to `timeout` (0 = just check) until at least one of `clients` has a message to
+  /// receive; returns the indices (into `clients`) of those that do, ascending — empty on
+  /// timeout. REQUIRES: non-null pointers.
+  static Result<std::vector<std::size_t>> waitReadable(std::span<Client* const> clients,
+                                                       std::chrono::milliseconds timeout);
 
  private:
   struct Impl;

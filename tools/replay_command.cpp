@@ -13,6 +13,7 @@
 
 #include "tools/replay/azure_trace.h"
 #include "tools/replay/collector.h"
+#include "tools/replay/live_replay.h"
 #include "tools/replay/mooncake_trace.h"
 #include "tools/replay/offline_replay.h"
 #include "tools/replay/report_html.h"
@@ -119,19 +120,18 @@ Status writeFile(const std::string& path, const std::string& text) {
 class ProgressBar {
  public:
   explicit ProgressBar(std::ostream& err) : err_(err), start_(Clock::now()) {}
-  void update(const replay::OfflineProgress& p) {
+  /// `ended` of `total` requests; `seconds` of simulated (offline) or elapsed (live) time.
+  void update(std::uint64_t ended, std::uint64_t total, double seconds, const char* what) {
     const double elapsed = msSince(start_);
     if (elapsed < 1000.0 || elapsed - last_draw_ms_ < 100.0) return;
     last_draw_ms_ = elapsed;
     constexpr int kWidth = 30;
-    const double frac =
-        p.total == 0 ? 1.0 : static_cast<double>(p.ended) / static_cast<double>(p.total);
+    const double frac = total == 0 ? 1.0 : static_cast<double>(ended) / static_cast<double>(total);
     const int filled = static_cast<int>(frac * kWidth);
     std::ostringstream line;
     line << "\r[" << std::string(static_cast<std::size_t>(filled), '#')
-         << std::string(static_cast<std::size_t>(kWidth - filled), '.') << "] " << p.ended << "/"
-         << p.total << " requests, simulated " << static_cast<long long>(p.sim_time_ms / 1000.0)
-         << " s ";
+         << std::string(static_cast<std::size_t>(kWidth - filled), '.') << "] " << ended << "/"
+         << total << " requests, " << what << " " << static_cast<long long>(seconds) << " s ";
     err_ << line.str() << std::flush;
     drawn_ = true;
   }
@@ -218,18 +218,19 @@ ReplayCommand::ReplayCommand(CLI::App& app) {
       ->group(synth);
 
   const char* run_group = "Replay";
-  cmd_->add_option("--mode", f.mode, "offline | live (live: not implemented yet)")
+  cmd_->add_option("--mode", f.mode,
+                   "offline (in-process engines, virtual clock) | live (wall clock, against "
+                   "running `mocker serve` instances given by --connect)")
       ->check(CLI::IsMember({"offline", "live"}))
       ->capture_default_str()
-      ->group(run_group);
-  cmd_->add_option("--connect", f.connect,
-                   "live mode: a running `mocker serve` (not implemented yet)")
       ->group(run_group);
   cmd_->add_option("--num-workers", f.num_workers, "in-process workers (offline)")
       ->check(CLI::PositiveNumber)
       ->capture_default_str()
       ->group(run_group);
-  cmd_->add_option("--router", f.router, "round_robin | kv | random (between workers)")
+  cmd_->add_option("--router", f.router,
+                   "round_robin | kv | random (between workers, or servers in live mode; kv is "
+                   "offline only)")
       ->check(CLI::IsMember({"round_robin", "kv", "random"}))
       ->capture_default_str()
       ->group(run_group);
@@ -240,6 +241,33 @@ ReplayCommand::ReplayCommand(CLI::App& app) {
                    "closed loop: keep N requests in flight, ignoring first-turn timestamps")
       ->check(CLI::PositiveNumber)
       ->group(run_group);
+  const char* live_group = "Live replay (--mode live)";
+  cmd_->add_option("--connect", f.connect,
+                   "submit endpoint of a running `mocker serve` (tcp://HOST:PORT); repeat for "
+                   "several servers; implies --mode live")
+      ->option_text("EP")
+      ->group(live_group);
+  cmd_->add_option("--connect-cancel", f.connect_cancel,
+                   "cancel endpoint of each --connect server, in the same order (default: the "
+                   "submit port + 1)")
+      ->option_text("EP")
+      ->group(live_group);
+  cmd_->add_option("--request-timeout-s", f.request_timeout_s,
+                   "cancel a request (counted cancelled) that has not ended after this long")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str()
+      ->group(live_group);
+  cmd_->add_option("--connect-timeout-s", f.connect_timeout_s,
+                   "every server must answer a start-up `stats` request within this long")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str()
+      ->group(live_group);
+  cmd_->add_option("--stats-interval-ms", f.stats_interval_ms,
+                   "poll each server's `stats` this often for KV usage / batch size (0 = off)")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str()
+      ->group(live_group);
+
   cmd_->add_flag("--progress,!--no-progress", f.progress,
                  "progress bar on stderr (only on a terminal, after one second)")
       ->group(run_group);
@@ -265,31 +293,93 @@ ReplayCommand::ReplayCommand(CLI::App& app) {
       ->group(out_group);
 
   addServeFlags(*cmd_, f.serve);
+  cmd_->footer(
+      "Offline mode runs the engines in-process with the --config / [engine] settings above. "
+      "Live mode (--mode live --connect tcp://HOST:PORT ...) drives running `mocker serve` "
+      "instances on the wall clock and ignores the engine settings (each server has its own; "
+      "give the servers --allow-empty-output to replay 0-token outputs, which offline always "
+      "accepts). See tools/replay/README.md.");
 }
 
 bool ReplayCommand::parsed() const { return cmd_->parsed(); }
 
+namespace {
+
+/// The live targets from --connect / --connect-cancel.
+Result<std::vector<replay::LiveTarget>> liveTargets(const ReplayFlags& f) {
+  if (f.connect.empty()) {
+    return invalidArgument("live mode needs --connect tcp://HOST:PORT (a running `mocker serve`)");
+  }
+  if (!f.connect_cancel.empty() && f.connect_cancel.size() != f.connect.size()) {
+    return invalidArgument("--connect-cancel: give one per --connect (got " +
+                           std::to_string(f.connect_cancel.size()) + " for " +
+                           std::to_string(f.connect.size()) + " servers), or none");
+  }
+  std::vector<replay::LiveTarget> targets;
+  for (std::size_t i = 0; i < f.connect.size(); ++i) {
+    replay::LiveTarget t{.submit_endpoint = f.connect[i]};
+    if (f.connect_cancel.empty()) {
+      MOCKER_TRY(t.cancel_endpoint, replay::defaultCancelEndpoint(f.connect[i]));
+    } else {
+      t.cancel_endpoint = f.connect_cancel[i];
+    }
+    targets.push_back(std::move(t));
+  }
+  return targets;
+}
+
+}  // namespace
+
 int ReplayCommand::run(std::ostream& out, std::ostream& err) {
   const ReplayFlags& f = flags_;
+  const bool mode_given = cmd_->count("--mode") > 0;
+  if (mode_given && f.mode == "offline" && !f.connect.empty()) {
+    err << "mocker replay: --connect is for --mode live (got --mode offline)\n";
+    return 2;
+  }
   const ReplayMode mode =
       f.mode == "live" || !f.connect.empty() ? ReplayMode::Live : ReplayMode::Offline;
-  if (mode == ReplayMode::Live) {
-    err << "mocker replay: live mode (--mode live / --connect) is not implemented yet; "
-           "run without them for an offline replay\n";
-    return 2;
-  }
-
-  const auto config = resolveServeConfig(f.serve, ConfigUse::EngineOnly);
-  if (!config) {
-    err << "mocker replay: configuration error: " << config.error().message << "\n";
-    return 2;
-  }
-  const Result<replay::RouterKind> router = replay::parseRouterKind(f.router);
-  if (!router) {
-    err << "mocker replay: " << router.error().message << "\n";
-    return 2;
-  }
   const bool closed_loop = cmd_->count("--concurrency") > 0;
+
+  // Validate the mode-specific configuration before reading the trace.
+  std::optional<service::ServiceConfig> config;
+  std::optional<replay::RouterKind> router;
+  std::vector<replay::LiveTarget> targets;
+  if (mode == ReplayMode::Offline) {
+    if (!f.connect_cancel.empty()) {
+      err << "mocker replay: --connect-cancel is for --mode live\n";
+      return 2;
+    }
+    auto resolved = resolveServeConfig(f.serve, ConfigUse::EngineOnly);
+    if (!resolved) {
+      err << "mocker replay: configuration error: " << resolved.error().message << "\n";
+      return 2;
+    }
+    config = std::move(*resolved);
+    const Result<replay::RouterKind> r = replay::parseRouterKind(f.router);
+    if (!r) {
+      err << "mocker replay: " << r.error().message << "\n";
+      return 2;
+    }
+    router = *r;
+  } else {
+    if (f.router == "kv") {
+      err << "mocker replay: --router kv is offline only (live mode routes round_robin or "
+             "random between the --connect servers; each server picks its own DP rank)\n";
+      return 2;
+    }
+    if (cmd_->count("--num-workers") > 0) {
+      err << "mocker replay: --num-workers is offline only (in live mode give one --connect per "
+             "server)\n";
+      return 2;
+    }
+    auto t = liveTargets(f);
+    if (!t) {
+      err << "mocker replay: " << t.error().message << "\n";
+      return 2;
+    }
+    targets = std::move(*t);
+  }
 
   Result<replay::Workload> workload = loadWorkload(f, closed_loop);
   if (!workload) {
@@ -307,34 +397,103 @@ int ReplayCommand::run(std::ostream& out, std::ostream& err) {
 
   const bool tty = &err == &std::cerr && ::isatty(STDERR_FILENO) == 1 && f.progress;
   ProgressBar bar(err);
-  replay::OfflineReplayOptions options{
-      .engine = config->engine,
-      .num_workers = f.num_workers,
-      .router = *router,
-      .router_seed = f.router_seed,
-  };
-  if (closed_loop) options.concurrency = f.concurrency;
-  if (tty) options.progress = [&bar](const replay::OfflineProgress& p) { bar.update(p); };
-
   replay::ReplayCollector collector;
-  const Clock::time_point start = Clock::now();
-  const Result<replay::OfflineReplayStats> stats =
-      replay::runOfflineReplay(*workload, options, collector);
-  const double wall_ms = msSince(start);
-  bar.finish();
-  if (!stats) {
-    err << "mocker replay: " << stats.error().message << "\n";
-    return 2;
+  replay::HtmlReportOptions html;
+  std::string footer;
+  double wall_ms = 0.0;
+
+  if (mode == ReplayMode::Offline) {
+    replay::OfflineReplayOptions options{
+        .engine = config->engine,
+        .num_workers = f.num_workers,
+        .router = *router,
+        .router_seed = f.router_seed,
+    };
+    if (closed_loop) options.concurrency = f.concurrency;
+    if (tty) {
+      options.progress = [&bar](const replay::OfflineProgress& p) {
+        bar.update(p.ended, p.total, p.sim_time_ms / 1000.0, "simulated");
+      };
+    }
+    const Clock::time_point start = Clock::now();
+    const Result<replay::OfflineReplayStats> stats =
+        replay::runOfflineReplay(*workload, options, collector);
+    wall_ms = msSince(start);
+    bar.finish();
+    if (!stats) {
+      err << "mocker replay: " << stats.error().message << "\n";
+      return 2;
+    }
+    for (const std::string& w : stats->warnings) err << "mocker replay: warning: " << w << "\n";
+    if (f.num_workers > 1) {
+      std::ostringstream line;
+      line << "Requests per worker (" << replay::toString(*router) << "):";
+      for (const std::uint64_t n : stats->per_worker) line << " " << n;
+      footer = line.str() + "\n";
+    }
+    const std::uint32_t dp_size = config->engine.dp_size;
+    if (f.num_workers > 1) {
+      for (std::uint32_t w = 0; w < f.num_workers; ++w) {
+        for (std::uint32_t r = 0; r < dp_size; ++r) {
+          html.rank_labels.push_back("worker " + std::to_string(w) +
+                                     (dp_size > 1 ? " rank " + std::to_string(r) : ""));
+        }
+      }
+    }
+  } else {
+    replay::LiveReplayOptions options{
+        .targets = targets,
+        .router = f.router == "random" ? replay::LiveRouterKind::Random
+                                       : replay::LiveRouterKind::RoundRobin,
+        .router_seed = f.router_seed,
+        .request_timeout_ms = f.request_timeout_s * 1000.0,
+        .connect_timeout_ms = f.connect_timeout_s * 1000.0,
+        .stats_interval_ms = f.stats_interval_ms,
+    };
+    if (closed_loop) options.concurrency = f.concurrency;
+    if (tty) {
+      options.progress = [&bar](const replay::LiveProgress& p) {
+        bar.update(p.ended, p.total, p.elapsed_ms / 1000.0, "elapsed");
+      };
+    }
+    const Result<replay::LiveReplayStats> stats =
+        replay::runLiveReplay(*workload, options, collector);
+    bar.finish();
+    if (!stats) {
+      err << "mocker replay: " << stats.error().message << "\n";
+      return 1;
+    }
+    wall_ms = stats->wall_ms;
+    for (const std::string& w : stats->warnings) err << "mocker replay: warning: " << w << "\n";
+    std::ostringstream line;
+    line << "Live: " << targets.size() << " server(s)";
+    if (targets.size() > 1) {
+      line << ", requests per server (" << f.router << "):";
+      for (const std::uint64_t n : stats->per_target) line << " " << n;
+    }
+    line << "; max in flight " << stats->max_in_flight;
+    if (!closed_loop) line << "; max dispatch lag " << stats->max_dispatch_lag_ms << " ms";
+    line << "\n";
+    if (stats->submit_rejects + stats->timeouts + stats->send_failures + stats->error_replies +
+            stats->undecodable + stats->index_gaps >
+        0) {
+      line << "Live issues: " << stats->submit_rejects << " submit rejects, " << stats->timeouts
+           << " timed out (cancelled), " << stats->send_failures << " send failures, "
+           << stats->error_replies << " error replies, " << stats->undecodable
+           << " undecodable messages, " << stats->index_gaps << " output index gaps\n";
+    }
+    footer = line.str();
+    for (std::size_t t = 0; t < targets.size(); ++t) {
+      for (std::uint32_t r = 0; r < stats->ranks_per_target[t]; ++r) {
+        html.rank_labels.push_back(
+            (targets.size() > 1 ? "server " + std::to_string(t) + " " : std::string()) + "rank " +
+            std::to_string(r));
+      }
+    }
   }
-  for (const std::string& w : stats->warnings) err << "mocker replay: warning: " << w << "\n";
 
   const replay::Report report = collector.buildReport({.slo = slo, .wall_time_ms = wall_ms});
-  out << replay::formatReportTable(report);
-  if (f.num_workers > 1) {
-    out << "Requests per worker (" << replay::toString(*router) << "):";
-    for (const std::uint64_t n : stats->per_worker) out << " " << n;
-    out << "\n";
-  }
+  out << replay::formatReportTable(report) << footer;
 
   const auto write = [&err](const std::string& path, const std::string& text) {
     if (path.empty()) return true;
@@ -345,16 +504,6 @@ int ReplayCommand::run(std::ostream& out, std::ostream& err) {
   bool ok = write(f.report_json, replay::formatReportJson(report));
   ok = write(f.requests_jsonl, replay::formatRequestsJsonl(collector)) && ok;
   if (!f.report_html.empty()) {
-    replay::HtmlReportOptions html;
-    const std::uint32_t dp_size = config->engine.dp_size;
-    if (f.num_workers > 1) {
-      for (std::uint32_t w = 0; w < f.num_workers; ++w) {
-        for (std::uint32_t r = 0; r < dp_size; ++r) {
-          html.rank_labels.push_back("worker " + std::to_string(w) +
-                                     (dp_size > 1 ? " rank " + std::to_string(r) : ""));
-        }
-      }
-    }
     ok = write(f.report_html, replay::renderHtmlReport(report, collector, html)) && ok;
   }
   return ok ? 0 : 1;

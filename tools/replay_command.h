@@ -4,8 +4,10 @@
 // (../shared/spec/replay.md; tools/replay/README.md).
 //
 // Modes: `offline` (default; in-process engines on a virtual clock, tools/replay/offline_replay.h)
-// and `live` (`--connect`; reserved — not implemented yet, the command says so). Engine settings
-// come from the shared serve flags (--config FILE and one flag per [engine] key).
+// and `live` (`--mode live --connect tcp://HOST:PORT …`: a wall-clock load driver against running
+// `mocker serve` instances, tools/replay/live_replay.h). Offline engine settings come from the
+// shared serve flags (--config FILE and one flag per [engine] key); live mode ignores them (the
+// servers have their own configuration).
 //
 //   ReplayCommand replay(app);            // registers the subcommand before app.parse()
 //   if (replay.parsed()) return replay.run(out, err);
@@ -26,8 +28,7 @@ class App;
 
 namespace mocker::tools {
 
-/// Where the engines run. Live mode (a load driver against `mocker serve`) is not implemented
-/// yet; the enum and `--mode`/`--connect` exist so that adding it does not reshape the command.
+/// Where the engines run: in-process on a virtual clock, or in running `mocker serve` instances.
 enum class ReplayMode : std::uint8_t { Offline, Live };
 
 /// Raw flag values, as CLI11 stores them.
@@ -35,7 +36,11 @@ struct ReplayFlags {
   std::string trace;
   std::string format;  ///< "" = by extension
   std::string mode = "offline";
-  std::vector<std::string> connect;
+  std::vector<std::string> connect;         ///< live: submit endpoints, one per server
+  std::vector<std::string> connect_cancel;  ///< live: cancel endpoints (default: port + 1)
+  double request_timeout_s = 600.0;         ///< live: cancel a request after this long
+  double connect_timeout_s = 10.0;          ///< live: start-up handshake with every server
+  double stats_interval_ms = 1000.0;        ///< live: `stats` poll period, 0 = off
   // Trace options.
   std::uint32_t trace_block_size = 512;
   double arrival_speedup_ratio = 1.0;

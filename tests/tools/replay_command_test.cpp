@@ -222,15 +222,31 @@ TEST(ReplayCliTest, UnknownRouterIsAUsageError) {
   EXPECT_NE(r.err.find("--router"), std::string::npos) << r.err;
 }
 
-TEST(ReplayCliTest, ConnectAndLiveModeSayNotImplementedYet) {
-  for (const std::vector<std::string>& extra :
-       {std::vector<std::string>{"--connect", "tcp://127.0.0.1:5555"},
-        std::vector<std::string>{"--mode", "live"}}) {
-    std::vector<std::string> args = {"replay", sourceDir() + "/tests/data/tiny_trace.jsonl"};
-    args.insert(args.end(), extra.begin(), extra.end());
+// Live-mode usage errors are found before the trace is read or any socket is opened.
+TEST(ReplayCliTest, LiveModeUsageErrorsExitTwo) {
+  const std::string trace = sourceDir() + "/tests/data/tiny_trace.jsonl";
+  const struct {
+    std::vector<std::string> extra;
+    std::string message;
+  } cases[] = {
+      {{"--mode", "live"}, "needs --connect"},
+      {{"--mode", "offline", "--connect", "tcp://127.0.0.1:5555"}, "--mode live"},
+      {{"--connect", "ipc:///tmp/mocker-submit"}, "--connect-cancel"},
+      {{"--connect", "tcp://127.0.0.1"}, "no port"},
+      {{"--connect", "tcp://127.0.0.1:65535"}, "1..65534"},
+      {{"--connect", "tcp://127.0.0.1:5555", "--router", "kv"}, "offline only"},
+      {{"--connect", "tcp://127.0.0.1:5555", "--num-workers", "2"}, "offline only"},
+      {{"--connect", "tcp://127.0.0.1:5555", "--connect", "tcp://127.0.0.1:5565",
+        "--connect-cancel", "tcp://127.0.0.1:5556"},
+       "one per --connect"},
+      {{"--connect-cancel", "tcp://127.0.0.1:5556"}, "--mode live"},
+  };
+  for (const auto& c : cases) {
+    std::vector<std::string> args = {"replay", trace};
+    args.insert(args.end(), c.extra.begin(), c.extra.end());
     const CliRun r = run(args);
-    EXPECT_EQ(r.code, 2);
-    EXPECT_NE(r.err.find("not implemented yet"), std::string::npos) << r.err;
+    EXPECT_EQ(r.code, 2) << c.message << ": " << r.err;
+    EXPECT_NE(r.err.find(c.message), std::string::npos) << r.err;
     EXPECT_TRUE(r.out.empty());
   }
 }

@@ -1,0 +1,518 @@
+#include "tools/replay/live_replay.h"
+
+#include <algorithm>
+#include <charconv>
+#include <chrono>
+#include <cmath>
+#include <functional>
+#include <limits>
+#include <memory>
+#include <queue>
+#include <string>
+#include <utility>
+#include <variant>
+
+#include "engine/base/check.h"
+#include "service/client.h"
+#include "tools/replay/random.h"
+
+namespace mocker::replay {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+constexpr double kInf = std::numeric_limits<double>::infinity();
+/// Messages drained from one server before the loop looks at its timers again.
+constexpr int kMaxDrainPerWake = 256;
+constexpr double kProgressEveryMs = 100.0;
+/// Distinct reject / error reasons kept as warnings.
+constexpr std::size_t kMaxReasonWarnings = 5;
+
+/// A turn waiting to be dispatched; ordered like the offline loop's.
+struct EligibleTurn {
+  double time_ms = 0.0;
+  std::size_t line = 0;
+  std::uint32_t session = 0;
+  std::uint32_t turn = 0;
+  bool operator>(const EligibleTurn& o) const {
+    if (time_ms != o.time_ms) return time_ms > o.time_ms;
+    if (line != o.line) return line > o.line;
+    if (session != o.session) return session > o.session;
+    return turn > o.turn;
+  }
+};
+
+/// A request the driver sent; indexed by its dispatch number (its id is "r<index>").
+struct Sent {
+  RequestHandle handle = 0;
+  std::uint32_t session = 0;
+  std::uint32_t turn = 0;
+  std::uint32_t target = 0;
+  std::optional<double> ack_ms{};
+  std::uint32_t tokens = 0;  ///< output tokens received so far
+  bool admitted = false;     ///< onAdmission recorded
+  bool live = true;          ///< no terminal recorded yet
+};
+
+struct Deadline {
+  double time_ms = 0.0;
+  std::size_t request = 0;
+  bool operator>(const Deadline& o) const {
+    return time_ms != o.time_ms ? time_ms > o.time_ms : request > o.request;
+  }
+};
+
+/// "r<index>". (Built by appending: GCC 12 reports a false -Wrestrict on "r" + to_string.)
+std::string requestId(std::size_t index) {
+  std::string id(1, 'r');
+  id.append(std::to_string(index));
+  return id;
+}
+
+TerminalStatus statusOf(protocol::FinishReason reason) {
+  switch (reason) {
+    case protocol::FinishReason::Length:
+      return TerminalStatus::Completed;
+    case protocol::FinishReason::Rejected:
+      return TerminalStatus::Rejected;
+    case protocol::FinishReason::Cancelled:
+      return TerminalStatus::Cancelled;
+    case protocol::FinishReason::Error:
+    case protocol::FinishReason::Shutdown:
+      return TerminalStatus::Failed;
+  }
+  return TerminalStatus::Failed;
+}
+
+class LiveReplay {
+ public:
+  LiveReplay(const Workload& workload, const LiveReplayOptions& options, ReplayCollector& collector,
+             std::vector<std::unique_ptr<service::Client>> clients, LiveReplayStats stats)
+      : workload_(workload),
+        options_(options),
+        collector_(collector),
+        clients_(std::move(clients)),
+        synth_(workload.trace_block_size),
+        rng_(options.router_seed),
+        stats_(std::move(stats)),
+        stats_pending_(clients_.size(), false) {
+    for (const auto& c : clients_) client_ptrs_.push_back(c.get());
+    stats_.per_target.assign(clients_.size(), 0);
+    total_turns_ = workload.numTurns();
+    sent_.reserve(total_turns_);
+    for (std::uint32_t s = 0; s < workload.sessions.size(); ++s) {
+      const Session& session = workload.sessions[s];
+      const double at = options.concurrency ? 0.0 : *session.first_arrival_ms;
+      eligible_.push({at, session.turns.front().line, s, 0});
+    }
+  }
+
+  LiveReplayStats run() {
+    start_ = Clock::now();
+    next_stats_ms_ = options_.stats_interval_ms > 0 ? 0.0 : kInf;
+    double now = 0.0;
+    while (true) {
+      now = nowMs();
+      dispatchDue(now);
+      expireTimeouts(now);
+      pollStats(now);
+      if (options_.progress && now - last_progress_ms_ >= kProgressEveryMs) {
+        last_progress_ms_ = now;
+        reportProgress(now);
+      }
+      if (eligible_.empty() && in_flight_ == 0) break;
+      double wake = std::min({nextDispatchMs(), nextDeadlineMs(), next_stats_ms_});
+      if (options_.progress) wake = std::min(wake, last_progress_ms_ + kProgressEveryMs);
+      // Something is always pending here: an eligible turn (due, or waiting for a closed-loop
+      // slot that a request in flight will free) or a request in flight with a deadline.
+      MOCKER_CHECK(wake < kInf);
+      const double wait = std::max(0.0, wake - nowMs());
+      const auto timeout = std::chrono::milliseconds(static_cast<std::int64_t>(std::ceil(wait)));
+      const Result<std::vector<std::size_t>> ready =
+          service::Client::waitReadable(client_ptrs_, timeout);
+      if (!ready) {
+        warnOnce("poll failed: " + ready.error().message);
+        continue;
+      }
+      for (const std::size_t t : *ready) drain(static_cast<std::uint32_t>(t));
+    }
+    stats_.wall_ms = now;
+    stats_.warnings.insert(stats_.warnings.end(), synth_.warnings().begin(),
+                           synth_.warnings().end());
+    if (options_.progress) reportProgress(now);
+    return std::move(stats_);
+  }
+
+ private:
+  double nowMs() const {
+    return std::chrono::duration<double, std::milli>(Clock::now() - start_).count();
+  }
+
+  double nextDispatchMs() const {
+    if (eligible_.empty()) return kInf;
+    if (options_.concurrency && in_flight_ >= *options_.concurrency) return kInf;
+    return eligible_.top().time_ms;
+  }
+
+  double nextDeadlineMs() {
+    while (!deadlines_.empty() && !sent_[deadlines_.top().request].live) deadlines_.pop();
+    return deadlines_.empty() ? kInf : deadlines_.top().time_ms;
+  }
+
+  void warnOnce(std::string message) {
+    if (std::find(stats_.warnings.begin(), stats_.warnings.end(), message) !=
+        stats_.warnings.end()) {
+      return;
+    }
+    if (reason_warnings_ >= kMaxReasonWarnings) return;
+    ++reason_warnings_;
+    stats_.warnings.push_back(std::move(message));
+  }
+
+  std::uint32_t route() {
+    const auto n = static_cast<std::uint32_t>(clients_.size());
+    if (options_.router == LiveRouterKind::Random) {
+      return static_cast<std::uint32_t>(rng_.uniformIndex(n));
+    }
+    return static_cast<std::uint32_t>(sent_.size() % n);
+  }
+
+  void dispatchDue(double now) {
+    while (!eligible_.empty() && eligible_.top().time_ms <= now &&
+           (!options_.concurrency || in_flight_ < *options_.concurrency)) {
+      dispatchOne();
+    }
+  }
+
+  void dispatchOne() {
+    const EligibleTurn next = eligible_.top();
+    eligible_.pop();
+    const Session& session = workload_.sessions[next.session];
+    const Turn& turn = session.turns[next.turn];
+    const std::size_t index = sent_.size();
+    const std::uint32_t target = route();
+    protocol::SubmitRequest request{.id = requestId(index),
+                                    .prompt = synth_.synthesize(turn),
+                                    .max_tokens = turn.output_length};
+    const double send_ms = nowMs();
+    request.arrival_ms = send_ms;
+    const RequestHandle handle =
+        collector_.onArrival({.session_id = session.session_id,
+                              .turn_index = next.turn,
+                              .request_id = turn.request_id,
+                              .input_length = static_cast<std::uint32_t>(request.prompt.size()),
+                              .requested_output_length = turn.output_length},
+                             send_ms);
+    MOCKER_CHECK(handle == index);
+    sent_.push_back(
+        {.handle = handle, .session = next.session, .turn = next.turn, .target = target});
+    ++stats_.per_target[target];
+    ++in_flight_;
+    stats_.max_in_flight = std::max(stats_.max_in_flight, in_flight_);
+    if (!options_.concurrency) {
+      stats_.max_dispatch_lag_ms = std::max(stats_.max_dispatch_lag_ms, send_ms - next.time_ms);
+    }
+    const Status status = clients_[target]->submit(request);
+    if (!status) {
+      ++stats_.send_failures;
+      warnOnce("submit to server " + std::to_string(target) + " failed: " + status.error().message);
+      end(index, nowMs(), TerminalStatus::Failed);
+      return;
+    }
+    deadlines_.push({send_ms + options_.request_timeout_ms, index});
+  }
+
+  /// Records the terminal of request `index` and makes its session's next turn eligible.
+  void end(std::size_t index, double time_ms, TerminalStatus status) {
+    Sent& r = sent_[index];
+    MOCKER_CHECK(r.live);
+    r.live = false;
+    collector_.onTerminal(r.handle, time_ms, status);
+    --in_flight_;
+    ++ended_;
+    const Session& s = workload_.sessions[r.session];
+    if (r.turn + 1 < s.turns.size()) {
+      const Turn& next = s.turns[r.turn + 1];
+      eligible_.push({time_ms + next.delay_after_previous_ms, next.line, r.session, r.turn + 1});
+    }
+  }
+
+  void expireTimeouts(double now) {
+    while (nextDeadlineMs() <= now) {
+      const std::size_t index = deadlines_.top().request;
+      deadlines_.pop();
+      Sent& r = sent_[index];
+      // Best effort: a server that is gone never answers, and a full queue must not block.
+      (void)clients_[r.target]->cancel(requestId(index));
+      ++stats_.timeouts;
+      end(index, now, TerminalStatus::Cancelled);
+    }
+  }
+
+  void pollStats(double now) {
+    if (now < next_stats_ms_) return;
+    for (std::uint32_t t = 0; t < clients_.size(); ++t) {
+      // One request outstanding per server: a silent server does not pile them up.
+      if (stats_pending_[t]) continue;
+      if (clients_[t]->send(protocol::StatsRequest{})) stats_pending_[t] = true;
+    }
+    next_stats_ms_ = now + options_.stats_interval_ms;
+  }
+
+  /// The live request `id` names on server `target`, or nullptr (unknown, ended, other server).
+  Sent* find(std::uint32_t target, const std::string& id) {
+    if (id.size() < 2 || id[0] != 'r') return nullptr;
+    std::size_t index = 0;
+    const char* first = id.data() + 1;
+    const char* last = id.data() + id.size();
+    const auto [ptr, ec] = std::from_chars(first, last, index);
+    if (ec != std::errc{} || ptr != last || index >= sent_.size()) return nullptr;
+    Sent& r = sent_[index];
+    if (r.target != target || !r.live) return nullptr;
+    return &r;
+  }
+  std::size_t indexOf(const Sent& r) const { return static_cast<std::size_t>(&r - sent_.data()); }
+
+  void drain(std::uint32_t target) {
+    for (int i = 0; i < kMaxDrainPerWake; ++i) {
+      Result<std::optional<protocol::ClientMessage>> msg =
+          clients_[target]->receive(std::chrono::milliseconds(0));
+      if (!msg) {
+        ++stats_.undecodable;
+        warnOnce("server " + std::to_string(target) +
+                 " sent a message that does not decode: " + msg.error().message);
+        continue;
+      }
+      if (!*msg) return;
+      handle(target, **msg, nowMs());
+    }
+  }
+
+  void handle(std::uint32_t target, const protocol::ClientMessage& msg, double now) {
+    if (const auto* ack = std::get_if<protocol::SubmitAck>(&msg)) {
+      if (Sent* r = find(target, ack->id)) {
+        r->ack_ms = now;
+      } else {
+        ++stats_.late_messages;
+      }
+    } else if (const auto* reject = std::get_if<protocol::SubmitReject>(&msg)) {
+      Sent* r = find(target, reject->id);
+      if (!r) {
+        ++stats_.late_messages;
+        return;
+      }
+      ++stats_.submit_rejects;
+      warnOnce("submit rejected: " + reject->reason);
+      end(indexOf(*r), now, TerminalStatus::Rejected);
+    } else if (const auto* batch = std::get_if<protocol::OutputBatch>(&msg)) {
+      for (const protocol::RequestOutput& o : batch->outputs) onOutput(target, o, now);
+    } else if (const auto* error = std::get_if<protocol::ErrorReply>(&msg)) {
+      ++stats_.error_replies;
+      warnOnce("server " + std::to_string(target) + " error: " + error->message);
+      if (error->id) {
+        if (Sent* r = find(target, *error->id)) end(indexOf(*r), now, TerminalStatus::Failed);
+      }
+    } else if (const auto* reply = std::get_if<protocol::StatsReply>(&msg)) {
+      stats_pending_[target] = false;
+      const std::uint32_t ranks = stats_.ranks_per_target[target];
+      for (const protocol::RankStats& rs : reply->ranks) {
+        if (rs.dp_rank >= ranks) continue;
+        collector_.onEngineSample({.time_ms = now,
+                                   .dp_rank = stats_.rank_offset[target] + rs.dp_rank,
+                                   .kv_usage = rs.kv_usage,
+                                   .num_running = rs.running,
+                                   .num_waiting = rs.waiting,
+                                   .preemptions_total = rs.preemptions});
+      }
+    }
+    // cancel_reply and anything else: nothing to record.
+  }
+
+  void onOutput(std::uint32_t target, const protocol::RequestOutput& o, double now) {
+    Sent* r = find(target, o.id);
+    if (!r) {
+      ++stats_.late_messages;
+      return;
+    }
+    if (!r->admitted && (!o.tokens.empty() || o.finish == protocol::FinishReason::Length)) {
+      // Admission = the ack's receive time; reuse = cached_tokens of the first output (absent
+      // on a 0-token completion, which the engine reports without a first token).
+      const std::uint32_t reused = o.cached_tokens.value_or(0);
+      collector_.onAdmission(r->handle, r->ack_ms.value_or(now), reused, false);
+      r->admitted = true;
+    }
+    if (o.index != r->tokens) ++stats_.index_gaps;
+    for (std::size_t k = 0; k < o.tokens.size(); ++k) collector_.onToken(r->handle, now);
+    r->tokens = o.index + static_cast<std::uint32_t>(o.tokens.size());
+    if (!o.finish) return;
+    const TerminalStatus status = statusOf(*o.finish);
+    switch (status) {
+      case TerminalStatus::Rejected:
+        ++stats_.finish_rejected;
+        break;
+      case TerminalStatus::Cancelled:
+        ++stats_.finish_cancelled;
+        break;
+      case TerminalStatus::Failed:
+        ++stats_.finish_failed;
+        break;
+      default:
+        break;
+    }
+    if (status != TerminalStatus::Completed && !o.reason.empty()) {
+      warnOnce(std::string("request ended ") + terminalStatusName(status) + ": " + o.reason);
+    }
+    end(indexOf(*r), now, status);
+  }
+
+  void reportProgress(double now) {
+    options_.progress(
+        {.dispatched = sent_.size(), .ended = ended_, .total = total_turns_, .elapsed_ms = now});
+  }
+
+  const Workload& workload_;
+  const LiveReplayOptions& options_;
+  ReplayCollector& collector_;
+  std::vector<std::unique_ptr<service::Client>> clients_;
+  std::vector<service::Client*> client_ptrs_;
+  PromptSynthesizer synth_;
+  SplitMix64 rng_;
+  LiveReplayStats stats_;
+  std::vector<bool> stats_pending_;
+  Clock::time_point start_{};
+  std::priority_queue<EligibleTurn, std::vector<EligibleTurn>, std::greater<>> eligible_;
+  std::priority_queue<Deadline, std::vector<Deadline>, std::greater<>> deadlines_;
+  std::vector<Sent> sent_;
+  std::uint32_t in_flight_ = 0;
+  std::uint64_t ended_ = 0;
+  std::uint64_t total_turns_ = 0;
+  double next_stats_ms_ = kInf;
+  double last_progress_ms_ = 0.0;
+  std::size_t reason_warnings_ = 0;
+};
+
+/// Connects to every target and waits for each one's answer to a `stats` request (which also
+/// tells its number of DP ranks).
+Result<std::vector<std::unique_ptr<service::Client>>> connectAll(const LiveReplayOptions& options,
+                                                                 LiveReplayStats& stats) {
+  std::vector<std::unique_ptr<service::Client>> clients;
+  for (const LiveTarget& target : options.targets) {
+    auto client = service::Client::connect({.submit_endpoint = target.submit_endpoint,
+                                            .cancel_endpoint = target.cancel_endpoint,
+                                            .rcvhwm = 0,  // never make the server drop streams
+                                            .sndhwm = 0,  // an open loop never blocks on a send
+                                            .nonblocking_send = true});
+    if (!client) {
+      return Error{client.error().code, "cannot connect to " + target.submit_endpoint + " / " +
+                                            target.cancel_endpoint + ": " + client.error().message};
+    }
+    MOCKER_TRY_VOID((*client)->send(protocol::StatsRequest{}));
+    clients.push_back(std::move(*client));
+  }
+  std::vector<service::Client*> ptrs;
+  for (const auto& c : clients) ptrs.push_back(c.get());
+  std::vector<std::optional<std::uint32_t>> ranks(clients.size());
+  const auto deadline =
+      Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                         std::chrono::duration<double, std::milli>(options.connect_timeout_ms));
+  const auto answered = [&ranks] {
+    return std::all_of(ranks.begin(), ranks.end(), [](const auto& r) { return r.has_value(); });
+  };
+  while (!answered()) {
+    const auto left = deadline - Clock::now();
+    if (left <= Clock::duration::zero()) {
+      for (std::size_t t = 0; t < ranks.size(); ++t) {
+        if (!ranks[t]) {
+          return Error{ErrorCode::IoError,
+                       "no answer from " + options.targets[t].submit_endpoint + " within " +
+                           std::to_string(static_cast<long long>(options.connect_timeout_ms)) +
+                           " ms: is `mocker serve` running there?"};
+        }
+      }
+    }
+    const auto wait = std::chrono::ceil<std::chrono::milliseconds>(left);
+    MOCKER_TRY(const std::vector<std::size_t> ready, service::Client::waitReadable(ptrs, wait));
+    for (const std::size_t t : ready) {
+      while (true) {
+        auto msg = clients[t]->receive(std::chrono::milliseconds(0));
+        if (!msg) {
+          return Error{msg.error().code,
+                       "server " + options.targets[t].submit_endpoint +
+                           " answered with a message that does not decode: " + msg.error().message};
+        }
+        if (!*msg) break;
+        if (const auto* reply = std::get_if<protocol::StatsReply>(&**msg)) {
+          ranks[t] = static_cast<std::uint32_t>(reply->ranks.size());
+        }
+      }
+    }
+  }
+  std::uint32_t offset = 0;
+  for (const auto& r : ranks) {
+    stats.ranks_per_target.push_back(*r);
+    stats.rank_offset.push_back(offset);
+    offset += *r;
+  }
+  return clients;
+}
+
+}  // namespace
+
+Result<std::string> defaultCancelEndpoint(std::string_view submit_endpoint) {
+  const std::string ep(submit_endpoint);
+  if (!submit_endpoint.starts_with("tcp://")) {
+    return invalidArgument("cannot derive the cancel endpoint of '" + ep +
+                           "' (only tcp://HOST:PORT has a default, PORT + 1): give it with "
+                           "--connect-cancel");
+  }
+  const std::size_t colon = submit_endpoint.rfind(':');
+  if (colon == std::string_view::npos || colon < 6) {
+    return invalidArgument("endpoint '" + ep + "' has no port (expected tcp://HOST:PORT)");
+  }
+  const std::string_view port_text = submit_endpoint.substr(colon + 1);
+  std::uint32_t port = 0;
+  const auto [ptr, ec] =
+      std::from_chars(port_text.data(), port_text.data() + port_text.size(), port);
+  if (port_text.empty() || ec != std::errc{} || ptr != port_text.data() + port_text.size() ||
+      port == 0 || port >= 65535) {
+    return invalidArgument("endpoint '" + ep +
+                           "': expected a port in 1..65534 after the last ':' (the cancel "
+                           "endpoint is PORT + 1)");
+  }
+  return std::string(submit_endpoint.substr(0, colon + 1)) + std::to_string(port + 1);
+}
+
+Result<LiveReplayStats> runLiveReplay(const Workload& workload, const LiveReplayOptions& options,
+                                      ReplayCollector& collector) {
+  if (options.targets.empty()) return invalidArgument("live replay needs at least one server");
+  if (options.concurrency && *options.concurrency == 0) {
+    return invalidArgument("concurrency must be >= 1 (got 0)");
+  }
+  if (!(options.request_timeout_ms > 0) || !std::isfinite(options.request_timeout_ms)) {
+    return invalidArgument("request timeout must be finite and > 0");
+  }
+  if (!(options.connect_timeout_ms > 0) || !std::isfinite(options.connect_timeout_ms)) {
+    return invalidArgument("connect timeout must be finite and > 0");
+  }
+  if (!(options.stats_interval_ms >= 0) || !std::isfinite(options.stats_interval_ms)) {
+    return invalidArgument("stats interval must be finite and >= 0");
+  }
+  if (!options.concurrency) {
+    for (const Session& s : workload.sessions) {
+      if (!s.first_arrival_ms) {
+        return invalidArgument("session '" + s.session_id +
+                               "' has no arrival time: trace mode needs a timestamp on every "
+                               "first turn (closed-loop replay with a concurrency does not)");
+      }
+    }
+  }
+  LiveReplayStats stats;
+  MOCKER_TRY(auto clients, connectAll(options, stats));
+  if (workload.sessions.empty()) {
+    stats.per_target.assign(clients.size(), 0);
+    return stats;
+  }
+  LiveReplay replay(workload, options, collector, std::move(clients), std::move(stats));
+  return replay.run();
+}
+
+}  // namespace mocker::replay
