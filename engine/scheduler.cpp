@@ -409,7 +409,10 @@ PassResult VllmScheduler::step(double now_ms) {
   for (std::size_t i = 0; i < running_.size();) {
     Req& r = requests_.at(running_[i]);
     if (r.num_computed >= r.len() && reachedEnd(r)) {  // e.g. max_output 0: nothing to sample
-      out.outputs.push_back({r.id, std::nullopt, r.generated(), 0.0, Terminal::Completed, {}});
+      // A request that ends without any token carries its prefix hits on this only signal.
+      out.outputs.push_back(
+          {r.id, std::nullopt, r.generated(), 0.0, Terminal::Completed,
+           r.generated() == 0 ? std::optional(r.first_cached_tokens) : std::nullopt});
       finish(running_[i]);
       running_.erase(running_.begin() + static_cast<std::ptrdiff_t>(i));
       continue;

@@ -425,7 +425,10 @@ PassResult SglangScheduler::step(double now_ms) {
   for (RequestId id : decode_set) {
     Req& r = requests_.at(id);
     if (r.remainingOutput() == 0) {  // nothing to sample (max_output 0)
-      out.outputs.push_back({r.id, std::nullopt, r.generated(), 0.0, Terminal::Completed, {}});
+      // A request that ends without any token carries its prefix hits on this only signal.
+      out.outputs.push_back(
+          {r.id, std::nullopt, r.generated(), 0.0, Terminal::Completed,
+           r.generated() == 0 ? std::optional(r.first_cached_tokens) : std::nullopt});
       finish(r);
       continue;
     }

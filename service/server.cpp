@@ -787,13 +787,18 @@ Status Server::Impl::run() {
 
     auto timeout = std::chrono::milliseconds(-1);
     const auto now = Clock::now();
-    const auto until = [&](Clock::time_point t) {
-      const auto ms = std::chrono::ceil<std::chrono::milliseconds>(t - now);
+    // zmq_poll counts whole milliseconds. Pass deadlines round down, so the last sub-millisecond
+    // of a pass is spent polling with timeout 0 (a pass is in flight: the loop is not idle) and
+    // passes shorter than 1 ms of wall time (high speedup ratios) are not stretched to 1 ms.
+    // Everything else (heartbeats, retries) rounds up.
+    const auto until = [&](Clock::time_point t, bool precise = false) {
+      const auto ms = precise ? std::chrono::floor<std::chrono::milliseconds>(t - now)
+                              : std::chrono::ceil<std::chrono::milliseconds>(t - now);
       const auto clamped = std::max(ms, std::chrono::milliseconds(0));
       if (timeout.count() < 0 || clamped < timeout) timeout = clamped;
     };
     for (std::uint32_t r = 0; r < ranks_.size(); ++r) {
-      if (ranks_[r].in_flight) until(ranks_[r].deadline);
+      if (ranks_[r].in_flight) until(ranks_[r].deadline, /*precise=*/true);
       if (ranks_[r].fpm) {
         if (auto due = ranks_[r].fpm->nextHeartbeatDue()) until(wallAt(*due));
       }

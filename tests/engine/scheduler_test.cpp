@@ -103,6 +103,24 @@ TEST(SchedulerTest, ZeroOutputCompletesWithoutToken) {
   EXPECT_EQ(p.fpm.scheduled.num_decode_requests, 0u);
 }
 
+// §4.3 does not apply to a request with nothing to generate: a fully cached prompt reuses all
+// of it, and the only (terminal) signal carries the prefix hits.
+TEST(SchedulerTest, ZeroOutputReportsCachedTokensOnItsTerminal) {
+  auto cfg = specConfig();
+  cfg.allow_empty_output = true;
+  Harness h(cfg);
+  h.submit(range(1, 16), 1);
+  h.runUntilIdle();
+  const RequestId id = h.submit(range(1, 16), 0);
+  const auto& p = h.step();
+  ASSERT_EQ(p.admissions.size(), 1u);
+  EXPECT_EQ(p.admissions[0].reused_input_tokens, 16u);
+  const auto sig = h.signalsOf(id);
+  ASSERT_EQ(sig.size(), 1u);
+  EXPECT_EQ(sig[0].cached_tokens, 16u);
+  EXPECT_EQ(p.fpm.scheduled.num_decode_requests, 0u);  // terminal right after scheduling
+}
+
 TEST(SchedulerTest, ZeroOutputIsRefusedByDefault) {
   Engine engine(specConfig());
   const auto r = engine.submit(Request{.tokens = range(1, 8), .max_output_tokens = 0});
