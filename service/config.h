@@ -69,7 +69,7 @@ struct KvEventsConfig {
   bool replay_enabled = true;             ///< replay ROUTER on endpoints.kv_replay (needs enabled)
   std::string topic;                      ///< frame 0; "kv@<pod>@<model>" form checked
   std::uint32_t hwm = 100000;             ///< PUB ZMQ_SNDHWM, >= 1
-  std::uint32_t max_queue_size = 100000;  ///< batches, >= 1
+  std::uint32_t max_queue_size = 100000;  ///< batches, >= 1 (vLLM's key; no queue ⇒ no effect)
   std::uint32_t buffer_steps = 10000;     ///< replay ring, batches, >= 1
   KvEventLayout layout = KvEventLayout::P8;
   ReplayLayout replay_layout = ReplayLayout::R1;
