@@ -295,8 +295,11 @@ SendOutcome Server::Impl::sendTo(zmq::socket_t& socket, const std::string& clien
 
 void Server::Impl::reply(zmq::socket_t& socket, const std::string& client,
                          const ClientMessage& message) {
-  // Replies (acks, errors, stats) are best effort: a client that does not read loses them.
-  if (sendTo(socket, client, protocol::encodeClientMessage(message)) == SendOutcome::Unroutable) {
+  // Replies (acks, errors, stats) are best effort: a client that does not read loses them. Only
+  // the submit socket tells whether the client is gone (its streams flow there); a cancel-socket
+  // peer that disappeared says nothing about the client's submit connection.
+  if (sendTo(socket, client, protocol::encodeClientMessage(message)) == SendOutcome::Unroutable &&
+      &socket == &submit_) {
     dropClient(client);
   }
 }
@@ -521,7 +524,6 @@ void Server::Impl::handleCancel(zmq::socket_t& reply_socket, const std::string& 
   ranks_[route.rank].stalled = false;
   if (auto& in_flight = ranks_[route.rank].in_flight) engine::discardOutputs(*in_flight, id);
   ++counters.cancels_applied;
-  reply(reply_socket, sender, protocol::CancelReply{req.id, protocol::CancelResult::Applied});
   route.state = RouteState::Cancelling;
   ClientState& cs = clients_[owner];
   cs.owed.push_back({.id = req.id,
@@ -529,6 +531,8 @@ void Server::Impl::handleCancel(zmq::socket_t& reply_socket, const std::string& 
                      .finish = FinishReason::Cancelled,
                      .reason = "cancelled"});
   cs.owed_ids.push_back(id);
+  // Reply last: replying may find the sender gone and drop its routes (including this one).
+  reply(reply_socket, sender, protocol::CancelReply{req.id, protocol::CancelResult::Applied});
   retryOwed();
 }
 

@@ -6,6 +6,7 @@
 
 #include <gtest/gtest.h>
 
+#include <deque>
 #include <map>
 #include <numeric>
 #include <set>
@@ -99,7 +100,7 @@ class Harness {
   }
 
   double now(std::uint32_t rank = 0) const { return now_[rank]; }
-  const std::vector<PassResult>& passes() const { return passes_; }
+  const std::deque<PassResult>& passes() const { return passes_; }
 
   /// Output signals of `id` across all passes so far.
   std::vector<OutputSignal> signalsOf(RequestId id) const {
@@ -116,7 +117,8 @@ class Harness {
   Engine engine_;
   std::vector<double> now_;
   std::vector<std::set<std::uint64_t>> visible_;
-  std::vector<PassResult> passes_;
+  // A deque: step() returns references that must stay valid as later passes are appended.
+  std::deque<PassResult> passes_;
 };
 
 inline std::vector<BlockStored> storedEvents(const PassResult& p) {
