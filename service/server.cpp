@@ -118,6 +118,8 @@ class Server::Impl {
     std::uint64_t routes = 0;
     std::vector<protocol::RequestOutput> owed;  // terminals not yet delivered (backpressure)
     std::vector<engine::RequestId> owed_ids;    // their routes, closed once delivered
+    std::uint64_t batch_epoch = 0;              // completePass bookkeeping (pass_epoch_)
+    std::size_t batch_index = 0;
   };
   struct Rank {
     std::optional<engine::PassResult> in_flight;
@@ -155,8 +157,14 @@ class Server::Impl {
   void startPasses();
   void completeDuePasses(bool force);
   void completePass(std::uint32_t r);
-  void deliver(std::map<std::string, protocol::OutputBatch>& batches,
-               std::map<std::string, std::vector<engine::RequestId>>& terminal_ids);
+  // One client's outputs of one pass; ids[i] is the route of batch.outputs[i].
+  struct PassBatch {
+    std::string client;
+    protocol::OutputBatch batch;
+    std::vector<engine::RequestId> ids;
+    std::vector<engine::RequestId> terminal;
+  };
+  void deliver(std::vector<PassBatch>& batches);
   void abandon(engine::RequestId id, const std::string& why);
   void closeRoute(engine::RequestId id);
   void dropClient(const std::string& client);
@@ -183,6 +191,7 @@ class Server::Impl {
   std::unordered_map<engine::RequestId, Route> routes_;
   std::map<std::pair<std::string, std::string>, engine::RequestId> by_key_;
   std::unordered_map<std::string, ClientState> clients_;
+  std::uint64_t pass_epoch_ = 0;
 };
 
 Result<zmq::socket_t> Server::Impl::makeRouter(const EndpointConfig& ep, std::string& resolved) {
@@ -651,16 +660,26 @@ void Server::Impl::completePass(std::uint32_t r) {
   // 1. KV events and forward-pass metrics.
   if (rank.kv) rank.kv->publishPass(pass.kv_events, unixSeconds());
   if (rank.fpm) rank.fpm->onPass(pass.fpm, engineNowMs());
-  // 2. Outputs, one batch per client, each request's tokens merged in order.
-  std::map<std::string, protocol::OutputBatch> batches;
-  std::map<std::string, std::vector<engine::RequestId>> terminal_ids;
+  // 2. Outputs, one batch per client (in order of each client's first signal), each request's
+  //    tokens merged in order. Per-signal work is hash lookups by engine id only: no string
+  //    keys on this path (it runs for every token).
+  ++pass_epoch_;
+  std::vector<PassBatch> batches;
   for (const engine::OutputSignal& s : pass.outputs) {
     const auto it = routes_.find(s.id);
     if (it == routes_.end() || it->second.state != RouteState::Active) continue;
     const Route& route = it->second;
-    auto& outs = batches[route.client].outputs;
-    if (outs.empty() || outs.back().id != route.id || outs.back().finish) {
+    ClientState& cs = clients_[route.client];
+    if (cs.batch_epoch != pass_epoch_) {
+      cs.batch_epoch = pass_epoch_;
+      cs.batch_index = batches.size();
+      batches.push_back({route.client, {}, {}, {}});
+    }
+    PassBatch& pb = batches[cs.batch_index];
+    auto& outs = pb.batch.outputs;
+    if (outs.empty() || pb.ids.back() != s.id || outs.back().finish) {
       outs.push_back({.id = route.id, .index = s.index});
+      pb.ids.push_back(s.id);
     }
     protocol::RequestOutput& o = outs.back();
     if (s.token) o.tokens.push_back(*s.token);
@@ -685,25 +704,23 @@ void Server::Impl::completePass(std::uint32_t r) {
         o.reason = "the timing model produced a non-finite pass time";
         break;
     }
-    if (s.terminal != engine::Terminal::None) terminal_ids[route.client].push_back(s.id);
+    if (s.terminal != engine::Terminal::None) pb.terminal.push_back(s.id);
   }
-  deliver(batches, terminal_ids);
+  deliver(batches);
 }
 
-void Server::Impl::deliver(std::map<std::string, protocol::OutputBatch>& batches,
-                           std::map<std::string, std::vector<engine::RequestId>>& terminal_ids) {
+void Server::Impl::deliver(std::vector<PassBatch>& batches) {
   std::vector<std::string> gone;
-  for (auto& [client, batch] : batches) {
-    const auto outcome = sendTo(submit_, client, protocol::encodeClientMessage(batch));
+  for (PassBatch& pb : batches) {
+    const std::string& client = pb.client;
+    const auto outcome = sendTo(submit_, client, protocol::encodeClientMessage(pb.batch));
     if (outcome == SendOutcome::Sent) {
       ++counters.output_messages;
-      for (const auto& o : batch.outputs) {
-        const auto key = by_key_.find({client, o.id});
-        if (key != by_key_.end()) {
-          routes_.at(key->second).delivered += static_cast<std::uint32_t>(o.tokens.size());
-        }
+      for (std::size_t i = 0; i < pb.ids.size(); ++i) {
+        routes_.at(pb.ids[i]).delivered +=
+            static_cast<std::uint32_t>(pb.batch.outputs[i].tokens.size());
       }
-      for (engine::RequestId id : terminal_ids[client]) closeRoute(id);
+      for (engine::RequestId id : pb.terminal) closeRoute(id);
       continue;
     }
     if (outcome == SendOutcome::Unroutable) {
@@ -711,21 +728,20 @@ void Server::Impl::deliver(std::map<std::string, protocol::OutputBatch>& batches
       continue;
     }
     // Would block: every stream in this batch is abandoned (cancelled now, terminal owed).
-    for (const auto& o : batch.outputs) {
-      const auto key = by_key_.find({client, o.id});
-      if (key == by_key_.end()) continue;
-      const engine::RequestId id = key->second;
-      if (o.finish) {
+    for (std::size_t i = 0; i < pb.ids.size(); ++i) {
+      const engine::RequestId id = pb.ids[i];
+      Route& route = routes_.at(id);
+      if (route.state != RouteState::Active) continue;
+      if (pb.batch.outputs[i].finish) {
         // Finished in the engine already; the client still needs its end of stream.
-        Route& route = routes_.at(id);
         route.state = RouteState::Cancelling;
         ++counters.backpressure_cancels;
-        clients_[client].owed.push_back(
-            {.id = o.id,
-             .index = route.delivered,
-             .finish = FinishReason::Cancelled,
-             .reason = "backpressure: outputs dropped, the client is not reading"});
-        clients_[client].owed_ids.push_back(id);
+        ClientState& cs = clients_[client];
+        cs.owed.push_back({.id = route.id,
+                           .index = route.delivered,
+                           .finish = FinishReason::Cancelled,
+                           .reason = "backpressure: outputs dropped, the client is not reading"});
+        cs.owed_ids.push_back(id);
       } else {
         abandon(id, "backpressure: outputs dropped, the client is not reading");
       }
