@@ -106,12 +106,16 @@ class Server::Impl {
 
  private:
   enum class RouteState { Active, Cancelling };
+  struct ClientState;
   struct Route {
     std::string client;
     std::string id;
     std::uint32_t rank = 0;
     RouteState state = RouteState::Active;
     std::uint32_t delivered = 0;  // output tokens the client has been sent (next index)
+    // The owning client's state (clients_ never erases a client that still has routes, and
+    // unordered_map elements do not move), so the per-token path needs no string lookup.
+    ClientState* owner = nullptr;
   };
   struct ClientState {
     bool delimiter = false;  // the client frames payloads with an empty delimiter (REQ style)
@@ -503,9 +507,10 @@ void Server::Impl::handleSubmit(const std::string& client, protocol::SubmitReque
     reply(submit_, client, protocol::SubmitReject{req.id, id.error().message});
     return;
   }
-  routes_.emplace(*id, Route{client, req.id, rank, RouteState::Active});
+  ClientState& owner = clients_[client];
+  ++owner.routes;
+  routes_.emplace(*id, Route{client, req.id, rank, RouteState::Active, 0, &owner});
   by_key_.emplace(key, *id);
-  ++clients_[client].routes;
   ranks_[rank].stalled = false;
   const auto outcome =
       sendTo(submit_, client, protocol::encodeClientMessage(protocol::SubmitAck{req.id, rank}));
@@ -669,7 +674,7 @@ void Server::Impl::completePass(std::uint32_t r) {
     const auto it = routes_.find(s.id);
     if (it == routes_.end() || it->second.state != RouteState::Active) continue;
     const Route& route = it->second;
-    ClientState& cs = clients_[route.client];
+    ClientState& cs = *route.owner;
     if (cs.batch_epoch != pass_epoch_) {
       cs.batch_epoch = pass_epoch_;
       cs.batch_index = batches.size();
