@@ -14,6 +14,7 @@
 
 #include "engine/base/check.h"
 #include "service/client.h"
+#include "tools/replay/detail/eligible_turn.h"
 #include "tools/replay/random.h"
 
 namespace mocker::replay {
@@ -27,19 +28,7 @@ constexpr double kProgressEveryMs = 100.0;
 /// Distinct reject / error reasons kept as warnings.
 constexpr std::size_t kMaxReasonWarnings = 5;
 
-/// A turn waiting to be dispatched; ordered like the offline loop's.
-struct EligibleTurn {
-  double time_ms = 0.0;
-  std::size_t line = 0;
-  std::uint32_t session = 0;
-  std::uint32_t turn = 0;
-  bool operator>(const EligibleTurn& o) const {
-    if (time_ms != o.time_ms) return time_ms > o.time_ms;
-    if (line != o.line) return line > o.line;
-    if (session != o.session) return session > o.session;
-    return turn > o.turn;
-  }
-};
+using detail::EligibleTurn;
 
 /// A request the driver sent; indexed by its dispatch number (its id is "r<index>").
 struct Sent {

@@ -11,6 +11,7 @@
 #include "engine/block_hash.h"
 #include "engine/engine.h"
 #include "tools/index/kv_index.h"
+#include "tools/replay/detail/eligible_turn.h"
 #include "tools/replay/random.h"
 
 namespace mocker::replay {
@@ -19,20 +20,7 @@ namespace {
 constexpr double kInf = std::numeric_limits<double>::infinity();
 constexpr std::uint64_t kProgressEveryPasses = 4096;
 
-/// A turn waiting to be dispatched. Ordered by eligibility time, then trace order: source line
-/// (0 for synthetic turns), session index, turn index.
-struct EligibleTurn {
-  double time_ms = 0.0;
-  std::size_t line = 0;
-  std::uint32_t session = 0;
-  std::uint32_t turn = 0;
-  bool operator>(const EligibleTurn& o) const {
-    if (time_ms != o.time_ms) return time_ms > o.time_ms;
-    if (line != o.line) return line > o.line;
-    if (session != o.session) return session > o.session;
-    return turn > o.turn;
-  }
-};
+using detail::EligibleTurn;
 
 /// What the loop remembers about a submitted request, indexed by its engine id.
 struct Tracked {
