@@ -87,12 +87,12 @@ std::vector<std::pair<std::string, std::uint64_t>> statsCounters(const IndexStat
 struct IndexServiceConfig {
   std::vector<WorkerEndpoint> workers;
   std::string query_endpoint = "tcp://127.0.0.1:5560";  ///< ROUTER (binds); "" = no queries
-  std::uint32_t block_size = 16;                        ///< default for token queries
-  engine::HashSeeds seeds;                              ///< default for token queries
-  int sub_rcvhwm = 100000;                              ///< ZMQ_RCVHWM of each SUB (0 = unlimited)
-  int sub_rcvbuf = -1;          ///< ZMQ_RCVBUF of each SUB (-1 = OS default)
-  int linger_ms = 100;          ///< ZMQ_LINGER of every socket on close
-  bool replay_at_start = true;  ///< ask replay(0) at connect (slow-joiner window)
+  std::uint32_t block_size = 64;  ///< default for token queries (= mocker serve's vllm default)
+  engine::HashSeeds seeds;        ///< default for token queries
+  int sub_rcvhwm = 100000;        ///< ZMQ_RCVHWM of each SUB (0 = unlimited)
+  int sub_rcvbuf = -1;            ///< ZMQ_RCVBUF of each SUB (-1 = OS default)
+  int linger_ms = 100;            ///< ZMQ_LINGER of every socket on close
+  bool replay_at_start = true;    ///< ask replay(0) at connect (slow-joiner window)
   std::chrono::milliseconds probe_interval{1000};  ///< idle catch-up probe; 0 = off
   std::chrono::milliseconds replay_timeout{2000};
   std::chrono::milliseconds snapshot_timeout{5000};
