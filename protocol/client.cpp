@@ -36,7 +36,7 @@ std::vector<std::byte> encodeMap(std::string_view type, std::uint32_t num_fields
   return out;
 }
 
-void packTokens(Packer& pk, const std::vector<std::uint32_t>& tokens) {
+void packTokens(Packer& pk, std::span<const std::uint32_t> tokens) {
   pk.pack_array(static_cast<std::uint32_t>(tokens.size()));
   for (std::uint32_t t : tokens) pk.pack_uint32(t);
 }
@@ -364,15 +364,15 @@ std::vector<std::byte> encodeClientMessage(const SubmitReject& m) {
   });
 }
 
-std::vector<std::byte> encodeClientMessage(const OutputBatch& m) {
+std::vector<std::byte> encodeOutputBatch(std::span<const RequestOutputView> outputs) {
   std::size_t reserve = 32;
-  for (const RequestOutput& o : m.outputs) reserve += 40 + o.id.size() + 5 * o.tokens.size();
+  for (const RequestOutputView& o : outputs) reserve += 40 + o.id.size() + 5 * o.tokens.size();
   return encodeMap(
       "output", 1,
       [&](Packer& pk) {
         packStr(pk, "outputs");
-        pk.pack_array(static_cast<std::uint32_t>(m.outputs.size()));
-        for (const RequestOutput& o : m.outputs) {
+        pk.pack_array(static_cast<std::uint32_t>(outputs.size()));
+        for (const RequestOutputView& o : outputs) {
           const std::uint32_t n =
               3 + (o.finish ? 1u : 0u) + (o.reason.empty() ? 0u : 1u) + (o.cached_tokens ? 1u : 0u);
           pk.pack_map(n);
@@ -397,6 +397,15 @@ std::vector<std::byte> encodeClientMessage(const OutputBatch& m) {
         }
       },
       reserve);
+}
+
+std::vector<std::byte> encodeClientMessage(const OutputBatch& m) {
+  std::vector<RequestOutputView> views;
+  views.reserve(m.outputs.size());
+  for (const RequestOutput& o : m.outputs) {
+    views.push_back({o.id, o.index, o.tokens, o.finish, o.reason, o.cached_tokens});
+  }
+  return encodeOutputBatch(views);
 }
 
 std::vector<std::byte> encodeClientMessage(const CancelRequest& m) {

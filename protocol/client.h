@@ -68,6 +68,17 @@ struct RequestOutput {
   friend bool operator==(const RequestOutput&, const RequestOutput&) = default;
 };
 
+/// A borrowed view of one RequestOutput for the service's per-pass hot path: no copies of ids
+/// or tokens. The viewed data must outlive the encode call.
+struct RequestOutputView {
+  std::string_view id;
+  std::uint32_t index = 0;
+  std::span<const std::uint32_t> tokens;
+  std::optional<FinishReason> finish;
+  std::string_view reason;
+  std::optional<std::uint32_t> cached_tokens;
+};
+
 /// service → client: every output of that client produced by one pass.
 struct OutputBatch {
   std::vector<RequestOutput> outputs;
@@ -167,6 +178,10 @@ std::vector<std::byte> encodeClientMessage(const StatsRequest& m);
 std::vector<std::byte> encodeClientMessage(const StatsReply& m);
 std::vector<std::byte> encodeClientMessage(const KvSnapshotRequest& m);
 std::vector<std::byte> encodeClientMessage(const KvSnapshotReply& m);
+
+/// Encodes an "output" message from views; the same bytes as encodeClientMessage(OutputBatch)
+/// with the same content (which is implemented on top of this).
+std::vector<std::byte> encodeOutputBatch(std::span<const RequestOutputView> outputs);
 
 /// Decodes any v1 message. Order of checks: size/structure, map, "v" (missing → Corruption,
 /// ≠ 1 → Unsupported), "type" (unknown → Corruption), then fields. Unknown keys are ignored.

@@ -161,14 +161,24 @@ class Server::Impl {
   void startPasses();
   void completeDuePasses(bool force);
   void completePass(std::uint32_t r);
-  // One client's outputs of one pass; ids[i] is the route of batch.outputs[i].
+  // One request's outputs within one pass: tokens [token_begin, +token_count) of pass_tokens_.
+  struct OutputEntry {
+    engine::RequestId id;
+    const std::string* route_id = nullptr;  // the client's request id (owned by the route)
+    std::uint32_t index = 0;
+    std::size_t token_begin = 0;
+    std::uint32_t token_count = 0;
+    std::optional<FinishReason> finish;
+    std::string_view reason;  // static text
+    std::optional<std::uint32_t> cached_tokens;
+  };
+  // One client's outputs of one pass (scratch reused across passes).
   struct PassBatch {
     std::string client;
-    protocol::OutputBatch batch;
-    std::vector<engine::RequestId> ids;
+    std::vector<OutputEntry> entries;
     std::vector<engine::RequestId> terminal;
   };
-  void deliver(std::vector<PassBatch>& batches);
+  void deliver();
   void abandon(engine::RequestId id, const std::string& why);
   void closeRoute(engine::RequestId id);
   void dropClient(const std::string& client);
@@ -196,6 +206,9 @@ class Server::Impl {
   std::map<std::pair<std::string, std::string>, engine::RequestId> by_key_;
   std::unordered_map<std::string, ClientState> clients_;
   std::uint64_t pass_epoch_ = 0;
+  std::vector<PassBatch> batches_;  // the first num_batches_ belong to the pass being delivered
+  std::size_t num_batches_ = 0;
+  std::vector<std::uint32_t> pass_tokens_;
 };
 
 Result<zmq::socket_t> Server::Impl::makeRouter(const EndpointConfig& ep, std::string& resolved) {
@@ -666,10 +679,12 @@ void Server::Impl::completePass(std::uint32_t r) {
   if (rank.kv) rank.kv->publishPass(pass.kv_events, unixSeconds());
   if (rank.fpm) rank.fpm->onPass(pass.fpm, engineNowMs());
   // 2. Outputs, one batch per client (in order of each client's first signal), each request's
-  //    tokens merged in order. Per-signal work is hash lookups by engine id only: no string
-  //    keys on this path (it runs for every token).
+  //    tokens merged in order. This runs for every token: lookups are by engine id only, ids
+  //    and tokens are borrowed (views into routes and one per-pass token buffer), and the
+  //    per-client scratch is reused across passes.
   ++pass_epoch_;
-  std::vector<PassBatch> batches;
+  num_batches_ = 0;
+  pass_tokens_.clear();
   for (const engine::OutputSignal& s : pass.outputs) {
     const auto it = routes_.find(s.id);
     if (it == routes_.end() || it->second.state != RouteState::Active) continue;
@@ -677,54 +692,68 @@ void Server::Impl::completePass(std::uint32_t r) {
     ClientState& cs = *route.owner;
     if (cs.batch_epoch != pass_epoch_) {
       cs.batch_epoch = pass_epoch_;
-      cs.batch_index = batches.size();
-      batches.push_back({route.client, {}, {}, {}});
+      cs.batch_index = num_batches_;
+      if (num_batches_ == batches_.size()) batches_.emplace_back();
+      PassBatch& fresh = batches_[num_batches_++];
+      fresh.client = route.client;
+      fresh.entries.clear();
+      fresh.terminal.clear();
     }
-    PassBatch& pb = batches[cs.batch_index];
-    auto& outs = pb.batch.outputs;
-    if (outs.empty() || pb.ids.back() != s.id || outs.back().finish) {
-      outs.push_back({.id = route.id, .index = s.index});
-      pb.ids.push_back(s.id);
+    PassBatch& pb = batches_[cs.batch_index];
+    // Tokens of one request in one pass are consecutive signals: extend its entry.
+    if (pb.entries.empty() || pb.entries.back().id != s.id || pb.entries.back().finish) {
+      pb.entries.push_back({.id = s.id,
+                            .route_id = &route.id,
+                            .index = s.index,
+                            .token_begin = pass_tokens_.size()});
     }
-    protocol::RequestOutput& o = outs.back();
-    if (s.token) o.tokens.push_back(*s.token);
-    if (s.cached_tokens) o.cached_tokens = s.cached_tokens;
+    OutputEntry& e = pb.entries.back();
+    if (s.token) {
+      pass_tokens_.push_back(*s.token);
+      ++e.token_count;
+    }
+    if (s.cached_tokens) e.cached_tokens = s.cached_tokens;
     switch (s.terminal) {
       case engine::Terminal::None:
         break;
       case engine::Terminal::Completed:
-        o.finish = FinishReason::Length;
+        e.finish = FinishReason::Length;
         break;
       case engine::Terminal::Rejected:
-        o.finish = FinishReason::Rejected;
-        o.reason =
+        e.finish = FinishReason::Rejected;
+        e.reason =
             "the request can never be scheduled (prompt longer than max_model_len, the KV pool "
             "or, with chunked prefill off, the token budget)";
         break;
       case engine::Terminal::Cancelled:
-        o.finish = FinishReason::Cancelled;
+        e.finish = FinishReason::Cancelled;
         break;
       case engine::Terminal::Failed:
-        o.finish = FinishReason::Error;
-        o.reason = "the timing model produced a non-finite pass time";
+        e.finish = FinishReason::Error;
+        e.reason = "the timing model produced a non-finite pass time";
         break;
     }
     if (s.terminal != engine::Terminal::None) pb.terminal.push_back(s.id);
   }
-  deliver(batches);
+  deliver();
 }
 
-void Server::Impl::deliver(std::vector<PassBatch>& batches) {
+void Server::Impl::deliver() {
   std::vector<std::string> gone;
-  for (PassBatch& pb : batches) {
+  std::vector<protocol::RequestOutputView> views;
+  for (std::size_t b = 0; b < num_batches_; ++b) {
+    PassBatch& pb = batches_[b];
     const std::string& client = pb.client;
-    const auto outcome = sendTo(submit_, client, protocol::encodeClientMessage(pb.batch));
+    views.clear();
+    for (const OutputEntry& e : pb.entries) {
+      views.push_back({*e.route_id, e.index,
+                       std::span(pass_tokens_).subspan(e.token_begin, e.token_count), e.finish,
+                       e.reason, e.cached_tokens});
+    }
+    const auto outcome = sendTo(submit_, client, protocol::encodeOutputBatch(views));
     if (outcome == SendOutcome::Sent) {
       ++counters.output_messages;
-      for (std::size_t i = 0; i < pb.ids.size(); ++i) {
-        routes_.at(pb.ids[i]).delivered +=
-            static_cast<std::uint32_t>(pb.batch.outputs[i].tokens.size());
-      }
+      for (const OutputEntry& e : pb.entries) routes_.at(e.id).delivered += e.token_count;
       for (engine::RequestId id : pb.terminal) closeRoute(id);
       continue;
     }
@@ -733,22 +762,21 @@ void Server::Impl::deliver(std::vector<PassBatch>& batches) {
       continue;
     }
     // Would block: every stream in this batch is abandoned (cancelled now, terminal owed).
-    for (std::size_t i = 0; i < pb.ids.size(); ++i) {
-      const engine::RequestId id = pb.ids[i];
-      Route& route = routes_.at(id);
+    for (const OutputEntry& e : pb.entries) {
+      Route& route = routes_.at(e.id);
       if (route.state != RouteState::Active) continue;
-      if (pb.batch.outputs[i].finish) {
+      if (e.finish) {
         // Finished in the engine already; the client still needs its end of stream.
         route.state = RouteState::Cancelling;
         ++counters.backpressure_cancels;
-        ClientState& cs = clients_[client];
+        ClientState& cs = *route.owner;
         cs.owed.push_back({.id = route.id,
                            .index = route.delivered,
                            .finish = FinishReason::Cancelled,
                            .reason = "backpressure: outputs dropped, the client is not reading"});
-        cs.owed_ids.push_back(id);
+        cs.owed_ids.push_back(e.id);
       } else {
-        abandon(id, "backpressure: outputs dropped, the client is not reading");
+        abandon(e.id, "backpressure: outputs dropped, the client is not reading");
       }
     }
   }
