@@ -43,6 +43,8 @@ using protocol::FinishReason;
 constexpr int kSubmitsPerIteration = 64;
 /// How often a client owed a terminal message is retried while nothing else wakes the loop.
 constexpr auto kOwedRetryInterval = std::chrono::milliseconds(5);
+/// A client whose sends keep failing with EHOSTUNREACH this long is considered gone.
+constexpr auto kGoneAfter = std::chrono::milliseconds(1000);
 
 double unixSeconds() {
   return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
@@ -122,7 +124,8 @@ class Server::Impl {
     std::uint64_t routes = 0;
     std::vector<protocol::RequestOutput> owed;  // terminals not yet delivered (backpressure)
     std::vector<engine::RequestId> owed_ids;    // their routes, closed once delivered
-    std::uint64_t batch_epoch = 0;              // completePass bookkeeping (pass_epoch_)
+    std::optional<Clock::time_point> unroutable_since;  // first EHOSTUNREACH of a streak
+    std::uint64_t batch_epoch = 0;                      // completePass bookkeeping (pass_epoch_)
     std::size_t batch_index = 0;
   };
   struct Rank {
@@ -179,6 +182,8 @@ class Server::Impl {
     std::vector<engine::RequestId> terminal;
   };
   void deliver();
+  /// Records an EHOSTUNREACH for the client; true once it has lasted kGoneAfter.
+  bool noteUnroutable(ClientState& cs);
   void abandon(engine::RequestId id, const std::string& why);
   void closeRoute(engine::RequestId id);
   void dropClient(const std::string& client);
@@ -321,13 +326,19 @@ SendOutcome Server::Impl::sendTo(zmq::socket_t& socket, const std::string& clien
 
 void Server::Impl::reply(zmq::socket_t& socket, const std::string& client,
                          const ClientMessage& message) {
-  // Replies (acks, errors, stats) are best effort: a client that does not read loses them. Only
-  // the submit socket tells whether the client is gone (its streams flow there); a cancel-socket
-  // peer that disappeared says nothing about the client's submit connection.
-  if (sendTo(socket, client, protocol::encodeClientMessage(message)) == SendOutcome::Unroutable &&
-      &socket == &submit_) {
-    dropClient(client);
-  }
+  // Replies (acks, errors, stats) are best effort: a client that does not read loses them.
+  // Whether a client is gone is decided only by its streams (see noteUnroutable).
+  sendTo(socket, client, protocol::encodeClientMessage(message));
+}
+
+bool Server::Impl::noteUnroutable(ClientState& cs) {
+  // libzmq's ROUTER_MANDATORY also answers EHOSTUNREACH for a live peer whose pipe was full and
+  // has not been re-activated yet, so one EHOSTUNREACH does not prove the client is gone: its
+  // streams are abandoned like on EAGAIN, and only a client that stays unroutable for
+  // kGoneAfter is dropped.
+  const auto now = Clock::now();
+  if (!cs.unroutable_since) cs.unroutable_since = now;
+  return now - *cs.unroutable_since >= kGoneAfter;
 }
 
 std::optional<std::string> Server::Impl::splitEnvelope(std::vector<zmq::message_t>& parts,
@@ -527,10 +538,11 @@ void Server::Impl::handleSubmit(const std::string& client, protocol::SubmitReque
   ranks_[rank].stalled = false;
   const auto outcome =
       sendTo(submit_, client, protocol::encodeClientMessage(protocol::SubmitAck{req.id, rank}));
-  if (outcome == SendOutcome::WouldBlock) {
+  if (outcome != SendOutcome::Sent) {
+    if (outcome == SendOutcome::Unroutable) noteUnroutable(owner);
     abandon(*id, "backpressure: the client is not reading (submit socket high-water mark)");
-  } else if (outcome == SendOutcome::Unroutable) {
-    dropClient(client);
+  } else {
+    owner.unroutable_since.reset();
   }
 }
 
@@ -618,14 +630,15 @@ void Server::Impl::retryOwed() {
     protocol::OutputBatch batch{std::move(cs.owed)};
     cs.owed.clear();
     const auto outcome = sendTo(submit_, client, protocol::encodeClientMessage(batch));
-    if (outcome == SendOutcome::WouldBlock) {
-      cs.owed = std::move(batch.outputs);
+    if (outcome != SendOutcome::Sent) {
+      if (outcome == SendOutcome::Unroutable && noteUnroutable(cs)) {
+        gone.push_back(client);
+      } else {
+        cs.owed = std::move(batch.outputs);
+      }
       continue;
     }
-    if (outcome == SendOutcome::Unroutable) {
-      gone.push_back(client);
-      continue;
-    }
+    cs.unroutable_since.reset();
     ++counters.output_messages;
     delivered.insert(delivered.end(), cs.owed_ids.begin(), cs.owed_ids.end());
     cs.owed_ids.clear();
@@ -751,17 +764,23 @@ void Server::Impl::deliver() {
                        e.reason, e.cached_tokens});
     }
     const auto outcome = sendTo(submit_, client, protocol::encodeOutputBatch(views));
+    ClientState& owner = *routes_.at(pb.entries.front().id).owner;
     if (outcome == SendOutcome::Sent) {
+      owner.unroutable_since.reset();
       ++counters.output_messages;
       for (const OutputEntry& e : pb.entries) routes_.at(e.id).delivered += e.token_count;
       for (engine::RequestId id : pb.terminal) closeRoute(id);
       continue;
     }
     if (outcome == SendOutcome::Unroutable) {
-      gone.push_back(client);
-      continue;
+      ++counters.unroutable_sends;
+      if (noteUnroutable(owner)) {
+        gone.push_back(client);
+        continue;
+      }
     }
-    // Would block: every stream in this batch is abandoned (cancelled now, terminal owed).
+    // Would block (or unroutable for now): every stream in this batch is abandoned — cancelled
+    // in the engine now, its terminal owed until the client is writable again.
     for (const OutputEntry& e : pb.entries) {
       Route& route = routes_.at(e.id);
       if (route.state != RouteState::Active) continue;

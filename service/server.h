@@ -13,8 +13,8 @@
 //
 // Backpressure: the submit ROUTER uses ROUTER_MANDATORY; a send that would block abandons that
 // client's streams in the batch (cancelled in the engine at once, outputs dropped) and the client
-// is sent a terminal `cancelled` as soon as it is writable again; an unroutable client (gone) has
-// every request cancelled. Nothing ever blocks the loop.
+// is sent a terminal `cancelled` as soon as it is writable again; a client that stays unroutable
+// (EHOSTUNREACH) for a second is considered gone and forgotten. Nothing ever blocks the loop.
 //
 // Thread-safety: construct, run() and destroy on one thread; requestStop() may be called from
 // any thread or a signal handler (it writes an eventfd).
@@ -46,7 +46,8 @@ struct ServerCounters {
   std::uint64_t cancels_applied = 0;
   std::uint64_t cancels_not_found = 0;
   std::uint64_t backpressure_cancels = 0;
-  std::uint64_t unroutable_cancels = 0;
+  std::uint64_t unroutable_cancels = 0;  ///< active requests cancelled when a client was gone
+  std::uint64_t unroutable_sends = 0;    ///< output sends answered EHOSTUNREACH
   std::uint64_t malformed_messages = 0;
   std::uint64_t passes = 0;
   std::uint64_t output_messages = 0;
