@@ -544,13 +544,18 @@ class KvTest(unittest.TestCase):
             # A SUB may miss the first batches (slow joiner): fetch those from the replay socket,
             # then apply in seq order; a gap after the first live batch fails the test.
             drain_sub()
-            if index.next_seq is None and live:
-                first = min(live)
+            if index.next_seq is None:
+                # Nothing applied yet: everything before the first live batch comes from replay
+                # (all of it if the SUB has not received anything yet — it may have joined after
+                # the last batch was published).
+                first = min(live) if live else None
                 for seq, payload in replay_from(ctx, serve.endpoints["kv_replay[0]"], 0):
-                    if seq < first:
+                    if first is None or seq < first:
                         index.apply(seq, payload, self)
                     elif seq in live:
                         self.assertEqual(payload, live[seq], "replay differs from live")
+                for seq in [s for s in live if index.next_seq is not None and s < index.next_seq]:
+                    del live[seq]  # already applied from the replay
             while index.next_seq in live or (index.next_seq is None and live):
                 seq = min(live) if index.next_seq is None else index.next_seq
                 index.apply(seq, live.pop(seq), self)
