@@ -161,18 +161,41 @@ std::optional<T> awaitMessage(Client& client, std::chrono::milliseconds timeout 
   return std::nullopt;
 }
 
-inline protocol::StatsReply stats(Client& client) {
-  EXPECT_TRUE(client.send(protocol::StatsRequest{}).has_value());
-  return awaitMessage<protocol::StatsReply>(client).value_or(protocol::StatsReply{});
+/// One stats round trip; nullopt if no reply came within `timeout`.
+inline std::optional<protocol::StatsReply> tryStats(Client& client,
+                                                    std::chrono::milliseconds timeout) {
+  if (!client.send(protocol::StatsRequest{}).has_value()) return std::nullopt;
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (std::chrono::steady_clock::now() < deadline) {
+    auto msg = client.receive(50ms);
+    if (!msg || !*msg) continue;
+    if (auto* r = std::get_if<protocol::StatsReply>(&**msg)) return *r;
+  }
+  return std::nullopt;
 }
 
-/// Polls stats until `pred` holds or the deadline passes.
+inline protocol::StatsReply stats(Client& client) {
+  auto r = tryStats(client, 10s);
+  EXPECT_TRUE(r.has_value()) << "no stats reply before the deadline";
+  return r.value_or(protocol::StatsReply{});
+}
+
+/// Polls stats until `pred` holds or the deadline passes. A round trip that gets no reply within
+/// 2 s is retried (and counted in the failure message) rather than failing at once.
 template <typename Pred>
 bool eventually(Client& client, Pred pred, std::chrono::milliseconds timeout = 10s) {
   const auto deadline = std::chrono::steady_clock::now() + timeout;
+  int unanswered = 0;
   while (std::chrono::steady_clock::now() < deadline) {
-    if (pred(stats(client))) return true;
+    const auto r = tryStats(client, 2s);
+    if (!r) {
+      ++unanswered;
+      continue;
+    }
+    if (!r->ranks.empty() && pred(*r)) return true;
   }
+  ADD_FAILURE() << "condition not reached before the deadline (" << unanswered
+                << " stats requests unanswered)";
   return false;
 }
 
