@@ -401,8 +401,11 @@ PassResult VllmScheduler::step(double now_ms) {
   out.prefill_ms = prefill_raw / speedup;
 
   // 4. Token emission. Signals: terminal-without-token, then tokens, then rejections (§5.6).
-  std::vector<OutputSignal> token_signals;
-  std::vector<RequestId> ready;
+  //    Ready requests are held by pointer (map nodes are stable) so the per-request work is one
+  //    map lookup per pass; completed requests release their blocks at once (release order
+  //    shapes the LRU) and leave running_ in one compaction at the end.
+  std::vector<Req*> ready;
+  std::vector<RequestId> ended_without_token;  // rare: erased before the FPM loop below
   std::uint64_t ready_len_sum = 0;
   detail::Welford decode_len;
   const bool failed = !std::isfinite(out.prefill_ms);
@@ -413,18 +416,24 @@ PassResult VllmScheduler::step(double now_ms) {
       out.outputs.push_back(
           {r.id, std::nullopt, r.generated(), 0.0, Terminal::Completed,
            r.generated() == 0 ? std::optional(r.first_cached_tokens) : std::nullopt});
+      ended_without_token.push_back(r.id);
       finish(running_[i]);
       running_.erase(running_.begin() + static_cast<std::ptrdiff_t>(i));
       continue;
     }
     if (r.num_computed >= r.len()) {
-      ready.push_back(r.id);
+      ready.push_back(&r);
       ready_len_sum += r.len();
     }
     ++i;
   }
   for (const Scheduled& s : scheduled_) {
-    if (s.computed_before < s.prompt_len || !requests_.contains(s.id)) continue;
+    if (s.computed_before < s.prompt_len) continue;
+    if (!ended_without_token.empty() &&
+        std::find(ended_without_token.begin(), ended_without_token.end(), s.id) !=
+            ended_without_token.end()) {
+      continue;  // terminal right after scheduling: not decode work (§9.1)
+    }
     ++fpm.scheduled.num_decode_requests;
     fpm.scheduled.sum_decode_kv_tokens += s.len_at_schedule;
     decode_len.add(s.len_at_schedule);
@@ -437,11 +446,13 @@ PassResult VllmScheduler::step(double now_ms) {
     out.decode_ms = decode_raw / (speedup * config_.decode_speedup_ratio);
   }
   const bool decode_failed = failed || !std::isfinite(out.decode_ms);
-  for (RequestId id : ready) {
-    Req& r = requests_.at(id);
+  std::vector<RequestId> completed;  // leave running_ in one compaction below
+  for (Req* rp : ready) {
+    Req& r = *rp;
+    const RequestId id = r.id;
     if (decode_failed) {
       out.outputs.push_back({id, std::nullopt, r.generated(), 0.0, Terminal::Failed, {}});
-      running_.erase(std::find(running_.begin(), running_.end(), id));
+      completed.push_back(id);
       finish(id);
       continue;
     }
@@ -451,10 +462,16 @@ PassResult VllmScheduler::step(double now_ms) {
     r.tokens.push_back(*sig.token);
     if (reachedEnd(r)) {
       sig.terminal = Terminal::Completed;
-      running_.erase(std::find(running_.begin(), running_.end(), id));
+      completed.push_back(id);
       finish(id);
     }
     out.outputs.push_back(sig);
+  }
+  if (!completed.empty()) {
+    std::sort(completed.begin(), completed.end());
+    std::erase_if(running_, [&](RequestId id) {
+      return std::binary_search(completed.begin(), completed.end(), id);
+    });
   }
   for (RequestId id : rejected) {
     out.outputs.push_back({id, std::nullopt, 0, 0.0, Terminal::Rejected, {}});
