@@ -180,7 +180,7 @@ TEST(ServerTest, CancelMidStreamDuringAnInFlightPass) {
   LiveService svc(cfg);
   auto c = svc.client();
   ASSERT_TRUE(c->submit({.id = "keep", .prompt = prompt(4), .max_tokens = 30}));
-  ASSERT_TRUE(c->submit({.id = "drop", .prompt = prompt(4, 77), .max_tokens = 30}));
+  ASSERT_TRUE(c->submit({.id = "drop", .prompt = prompt(4, 77), .max_tokens = 1000}));
   // Wait for the first token of "drop", then cancel it while the next pass is in flight.
   std::map<std::string, testing::Stream> seen;
   const auto deadline = std::chrono::steady_clock::now() + 10s;
@@ -200,6 +200,15 @@ TEST(ServerTest, CancelMidStreamDuringAnInFlightPass) {
   EXPECT_EQ(s["drop"].finish, FinishReason::Cancelled);
   EXPECT_LT(s["drop"].tokens.size(), 30u);
   EXPECT_EQ(s["keep"].tokens.size(), 30u);
+  // The cancelled request left the engine: nothing runs and its blocks are back (it would still
+  // be decoding for ~20 s otherwise).
+  auto observer = svc.client();
+  EXPECT_TRUE(testing::eventually(
+      *observer,
+      [](const protocol::StatsReply& r) {
+        return r.ranks.at(0).running == 0 && r.ranks.at(0).active_blocks == 0 && r.routes == 0;
+      },
+      5s));
   EXPECT_EQ(s["keep"].finish, FinishReason::Length);
   bool applied = false;
   for (const auto& m : others) {
