@@ -1,5 +1,7 @@
 #include "engine/config.h"
 
+#include "engine/base/ascii.h"
+
 #include <algorithm>
 #include <cctype>
 #include <cmath>
@@ -8,17 +10,10 @@
 namespace mocker::engine {
 namespace {
 
-std::string lower(std::string_view s) {
-  std::string out(s);
-  std::transform(out.begin(), out.end(), out.begin(),
-                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
-  return out;
-}
-
 template <typename E, std::size_t N>
 Result<E> parseEnum(std::string_view field, std::string_view s,
                     const std::pair<std::string_view, E> (&table)[N]) {
-  const std::string l = lower(s);
+  const std::string l = asciiLower(s);
   std::string allowed;
   for (const auto& [name, value] : table) {
     if (l == name) return value;

@@ -21,18 +21,12 @@
 #include <utility>
 #include <variant>
 
+#include "engine/base/ascii.h"
 #include "publishers/endpoint.h"
 #include "service/logging.h"
 
 namespace mocker::service {
 namespace {
-
-std::string lowerCase(std::string_view s) {
-  std::string out(s);
-  std::transform(out.begin(), out.end(), out.begin(),
-                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
-  return out;
-}
 
 // ---------------------------------------------------------------------------------------------
 // Service enums.
@@ -68,7 +62,7 @@ std::string_view enumName(const EnumNames<Enum, N>& names, Enum v) {
 
 template <typename Enum, std::size_t N>
 Result<Enum> enumParse(const EnumNames<Enum, N>& names, std::string_view what, std::string_view s) {
-  const std::string lower = lowerCase(s);
+  const std::string lower = asciiLower(s);
   std::string expected;
   for (const auto& [name, value] : names) {
     if (lower == name) return value;
@@ -98,7 +92,7 @@ std::string describe(const Value& v) {
 }
 
 bool isNone(const Value& v) {
-  return std::holds_alternative<std::string>(v) && lowerCase(std::get<std::string>(v)) == "none";
+  return std::holds_alternative<std::string>(v) && asciiLower(std::get<std::string>(v)) == "none";
 }
 
 using U32Ref = std::uint32_t& (*)(ServiceConfig&);
@@ -227,7 +221,7 @@ Result<Value> textValue(const Key& key, std::string_view text) {
     }
     return Value{d};
   };
-  const bool none = lowerCase(text) == "none";
+  const bool none = asciiLower(text) == "none";
   switch (key.field.index()) {
     case 0:  // U32
     case 3:  // I64
@@ -241,7 +235,7 @@ Result<Value> textValue(const Key& key, std::string_view text) {
     case 5:  // OptDouble
       return none ? Value{std::string(text)} : number();
     case 6: {  // Bool
-      const std::string lower = lowerCase(text);
+      const std::string lower = asciiLower(text);
       if (lower == "true" || lower == "1" || lower == "yes") return Value{true};
       if (lower == "false" || lower == "0" || lower == "no") return Value{false};
       return invalidArgument("expected true or false, got \"" + std::string(text) + "\"");
@@ -253,12 +247,12 @@ Result<Value> textValue(const Key& key, std::string_view text) {
 
 // Fixed-value keys of engine.md §1.1/§1.4 that have no EngineConfig field yet.
 Status setWorkerType(ServiceConfig&, std::string_view s) {
-  if (lowerCase(s) == "aggregated") return {};
+  if (asciiLower(s) == "aggregated") return {};
   return invalidArgument("unsupported worker_type '" + std::string(s) +
                          "' (only aggregated is implemented)");
 }
 Status setCapacityPolicy(ServiceConfig&, std::string_view s) {
-  if (lowerCase(s) == "guaranteed_no_evict") return {};
+  if (asciiLower(s) == "guaranteed_no_evict") return {};
   return invalidArgument("unsupported capacity_scheduler_policy '" + std::string(s) +
                          "' (only guaranteed_no_evict is accepted)");
 }

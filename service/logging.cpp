@@ -3,6 +3,8 @@
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 
+#include "engine/base/ascii.h"
+
 #include <algorithm>
 #include <array>
 #include <cctype>
@@ -26,9 +28,7 @@ constexpr std::array<std::pair<std::string_view, spdlog::level::level_enum>, 8> 
 }  // namespace
 
 Result<spdlog::level::level_enum> parseLogLevel(std::string_view name) {
-  std::string lower(name);
-  std::transform(lower.begin(), lower.end(), lower.begin(),
-                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  const std::string lower = asciiLower(name);
   for (const auto& [level_name, level] : kLevels) {
     if (lower == level_name) return level;
   }
