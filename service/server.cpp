@@ -10,8 +10,6 @@
 
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
-#include <sys/eventfd.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
@@ -31,6 +29,7 @@
 #include "publishers/fpm_publisher.h"
 #include "publishers/kv_event_publisher.h"
 #include "publishers/zmq_sinks.h"
+#include "service/stop_event.h"
 
 namespace mocker::service {
 namespace {
@@ -89,19 +88,11 @@ class Server::Impl {
       : config_(std::move(config)),
         options_(options),
         engine_(std::move(engine)),
-        log_(serveLogger()),
-        stop_fd_(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) {}
-
-  ~Impl() {
-    if (stop_fd_ >= 0) close(stop_fd_);
-  }
+        log_(serveLogger()) {}
 
   Status init();
   Status run();
-  void requestStop() {
-    const std::uint64_t one = 1;
-    [[maybe_unused]] const auto n = write(stop_fd_, &one, sizeof one);
-  }
+  void requestStop() { stop_event_.notify(); }
 
   BoundEndpoints endpoints;
   ServerCounters counters;
@@ -197,7 +188,7 @@ class Server::Impl {
   ServerOptions options_;
   engine::Engine engine_;
   std::shared_ptr<spdlog::logger> log_;
-  int stop_fd_;
+  StopEvent stop_event_;
   bool stopping_ = false;
   Clock::time_point start_ = Clock::now();
   Clock::time_point accept_from_ = start_;
@@ -238,7 +229,7 @@ Result<zmq::socket_t> Server::Impl::makeRouter(const EndpointConfig& ep, std::st
 }
 
 Status Server::Impl::init() {
-  if (stop_fd_ < 0) return Error{ErrorCode::IoError, "eventfd failed"};
+  if (!stop_event_.valid()) return Error{ErrorCode::IoError, "eventfd failed"};
   MOCKER_TRY(submit_, makeRouter(config_.endpoints.submit, endpoints.submit));
   MOCKER_TRY(cancel_, makeRouter(config_.endpoints.cancel, endpoints.cancel));
   const std::uint32_t dp = config_.engine.dp_size;
@@ -882,7 +873,7 @@ Status Server::Impl::run() {
     if (!submit_readable && Clock::now() < accept_from_) until(accept_from_);
 
     items.clear();
-    items.push_back({nullptr, stop_fd_, ZMQ_POLLIN, 0});
+    items.push_back({nullptr, stop_event_.fd(), ZMQ_POLLIN, 0});
     items.push_back({cancel_.handle(), 0, ZMQ_POLLIN, 0});
     items.push_back({submit_.handle(), 0, static_cast<short>(submit_readable ? ZMQ_POLLIN : 0), 0});
     for (const Rank& rank : ranks_) {
@@ -894,8 +885,7 @@ Status Server::Impl::run() {
       if (e.num() != EINTR) return Error{ErrorCode::IoError, std::string("poll: ") + e.what()};
     }
     if (items[0].revents & ZMQ_POLLIN) {
-      std::uint64_t v = 0;
-      [[maybe_unused]] const auto n = read(stop_fd_, &v, sizeof v);
+      stop_event_.drain();
       if (!stopping_) {
         stopping_ = true;
         if (!options_.drain) break;

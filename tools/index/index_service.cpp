@@ -1,8 +1,6 @@
 #include "tools/index/index_service.h"
 
 #include <spdlog/spdlog.h>
-#include <sys/eventfd.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <charconv>
@@ -18,6 +16,7 @@
 #include "protocol/kv_events.h"
 #include "protocol/limits.h"
 #include "publishers/endpoint.h"
+#include "service/stop_event.h"
 
 namespace mocker::index {
 namespace {
@@ -153,18 +152,11 @@ std::vector<std::pair<std::string, std::uint64_t>> statsCounters(const IndexStat
 
 class IndexService::Impl {
  public:
-  explicit Impl(IndexServiceConfig config)
-      : config_(std::move(config)), stop_fd_(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) {}
-  ~Impl() {
-    if (stop_fd_ >= 0) close(stop_fd_);
-  }
+  explicit Impl(IndexServiceConfig config) : config_(std::move(config)) {}
 
   Status init();
   Status run();
-  void requestStop() {
-    const std::uint64_t one = 1;
-    [[maybe_unused]] const auto n = write(stop_fd_, &one, sizeof one);
-  }
+  void requestStop() { stop_event_.notify(); }
   IndexStats stats() const {
     std::lock_guard lock(stats_mutex_);
     return published_;
@@ -250,7 +242,7 @@ class IndexService::Impl {
   void publishStats();
 
   IndexServiceConfig config_;
-  int stop_fd_;
+  service::StopEvent stop_event_;
   bool stop_ = false;
   Clock::time_point start_ = Clock::now();
   Clock::time_point next_stats_{};
@@ -298,7 +290,7 @@ Status IndexService::Impl::connectChannel(Channel& ch) {
 }
 
 Status IndexService::Impl::init() {
-  if (stop_fd_ < 0) return Error{ErrorCode::IoError, "eventfd failed"};
+  if (!stop_event_.valid()) return Error{ErrorCode::IoError, "eventfd failed"};
   if (config_.workers.empty()) return invalid("no --worker given");
   if (config_.block_size == 0) return invalid("block size must be >= 1");
   // Two endpoints for the same (worker, rank) would interleave two sequences.
@@ -968,7 +960,7 @@ Status IndexService::Impl::run() {
   std::vector<zmq::pollitem_t> items;
   while (!stop_) {
     items.clear();
-    items.push_back({nullptr, stop_fd_, ZMQ_POLLIN, 0});
+    items.push_back({nullptr, stop_event_.fd(), ZMQ_POLLIN, 0});
     if (query_) items.push_back({query_.handle(), 0, ZMQ_POLLIN, 0});
     for (Conn& c : conns_) {
       items.push_back({c.sub.handle(), 0, ZMQ_POLLIN, 0});
