@@ -317,22 +317,21 @@ PassResult VllmScheduler::step(double now_ms) {
         continue;
       }
       Req& r = it->second;
-      if (!r.head_checked && rejectionReason(r, std::nullopt)) {
+      const auto reject_head = [&] {
         removeFromWaitingStats(r);
         --num_waiting_;
         waiting_.pop_front();
         rejected.push_back(r.id);
         requests_.erase(it);
+      };
+      if (!r.head_checked && rejectionReason(r, std::nullopt)) {
+        reject_head();
         continue;
       }
       const PrefixMatch match = lookupPrefix(r);
       const std::uint32_t cached = match.hit_blocks * block_size_;
       if (!r.head_checked && rejectionReason(r, cached)) {
-        removeFromWaitingStats(r);
-        --num_waiting_;
-        waiting_.pop_front();
-        rejected.push_back(r.id);
-        requests_.erase(it);
+        reject_head();
         continue;
       }
       r.head_checked = true;
