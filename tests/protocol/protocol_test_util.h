@@ -2,6 +2,7 @@
 // building (possibly malformed) msgpack inputs from nlohmann::ordered_json values.
 #pragma once
 
+#include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
 #include "engine/base/result.h"
@@ -92,5 +93,19 @@ struct DamageCase {
   ErrorCode code;
   std::string mentions;  ///< substring the error message must contain
 };
+
+/// Feeds every case of a damage catalogue (at least 30) to `decode` and checks that each is
+/// refused with the expected code and a message naming the field.
+template <typename Decode>
+void expectEveryCaseRefused(const std::vector<DamageCase>& cases, Decode decode) {
+  EXPECT_GE(cases.size(), 30u);
+  for (const DamageCase& c : cases) {
+    SCOPED_TRACE(c.name);
+    const auto r = decode(c.input);
+    ASSERT_FALSE(r.has_value());
+    EXPECT_EQ(r.error().code, c.code) << r.error().toString();
+    EXPECT_NE(r.error().message.find(c.mentions), std::string::npos) << r.error().toString();
+  }
+}
 
 }  // namespace mocker::protocol::testing
