@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "protocol/detail/msgpack_io.h"
+#include "protocol/detail/output_fast_path.h"
 #include "protocol/limits.h"
 
 namespace mocker::protocol {
@@ -520,6 +521,12 @@ std::vector<std::byte> encodeClientMessage(const KvSnapshotReply& m) {
 }
 
 Result<ClientMessage> decodeClientMessage(std::span<const std::byte> payload) {
+  // Output messages arrive at token rate; their canonical form skips the object tree.
+  if (auto batch = detail::decodeCanonicalOutput(payload)) return ClientMessage{std::move(*batch)};
+  return detail::decodeClientMessageGeneral(payload);
+}
+
+Result<ClientMessage> detail::decodeClientMessageGeneral(std::span<const std::byte> payload) {
   MOCKER_TRY(const detail::Unpacked unpacked, detail::unpackMessage(payload, "message"));
   MOCKER_TRY(const MapView m, MapView::create(unpacked.root(), "message"));
   MOCKER_TRY(const msgpack::object* v, m.require("v"));

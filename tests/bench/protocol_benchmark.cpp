@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "protocol/client.h"
+#include "protocol/detail/output_fast_path.h"
 #include "protocol/kv_events.h"
 #include "publishers/kv_event_publisher.h"
 
@@ -191,6 +192,17 @@ void BM_OutputDecode(benchmark::State& state) {
   }
 }
 BENCHMARK(BM_OutputDecode);
+
+// The same message through the general decoder (prescan + msgpack-c object tree), i.e. what
+// decodeClientMessage does for any message the output fast path does not recognise.
+void BM_OutputDecodeGeneral(benchmark::State& state) {
+  const auto bytes = protocol::encodeClientMessage(outputBatch());
+  for (auto _ : state) {
+    auto m = protocol::detail::decodeClientMessageGeneral(bytes);
+    benchmark::DoNotOptimize(m.has_value());
+  }
+}
+BENCHMARK(BM_OutputDecodeGeneral);
 
 }  // namespace
 

@@ -1,0 +1,208 @@
+#include "protocol/detail/output_fast_path.h"
+
+#include <cstdint>
+#include <limits>
+#include <string_view>
+
+#include "protocol/limits.h"
+
+namespace mocker::protocol::detail {
+namespace {
+
+constexpr std::uint64_t kU32Max = std::numeric_limits<std::uint32_t>::max();
+
+// A bounds-checked msgpack cursor for the handful of types an output message uses. Every read
+// returns false (and the caller gives up) on a type it does not expect or on missing bytes.
+class Reader {
+ public:
+  explicit Reader(std::span<const std::byte> bytes)
+      : p_(reinterpret_cast<const std::uint8_t*>(bytes.data())), end_(p_ + bytes.size()) {}
+
+  bool done() const { return p_ == end_; }
+  std::size_t remaining() const { return static_cast<std::size_t>(end_ - p_); }
+
+  bool mapHeader(std::uint32_t& n) {
+    if (p_ == end_) return false;
+    const std::uint8_t b = *p_;
+    if (b >= 0x80 && b <= 0x8f) {
+      ++p_;
+      n = b & 0x0fu;
+      return true;
+    }
+    if (b == 0xde) return length(2, n);
+    if (b == 0xdf) return length(4, n);
+    return false;
+  }
+
+  bool arrayHeader(std::uint32_t& n) {
+    if (p_ == end_) return false;
+    const std::uint8_t b = *p_;
+    if (b >= 0x90 && b <= 0x9f) {
+      ++p_;
+      n = b & 0x0fu;
+      return true;
+    }
+    if (b == 0xdc) return length(2, n);
+    if (b == 0xdd) return length(4, n);
+    return false;
+  }
+
+  bool str(std::string_view& s) {
+    if (p_ == end_) return false;
+    const std::uint8_t b = *p_;
+    std::uint32_t n = 0;
+    if (b >= 0xa0 && b <= 0xbf) {
+      ++p_;
+      n = b & 0x1fu;
+    } else if (!((b == 0xd9 && length(1, n)) || (b == 0xda && length(2, n)) ||
+                 (b == 0xdb && length(4, n)))) {
+      return false;
+    }
+    if (remaining() < n) return false;
+    s = std::string_view(reinterpret_cast<const char*>(p_), n);
+    p_ += n;
+    return true;
+  }
+
+  bool key(std::string_view want) {
+    std::string_view s;
+    return str(s) && s == want;
+  }
+
+  /// An unsigned integer in any width (positive fixint, uint8..uint64), at most `max`.
+  bool uint(std::uint64_t& v, std::uint64_t max) {
+    if (p_ == end_) return false;
+    const std::uint8_t b = *p_;
+    if (b <= 0x7f) {
+      ++p_;
+      v = b;
+      return true;
+    }
+    std::size_t width = 0;
+    switch (b) {
+      case 0xcc:
+        width = 1;
+        break;
+      case 0xcd:
+        width = 2;
+        break;
+      case 0xce:
+        width = 4;
+        break;
+      case 0xcf:
+        width = 8;
+        break;
+      default:
+        return false;
+    }
+    return bigEndian(width, v) && v <= max;
+  }
+
+ private:
+  // Skips the type byte and reads a `width`-byte big-endian length.
+  bool length(std::size_t width, std::uint32_t& n) {
+    std::uint64_t v = 0;
+    if (!bigEndian(width, v)) return false;
+    n = static_cast<std::uint32_t>(v);
+    return true;
+  }
+
+  // Skips the type byte and reads `width` big-endian bytes.
+  bool bigEndian(std::size_t width, std::uint64_t& v) {
+    if (remaining() < 1 + width) return false;
+    ++p_;
+    v = 0;
+    for (std::size_t i = 0; i < width; ++i) v = (v << 8) | p_[i];
+    p_ += width;
+    return true;
+  }
+
+  const std::uint8_t* p_;
+  const std::uint8_t* end_;
+};
+
+// The optional keys of an output entry, in the order the encoder writes them.
+bool readOptionalFields(Reader& r, std::uint32_t count, RequestOutput& out) {
+  int stage = 0;  // keys must come in encoder order: finish (1), reason (2), cached_tokens (3)
+  for (std::uint32_t k = 0; k < count; ++k) {
+    std::string_view key;
+    if (!r.str(key)) return false;
+    std::string_view s;
+    std::uint64_t v = 0;
+    if (stage < 1 && key == "finish") {
+      stage = 1;
+      if (!r.str(s)) return false;
+      auto reason = parseFinishReason(s);
+      if (!reason) return false;
+      out.finish = *reason;
+    } else if (stage < 2 && key == "reason") {
+      stage = 2;
+      if (!r.str(s) || s.size() > kMaxStringBytes) return false;
+      out.reason.assign(s);
+    } else if (stage < 3 && key == "cached_tokens") {
+      stage = 3;
+      if (!r.uint(v, kU32Max)) return false;
+      out.cached_tokens = static_cast<std::uint32_t>(v);
+    } else {
+      return false;
+    }
+  }
+  return true;
+}
+
+bool readOutput(Reader& r, RequestOutput& out, std::size_t& objects) {
+  std::uint32_t fields = 0;
+  std::string_view id;
+  std::uint64_t v = 0;
+  std::uint32_t count = 0;
+  if (!r.mapHeader(fields) || fields < 3 || fields > 6) return false;
+  if (!r.key("id") || !r.str(id) || id.empty() || id.size() > kMaxRequestIdBytes) return false;
+  if (!r.key("index") || !r.uint(v, kU32Max)) return false;
+  out.id.assign(id);
+  out.index = static_cast<std::uint32_t>(v);
+  // Each token takes at least one byte: a count the input cannot back is refused before the
+  // allocation.
+  if (!r.key("tokens") || !r.arrayHeader(count) || count > kMaxTokensPerRequest ||
+      count > r.remaining()) {
+    return false;
+  }
+  out.tokens.resize(count);
+  for (std::uint32_t& t : out.tokens) {
+    if (!r.uint(v, kU32Max)) return false;
+    t = static_cast<std::uint32_t>(v);
+  }
+  if (!readOptionalFields(r, fields - 3, out)) return false;
+  if (!out.finish && out.tokens.empty()) return false;
+  objects += 1 + 2 * std::size_t{fields} + count;  // the map, its keys and values, the tokens
+  return objects <= kMaxObjectsPerMessage;
+}
+
+}  // namespace
+
+std::optional<OutputBatch> decodeCanonicalOutput(std::span<const std::byte> bytes) {
+  if (bytes.size() > kMaxMessageBytes) return std::nullopt;
+  Reader r(bytes);
+  std::uint32_t n = 0;
+  std::uint64_t version = 0;
+  std::string_view type;
+  if (!r.mapHeader(n) || n != 3) return std::nullopt;
+  if (!r.key("v") || !r.uint(version, kClientProtocolVersion) ||
+      version != kClientProtocolVersion) {
+    return std::nullopt;
+  }
+  if (!r.key("type") || !r.str(type) || type != "output") return std::nullopt;
+  // Every entry takes several bytes: a count the input cannot back is refused before reserving.
+  if (!r.key("outputs") || !r.arrayHeader(n) || n > kMaxOutputsPerMessage || n > r.remaining()) {
+    return std::nullopt;
+  }
+  std::size_t objects = 7;  // the root map, its three keys and values
+  OutputBatch batch;
+  batch.outputs.resize(n);
+  for (RequestOutput& out : batch.outputs) {
+    if (!readOutput(r, out, objects)) return std::nullopt;
+  }
+  if (!r.done()) return std::nullopt;
+  return batch;
+}
+
+}  // namespace mocker::protocol::detail

@@ -1,0 +1,29 @@
+// The fast path of decodeClientMessage for "output" messages, the one message a client receives
+// at token rate. It recognises only the layout encodeOutputBatch writes (keys in README order,
+// no nil values, no unknown keys) and reads it in one bounds-checked pass without building a
+// msgpack object tree. Anything else — another message type, another key order, a value the
+// general decoder would refuse — makes it return nullopt, and decodeClientMessage falls back to
+// the general decoder, which stays the single source of truth for semantics and error messages.
+//
+// Invariant (tested differentially in tests/protocol/output_fast_path_test.cpp): whenever the
+// fast path returns a batch, the general decoder accepts the same bytes and returns an equal one.
+//
+// Pure functions; thread-safe. Never throws.
+#pragma once
+
+#include <cstddef>
+#include <optional>
+#include <span>
+
+#include "engine/base/result.h"
+#include "protocol/client.h"
+
+namespace mocker::protocol::detail {
+
+/// The batch, or nullopt when `bytes` is not a canonical, valid "output" message.
+std::optional<OutputBatch> decodeCanonicalOutput(std::span<const std::byte> bytes);
+
+/// decodeClientMessage without the fast path (for differential tests and benchmarks).
+Result<ClientMessage> decodeClientMessageGeneral(std::span<const std::byte> payload);
+
+}  // namespace mocker::protocol::detail

@@ -1,0 +1,160 @@
+// The output fast path must be invisible: for any bytes, decodeClientMessage (fast path first)
+// returns exactly what the general decoder returns — the same batch, or the same error.
+#include "protocol/detail/output_fast_path.h"
+
+#include <gtest/gtest.h>
+
+#include <random>
+
+#include "protocol/limits.h"
+#include "tests/protocol/protocol_test_util.h"
+
+namespace mocker::protocol {
+namespace {
+
+using testing::Bytes;
+using testing::fromHex;
+using testing::Json;
+using testing::mp;
+using testing::readGolden;
+
+// decodeClientMessage and the general decoder agree on `bytes` (value or error message).
+void expectSameAsGeneral(const Bytes& bytes, const std::string& what) {
+  const auto fast = decodeClientMessage(bytes);
+  const auto general = detail::decodeClientMessageGeneral(bytes);
+  ASSERT_EQ(fast.has_value(), general.has_value()) << what;
+  if (fast) {
+    EXPECT_EQ(*fast, *general) << what;
+  } else {
+    EXPECT_EQ(fast.error().code, general.error().code) << what;
+    EXPECT_EQ(fast.error().message, general.error().message) << what;
+  }
+}
+
+OutputBatch randomBatch(std::mt19937_64& rng) {
+  OutputBatch b;
+  const std::size_t n = rng() % 20;
+  for (std::size_t i = 0; i < n; ++i) {
+    RequestOutput o;
+    o.id = "req-" + std::to_string(rng() % 100000);
+    if (rng() % 8 == 0) o.id.assign(40 + rng() % 200, 'x');  // str8 ids
+    o.index = static_cast<std::uint32_t>(rng() % 3 == 0 ? rng() : rng() % 300);
+    const std::size_t tokens = rng() % 4 == 0 ? rng() % 40 : 1;
+    for (std::size_t t = 0; t < tokens; ++t) {
+      const std::uint64_t widths[] = {0x7f, 0xff, 0xffff, 0xffffffff};
+      o.tokens.push_back(static_cast<std::uint32_t>(rng() % (widths[rng() % 4] + 1)));
+    }
+    if (o.tokens.empty() || rng() % 5 == 0) {
+      o.finish = static_cast<FinishReason>(rng() % 5);
+      if (rng() % 2 == 0) o.reason = "because " + std::to_string(rng() % 1000);
+    }
+    if (rng() % 4 == 0) o.cached_tokens = static_cast<std::uint32_t>(rng() % 5000);
+    b.outputs.push_back(std::move(o));
+  }
+  return b;
+}
+
+TEST(OutputFastPath, ReadsEveryEncoderOutput) {
+  std::mt19937_64 rng(7);
+  for (int i = 0; i < 500; ++i) {
+    const OutputBatch batch = randomBatch(rng);
+    const Bytes bytes = encodeClientMessage(batch);
+    const auto fast = detail::decodeCanonicalOutput(bytes);
+    ASSERT_TRUE(fast.has_value()) << i;
+    EXPECT_EQ(*fast, batch) << i;
+    expectSameAsGeneral(bytes, "batch " + std::to_string(i));
+  }
+}
+
+TEST(OutputFastPath, ReadsTheGolden) {
+  const auto fast = detail::decodeCanonicalOutput(readGolden("client_output"));
+  ASSERT_TRUE(fast.has_value());
+  EXPECT_EQ(fast->outputs.size(), 4u);
+}
+
+// Every single-byte change, truncation and extension of canonical messages: wherever the fast
+// path accepts, the general decoder accepts the same value; errors are the general decoder's.
+TEST(OutputFastPath, DamagedMessagesDecodeExactlyAsTheGeneralDecoder) {
+  std::mt19937_64 rng(11);
+  std::vector<Bytes> seeds = {readGolden("client_output")};
+  for (int i = 0; i < 6; ++i) seeds.push_back(encodeClientMessage(randomBatch(rng)));
+  std::size_t accepted_by_fast_path = 0;
+  std::size_t cases = 0;
+  for (const Bytes& seed : seeds) {
+    for (std::size_t pos = 0; pos < seed.size(); ++pos) {
+      const auto b = std::to_integer<unsigned>(seed[pos]);
+      for (unsigned value :
+           {0x00u, 0x01u, 0x7fu, 0x80u, 0x90u, 0xa0u, 0xc0u, 0xc1u, 0xccu, 0xcfu, 0xd9u, 0xdcu,
+            0xdeu, 0xffu, b ^ 1u, (b + 1) & 0xffu, (b - 1) & 0xffu}) {
+        if (value == b) continue;
+        Bytes damaged = seed;
+        damaged[pos] = static_cast<std::byte>(value);
+        if (detail::decodeCanonicalOutput(damaged)) ++accepted_by_fast_path;
+        ++cases;
+        expectSameAsGeneral(damaged,
+                            "byte " + std::to_string(pos) + " := " + std::to_string(value));
+      }
+      expectSameAsGeneral(Bytes(seed.begin(), seed.begin() + static_cast<std::ptrdiff_t>(pos)),
+                          "truncated to " + std::to_string(pos));
+    }
+    Bytes longer = seed;
+    longer.push_back(std::byte{0});
+    EXPECT_FALSE(detail::decodeCanonicalOutput(longer));
+    expectSameAsGeneral(longer, "trailing byte");
+  }
+  // Some damage keeps the message canonical (a token or index changed): those must have gone
+  // through the fast path, so the comparison above covered accepted values too.
+  EXPECT_GT(accepted_by_fast_path, 0u);
+  EXPECT_GT(cases, accepted_by_fast_path);
+}
+
+// Valid but not canonical: the fast path steps aside and the general decoder reads it.
+TEST(OutputFastPath, NonCanonicalLayoutsFallBackToTheGeneralDecoder) {
+  const OutputBatch want{.outputs = {{.id = "a", .index = 3, .tokens = {9}}}};
+  // Keys in another order ("type" before "v", "tokens" before "index").
+  const Bytes reordered = mp(Json{
+      {"type", "output"}, {"v", 1}, {"outputs", {{{"id", "a"}, {"tokens", {9}}, {"index", 3}}}}});
+  // Canonical except for a nil "finish" (absent for the general decoder) and an unknown key.
+  const Bytes nil_finish = fromHex(
+      "83a17601a474797065a66f7574707574a76f75747075747391"
+      "84a26964a161a5696e64657803a6746f6b656e739109a666696e697368c0");
+  const Bytes unknown_key = fromHex(
+      "83a17601a474797065a66f7574707574a76f75747075747391"
+      "84a26964a161a5696e64657803a6746f6b656e739109a178c3");
+  for (const Bytes& bytes : {reordered, nil_finish, unknown_key}) {
+    EXPECT_FALSE(detail::decodeCanonicalOutput(bytes));
+    const auto decoded = decodeClientMessage(bytes);
+    ASSERT_TRUE(decoded.has_value()) << decoded.error().message;
+    EXPECT_EQ(std::get<OutputBatch>(*decoded), want);
+  }
+}
+
+// Canonical layout, values the general decoder refuses: the fast path must not accept them.
+TEST(OutputFastPath, RefusesWhatTheGeneralDecoderRefuses) {
+  const std::string head = "83a17601a474797065a66f7574707574a76f75747075747391";
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"empty id", head + "83a26964a0a5696e64657803a6746f6b656e739109"},
+      {"token above u32", head + "83a26964a161a5696e64657803a6746f6b656e7391cf0000000100000000"},
+      {"index above u32", head + "83a26964a161a5696e646578cf0000000100000000a6746f6b656e739109"},
+      {"unknown finish",
+       head + "84a26964a161a5696e64657803a6746f6b656e739109a666696e697368a473746f70"},
+      {"no tokens, not terminal", head + "83a26964a161a5696e64657803a6746f6b656e7390"},
+      {"version 2", "83a17602a474797065a66f7574707574a76f75747075747390"},
+      {"token count beyond the input",
+       head + "83a26964a161a5696e64657803a6746f6b656e73dd0010000009"},
+  };
+  for (const auto& [what, hex] : cases) {
+    const Bytes bytes = fromHex(hex);
+    EXPECT_FALSE(detail::decodeCanonicalOutput(bytes)) << what;
+    EXPECT_FALSE(decodeClientMessage(bytes).has_value()) << what;
+    expectSameAsGeneral(bytes, what);
+  }
+  // 257-byte id: one over kMaxRequestIdBytes.
+  OutputBatch long_id{.outputs = {{.id = std::string(kMaxRequestIdBytes + 1, 'i'), .tokens = {1}}}};
+  const Bytes bytes = encodeClientMessage(long_id);
+  EXPECT_FALSE(detail::decodeCanonicalOutput(bytes));
+  expectSameAsGeneral(bytes, "long id");
+}
+
+}  // namespace
+}  // namespace mocker::protocol
