@@ -97,7 +97,7 @@ bool VllmScheduler::cancel(RequestId id) {
   if (it == requests_.end()) return false;
   Req& r = it->second;
   if (r.state == ReqState::Running) {
-    running_.erase(std::find(running_.begin(), running_.end(), id));
+    running_.erase(std::find(running_.begin(), running_.end(), &r));
     releaseBlocks(r);
   } else {
     // Stays in waiting_ as a stale id until it reaches the head (O(1) cancel).
@@ -187,8 +187,8 @@ void VllmScheduler::finalizeBlocks(Req& r, std::vector<KvEvent>& events) {
 }
 
 void VllmScheduler::preempt(std::size_t running_index) {
-  const RequestId id = running_[running_index];
-  Req& r = requests_.at(id);
+  Req& r = *running_[running_index];
+  const RequestId id = r.id;
   releaseBlocks(r);
   r.num_computed = 0;
   r.state = ReqState::Preempted;
@@ -248,7 +248,7 @@ PassResult VllmScheduler::step(double now_ms) {
 
   // 1. Running requests spend the budget first.
   for (std::size_t i = 0; i < running_.size() && budget > 0;) {
-    Req& r = requests_.at(running_[i]);
+    Req& r = *running_[i];
     const std::uint32_t remaining = r.len() - r.num_computed;
     if (remaining == 0) {
       ++i;
@@ -273,7 +273,7 @@ PassResult VllmScheduler::step(double now_ms) {
       }
       const std::size_t victim =
           config_.preemption_mode == PreemptionMode::Lifo ? running_.size() - 1 : 0;
-      const RequestId victim_id = running_[victim];
+      const RequestId victim_id = running_[victim]->id;
       // A victim already scheduled in this pass gives its tokens back (§5.4).
       const auto sched_it = std::find_if(scheduled_.begin(), scheduled_.end(),
                                          [&](const Scheduled& s) { return s.id == victim_id; });
@@ -304,8 +304,8 @@ PassResult VllmScheduler::step(double now_ms) {
   if (!preempted) {
     std::uint64_t reserved_blocks = 0;  // TRT-LLM: blocks running requests may still need
     if (isTrtllm()) {
-      for (RequestId id : running_) {
-        const Req& q = requests_.at(id);
+      for (const Req* qp : running_) {
+        const Req& q = *qp;
         const std::uint32_t total = blocksFor(std::uint64_t{q.prompt_len} + q.max_output);
         if (total > q.blocks.size()) reserved_blocks += total - q.blocks.size();
       }
@@ -368,7 +368,7 @@ PassResult VllmScheduler::step(double now_ms) {
       if (!r.admitted_before) r.first_cached_tokens = cached;
       r.admitted_before = true;
       r.state = ReqState::Running;
-      running_.push_back(r.id);
+      running_.push_back(&r);
       prefix_queries_tokens_ += r.len();
       prefix_hits_tokens_ += cached;
       scheduled_.push_back({r.id, n, cached, r.len(), r.prompt_len});
@@ -400,24 +400,23 @@ PassResult VllmScheduler::step(double now_ms) {
   out.prefill_ms = prefill_raw / speedup;
 
   // 4. Token emission. Signals: terminal-without-token, then tokens, then rejections (§5.6).
-  //    Ready requests are held by pointer (map nodes are stable) so the per-request work is one
-  //    map lookup per pass; completed requests release their blocks at once (release order
-  //    shapes the LRU) and leave running_ in one compaction at the end.
+  //    running_ holds the requests' map nodes, so the per-request work needs no map lookup.
   std::vector<Req*> ready;
   std::vector<RequestId> ended_without_token;  // rare: erased before the FPM loop below
   std::uint64_t ready_len_sum = 0;
   detail::Welford decode_len;
   const bool failed = !std::isfinite(out.prefill_ms);
   for (std::size_t i = 0; i < running_.size();) {
-    Req& r = requests_.at(running_[i]);
+    Req& r = *running_[i];
     if (r.num_computed >= r.len() && reachedEnd(r)) {  // e.g. max_output 0: nothing to sample
       // A request that ends without any token carries its prefix hits on this only signal.
       out.outputs.push_back(
           {r.id, std::nullopt, r.generated(), 0.0, Terminal::Completed,
            r.generated() == 0 ? std::optional(r.first_cached_tokens) : std::nullopt});
-      ended_without_token.push_back(r.id);
-      finish(running_[i]);
+      const RequestId id = r.id;
+      ended_without_token.push_back(id);
       running_.erase(running_.begin() + static_cast<std::ptrdiff_t>(i));
+      finish(id);
       continue;
     }
     if (r.num_computed >= r.len()) {
@@ -445,14 +444,20 @@ PassResult VllmScheduler::step(double now_ms) {
     out.decode_ms = decode_raw / (speedup * config_.decode_speedup_ratio);
   }
   const bool decode_failed = failed || !std::isfinite(out.decode_ms);
-  std::vector<RequestId> completed;  // leave running_ in one compaction below
+  // Completed requests release their blocks at once (release order shapes the LRU), are marked
+  // Finished, and leave running_ and requests_ after the loop (ready holds their nodes).
+  std::vector<RequestId> completed;
+  const auto complete = [&](Req& r) {
+    releaseBlocks(r);
+    r.state = ReqState::Finished;
+    completed.push_back(r.id);
+  };
   for (Req* rp : ready) {
     Req& r = *rp;
     const RequestId id = r.id;
     if (decode_failed) {
       out.outputs.push_back({id, std::nullopt, r.generated(), 0.0, Terminal::Failed, {}});
-      completed.push_back(id);
-      finish(id);
+      complete(r);
       continue;
     }
     const std::uint32_t k = r.generated();
@@ -461,16 +466,13 @@ PassResult VllmScheduler::step(double now_ms) {
     r.tokens.push_back(*sig.token);
     if (reachedEnd(r)) {
       sig.terminal = Terminal::Completed;
-      completed.push_back(id);
-      finish(id);
+      complete(r);
     }
     out.outputs.push_back(sig);
   }
   if (!completed.empty()) {
-    std::sort(completed.begin(), completed.end());
-    std::erase_if(running_, [&](RequestId id) {
-      return std::binary_search(completed.begin(), completed.end(), id);
-    });
+    std::erase_if(running_, [](const Req* r) { return r->state == ReqState::Finished; });
+    for (RequestId id : completed) requests_.erase(id);
   }
   for (RequestId id : rejected) {
     out.outputs.push_back({id, std::nullopt, 0, 0.0, Terminal::Rejected, {}});
@@ -518,9 +520,12 @@ Status VllmScheduler::checkInvariants() const {
   }
   if (live_waiting != num_waiting_) return fail("waiting count mismatch");
   std::uint64_t held = 0;
-  for (RequestId id : running_) {
-    if (++seen[id] > 1) return fail("request in two queues");
-    const Req& r = requests_.at(id);
+  for (const Req* rp : running_) {
+    if (++seen[rp->id] > 1) return fail("request in two queues");
+    const Req& r = *rp;
+    if (requests_.find(r.id) == requests_.end() || &requests_.at(r.id) != rp) {
+      return fail("running entry is not the request's node");
+    }
     if (r.state != ReqState::Running) return fail("non-running request in running");
     if (r.num_computed > r.len()) return fail("num_computed > len");
     if (r.blocks.size() < blocksFor(r.num_computed)) return fail("fewer blocks than computed");

@@ -39,7 +39,7 @@ class VllmScheduler final : public detail::RankCore {
   Status checkInvariants() const override;
 
  private:
-  enum class ReqState : std::uint8_t { Waiting, Preempted, Running };
+  enum class ReqState : std::uint8_t { Waiting, Preempted, Running, Finished };
 
   struct Req {
     RequestId id;
@@ -104,7 +104,7 @@ class VllmScheduler final : public detail::RankCore {
 
   std::unordered_map<RequestId, Req> requests_;  // lookup only; order comes from the queues
   std::deque<RequestId> waiting_;  // may hold ids of cancelled requests (dropped at the head)
-  std::vector<RequestId> running_;
+  std::vector<Req*> running_;      // nodes of requests_ (stable until erased)
   std::uint64_t num_waiting_ = 0;
 
   detail::RunningMoments queued_prefill_;  // prompt lengths of never-run waiting requests

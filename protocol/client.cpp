@@ -366,38 +366,7 @@ std::vector<std::byte> encodeClientMessage(const SubmitReject& m) {
 }
 
 std::vector<std::byte> encodeOutputBatch(std::span<const RequestOutputView> outputs) {
-  std::size_t reserve = 32;
-  for (const RequestOutputView& o : outputs) reserve += 40 + o.id.size() + 5 * o.tokens.size();
-  return encodeMap(
-      "output", 1,
-      [&](Packer& pk) {
-        packStr(pk, "outputs");
-        pk.pack_array(static_cast<std::uint32_t>(outputs.size()));
-        for (const RequestOutputView& o : outputs) {
-          const std::uint32_t n =
-              3 + (o.finish ? 1u : 0u) + (o.reason.empty() ? 0u : 1u) + (o.cached_tokens ? 1u : 0u);
-          pk.pack_map(n);
-          packStr(pk, "id");
-          packStr(pk, o.id);
-          packStr(pk, "index");
-          pk.pack_uint32(o.index);
-          packStr(pk, "tokens");
-          packTokens(pk, o.tokens);
-          if (o.finish) {
-            packStr(pk, "finish");
-            packStr(pk, toString(*o.finish));
-          }
-          if (!o.reason.empty()) {
-            packStr(pk, "reason");
-            packStr(pk, o.reason);
-          }
-          if (o.cached_tokens) {
-            packStr(pk, "cached_tokens");
-            pk.pack_uint32(*o.cached_tokens);
-          }
-        }
-      },
-      reserve);
+  return detail::encodeCanonicalOutput(outputs);
 }
 
 std::vector<std::byte> encodeClientMessage(const OutputBatch& m) {

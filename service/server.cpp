@@ -80,6 +80,20 @@ protocol::KvLayout toWire(KvEventLayout v) {
 
 enum class SendOutcome { Sent, WouldBlock, Unroutable };
 
+// A message owning `payload`'s buffer: libzmq frees it (from its I/O thread) once written, so
+// an output batch of a few KiB is not copied again. Small payloads are copied, which is cheaper.
+zmq::message_t adoptPayload(std::vector<std::byte>&& payload) {
+  constexpr std::size_t kCopyBelow = 256;
+  if (payload.size() < kCopyBelow) return zmq::message_t(payload.data(), payload.size());
+  auto owned = std::make_unique<std::vector<std::byte>>(std::move(payload));
+  zmq::message_t msg(
+      owned->data(), owned->size(),
+      [](void* /*data*/, void* hint) { delete static_cast<std::vector<std::byte>*>(hint); },
+      owned.get());
+  owned.release();  // libzmq owns it now
+  return msg;
+}
+
 }  // namespace
 
 class Server::Impl {
@@ -140,7 +154,7 @@ class Server::Impl {
 
   Result<zmq::socket_t> makeRouter(const EndpointConfig& ep, std::string& resolved);
   SendOutcome sendTo(zmq::socket_t& socket, const std::string& client,
-                     const std::vector<std::byte>& payload);
+                     std::vector<std::byte>&& payload);
   void reply(zmq::socket_t& socket, const std::string& client, const ClientMessage& message);
 
   void drainCancels();
@@ -158,7 +172,9 @@ class Server::Impl {
   // One request's outputs within one pass: tokens [token_begin, +token_count) of pass_tokens_.
   struct OutputEntry {
     engine::RequestId id;
-    const std::string* route_id = nullptr;  // the client's request id (owned by the route)
+    // The request's route: routes_ nodes are stable, and none is erased between completePass
+    // filling the batch and deliver() finishing it.
+    Route* route = nullptr;
     std::uint32_t index = 0;
     std::size_t token_begin = 0;
     std::uint32_t token_count = 0;
@@ -295,7 +311,7 @@ Status Server::Impl::init() {
 }
 
 SendOutcome Server::Impl::sendTo(zmq::socket_t& socket, const std::string& client,
-                                 const std::vector<std::byte>& payload) {
+                                 std::vector<std::byte>&& payload) {
   const auto it = clients_.find(client);
   const bool delimiter = it != clients_.end() && it->second.delimiter;
   try {
@@ -305,7 +321,7 @@ SendOutcome Server::Impl::sendTo(zmq::socket_t& socket, const std::string& clien
       return SendOutcome::WouldBlock;
     }
     if (delimiter) socket.send(zmq::message_t(), zmq::send_flags::sndmore);
-    socket.send(zmq::buffer(payload.data(), payload.size()), zmq::send_flags::none);
+    socket.send(adoptPayload(std::move(payload)), zmq::send_flags::none);
     return SendOutcome::Sent;
   } catch (const zmq::error_t& e) {
     if (e.num() == EHOSTUNREACH) return SendOutcome::Unroutable;
@@ -692,7 +708,7 @@ void Server::Impl::completePass(std::uint32_t r) {
   for (const engine::OutputSignal& s : pass.outputs) {
     const auto it = routes_.find(s.id);
     if (it == routes_.end() || it->second.state != RouteState::Active) continue;
-    const Route& route = it->second;
+    Route& route = it->second;
     ClientState& cs = *route.owner;
     if (cs.batch_epoch != pass_epoch_) {
       cs.batch_epoch = pass_epoch_;
@@ -706,10 +722,8 @@ void Server::Impl::completePass(std::uint32_t r) {
     PassBatch& pb = batches_[cs.batch_index];
     // Tokens of one request in one pass are consecutive signals: extend its entry.
     if (pb.entries.empty() || pb.entries.back().id != s.id || pb.entries.back().finish) {
-      pb.entries.push_back({.id = s.id,
-                            .route_id = &route.id,
-                            .index = s.index,
-                            .token_begin = pass_tokens_.size()});
+      pb.entries.push_back(
+          {.id = s.id, .route = &route, .index = s.index, .token_begin = pass_tokens_.size()});
     }
     OutputEntry& e = pb.entries.back();
     if (s.token) {
@@ -750,16 +764,16 @@ void Server::Impl::deliver() {
     const std::string& client = pb.client;
     views.clear();
     for (const OutputEntry& e : pb.entries) {
-      views.push_back({*e.route_id, e.index,
+      views.push_back({e.route->id, e.index,
                        std::span(pass_tokens_).subspan(e.token_begin, e.token_count), e.finish,
                        e.reason, e.cached_tokens});
     }
     const auto outcome = sendTo(submit_, client, protocol::encodeOutputBatch(views));
-    ClientState& owner = *routes_.at(pb.entries.front().id).owner;
+    ClientState& owner = *pb.entries.front().route->owner;
     if (outcome == SendOutcome::Sent) {
       owner.unroutable_since.reset();
       ++counters.output_messages;
-      for (const OutputEntry& e : pb.entries) routes_.at(e.id).delivered += e.token_count;
+      for (const OutputEntry& e : pb.entries) e.route->delivered += e.token_count;
       for (engine::RequestId id : pb.terminal) closeRoute(id);
       continue;
     }
@@ -773,7 +787,7 @@ void Server::Impl::deliver() {
     // Would block (or unroutable for now): every stream in this batch is abandoned — cancelled
     // in the engine now, its terminal owed until the client is writable again.
     for (const OutputEntry& e : pb.entries) {
-      Route& route = routes_.at(e.id);
+      Route& route = *e.route;
       if (route.state != RouteState::Active) continue;
       if (e.finish) {
         // Finished in the engine already; the client still needs its end of stream.

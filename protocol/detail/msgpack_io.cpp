@@ -28,6 +28,12 @@ bool referenceInput(msgpack::type::object_type /*type*/, std::size_t /*size*/, v
 
 }  // namespace
 
+void ByteSink::grow(std::size_t size) {
+  out_->resize(std::max({size_ + size, 2 * out_->size(), out_->capacity(), std::size_t{256}}));
+  data_ = out_->data();
+  capacity_ = out_->size();
+}
+
 Status prescan(std::span<const std::byte> bytes, std::string_view what) {
   const std::string name(what);
   if (bytes.size() > kMaxMessageBytes) {

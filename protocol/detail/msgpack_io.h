@@ -28,19 +28,24 @@ namespace mocker::protocol::detail {
 // dominated encoding small fields (tests/bench/protocol_benchmark.cpp).
 class ByteSink {
  public:
-  explicit ByteSink(std::vector<std::byte>& out) : out_(&out), size_(out.size()) {}
+  explicit ByteSink(std::vector<std::byte>& out)
+      : out_(&out), data_(out.data()), size_(out.size()), capacity_(out.size()) {}
+  // Inlined into the packer: the common case is one compare and a small memcpy (the buffer's
+  // pointer and size live in the sink, not behind the vector).
   void write(const char* data, std::size_t size) {
-    if (out_->size() - size_ < size) {
-      out_->resize(std::max({size_ + size, 2 * out_->size(), out_->capacity(), std::size_t{256}}));
-    }
-    std::memcpy(out_->data() + size_, data, size);
+    if (capacity_ - size_ < size) grow(size);
+    std::memcpy(data_ + size_, data, size);
     size_ += size;
   }
   void finish() { out_->resize(size_); }
 
  private:
+  void grow(std::size_t size);  // out of line: rare
+
   std::vector<std::byte>* out_;
+  std::byte* data_;
   std::size_t size_;
+  std::size_t capacity_;  // == out_->size()
 };
 
 /// msgpack-c packer plus packF64. NOTE: msgpack-c 4.x `pack_double` writes integral values as

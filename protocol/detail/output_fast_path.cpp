@@ -1,6 +1,7 @@
 #include "protocol/detail/output_fast_path.h"
 
 #include <cstdint>
+#include <cstring>
 #include <limits>
 #include <string_view>
 
@@ -177,7 +178,127 @@ bool readOutput(Reader& r, RequestOutput& out, std::size_t& objects) {
   return objects <= kMaxObjectsPerMessage;
 }
 
+// Writes msgpack into a buffer sized in advance from an upper bound (no bounds checks per
+// field). Widths are the smallest that fit, as msgpack-c and python-msgpack choose them, so the
+// bytes equal the general encoders' (pinned by the goldens).
+class Writer {
+ public:
+  explicit Writer(std::byte* p) : p_(p) {}
+  std::byte* position() const { return p_; }
+
+  void raw(std::string_view bytes) {
+    std::memcpy(p_, bytes.data(), bytes.size());
+    p_ += bytes.size();
+  }
+  void mapHeader(std::uint32_t n) { header(n, 0x80, 0xde, 0xdf); }
+  void arrayHeader(std::uint32_t n) { header(n, 0x90, 0xdc, 0xdd); }
+  void str(std::string_view s) {
+    const auto n = static_cast<std::uint32_t>(s.size());
+    if (n <= 31) {
+      byte(0xa0 | n);
+    } else if (n <= 0xff) {
+      byte(0xd9);
+      byte(n);
+    } else if (n <= 0xffff) {
+      byte(0xda);
+      bigEndian(n, 2);
+    } else {
+      byte(0xdb);
+      bigEndian(n, 4);
+    }
+    raw(s);
+  }
+  void uint(std::uint32_t v) {
+    if (v <= 0x7f) {
+      byte(v);
+    } else if (v <= 0xff) {
+      byte(0xcc);
+      byte(v);
+    } else if (v <= 0xffff) {
+      byte(0xcd);
+      bigEndian(v, 2);
+    } else {
+      byte(0xce);
+      bigEndian(v, 4);
+    }
+  }
+
+ private:
+  void byte(std::uint32_t b) { *p_++ = static_cast<std::byte>(b & 0xffu); }
+  void bigEndian(std::uint32_t v, int width) {
+    for (int i = width - 1; i >= 0; --i) byte(v >> (8 * i));
+  }
+  void header(std::uint32_t n, std::uint32_t fix, std::uint8_t b16, std::uint8_t b32) {
+    if (n <= 15) {
+      byte(fix | n);
+    } else if (n <= 0xffff) {
+      byte(b16);
+      bigEndian(n, 2);
+    } else {
+      byte(b32);
+      bigEndian(n, 4);
+    }
+  }
+
+  std::byte* p_;
+};
+
+// Key strings with their fixstr headers.
+constexpr std::string_view kHead = "\x83\xa1v\x01\xa4type\xa6output\xa7outputs";
+constexpr std::string_view kId = "\xa2id";
+constexpr std::string_view kIndex = "\xa5index";
+constexpr std::string_view kTokens = "\xa6tokens";
+constexpr std::string_view kFinish =
+    "\xa6"
+    "finish";
+constexpr std::string_view kReason = "\xa6reason";
+constexpr std::string_view kCachedTokens =
+    "\xad"
+    "cached_tokens";
+
+// Upper bound of a str's encoded size.
+constexpr std::size_t strBound(std::size_t n) { return 5 + n; }
+
 }  // namespace
+
+std::vector<std::byte> encodeCanonicalOutput(std::span<const RequestOutputView> outputs) {
+  static_assert(kClientProtocolVersion == 1, "kHead spells the version");
+  std::size_t bound = kHead.size() + 5;
+  for (const RequestOutputView& o : outputs) {
+    bound += 1 + kId.size() + strBound(o.id.size()) + kIndex.size() + 5 + kTokens.size() + 5 +
+             5 * o.tokens.size() + kFinish.size() + strBound(16) + kReason.size() +
+             strBound(o.reason.size()) + kCachedTokens.size() + 5;
+  }
+  std::vector<std::byte> out(bound);
+  Writer w(out.data());
+  w.raw(kHead);
+  w.arrayHeader(static_cast<std::uint32_t>(outputs.size()));
+  for (const RequestOutputView& o : outputs) {
+    w.mapHeader(3 + (o.finish ? 1u : 0u) + (o.reason.empty() ? 0u : 1u) +
+                (o.cached_tokens ? 1u : 0u));
+    w.raw(kId);
+    w.str(o.id);
+    w.raw(kIndex);
+    w.uint(o.index);
+    w.raw(kTokens);
+    w.arrayHeader(static_cast<std::uint32_t>(o.tokens.size()));
+    for (std::uint32_t t : o.tokens) w.uint(t);
+    if (o.finish) {
+      w.raw(kFinish);
+      w.str(toString(*o.finish));
+    }
+    if (!o.reason.empty()) {
+      w.raw(kReason);
+      w.str(o.reason);
+    }
+    if (o.cached_tokens) {
+      w.raw(kCachedTokens);
+      w.uint(*o.cached_tokens);
+    }
+  }
+  out.resize(static_cast<std::size_t>(w.position() - out.data()));
+  return out;
+}
 
 std::optional<OutputBatch> decodeCanonicalOutput(std::span<const std::byte> bytes) {
   if (bytes.size() > kMaxMessageBytes) return std::nullopt;

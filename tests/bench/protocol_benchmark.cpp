@@ -153,6 +153,20 @@ void BM_OutputEncode(benchmark::State& state) {
 }
 BENCHMARK(BM_OutputEncode);
 
+// What the service does per pass and client: encode from borrowed views.
+void BM_OutputEncodeViews(benchmark::State& state) {
+  const auto batch = outputBatch();
+  std::vector<protocol::RequestOutputView> views;
+  for (const auto& o : batch.outputs) {
+    views.push_back({o.id, o.index, o.tokens, o.finish, o.reason, o.cached_tokens});
+  }
+  for (auto _ : state) {
+    auto out = protocol::encodeOutputBatch(views);
+    benchmark::DoNotOptimize(out.data());
+  }
+}
+BENCHMARK(BM_OutputEncodeViews);
+
 void BM_OutputRawMsgpackC(benchmark::State& state) {
   const auto batch = outputBatch();
   for (auto _ : state) {

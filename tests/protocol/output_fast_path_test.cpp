@@ -47,6 +47,7 @@ OutputBatch randomBatch(std::mt19937_64& rng) {
     if (o.tokens.empty() || rng() % 5 == 0) {
       o.finish = static_cast<FinishReason>(rng() % 5);
       if (rng() % 2 == 0) o.reason = "because " + std::to_string(rng() % 1000);
+      if (rng() % 10 == 0) o.reason.assign(300 + rng() % 3000, 'r');  // str16
     }
     if (rng() % 4 == 0) o.cached_tokens = static_cast<std::uint32_t>(rng() % 5000);
     b.outputs.push_back(std::move(o));
@@ -63,6 +64,26 @@ TEST(OutputFastPath, ReadsEveryEncoderOutput) {
     ASSERT_TRUE(fast.has_value()) << i;
     EXPECT_EQ(*fast, batch) << i;
     expectSameAsGeneral(bytes, "batch " + std::to_string(i));
+  }
+}
+
+// The direct encoder writes what an independent msgpack encoder (nlohmann's, smallest widths,
+// keys in README order) writes for the same message — across fixstr/str8 ids, every integer
+// width, and all optional fields.
+TEST(OutputFastPath, EncoderMatchesAnIndependentEncoder) {
+  std::mt19937_64 rng(3);
+  for (int i = 0; i < 500; ++i) {
+    const OutputBatch batch = randomBatch(rng);
+    Json outputs = Json::array();
+    for (const RequestOutput& o : batch.outputs) {
+      Json e = {{"id", o.id}, {"index", o.index}, {"tokens", o.tokens}};
+      if (o.finish) e["finish"] = std::string(toString(*o.finish));
+      if (!o.reason.empty()) e["reason"] = o.reason;
+      if (o.cached_tokens) e["cached_tokens"] = *o.cached_tokens;
+      outputs.push_back(std::move(e));
+    }
+    const Json message = {{"v", 1}, {"type", "output"}, {"outputs", std::move(outputs)}};
+    ASSERT_EQ(testing::toHex(encodeClientMessage(batch)), testing::toHex(mp(message))) << i;
   }
 }
 
