@@ -402,6 +402,8 @@ PassResult VllmScheduler::step(double now_ms) {
   // 4. Token emission. Signals: terminal-without-token, then tokens, then rejections (§5.6).
   //    running_ holds the requests' map nodes, so the per-request work needs no map lookup.
   std::vector<Req*> ready;
+  ready.reserve(running_.size());
+  out.outputs.reserve(running_.size() + rejected.size());
   std::vector<RequestId> ended_without_token;  // rare: erased before the FPM loop below
   std::uint64_t ready_len_sum = 0;
   detail::Welford decode_len;

@@ -72,19 +72,27 @@ Status Client::cancel(const std::string& id, std::optional<std::string> client) 
 }
 
 Result<std::optional<protocol::ClientMessage>> Client::receive(std::chrono::milliseconds timeout) {
-  zmq::pollitem_t items[] = {{impl_->cancel.handle(), 0, ZMQ_POLLIN, 0},
-                             {impl_->submit.handle(), 0, ZMQ_POLLIN, 0}};
+  const auto decode =
+      [](const zmq::message_t& msg) -> Result<std::optional<protocol::ClientMessage>> {
+    auto decoded =
+        protocol::decodeClientMessage({static_cast<const std::byte*>(msg.data()), msg.size()});
+    if (!decoded) return decoded.error();
+    return std::optional<protocol::ClientMessage>(std::move(*decoded));
+  };
   try {
+    // A message already queued (the common case while outputs stream) needs no poll call;
+    // the cancel socket goes first.
+    zmq::message_t msg;
+    for (zmq::socket_t* s : {&impl_->cancel, &impl_->submit}) {
+      if (s->recv(msg, zmq::recv_flags::dontwait)) return decode(msg);
+    }
+    zmq::pollitem_t items[] = {{impl_->cancel.handle(), 0, ZMQ_POLLIN, 0},
+                               {impl_->submit.handle(), 0, ZMQ_POLLIN, 0}};
     zmq::poll(items, 2, timeout);
     for (int i = 0; i < 2; ++i) {
       if (!(items[i].revents & ZMQ_POLLIN)) continue;
       zmq::socket_t& s = i == 0 ? impl_->cancel : impl_->submit;
-      zmq::message_t msg;
-      if (!s.recv(msg, zmq::recv_flags::dontwait)) continue;
-      auto decoded =
-          protocol::decodeClientMessage({static_cast<const std::byte*>(msg.data()), msg.size()});
-      if (!decoded) return decoded.error();
-      return std::optional<protocol::ClientMessage>(std::move(*decoded));
+      if (s.recv(msg, zmq::recv_flags::dontwait)) return decode(msg);
     }
   } catch (const zmq::error_t& e) {
     // A signal (e.g. Ctrl-C handled by the caller) interrupts poll: report "nothing yet".

@@ -4,14 +4,19 @@
 //
 //   service_throughput_bench [--clients N] [--concurrency C] [--requests M] [--max-tokens T]
 //                            [--prompt-len P] [--events off|on|both] [--baseline-messages K]
+//                            [--rounds R]
 //
 // Service: an in-process Server (speedup_ratio 0, max_num_seqs 1024, ephemeral endpoints) runs
 // on its own thread; N client threads (one service::Client each) keep C requests of T tokens in
 // flight until each has finished M. A stream abandoned by backpressure is counted and reported
-// (its tokens still count as delivered). Prints figures; asserts nothing about timing.
+// (its tokens still count as delivered). Each round measures the baseline and then the service
+// back to back; the summary gives each round's ratio (service tokens/s ÷ baseline messages/s)
+// and the worst and median over the rounds, so host noise shows instead of hiding in one run.
+// Prints figures; asserts nothing about timing.
 #include <pthread.h>
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
@@ -41,6 +46,7 @@ struct Options {
   std::uint32_t prompt_len = 16;
   std::string events = "both";
   long baseline_messages = 2'000'000;  // in total, across the DEALERs
+  int rounds = 3;
 };
 
 double seconds(Clock::time_point a, Clock::time_point b) {
@@ -112,7 +118,8 @@ void runClient(const std::string& submit, const std::string& cancel, int index, 
   }
 }
 
-bool runService(const Options& opt, bool events) {
+/// Delivered tokens/s, or a negative value on failure.
+double runService(const Options& opt, bool events) {
   service::ServiceConfig config;
   config.engine.speedup_ratio = 0;
   config.engine.max_num_seqs = 1024;
@@ -129,7 +136,7 @@ bool runService(const Options& opt, bool events) {
   auto server = service::Server::create(config);
   if (!server) {
     std::fprintf(stderr, "server: %s\n", server.error().message.c_str());
-    return false;
+    return -1.0;
   }
   const std::string submit = (*server)->endpoints().submit;
   const std::string cancel = (*server)->endpoints().cancel;
@@ -177,13 +184,15 @@ bool runService(const Options& opt, bool events) {
       static_cast<unsigned long long>(total.abandoned), cpu);
   if (!total.error.empty()) std::fprintf(stderr, "client error: %s\n", total.error.c_str());
   if (!run_status) std::fprintf(stderr, "server: %s\n", run_status.error().message.c_str());
-  return total.error.empty() && static_cast<bool>(run_status) &&
-         total.finished ==
-             static_cast<std::uint64_t>(opt.clients) * static_cast<std::uint64_t>(opt.requests);
+  const bool ok = total.error.empty() && static_cast<bool>(run_status) &&
+                  total.finished == static_cast<std::uint64_t>(opt.clients) *
+                                        static_cast<std::uint64_t>(opt.requests);
+  return ok ? static_cast<double>(total.tokens) / wall : -1.0;
 }
 
 /// Raw libzmq: one ROUTER thread sends `total` small messages round-robin to N DEALERs.
-bool runBaseline(const Options& opt) {
+/// Returns messages/s.
+double runBaseline(const Options& opt) {
   zmq::context_t ctx(1);
   zmq::socket_t router(ctx, zmq::socket_type::router);
   router.set(zmq::sockopt::router_mandatory, 1);
@@ -231,7 +240,7 @@ bool runBaseline(const Options& opt) {
       "baseline (raw ROUTER -> %d DEALERs, one 40-byte message per token): %.0f "
       "messages in %.3f s => %.0f messages/s\n",
       n, total, wall, total / wall);
-  return true;
+  return total / wall;
 }
 
 bool parse(int argc, char** argv, Options& opt) {
@@ -253,12 +262,14 @@ bool parse(int argc, char** argv, Options& opt) {
       opt.events = v;
     } else if (a == "--baseline-messages") {
       opt.baseline_messages = std::atol(v);
+    } else if (a == "--rounds") {
+      opt.rounds = std::atoi(v);
     } else {
       return false;
     }
   }
   return opt.clients >= 1 && opt.concurrency >= 1 && opt.requests >= 1 && opt.max_tokens >= 1 &&
-         opt.prompt_len >= 1 && opt.baseline_messages >= opt.clients &&
+         opt.prompt_len >= 1 && opt.baseline_messages >= opt.clients && opt.rounds >= 1 &&
          (opt.events == "on" || opt.events == "off" || opt.events == "both");
 }
 
@@ -270,15 +281,37 @@ int main(int argc, char** argv) {
     std::fprintf(stderr,
                  "usage: service_throughput_bench [--clients N] [--concurrency C] [--requests M] "
                  "[--max-tokens T] [--prompt-len P] [--events off|on|both] "
-                 "[--baseline-messages K]\n");
+                 "[--baseline-messages K] [--rounds R]\n");
     return 2;
   }
   mocker::service::setupLogging(spdlog::level::warn);
   std::printf("load average (1 min) at start: %.2f, hardware threads: %u\n", loadAverage(),
               std::thread::hardware_concurrency());
-  bool ok = runBaseline(opt);
-  if (opt.events != "on") ok = runService(opt, false) && ok;
-  if (opt.events != "off") ok = runService(opt, true) && ok;
+  bool ok = true;
+  std::vector<double> ratios[2];  // [events off, events on]
+  for (int round = 1; round <= opt.rounds; ++round) {
+    std::printf("-- round %d of %d\n", round, opt.rounds);
+    const double baseline = runBaseline(opt);
+    for (const bool events : {false, true}) {
+      if (opt.events == (events ? "off" : "on")) continue;
+      const double tokens_per_s = runService(opt, events);
+      if (tokens_per_s < 0) {
+        ok = false;
+        continue;
+      }
+      ratios[events].push_back(tokens_per_s / baseline);
+      std::printf("  ratio to this round's baseline: %.2f\n", tokens_per_s / baseline);
+    }
+  }
+  for (const bool events : {false, true}) {
+    auto& r = ratios[events];
+    if (r.empty()) continue;
+    std::sort(r.begin(), r.end());
+    std::printf(
+        "summary (events+fpm %s): service tokens/s / baseline messages/s over %zu round(s): "
+        "worst %.2f, median %.2f, best %.2f\n",
+        events ? "on" : "off", r.size(), r.front(), r[r.size() / 2], r.back());
+  }
   std::printf("load average (1 min) at end: %.2f\n", loadAverage());
   return ok ? 0 : 1;
 }
