@@ -10,11 +10,13 @@ namespace mocker::protocol {
 namespace {
 
 using detail::MapView;
+using detail::optU32Key;
 using detail::packBin;
 using detail::Packer;
 using detail::packStr;
-
-constexpr std::uint32_t kU32Max = std::numeric_limits<std::uint32_t>::max();
+using detail::strKey;
+using detail::u32Key;
+using detail::uintKey;
 
 // ---------------------------------------------------------------------------------------------
 // Encoding
@@ -54,30 +56,6 @@ Result<std::string> requestId(const MapView& m, std::string_view key = "id") {
   MOCKER_TRY(const std::string_view id, detail::getStr(*o, key, kMaxRequestIdBytes));
   if (id.empty()) return invalidArgument(std::string(key) + ": must not be empty");
   return std::string(id);
-}
-
-Result<std::uint64_t> uintKey(const MapView& m, std::string_view key,
-                              std::uint64_t max = std::numeric_limits<std::uint64_t>::max()) {
-  MOCKER_TRY(const msgpack::object* o, m.require(key));
-  return detail::getUint(*o, key, max);
-}
-
-Result<std::uint32_t> u32Key(const MapView& m, std::string_view key) {
-  MOCKER_TRY(const std::uint64_t v, uintKey(m, key, kU32Max));
-  return static_cast<std::uint32_t>(v);
-}
-
-Result<std::optional<std::uint32_t>> optU32Key(const MapView& m, std::string_view key) {
-  const msgpack::object* o = m.findNonNil(key);
-  if (o == nullptr) return std::optional<std::uint32_t>{};
-  MOCKER_TRY(const std::uint64_t v, detail::getUint(*o, key, kU32Max));
-  return std::optional<std::uint32_t>{static_cast<std::uint32_t>(v)};
-}
-
-Result<std::string> strKey(const MapView& m, std::string_view key) {
-  MOCKER_TRY(const msgpack::object* o, m.require(key));
-  MOCKER_TRY(const std::string_view s, detail::getStr(*o, key, kMaxStringBytes));
-  return std::string(s);
 }
 
 Result<ClientMessage> decodeSubmit(const MapView& m) {

@@ -14,7 +14,7 @@
 #include <string>
 #include <vector>
 
-#include "tools/index/query_protocol.h"
+#include "protocol/index_query.h"
 
 namespace CLI {
 class App;

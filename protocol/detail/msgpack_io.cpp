@@ -368,6 +368,41 @@ Result<std::vector<std::uint32_t>> getU32Array(const msgpack::object& o, std::st
   return out;
 }
 
+Result<bool> getBool(const msgpack::object& o, std::string_view field) {
+  if (o.type != msgpack::type::BOOLEAN) return typeError(field, "bool", o);
+  return o.via.boolean;
+}
+
+Result<std::uint64_t> uintKey(const MapView& m, std::string_view key, std::uint64_t max) {
+  MOCKER_TRY(const msgpack::object* o, m.require(key));
+  return getUint(*o, key, max);
+}
+
+Result<std::uint32_t> u32Key(const MapView& m, std::string_view key) {
+  MOCKER_TRY(const std::uint64_t v, uintKey(m, key, std::numeric_limits<std::uint32_t>::max()));
+  return static_cast<std::uint32_t>(v);
+}
+
+Result<std::optional<std::uint32_t>> optU32Key(const MapView& m, std::string_view key) {
+  const msgpack::object* o = m.findNonNil(key);
+  if (o == nullptr) return std::optional<std::uint32_t>{};
+  MOCKER_TRY(const std::uint64_t v, getUint(*o, key, std::numeric_limits<std::uint32_t>::max()));
+  return std::optional<std::uint32_t>{static_cast<std::uint32_t>(v)};
+}
+
+Result<std::optional<std::uint64_t>> optU64Key(const MapView& m, std::string_view key) {
+  const msgpack::object* o = m.findNonNil(key);
+  if (o == nullptr) return std::optional<std::uint64_t>{};
+  MOCKER_TRY(const std::uint64_t v, getUint(*o, key));
+  return std::optional<std::uint64_t>{v};
+}
+
+Result<std::string> strKey(const MapView& m, std::string_view key) {
+  MOCKER_TRY(const msgpack::object* o, m.require(key));
+  MOCKER_TRY(const std::string_view s, getStr(*o, key, kMaxStringBytes));
+  return std::string(s);
+}
+
 Result<MapView> MapView::create(const msgpack::object& o, std::string_view field) {
   if (o.type != msgpack::type::MAP) return typeError(field, "map", o);
   const msgpack::object_map& map = o.via.map;

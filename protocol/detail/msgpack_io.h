@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -145,6 +146,18 @@ class MapView {
   explicit MapView(const msgpack::object_map& map) : map_(&map) {}
   const msgpack::object_map* map_;
 };
+
+/// Typed values of required / optional map keys (errors name the key).
+Result<std::uint64_t> uintKey(const MapView& m, std::string_view key,
+                              std::uint64_t max = std::numeric_limits<std::uint64_t>::max());
+Result<std::uint32_t> u32Key(const MapView& m, std::string_view key);
+/// Absent or nil ⇒ nullopt.
+Result<std::optional<std::uint32_t>> optU32Key(const MapView& m, std::string_view key);
+Result<std::optional<std::uint64_t>> optU64Key(const MapView& m, std::string_view key);
+/// A str of at most kMaxStringBytes.
+Result<std::string> strKey(const MapView& m, std::string_view key);
+/// A bool.
+Result<bool> getBool(const msgpack::object& o, std::string_view field);
 
 /// "<prefix>[<index>]".
 std::string indexed(std::string_view prefix, std::size_t index);

@@ -11,7 +11,7 @@
 // after which batches continue from the newest seq seen. At connect a replay from seq 0 covers
 // the ZeroMQ slow-joiner window; an idle connection is probed with a replay from its next seq
 // every probe interval so that lost tail batches are found too. A ROUTER answers overlap,
-// stats and verify queries (tools/index/query_protocol.h).
+// stats and verify queries (protocol/index_query.h).
 //
 // Thread-safety: create, run() and destroy on one thread (the loop owns every socket and the
 // index); requestStop() and stats() may be called from any thread (requestStop also from a
@@ -29,8 +29,8 @@
 
 #include "engine/base/result.h"
 #include "engine/block_hash.h"
+#include "protocol/index_query.h"
 #include "tools/index/kv_index.h"
-#include "tools/index/query_protocol.h"
 
 namespace mocker::index {
 

@@ -6,6 +6,10 @@
 // and receives one reply frame: overlap_reply, stats_reply, verify_reply or error. "id" (a
 // string) is echoed. Unknown keys are ignored; a malformed request yields an error reply.
 //
+// It lives in protocol/ to share the client protocol's msgpack helpers (the same structural
+// pre-scan and limits, typed accessors and error messages); its types keep the mocker::index
+// namespace because protocol's client types already use the names StatsReply and ErrorReply.
+//
 // Pure functions on plain value types; thread-safe. Never throws.
 #pragma once
 
