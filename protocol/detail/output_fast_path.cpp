@@ -22,31 +22,8 @@ class Reader {
   bool done() const { return p_ == end_; }
   std::size_t remaining() const { return static_cast<std::size_t>(end_ - p_); }
 
-  bool mapHeader(std::uint32_t& n) {
-    if (p_ == end_) return false;
-    const std::uint8_t b = *p_;
-    if (b >= 0x80 && b <= 0x8f) {
-      ++p_;
-      n = b & 0x0fu;
-      return true;
-    }
-    if (b == 0xde) return length(2, n);
-    if (b == 0xdf) return length(4, n);
-    return false;
-  }
-
-  bool arrayHeader(std::uint32_t& n) {
-    if (p_ == end_) return false;
-    const std::uint8_t b = *p_;
-    if (b >= 0x90 && b <= 0x9f) {
-      ++p_;
-      n = b & 0x0fu;
-      return true;
-    }
-    if (b == 0xdc) return length(2, n);
-    if (b == 0xdd) return length(4, n);
-    return false;
-  }
+  bool mapHeader(std::uint32_t& n) { return header(n, 0x80, 0xde, 0xdf); }
+  bool arrayHeader(std::uint32_t& n) { return header(n, 0x90, 0xdc, 0xdd); }
 
   bool str(std::string_view& s) {
     if (p_ == end_) return false;
@@ -100,6 +77,20 @@ class Reader {
   }
 
  private:
+  // A map or array header: fix (`fix` | n < 16), 16-bit (`b16`) or 32-bit (`b32`) count.
+  bool header(std::uint32_t& n, std::uint8_t fix, std::uint8_t b16, std::uint8_t b32) {
+    if (p_ == end_) return false;
+    const std::uint8_t b = *p_;
+    if ((b & 0xf0u) == fix) {
+      ++p_;
+      n = b & 0x0fu;
+      return true;
+    }
+    if (b == b16) return length(2, n);
+    if (b == b32) return length(4, n);
+    return false;
+  }
+
   // Skips the type byte and reads a `width`-byte big-endian length.
   bool length(std::size_t width, std::uint32_t& n) {
     std::uint64_t v = 0;
