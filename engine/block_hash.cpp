@@ -5,7 +5,7 @@
 #include <array>
 #include <bit>
 
-#include "engine/base/check.h"
+#include "base/check.h"
 
 namespace mocker::engine {
 namespace {

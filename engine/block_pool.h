@@ -20,7 +20,7 @@
 #include <span>
 #include <vector>
 
-#include "engine/base/result.h"
+#include "base/result.h"
 #include "engine/detail/hash_index.h"
 #include "engine/types.h"
 

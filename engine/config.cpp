@@ -1,6 +1,6 @@
 #include "engine/config.h"
 
-#include "engine/base/ascii.h"
+#include "base/enum_names.h"
 
 #include <algorithm>
 #include <cctype>
@@ -11,39 +11,24 @@ namespace mocker::engine {
 namespace {
 
 template <typename E, std::size_t N>
-Result<E> parseEnum(std::string_view field, std::string_view s,
-                    const std::pair<std::string_view, E> (&table)[N]) {
-  const std::string l = asciiLower(s);
-  std::string allowed;
-  for (const auto& [name, value] : table) {
-    if (l == name) return value;
-    if (!allowed.empty()) allowed += " | ";
-    allowed += name;
-  }
+Result<E> parseEnum(std::string_view field, std::string_view s, const EnumNames<E, N>& table) {
+  if (auto v = enumFromName(table, s)) return *v;
   return invalidArgument(std::string(field) + ": unknown value '" + std::string(s) +
-                         "' (allowed: " + allowed + ")");
+                         "' (allowed: " + enumNameList(table, " | ") + ")");
 }
 
-constexpr std::pair<std::string_view, EngineType> kEngineTypes[] = {
-    {"vllm", EngineType::Vllm}, {"sglang", EngineType::Sglang}, {"trtllm", EngineType::Trtllm}};
-constexpr std::pair<std::string_view, PreemptionMode> kPreemptionModes[] = {
-    {"lifo", PreemptionMode::Lifo}, {"fifo", PreemptionMode::Fifo}};
-constexpr std::pair<std::string_view, TimingModelKind> kTimingModels[] = {
-    {"polynomial", TimingModelKind::Polynomial},
-    {"interpolated", TimingModelKind::Interpolated},
-    {"fixed", TimingModelKind::Fixed}};
-constexpr std::pair<std::string_view, KvEventVisibility> kVisibilities[] = {
-    {"pass_end", KvEventVisibility::PassEnd}, {"pass_start", KvEventVisibility::PassStart}};
-constexpr std::pair<std::string_view, SchedulePolicy> kPolicies[] = {
-    {"fcfs", SchedulePolicy::Fcfs}, {"fifo", SchedulePolicy::Fcfs}, {"lpm", SchedulePolicy::Lpm}};
-
-template <typename E, std::size_t N>
-std::string_view nameOf(E v, const std::pair<std::string_view, E> (&table)[N]) {
-  for (const auto& [name, value] : table) {
-    if (value == v) return name;
-  }
-  return "?";
-}
+constexpr EnumNames<EngineType, 3> kEngineTypes{
+    {{"vllm", EngineType::Vllm}, {"sglang", EngineType::Sglang}, {"trtllm", EngineType::Trtllm}}};
+constexpr EnumNames<PreemptionMode, 2> kPreemptionModes{
+    {{"lifo", PreemptionMode::Lifo}, {"fifo", PreemptionMode::Fifo}}};
+constexpr EnumNames<TimingModelKind, 3> kTimingModels{
+    {{"polynomial", TimingModelKind::Polynomial},
+     {"interpolated", TimingModelKind::Interpolated},
+     {"fixed", TimingModelKind::Fixed}}};
+constexpr EnumNames<KvEventVisibility, 2> kVisibilities{
+    {{"pass_end", KvEventVisibility::PassEnd}, {"pass_start", KvEventVisibility::PassStart}}};
+constexpr EnumNames<SchedulePolicy, 3> kPolicies{
+    {{"fcfs", SchedulePolicy::Fcfs}, {"fifo", SchedulePolicy::Fcfs}, {"lpm", SchedulePolicy::Lpm}}};
 
 Status fieldError(std::string_view field, const std::string& rule, const std::string& got) {
   return invalidArgument(std::string(field) + " must be " + rule + " (got " + got + ")");
@@ -100,11 +85,11 @@ Status validateProfile(const TimingProfile& p) {
 
 }  // namespace
 
-std::string_view toString(EngineType v) { return nameOf(v, kEngineTypes); }
-std::string_view toString(PreemptionMode v) { return nameOf(v, kPreemptionModes); }
-std::string_view toString(TimingModelKind v) { return nameOf(v, kTimingModels); }
-std::string_view toString(KvEventVisibility v) { return nameOf(v, kVisibilities); }
-std::string_view toString(SchedulePolicy v) { return nameOf(v, kPolicies); }
+std::string_view toString(EngineType v) { return enumName(kEngineTypes, v); }
+std::string_view toString(PreemptionMode v) { return enumName(kPreemptionModes, v); }
+std::string_view toString(TimingModelKind v) { return enumName(kTimingModels, v); }
+std::string_view toString(KvEventVisibility v) { return enumName(kVisibilities, v); }
+std::string_view toString(SchedulePolicy v) { return enumName(kPolicies, v); }
 
 Result<EngineType> parseEngineType(std::string_view s) {
   return parseEnum("engine_type", s, kEngineTypes);

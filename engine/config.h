@@ -12,7 +12,7 @@
 #include <string_view>
 #include <vector>
 
-#include "engine/base/result.h"
+#include "base/result.h"
 #include "engine/block_hash.h"
 
 namespace mocker::engine {

@@ -17,7 +17,7 @@
 #include <memory>
 #include <vector>
 
-#include "engine/base/result.h"
+#include "base/result.h"
 #include "engine/config.h"
 #include "engine/types.h"
 

@@ -2,7 +2,7 @@
 
 #include <limits>
 
-#include "engine/base/check.h"
+#include "base/check.h"
 
 namespace mocker::engine {
 

@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <string>
 
-#include "engine/base/check.h"
+#include "base/check.h"
 
 namespace mocker::engine {
 

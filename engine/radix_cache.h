@@ -27,7 +27,7 @@
 #include <utility>
 #include <vector>
 
-#include "engine/base/result.h"
+#include "base/result.h"
 #include "engine/detail/hash_index.h"
 #include "engine/types.h"
 

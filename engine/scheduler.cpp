@@ -22,7 +22,7 @@
 #include <cmath>
 #include <limits>
 
-#include "engine/base/check.h"
+#include "base/check.h"
 #include "engine/block_hash.h"
 #include "engine/detail/pass_common.h"
 #include "engine/engine.h"

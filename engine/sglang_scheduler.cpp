@@ -32,7 +32,7 @@
 #include <limits>
 #include <unordered_set>
 
-#include "engine/base/check.h"
+#include "base/check.h"
 #include "engine/block_hash.h"
 #include "engine/detail/pass_common.h"
 #include "engine/engine.h"

@@ -9,7 +9,7 @@
 #include <variant>
 #include <vector>
 
-#include "engine/base/strong_id.h"
+#include "base/strong_id.h"
 
 namespace mocker::engine {
 

@@ -18,7 +18,7 @@
 #include <variant>
 #include <vector>
 
-#include "engine/base/result.h"
+#include "base/result.h"
 
 namespace mocker::protocol {
 

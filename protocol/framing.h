@@ -9,7 +9,7 @@
 #include <cstdint>
 #include <span>
 
-#include "engine/base/result.h"
+#include "base/result.h"
 
 namespace mocker::protocol {
 

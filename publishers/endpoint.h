@@ -9,7 +9,7 @@
 #include <string>
 #include <string_view>
 
-#include "engine/base/result.h"
+#include "base/result.h"
 
 namespace mocker::publishers {
 

@@ -19,7 +19,7 @@
 #include <optional>
 #include <string>
 
-#include "engine/base/result.h"
+#include "base/result.h"
 #include "engine/types.h"
 #include "protocol/fpm.h"
 #include "publishers/frame_sink.h"

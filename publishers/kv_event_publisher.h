@@ -23,7 +23,7 @@
 #include <utility>
 #include <vector>
 
-#include "engine/base/result.h"
+#include "base/result.h"
 #include "engine/types.h"
 #include "protocol/kv_events.h"
 #include "publishers/frame_sink.h"

@@ -16,7 +16,7 @@
 #include <span>
 #include <string>
 
-#include "engine/base/result.h"
+#include "base/result.h"
 #include "publishers/frame_sink.h"
 
 namespace zmq {

@@ -23,7 +23,7 @@
 #include <string>
 #include <vector>
 
-#include "engine/base/result.h"
+#include "base/result.h"
 #include "protocol/client.h"
 
 namespace mocker::service {

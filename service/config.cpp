@@ -21,7 +21,8 @@
 #include <utility>
 #include <variant>
 
-#include "engine/base/ascii.h"
+#include "base/ascii.h"
+#include "base/enum_names.h"
 #include "publishers/endpoint.h"
 #include "service/logging.h"
 
@@ -30,9 +31,6 @@ namespace {
 
 // ---------------------------------------------------------------------------------------------
 // Service enums.
-
-template <typename Enum, std::size_t N>
-using EnumNames = std::array<std::pair<std::string_view, Enum>, N>;
 
 constexpr EnumNames<KvEventLayout, 7> kLayouts{{
     {"p6", KvEventLayout::P6},
@@ -53,23 +51,10 @@ constexpr EnumNames<ParentRoot, 2> kParentRoots{{
 }};
 
 template <typename Enum, std::size_t N>
-std::string_view enumName(const EnumNames<Enum, N>& names, Enum v) {
-  for (const auto& [name, value] : names) {
-    if (value == v) return name;
-  }
-  return names[0].first;
-}
-
-template <typename Enum, std::size_t N>
 Result<Enum> enumParse(const EnumNames<Enum, N>& names, std::string_view what, std::string_view s) {
-  const std::string lower = asciiLower(s);
-  std::string expected;
-  for (const auto& [name, value] : names) {
-    if (lower == name) return value;
-    expected += (expected.empty() ? "" : ", ") + std::string(name);
-  }
+  if (auto v = enumFromName(names, s)) return *v;
   return invalidArgument("unknown " + std::string(what) + " '" + std::string(s) +
-                         "' (expected one of " + expected + ")");
+                         "' (expected one of " + enumNameList(names, ", ") + ")");
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -27,7 +27,7 @@
 
 #include <spdlog/common.h>
 
-#include "engine/base/result.h"
+#include "base/result.h"
 #include "engine/config.h"
 
 namespace mocker::service {

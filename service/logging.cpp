@@ -3,7 +3,7 @@
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 
-#include "engine/base/ascii.h"
+#include "base/enum_names.h"
 
 #include <algorithm>
 #include <array>
@@ -14,7 +14,7 @@
 namespace mocker::service {
 namespace {
 
-constexpr std::array<std::pair<std::string_view, spdlog::level::level_enum>, 8> kLevels{{
+constexpr EnumNames<spdlog::level::level_enum, 8> kLevels{{
     {"trace", spdlog::level::trace},
     {"debug", spdlog::level::debug},
     {"info", spdlog::level::info},
@@ -28,19 +28,14 @@ constexpr std::array<std::pair<std::string_view, spdlog::level::level_enum>, 8> 
 }  // namespace
 
 Result<spdlog::level::level_enum> parseLogLevel(std::string_view name) {
-  const std::string lower = asciiLower(name);
-  for (const auto& [level_name, level] : kLevels) {
-    if (lower == level_name) return level;
-  }
+  if (auto level = enumFromName(kLevels, name)) return *level;
   return invalidArgument("unknown log level '" + std::string(name) +
                          "' (expected trace, debug, info, warn, error, critical or off)");
 }
 
 std::string_view logLevelName(spdlog::level::level_enum level) {
-  for (const auto& [level_name, value] : kLevels) {
-    if (value == level) return level_name;
-  }
-  return "info";
+  const std::string_view name = enumName(kLevels, level);
+  return name == "?" ? "info" : name;
 }
 
 void setupLogging(spdlog::level::level_enum level) {

@@ -7,7 +7,7 @@
 
 #include <spdlog/common.h>
 
-#include "engine/base/result.h"
+#include "base/result.h"
 
 namespace mocker::service {
 

@@ -30,6 +30,7 @@
 #include "publishers/kv_event_publisher.h"
 #include "publishers/zmq_sinks.h"
 #include "service/stop_event.h"
+#include "service/zmq_io.h"
 
 namespace mocker::service {
 namespace {
@@ -77,8 +78,6 @@ protocol::KvLayout toWire(KvEventLayout v) {
   }
   return protocol::KvLayout::P8;
 }
-
-enum class SendOutcome { Sent, WouldBlock, Unroutable };
 
 // A message owning `payload`'s buffer: libzmq frees it (from its I/O thread) once written, so
 // an output batch of a few KiB is not copied again. Small payloads are copied, which is cheaper.
@@ -158,6 +157,7 @@ class Server::Impl {
   void reply(zmq::socket_t& socket, const std::string& client, const ClientMessage& message);
 
   void drainCancels();
+  void handleCancelSocketMessage(std::vector<zmq::message_t>& parts);
   int drainSubmits(int budget);
   void handleSubmitSocketMessage(std::vector<zmq::message_t>& parts);
   void handleSubmit(const std::string& client, protocol::SubmitRequest&& req);
@@ -314,21 +314,12 @@ SendOutcome Server::Impl::sendTo(zmq::socket_t& socket, const std::string& clien
                                  std::vector<std::byte>&& payload) {
   const auto it = clients_.find(client);
   const bool delimiter = it != clients_.end() && it->second.delimiter;
-  try {
-    // With ROUTER_MANDATORY the identity frame reports EAGAIN (peer's pipe full) or
-    // EHOSTUNREACH (peer gone); once it is accepted the rest of the message cannot block.
-    if (!socket.send(zmq::buffer(client), zmq::send_flags::sndmore | zmq::send_flags::dontwait)) {
-      return SendOutcome::WouldBlock;
-    }
-    if (delimiter) socket.send(zmq::message_t(), zmq::send_flags::sndmore);
-    socket.send(adoptPayload(std::move(payload)), zmq::send_flags::none);
-    return SendOutcome::Sent;
-  } catch (const zmq::error_t& e) {
-    if (e.num() == EHOSTUNREACH) return SendOutcome::Unroutable;
-    if (e.num() == EAGAIN) return SendOutcome::WouldBlock;
-    log_->error("send to a client failed: {}", e.what());
-    return SendOutcome::Unroutable;
-  }
+  std::string error;
+  const SendOutcome out =
+      trySendRouted(socket, client, delimiter, adoptPayload(std::move(payload)), &error);
+  if (out != SendOutcome::Failed) return out;
+  log_->error("send to a client failed: {}", error);
+  return SendOutcome::Unroutable;
 }
 
 void Server::Impl::reply(zmq::socket_t& socket, const std::string& client,
@@ -369,60 +360,50 @@ std::optional<std::string> Server::Impl::splitEnvelope(std::vector<zmq::message_
 
 void Server::Impl::drainCancels() {
   std::vector<zmq::message_t> parts;
-  while (true) {
-    parts.clear();
-    zmq::recv_result_t got;
-    try {
-      got = zmq::recv_multipart(cancel_, std::back_inserter(parts), zmq::recv_flags::dontwait);
-    } catch (const zmq::error_t& e) {
-      log_->warn("cancel socket receive failed: {}", e.what());
-      return;
-    }
-    if (!got) return;
-    const std::string client = parts.front().to_string();
-    std::span<const std::byte> payload;
-    bool delimiter = false;
-    if (auto bad = splitEnvelope(parts, payload, delimiter)) {
-      ++counters.malformed_messages;
-      reply(cancel_, client, protocol::ErrorReply{ErrorCode::Corruption, *bad, std::nullopt});
-      continue;
-    }
-    auto msg = protocol::decodeClientMessage(payload);
-    if (!msg) {
-      ++counters.malformed_messages;
-      reply(cancel_, client,
-            protocol::ErrorReply{msg.error().code, msg.error().message,
-                                 protocol::peekRequestId(payload)});
-      continue;
-    }
-    if (auto* c = std::get_if<protocol::CancelRequest>(&*msg)) {
-      handleCancel(cancel_, client, *c);
-    } else {
-      ++counters.malformed_messages;
-      reply(cancel_, client,
-            protocol::ErrorReply{ErrorCode::InvalidArgument,
-                                 "the cancel socket accepts only \"cancel\" messages (got \"" +
-                                     std::string(protocol::messageType(*msg)) + "\")",
-                                 std::nullopt});
-    }
+  drainSocket(
+      cancel_, parts, -1, [&](std::vector<zmq::message_t>& p) { handleCancelSocketMessage(p); },
+      [&](std::string_view error) { log_->warn("cancel socket receive failed: {}", error); });
+}
+
+void Server::Impl::handleCancelSocketMessage(std::vector<zmq::message_t>& parts) {
+  const std::string client = parts.front().to_string();
+  std::span<const std::byte> payload;
+  bool delimiter = false;
+  if (auto bad = splitEnvelope(parts, payload, delimiter)) {
+    ++counters.malformed_messages;
+    reply(cancel_, client, protocol::ErrorReply{ErrorCode::Corruption, *bad, std::nullopt});
+    return;
+  }
+  auto msg = protocol::decodeClientMessage(payload);
+  if (!msg) {
+    ++counters.malformed_messages;
+    reply(cancel_, client,
+          protocol::ErrorReply{msg.error().code, msg.error().message,
+                               protocol::peekRequestId(payload)});
+    return;
+  }
+  if (auto* c = std::get_if<protocol::CancelRequest>(&*msg)) {
+    handleCancel(cancel_, client, *c);
+  } else {
+    ++counters.malformed_messages;
+    reply(cancel_, client,
+          protocol::ErrorReply{ErrorCode::InvalidArgument,
+                               "the cancel socket accepts only \"cancel\" messages (got \"" +
+                                   std::string(protocol::messageType(*msg)) + "\")",
+                               std::nullopt});
   }
 }
 
 int Server::Impl::drainSubmits(int budget) {
   std::vector<zmq::message_t> parts;
   int n = 0;
+  // One message at a time: a submit may pause further submits (backlog limit).
   while (n < budget && !submitsPaused()) {
-    parts.clear();
-    zmq::recv_result_t got;
-    try {
-      got = zmq::recv_multipart(submit_, std::back_inserter(parts), zmq::recv_flags::dontwait);
-    } catch (const zmq::error_t& e) {
-      log_->warn("submit socket receive failed: {}", e.what());
-      break;
-    }
-    if (!got) break;
-    ++n;
-    handleSubmitSocketMessage(parts);
+    const int got = drainSocket(
+        submit_, parts, 1, [&](std::vector<zmq::message_t>& p) { handleSubmitSocketMessage(p); },
+        [&](std::string_view error) { log_->warn("submit socket receive failed: {}", error); });
+    if (got == 0) break;
+    n += got;
   }
   return n;
 }

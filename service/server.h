@@ -25,7 +25,7 @@
 #include <string>
 #include <vector>
 
-#include "engine/base/result.h"
+#include "base/result.h"
 #include "service/config.h"
 
 namespace mocker::service {

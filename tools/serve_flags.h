@@ -13,7 +13,7 @@
 #include <deque>
 #include <string>
 
-#include "engine/base/result.h"
+#include "base/result.h"
 #include "service/config.h"
 
 namespace CLI {

@@ -13,7 +13,7 @@
 #include <utility>
 #include <vector>
 
-#include "engine/base/check.h"
+#include "base/check.h"
 
 namespace mocker::engine::detail {
 

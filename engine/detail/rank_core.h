@@ -8,7 +8,7 @@
 #include <optional>
 #include <vector>
 
-#include "engine/base/result.h"
+#include "base/result.h"
 #include "engine/types.h"
 
 namespace mocker::engine::detail {

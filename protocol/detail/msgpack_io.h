@@ -19,7 +19,7 @@
 #include <string_view>
 #include <vector>
 
-#include "engine/base/result.h"
+#include "base/result.h"
 
 namespace mocker::protocol::detail {
 

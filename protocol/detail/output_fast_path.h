@@ -22,7 +22,7 @@
 #include <span>
 #include <vector>
 
-#include "engine/base/result.h"
+#include "base/result.h"
 #include "protocol/client.h"
 
 namespace mocker::protocol::detail {

@@ -5,7 +5,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
-#include "engine/base/result.h"
+#include "base/result.h"
 
 #include <cstddef>
 #include <cstdint>

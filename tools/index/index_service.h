@@ -27,7 +27,7 @@
 #include <string_view>
 #include <vector>
 
-#include "engine/base/result.h"
+#include "base/result.h"
 #include "engine/block_hash.h"
 #include "protocol/index_query.h"
 #include "tools/index/kv_index.h"

@@ -5,7 +5,7 @@
 #include <type_traits>
 #include <utility>
 
-#include "engine/base/check.h"
+#include "base/check.h"
 
 namespace mocker::index {
 namespace {

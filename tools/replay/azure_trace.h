@@ -10,7 +10,7 @@
 #include <string>
 #include <string_view>
 
-#include "engine/base/result.h"
+#include "base/result.h"
 #include "tools/replay/workload.h"
 
 namespace mocker::replay {

@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <utility>
 
-#include "engine/base/check.h"
+#include "base/check.h"
 
 namespace mocker::replay {
 

@@ -12,7 +12,7 @@
 #include <utility>
 #include <variant>
 
-#include "engine/base/check.h"
+#include "base/check.h"
 #include "service/client.h"
 #include "tools/replay/detail/eligible_turn.h"
 #include "tools/replay/random.h"

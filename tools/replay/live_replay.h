@@ -33,7 +33,7 @@
 #include <string_view>
 #include <vector>
 
-#include "engine/base/result.h"
+#include "base/result.h"
 #include "tools/replay/collector.h"
 #include "tools/replay/workload.h"
 

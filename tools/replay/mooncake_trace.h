@@ -8,7 +8,7 @@
 #include <string>
 #include <string_view>
 
-#include "engine/base/result.h"
+#include "base/result.h"
 #include "tools/replay/workload.h"
 
 namespace mocker::replay {

@@ -7,7 +7,7 @@
 #include <string>
 #include <utility>
 
-#include "engine/base/check.h"
+#include "base/check.h"
 #include "engine/block_hash.h"
 #include "engine/engine.h"
 #include "tools/index/kv_index.h"

@@ -24,7 +24,7 @@
 #include <string_view>
 #include <vector>
 
-#include "engine/base/result.h"
+#include "base/result.h"
 #include "engine/config.h"
 #include "tools/replay/collector.h"
 #include "tools/replay/workload.h"

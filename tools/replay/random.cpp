@@ -2,7 +2,7 @@
 
 #include <cmath>
 
-#include "engine/base/check.h"
+#include "base/check.h"
 
 namespace mocker::replay {
 

@@ -8,7 +8,7 @@
 
 #include <cstdint>
 
-#include "engine/base/result.h"
+#include "base/result.h"
 #include "tools/replay/workload.h"
 
 namespace mocker::replay {

@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "engine/base/result.h"
+#include "base/result.h"
 
 namespace mocker::replay {
 

@@ -4,8 +4,8 @@
 #include <string>
 #include <unordered_set>
 
-#include "engine/base/result.h"
-#include "engine/base/strong_id.h"
+#include "base/result.h"
+#include "base/strong_id.h"
 
 namespace mocker {
 namespace {

@@ -13,7 +13,7 @@
 #include <utility>
 #include <variant>
 
-#include "engine/base/check.h"
+#include "base/check.h"
 
 namespace mocker {
 

@@ -1,0 +1,81 @@
+#include "service/zmq_io.h"
+
+#include <cerrno>
+#include <iterator>
+#include <zmq_addon.hpp>
+
+namespace mocker::service {
+namespace {
+
+SendOutcome classify(const zmq::error_t& e, std::string* error) {
+  if (e.num() == EAGAIN) return SendOutcome::WouldBlock;
+  if (e.num() == EHOSTUNREACH) return SendOutcome::Unroutable;
+  if (error) *error = e.what();
+  return SendOutcome::Failed;
+}
+
+}  // namespace
+
+RecvOutcome tryRecvMultipart(zmq::socket_t& socket, std::vector<zmq::message_t>& parts,
+                             std::string* error) {
+  parts.clear();
+  try {
+    const auto got =
+        zmq::recv_multipart(socket, std::back_inserter(parts), zmq::recv_flags::dontwait);
+    return got ? RecvOutcome::Received : RecvOutcome::Empty;
+  } catch (const zmq::error_t& e) {
+    if (error) *error = e.what();
+    parts.clear();
+    return RecvOutcome::Failed;
+  }
+}
+
+SendOutcome trySendMultipart(zmq::socket_t& socket, std::span<const zmq::const_buffer> frames,
+                             std::string* error) {
+  if (frames.empty()) return SendOutcome::Sent;
+  try {
+    for (std::size_t i = 0; i < frames.size(); ++i) {
+      const bool last = i + 1 == frames.size();
+      auto flags = last ? zmq::send_flags::none : zmq::send_flags::sndmore;
+      if (i == 0) flags = flags | zmq::send_flags::dontwait;
+      // Frames after the first cannot block: ZeroMQ accepts a multipart message whole.
+      if (!socket.send(frames[i], flags)) return SendOutcome::WouldBlock;
+    }
+    return SendOutcome::Sent;
+  } catch (const zmq::error_t& e) {
+    return classify(e, error);
+  }
+}
+
+SendOutcome trySendRouted(zmq::socket_t& router, std::string_view routing_id, bool delimiter,
+                          zmq::message_t&& payload, std::string* error) {
+  try {
+    // With ROUTER_MANDATORY the routing-id frame reports EAGAIN (peer's pipe full) or
+    // EHOSTUNREACH (peer gone); once it is accepted the rest of the message cannot block.
+    if (!router.send(zmq::buffer(routing_id),
+                     zmq::send_flags::sndmore | zmq::send_flags::dontwait)) {
+      return SendOutcome::WouldBlock;
+    }
+    if (delimiter) router.send(zmq::message_t(), zmq::send_flags::sndmore);
+    router.send(std::move(payload), zmq::send_flags::none);
+    return SendOutcome::Sent;
+  } catch (const zmq::error_t& e) {
+    return classify(e, error);
+  }
+}
+
+std::string_view sendOutcomeName(SendOutcome outcome) {
+  switch (outcome) {
+    case SendOutcome::Sent:
+      return "sent";
+    case SendOutcome::WouldBlock:
+      return "would_block";
+    case SendOutcome::Unroutable:
+      return "unroutable";
+    case SendOutcome::Failed:
+      return "failed";
+  }
+  return "failed";
+}
+
+}  // namespace mocker::service

@@ -1,0 +1,84 @@
+// Non-blocking ZeroMQ I/O with every outcome as a value: the receive loops of `mocker serve` and
+// `mocker index` and their routed replies go through these few functions instead of each writing
+// its own try/catch around recv_multipart and send.
+//
+//   std::vector<zmq::message_t> parts;
+//   while (true) {
+//     const RecvOutcome got = tryRecvMultipart(socket, parts);
+//     if (got == RecvOutcome::Empty) break;
+//     if (got == RecvOutcome::Failed) { log(lastIoError()); break; }
+//     handle(parts);
+//   }
+//
+// Or with a budget: drainSocket(socket, parts, 64, handle, onError).
+//
+// Thread-compatible: a socket is used by one thread at a time, as ZeroMQ requires.
+#pragma once
+
+#include <cstddef>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+#include <zmq.hpp>
+
+namespace mocker::service {
+
+/// What a non-blocking receive found.
+enum class RecvOutcome {
+  Received,  ///< one whole multipart message is in `parts`
+  Empty,     ///< nothing queued (EAGAIN)
+  Failed,    ///< the socket reported an error (text in `error`, when given)
+};
+
+/// What a non-blocking send did. Nothing of the message was sent unless it is Sent.
+enum class SendOutcome {
+  Sent,
+  WouldBlock,  ///< the peer's pipe is full (HWM reached); try again later
+  Unroutable,  ///< ROUTER_MANDATORY: no peer with that routing id (EHOSTUNREACH)
+  Failed,      ///< any other error (text in `error`, when given)
+};
+
+/// Receives one multipart message without blocking into `parts` (cleared first).
+[[nodiscard]] RecvOutcome tryRecvMultipart(zmq::socket_t& socket,
+                                           std::vector<zmq::message_t>& parts,
+                                           std::string* error = nullptr);
+
+/// Receives up to `budget` messages (budget < 0: until the socket is empty), calling
+/// `on_message(parts)` for each. On a receive error calls `on_error(text)` and stops. Returns
+/// the number of messages handed to `on_message`.
+template <typename OnMessage, typename OnError>
+int drainSocket(zmq::socket_t& socket, std::vector<zmq::message_t>& parts, int budget,
+                OnMessage&& on_message, OnError&& on_error) {
+  int n = 0;
+  std::string error;
+  while (budget < 0 || n < budget) {
+    const RecvOutcome got = tryRecvMultipart(socket, parts, &error);
+    if (got == RecvOutcome::Empty) break;
+    if (got == RecvOutcome::Failed) {
+      on_error(std::string_view(error));
+      break;
+    }
+    ++n;
+    on_message(parts);
+  }
+  return n;
+}
+
+/// Sends `frames` as one multipart message without blocking. The first frame decides: if it is
+/// not accepted nothing is sent (WouldBlock / Unroutable / Failed); once it is, ZeroMQ queues the
+/// rest atomically.
+[[nodiscard]] SendOutcome trySendMultipart(zmq::socket_t& socket,
+                                           std::span<const zmq::const_buffer> frames,
+                                           std::string* error = nullptr);
+
+/// Sends [routing id, (empty delimiter if `delimiter`), payload] on a ROUTER without blocking;
+/// the payload message is moved in (zero-copy messages keep their free callback).
+[[nodiscard]] SendOutcome trySendRouted(zmq::socket_t& router, std::string_view routing_id,
+                                        bool delimiter, zmq::message_t&& payload,
+                                        std::string* error = nullptr);
+
+/// Lower-case name of an outcome ("would_block"), for logs and tests.
+std::string_view sendOutcomeName(SendOutcome outcome);
+
+}  // namespace mocker::service

@@ -1,0 +1,141 @@
+#include "service/zmq_io.h"
+
+#include <gtest/gtest.h>
+
+#include <array>
+#include <string>
+#include <vector>
+
+namespace mocker::service {
+namespace {
+
+// inproc pairs: no ports, no timing; every outcome is deterministic.
+struct RouterDealer {
+  zmq::context_t ctx;
+  zmq::socket_t router{ctx, zmq::socket_type::router};
+  zmq::socket_t dealer{ctx, zmq::socket_type::dealer};
+  explicit RouterDealer(int dealer_rcvhwm = 1000) {
+    router.set(zmq::sockopt::router_mandatory, 1);
+    router.set(zmq::sockopt::sndhwm, dealer_rcvhwm);
+    dealer.set(zmq::sockopt::routing_id, "client-a");
+    dealer.set(zmq::sockopt::rcvhwm, dealer_rcvhwm);
+    router.bind("inproc://zmq-io-test");
+    dealer.connect("inproc://zmq-io-test");
+  }
+};
+
+std::string text(const zmq::message_t& m) { return m.to_string(); }
+
+TEST(ZmqIoTest, EmptySocketReportsEmptyAndClearsParts) {
+  RouterDealer s;
+  std::vector<zmq::message_t> parts;
+  parts.emplace_back("stale", 5);
+  EXPECT_EQ(tryRecvMultipart(s.router, parts), RecvOutcome::Empty);
+  EXPECT_TRUE(parts.empty());
+}
+
+TEST(ZmqIoTest, ReceivesWholeMultipartMessages) {
+  RouterDealer s;
+  const std::array<zmq::const_buffer, 2> frames{zmq::str_buffer("one"), zmq::str_buffer("two")};
+  ASSERT_EQ(trySendMultipart(s.dealer, frames), SendOutcome::Sent);
+  std::vector<zmq::message_t> parts;
+  // The router may need a moment to see the inproc peer's message: poll with a deadline.
+  zmq::pollitem_t item{s.router.handle(), 0, ZMQ_POLLIN, 0};
+  ASSERT_EQ(zmq::poll(&item, 1, std::chrono::milliseconds(10000)), 1);
+  ASSERT_EQ(tryRecvMultipart(s.router, parts), RecvOutcome::Received);
+  ASSERT_EQ(parts.size(), 3U);
+  EXPECT_EQ(text(parts[0]), "client-a");
+  EXPECT_EQ(text(parts[1]), "one");
+  EXPECT_EQ(text(parts[2]), "two");
+  EXPECT_EQ(tryRecvMultipart(s.router, parts), RecvOutcome::Empty);
+}
+
+TEST(ZmqIoTest, DrainSocketHonoursTheBudgetAndCountsMessages) {
+  RouterDealer s;
+  for (int i = 0; i < 5; ++i) {
+    const std::string body = std::to_string(i);
+    const std::array<zmq::const_buffer, 1> frames{zmq::buffer(body)};
+    ASSERT_EQ(trySendMultipart(s.dealer, frames), SendOutcome::Sent);
+  }
+  zmq::pollitem_t item{s.router.handle(), 0, ZMQ_POLLIN, 0};
+  ASSERT_EQ(zmq::poll(&item, 1, std::chrono::milliseconds(10000)), 1);
+  std::vector<zmq::message_t> parts;
+  std::vector<std::string> seen;
+  int errors = 0;
+  const auto on_message = [&](std::vector<zmq::message_t>& p) { seen.push_back(text(p.back())); };
+  const auto on_error = [&](std::string_view) { ++errors; };
+  EXPECT_EQ(drainSocket(s.router, parts, 2, on_message, on_error), 2);
+  EXPECT_EQ(seen, (std::vector<std::string>{"0", "1"}));
+  EXPECT_EQ(drainSocket(s.router, parts, -1, on_message, on_error), 3);
+  EXPECT_EQ(seen, (std::vector<std::string>{"0", "1", "2", "3", "4"}));
+  EXPECT_EQ(drainSocket(s.router, parts, -1, on_message, on_error), 0);
+  EXPECT_EQ(errors, 0);
+}
+
+TEST(ZmqIoTest, RoutedSendToAnUnknownPeerIsUnroutable) {
+  RouterDealer s;
+  EXPECT_EQ(trySendRouted(s.router, "nobody", false, zmq::message_t("x", 1)),
+            SendOutcome::Unroutable);
+}
+
+TEST(ZmqIoTest, RoutedSendReachesThePeerWithOrWithoutDelimiter) {
+  RouterDealer s;
+  // The router learns the dealer's routing id from its first message.
+  const std::array<zmq::const_buffer, 1> hello{zmq::str_buffer("hello")};
+  ASSERT_EQ(trySendMultipart(s.dealer, hello), SendOutcome::Sent);
+  zmq::pollitem_t item{s.router.handle(), 0, ZMQ_POLLIN, 0};
+  ASSERT_EQ(zmq::poll(&item, 1, std::chrono::milliseconds(10000)), 1);
+  std::vector<zmq::message_t> parts;
+  ASSERT_EQ(tryRecvMultipart(s.router, parts), RecvOutcome::Received);
+
+  ASSERT_EQ(trySendRouted(s.router, "client-a", false, zmq::message_t("plain", 5)),
+            SendOutcome::Sent);
+  ASSERT_EQ(trySendRouted(s.router, "client-a", true, zmq::message_t("req", 3)), SendOutcome::Sent);
+  zmq::pollitem_t in{s.dealer.handle(), 0, ZMQ_POLLIN, 0};
+  ASSERT_EQ(zmq::poll(&in, 1, std::chrono::milliseconds(10000)), 1);
+  ASSERT_EQ(tryRecvMultipart(s.dealer, parts), RecvOutcome::Received);
+  ASSERT_EQ(parts.size(), 1U);
+  EXPECT_EQ(text(parts[0]), "plain");
+  ASSERT_EQ(tryRecvMultipart(s.dealer, parts), RecvOutcome::Received);
+  ASSERT_EQ(parts.size(), 2U);
+  EXPECT_EQ(parts[0].size(), 0U);
+  EXPECT_EQ(text(parts[1]), "req");
+}
+
+TEST(ZmqIoTest, RoutedSendToAFullPeerWouldBlockAndSendsNothing) {
+  RouterDealer s(/*dealer_rcvhwm=*/1);
+  const std::array<zmq::const_buffer, 1> hello{zmq::str_buffer("hello")};
+  ASSERT_EQ(trySendMultipart(s.dealer, hello), SendOutcome::Sent);
+  zmq::pollitem_t item{s.router.handle(), 0, ZMQ_POLLIN, 0};
+  ASSERT_EQ(zmq::poll(&item, 1, std::chrono::milliseconds(10000)), 1);
+  std::vector<zmq::message_t> parts;
+  ASSERT_EQ(tryRecvMultipart(s.router, parts), RecvOutcome::Received);
+  // The dealer never reads: the pipe fills after a bounded number of messages.
+  int sent = 0;
+  SendOutcome out = SendOutcome::Sent;
+  while (sent < 100000) {
+    out = trySendRouted(s.router, "client-a", false, zmq::message_t("x", 1));
+    if (out != SendOutcome::Sent) break;
+    ++sent;
+  }
+  EXPECT_EQ(out, SendOutcome::WouldBlock);
+  EXPECT_GE(sent, 1);
+  EXPECT_LT(sent, 100000);
+  // Whole messages only: the dealer reads exactly `sent` one-frame messages.
+  int read = 0;
+  while (tryRecvMultipart(s.dealer, parts) == RecvOutcome::Received) {
+    ASSERT_EQ(parts.size(), 1U);
+    ++read;
+  }
+  EXPECT_EQ(read, sent);
+}
+
+TEST(ZmqIoTest, OutcomeNames) {
+  EXPECT_EQ(sendOutcomeName(SendOutcome::Sent), "sent");
+  EXPECT_EQ(sendOutcomeName(SendOutcome::WouldBlock), "would_block");
+  EXPECT_EQ(sendOutcomeName(SendOutcome::Unroutable), "unroutable");
+  EXPECT_EQ(sendOutcomeName(SendOutcome::Failed), "failed");
+}
+
+}  // namespace
+}  // namespace mocker::service
