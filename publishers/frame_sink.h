@@ -30,9 +30,4 @@ class FrameSink {
   virtual SendResult send(std::span<const Frame> frames) = 0;
 };
 
-/// Views of an owned message's parts, for FrameSink::send.
-inline std::vector<Frame> framesOf(const Message& message) {
-  return std::vector<Frame>(message.begin(), message.end());
-}
-
 }  // namespace mocker::publishers
