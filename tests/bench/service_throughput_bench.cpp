@@ -62,7 +62,8 @@ submit_acks and output messages, re-encoded with protocol::encodeClientMessage, 
 the bytes the service's encoder produced), in the order received, interleaved round-robin over
 the clients like the service's passes interleave them. Messages are encoded before the clock
 starts and handed to libzmq without a copy. The clients are the same service::Client objects
-driven by the same threads and the same receive/decode/count/keep code. After the clock stops,
+driven by the same threads and the same receive/decode/count/keep code. Its sends block at the
+high-water mark (the service's would abandon the streams instead). After the clock stops,
 every client checks that it received exactly the recorded messages.
 
 Clocks (both sides): start when every client has connected and completed a stats round trip
@@ -431,8 +432,16 @@ std::optional<SideResult> runBaseline(
     const Options& opt, const std::vector<std::vector<protocol::ClientMessage>>& recorded) {
   std::vector<std::vector<std::vector<std::byte>>> messages(recorded.size());
   std::vector<std::uint64_t> expected(recorded.size());
+  std::uint64_t output_bytes = 0;
+  std::uint64_t num_outputs = 0;
   for (std::size_t i = 0; i < recorded.size(); ++i) {
-    for (const auto& m : recorded[i]) messages[i].push_back(protocol::encodeClientMessage(m));
+    for (const auto& m : recorded[i]) {
+      messages[i].push_back(protocol::encodeClientMessage(m));
+      if (std::holds_alternative<protocol::OutputBatch>(m)) {
+        output_bytes += messages[i].back().size();
+        ++num_outputs;
+      }
+    }
     expected[i] = recorded[i].size();
   }
   std::latch go(1);
@@ -442,6 +451,9 @@ std::optional<SideResult> runBaseline(
                             /*submits=*/false, expected, [&] { go.count_down(); });
   router_thread.join();
   printSide("baseline", r.total, r.cpu_s);
+  std::printf(
+      "           output messages are %.1f bytes on average (msgpack payload)\n",
+      num_outputs ? static_cast<double>(output_bytes) / static_cast<double>(num_outputs) : 0.0);
   if (!router.error().empty()) std::fprintf(stderr, "%s\n", router.error().c_str());
   if (!r.error.empty()) std::fprintf(stderr, "baseline side: %s\n", r.error.c_str());
   if (r.received != recorded) {
