@@ -53,6 +53,20 @@ def show(cmd, build):
     return f"`{text}`"
 
 
+def build_type(build):
+    """CMAKE_BUILD_TYPE (and sanitizers, if any) of the build directory, from its cache."""
+    values = {}
+    with open(os.path.join(build, "CMakeCache.txt"), encoding="utf-8") as f:
+        for line in f:
+            for key in ("CMAKE_BUILD_TYPE", "MOCKER_SANITIZE"):
+                if line.startswith(key + ":"):
+                    values[key] = line.split("=", 1)[1].strip()
+    text = values.get("CMAKE_BUILD_TYPE") or "no build type"
+    if values.get("MOCKER_SANITIZE"):
+        text += ", sanitizers " + values["MOCKER_SANITIZE"]
+    return text
+
+
 def machine():
     model = "unknown CPU"
     with open("/proc/cpuinfo", encoding="utf-8") as f:
@@ -186,7 +200,8 @@ def bench_fleet(ctx):
     r = json_lines(run(cmd))[0]
     return [("256-worker fleet: 256 processes (no in-process fleet yet), default engine",
              f"{fmt(r['total_rss_kib'] / 1024)} MiB RSS total ({fmt(r['mean_rss_kib'] / 1024, 1)}"
-             f" MiB each), all ready {fmt(r['ready_s'], 2)} s after the first spawn",
+             f" MiB each), all ready {fmt(r['ready_s'], 2)} s after the first spawn "
+             f"(spawning them one by one took {fmt(r['spawn_s'], 2)} s)",
              show(cmd, ctx.build))]
 
 
@@ -236,7 +251,7 @@ def main():
     if unknown:
         parser.error("unknown bench: " + ", ".join(unknown))
     args.notes = []
-    header = "Machine: " + machine()
+    header = f"Machine: {machine()}; build: {build_type(args.build)}"
     t0 = time.monotonic()
     rows = []
     failed = []

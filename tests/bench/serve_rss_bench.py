@@ -199,6 +199,7 @@ def run_fleet(args):
           f"min {min(rss) / 1024:.1f} MiB, max {max(rss) / 1024:.1f} MiB")
     print("json: " + json.dumps({
         "mode": "fleet", "workers": args.workers, "ready_s": round(ready_s, 3),
+        "spawn_s": round(spawned_s, 3),
         "total_rss_kib": sum(rss), "mean_rss_kib": round(sum(rss) / args.workers)}))
     return 0
 
