@@ -258,7 +258,8 @@ def main():
     for name in names:
         try:
             rows += BENCHES[name](args)
-        except (RuntimeError, OSError, KeyError, IndexError, ValueError) as e:
+        except (RuntimeError, OSError, KeyError, IndexError, ValueError,
+                subprocess.SubprocessError) as e:
             log(f"{name} failed: {e}")
             failed.append(name)
             rows.append((name, f"FAILED: {e}", ""))

@@ -140,6 +140,7 @@ def run_queued(args):
     sock = ctx.socket(zmq.DEALER)
     sock.setsockopt(zmq.LINGER, 0)
     sock.setsockopt(zmq.RCVHWM, 0)
+    sock.setsockopt(zmq.SNDTIMEO, 60_000)  # a dead service fails the bench instead of hanging it
     sock.connect(proc.endpoints["submit"])
     stats(sock)
     idle_kib = proc_status_kib(proc.pid, "VmRSS")
@@ -222,7 +223,7 @@ def main():
     signal.signal(signal.SIGTERM, _on_signal)
     try:
         return run_queued(args) if args.mode == "queued" else run_fleet(args)
-    except RuntimeError as e:
+    except (RuntimeError, zmq.ZMQError) as e:
         print(f"serve_rss_bench: {e}", file=sys.stderr)
         return 1
 

@@ -371,7 +371,8 @@ class BaselineRouter {
     router_.set(zmq::sockopt::router_mandatory, 1);
     router_.set(zmq::sockopt::sndhwm, 100000);
     router_.set(zmq::sockopt::rcvhwm, 100000);
-    router_.set(zmq::sockopt::sndtimeo, 30000);
+    router_.set(zmq::sockopt::sndtimeo, 30000);  // bounded: a vanished client cannot hang us
+    router_.set(zmq::sockopt::rcvtimeo, 30000);
     router_.set(zmq::sockopt::linger, 0);
     cancel_.set(zmq::sockopt::linger, 0);
     router_.bind("tcp://127.0.0.1:*");
