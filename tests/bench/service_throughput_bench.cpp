@@ -61,9 +61,10 @@ client exactly the messages that client received in the service run just before 
 submit_acks and output messages, re-encoded with protocol::encodeClientMessage, which yields
 the bytes the service's encoder produced), in the order received, interleaved round-robin over
 the clients like the service's passes interleave them. Messages are encoded before the clock
-starts and handed to libzmq without a copy. The clients are the same service::Client objects
-driven by the same threads and the same receive/decode/count/keep code. Its sends block at the
-high-water mark (the service's would abandon the streams instead). After the clock stops,
+starts and handed to libzmq without a copy. The clients are service::Client connections with
+the same routing ids and options, on the same number of threads, running the same
+receive/decode/count/keep code. The ROUTER's sends block at the high-water mark (the service's
+would abandon the streams instead). After the clock stops,
 every client checks that it received exactly the recorded messages.
 
 Clocks (both sides): start when every client has connected and completed a stats round trip
