@@ -24,6 +24,7 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 BEGIN, END = "<!-- bench:begin -->", "<!-- bench:end -->"
+RUNS = 3  # process runs of the short benches whose figures vary with host noise; median
 
 
 def log(msg):
@@ -88,7 +89,7 @@ def fmt(x, digits=0):
 # --- the benches ------------------------------------------------------------------------------
 
 def bench_replay(ctx):
-    """Offline replay of the trace 1x, 2x and 4x concatenated; process wall time, median of 3."""
+    """Offline replay of the trace 1x, 2x and 4x concatenated; process wall time, median."""
     rows = []
     mocker = os.path.join(ctx.build, "tools", "mocker")
     scale = os.path.join(ROOT, "tools", "bench", "scale_trace.py")
@@ -101,7 +102,7 @@ def bench_replay(ctx):
             report_path = os.path.join(tmp, "report.json")
             cmd = [mocker, "replay", trace, "--report-json", report_path]
             walls = []
-            for _ in range(3):
+            for _ in range(RUNS):
                 log(" ".join(cmd))
                 t0 = time.monotonic()
                 proc = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
@@ -124,7 +125,7 @@ def bench_replay(ctx):
             log(f"replay x{copies}: walls {', '.join(f'{w:.3f}' for w in walls)} s")
     ctx.notes.append(f"TRACE = `{os.path.basename(ctx.trace)}` (the sample Mooncake trace); "
                      "TRACE_xN = `tools/bench/scale_trace.py TRACE N > TRACE_xN`. Replay rows: "
-                     "median of 3 runs, wall = process start to exit.")
+                     f"median of {RUNS} runs, wall = process start to exit.")
     return rows
 
 
@@ -147,40 +148,53 @@ def bench_live(ctx, label, args, what):
 
 def bench_live_wide(ctx):
     return bench_live(ctx, "4x256", ["--clients", "4", "--concurrency", "256", "--requests", "256",
-                                     "--max-tokens", "1000", "--rounds", "3"],
+                                     "--max-tokens", "1000", "--rounds", "5"],
                       "4 clients × 256 streams × 1,000 tokens")
 
 
 def bench_live_many(ctx):
     return bench_live(ctx, "1000x1", ["--clients", "1000", "--client-threads", "2",
                                       "--concurrency", "1", "--requests", "1", "--max-tokens",
-                                      "100", "--rounds", "3"],
+                                      "100", "--rounds", "5"],
                       "1,000 clients × 1 stream × 100 tokens")
+
+
+def span(values, unit, digits=0):
+    """'median unit (min-max over N runs)'."""
+    return (f"{fmt(statistics.median(values), digits)} {unit} ({fmt(min(values), digits)}–"
+            f"{fmt(max(values), digits)} over {len(values)} runs)")
 
 
 def bench_cancel(ctx):
     exe = os.path.join(ctx.build, "tests", "bench", "cancel_latency_bench")
     cmd = [exe, "--flood", "100000", "--cancels", "1000"]
-    out = run(cmd)
-    m = re.search(r"p50 ([\d.]+) us, p99 ([\d.]+) us, max ([\d.]+) us", out)
-    if not m:
-        raise RuntimeError("cancel_latency_bench: no p50/p99 line")
-    return [("cancel → cancel_reply round trip under a 100,000-submit backlog",
-             f"p50 {m.group(1)} µs, p99 {m.group(2)} µs (max {m.group(3)} µs, 1,000 cancels)",
-             show(cmd, ctx.build))]
+    p50, p99 = [], []
+    for _ in range(RUNS):
+        m = re.search(r"p50 ([\d.]+) us, p99 ([\d.]+) us", run(cmd))
+        if not m:
+            raise RuntimeError("cancel_latency_bench: no p50/p99 line")
+        p50.append(float(m.group(1)))
+        p99.append(float(m.group(2)))
+    return [("cancel → cancel_reply round trip under a 100,000-submit backlog (1,000 cancels)",
+             f"p50 {span(p50, 'µs')}; p99 {span(p99, 'µs')}", show(cmd, ctx.build))]
 
 
 def bench_index(ctx):
     exe = os.path.join(ctx.build, "tests", "bench", "index_bench")
     cmd = [exe, "--batches", "100000", "--blocks", "16", "--sndhwm", "0"]
-    out = run(cmd)
-    pub = re.search(r"published ([\d.]+) blocks/s", out)
-    app = re.search(r"applied\s+\d+/\d+ batches, \d+ blocks in [\d.]+ s = ([\d.]+) blocks/s", out)
-    if not pub or not app:
-        raise RuntimeError("index_bench: no blocks/s lines")
+    published, indexed = [], []
+    for _ in range(RUNS):
+        out = run(cmd)
+        pub = re.search(r"published ([\d.]+) blocks/s", out)
+        app = re.search(r"applied\s+\d+/\d+ batches, \d+ blocks in [\d.]+ s = ([\d.]+) blocks/s",
+                        out)
+        if not pub or not app:
+            raise RuntimeError("index_bench: no blocks/s lines")
+        published.append(float(pub.group(1)))
+        indexed.append(float(app.group(1)))
     return [("KV-event blocks published (PUB) and indexed (`mocker index` subscriber)",
-             f"{fmt(float(pub.group(1)))} blocks/s published, {fmt(float(app.group(1)))} "
-             f"blocks/s indexed", show(cmd, ctx.build))]
+             f"published {span(published, 'blocks/s')}; indexed {span(indexed, 'blocks/s')}",
+             show(cmd, ctx.build))]
 
 
 def bench_queued_rss(ctx):
@@ -264,7 +278,7 @@ def main():
             failed.append(name)
             rows.append((name, f"FAILED: {e}", ""))
     if any(n.startswith("live") for n in names):
-        args.notes.append("Live rows: the round with the median service/baseline ratio of 3 "
+        args.notes.append("Live rows: the round with the median service/baseline ratio of 5 "
                           "(worst and best in brackets); both sides in the same process run.")
     notes = "".join(f"\n* {n}" for n in args.notes)
     text = (f"{header}; benches took {time.monotonic() - t0:.0f} s; load average at end "
