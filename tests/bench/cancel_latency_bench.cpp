@@ -91,6 +91,15 @@ void flood(const std::string& endpoint, int n, const std::atomic<bool>& stop,
 
 int main(int argc, char** argv) {
   Options opt;
+  if (argc == 2 && (std::string(argv[1]) == "--help" || std::string(argv[1]) == "-h")) {
+    std::printf(
+        "usage: cancel_latency_bench [--flood N] [--cancels K] [--speedup S] [--blocks B] "
+        "[--max-seqs M]\n"
+        "  N submits (default 100000) flood an in-process service (speedup S, B KV blocks,\n"
+        "  max_num_seqs M); then K cancel round trips (default 1000) are timed on the cancel\n"
+        "  socket, from sending the cancel to receiving its cancel_reply: p50 / p99 / max.\n");
+    return 0;
+  }
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string a = argv[i];
     const char* v = argv[i + 1];

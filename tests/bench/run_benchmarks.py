@@ -1,0 +1,293 @@
+#!/usr/bin/python3
+"""Runs the project's benchmarks and prints one markdown table (`scripts/dev bench`).
+
+    tests/bench/run_benchmarks.py --build-dir BUILD [--trace TRACE] [--write [DOC]] [--only NAMES]
+
+Each row is a figure (metric | value | command); the command column is what to run (from the
+repository root, with BUILD = build/) to reproduce it alone. Sizes suit a 2-core machine; the
+whole run takes a few minutes. With --write DOC, the machine line and the table replace the part
+of DOC between the `<!-- bench:begin -->` and `<!-- bench:end -->` markers. The benches print
+their full output to stderr as they run; only the table goes to stdout. Policy: figures that
+vary with host noise are the median of several runs/rounds (said in the row).
+"""
+import argparse
+import datetime
+import json
+import os
+import platform
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+BEGIN, END = "<!-- bench:begin -->", "<!-- bench:end -->"
+RUNS = 3  # process runs of the short benches whose figures vary with host noise; median
+
+
+def log(msg):
+    print(f"[bench] {msg}", file=sys.stderr, flush=True)
+
+
+def run(cmd, stdout_to=None):
+    """Runs cmd; its output is echoed to stderr and returned. Raises on a non-zero exit."""
+    log(" ".join(cmd))
+    proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                          check=False)
+    sys.stderr.write(proc.stdout)
+    if proc.returncode != 0:
+        raise RuntimeError(f"{cmd[0]} exited with {proc.returncode}")
+    return proc.stdout
+
+
+def json_lines(output):
+    return [json.loads(line[len("json: "):]) for line in output.splitlines()
+            if line.startswith("json: ")]
+
+
+def show(cmd, build):
+    """The command as a user types it from the repository root."""
+    text = " ".join(cmd)
+    text = text.replace(build + "/", "build/").replace(ROOT + "/", "")
+    return f"`{text}`"
+
+
+def build_type(build):
+    """CMAKE_BUILD_TYPE (and sanitizers, if any) of the build directory, from its cache."""
+    values = {}
+    with open(os.path.join(build, "CMakeCache.txt"), encoding="utf-8") as f:
+        for line in f:
+            for key in ("CMAKE_BUILD_TYPE", "MOCKER_SANITIZE"):
+                if line.startswith(key + ":"):
+                    values[key] = line.split("=", 1)[1].strip()
+    text = values.get("CMAKE_BUILD_TYPE") or "no build type"
+    if values.get("MOCKER_SANITIZE"):
+        text += ", sanitizers " + values["MOCKER_SANITIZE"]
+    return text
+
+
+def machine():
+    model = "unknown CPU"
+    with open("/proc/cpuinfo", encoding="utf-8") as f:
+        for line in f:
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    with open("/proc/meminfo", encoding="utf-8") as f:
+        mem_kib = int(f.readline().split()[1])
+    return (f"{model}, {os.cpu_count()} cores, {mem_kib / 1024 / 1024:.1f} GiB RAM, "
+            f"Linux {platform.release()}; load average at start "
+            f"{os.getloadavg()[0]:.2f}; {datetime.date.today().isoformat()}")
+
+
+def fmt(x, digits=0):
+    return f"{x:,.{digits}f}"
+
+
+# --- the benches ------------------------------------------------------------------------------
+
+def bench_replay(ctx):
+    """Offline replay of the trace 1x, 2x and 4x concatenated; process wall time, median."""
+    rows = []
+    mocker = os.path.join(ctx.build, "tools", "mocker")
+    scale = os.path.join(ROOT, "tools", "bench", "scale_trace.py")
+    with tempfile.TemporaryDirectory() as tmp:
+        for copies in (1, 2, 4):
+            trace = os.path.join(tmp, f"trace_x{copies}.jsonl")
+            with open(trace, "w", encoding="utf-8") as out:
+                subprocess.run(["/usr/bin/python3", scale, ctx.trace, str(copies)], stdout=out,
+                               check=True)
+            report_path = os.path.join(tmp, "report.json")
+            cmd = [mocker, "replay", trace, "--report-json", report_path]
+            walls = []
+            for _ in range(RUNS):
+                log(" ".join(cmd))
+                t0 = time.monotonic()
+                proc = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                                      text=True, check=False)
+                walls.append(time.monotonic() - t0)
+                if proc.returncode != 0:
+                    raise RuntimeError(f"mocker replay exited {proc.returncode}: {proc.stderr}")
+            with open(report_path, encoding="utf-8") as f:
+                report = json.load(f)
+            wall = statistics.median(walls)
+            n = report["num_requests"]
+            span_s = report["duration_ms"] / 1000
+            shown = ["build/tools/mocker", "replay",
+                     "TRACE" if copies == 1 else f"TRACE_x{copies}", "--report-json", "r.json"]
+            rows.append((
+                f"offline replay {copies}× trace ({fmt(n)} requests, simulated span "
+                f"{fmt(span_s, 1)} s)",
+                f"{fmt(wall, 2)} s wall, {fmt(n / wall)} req/s, {fmt(span_s / wall)}× real time",
+                "`" + " ".join(shown) + "`"))
+            log(f"replay x{copies}: walls {', '.join(f'{w:.3f}' for w in walls)} s")
+    ctx.notes.append(f"TRACE = `{os.path.basename(ctx.trace)}` (the sample Mooncake trace); "
+                     "TRACE_xN = `tools/bench/scale_trace.py TRACE N > TRACE_xN`. Replay rows: "
+                     f"median of {RUNS} runs, wall = process start to exit.")
+    return rows
+
+
+def bench_live(ctx, label, args, what):
+    exe = os.path.join(ctx.build, "tests", "bench", "service_throughput_bench")
+    cmd = [exe, *args, "--events", "off", "--label", label]
+    out = run(cmd)
+    r = json_lines(out)[0]
+    return [
+        (f"live {what}, KV events and FPM off: service",
+         f"{fmt(r['service_messages_per_s'])} messages/s × {fmt(r['tokens_per_message'], 1)} "
+         f"tokens/message = {fmt(r['service_tokens_per_s'])} tokens/s", show(cmd, ctx.build)),
+        (f"live {what}: raw ROUTER→DEALER baseline, the same messages",
+         f"{fmt(r['baseline_messages_per_s'])} messages/s "
+         f"({fmt(r['baseline_tokens_per_s'])} tokens/s); service/baseline "
+         f"{r['ratio_median']:.2f} (worst {r['ratio_worst']:.2f}, best {r['ratio_best']:.2f}, "
+         f"{r['rounds']} rounds)", "same run"),
+    ]
+
+
+def bench_live_wide(ctx):
+    return bench_live(ctx, "4x256", ["--clients", "4", "--concurrency", "256", "--requests", "256",
+                                     "--max-tokens", "1000", "--rounds", "5"],
+                      "4 clients × 256 streams × 1,000 tokens")
+
+
+def bench_live_many(ctx):
+    return bench_live(ctx, "1000x1", ["--clients", "1000", "--client-threads", "2",
+                                      "--concurrency", "1", "--requests", "1", "--max-tokens",
+                                      "100", "--rounds", "5"],
+                      "1,000 clients × 1 stream × 100 tokens")
+
+
+def span(values, unit, digits=0):
+    """'median unit (min-max over N runs)'."""
+    return (f"{fmt(statistics.median(values), digits)} {unit} ({fmt(min(values), digits)}–"
+            f"{fmt(max(values), digits)} over {len(values)} runs)")
+
+
+def bench_cancel(ctx):
+    exe = os.path.join(ctx.build, "tests", "bench", "cancel_latency_bench")
+    cmd = [exe, "--flood", "100000", "--cancels", "1000"]
+    p50, p99 = [], []
+    for _ in range(RUNS):
+        m = re.search(r"p50 ([\d.]+) us, p99 ([\d.]+) us", run(cmd))
+        if not m:
+            raise RuntimeError("cancel_latency_bench: no p50/p99 line")
+        p50.append(float(m.group(1)))
+        p99.append(float(m.group(2)))
+    return [("cancel → cancel_reply round trip under a 100,000-submit backlog (1,000 cancels)",
+             f"p50 {span(p50, 'µs')}; p99 {span(p99, 'µs')}", show(cmd, ctx.build))]
+
+
+def bench_index(ctx):
+    exe = os.path.join(ctx.build, "tests", "bench", "index_bench")
+    cmd = [exe, "--batches", "100000", "--blocks", "16", "--sndhwm", "0"]
+    published, indexed = [], []
+    for _ in range(RUNS):
+        out = run(cmd)
+        pub = re.search(r"published ([\d.]+) blocks/s", out)
+        app = re.search(r"applied\s+\d+/\d+ batches, \d+ blocks in [\d.]+ s = ([\d.]+) blocks/s",
+                        out)
+        if not pub or not app:
+            raise RuntimeError("index_bench: no blocks/s lines")
+        published.append(float(pub.group(1)))
+        indexed.append(float(app.group(1)))
+    return [("KV-event blocks published (PUB) and indexed (`mocker index` subscriber)",
+             f"published {span(published, 'blocks/s')}; indexed {span(indexed, 'blocks/s')}",
+             show(cmd, ctx.build))]
+
+
+def bench_queued_rss(ctx):
+    script = os.path.join(ROOT, "tests", "bench", "serve_rss_bench.py")
+    cmd = ["/usr/bin/python3", script, "--mocker", os.path.join(ctx.build, "tools", "mocker"),
+           "queued", "--requests", "100000", "--tokens", "1000"]
+    r = json_lines(run(cmd))[0]
+    return [("`mocker serve` RSS with 100,000 queued 1,000-token requests",
+             f"{fmt(r['rss_kib'] / 1024)} MiB (idle {fmt(r['idle_rss_kib'] / 1024, 1)} MiB; "
+             f"{fmt(r['bytes_per_request'])} bytes per queued request)", show(cmd, ctx.build))]
+
+
+def bench_fleet(ctx):
+    script = os.path.join(ROOT, "tests", "bench", "serve_rss_bench.py")
+    cmd = ["/usr/bin/python3", script, "--mocker", os.path.join(ctx.build, "tools", "mocker"),
+           "fleet", "--workers", "256"]
+    r = json_lines(run(cmd))[0]
+    return [("256-worker fleet: 256 processes (no in-process fleet yet), default engine",
+             f"{fmt(r['total_rss_kib'] / 1024)} MiB RSS total ({fmt(r['mean_rss_kib'] / 1024, 1)}"
+             f" MiB each), all ready {fmt(r['ready_s'], 2)} s after the first spawn "
+             f"(spawning them one by one took {fmt(r['spawn_s'], 2)} s)",
+             show(cmd, ctx.build))]
+
+
+BENCHES = {
+    "replay": bench_replay,
+    "live": bench_live_wide,
+    "live1000": bench_live_many,
+    "cancel": bench_cancel,
+    "index": bench_index,
+    "queued": bench_queued_rss,
+    "fleet": bench_fleet,
+}
+
+
+def table(rows):
+    lines = ["| metric | value | command |", "|---|---|---|"]
+    lines += [f"| {m} | {v} | {c} |" for m, v, c in rows]
+    return "\n".join(lines)
+
+
+def write_doc(path, text):
+    with open(path, encoding="utf-8") as f:
+        doc = f.read()
+    begin, end = doc.find(BEGIN), doc.find(END)
+    if begin < 0 or end < begin:
+        raise RuntimeError(f"{path}: no {BEGIN} ... {END} markers")
+    doc = doc[:begin + len(BEGIN)] + "\n" + text + "\n" + doc[end:]
+    with open(path, "w", encoding="utf-8") as f:
+        f.write(doc)
+    log(f"wrote the table into {path}")
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--build-dir", required=True)
+    parser.add_argument("--trace", default=os.path.join(
+        os.path.dirname(ROOT), "shared", "data", "traces", "mooncake_synthetic_trace.jsonl"))
+    parser.add_argument("--write", metavar="DOC", nargs="?",
+                        const=os.path.join(ROOT, "docs", "benchmarks.md"),
+                        help="put the table into DOC (default docs/benchmarks.md) between markers")
+    parser.add_argument("--only", help="comma-separated subset of: " + ", ".join(BENCHES))
+    args = parser.parse_args()
+    args.build = os.path.abspath(args.build_dir)
+    args.trace = os.path.abspath(args.trace)
+    names = args.only.split(",") if args.only else list(BENCHES)
+    unknown = [n for n in names if n not in BENCHES]
+    if unknown:
+        parser.error("unknown bench: " + ", ".join(unknown))
+    args.notes = []
+    header = f"Machine: {machine()}; build: {build_type(args.build)}"
+    t0 = time.monotonic()
+    rows = []
+    failed = []
+    for name in names:
+        try:
+            rows += BENCHES[name](args)
+        except (RuntimeError, OSError, KeyError, IndexError, ValueError,
+                subprocess.SubprocessError) as e:
+            log(f"{name} failed: {e}")
+            failed.append(name)
+            rows.append((name, f"FAILED: {e}", ""))
+    if any(n.startswith("live") for n in names):
+        args.notes.append("Live rows: the round with the median service/baseline ratio of 5 "
+                          "(worst and best in brackets); both sides in the same process run.")
+    notes = "".join(f"\n* {n}" for n in args.notes)
+    text = (f"{header}; benches took {time.monotonic() - t0:.0f} s; load average at end "
+            f"{os.getloadavg()[0]:.2f}\n\n{table(rows)}\n{notes}")
+    print(text)
+    if args.write and not failed:
+        write_doc(args.write, text)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
