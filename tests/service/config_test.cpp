@@ -10,6 +10,9 @@
 #include <tuple>
 #include <vector>
 
+#include "service/server.h"
+#include "tests/service/live_service.h"
+
 namespace mocker::service {
 namespace {
 
@@ -425,6 +428,25 @@ TEST(ServiceConfigTest, HighWaterMarkZeroMeansUnlimitedAndIsAccepted) {
   EXPECT_EQ(r->kv_events.hwm, 0u);
   EXPECT_EQ(r->service.submit_sndhwm, 0u);
   EXPECT_EQ(r->service.submit_rcvhwm, 2147483647u);
+}
+
+TEST(ServiceConfigTest, HighWaterMarksReachZeroMQAsGiven) {
+  // Real sockets: ZeroMQ accepts 0 (unlimited) and INT_MAX; a larger value is refused by
+  // validation, naming the key, before any socket is made.
+  ServiceConfig c = testing::testConfig();
+  c.kv_events.enabled = true;
+  for (const std::uint32_t hwm : {0u, 2147483647u}) {
+    c.kv_events.hwm = hwm;
+    c.service.submit_sndhwm = hwm;
+    c.service.submit_rcvhwm = hwm;
+    const auto server = Server::create(c);
+    EXPECT_TRUE(server.has_value()) << hwm << ": " << server.error().message;
+  }
+  c.kv_events.hwm = 2147483648u;
+  const auto server = Server::create(c);
+  ASSERT_FALSE(server.has_value());
+  EXPECT_EQ(server.error().message.rfind("kv_events.hwm must be in [0, 2147483647]", 0), 0u)
+      << server.error().message;
 }
 
 TEST(ServiceConfigTest, CheckReturnsTheOffendingKeysAsData) {
