@@ -52,7 +52,7 @@ constexpr const char* kGoodProfile = R"({
 
 TEST(ServiceConfigTest, DefaultsEqualTheSpec) {
   const ServiceConfig c;
-  // engine.md §1.1–§1.3
+  // Engine and SGLang defaults.
   EXPECT_EQ(c.engine.engine_type, engine::EngineType::Vllm);
   EXPECT_EQ(c.engine.num_gpu_blocks, 16384u);
   EXPECT_EQ(c.engine.block_size, 0u);
@@ -77,18 +77,18 @@ TEST(ServiceConfigTest, DefaultsEqualTheSpec) {
   EXPECT_EQ(c.engine.sglang.chunked_prefill_size, 8192u);
   EXPECT_EQ(c.engine.sglang.clip_max_new_tokens, 4096u);
   EXPECT_EQ(c.engine.sglang.schedule_conservativeness, 1.0);
-  // §1.5
+  // Live-service limits.
   EXPECT_FALSE(c.engine.allow_empty_output);
   EXPECT_EQ(c.service.max_buffered_outputs, 8u);
   EXPECT_EQ(c.service.fpm_heartbeat_interval_s, 1.0);
   EXPECT_FALSE(c.service.startup_time_s.has_value());
-  // Issue #5 endpoints: all bind on loopback.
+  // Endpoints: all bind on loopback.
   EXPECT_EQ(c.endpoints.submit, (EndpointConfig{"tcp://127.0.0.1:5555", false}));
   EXPECT_EQ(c.endpoints.cancel, (EndpointConfig{"tcp://127.0.0.1:5556", false}));
   EXPECT_EQ(c.endpoints.kv_events, (EndpointConfig{"tcp://127.0.0.1:5557", false}));
   EXPECT_EQ(c.endpoints.kv_replay, (EndpointConfig{"tcp://127.0.0.1:5558", false}));
   EXPECT_EQ(c.endpoints.fpm, (EndpointConfig{"tcp://127.0.0.1:5559", false}));
-  // wire.md §2.6 and §7 (enabled by default in serve).
+  // KV events and forward-pass metrics (enabled by default in serve).
   EXPECT_TRUE(c.kv_events.enabled);
   EXPECT_TRUE(c.kv_events.replay_enabled);
   EXPECT_EQ(c.kv_events.topic, "");
