@@ -6,6 +6,8 @@
 #include <cctype>
 #include <cmath>
 #include <string>
+#include <utility>
+#include <vector>
 
 namespace mocker::engine {
 namespace {
@@ -30,8 +32,19 @@ constexpr EnumNames<KvEventVisibility, 2> kVisibilities{
 constexpr EnumNames<SchedulePolicy, 3> kPolicies{
     {{"fcfs", SchedulePolicy::Fcfs}, {"fifo", SchedulePolicy::Fcfs}, {"lpm", SchedulePolicy::Lpm}}};
 
-Status fieldError(std::string_view field, const std::string& rule, const std::string& got) {
-  return invalidArgument(std::string(field) + " must be " + rule + " (got " + got + ")");
+/// A rule about `fields` (the offending one first) with the message "<field> must be <rule> (got
+/// <got>)".
+ConfigError fieldError(std::vector<std::string> fields, const std::string& rule,
+                       const std::string& got) {
+  std::string message = fields.front() + " must be " + rule + " (got " + got + ")";
+  return {std::move(fields), invalidArgument(std::move(message))};
+}
+ConfigError fieldError(std::string_view field, const std::string& rule, const std::string& got) {
+  return fieldError(std::vector<std::string>{std::string(field)}, rule, got);
+}
+/// A rule about `fields` whose message (starting with fields.front()) is written out in full.
+ConfigError ruleError(std::vector<std::string> fields, std::string message) {
+  return {std::move(fields), invalidArgument(std::move(message))};
 }
 
 std::string num(double v) {
@@ -39,48 +52,53 @@ std::string num(double v) {
   return s;
 }
 
-Status checkIncreasing(std::string_view field, const std::vector<double>& v) {
-  if (v.empty()) return fieldError(field, "a non-empty array", "an empty array");
+/// Profile errors name the array in the message; their field is "timing_profile".
+ConfigError profileError(const std::string& array, const std::string& rule,
+                         const std::string& got) {
+  return ruleError({"timing_profile"},
+                   "timing_profile." + array + " must be " + rule + " (got " + got + ")");
+}
+
+std::optional<ConfigError> checkIncreasing(const std::string& array, const std::vector<double>& v) {
+  if (v.empty()) return profileError(array, "a non-empty array", "an empty array");
   for (std::size_t i = 0; i < v.size(); ++i) {
-    if (!std::isfinite(v[i])) return fieldError(field, "finite", "a non-finite element");
+    if (!std::isfinite(v[i])) return profileError(array, "finite", "a non-finite element");
     if (i > 0 && !(v[i] > v[i - 1])) {
-      return fieldError(
-          field, "strictly increasing",
+      return profileError(
+          array, "strictly increasing",
           "element " + std::to_string(i) + " = " + num(v[i]) + " after " + num(v[i - 1]));
     }
   }
-  return {};
+  return std::nullopt;
 }
 
-Status validateProfile(const TimingProfile& p) {
-  MOCKER_TRY_VOID(checkIncreasing("timing_profile.prefill_isl", p.prefill_isl));
+std::optional<ConfigError> checkProfile(const TimingProfile& p) {
+  if (auto e = checkIncreasing("prefill_isl", p.prefill_isl)) return e;
   if (p.prefill_ttft_ms.size() != p.prefill_isl.size()) {
-    return fieldError("timing_profile.prefill_ttft_ms",
-                      "as long as prefill_isl (" + std::to_string(p.prefill_isl.size()) + ")",
-                      std::to_string(p.prefill_ttft_ms.size()) + " elements");
+    return profileError("prefill_ttft_ms",
+                        "as long as prefill_isl (" + std::to_string(p.prefill_isl.size()) + ")",
+                        std::to_string(p.prefill_ttft_ms.size()) + " elements");
   }
   for (double v : p.prefill_ttft_ms) {
-    if (!std::isfinite(v)) return fieldError("timing_profile.prefill_ttft_ms", "finite", num(v));
+    if (!std::isfinite(v)) return profileError("prefill_ttft_ms", "finite", num(v));
   }
-  MOCKER_TRY_VOID(
-      checkIncreasing("timing_profile.decode_active_kv_tokens", p.decode_active_kv_tokens));
-  MOCKER_TRY_VOID(checkIncreasing("timing_profile.decode_context_length", p.decode_context_length));
+  if (auto e = checkIncreasing("decode_active_kv_tokens", p.decode_active_kv_tokens)) return e;
+  if (auto e = checkIncreasing("decode_context_length", p.decode_context_length)) return e;
   if (p.decode_itl.size() != p.decode_active_kv_tokens.size()) {
-    return fieldError("timing_profile.decode_itl",
-                      std::to_string(p.decode_active_kv_tokens.size()) + " rows",
-                      std::to_string(p.decode_itl.size()) + " rows");
+    return profileError("decode_itl", std::to_string(p.decode_active_kv_tokens.size()) + " rows",
+                        std::to_string(p.decode_itl.size()) + " rows");
   }
   for (std::size_t r = 0; r < p.decode_itl.size(); ++r) {
     if (p.decode_itl[r].size() != p.decode_context_length.size()) {
-      return fieldError("timing_profile.decode_itl[" + std::to_string(r) + "]",
-                        std::to_string(p.decode_context_length.size()) + " columns",
-                        std::to_string(p.decode_itl[r].size()) + " columns");
+      return profileError("decode_itl[" + std::to_string(r) + "]",
+                          std::to_string(p.decode_context_length.size()) + " columns",
+                          std::to_string(p.decode_itl[r].size()) + " columns");
     }
     for (double v : p.decode_itl[r]) {
-      if (!std::isfinite(v)) return fieldError("timing_profile.decode_itl", "finite", num(v));
+      if (!std::isfinite(v)) return profileError("decode_itl", "finite", num(v));
     }
   }
-  return {};
+  return std::nullopt;
 }
 
 }  // namespace
@@ -120,7 +138,7 @@ std::uint32_t effectiveBlockSize(const EngineConfig& config) {
   return 64;
 }
 
-Status validateEngineConfig(const EngineConfig& c) {
+std::optional<ConfigError> checkEngineConfig(const EngineConfig& c) {
   const auto u = [](std::uint64_t v) { return std::to_string(v); };
   if (c.num_gpu_blocks < 1) return fieldError("num_gpu_blocks", ">= 1", u(c.num_gpu_blocks));
   const std::uint32_t block_size = effectiveBlockSize(c);
@@ -129,7 +147,8 @@ Status validateEngineConfig(const EngineConfig& c) {
     return fieldError("max_model_len", ">= 2 or null", u(*c.max_model_len));
   }
   if (c.max_model_len && c.engine_type == EngineType::Sglang) {
-    return invalidArgument("max_model_len applies only to engine_type vllm or trtllm");
+    return ruleError({"max_model_len", "engine_type"},
+                     "max_model_len applies only to engine_type vllm or trtllm");
   }
   if (c.max_num_seqs && *c.max_num_seqs < 1) {
     return fieldError("max_num_seqs", ">= 1 or null (unbounded)", u(*c.max_num_seqs));
@@ -151,15 +170,18 @@ Status validateEngineConfig(const EngineConfig& c) {
       break;
     case TimingModelKind::Interpolated:
       if (!c.timing_profile) {
-        return invalidArgument("timing_profile_path is required when timing_model = interpolated");
+        return ruleError({"timing_profile", "timing_model"},
+                         "timing_profile_path is required when timing_model = interpolated");
       }
-      MOCKER_TRY_VOID(validateProfile(*c.timing_profile));
+      if (auto e = checkProfile(*c.timing_profile)) return e;
       break;
     case TimingModelKind::Fixed:
       for (const auto& [name, value] : {std::pair{"fixed_prefill_ms", c.fixed_prefill_ms},
                                         std::pair{"fixed_decode_ms", c.fixed_decode_ms}}) {
-        if (!value)
-          return invalidArgument(std::string(name) + " is required when timing_model = fixed");
+        if (!value) {
+          return ruleError({name, "timing_model"},
+                           std::string(name) + " is required when timing_model = fixed");
+        }
         if (!std::isfinite(*value) || *value < 0) {
           return fieldError(name, "finite and >= 0", num(*value));
         }
@@ -185,15 +207,21 @@ Status validateEngineConfig(const EngineConfig& c) {
   }
   if (c.engine_type == EngineType::Sglang) {
     if (c.block_size != 0 && s.page_size != 0 && c.block_size != s.page_size) {
-      return invalidArgument("sglang.page_size (" + u(s.page_size) + ") must equal block_size (" +
-                             u(c.block_size) + ") when both are set");
+      return ruleError({"sglang.page_size", "block_size", "engine_type"},
+                       "sglang.page_size (" + u(s.page_size) + ") must equal block_size (" +
+                           u(c.block_size) + ") when both are set");
     }
     if (s.chunked_prefill_size % block_size != 0) {
-      return fieldError("sglang.chunked_prefill_size",
-                        ">= 1 and divisible by block_size " + u(block_size),
-                        u(s.chunked_prefill_size));
+      return fieldError(
+          {"sglang.chunked_prefill_size", "block_size", "sglang.page_size", "engine_type"},
+          ">= 1 and divisible by block_size " + u(block_size), u(s.chunked_prefill_size));
     }
   }
+  return std::nullopt;
+}
+
+Status validateEngineConfig(const EngineConfig& config) {
+  if (auto e = checkEngineConfig(config)) return std::move(e->error);
   return {};
 }
 

@@ -1,7 +1,7 @@
-// EngineConfig: every engine setting with the Dynamo/vLLM key names and defaults of
-// ../shared/spec/engine.md §1 (aggregate with default member initialisers; build it with
-// designated initialisers). validateEngineConfig() returns an error naming the field and the
-// allowed range. The service's TOML/CLI loader and the replay tool fill this struct.
+// EngineConfig: every engine setting, with the Dynamo/vLLM key names and defaults (an aggregate
+// with default member initialisers; build it with designated initialisers). checkEngineConfig()
+// returns the first broken rule as data: the fields it is about and an error naming the field and
+// the allowed range. The service's TOML/CLI loader and the replay tool fill this struct.
 //
 // Plain value type; thread-compatible.
 #pragma once
@@ -23,8 +23,8 @@ enum class TimingModelKind { Polynomial, Interpolated, Fixed };
 enum class KvEventVisibility { PassEnd, PassStart };
 enum class SchedulePolicy { Fcfs, Lpm };
 
-/// An interpolated timing profile (engine.md §8.2). Loaded from a file outside the engine
-/// (tools/service); the engine only validates the arrays.
+/// An interpolated timing profile (file format: service/README.md). Loaded from a file outside the
+/// engine (tools/service); the engine only validates the arrays.
 struct TimingProfile {
   std::vector<double> prefill_isl;              ///< strictly increasing
   std::vector<double> prefill_ttft_ms;          ///< same length as prefill_isl
@@ -33,7 +33,7 @@ struct TimingProfile {
   std::vector<std::vector<double>> decode_itl;  ///< [rows][cols] milliseconds
 };
 
-/// SGLang scheduler settings (engine.md §1.3); used only when engine_type = sglang.
+/// SGLang scheduler settings; used only when engine_type = sglang.
 struct SglangConfig {
   SchedulePolicy schedule_policy = SchedulePolicy::Fcfs;
   /// 0 = unset: block_size if that is set, else 1. Must equal block_size when both are set.
@@ -57,22 +57,36 @@ struct EngineConfig {
   std::uint32_t dp_size = 1;  ///< >= 1
   std::uint64_t hash_seed = kDefaultHashSeed;
   std::uint64_t chain_seed = kDefaultChainSeed;
-  std::uint64_t token_seed = 0;  ///< seed of synthetic output token ids (§2.2)
+  std::uint64_t token_seed = 0;  ///< seed of synthetic output token ids
   KvEventVisibility kv_event_visibility = KvEventVisibility::PassEnd;
   bool allow_empty_output = false;  ///< accept max_output_tokens = 0 at submit
 
-  // Timing (§1.2, §8).
+  // Timing.
   TimingModelKind timing_model = TimingModelKind::Polynomial;
   std::optional<TimingProfile> timing_profile;  ///< required iff timing_model = interpolated
   std::optional<double> fixed_prefill_ms;       ///< required iff timing_model = fixed
   std::optional<double> fixed_decode_ms;
-  double speedup_ratio = 1.0;         ///< finite, >= 0; 0 = live mode does not wait (§8.4)
+  double speedup_ratio = 1.0;         ///< finite, >= 0; 0 = live mode does not wait
   double decode_speedup_ratio = 1.0;  ///< finite, > 0
 
   SglangConfig sglang;
 };
 
-/// Checks every field; the error names the first offending field and its allowed range.
+/// A broken validation rule, as data: which fields it is about and what is wrong.
+struct ConfigError {
+  /// EngineConfig field paths the rule concerns, the offending field first, then the fields it
+  /// was checked against ("sglang.page_size", "block_size"). Nested fields are dotted
+  /// ("sglang.page_size"); every timing-profile rule names "timing_profile".
+  std::vector<std::string> fields;
+  /// InvalidArgument; the message starts with fields.front() and gives the allowed range
+  /// ("num_gpu_blocks must be >= 1 (got 0)", "timing_profile.prefill_isl must be …").
+  Error error;
+};
+
+/// Checks every field in a fixed order; the first broken rule, or nullopt if the config is valid.
+std::optional<ConfigError> checkEngineConfig(const EngineConfig& config);
+
+/// checkEngineConfig as a Status (the error only), for callers that need no field names.
 Status validateEngineConfig(const EngineConfig& config);
 
 /// block_size after applying the engine default (vllm 64, trtllm 32, sglang page_size).

@@ -1,13 +1,17 @@
 // ServiceConfig: everything `mocker serve` is configured with — the engine (engine/config.h),
 // the ZeroMQ endpoints, the KV-event and forward-pass-metrics publishers, logging and the
 // live-boundary limits — plus its TOML loader, validator and dumper. The file layout, every key,
-// its default and its range are documented in service/README.md (normative sources:
-// ../shared/spec/engine.md §1, wire.md §2.6 and §7).
+// its default and its range are documented in service/README.md.
 //
 //   loadServiceConfig(path)              file → validated config (errors: "file:line:col: key …")
 //   parseServiceConfig(text, name)       same, from text
-//   validateServiceConfig(config)        every range and cross-field rule (errors name the key)
+//   checkServiceConfig(config, use)      every range and cross-field rule; the broken one as data
+//   validateServiceConfig(config, use)   same, as a Status
 //   dumpServiceConfig(config)            TOML with every key; parses back to an equal config
+//
+// Implementation, one file per concern: config_keys.cpp (the key table, typed assignment, the
+// dump), config_toml.cpp (TOML reading with file:line:col origins), config_validate.cpp (range
+// and cross-field rules, origin-prefixed errors), timing_profile.cpp (the JSON profile loader).
 //
 // Conventions: keys that may be "unset" (max_model_len, max_num_seqs, max_num_batched_tokens,
 // startup_time_s, fixed_prefill_ms, fixed_decode_ms) take the string "none" for null; u64 seeds
@@ -29,6 +33,8 @@
 
 #include "base/result.h"
 #include "engine/config.h"
+#include "protocol/kv_events.h"
+#include "publishers/kv_event_publisher.h"
 
 namespace mocker::service {
 
@@ -40,19 +46,6 @@ struct EndpointConfig {
   friend bool operator==(const EndpointConfig&, const EndpointConfig&) = default;
 };
 
-/// KV-event payload layouts (wire.md §3.2, §3.3) and replay layouts (§4).
-enum class KvEventLayout { P6, P7, P8, P9, P12, Map, Map26 };
-enum class ReplayLayout { R1, R2 };
-/// parent_block_hash of a run that starts at block 0 (wire.md §3.4).
-enum class ParentRoot { Nil, Zero };
-
-std::string_view toString(KvEventLayout v);
-std::string_view toString(ReplayLayout v);
-std::string_view toString(ParentRoot v);
-Result<KvEventLayout> parseKvEventLayout(std::string_view s);  ///< case-insensitive
-Result<ReplayLayout> parseReplayLayout(std::string_view s);
-Result<ParentRoot> parseParentRoot(std::string_view s);
-
 /// `[endpoints.*]`. kv_events, kv_replay and fpm are per DP rank (offset by the rank).
 struct EndpointsConfig {
   EndpointConfig submit{"tcp://127.0.0.1:5555"};     ///< ROUTER
@@ -63,33 +56,34 @@ struct EndpointsConfig {
   friend bool operator==(const EndpointsConfig&, const EndpointsConfig&) = default;
 };
 
-/// `[kv_events]` (wire.md §2.5, §2.6).
+/// `[kv_events]`: the KV-event PUB socket, its replay ROUTER and the payload encoding. The
+/// encoding fields use the wire types directly (names "p8", "r1", "nil" in files and flags).
 struct KvEventsConfig {
   bool enabled = true;                    ///< PUB socket on endpoints.kv_events
   bool replay_enabled = true;             ///< replay ROUTER on endpoints.kv_replay (needs enabled)
   std::string topic;                      ///< frame 0; "kv@<pod>@<model>" form checked
-  std::uint32_t hwm = 100000;             ///< PUB ZMQ_SNDHWM, >= 1
+  std::uint32_t hwm = 100000;             ///< PUB ZMQ_SNDHWM; 0 = unlimited, <= INT_MAX
   std::uint32_t max_queue_size = 100000;  ///< batches, >= 1 (vLLM's key; no queue ⇒ no effect)
   std::uint32_t buffer_steps = 10000;     ///< replay ring, batches, >= 1
-  KvEventLayout layout = KvEventLayout::P8;
-  ReplayLayout replay_layout = ReplayLayout::R1;
-  ParentRoot parent_root = ParentRoot::Nil;
+  protocol::KvLayout layout = protocol::KvLayout::P8;
+  publishers::ReplayLayout replay_layout = publishers::ReplayLayout::R1;
+  protocol::ParentRoot parent_root = protocol::ParentRoot::Nil;
   bool force_uint64_hashes = false;
   bool clear_on_start = false;
   friend bool operator==(const KvEventsConfig&, const KvEventsConfig&) = default;
 };
 
-/// `[fpm]` (wire.md §7).
+/// `[fpm]`: the forward-pass-metrics PUB socket.
 struct FpmConfig {
   bool enabled = true;
   std::string worker_id = "0";  ///< decimal u64
   friend bool operator==(const FpmConfig&, const FpmConfig&) = default;
 };
 
-/// `[service]`: the live boundary and socket limits (engine.md §1.5, §13; issue #5).
+/// `[service]`: the live boundary and socket limits.
 struct LiveConfig {
-  std::uint32_t submit_sndhwm = 1000;                ///< submit ROUTER ZMQ_SNDHWM; 0 = unlimited
-  std::uint32_t submit_rcvhwm = 1000;                ///< submit ROUTER ZMQ_RCVHWM; 0 = unlimited
+  std::uint32_t submit_sndhwm = 1000;  ///< submit ROUTER ZMQ_SNDHWM; 0 = unlimited, <= INT_MAX
+  std::uint32_t submit_rcvhwm = 1000;  ///< submit ROUTER ZMQ_RCVHWM; 0 = unlimited, <= INT_MAX
   std::int64_t max_message_size = 64 * 1024 * 1024;  ///< ZMQ_MAXMSGSIZE bytes, >= 1
   std::uint32_t max_submit_backlog = 10000;          ///< engine waiting requests before reads pause
   std::uint32_t linger_ms = 1000;                    ///< ZMQ_LINGER on close, <= 60000
@@ -101,8 +95,7 @@ struct LiveConfig {
 
 struct ServiceConfig {
   /// `[engine]`, `[engine.sglang]`. engine.allow_empty_output is the `[service]` key
-  /// allow_empty_output (engine.md §1.5); engine.timing_profile is loaded from
-  /// timing_profile_path.
+  /// allow_empty_output; engine.timing_profile is loaded from timing_profile_path.
   engine::EngineConfig engine;
   /// `[engine] timing_profile_path`: JSON profile (loadTimingProfile); "" = none.
   std::string timing_profile_path;
@@ -120,9 +113,28 @@ bool operator==(const ServiceConfig& a, const ServiceConfig& b);
 /// wildcard tcp port ("tcp://host:*", an ephemeral port) stays a wildcard for every rank.
 Result<std::string> rankEndpoint(const EndpointConfig& endpoint, std::uint32_t dp_rank);
 
-/// Every range and cross-field rule; the error message starts with the key path
-/// ("engine.num_gpu_blocks must be >= 1 (got 0)"). Does not read files.
-Status validateServiceConfig(const ServiceConfig& config);
+/// What a configuration is for. EngineOnly (offline tools such as `mocker replay`, which build
+/// engines but open no socket) skips the socket-address rules (endpoints.*: scheme, per-rank
+/// offsets, collisions); every other rule, the engine's included, applies to both.
+enum class ConfigUse { Serve, EngineOnly };
+
+/// A broken rule, as data: the key paths it is about and the error.
+struct ConfigError {
+  /// Key paths ("engine.num_gpu_blocks"), the offending key first, then the keys it was checked
+  /// against; the first one with a known origin locates the error (finishServiceConfig).
+  std::vector<std::string> keys;
+  Error error;  ///< message starts with the key path ("engine.num_gpu_blocks must be >= 1 …")
+};
+
+/// Every range and cross-field rule that applies to `use`, in a fixed order; the first one the
+/// config breaks, or nullopt. Engine rules are engine::checkEngineConfig's, with the engine's
+/// field names mapped to key paths. Does not read files.
+std::optional<ConfigError> checkServiceConfig(const ServiceConfig& config,
+                                              ConfigUse use = ConfigUse::Serve);
+
+/// checkServiceConfig as a Status; the error message starts with the key path
+/// ("engine.num_gpu_blocks must be >= 1 (got 0)").
+Status validateServiceConfig(const ServiceConfig& config, ConfigUse use = ConfigUse::Serve);
 
 /// Where each key's value came from: "file.toml:12:5" for file keys, "--flag" for CLI flags.
 using KeyOrigins = std::map<std::string, std::string, std::less<>>;
@@ -146,16 +158,17 @@ Result<ServiceConfig> loadServiceConfigOver(ServiceConfig base, const std::strin
 /// types and spellings as the file ("none", true/false, enum names). Unknown key → error.
 Status setConfigValue(ServiceConfig& config, std::string_view key, std::string_view text);
 
-/// Final step: loads engine.timing_profile from timing_profile_path (if set) and validates;
-/// errors are prefixed with the origin of the key they name.
-Result<ServiceConfig> finishServiceConfig(ServiceConfig config, const KeyOrigins& origins);
+/// Final step: loads engine.timing_profile from timing_profile_path (if set) and validates for
+/// `use`; errors are prefixed with the origin of the first of their keys that has one.
+Result<ServiceConfig> finishServiceConfig(ServiceConfig config, const KeyOrigins& origins,
+                                          ConfigUse use = ConfigUse::Serve);
 
 /// Every key path, in dump order ("engine.engine_type", …, "logging.level").
 std::vector<std::string> configKeys();
 
-/// Loads an interpolated timing profile (JSON object with the arrays of engine.md §8.2:
-/// prefill_isl, prefill_ttft_ms, decode_active_kv_tokens, decode_context_length, decode_itl).
-/// Errors name the file and what is wrong (missing array, wrong type, lengths, ordering).
+/// Loads an interpolated timing profile (JSON object with the arrays prefill_isl, prefill_ttft_ms,
+/// decode_active_kv_tokens, decode_context_length, decode_itl). Errors name the file and what is
+/// wrong (missing array, wrong type, lengths, ordering).
 Result<engine::TimingProfile> loadTimingProfile(const std::string& path);
 Result<engine::TimingProfile> parseTimingProfile(std::string_view json_text,
                                                  std::string_view source_name);

@@ -59,26 +59,6 @@ std::shared_ptr<spdlog::logger> serveLogger() {
   return logger;
 }
 
-protocol::KvLayout toWire(KvEventLayout v) {
-  switch (v) {
-    case KvEventLayout::P6:
-      return protocol::KvLayout::P6;
-    case KvEventLayout::P7:
-      return protocol::KvLayout::P7;
-    case KvEventLayout::P8:
-      return protocol::KvLayout::P8;
-    case KvEventLayout::P9:
-      return protocol::KvLayout::P9;
-    case KvEventLayout::P12:
-      return protocol::KvLayout::P12;
-    case KvEventLayout::Map:
-      return protocol::KvLayout::Map;
-    case KvEventLayout::Map26:
-      return protocol::KvLayout::Map26;
-  }
-  return protocol::KvLayout::P8;
-}
-
 // A message owning `payload`'s buffer: libzmq frees it (from its I/O thread) once written, so
 // an output batch of a few KiB is not copied again. Small payloads are copied, which is cheaper.
 zmq::message_t adoptPayload(std::vector<std::byte>&& payload) {
@@ -265,15 +245,11 @@ Status Server::Impl::init() {
       publishers::KvEventPublisherConfig kc;
       kc.dp_rank = r;
       kc.topic = config_.kv_events.topic;
-      kc.encoding.layout = toWire(config_.kv_events.layout);
-      kc.encoding.parent_root = config_.kv_events.parent_root == ParentRoot::Zero
-                                    ? protocol::ParentRoot::Zero
-                                    : protocol::ParentRoot::Nil;
+      kc.encoding.layout = config_.kv_events.layout;
+      kc.encoding.parent_root = config_.kv_events.parent_root;
       kc.encoding.force_uint64_hashes = config_.kv_events.force_uint64_hashes;
       kc.buffer_steps = config_.kv_events.buffer_steps;
-      kc.replay_layout = config_.kv_events.replay_layout == ReplayLayout::R2
-                             ? publishers::ReplayLayout::R2
-                             : publishers::ReplayLayout::R1;
+      kc.replay_layout = config_.kv_events.replay_layout;
       MOCKER_TRY(rank.kv, publishers::KvEventPublisher::create(kc, *rank.kv_sink));
       if (config_.kv_events.replay_enabled) {
         MOCKER_TRY(const std::string rep, rankEndpoint(config_.endpoints.kv_replay, r));

@@ -2,10 +2,7 @@
 
 #include <CLI/CLI.hpp>
 
-#include <cstdint>
 #include <utility>
-
-#include "engine/config.h"
 
 namespace mocker::tools {
 namespace {
@@ -140,19 +137,7 @@ Result<service::ServiceConfig> resolveServeConfig(const ServeFlags& flags, Confi
     }
     origins[b.key] = b.flag;
   }
-  if (use == ConfigUse::Serve) return service::finishServiceConfig(std::move(config), origins);
-  // Engine only (offline tools): per-rank socket endpoints are never opened, so the service
-  // rules that depend on dp_size (endpoint port spacing) must not reject a valid engine.
-  const std::uint32_t dp_size = config.engine.dp_size;
-  config.engine.dp_size = 1;
-  MOCKER_TRY(config, service::finishServiceConfig(std::move(config), origins));
-  config.engine.dp_size = dp_size;
-  if (auto st = engine::validateEngineConfig(config.engine); !st) {
-    const auto it = origins.find("engine.dp_size");
-    const std::string origin = it == origins.end() ? std::string() : it->second + ": ";
-    return Error{st.error().code, origin + st.error().message};
-  }
-  return config;
+  return service::finishServiceConfig(std::move(config), origins, use);
 }
 
 }  // namespace mocker::tools

@@ -45,10 +45,10 @@ struct ServeFlags {
 /// Registers --config and every configuration flag on `app`, in help groups.
 void addServeFlags(CLI::App& app, ServeFlags& flags);
 
-/// What the configuration is for. EngineOnly (offline tools such as `mocker replay`) skips the
-/// checks that only matter for sockets a tool never opens (per-rank endpoint port spacing under
-/// dp_size > 1); the engine section is still validated in full.
-enum class ConfigUse { Serve, EngineOnly };
+/// What the configuration is for (service::ConfigUse). EngineOnly (offline tools such as
+/// `mocker replay`) skips the endpoint rules, which only matter for sockets such a tool never
+/// opens; every other rule, the engine's included, still applies.
+using ConfigUse = service::ConfigUse;
 
 /// defaults → --config file (if given) → flags given on the command line → profile load →
 /// validation. Errors are prefixed with the origin of the offending key ("f.toml:3:5: " or

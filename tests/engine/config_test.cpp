@@ -3,6 +3,8 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <string>
+#include <vector>
 
 namespace mocker::engine {
 namespace {
@@ -68,7 +70,58 @@ TEST(EngineConfigTest, ValidationNamesFieldAndRange) {
     ASSERT_FALSE(s.has_value()) << c.name;
     EXPECT_NE(s.error().message.find(c.fragment), std::string::npos)
         << c.name << ": " << s.error().message;
+    // The same rule as data: the message starts with the first field it names.
+    const auto e = checkEngineConfig(c.config);
+    ASSERT_TRUE(e.has_value()) << c.name;
+    EXPECT_EQ(e->error, s.error()) << c.name;
+    ASSERT_FALSE(e->fields.empty()) << c.name;
+    EXPECT_EQ(e->error.message.rfind(e->fields.front(), 0), 0u)
+        << c.name << ": " << e->error.message;
   }
+}
+
+TEST(EngineConfigTest, CheckNamesTheOffendingFieldFirstThenTheFieldsItWasCheckedAgainst) {
+  struct Case {
+    const char* name;
+    EngineConfig config;
+    std::vector<std::string> fields;
+  };
+  const Case cases[] = {
+      {"zero blocks", {.num_gpu_blocks = 0}, {"num_gpu_blocks"}},
+      {"dp too large", {.dp_size = 1025}, {"dp_size"}},
+      {"decode speedup", {.decode_speedup_ratio = 0}, {"decode_speedup_ratio"}},
+      {"sglang model len",
+       {.engine_type = EngineType::Sglang, .max_model_len = 10},
+       {"max_model_len", "engine_type"}},
+      {"fixed missing",
+       {.timing_model = TimingModelKind::Fixed, .fixed_prefill_ms = 1},
+       {"fixed_decode_ms", "timing_model"}},
+      {"profile missing",
+       {.timing_model = TimingModelKind::Interpolated},
+       {"timing_profile", "timing_model"}},
+      {"sglang page",
+       {.engine_type = EngineType::Sglang, .block_size = 16, .sglang = {.page_size = 32}},
+       {"sglang.page_size", "block_size", "engine_type"}},
+      {"sglang chunk",
+       {.engine_type = EngineType::Sglang, .sglang = {.page_size = 3}},
+       {"sglang.chunked_prefill_size", "block_size", "sglang.page_size", "engine_type"}},
+      {"sglang range", {.sglang = {.clip_max_new_tokens = 0}}, {"sglang.clip_max_new_tokens"}},
+  };
+  for (const auto& c : cases) {
+    const auto e = checkEngineConfig(c.config);
+    ASSERT_TRUE(e.has_value()) << c.name;
+    EXPECT_EQ(e->fields, c.fields) << c.name << ": " << e->error.message;
+    EXPECT_EQ(e->error.code, ErrorCode::InvalidArgument) << c.name;
+  }
+  // Every profile rule names the profile, whichever array is wrong.
+  EngineConfig profile{.timing_model = TimingModelKind::Interpolated};
+  profile.timing_profile = TimingProfile{};
+  const auto e = checkEngineConfig(profile);
+  ASSERT_TRUE(e.has_value());
+  EXPECT_EQ(e->fields, std::vector<std::string>{"timing_profile"}) << e->error.message;
+  EXPECT_EQ(e->error.message.rfind("timing_profile.prefill_isl must be a non-empty array", 0), 0u)
+      << e->error.message;
+  EXPECT_FALSE(checkEngineConfig(EngineConfig{}).has_value());
 }
 
 TEST(EngineConfigTest, ProfileArraysAreChecked) {

@@ -7,7 +7,11 @@
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <tuple>
 #include <vector>
+
+#include "service/server.h"
+#include "tests/service/live_service.h"
 
 namespace mocker::service {
 namespace {
@@ -48,7 +52,7 @@ constexpr const char* kGoodProfile = R"({
 
 TEST(ServiceConfigTest, DefaultsEqualTheSpec) {
   const ServiceConfig c;
-  // engine.md §1.1–§1.3
+  // Engine and SGLang defaults.
   EXPECT_EQ(c.engine.engine_type, engine::EngineType::Vllm);
   EXPECT_EQ(c.engine.num_gpu_blocks, 16384u);
   EXPECT_EQ(c.engine.block_size, 0u);
@@ -73,27 +77,27 @@ TEST(ServiceConfigTest, DefaultsEqualTheSpec) {
   EXPECT_EQ(c.engine.sglang.chunked_prefill_size, 8192u);
   EXPECT_EQ(c.engine.sglang.clip_max_new_tokens, 4096u);
   EXPECT_EQ(c.engine.sglang.schedule_conservativeness, 1.0);
-  // §1.5
+  // Live-service limits.
   EXPECT_FALSE(c.engine.allow_empty_output);
   EXPECT_EQ(c.service.max_buffered_outputs, 8u);
   EXPECT_EQ(c.service.fpm_heartbeat_interval_s, 1.0);
   EXPECT_FALSE(c.service.startup_time_s.has_value());
-  // Issue #5 endpoints: all bind on loopback.
+  // Endpoints: all bind on loopback.
   EXPECT_EQ(c.endpoints.submit, (EndpointConfig{"tcp://127.0.0.1:5555", false}));
   EXPECT_EQ(c.endpoints.cancel, (EndpointConfig{"tcp://127.0.0.1:5556", false}));
   EXPECT_EQ(c.endpoints.kv_events, (EndpointConfig{"tcp://127.0.0.1:5557", false}));
   EXPECT_EQ(c.endpoints.kv_replay, (EndpointConfig{"tcp://127.0.0.1:5558", false}));
   EXPECT_EQ(c.endpoints.fpm, (EndpointConfig{"tcp://127.0.0.1:5559", false}));
-  // wire.md §2.6 and §7 (enabled by default in serve).
+  // KV events and forward-pass metrics (enabled by default in serve).
   EXPECT_TRUE(c.kv_events.enabled);
   EXPECT_TRUE(c.kv_events.replay_enabled);
   EXPECT_EQ(c.kv_events.topic, "");
   EXPECT_EQ(c.kv_events.hwm, 100000u);
   EXPECT_EQ(c.kv_events.max_queue_size, 100000u);
   EXPECT_EQ(c.kv_events.buffer_steps, 10000u);
-  EXPECT_EQ(c.kv_events.layout, KvEventLayout::P8);
-  EXPECT_EQ(c.kv_events.replay_layout, ReplayLayout::R1);
-  EXPECT_EQ(c.kv_events.parent_root, ParentRoot::Nil);
+  EXPECT_EQ(c.kv_events.layout, protocol::KvLayout::P8);
+  EXPECT_EQ(c.kv_events.replay_layout, publishers::ReplayLayout::R1);
+  EXPECT_EQ(c.kv_events.parent_root, protocol::ParentRoot::Nil);
   EXPECT_FALSE(c.kv_events.force_uint64_hashes);
   EXPECT_FALSE(c.kv_events.clear_on_start);
   EXPECT_TRUE(c.fpm.enabled);
@@ -171,8 +175,8 @@ level = "WARNING"
   EXPECT_EQ(c.engine.sglang.page_size, 16u);
   EXPECT_TRUE(c.engine.allow_empty_output);
   EXPECT_EQ(c.endpoints.kv_events, (EndpointConfig{"tcp://indexer:6000", true}));
-  EXPECT_EQ(c.kv_events.layout, KvEventLayout::Map26);
-  EXPECT_EQ(c.kv_events.parent_root, ParentRoot::Zero);
+  EXPECT_EQ(c.kv_events.layout, protocol::KvLayout::Map26);
+  EXPECT_EQ(c.kv_events.parent_root, protocol::ParentRoot::Zero);
   EXPECT_EQ(c.fpm.worker_id, "7587889736218396437");
   EXPECT_EQ(c.log_level, spdlog::level::warn);
 }
@@ -325,6 +329,15 @@ const std::vector<BadConfig> kBadConfigs = {
      "\n[engine]\ndp_size = 2\n[kv_events]\nreplay_enabled = false\n[endpoints.fpm]\nendpoint = "
      "\"tcp://127.0.0.1:65535\"\n",
      {"bad.toml:7:12", "endpoints.fpm.endpoint", "exceeds 65535"}},
+    {"KvHwmAboveIntMax",
+     "\n[kv_events]\nhwm = 2147483648\n",
+     {"bad.toml:3:7", "kv_events.hwm", "[0, 2147483647] (0 = unlimited)"}},
+    {"SubmitHwmAboveIntMax",
+     "\n[service]\nsubmit_rcvhwm = 4294967295\n",
+     {"bad.toml:3:17", "service.submit_rcvhwm", "[0, 2147483647]"}},
+    {"SglangChunkNotDivisibleByPageSize",
+     "\n[engine]\nengine_type = \"sglang\"\n[engine.sglang]\npage_size = 3\n",
+     {"bad.toml:5:13", "engine.sglang.chunked_prefill_size", "divisible by block_size 3"}},
     {"ArrayValue",
      "\n[engine]\nnum_gpu_blocks = [1, 2]\n",
      {"bad.toml:3:18", "engine.num_gpu_blocks", "array"}},
@@ -406,6 +419,134 @@ endpoint = "tcp://127.0.0.1:*"
   EXPECT_EQ(*rankEndpoint(r->endpoints.kv_events, 2), "tcp://127.0.0.1:*");
 }
 
+TEST(ServiceConfigTest, HighWaterMarkZeroMeansUnlimitedAndIsAccepted) {
+  // ZeroMQ reads an HWM of 0 as "no limit"; the service passes the value through unchanged.
+  const auto r = parseServiceConfig(
+      "[kv_events]\nhwm = 0\n[service]\nsubmit_sndhwm = 0\nsubmit_rcvhwm = 2147483647\n",
+      "hwm.toml");
+  ASSERT_TRUE(r.has_value()) << r.error().toString();
+  EXPECT_EQ(r->kv_events.hwm, 0u);
+  EXPECT_EQ(r->service.submit_sndhwm, 0u);
+  EXPECT_EQ(r->service.submit_rcvhwm, 2147483647u);
+}
+
+TEST(ServiceConfigTest, HighWaterMarksReachZeroMQAsGiven) {
+  // Real sockets: ZeroMQ accepts 0 (unlimited) and INT_MAX; a larger value is refused by
+  // validation, naming the key, before any socket is made.
+  ServiceConfig c = testing::testConfig();
+  c.kv_events.enabled = true;
+  for (const std::uint32_t hwm : {0u, 2147483647u}) {
+    c.kv_events.hwm = hwm;
+    c.service.submit_sndhwm = hwm;
+    c.service.submit_rcvhwm = hwm;
+    const auto server = Server::create(c);
+    EXPECT_TRUE(server.has_value()) << hwm << ": " << server.error().message;
+  }
+  c.kv_events.hwm = 2147483648u;
+  const auto server = Server::create(c);
+  ASSERT_FALSE(server.has_value());
+  EXPECT_EQ(server.error().message.rfind("kv_events.hwm must be in [0, 2147483647]", 0), 0u)
+      << server.error().message;
+}
+
+TEST(ServiceConfigTest, CheckReturnsTheOffendingKeysAsData) {
+  ServiceConfig c;
+  c.engine.num_gpu_blocks = 0;
+  auto e = checkServiceConfig(c);
+  ASSERT_TRUE(e.has_value());
+  EXPECT_EQ(e->keys, (std::vector<std::string>{"engine.num_gpu_blocks"}));
+  EXPECT_EQ(e->error.message, "engine.num_gpu_blocks must be >= 1 (got 0)");
+
+  c = ServiceConfig{};
+  c.engine.engine_type = engine::EngineType::Sglang;
+  c.engine.block_size = 16;
+  c.engine.sglang.page_size = 32;
+  e = checkServiceConfig(c);
+  ASSERT_TRUE(e.has_value());
+  EXPECT_EQ(e->keys, (std::vector<std::string>{"engine.sglang.page_size", "engine.block_size",
+                                               "engine.engine_type"}));
+  EXPECT_EQ(e->error.message,
+            "engine.sglang.page_size (32) must equal block_size (16) when both are set");
+
+  // Profile rules are about the key the profile was loaded from.
+  c = ServiceConfig{};
+  c.engine.timing_model = engine::TimingModelKind::Interpolated;
+  c.engine.timing_profile = engine::TimingProfile{.prefill_isl = {1, 1}};
+  e = checkServiceConfig(c);
+  ASSERT_TRUE(e.has_value());
+  EXPECT_EQ(e->keys, (std::vector<std::string>{"engine.timing_profile_path"}));
+  EXPECT_EQ(e->error.message.rfind("engine: timing_profile.prefill_isl must be strictly", 0), 0u)
+      << e->error.message;
+
+  c = ServiceConfig{};
+  c.engine.dp_size = 2;
+  e = checkServiceConfig(c);
+  ASSERT_TRUE(e.has_value());
+  EXPECT_EQ(e->keys, (std::vector<std::string>{"endpoints.kv_replay.endpoint",
+                                               "endpoints.kv_events.endpoint", "engine.dp_size"}));
+  EXPECT_EQ(validateServiceConfig(c).error(), e->error);
+
+  c = ServiceConfig{};
+  c.kv_events.hwm = 3000000000u;
+  e = checkServiceConfig(c);
+  ASSERT_TRUE(e.has_value());
+  EXPECT_EQ(e->keys, (std::vector<std::string>{"kv_events.hwm"}));
+  EXPECT_FALSE(checkServiceConfig(ServiceConfig{}).has_value());
+}
+
+TEST(ServiceConfigTest, EveryEngineRuleNamesExistingKeys) {
+  std::vector<ServiceConfig> broken(8);
+  broken[0].engine.num_gpu_blocks = 0;
+  broken[1].engine.engine_type = engine::EngineType::Sglang;
+  broken[1].engine.max_model_len = 100;
+  broken[2].engine.timing_model = engine::TimingModelKind::Fixed;
+  broken[3].engine.timing_model = engine::TimingModelKind::Interpolated;
+  broken[3].engine.timing_profile = engine::TimingProfile{};
+  broken[4].engine.engine_type = engine::EngineType::Sglang;
+  broken[4].engine.sglang.page_size = 3;
+  broken[5].engine.sglang.schedule_conservativeness = 2;
+  broken[6].engine.dp_size = 0;
+  broken[7].engine.decode_speedup_ratio = -1;
+  const std::vector<std::string> keys = configKeys();
+  for (std::size_t i = 0; i < broken.size(); ++i) {
+    const auto e = checkServiceConfig(broken[i]);
+    ASSERT_TRUE(e.has_value()) << "case " << i;
+    ASSERT_FALSE(e->keys.empty()) << "case " << i;
+    EXPECT_EQ(e->error.message.rfind("engine", 0), 0u) << e->error.message;
+    for (const std::string& key : e->keys) {
+      EXPECT_NE(std::find(keys.begin(), keys.end(), key), keys.end())
+          << "case " << i << ": '" << key << "' is not a key (" << e->error.message << ")";
+    }
+  }
+}
+
+TEST(ServiceConfigTest, EngineOnlyUseSkipsTheEndpointRulesAndNothingElse) {
+  // Default ports collide from dp_size 2 on; an offline tool opens no socket.
+  ServiceConfig c;
+  c.engine.dp_size = 2;
+  c.endpoints.submit.endpoint = "udp://127.0.0.1:1";
+  EXPECT_FALSE(validateServiceConfig(c).has_value());
+  EXPECT_TRUE(validateServiceConfig(c, ConfigUse::EngineOnly).has_value());
+
+  // Every other rule still applies, with the same key-first message as for a service.
+  for (const auto& [key, text, message] :
+       std::vector<std::tuple<std::string, std::string, std::string>>{
+           {"engine.dp_size", "0", "engine.dp_size must be >= 1 (got 0)"},
+           {"engine.dp_size", "1025", "engine.dp_size must be <= 1024 (got 1025)"},
+           {"engine.num_gpu_blocks", "0", "engine.num_gpu_blocks must be >= 1 (got 0)"},
+           {"service.max_buffered_outputs", "0",
+            "service.max_buffered_outputs must be >= 1 (got 0)"},
+           {"kv_events.topic", "kv@a", "kv_events.topic 'kv@a' must have the llm-d form"},
+       }) {
+    ServiceConfig bad = c;
+    ASSERT_TRUE(setConfigValue(bad, key, text).has_value()) << key;
+    const KeyOrigins origins{{key, "--flag"}};
+    const auto r = finishServiceConfig(bad, origins, ConfigUse::EngineOnly);
+    ASSERT_FALSE(r.has_value()) << key;
+    EXPECT_EQ(r.error().message.rfind("--flag: " + message, 0), 0u) << r.error().message;
+  }
+}
+
 ServiceConfig nonDefaultConfig() {
   ServiceConfig c;
   c.engine.engine_type = engine::EngineType::Trtllm;
@@ -434,8 +575,8 @@ ServiceConfig nonDefaultConfig() {
   c.endpoints.submit = {"ipc:///tmp/mocker \"quoted\"\\dir/submit", false};
   c.endpoints.fpm = {"tcp://collector:20380", true};
   c.kv_events.topic = "kv@10.1.2.3:8000@Qwen/Qwen3-0.6B";
-  c.kv_events.layout = KvEventLayout::P12;
-  c.kv_events.replay_layout = ReplayLayout::R2;
+  c.kv_events.layout = protocol::KvLayout::P12;
+  c.kv_events.replay_layout = publishers::ReplayLayout::R2;
   c.kv_events.force_uint64_hashes = true;
   c.kv_events.clear_on_start = true;
   c.kv_events.replay_enabled = false;
@@ -503,7 +644,7 @@ TEST(ServiceConfigTest, SetConfigValueUsesFileSpellings) {
   ASSERT_TRUE(setConfigValue(c, "engine.hash_seed", "18446744073709551615").has_value());
   EXPECT_EQ(c.engine.hash_seed, 18446744073709551615u);
   ASSERT_TRUE(setConfigValue(c, "kv_events.layout", "MAP").has_value());
-  EXPECT_EQ(c.kv_events.layout, KvEventLayout::Map);
+  EXPECT_EQ(c.kv_events.layout, protocol::KvLayout::Map);
   ASSERT_TRUE(setConfigValue(c, "engine.speedup_ratio", "0.5").has_value());
   EXPECT_EQ(c.engine.speedup_ratio, 0.5);
   ASSERT_TRUE(setConfigValue(c, "fpm.enabled", "false").has_value());

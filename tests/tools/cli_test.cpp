@@ -123,7 +123,7 @@ enabled = false
   EXPECT_TRUE(c.engine.enable_prefix_caching);      // flag over file
   EXPECT_FALSE(c.engine.max_num_seqs.has_value());  // "none" from a flag
   EXPECT_EQ(c.kv_events.topic, "from-file");        // file over default
-  EXPECT_EQ(c.kv_events.layout, service::KvEventLayout::Map);
+  EXPECT_EQ(c.kv_events.layout, protocol::KvLayout::Map);
   EXPECT_TRUE(c.fpm.enabled);
   EXPECT_EQ(c.endpoints.fpm, (service::EndpointConfig{"tcp://collector:20380", true}));
   EXPECT_EQ(c.log_level, spdlog::level::debug);
@@ -182,6 +182,19 @@ TEST(CliConfigTest, FlagErrorsNameTheFlag) {
     EXPECT_NE(r.err.find("mocker: configuration error: " + fragment), std::string::npos) << r.err;
     EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
   }
+}
+
+TEST(CliConfigTest, OfflineReplayChecksEngineRulesButNotEndpointRules) {
+  const TempFile trace("t.jsonl", "{\"timestamp\": 0, \"output_length\": 2, \"hash_ids\": [1]}\n");
+  // dp_size 2 with the default ports: a service's endpoints collide, an offline replay opens none.
+  EXPECT_EQ(run({"config", "--dp-size", "2"}).code, 2);
+  const auto ok = run({"replay", trace.path(), "--dp-size", "2", "--submit-endpoint", "udp://x"});
+  EXPECT_EQ(ok.code, 0) << ok.err;
+  // The engine's rules still apply, with the same message as for a service.
+  const auto bad = run({"replay", trace.path(), "--dp-size", "0"});
+  EXPECT_EQ(bad.code, 2);
+  EXPECT_EQ(bad.err,
+            "mocker replay: configuration error: --dp-size: engine.dp_size must be >= 1 (got 0)\n");
 }
 
 TEST(CliConfigTest, MissingConfigFileIsAnError) {

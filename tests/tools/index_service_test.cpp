@@ -20,7 +20,7 @@ namespace mocker::index {
 namespace {
 
 using namespace std::chrono_literals;
-using service::ReplayLayout;
+using publishers::ReplayLayout;
 using service::ServiceConfig;
 using service::testing::LiveService;
 

@@ -1,0 +1,231 @@
+// Validation: every range and cross-field rule of a ServiceConfig, the engine's included
+// (engine::checkEngineConfig, whose field names are mapped to key paths), returned as data — the
+// key paths a broken rule is about plus the error — so that finishServiceConfig can prefix the
+// error with where the first of those keys was set (file:line:col or --flag).
+
+#include <algorithm>
+#include <cctype>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "base/check.h"
+#include "publishers/endpoint.h"
+#include "service/config.h"
+#include "service/detail/config_keys.h"
+
+namespace mocker::service {
+namespace {
+
+ConfigError issue(const std::string& key, const std::string& what,
+                  std::vector<std::string> related = {}) {
+  related.insert(related.begin(), key);
+  return {std::move(related), invalidArgument(key + " " + what)};
+}
+
+/// An engine rule in key terms. The engine's message starts with its field name; when the key
+/// path is that name under "engine." it replaces it ("num_gpu_blocks must …" →
+/// "engine.num_gpu_blocks must …"), otherwise the section prefixes the message
+/// ("engine: timing_profile.prefill_isl must …").
+ConfigError fromEngine(engine::ConfigError e) {
+  MOCKER_CHECK(!e.fields.empty());
+  std::vector<std::string> keys;
+  keys.reserve(e.fields.size());
+  for (const std::string& field : e.fields) keys.push_back(detail::keyOfEngineField(field));
+  const bool same_name = keys.front() == "engine." + e.fields.front();
+  std::string message = (same_name ? "engine." : "engine: ") + e.error.message;
+  return {std::move(keys), Error{e.error.code, std::move(message)}};
+}
+
+/// ZeroMQ high-water marks are C ints; 0 means no limit.
+std::optional<ConfigError> checkHwm(const std::string& key, std::uint32_t hwm) {
+  constexpr auto kMax = static_cast<std::uint32_t>(std::numeric_limits<int>::max());
+  if (hwm <= kMax) return std::nullopt;
+  return issue(key, "must be in [0, " + std::to_string(kMax) + "] (0 = unlimited) (got " +
+                        std::to_string(hwm) + ")");
+}
+
+bool isWildcardTcp(std::string_view endpoint) {
+  return endpoint.starts_with("tcp://") && endpoint.ends_with(":*");
+}
+
+/// (host, port) of a tcp endpoint; nullopt for other schemes.
+std::optional<std::pair<std::string, std::string>> tcpHostPort(std::string_view endpoint) {
+  if (!endpoint.starts_with("tcp://")) return std::nullopt;
+  const auto colon = endpoint.rfind(':');
+  if (colon < 6) return std::nullopt;
+  return std::pair{std::string(endpoint.substr(6, colon - 6)),
+                   std::string(endpoint.substr(colon + 1))};
+}
+
+/// Whether two bound endpoints would fight over the same address.
+bool collide(std::string_view a, std::string_view b) {
+  if (isWildcardTcp(a) || isWildcardTcp(b)) return false;  // ephemeral ports never collide
+  const auto ta = tcpHostPort(a);
+  const auto tb = tcpHostPort(b);
+  if (ta && tb) {
+    if (ta->second != tb->second) return false;
+    const auto any = [](const std::string& h) { return h == "*" || h == "0.0.0.0"; };
+    return ta->first == tb->first || any(ta->first) || any(tb->first);
+  }
+  return a == b;
+}
+
+}  // namespace
+
+Result<std::string> rankEndpoint(const EndpointConfig& endpoint, std::uint32_t dp_rank) {
+  if (isWildcardTcp(endpoint.endpoint)) {
+    if (!tcpHostPort(endpoint.endpoint)) {
+      return invalidArgument("endpoint '" + endpoint.endpoint + "': expected tcp://host:port");
+    }
+    return endpoint.endpoint;
+  }
+  return publishers::offsetEndpoint(endpoint.endpoint, dp_rank);
+}
+
+std::optional<ConfigError> checkServiceConfig(const ServiceConfig& c, ConfigUse use) {
+  using engine::TimingModelKind;
+  // finishServiceConfig loads the profile from timing_profile_path; without one there is nothing
+  // for the engine to check.
+  if (c.engine.timing_model == TimingModelKind::Interpolated && !c.engine.timing_profile) {
+    return issue("engine.timing_profile_path", "is required when timing_model = interpolated",
+                 {"engine.timing_model"});
+  }
+  if (auto e = engine::checkEngineConfig(c.engine)) return fromEngine(std::move(*e));
+
+  const LiveConfig& s = c.service;
+  if (s.max_buffered_outputs < 1) {
+    return issue("service.max_buffered_outputs", "must be >= 1 (got 0)");
+  }
+  if (!std::isfinite(s.fpm_heartbeat_interval_s) || s.fpm_heartbeat_interval_s <= 0) {
+    return issue("service.fpm_heartbeat_interval_s",
+                 "must be finite and > 0 (got " + std::to_string(s.fpm_heartbeat_interval_s) + ")");
+  }
+  if (s.max_message_size < 1) {
+    return issue("service.max_message_size",
+                 "must be >= 1 byte (got " + std::to_string(s.max_message_size) + ")");
+  }
+  if (s.max_submit_backlog < 1) {
+    return issue("service.max_submit_backlog", "must be >= 1 (got 0)");
+  }
+  if (s.linger_ms > 60000) {
+    return issue("service.linger_ms",
+                 "must be in [0, 60000] (got " + std::to_string(s.linger_ms) + ")");
+  }
+  if (auto e = checkHwm("service.submit_sndhwm", s.submit_sndhwm)) return e;
+  if (auto e = checkHwm("service.submit_rcvhwm", s.submit_rcvhwm)) return e;
+  if (s.startup_time_s && (!std::isfinite(*s.startup_time_s) || *s.startup_time_s < 0)) {
+    return issue("engine.startup_time_s", "must be finite and >= 0 or \"none\" (got " +
+                                              std::to_string(*s.startup_time_s) + ")");
+  }
+
+  const KvEventsConfig& kv = c.kv_events;
+  if (auto e = checkHwm("kv_events.hwm", kv.hwm)) return e;
+  if (kv.max_queue_size < 1) return issue("kv_events.max_queue_size", "must be >= 1 (got 0)");
+  if (kv.buffer_steps < 1) return issue("kv_events.buffer_steps", "must be >= 1 (got 0)");
+  if (kv.topic.starts_with("kv@")) {
+    const auto parts = std::count(kv.topic.begin(), kv.topic.end(), '@') + 1;
+    const auto second = kv.topic.find('@', 3);
+    if (parts != 3 || second == 3 || second + 1 == kv.topic.size()) {
+      return issue("kv_events.topic",
+                   "'" + kv.topic +
+                       "' must have the llm-d form kv@<pod>@<model>: exactly 3 non-empty "
+                       "'@'-separated parts (the model name must not contain '@')");
+    }
+  }
+  if (c.fpm.worker_id.empty() ||
+      !std::all_of(c.fpm.worker_id.begin(), c.fpm.worker_id.end(),
+                   [](unsigned char ch) { return std::isdigit(ch) != 0; }) ||
+      !detail::parseU64Text(c.fpm.worker_id)) {
+    return issue("fpm.worker_id",
+                 "must be a decimal unsigned 64-bit integer (got \"" + c.fpm.worker_id + "\")");
+  }
+
+  // Endpoints: scheme and DP offsets per socket, then no two bound sockets on one address. Only
+  // for a service: an engine-only user opens no socket.
+  if (use == ConfigUse::EngineOnly) return std::nullopt;
+  struct Socket {
+    std::string key;
+    const EndpointConfig* endpoint;
+    bool per_rank;
+    bool enabled;
+  };
+  const std::vector<Socket> sockets = {
+      {"endpoints.submit", &c.endpoints.submit, false, true},
+      {"endpoints.cancel", &c.endpoints.cancel, false, true},
+      {"endpoints.kv_events", &c.endpoints.kv_events, true, kv.enabled},
+      {"endpoints.kv_replay", &c.endpoints.kv_replay, true, kv.enabled && kv.replay_enabled},
+      {"endpoints.fpm", &c.endpoints.fpm, true, c.fpm.enabled},
+  };
+  struct Bound {
+    std::string key;
+    std::string address;
+    std::uint32_t rank;
+  };
+  std::vector<Bound> bound;
+  for (const Socket& sock : sockets) {
+    if (!sock.enabled) continue;
+    const std::string key = sock.key + ".endpoint";
+    if (sock.endpoint->endpoint.empty()) return issue(key, "must not be empty");
+    const std::uint32_t ranks = sock.per_rank ? c.engine.dp_size : 1;
+    for (std::uint32_t r = 0; r < ranks; ++r) {
+      auto address = rankEndpoint(*sock.endpoint, r);
+      if (!address) {
+        return ConfigError{{key, "engine.dp_size"},
+                           invalidArgument(key + ": " + address.error().message)};
+      }
+      if (sock.endpoint->connect) continue;
+      for (const Bound& other : bound) {
+        if (collide(*address, other.address)) {
+          return issue(key,
+                       "(" + *address + " for dp_rank " + std::to_string(r) + ") collides with " +
+                           other.key + " (" + other.address + " for dp_rank " +
+                           std::to_string(other.rank) +
+                           "); per-rank endpoints use port + dp_rank, so space the base "
+                           "ports at least dp_size (" +
+                           std::to_string(c.engine.dp_size) + ") apart",
+                       {other.key, "engine.dp_size"});
+        }
+      }
+      bound.push_back({key, *address, r});
+    }
+  }
+  return std::nullopt;
+}
+
+Status validateServiceConfig(const ServiceConfig& config, ConfigUse use) {
+  if (auto found = checkServiceConfig(config, use)) return std::move(found->error);
+  return {};
+}
+
+Result<ServiceConfig> finishServiceConfig(ServiceConfig config, const KeyOrigins& origins,
+                                          ConfigUse use) {
+  const auto origin = [&](const std::string& key) -> std::string {
+    const auto it = origins.find(key);
+    return it == origins.end() ? std::string() : it->second + ": ";
+  };
+  if (!config.timing_profile_path.empty()) {
+    auto profile = loadTimingProfile(config.timing_profile_path);
+    if (!profile) {
+      const Error& e = profile.error();
+      return Error{e.code, origin("engine.timing_profile_path") +
+                               "engine.timing_profile_path: " + e.message};
+    }
+    config.engine.timing_profile = std::move(*profile);
+  }
+  if (auto found = checkServiceConfig(config, use)) {
+    for (const std::string& key : found->keys) {
+      if (origins.contains(key)) {
+        return Error{found->error.code, origin(key) + found->error.message};
+      }
+    }
+    return std::move(found->error);
+  }
+  return config;
+}
+
+}  // namespace mocker::service

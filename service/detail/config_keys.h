@@ -1,0 +1,48 @@
+// The configuration key table, seen from the other configuration files (service/config.h is the
+// public API). One table of keys (config_keys.cpp) drives the TOML reader (config_toml.cpp), the
+// command-line setter and the dumper, so they can never disagree about a key's name, type or
+// spelling; the validator (config_validate.cpp) uses it to name engine fields by their key paths.
+//
+// A value from a TOML node or from command-line text is first turned into a ConfigValue and then
+// assigned through the key's typed accessor (assignValue).
+//
+// The table is immutable after first use; thread-safe to read.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <variant>
+
+#include "base/result.h"
+#include "service/config.h"
+
+namespace mocker::service::detail {
+
+/// A scalar from a TOML node or from command-line text.
+using ConfigValue = std::variant<std::int64_t, double, bool, std::string>;
+
+/// One key of the table: its path, type and accessor. Opaque outside config_keys.cpp.
+struct ConfigKey;
+
+/// The key with path `path` ("engine.max_num_seqs"), or nullptr.
+const ConfigKey* findKey(std::string_view path);
+
+/// Whether `path` is a table that may appear in a file: a key's table or one of its parents
+/// ("engine", "engine.sglang", "endpoints").
+bool isKnownTable(std::string_view path);
+
+/// Assigns `value` to the key's field, checking its type and representable range. Errors
+/// describe the value only ("expected an integer, got a string (\"many\")"); the caller adds
+/// the key and its origin.
+Status assignValue(const ConfigKey& key, const ConfigValue& value, ServiceConfig& config);
+
+/// Parses decimal text as an unsigned 64-bit integer (the whole text, no sign, no spaces).
+Result<std::uint64_t> parseU64Text(std::string_view text);
+
+/// The key path of an engine::ConfigError field: "engine." + field for the fields that have an
+/// `[engine]` key of the same name, "engine.timing_profile_path" for "timing_profile" (the
+/// profile is loaded from that key) and "service.allow_empty_output" for "allow_empty_output".
+std::string keyOfEngineField(std::string_view field);
+
+}  // namespace mocker::service::detail
