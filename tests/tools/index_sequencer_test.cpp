@@ -82,6 +82,11 @@ class Harness {
     } else if (token == "end") {
       sequencer_.onReplayEnd(now_, out_);
     } else if (token == "snap" || token == "snap!") {
+      // The service only reports a resync result for a resync the sequencer asked for.
+      if (!sequencer_.resyncing()) {
+        ADD_FAILURE() << token << " while not resyncing";
+        return;
+      }
       sequencer_.onResyncResult(token == "snap", now_, out_);
     } else if (token == "catchup") {
       sequencer_.catchUp(now_, out_);
