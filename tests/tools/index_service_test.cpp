@@ -1,8 +1,8 @@
 // `mocker index` against a real in-process service::Server (tests/service/live_service.h):
 // catch-up, gap healing through replay (r1 and r2), ring overrun → resync from kv_snapshot,
-// overlap queries, malformed queries, the CLI's --verify --once. Lost live batches are made by a
-// LossyRelay between the worker's PUB and the index (tests/tools/lossy_relay.h). Every wait
-// polls a real socket with a deadline; no fixed ports.
+// overlap queries, malformed queries, a reply to a client that left, the CLI's --verify --once.
+// Lost live batches are made by a LossyRelay between the worker's PUB and the index
+// (tests/tools/lossy_relay.h). Every wait polls a real socket with a deadline; no fixed ports.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -93,6 +93,7 @@ class RunningIndex {
     }
   }
   IndexStats stats() const { return service_->stats(); }
+  const std::string& queryEndpoint() const { return service_->queryEndpoint(); }
 
   /// Sends raw frames, returns the decoded reply (or an error on timeout / undecodable).
   Result<QueryReply> askRaw(const std::vector<std::vector<std::byte>>& frames,
@@ -458,6 +459,42 @@ TEST(IndexLive, MalformedQueriesGetErrorRepliesAndTheServiceLivesOn) {
   const auto& stats = std::get<StatsReply>(*r);
   EXPECT_EQ(stats.id, "s");
   EXPECT_GE(index.stats().query_errors, cases.size() + 2);
+}
+
+TEST(IndexLive, ReplyToAClientThatLeftIsCountedNotSent) {
+  zmq::context_t context(1);
+  zmq::socket_t events(context, zmq::socket_type::pub);
+  zmq::socket_t silent(context, zmq::socket_type::router);  // never answers kv_snapshot
+  for (zmq::socket_t* s : {&events, &silent}) {
+    s->set(zmq::sockopt::linger, 0);
+    s->bind("tcp://127.0.0.1:*");
+  }
+  IndexServiceConfig config = indexConfig({{.worker_id = 7,
+                                            .dp_rank = 0,
+                                            .events = events.get(zmq::sockopt::last_endpoint),
+                                            .replay = "",
+                                            .snapshot = silent.get(zmq::sockopt::last_endpoint),
+                                            .topic = ""}});
+  config.snapshot_timeout = 200ms;  // the verify reply comes after this
+  RunningIndex index(std::move(config));
+  {
+    zmq::socket_t client(context, zmq::socket_type::dealer);
+    client.set(zmq::sockopt::linger, 0);
+    client.connect(index.queryEndpoint());
+    const auto request = encodeQueryRequest(VerifyQuery{"gone"});
+    client.send(zmq::buffer(request.data(), request.size()), zmq::send_flags::none);
+    waitUntil([&] { return index.stats().queries >= 1; });
+    ASSERT_EQ(index.stats().queries, 1u);
+  }  // the client leaves before the verify can answer
+  waitUntil([&] { return index.stats().replies_unsent >= 1; });
+  const IndexStats s = index.stats();
+  EXPECT_EQ(s.replies_unsent, 1u);
+  EXPECT_EQ(s.verify_runs, 1u);
+  EXPECT_EQ(s.verify_differences, 1u);  // the snapshot timed out
+  // Still serving other clients.
+  auto r = index.ask(StatsQuery{"s"});
+  ASSERT_TRUE(r.has_value());
+  EXPECT_EQ(std::get<StatsReply>(*r).id, "s");
 }
 
 TEST(IndexCli, VerifyOnceReportsNoDifferenceAfterLoad) {
