@@ -1,6 +1,7 @@
 #include "tools/index/sequencer.h"
 
 #include "base/check.h"
+#include "base/enum_names.h"
 
 namespace mocker::index {
 
@@ -10,35 +11,28 @@ namespace mocker::index {
 // requests were sent (or on timeout), and the overrun test looks at the first batch delivered
 // since the last time no replay was outstanding.
 
-std::string_view lossReasonName(LossReason reason) {
-  switch (reason) {
-    case LossReason::JoinedWithoutReplay:
-      return "joined";
-    case LossReason::NoReplayEndpoint:
-      return "no-replay";
-    case LossReason::RingOverrun:
-      return "overrun";
-    case LossReason::ReplayTimedOut:
-      return "timed-out";
-    case LossReason::ReplayIncomplete:
-      return "incomplete";
-  }
-  return "incomplete";
-}
+namespace {
 
-std::string_view streamStateName(StreamState state) {
-  switch (state) {
-    case StreamState::Joining:
-      return "joining";
-    case StreamState::InOrder:
-      return "in-order";
-    case StreamState::Gap:
-      return "gap";
-    case StreamState::Resyncing:
-      return "resyncing";
-  }
-  return "joining";
-}
+constexpr EnumNames<LossReason, 5> kLossReasons{{
+    {"joined", LossReason::JoinedWithoutReplay},
+    {"no-replay", LossReason::NoReplayEndpoint},
+    {"overrun", LossReason::RingOverrun},
+    {"timed-out", LossReason::ReplayTimedOut},
+    {"incomplete", LossReason::ReplayIncomplete},
+}};
+
+constexpr EnumNames<StreamState, 4> kStreamStates{{
+    {"joining", StreamState::Joining},
+    {"in-order", StreamState::InOrder},
+    {"gap", StreamState::Gap},
+    {"resyncing", StreamState::Resyncing},
+}};
+
+}  // namespace
+
+std::string_view lossReasonName(LossReason reason) { return enumName(kLossReasons, reason); }
+
+std::string_view streamStateName(StreamState state) { return enumName(kStreamStates, state); }
 
 StreamState Sequencer::state() const {
   if (resyncing_) return StreamState::Resyncing;
