@@ -3,6 +3,7 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <array>
 #include <charconv>
 #include <deque>
 #include <map>
@@ -17,12 +18,15 @@
 #include "protocol/limits.h"
 #include "publishers/endpoint.h"
 #include "service/stop_event.h"
+#include "service/zmq_io.h"
+#include "tools/index/sequencer.h"
 
 namespace mocker::index {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-constexpr int kSubBudget = 4096;  // messages read from one SUB per loop iteration
+constexpr int kSubBudget = 4096;   // messages read from one SUB per loop iteration
+constexpr int kQueryBudget = 256;  // queries answered per loop iteration
 constexpr int kMaxReplayRetries = 8;
 constexpr std::size_t kNoChannel = ~std::size_t{0};
 
@@ -138,7 +142,8 @@ std::vector<std::pair<std::string, std::uint64_t>> statsCounters(const IndexStat
       {"resync_failures", s.resync_failures},
       {"replay_requests", s.replay_requests},
       {"replay_timeouts", s.replay_timeouts},
-      {"live_dropped_for_test", s.live_dropped_for_test},
+      {"requests_unsent", s.requests_unsent},
+      {"replies_unsent", s.replies_unsent},
       {"decode_errors", s.decode_errors},
       {"malformed_messages", s.malformed_messages},
       {"rank_mismatches", s.rank_mismatches},
@@ -165,30 +170,18 @@ class IndexService::Impl {
   std::string query_endpoint;
 
  private:
-  // One configured rank endpoint: SUB (+ replay DEALER) and its sequence state.
+  // One configured rank endpoint: SUB (+ replay DEALER) and its sequencer.
   struct Conn {
+    Conn(WorkerEndpoint endpoint, const SequencerConfig& sequencer_config)
+        : spec(std::move(endpoint)), rank(spec.dp_rank), sequencer(sequencer_config) {}
     WorkerEndpoint spec;
     zmq::socket_t sub;
     zmq::socket_t replay;
     bool has_replay = false;
     std::optional<std::uint32_t> rank;
-    bool started = false;  // `next` is meaningful
-    std::uint64_t next = 0;
-    bool any_seen = false;
-    std::uint64_t max_seen = 0;
-    std::map<std::uint64_t, protocol::KvEventBatch> pending;  // seq > next, not yet applied
-    bool resyncing = false;
-    bool gap_open = false;
-    int replay_outstanding = 0;
-    std::optional<std::uint64_t> replay_first;  // seqs the current replay stream delivered
-    std::uint64_t replay_requests = 0;
-    std::uint64_t replay_ends = 0;
-    Clock::time_point replay_sent{};
-    int replay_retries = 0;
-    bool initial_done = false;
-    Clock::time_point last_activity{};
     bool warned_mismatch = false;
     std::size_t channel = kNoChannel;
+    Sequencer sequencer;
   };
   enum class SnapKind { Resync, Verify };
   struct SnapRequest {
@@ -222,13 +215,14 @@ class IndexService::Impl {
   void drainReplay(std::size_t i);
   void drainChannel(std::size_t ch);
   void drainQueries();
-  void onBatch(std::size_t i, std::uint64_t seq, std::span<const std::byte> payload);
+  void onQuery(const std::vector<zmq::message_t>& parts);
+  void onBatch(std::size_t i, std::uint64_t seq, std::span<const std::byte> payload, bool replayed);
+  protocol::KvEventBatch decodeBatch(Conn& c, std::uint64_t seq,
+                                     std::span<const std::byte> payload);
+  void perform(std::size_t i, SeqTime now);
   void apply(Conn& c, const protocol::KvEventBatch& batch);
-  void drainPending(Conn& c);
-  void onGap(std::size_t i);
-  void requestReplay(Conn& c, std::uint64_t start);
-  void onReplayEnd(std::size_t i, bool timed_out);
-  void unhealable(std::size_t i, const std::string& reason);
+  void sendReplayRequest(Conn& c, std::uint64_t start, SeqTime now);
+  void sendResyncRequest(std::size_t i, SeqTime now);
   void onSnapshot(std::size_t ch, const SnapRequest& req,
                   const Result<protocol::ClientMessage>& msg);
   void timers();
@@ -257,6 +251,7 @@ class IndexService::Impl {
   std::vector<Channel> channels_;
   std::deque<VerifyJob> verifies_;
   std::vector<zmq::message_t> parts_;
+  SeqActions actions_;  // what the sequencer last decided; performed and cleared by perform()
 };
 
 Result<zmq::socket_t> IndexService::Impl::makeSocket(zmq::socket_type type,
@@ -304,14 +299,19 @@ Status IndexService::Impl::init() {
   if (!config_.query_endpoint.empty()) {
     MOCKER_TRY(query_, makeSocket(zmq::socket_type::router, config_.query_endpoint, true));
     query_.set(zmq::sockopt::maxmsgsize, static_cast<std::int64_t>(kMaxQueryBytes));
+    // Replies to a peer that is gone or not reading fail visibly instead of vanishing.
+    query_.set(zmq::sockopt::router_mandatory, true);
     query_endpoint = query_.get(zmq::sockopt::last_endpoint);
   }
   std::map<std::uint64_t, std::size_t> channel_of;
-  conns_.resize(config_.workers.size());
-  for (std::size_t i = 0; i < conns_.size(); ++i) {
-    Conn& c = conns_[i];
-    c.spec = config_.workers[i];
-    c.rank = c.spec.dp_rank;
+  conns_.reserve(config_.workers.size());
+  for (const WorkerEndpoint& w : config_.workers) {
+    conns_.emplace_back(w, SequencerConfig{.has_replay = !w.replay.empty(),
+                                           .replay_timeout = config_.replay_timeout,
+                                           .probe_interval = config_.probe_interval,
+                                           .max_replay_retries = kMaxReplayRetries});
+  }
+  for (Conn& c : conns_) {
     if (c.rank) index_.registerSource(source(c));
     MOCKER_TRY(c.sub, makeSocket(zmq::socket_type::sub, c.spec.events, false));
     try {
@@ -341,12 +341,33 @@ Status IndexService::Impl::init() {
       }
       c.channel = it->second;
     }
+    c.sequencer.setCanResync(c.channel != kNoChannel && c.rank.has_value());
   }
   return {};
 }
 
 // ---------------------------------------------------------------------------------------------
-// Sequence handling
+// Sequence handling: the Sequencer decides, perform() does it.
+
+namespace {
+
+std::string lossText(const SeqAction& a) {
+  switch (a.reason) {
+    case LossReason::JoinedWithoutReplay:
+      return "joined at seq " + std::to_string(a.seq_end) + " without a replay endpoint";
+    case LossReason::NoReplayEndpoint:
+      return "no replay endpoint";
+    case LossReason::RingOverrun:
+      return "replay ring overrun: the replay started at seq " + std::to_string(a.replay_start);
+    case LossReason::ReplayTimedOut:
+      return "replay timed out";
+    case LossReason::ReplayIncomplete:
+      return "the replay never returned the batches";
+  }
+  return std::string(lossReasonName(a.reason));
+}
+
+}  // namespace
 
 void IndexService::Impl::apply(Conn& c, const protocol::KvEventBatch& batch) {
   const WorkerRank src = source(c);
@@ -364,179 +385,139 @@ void IndexService::Impl::apply(Conn& c, const protocol::KvEventBatch& batch) {
   ++s_.batches_applied;
 }
 
-void IndexService::Impl::drainPending(Conn& c) {
-  while (!c.pending.empty() && c.pending.begin()->first <= c.next) {
-    auto node = c.pending.extract(c.pending.begin());
-    if (node.key() == c.next) {
-      apply(c, node.mapped());
-      ++c.next;
-    } else {
-      ++s_.duplicate_batches;
-    }
-  }
-  if (c.gap_open && c.pending.empty()) {
-    c.gap_open = false;
-    c.replay_retries = 0;
-    ++s_.gaps_healed;
-  }
-}
-
-void IndexService::Impl::onBatch(std::size_t i, std::uint64_t seq,
-                                 std::span<const std::byte> payload) {
-  Conn& c = conns_[i];
-  c.last_activity = Clock::now();
-  if (c.started && seq < c.next) {
-    ++s_.duplicate_batches;
-    return;
-  }
+protocol::KvEventBatch IndexService::Impl::decodeBatch(Conn& c, std::uint64_t seq,
+                                                       std::span<const std::byte> payload) {
   auto decoded = protocol::decodeKvEventBatch(payload);
-  protocol::KvEventBatch batch;
   if (!decoded) {
     // The seq is consumed (as an empty batch) so that ordering goes on; verify shows the cost.
     ++s_.decode_errors;
     spdlog::warn("index: {} seq {}: undecodable batch skipped: {}",
                  rankName(c.spec.worker_id, c.rank), seq, decoded.error().message);
+    return {};
+  }
+  ++s_.batches_received;
+  if (!c.rank) {
+    c.rank = decoded->dp_rank;
+    c.sequencer.setCanResync(c.channel != kNoChannel);
+  } else if (*c.rank != decoded->dp_rank) {
+    ++s_.rank_mismatches;
+    if (!c.warned_mismatch) {
+      c.warned_mismatch = true;
+      spdlog::warn(
+          "index: worker {}: endpoint {} is configured as rank {} but sends batches "
+          "of rank {}; applying them to rank {}",
+          c.spec.worker_id, c.spec.events, *c.rank, decoded->dp_rank, *c.rank);
+    }
+  }
+  return std::move(*decoded);
+}
+
+void IndexService::Impl::onBatch(std::size_t i, std::uint64_t seq,
+                                 std::span<const std::byte> payload, bool replayed) {
+  Conn& c = conns_[i];
+  const SeqTime now = Clock::now();
+  protocol::KvEventBatch batch;
+  // A duplicate is dropped by the sequencer anyway: do not pay for decoding it.
+  if (!c.sequencer.isDuplicate(seq)) batch = decodeBatch(c, seq, payload);
+  if (replayed) {
+    c.sequencer.onReplayBatch(seq, std::move(batch), now, actions_);
   } else {
-    batch = std::move(*decoded);
-    ++s_.batches_received;
-    if (!c.rank) {
-      c.rank = batch.dp_rank;
-    } else if (*c.rank != batch.dp_rank) {
-      ++s_.rank_mismatches;
-      if (!c.warned_mismatch) {
-        c.warned_mismatch = true;
+    c.sequencer.onLiveBatch(seq, std::move(batch), now, actions_);
+  }
+  perform(i, now);
+}
+
+void IndexService::Impl::perform(std::size_t i, SeqTime now) {
+  Conn& c = conns_[i];
+  // By index, and each action moved out first: a resync request that cannot be sent appends
+  // the sequencer's follow-up actions to actions_ while this loop runs.
+  for (std::size_t k = 0; k < actions_.size(); ++k) {
+    SeqAction a = std::move(actions_[k]);
+    switch (a.kind) {
+      case SeqActionKind::Apply:
+        apply(c, a.batch);
+        break;
+      case SeqActionKind::Duplicate:
+        ++s_.duplicate_batches;
+        break;
+      case SeqActionKind::GapDetected:
+        ++s_.gaps_detected;
+        spdlog::debug("index: {}: gap, expected seq {} got {}", rankName(c.spec.worker_id, c.rank),
+                      a.seq, a.seq_end);
+        break;
+      case SeqActionKind::GapHealed:
+        ++s_.gaps_healed;
+        break;
+      case SeqActionKind::RequestReplay:
+        sendReplayRequest(c, a.seq, now);
+        break;
+      case SeqActionKind::ReplayTimedOut:
+        ++s_.replay_timeouts;
+        spdlog::warn("index: {}: no replay end marker from {} within {} ms",
+                     rankName(c.spec.worker_id, c.rank), c.spec.replay,
+                     config_.replay_timeout.count());
+        break;
+      case SeqActionKind::Resync:
+        ++s_.gaps_unhealed;
+        ++s_.resyncs;
         spdlog::warn(
-            "index: worker {}: endpoint {} is configured as rank {} but sends batches "
-            "of rank {}; applying them to rank {}",
-            c.spec.worker_id, c.spec.events, *c.rank, batch.dp_rank, *c.rank);
-      }
+            "index: {}: batches {}..{} were lost and cannot be replayed ({}); resyncing "
+            "from the worker's kv_snapshot",
+            rankName(c.spec.worker_id, c.rank), a.seq, a.seq_end - 1, lossText(a));
+        sendResyncRequest(i, now);
+        break;
+      case SeqActionKind::SkipLost:
+        ++s_.gaps_unhealed;
+        spdlog::warn(
+            "index: {}: batches {}..{} were lost and cannot be replayed ({}); no snapshot "
+            "endpoint, so the index for this rank may stay wrong (give snapshot=EP)",
+            rankName(c.spec.worker_id, c.rank), a.seq, a.seq_end - 1, lossText(a));
+        break;
     }
   }
-  if (!c.any_seen || seq > c.max_seen) c.max_seen = seq;
-  c.any_seen = true;
-  if (!c.started) {
-    // No replay from 0 at start: adopt the first seq seen.
-    c.started = true;
-    c.next = seq;
-    if (seq > 0) {
-      c.pending.emplace(seq, std::move(batch));
-      ++s_.gaps_detected;
-      c.gap_open = true;
-      if (c.has_replay) {
-        c.next = 0;
-        requestReplay(c, 0);
-      } else {
-        unhealable(i, "joined at seq " + std::to_string(seq) + " without a replay endpoint");
-      }
-      return;
-    }
-  }
-  if (c.resyncing) {
-    if (seq >= c.next) c.pending.emplace(seq, std::move(batch));
-    return;
-  }
-  if (seq == c.next) {
-    apply(c, batch);
-    ++c.next;
-    drainPending(c);
-    return;
-  }
-  c.pending.emplace(seq, std::move(batch));
-  if (!c.gap_open) {
-    c.gap_open = true;
-    ++s_.gaps_detected;
-    spdlog::debug("index: {}: gap, expected seq {} got {}", rankName(c.spec.worker_id, c.rank),
-                  c.next, seq);
-  }
-  if (c.replay_outstanding == 0) onGap(i);
+  actions_.clear();
 }
 
-void IndexService::Impl::onGap(std::size_t i) {
-  Conn& c = conns_[i];
-  if (c.has_replay) {
-    requestReplay(c, c.next);
-  } else {
-    unhealable(i, "no replay endpoint");
-  }
-}
-
-void IndexService::Impl::requestReplay(Conn& c, std::uint64_t start) {
+void IndexService::Impl::sendReplayRequest(Conn& c, std::uint64_t start, SeqTime now) {
   const auto seq = protocol::encodeSeqNo(start);
-  try {
-    c.replay.send(zmq::message_t(), zmq::send_flags::sndmore | zmq::send_flags::dontwait);
-    c.replay.send(zmq::buffer(seq.data(), seq.size()), zmq::send_flags::dontwait);
-  } catch (const zmq::error_t& e) {
-    spdlog::warn("index: replay request to {} failed: {}", c.spec.replay, e.what());
+  const std::array<zmq::const_buffer, 2> frames{zmq::const_buffer(),
+                                                zmq::buffer(seq.data(), seq.size())};
+  std::string error;
+  const service::SendOutcome outcome = service::trySendMultipart(c.replay, frames, &error);
+  const bool sent = outcome == service::SendOutcome::Sent;
+  c.sequencer.onReplayRequestResult(sent, now);
+  if (sent) {
+    ++s_.replay_requests;
     return;
   }
-  if (c.replay_outstanding == 0) c.replay_first.reset();
-  ++c.replay_outstanding;
-  ++c.replay_requests;
-  ++s_.replay_requests;
-  c.replay_sent = Clock::now();
-}
-
-void IndexService::Impl::onReplayEnd(std::size_t i, bool timed_out) {
-  Conn& c = conns_[i];
-  if (timed_out) {
-    c.replay_ends += static_cast<std::uint64_t>(c.replay_outstanding);
-    c.replay_outstanding = 0;
+  // Not outstanding: the sequencer asks again on a later tick or gap.
+  ++s_.requests_unsent;
+  if (outcome == service::SendOutcome::Failed) {
+    spdlog::warn("index: replay request to {} failed: {}; will retry", c.spec.replay, error);
   } else {
-    ++c.replay_ends;
-    if (c.replay_outstanding > 0) --c.replay_outstanding;
-    if (c.replay_outstanding > 0) return;
-  }
-  c.initial_done = true;
-  const std::optional<std::uint64_t> first = c.replay_first;
-  c.replay_first.reset();
-  if (c.resyncing || c.pending.empty()) return;
-  // Still missing [next, pending.begin()): gone from the ring (the replay started after it),
-  // or published after the ring was copied (ask again).
-  if (!timed_out && first && c.next < *first) {
-    unhealable(i, "replay ring overrun: the replay started at seq " + std::to_string(*first));
-  } else if (c.replay_retries++ < kMaxReplayRetries) {
-    requestReplay(c, c.next);
-  } else {
-    unhealable(i, timed_out ? "replay timed out" : "the replay never returned the batches");
+    spdlog::debug("index: replay request to {} not sent ({}); will retry", c.spec.replay,
+                  service::sendOutcomeName(outcome));
   }
 }
 
-void IndexService::Impl::unhealable(std::size_t i, const std::string& reason) {
+void IndexService::Impl::sendResyncRequest(std::size_t i, SeqTime now) {
   Conn& c = conns_[i];
-  ++s_.gaps_unhealed;
-  c.gap_open = false;
-  c.replay_retries = 0;
-  const std::uint64_t upto = c.pending.empty() ? c.max_seen + 1 : c.pending.begin()->first;
-  const std::string what = rankName(c.spec.worker_id, c.rank);
-  if (c.channel != kNoChannel && c.rank) {
-    spdlog::warn(
-        "index: {}: batches {}..{} were lost and cannot be replayed ({}); resyncing "
-        "from the worker's kv_snapshot",
-        what, c.next, upto - 1, reason);
-    // The snapshot reflects at least every batch seen so far (max_seen was published before
-    // the request is sent); batches after it are re-applied, which is idempotent.
-    ++s_.resyncs;
-    c.resyncing = true;
-    c.pending.clear();
-    c.next = c.max_seen + 1;
-    Channel& ch = channels_[c.channel];
-    const auto payload = protocol::encodeClientMessage(protocol::KvSnapshotRequest{c.rank});
-    try {
-      ch.dealer.send(zmq::buffer(payload.data(), payload.size()), zmq::send_flags::dontwait);
-      ch.waiting.push_back({SnapKind::Resync, i, Clock::now()});
-    } catch (const zmq::error_t& e) {
-      spdlog::warn("index: {}: kv_snapshot request failed: {}", what, e.what());
-      ++s_.resync_failures;
-      c.resyncing = false;
-    }
+  MOCKER_CHECK(c.channel != kNoChannel && c.rank.has_value());
+  Channel& ch = channels_[c.channel];
+  const auto payload = protocol::encodeClientMessage(protocol::KvSnapshotRequest{c.rank});
+  const std::array<zmq::const_buffer, 1> frames{zmq::buffer(payload.data(), payload.size())};
+  std::string error;
+  const service::SendOutcome outcome = service::trySendMultipart(ch.dealer, frames, &error);
+  if (outcome == service::SendOutcome::Sent) {
+    ch.waiting.push_back({SnapKind::Resync, i, now});
     return;
   }
-  spdlog::warn(
-      "index: {}: batches {}..{} were lost and cannot be replayed ({}); no snapshot "
-      "endpoint, so the index for this rank may stay wrong (give snapshot=EP)",
-      what, c.next, upto - 1, reason);
-  c.next = upto;
-  drainPending(c);
+  ++s_.requests_unsent;
+  ++s_.resync_failures;
+  c.sequencer.onResyncResult(false, now, actions_);
+  spdlog::warn("index: {}: kv_snapshot request to {} not sent ({}{}{}); continuing from seq {}",
+               rankName(c.spec.worker_id, c.rank), ch.endpoint, service::sendOutcomeName(outcome),
+               error.empty() ? "" : ": ", error, c.sequencer.next());
 }
 
 void IndexService::Impl::onSnapshot(std::size_t chi, const SnapRequest& req,
@@ -556,7 +537,6 @@ void IndexService::Impl::onSnapshot(std::size_t chi, const SnapRequest& req,
   }
   if (req.kind == SnapKind::Resync) {
     Conn& c = conns_[req.conn];
-    c.resyncing = false;
     const WorkerRank src = source(c);
     const protocol::RankBlocks* blocks = nullptr;
     if (snap != nullptr) {
@@ -569,19 +549,17 @@ void IndexService::Impl::onSnapshot(std::size_t chi, const SnapRequest& req,
     if (blocks == nullptr) {
       ++s_.resync_failures;
       spdlog::warn("index: {}: resync failed ({}); continuing from seq {}",
-                   rankName(c.spec.worker_id, c.rank), failure, c.next);
+                   rankName(c.spec.worker_id, c.rank), failure, c.sequencer.next());
     } else {
       index_.applyCleared(src);
       index_.applyStored(src, blocks->block_hashes, std::nullopt);
       spdlog::warn("index: {}: resynced from kv_snapshot ({} blocks); continuing at seq {}",
-                   rankName(c.spec.worker_id, c.rank), blocks->block_hashes.size(), c.next);
+                   rankName(c.spec.worker_id, c.rank), blocks->block_hashes.size(),
+                   c.sequencer.next());
     }
-    drainPending(c);
-    if (!c.pending.empty()) {
-      c.gap_open = true;
-      ++s_.gaps_detected;
-      if (c.replay_outstanding == 0) onGap(req.conn);
-    }
+    const SeqTime now = Clock::now();
+    c.sequencer.onResyncResult(blocks != nullptr, now, actions_);
+    perform(req.conn, now);
     return;
   }
   // Verify.
@@ -620,107 +598,91 @@ void IndexService::Impl::onSnapshot(std::size_t chi, const SnapRequest& req,
 
 void IndexService::Impl::drainSub(std::size_t i) {
   Conn& c = conns_[i];
-  for (int n = 0; n < kSubBudget; ++n) {
-    parts_.clear();
-    zmq::recv_result_t got;
-    try {
-      got = zmq::recv_multipart(c.sub, std::back_inserter(parts_), zmq::recv_flags::dontwait);
-    } catch (const zmq::error_t& e) {
-      spdlog::warn("index: receive on {} failed: {}", c.spec.events, e.what());
-      return;
-    }
-    if (!got) return;
-    ++s_.live_messages;
-    if (parts_.size() != 3) {
-      ++s_.malformed_messages;
-      continue;
-    }
-    const auto seq = protocol::decodeSeqNo(bytes(parts_[1]));
-    if (!seq) {
-      ++s_.malformed_messages;
-      continue;
-    }
-    if (config_.drop_live_for_test && config_.drop_live_for_test(source(c), *seq)) {
-      ++s_.live_dropped_for_test;
-      continue;
-    }
-    onBatch(i, *seq, bytes(parts_[2]));
-  }
+  service::drainSocket(
+      c.sub, parts_, kSubBudget,
+      [&](const std::vector<zmq::message_t>& parts) {
+        ++s_.live_messages;
+        if (parts.size() != 3) {
+          ++s_.malformed_messages;
+          return;
+        }
+        const auto seq = protocol::decodeSeqNo(bytes(parts[1]));
+        if (!seq) {
+          ++s_.malformed_messages;
+          return;
+        }
+        onBatch(i, *seq, bytes(parts[2]), false);
+      },
+      [&](std::string_view error) {
+        spdlog::warn("index: receive on {} failed: {}", c.spec.events, error);
+      });
 }
 
 void IndexService::Impl::drainReplay(std::size_t i) {
   Conn& c = conns_[i];
-  while (true) {
-    parts_.clear();
-    zmq::recv_result_t got;
-    try {
-      got = zmq::recv_multipart(c.replay, std::back_inserter(parts_), zmq::recv_flags::dontwait);
-    } catch (const zmq::error_t& e) {
-      spdlog::warn("index: receive on {} failed: {}", c.spec.replay, e.what());
-      return;
-    }
-    if (!got) return;
-    // DEALER view: r1 ["", seq, payload], r2 ["", topic, seq, payload]; end marker seq ff×8.
-    std::size_t seq_at = 0;
-    if (parts_.size() == 3 && parts_[0].size() == 0) {
-      seq_at = 1;
-    } else if (parts_.size() == 4 && parts_[0].size() == 0) {
-      seq_at = 2;
-    } else {
-      ++s_.malformed_messages;
-      continue;
-    }
-    const auto seq = protocol::decodeSeqNo(bytes(parts_[seq_at]));
-    if (!seq) {
-      ++s_.malformed_messages;
-      continue;
-    }
-    if (*seq == protocol::kReplayEndMarker) {
-      onReplayEnd(i, false);
-      continue;
-    }
-    if (!c.replay_first) c.replay_first = *seq;
-    onBatch(i, *seq, bytes(parts_[seq_at + 1]));
-  }
+  service::drainSocket(
+      c.replay, parts_, -1,
+      [&](const std::vector<zmq::message_t>& parts) {
+        // DEALER view: r1 ["", seq, payload], r2 ["", topic, seq, payload]; end marker seq ff×8.
+        std::size_t seq_at = 0;
+        if (parts.size() == 3 && parts[0].size() == 0) {
+          seq_at = 1;
+        } else if (parts.size() == 4 && parts[0].size() == 0) {
+          seq_at = 2;
+        } else {
+          ++s_.malformed_messages;
+          return;
+        }
+        const auto seq = protocol::decodeSeqNo(bytes(parts[seq_at]));
+        if (!seq) {
+          ++s_.malformed_messages;
+          return;
+        }
+        if (*seq == protocol::kReplayEndMarker) {
+          const SeqTime now = Clock::now();
+          c.sequencer.onReplayEnd(now, actions_);
+          perform(i, now);
+          return;
+        }
+        onBatch(i, *seq, bytes(parts[seq_at + 1]), true);
+      },
+      [&](std::string_view error) {
+        spdlog::warn("index: receive on {} failed: {}", c.spec.replay, error);
+      });
 }
 
 void IndexService::Impl::drainChannel(std::size_t chi) {
   Channel& ch = channels_[chi];
-  while (true) {
-    parts_.clear();
-    zmq::recv_result_t got;
-    try {
-      got = zmq::recv_multipart(ch.dealer, std::back_inserter(parts_), zmq::recv_flags::dontwait);
-    } catch (const zmq::error_t& e) {
-      spdlog::warn("index: receive on {} failed: {}", ch.endpoint, e.what());
-      return;
-    }
-    if (!got) return;
-    if (parts_.empty()) continue;
-    auto msg = protocol::decodeClientMessage(bytes(parts_.back()));
-    if (msg && (std::holds_alternative<protocol::OutputBatch>(*msg) ||
-                std::holds_alternative<protocol::SubmitAck>(*msg))) {
-      continue;  // not ours
-    }
-    if (ch.waiting.empty()) continue;  // a late reply to a request that timed out
-    const SnapRequest req = ch.waiting.front();
-    ch.waiting.pop_front();
-    onSnapshot(chi, req, msg);
-  }
+  service::drainSocket(
+      ch.dealer, parts_, -1,
+      [&](const std::vector<zmq::message_t>& parts) {
+        if (parts.empty()) return;
+        auto msg = protocol::decodeClientMessage(bytes(parts.back()));
+        if (msg && (std::holds_alternative<protocol::OutputBatch>(*msg) ||
+                    std::holds_alternative<protocol::SubmitAck>(*msg))) {
+          return;  // not ours
+        }
+        if (ch.waiting.empty()) return;  // a late reply to a request that timed out
+        const SnapRequest req = ch.waiting.front();
+        ch.waiting.pop_front();
+        onSnapshot(chi, req, msg);
+      },
+      [&](std::string_view error) {
+        spdlog::warn("index: receive on {} failed: {}", ch.endpoint, error);
+      });
 }
 
 void IndexService::Impl::sendQueryReply(const std::string& identity, bool delimiter,
                                         const QueryReply& reply) {
   const auto payload = encodeQueryReply(reply);
-  try {
-    if (!query_.send(zmq::buffer(identity), zmq::send_flags::sndmore | zmq::send_flags::dontwait)) {
-      return;
-    }
-    if (delimiter) query_.send(zmq::message_t(), zmq::send_flags::sndmore);
-    query_.send(zmq::buffer(payload.data(), payload.size()), zmq::send_flags::none);
-  } catch (const zmq::error_t& e) {
-    spdlog::debug("index: query reply dropped: {}", e.what());
-  }
+  std::string error;
+  const service::SendOutcome outcome = service::trySendRouted(
+      query_, identity, delimiter, zmq::message_t(payload.data(), payload.size()), &error);
+  if (outcome == service::SendOutcome::Sent) return;
+  // The client is gone or not reading; it gets no reply (it would time out and ask again).
+  ++s_.replies_unsent;
+  spdlog::debug("index: query reply dropped ({}{}{})", service::sendOutcomeName(outcome),
+                error.empty() ? "" : ": ", error);
 }
 
 OverlapReply IndexService::Impl::overlap(const OverlapQuery& q) {
@@ -754,48 +716,45 @@ OverlapReply IndexService::Impl::overlap(const OverlapQuery& q) {
 }
 
 void IndexService::Impl::drainQueries() {
-  for (int n = 0; n < 256; ++n) {
-    parts_.clear();
-    zmq::recv_result_t got;
-    try {
-      got = zmq::recv_multipart(query_, std::back_inserter(parts_), zmq::recv_flags::dontwait);
-    } catch (const zmq::error_t& e) {
-      spdlog::warn("index: receive on the query endpoint failed: {}", e.what());
-      return;
-    }
-    if (!got) return;
-    ++s_.queries;
-    if (parts_.size() < 2) continue;
-    const std::string identity = parts_[0].to_string();
-    const bool delimiter = parts_.size() == 3 && parts_[1].size() == 0;
-    if (parts_.size() != 2 && !delimiter) {
-      ++s_.query_errors;
-      sendQueryReply(identity, false,
-                     QueryError{std::nullopt, "expected one payload frame (got " +
-                                                  std::to_string(parts_.size() - 1) + ")"});
-      continue;
-    }
-    const auto payload = bytes(parts_.back());
-    auto request = decodeQueryRequest(payload);
-    if (!request) {
-      ++s_.query_errors;
-      sendQueryReply(identity, delimiter,
-                     QueryError{peekQueryId(payload), request.error().message});
-      continue;
-    }
-    if (const auto* q = std::get_if<OverlapQuery>(&*request)) {
-      sendQueryReply(identity, delimiter, overlap(*q));
-    } else if (const auto* st = std::get_if<StatsQuery>(&*request)) {
-      publishStats();
-      sendQueryReply(identity, delimiter, StatsReply{st->id, statsCounters(s_)});
-    } else {
-      const auto& v = std::get<VerifyQuery>(*request);
-      VerifyJob job;
-      job.requester = identity;
-      job.delimiter = delimiter;
-      job.id = v.id;
-      startVerify(std::move(job));
-    }
+  service::drainSocket(
+      query_, parts_, kQueryBudget,
+      [&](const std::vector<zmq::message_t>& parts) { onQuery(parts); },
+      [&](std::string_view error) {
+        spdlog::warn("index: receive on the query endpoint failed: {}", error);
+      });
+}
+
+void IndexService::Impl::onQuery(const std::vector<zmq::message_t>& parts) {
+  ++s_.queries;
+  if (parts.size() < 2) return;
+  const std::string identity = parts[0].to_string();
+  const bool delimiter = parts.size() == 3 && parts[1].size() == 0;
+  if (parts.size() != 2 && !delimiter) {
+    ++s_.query_errors;
+    sendQueryReply(identity, false,
+                   QueryError{std::nullopt, "expected one payload frame (got " +
+                                                std::to_string(parts.size() - 1) + ")"});
+    return;
+  }
+  const auto payload = bytes(parts.back());
+  auto request = decodeQueryRequest(payload);
+  if (!request) {
+    ++s_.query_errors;
+    sendQueryReply(identity, delimiter, QueryError{peekQueryId(payload), request.error().message});
+    return;
+  }
+  if (const auto* q = std::get_if<OverlapQuery>(&*request)) {
+    sendQueryReply(identity, delimiter, overlap(*q));
+  } else if (const auto* st = std::get_if<StatsQuery>(&*request)) {
+    publishStats();
+    sendQueryReply(identity, delimiter, StatsReply{st->id, statsCounters(s_)});
+  } else {
+    const auto& v = std::get<VerifyQuery>(*request);
+    VerifyJob job;
+    job.requester = identity;
+    job.delimiter = delimiter;
+    job.id = v.id;
+    startVerify(std::move(job));
   }
 }
 
@@ -811,13 +770,14 @@ void IndexService::Impl::beginVerify() {
   VerifyJob& job = verifies_.front();
   job.catching_up = true;
   job.targets.assign(conns_.size(), 0);
+  const SeqTime now = Clock::now();
   for (std::size_t i = 0; i < conns_.size(); ++i) {
-    Conn& c = conns_[i];
     // Catch up first: a replay from the next expected seq brings any lost tail.
-    if (c.has_replay && c.started && !c.resyncing) requestReplay(c, c.next);
-    job.targets[i] = c.replay_ends + static_cast<std::uint64_t>(c.replay_outstanding);
+    conns_[i].sequencer.catchUp(now, actions_);
+    perform(i, now);
+    job.targets[i] = conns_[i].sequencer.catchUpTarget();
   }
-  job.deadline = Clock::now() + 2 * config_.replay_timeout;
+  job.deadline = now + 2 * config_.replay_timeout;
   stepVerify();
 }
 
@@ -827,8 +787,7 @@ void IndexService::Impl::stepVerify() {
   if (!job.catching_up) return;
   bool ready = true;
   for (std::size_t i = 0; i < conns_.size(); ++i) {
-    const Conn& c = conns_[i];
-    if (c.replay_ends < job.targets[i] || c.resyncing || !c.pending.empty()) ready = false;
+    if (!conns_[i].sequencer.settled(job.targets[i])) ready = false;
   }
   if (!ready && Clock::now() < job.deadline) return;
   if (!ready) job.reply.errors.push_back("catch-up did not finish before the deadline");
@@ -843,14 +802,19 @@ void IndexService::Impl::stepVerify() {
   }
   job.awaiting = 0;
   const auto payload = protocol::encodeClientMessage(protocol::KvSnapshotRequest{});
+  const std::array<zmq::const_buffer, 1> frames{zmq::buffer(payload.data(), payload.size())};
   for (Channel& ch : channels_) {
-    try {
-      ch.dealer.send(zmq::buffer(payload.data(), payload.size()), zmq::send_flags::dontwait);
+    std::string error;
+    const service::SendOutcome outcome = service::trySendMultipart(ch.dealer, frames, &error);
+    if (outcome == service::SendOutcome::Sent) {
       ch.waiting.push_back({SnapKind::Verify, 0, Clock::now()});
       ++job.awaiting;
-    } catch (const zmq::error_t& e) {
+    } else {
+      ++s_.requests_unsent;
       job.reply.errors.push_back("worker " + std::to_string(ch.worker_id) +
-                                 ": kv_snapshot request failed: " + e.what());
+                                 ": kv_snapshot request not sent (" +
+                                 std::string(service::sendOutcomeName(outcome)) +
+                                 (error.empty() ? "" : ": " + error) + ")");
     }
   }
   if (job.awaiting == 0) finishVerify();
@@ -882,9 +846,8 @@ void IndexService::Impl::finishVerify() {
 // Loop
 
 bool IndexService::Impl::caughtUp() const {
-  return std::all_of(conns_.begin(), conns_.end(), [](const Conn& c) {
-    return (!c.has_replay || c.initial_done) && !c.resyncing && c.pending.empty();
-  });
+  return std::all_of(conns_.begin(), conns_.end(),
+                     [](const Conn& c) { return c.sequencer.caughtUp(); });
 }
 
 void IndexService::Impl::publishStats() {
@@ -901,19 +864,8 @@ void IndexService::Impl::publishStats() {
 void IndexService::Impl::timers() {
   const auto now = Clock::now();
   for (std::size_t i = 0; i < conns_.size(); ++i) {
-    Conn& c = conns_[i];
-    if (!c.has_replay) continue;
-    if (c.replay_outstanding > 0 && now - c.replay_sent > config_.replay_timeout) {
-      ++s_.replay_timeouts;
-      spdlog::warn("index: {}: no replay end marker from {} within {} ms",
-                   rankName(c.spec.worker_id, c.rank), c.spec.replay,
-                   config_.replay_timeout.count());
-      onReplayEnd(i, true);
-    } else if (config_.probe_interval.count() > 0 && c.started && !c.resyncing &&
-               c.replay_outstanding == 0 && now - c.last_activity >= config_.probe_interval &&
-               now - c.replay_sent >= config_.probe_interval) {
-      requestReplay(c, c.next);  // idle: fetch any lost tail
-    }
+    conns_[i].sequencer.onTick(now, actions_);  // replay timeout, unsent retry, idle probe
+    perform(i, now);
   }
   for (std::size_t chi = 0; chi < channels_.size(); ++chi) {
     Channel& ch = channels_[chi];
@@ -941,15 +893,9 @@ void IndexService::Impl::timers() {
 Status IndexService::Impl::run() {
   const auto now = Clock::now();
   next_stats_ = now + config_.stats_interval;
-  for (Conn& c : conns_) {
-    c.last_activity = now;
-    if (c.has_replay && config_.replay_at_start) {
-      c.started = true;  // apply from seq 0; the replay fills what the SUB missed
-      c.next = 0;
-      requestReplay(c, 0);
-    } else {
-      c.initial_done = true;
-    }
+  for (std::size_t i = 0; i < conns_.size(); ++i) {
+    conns_[i].sequencer.start(now, config_.replay_at_start, actions_);
+    perform(i, now);
   }
   if (config_.verify_at_start) startVerify(VerifyJob{});
   auto tick = std::chrono::milliseconds(100);

@@ -1,17 +1,19 @@
 // IndexService: the engine of `mocker index` (tools/index/README.md) — a KV-event subscriber
-// that keeps a router's prefix index (tools/index/kv_index.h) in step with one or more workers
-// (../shared/spec/wire.md §2–§4, §6).
+// that keeps a router's prefix index (tools/index/kv_index.h) in step with one or more workers.
 //
 // Per configured rank endpoint ("connection"): a SUB on the worker's KV-event PUB and, when
-// given, a DEALER on its replay ROUTER. Batches carry per-rank sequence numbers; the index
-// applies them strictly in order: duplicates and old seqs are dropped, out-of-order batches are
-// buffered, a gap triggers a replay request (both reply layouts r1/r2), and a gap the replay
-// cannot fill (the ring overran) is reported and healed by a resync: the source is cleared and
-// rebuilt from the worker's kv_snapshot (client protocol, via the worker's submit endpoint),
-// after which batches continue from the newest seq seen. At connect a replay from seq 0 covers
-// the ZeroMQ slow-joiner window; an idle connection is probed with a replay from its next seq
-// every probe interval so that lost tail batches are found too. A ROUTER answers overlap,
-// stats and verify queries (protocol/index_query.h).
+// given, a DEALER on its replay ROUTER. Batches carry per-rank sequence numbers; a Sequencer
+// per connection (tools/index/sequencer.h, no sockets) decides what to apply and what to ask
+// for, and the service performs it: batches are applied strictly in order, duplicates and old
+// seqs are dropped, out-of-order batches are buffered, a gap triggers a replay request (both
+// reply layouts r1/r2), and a gap the replay cannot fill (the ring overran) is reported and
+// healed by a resync: the source is cleared and rebuilt from the worker's kv_snapshot (client
+// protocol, via the worker's submit endpoint), after which batches continue from the newest seq
+// seen. At connect a replay from seq 0 covers the ZeroMQ slow-joiner window; an idle connection
+// is probed with a replay from its next seq every probe interval so that lost tail batches are
+// found too. A ROUTER answers overlap, stats and verify queries (protocol/index_query.h).
+// Every socket read and write goes through service/zmq_io.h; a send that cannot be done is
+// counted (requests_unsent, replies_unsent) and, for replay requests, retried.
 //
 // Thread-safety: create, run() and destroy on one thread (the loop owns every socket and the
 // index); requestStop() and stats() may be called from any thread (requestStop also from a
@@ -48,7 +50,7 @@ struct WorkerEndpoint {
 /// Parses one `--worker` value:
 ///   ID[/RANK]=EVENTS[,replay=EP][,snapshot=EP][,dp=N][,topic=T]
 /// ID is a decimal u64. `dp=N` (N >= 1, without /RANK) expands to ranks 0..N-1 with the DP port
-/// offset of wire.md §2.4 applied to EVENTS and replay (snapshot is per worker, not offset).
+/// offset (rank r uses port + r) applied to EVENTS and replay (snapshot is per worker, not offset).
 /// Errors name what is wrong.
 Result<std::vector<WorkerEndpoint>> parseWorkerSpec(std::string_view spec);
 
@@ -71,8 +73,9 @@ struct IndexStats {
   std::uint64_t resync_failures = 0;
   std::uint64_t replay_requests = 0;
   std::uint64_t replay_timeouts = 0;
-  std::uint64_t live_dropped_for_test = 0;
-  std::uint64_t decode_errors = 0;       ///< batches whose payload did not decode
+  std::uint64_t requests_unsent = 0;  ///< replay / kv_snapshot requests that could not be sent
+  std::uint64_t replies_unsent = 0;   ///< query replies the ROUTER could not send (peer gone/full)
+  std::uint64_t decode_errors = 0;    ///< batches whose payload did not decode
   std::uint64_t malformed_messages = 0;  ///< wrong frame count / seq size
   std::uint64_t rank_mismatches = 0;     ///< batch dp_rank differs from the connection's rank
   std::uint64_t queries = 0;
@@ -104,8 +107,6 @@ struct IndexServiceConfig {
   bool verify_at_start = false;
   bool stop_after_verify = false;
   std::function<void(const VerifyReply&)> on_verify;
-  /// Test hook: return true to discard a live batch of (worker, rank) as if the network lost it.
-  std::function<bool(WorkerRank, std::uint64_t seq)> drop_live_for_test;
 };
 
 class IndexService final {

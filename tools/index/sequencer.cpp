@@ -1,0 +1,244 @@
+#include "tools/index/sequencer.h"
+
+#include "base/check.h"
+#include "base/enum_names.h"
+
+namespace mocker::index {
+
+// NOTE: a replay is one request answered by a run of batches and an end marker, but neither
+// carries a request id. Overlapping replays (a gap replay and a probe, a retry after a timeout)
+// are therefore only counted: the stream's replay is "over" when as many end markers arrived as
+// requests were sent (or on timeout), and the overrun test looks at the first batch delivered
+// since the last time no replay was outstanding.
+
+namespace {
+
+constexpr EnumNames<LossReason, 5> kLossReasons{{
+    {"joined", LossReason::JoinedWithoutReplay},
+    {"no-replay", LossReason::NoReplayEndpoint},
+    {"overrun", LossReason::RingOverrun},
+    {"timed-out", LossReason::ReplayTimedOut},
+    {"incomplete", LossReason::ReplayIncomplete},
+}};
+
+constexpr EnumNames<StreamState, 4> kStreamStates{{
+    {"joining", StreamState::Joining},
+    {"in-order", StreamState::InOrder},
+    {"gap", StreamState::Gap},
+    {"resyncing", StreamState::Resyncing},
+}};
+
+}  // namespace
+
+std::string_view lossReasonName(LossReason reason) { return enumName(kLossReasons, reason); }
+
+std::string_view streamStateName(StreamState state) { return enumName(kStreamStates, state); }
+
+StreamState Sequencer::state() const {
+  if (resyncing_) return StreamState::Resyncing;
+  if (!started_) return StreamState::Joining;
+  return pending_.empty() ? StreamState::InOrder : StreamState::Gap;
+}
+
+void Sequencer::start(SeqTime now, bool replay_from_zero, SeqActions& out) {
+  MOCKER_CHECK(!awaiting_send_result_);
+  last_activity_ = now;
+  if (config_.has_replay && replay_from_zero) {
+    started_ = true;  // apply from seq 0; the replay fills what the live stream missed
+    next_ = 0;
+    requestReplay(now, out);
+  } else {
+    initial_done_ = true;
+  }
+}
+
+void Sequencer::onLiveBatch(std::uint64_t seq, protocol::KvEventBatch&& batch, SeqTime now,
+                            SeqActions& out) {
+  onBatch(seq, std::move(batch), now, out);
+}
+
+void Sequencer::onReplayBatch(std::uint64_t seq, protocol::KvEventBatch&& batch, SeqTime now,
+                              SeqActions& out) {
+  if (!replay_first_) replay_first_ = seq;
+  onBatch(seq, std::move(batch), now, out);
+}
+
+void Sequencer::onBatch(std::uint64_t seq, protocol::KvEventBatch&& batch, SeqTime now,
+                        SeqActions& out) {
+  MOCKER_CHECK(!awaiting_send_result_);
+  last_activity_ = now;
+  if (isDuplicate(seq)) {
+    out.push_back({.kind = SeqActionKind::Duplicate, .seq = seq});
+    return;
+  }
+  if (!any_seen_ || seq > max_seen_) max_seen_ = seq;
+  any_seen_ = true;
+  if (!started_) {
+    // No replay from 0 at start: the first batch seen decides. Anything before it is a gap.
+    started_ = true;
+    next_ = seq;
+    if (seq > 0) {
+      next_ = 0;
+      pending_.emplace(seq, std::move(batch));
+      gap_open_ = true;
+      out.push_back({.kind = SeqActionKind::GapDetected, .seq = 0, .seq_end = seq});
+      if (config_.has_replay) {
+        requestReplay(now, out);
+      } else {
+        unhealable(LossReason::JoinedWithoutReplay, 0, out);
+      }
+      return;
+    }
+  }
+  if (resyncing_) {
+    pending_.emplace(seq, std::move(batch));  // seq >= next_: newer than the snapshot request
+    return;
+  }
+  if (seq == next_) {
+    out.push_back({.kind = SeqActionKind::Apply, .seq = seq, .batch = std::move(batch)});
+    ++next_;
+    drainPending(out);
+    return;
+  }
+  pending_.emplace(seq, std::move(batch));
+  if (!gap_open_) {
+    gap_open_ = true;
+    out.push_back({.kind = SeqActionKind::GapDetected, .seq = next_, .seq_end = seq});
+  }
+  if (num_outstanding_ == 0) onGap(now, out);
+}
+
+void Sequencer::drainPending(SeqActions& out) {
+  while (!pending_.empty() && pending_.begin()->first <= next_) {
+    auto node = pending_.extract(pending_.begin());
+    if (node.key() == next_) {
+      out.push_back(
+          {.kind = SeqActionKind::Apply, .seq = node.key(), .batch = std::move(node.mapped())});
+      ++next_;
+    } else {
+      out.push_back({.kind = SeqActionKind::Duplicate, .seq = node.key()});
+    }
+  }
+  if (gap_open_ && pending_.empty()) {
+    gap_open_ = false;
+    replay_retries_ = 0;
+    out.push_back({.kind = SeqActionKind::GapHealed, .seq = next_});
+  }
+}
+
+void Sequencer::onGap(SeqTime now, SeqActions& out) {
+  if (config_.has_replay) {
+    requestReplay(now, out);
+  } else {
+    unhealable(LossReason::NoReplayEndpoint, 0, out);
+  }
+}
+
+void Sequencer::requestReplay(SeqTime now, SeqActions& out) {
+  out.push_back({.kind = SeqActionKind::RequestReplay, .seq = next_});
+  awaiting_send_result_ = true;
+  last_attempt_ = now;
+}
+
+void Sequencer::onReplayRequestResult(bool sent, SeqTime now) {
+  MOCKER_CHECK(awaiting_send_result_);
+  awaiting_send_result_ = false;
+  want_replay_ = !sent;
+  if (!sent) return;
+  if (num_outstanding_ == 0) replay_first_.reset();
+  ++num_outstanding_;
+  replay_sent_ = now;
+}
+
+void Sequencer::onReplayEnd(SeqTime now, SeqActions& out) {
+  MOCKER_CHECK(!awaiting_send_result_);
+  endReplay(false, now, out);
+}
+
+void Sequencer::endReplay(bool timed_out, SeqTime now, SeqActions& out) {
+  if (timed_out) {
+    num_replay_ends_ += num_outstanding_;
+    num_outstanding_ = 0;
+  } else {
+    ++num_replay_ends_;
+    if (num_outstanding_ > 0) --num_outstanding_;
+    if (num_outstanding_ > 0) return;
+  }
+  initial_done_ = true;
+  const std::optional<std::uint64_t> first = replay_first_;
+  replay_first_.reset();
+  if (resyncing_ || pending_.empty()) return;
+  // Still missing [next_, pending_.begin()): gone from the ring (the replay started after it),
+  // or published after the ring was copied (ask again).
+  if (!timed_out && first && next_ < *first) {
+    unhealable(LossReason::RingOverrun, *first, out);
+  } else if (replay_retries_++ < config_.max_replay_retries) {
+    requestReplay(now, out);
+  } else {
+    unhealable(timed_out ? LossReason::ReplayTimedOut : LossReason::ReplayIncomplete, 0, out);
+  }
+}
+
+void Sequencer::unhealable(LossReason reason, std::uint64_t replay_start, SeqActions& out) {
+  gap_open_ = false;
+  replay_retries_ = 0;
+  const std::uint64_t upto = pending_.empty() ? max_seen_ + 1 : pending_.begin()->first;
+  SeqAction lost{.kind = SeqActionKind::SkipLost,
+                 .seq = next_,
+                 .seq_end = upto,
+                 .reason = reason,
+                 .replay_start = replay_start};
+  if (can_resync_) {
+    // The snapshot reflects at least every batch seen so far (max_seen_ was published before
+    // the caller sends the request); batches after it are re-applied, which is idempotent.
+    lost.kind = SeqActionKind::Resync;
+    out.push_back(std::move(lost));
+    resyncing_ = true;
+    want_replay_ = false;
+    pending_.clear();
+    next_ = max_seen_ + 1;
+    return;
+  }
+  out.push_back(std::move(lost));
+  next_ = upto;
+  drainPending(out);
+}
+
+void Sequencer::onResyncResult(bool /*ok*/, SeqTime now, SeqActions& out) {
+  MOCKER_CHECK(resyncing_);
+  MOCKER_CHECK(!awaiting_send_result_);
+  resyncing_ = false;
+  drainPending(out);
+  if (!pending_.empty()) {
+    gap_open_ = true;
+    out.push_back(
+        {.kind = SeqActionKind::GapDetected, .seq = next_, .seq_end = pending_.begin()->first});
+    if (num_outstanding_ == 0) onGap(now, out);
+  }
+}
+
+void Sequencer::onTick(SeqTime now, SeqActions& out) {
+  MOCKER_CHECK(!awaiting_send_result_);
+  if (!config_.has_replay) return;
+  if (num_outstanding_ > 0 && now - replay_sent_ > config_.replay_timeout) {
+    out.push_back({.kind = SeqActionKind::ReplayTimedOut, .seq = next_});
+    endReplay(true, now, out);
+    return;
+  }
+  if (num_outstanding_ > 0 || resyncing_) return;
+  if (want_replay_) {
+    // The last request could not be sent: retry it (it would have been the probe, too).
+    if (now - last_attempt_ >= config_.send_retry_interval) requestReplay(now, out);
+  } else if (config_.probe_interval.count() > 0 && started_ &&
+             now - last_activity_ >= config_.probe_interval &&
+             now - replay_sent_ >= config_.probe_interval) {
+    requestReplay(now, out);  // idle: fetch any lost tail
+  }
+}
+
+void Sequencer::catchUp(SeqTime now, SeqActions& out) {
+  MOCKER_CHECK(!awaiting_send_result_);
+  if (config_.has_replay && started_ && !resyncing_) requestReplay(now, out);
+}
+
+}  // namespace mocker::index
