@@ -1,6 +1,7 @@
 #include "tools/cli.h"
 
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <algorithm>
 
@@ -52,8 +53,9 @@ class TempFile {
  public:
   TempFile(const std::string& name, const std::string& text) {
     const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-    path_ = std::filesystem::temp_directory_path() /
-            ("mocker_cli_test_" + std::string(info->name()) + "_" + name);
+    path_ =
+        std::filesystem::temp_directory_path() / ("mocker_cli_test_" + std::string(info->name()) +
+                                                  "_" + std::to_string(::getpid()) + "_" + name);
     std::ofstream(path_) << text;
   }
   ~TempFile() {

@@ -5,6 +5,7 @@
 #include "tools/replay/live_replay.h"
 
 #include <gtest/gtest.h>
+#include <unistd.h>
 #include <nlohmann/json.hpp>
 #include <zmq.hpp>
 
@@ -400,7 +401,8 @@ TEST(LiveReplayTest, OptionErrors) {
 // `mocker replay --mode live --connect …` end to end through the CLI: table and JSON report.
 TEST(LiveReplayCliTest, ReplaysTheTinyTraceAgainstAServer) {
   LiveService server(serverConfig());
-  const auto dir = std::filesystem::temp_directory_path() / "mocker_live_replay_cli";
+  const auto dir = std::filesystem::temp_directory_path() /
+                   ("mocker_live_replay_cli_" + std::to_string(::getpid()));
   std::filesystem::create_directories(dir);
   const std::string json = (dir / "r.json").string();
   const std::string jsonl = (dir / "r.jsonl").string();

@@ -6,6 +6,7 @@
 //   MOCKER_UPDATE_GOLDEN=1 build/tests/tools/replay_tests --gtest_filter='ReplayGolden*'
 // then review the diff before committing.
 #include <gtest/gtest.h>
+#include <unistd.h>
 #include <nlohmann/json.hpp>
 
 #include <cstdlib>
@@ -51,8 +52,11 @@ class TempDir {
  public:
   TempDir() {
     const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-    path_ = fs::temp_directory_path() /
-            ("mocker_replay_cli_" + std::string(info->test_suite_name()) + "_" + info->name());
+    // The process id keeps concurrent runs of the same test (several build trees, or ctest -j
+    // with repeats) out of each other's files.
+    path_ =
+        fs::temp_directory_path() / ("mocker_replay_cli_" + std::string(info->test_suite_name()) +
+                                     "_" + info->name() + "_" + std::to_string(::getpid()));
     fs::remove_all(path_);
     fs::create_directories(path_);
   }
