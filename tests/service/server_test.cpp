@@ -1,5 +1,6 @@
 // Live-service tests over real ZeroMQ sockets on ephemeral loopback ports: what a client sees
-// end to end. Waiting is always a poll with a deadline.
+// end to end. The bookkeeping behind it has its own socket-free tests (route_table_test,
+// output_batcher_test, loop_clock_test). Waiting is always a poll with a deadline.
 #include <gtest/gtest.h>
 
 #include <zmq.hpp>
