@@ -476,7 +476,7 @@ void Server::Impl::handleCancel(zmq::socket_t& reply_socket, const RoutedEnvelop
   cancelInEngine(*id, routes_.find(*id)->rank);
   ++counters.cancels_applied;
   routes_.oweTerminal(*id, FinishReason::Cancelled, "cancelled");
-  // Reply last: replying may find the sender gone and drop its routes (including this one).
+  // The canceller learns first; then the stream's terminal goes out at once if it can.
   reply(reply_socket, from, protocol::CancelReply{req.id, protocol::CancelResult::Applied});
   retryOwed();
 }
