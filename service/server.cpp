@@ -16,6 +16,7 @@
 #include <optional>
 #include <zmq.hpp>
 
+#include "base/check.h"
 #include "engine/engine.h"
 #include "protocol/client.h"
 #include "protocol/kv_events.h"
@@ -691,6 +692,7 @@ Status Server::Impl::run() {
     }
     retryOwed();
     heartbeats();
+    MOCKER_DCHECK(routes_.checkInvariants().has_value());  // debug builds: every iteration
   }
   shutdown();
   return {};

@@ -56,9 +56,8 @@ struct ServerCounters {
   std::uint64_t malformed_messages = 0;
   std::uint64_t passes = 0;
   std::uint64_t output_messages = 0;
-  std::uint64_t dropped_replies =
-      0;  ///< acks, rejects, errors, stats not sent (client not reading)
-  std::uint64_t dropped_shutdown_messages = 0;  ///< final terminal messages that could not be sent
+  std::uint64_t dropped_replies = 0;            ///< acks, rejects, errors, stats not sent
+  std::uint64_t dropped_shutdown_messages = 0;  ///< final terminal messages not sent
 };
 
 struct ServerOptions {
