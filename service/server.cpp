@@ -262,6 +262,8 @@ Status Server::Impl::init() {
   return {};
 }
 
+// --- Sends: every message to a client goes through sendTo ---------------------------------
+
 SendOutcome Server::Impl::sendTo(zmq::socket_t& socket, const std::string& client, bool delimiter,
                                  std::vector<std::byte>&& payload) {
   std::string error;
@@ -283,6 +285,8 @@ void Server::Impl::reply(zmq::socket_t& socket, const RoutedEnvelope& to,
     log_->debug("reply \"{}\" not sent: {}", protocol::messageType(message), sendOutcomeName(out));
   }
 }
+
+// --- Requests: read from the cancel and submit sockets, answered at once -----------------
 
 void Server::Impl::drainCancels() {
   std::vector<zmq::message_t> parts;
@@ -482,6 +486,8 @@ void Server::Impl::handleCancel(zmq::socket_t& reply_socket, const RoutedEnvelop
   retryOwed();
 }
 
+// --- Streams that end early: cancelled in the engine, terminal owed to the client --------
+
 void Server::Impl::cancelInEngine(engine::RequestId id, std::uint32_t rank) {
   engine_.cancel(id);
   ranks_[rank].stalled = false;
@@ -527,6 +533,8 @@ void Server::Impl::retryOwed() {
     }
   }
 }
+
+// --- Passes: start, complete at the deadline, deliver outputs -----------------------------
 
 void Server::Impl::startPasses() {
   for (std::uint32_t r = 0; r < ranks_.size(); ++r) {
@@ -619,6 +627,8 @@ void Server::Impl::heartbeats() {
     }
   }
 }
+
+// --- Shutdown and the loop ---------------------------------------------------------------
 
 void Server::Impl::shutdown() {
   log_->info("shutting down: {} open request(s){}", routes_.numRoutes(),
