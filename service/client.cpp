@@ -1,8 +1,11 @@
 #include "service/client.h"
 
+#include <array>
 #include <cerrno>
 #include <random>
 #include <zmq.hpp>
+
+#include "service/zmq_io.h"
 
 namespace mocker::service {
 
@@ -11,8 +14,40 @@ struct Client::Impl {
   zmq::socket_t submit{context, zmq::socket_type::dealer};
   zmq::socket_t cancel{context, zmq::socket_type::dealer};
   std::string routing_id;
-  zmq::send_flags send_flags = zmq::send_flags::none;
+  bool nonblocking_send = false;
+  std::vector<zmq::message_t> parts;  // receive scratch
+
+  // Sends one single-frame message; `what` names the message in errors.
+  Status sendOn(zmq::socket_t& socket, std::span<const std::byte> payload, const char* what);
 };
+
+Status Client::Impl::sendOn(zmq::socket_t& socket, std::span<const std::byte> payload,
+                            const char* what) {
+  const std::array<zmq::const_buffer, 1> frames{zmq::buffer(payload.data(), payload.size())};
+  if (nonblocking_send) {
+    std::string error;
+    switch (trySendMultipart(socket, frames, &error)) {
+      case SendOutcome::Sent:
+        return {};
+      case SendOutcome::WouldBlock:
+        return Error{ErrorCode::IoError,
+                     std::string(what) + ": would block (high-water mark reached)"};
+      case SendOutcome::Unroutable:  // ROUTER only; a DEALER never reports it
+        return Error{ErrorCode::IoError, std::string(what) + ": unroutable"};
+      case SendOutcome::Failed:
+        return Error{ErrorCode::IoError, std::string(what) + ": " + error};
+    }
+  }
+  try {
+    // Blocks until queued; an empty result could only come from a send timeout (none is set).
+    if (!socket.send(frames[0], zmq::send_flags::none)) {
+      return Error{ErrorCode::IoError, std::string(what) + ": timed out"};
+    }
+  } catch (const zmq::error_t& e) {
+    return Error{ErrorCode::IoError, std::string(what) + ": " + e.what()};
+  }
+  return {};
+}
 
 Client::Client(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 Client::~Client() = default;
@@ -20,7 +55,7 @@ Client::~Client() = default;
 Result<std::unique_ptr<Client>> Client::connect(ClientOptions options) {
   auto impl = std::make_unique<Impl>();
   impl->routing_id = options.routing_id;
-  if (options.nonblocking_send) impl->send_flags = zmq::send_flags::dontwait;
+  impl->nonblocking_send = options.nonblocking_send;
   if (impl->routing_id.empty()) {
     std::random_device rd;
     static constexpr char kAlphabet[] = "0123456789abcdefghijklmnopqrstuvwxyz";
@@ -45,14 +80,7 @@ Result<std::unique_ptr<Client>> Client::connect(ClientOptions options) {
 const std::string& Client::routingId() const { return impl_->routing_id; }
 
 Status Client::sendRaw(std::span<const std::byte> payload) {
-  try {
-    if (!impl_->submit.send(zmq::buffer(payload.data(), payload.size()), impl_->send_flags)) {
-      return Error{ErrorCode::IoError, "send: would block (high-water mark reached)"};
-    }
-  } catch (const zmq::error_t& e) {
-    return Error{ErrorCode::IoError, std::string("send: ") + e.what()};
-  }
-  return {};
+  return impl_->sendOn(impl_->submit, payload, "send");
 }
 
 Status Client::send(const protocol::ClientMessage& message) {
@@ -61,43 +89,49 @@ Status Client::send(const protocol::ClientMessage& message) {
 
 Status Client::cancel(const std::string& id, std::optional<std::string> client) {
   const auto bytes = protocol::encodeClientMessage(protocol::CancelRequest{id, std::move(client)});
-  try {
-    if (!impl_->cancel.send(zmq::buffer(bytes.data(), bytes.size()), impl_->send_flags)) {
-      return Error{ErrorCode::IoError, "send cancel: would block (high-water mark reached)"};
-    }
-  } catch (const zmq::error_t& e) {
-    return Error{ErrorCode::IoError, std::string("send cancel: ") + e.what()};
-  }
-  return {};
+  return impl_->sendOn(impl_->cancel, bytes, "send cancel");
 }
 
 Result<std::optional<protocol::ClientMessage>> Client::receive(std::chrono::milliseconds timeout) {
-  const auto decode =
-      [](const zmq::message_t& msg) -> Result<std::optional<protocol::ClientMessage>> {
-    auto decoded =
-        protocol::decodeClientMessage({static_cast<const std::byte*>(msg.data()), msg.size()});
-    if (!decoded) return decoded.error();
-    return std::optional<protocol::ClientMessage>(std::move(*decoded));
+  using Received = Result<std::optional<protocol::ClientMessage>>;
+  // One non-blocking receive on `s`: a decoded message, nullopt when none is queued, or an error.
+  const auto tryReceive = [this](zmq::socket_t& s) -> std::optional<Received> {
+    std::vector<zmq::message_t>& parts = impl_->parts;
+    std::string error;
+    switch (tryRecvMultipart(s, parts, &error)) {
+      case RecvOutcome::Empty:
+        return std::nullopt;
+      case RecvOutcome::Failed:
+        return Received(Error{ErrorCode::IoError, "receive: " + error});
+      case RecvOutcome::Received:
+        break;
+    }
+    if (parts.size() != 1) {
+      return Received(Error{ErrorCode::Corruption, "expected a one-frame message (got " +
+                                                       std::to_string(parts.size()) + " frames)"});
+    }
+    auto decoded = protocol::decodeClientMessage(
+        {static_cast<const std::byte*>(parts[0].data()), parts[0].size()});
+    if (!decoded) return Received(decoded.error());
+    return Received(std::optional<protocol::ClientMessage>(std::move(*decoded)));
   };
+  // A message already queued (the common case while outputs stream) needs no poll call; the
+  // cancel socket goes first.
+  for (zmq::socket_t* s : {&impl_->cancel, &impl_->submit}) {
+    if (auto got = tryReceive(*s)) return std::move(*got);
+  }
+  zmq::pollitem_t items[] = {{impl_->cancel.handle(), 0, ZMQ_POLLIN, 0},
+                             {impl_->submit.handle(), 0, ZMQ_POLLIN, 0}};
   try {
-    // A message already queued (the common case while outputs stream) needs no poll call;
-    // the cancel socket goes first.
-    zmq::message_t msg;
-    for (zmq::socket_t* s : {&impl_->cancel, &impl_->submit}) {
-      if (s->recv(msg, zmq::recv_flags::dontwait)) return decode(msg);
-    }
-    zmq::pollitem_t items[] = {{impl_->cancel.handle(), 0, ZMQ_POLLIN, 0},
-                               {impl_->submit.handle(), 0, ZMQ_POLLIN, 0}};
     zmq::poll(items, 2, timeout);
-    for (int i = 0; i < 2; ++i) {
-      if (!(items[i].revents & ZMQ_POLLIN)) continue;
-      zmq::socket_t& s = i == 0 ? impl_->cancel : impl_->submit;
-      if (s.recv(msg, zmq::recv_flags::dontwait)) return decode(msg);
-    }
   } catch (const zmq::error_t& e) {
     // A signal (e.g. Ctrl-C handled by the caller) interrupts poll: report "nothing yet".
     if (e.num() == EINTR) return std::optional<protocol::ClientMessage>();
     return Error{ErrorCode::IoError, std::string("receive: ") + e.what()};
+  }
+  for (int i = 0; i < 2; ++i) {
+    if (!(items[i].revents & ZMQ_POLLIN)) continue;
+    if (auto got = tryReceive(i == 0 ? impl_->cancel : impl_->submit)) return std::move(*got);
   }
   return std::optional<protocol::ClientMessage>();
 }

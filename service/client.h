@@ -60,7 +60,7 @@ class Client final {
   Status sendRaw(std::span<const std::byte> payload);
 
   /// The next message from either socket (cancel replies first), or nullopt after `timeout`.
-  /// A message that does not decode is an error.
+  /// A message that is not exactly one frame, or does not decode, is an error.
   Result<std::optional<protocol::ClientMessage>> receive(std::chrono::milliseconds timeout);
 
   /// Waits up to `timeout` (0 = just check) until at least one of `clients` has a message to

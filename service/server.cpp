@@ -1,27 +1,22 @@
-// The live service loop (see server.h for the design).
+// The serve loop (see server.h for the design): sockets, the engine, and the glue between them.
 //
-// Per pass of rank r:   start: step(r, now) → PassResult held "in flight", deadline computed
+// Per pass of rank r:   start: step(r, now) -> PassResult held "in flight", deadline computed
 //                       wait:  poll cancels/submits/replay until the deadline
-//                       end:   KV events + FPM → outputs (one OutputBatch per client) → stats
-// Routes map (client routing id, client request id) ↔ internal engine id; an engine id is
-// never reused, so a late output or cancel can never reach a newer request with the same
-// client id.
+//                       end:   KV events + FPM -> outputs (OutputBatcher, one message per client)
+// Request bookkeeping is the RouteTable's; this file decides what to do on each socket outcome:
+// a failed output send abandons the streams of that message (cancel in the engine, owe the
+// terminal), an owed terminal is retried until it is sent or the client is gone.
 #include "service/server.h"
 
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 
-#include <algorithm>
 #include <chrono>
-#include <cmath>
 #include <limits>
-#include <map>
 #include <optional>
-#include <thread>
-#include <unordered_map>
 #include <zmq.hpp>
-#include <zmq_addon.hpp>
 
+#include "base/check.h"
 #include "engine/engine.h"
 #include "protocol/client.h"
 #include "protocol/kv_events.h"
@@ -29,6 +24,9 @@
 #include "publishers/fpm_publisher.h"
 #include "publishers/kv_event_publisher.h"
 #include "publishers/zmq_sinks.h"
+#include "service/loop_clock.h"
+#include "service/output_batcher.h"
+#include "service/route_table.h"
 #include "service/stop_event.h"
 #include "service/zmq_io.h"
 
@@ -81,7 +79,8 @@ class Server::Impl {
       : config_(std::move(config)),
         options_(options),
         engine_(std::move(engine)),
-        log_(serveLogger()) {}
+        log_(serveLogger()),
+        routes_(kGoneAfter) {}
 
   Status init();
   Status run();
@@ -91,27 +90,6 @@ class Server::Impl {
   ServerCounters counters;
 
  private:
-  enum class RouteState { Active, Cancelling };
-  struct ClientState;
-  struct Route {
-    std::string client;
-    std::string id;
-    std::uint32_t rank = 0;
-    RouteState state = RouteState::Active;
-    std::uint32_t delivered = 0;  // output tokens the client has been sent (next index)
-    // The owning client's state (clients_ never erases a client that still has routes, and
-    // unordered_map elements do not move), so the per-token path needs no string lookup.
-    ClientState* owner = nullptr;
-  };
-  struct ClientState {
-    bool delimiter = false;  // the client frames payloads with an empty delimiter (REQ style)
-    std::uint64_t routes = 0;
-    std::vector<protocol::RequestOutput> owed;  // terminals not yet delivered (backpressure)
-    std::vector<engine::RequestId> owed_ids;    // their routes, closed once delivered
-    std::optional<Clock::time_point> unroutable_since;  // first EHOSTUNREACH of a streak
-    std::uint64_t batch_epoch = 0;                      // completePass bookkeeping (pass_epoch_)
-    std::size_t batch_index = 0;
-  };
   struct Rank {
     std::optional<engine::PassResult> in_flight;
     Clock::time_point deadline{};
@@ -123,62 +101,39 @@ class Server::Impl {
     std::unique_ptr<publishers::FpmPublisher> fpm;
   };
 
-  double engineNowMs() const {
-    return std::chrono::duration<double, std::milli>(Clock::now() - start_).count();
-  }
-  Clock::time_point wallAt(double engine_ms) const {
-    return start_ + std::chrono::duration_cast<Clock::duration>(
-                        std::chrono::duration<double, std::milli>(engine_ms));
-  }
+  double engineNowMs() const { return clock_.engineMs(Clock::now()); }
 
+  // Sockets: setup, sends.
   Result<zmq::socket_t> makeRouter(const EndpointConfig& ep, std::string& resolved);
-  SendOutcome sendTo(zmq::socket_t& socket, const std::string& client,
+  SendOutcome sendTo(zmq::socket_t& socket, const std::string& client, bool delimiter,
                      std::vector<std::byte>&& payload);
-  void reply(zmq::socket_t& socket, const std::string& client, const ClientMessage& message);
+  void reply(zmq::socket_t& socket, const RoutedEnvelope& to, const ClientMessage& message);
 
+  // Requests: read and answer.
   void drainCancels();
   void handleCancelSocketMessage(std::vector<zmq::message_t>& parts);
   int drainSubmits(int budget);
   void handleSubmitSocketMessage(std::vector<zmq::message_t>& parts);
-  void handleSubmit(const std::string& client, protocol::SubmitRequest&& req);
-  void handleCancel(zmq::socket_t& reply_socket, const std::string& sender,
+  void handleSubmit(const RoutedEnvelope& from, protocol::SubmitRequest&& req);
+  void handleCancel(zmq::socket_t& reply_socket, const RoutedEnvelope& from,
                     const protocol::CancelRequest& req);
-  std::optional<std::string> splitEnvelope(std::vector<zmq::message_t>& parts,
-                                           std::span<const std::byte>& payload, bool& delimiter);
+  protocol::StatsReply statsReply() const;
+  bool submitsPaused() const;
+  std::uint32_t chooseRank() const;
 
+  // Passes: start, complete, deliver outputs.
   void startPasses();
   void completeDuePasses(bool force);
   void completePass(std::uint32_t r);
-  // One request's outputs within one pass: tokens [token_begin, +token_count) of pass_tokens_.
-  struct OutputEntry {
-    engine::RequestId id;
-    // The request's route: routes_ nodes are stable, and none is erased between completePass
-    // filling the batch and deliver() finishing it.
-    Route* route = nullptr;
-    std::uint32_t index = 0;
-    std::size_t token_begin = 0;
-    std::uint32_t token_count = 0;
-    std::optional<FinishReason> finish;
-    std::string_view reason;  // static text
-    std::optional<std::uint32_t> cached_tokens;
-  };
-  // One client's outputs of one pass (scratch reused across passes).
-  struct PassBatch {
-    std::string client;
-    std::vector<OutputEntry> entries;
-    std::vector<engine::RequestId> terminal;
-  };
   void deliver();
-  /// Records an EHOSTUNREACH for the client; true once it has lasted kGoneAfter.
-  bool noteUnroutable(ClientState& cs);
-  void abandon(engine::RequestId id, const std::string& why);
-  void closeRoute(engine::RequestId id);
+  void heartbeats();
+
+  // Streams that end early: cancel in the engine, owe the client its terminal.
+  void cancelInEngine(engine::RequestId id, std::uint32_t rank);
+  void abandon(engine::RequestId id, std::string why);
   void dropClient(const std::string& client);
   void retryOwed();
-  void heartbeats();
   void shutdown();
-  bool submitsPaused() const;
-  std::uint32_t chooseRank() const;
 
   ServiceConfig config_;
   ServerOptions options_;
@@ -187,6 +142,7 @@ class Server::Impl {
   StopEvent stop_event_;
   bool stopping_ = false;
   Clock::time_point start_ = Clock::now();
+  LoopClock clock_{start_};
   Clock::time_point accept_from_ = start_;
 
   zmq::context_t context_{1};
@@ -194,13 +150,9 @@ class Server::Impl {
   zmq::socket_t cancel_;
   std::vector<Rank> ranks_;
 
-  std::unordered_map<engine::RequestId, Route> routes_;
-  std::map<std::pair<std::string, std::string>, engine::RequestId> by_key_;
-  std::unordered_map<std::string, ClientState> clients_;
-  std::uint64_t pass_epoch_ = 0;
-  std::vector<PassBatch> batches_;  // the first num_batches_ belong to the pass being delivered
-  std::size_t num_batches_ = 0;
-  std::vector<std::uint32_t> pass_tokens_;
+  RouteTable routes_;
+  OutputBatcher batcher_;
+  std::vector<std::string> gone_;  // scratch: clients found gone while delivering
 };
 
 Result<zmq::socket_t> Server::Impl::makeRouter(const EndpointConfig& ep, std::string& resolved) {
@@ -286,10 +238,10 @@ Status Server::Impl::init() {
   return {};
 }
 
-SendOutcome Server::Impl::sendTo(zmq::socket_t& socket, const std::string& client,
+// --- Sends: every message to a client goes through sendTo ---------------------------------
+
+SendOutcome Server::Impl::sendTo(zmq::socket_t& socket, const std::string& client, bool delimiter,
                                  std::vector<std::byte>&& payload) {
-  const auto it = clients_.find(client);
-  const bool delimiter = it != clients_.end() && it->second.delimiter;
   std::string error;
   const SendOutcome out =
       trySendRouted(socket, client, delimiter, adoptPayload(std::move(payload)), &error);
@@ -298,41 +250,19 @@ SendOutcome Server::Impl::sendTo(zmq::socket_t& socket, const std::string& clien
   return SendOutcome::Unroutable;
 }
 
-void Server::Impl::reply(zmq::socket_t& socket, const std::string& client,
+void Server::Impl::reply(zmq::socket_t& socket, const RoutedEnvelope& to,
                          const ClientMessage& message) {
-  // Replies (acks, errors, stats) are best effort: a client that does not read loses them.
-  // Whether a client is gone is decided only by its streams (see noteUnroutable).
-  sendTo(socket, client, protocol::encodeClientMessage(message));
+  // Replies (acks, errors, stats) are best effort: a client that does not read loses them (and
+  // they are counted). Whether a client is gone is decided only by its streams.
+  const SendOutcome out =
+      sendTo(socket, to.routing_id, to.delimiter, protocol::encodeClientMessage(message));
+  if (out != SendOutcome::Sent) {
+    ++counters.dropped_replies;
+    log_->debug("reply \"{}\" not sent: {}", protocol::messageType(message), sendOutcomeName(out));
+  }
 }
 
-bool Server::Impl::noteUnroutable(ClientState& cs) {
-  // libzmq's ROUTER_MANDATORY also answers EHOSTUNREACH for a live peer whose pipe was full and
-  // has not been re-activated yet, so one EHOSTUNREACH does not prove the client is gone: its
-  // streams are abandoned like on EAGAIN, and only a client that stays unroutable for
-  // kGoneAfter is dropped.
-  const auto now = Clock::now();
-  if (!cs.unroutable_since) cs.unroutable_since = now;
-  return now - *cs.unroutable_since >= kGoneAfter;
-}
-
-std::optional<std::string> Server::Impl::splitEnvelope(std::vector<zmq::message_t>& parts,
-                                                       std::span<const std::byte>& payload,
-                                                       bool& delimiter) {
-  // ROUTER sees [identity, payload] from a DEALER, [identity, "", payload] from a REQ (or a
-  // DEALER that adds the delimiter itself).
-  delimiter = parts.size() == 3 && parts[1].size() == 0;
-  if (parts.size() != 2 && !delimiter) {
-    return "expected one payload frame after the routing id (got " +
-           std::to_string(parts.size() - 1) + " frames)";
-  }
-  const zmq::message_t& p = parts.back();
-  payload = {static_cast<const std::byte*>(p.data()), p.size()};
-  if (p.size() > protocol::kMaxMessageBytes) {
-    return "message of " + std::to_string(p.size()) + " bytes exceeds the limit of " +
-           std::to_string(protocol::kMaxMessageBytes);
-  }
-  return std::nullopt;
-}
+// --- Requests: read from the cancel and submit sockets, answered at once -----------------
 
 void Server::Impl::drainCancels() {
   std::vector<zmq::message_t> parts;
@@ -342,27 +272,25 @@ void Server::Impl::drainCancels() {
 }
 
 void Server::Impl::handleCancelSocketMessage(std::vector<zmq::message_t>& parts) {
-  const std::string client = parts.front().to_string();
-  std::span<const std::byte> payload;
-  bool delimiter = false;
-  if (auto bad = splitEnvelope(parts, payload, delimiter)) {
+  const RoutedEnvelope from = splitRoutedEnvelope(parts, protocol::kMaxMessageBytes);
+  if (from.error) {
     ++counters.malformed_messages;
-    reply(cancel_, client, protocol::ErrorReply{ErrorCode::Corruption, *bad, std::nullopt});
+    reply(cancel_, from, protocol::ErrorReply{ErrorCode::Corruption, *from.error, std::nullopt});
     return;
   }
-  auto msg = protocol::decodeClientMessage(payload);
+  auto msg = protocol::decodeClientMessage(from.payload);
   if (!msg) {
     ++counters.malformed_messages;
-    reply(cancel_, client,
+    reply(cancel_, from,
           protocol::ErrorReply{msg.error().code, msg.error().message,
-                               protocol::peekRequestId(payload)});
+                               protocol::peekRequestId(from.payload)});
     return;
   }
   if (auto* c = std::get_if<protocol::CancelRequest>(&*msg)) {
-    handleCancel(cancel_, client, *c);
+    handleCancel(cancel_, from, *c);
   } else {
     ++counters.malformed_messages;
-    reply(cancel_, client,
+    reply(cancel_, from,
           protocol::ErrorReply{ErrorCode::InvalidArgument,
                                "the cancel socket accepts only \"cancel\" messages (got \"" +
                                    std::string(protocol::messageType(*msg)) + "\")",
@@ -385,23 +313,21 @@ int Server::Impl::drainSubmits(int budget) {
 }
 
 void Server::Impl::handleSubmitSocketMessage(std::vector<zmq::message_t>& parts) {
-  const std::string client = parts.front().to_string();
-  std::span<const std::byte> payload;
-  bool delimiter = false;
-  const auto bad = splitEnvelope(parts, payload, delimiter);
-  if (!bad) clients_[client].delimiter = delimiter;
-  if (bad) {
+  const RoutedEnvelope from = splitRoutedEnvelope(parts, protocol::kMaxMessageBytes);
+  if (from.error) {
     ++counters.malformed_messages;
-    reply(submit_, client, protocol::ErrorReply{ErrorCode::Corruption, *bad, std::nullopt});
+    reply(submit_, from, protocol::ErrorReply{ErrorCode::Corruption, *from.error, std::nullopt});
     return;
   }
-  auto msg = protocol::decodeClientMessage(payload);
+  // Streams go back framed the way the client last framed its messages.
+  if (ClientEntry* known = routes_.findClient(from.routing_id)) known->delimiter = from.delimiter;
+  auto msg = protocol::decodeClientMessage(from.payload);
   if (!msg) {
     ++counters.malformed_messages;
     log_->debug("malformed message from a client: {}", msg.error().message);
-    reply(submit_, client,
+    reply(submit_, from,
           protocol::ErrorReply{msg.error().code, msg.error().message,
-                               protocol::peekRequestId(payload)});
+                               protocol::peekRequestId(from.payload)});
     return;
   }
   std::visit(
@@ -409,27 +335,14 @@ void Server::Impl::handleSubmitSocketMessage(std::vector<zmq::message_t>& parts)
         using T = std::decay_t<decltype(m)>;
         if constexpr (std::is_same_v<T, protocol::SubmitRequest>) {
           if (stopping_) {
-            reply(submit_, client, protocol::SubmitReject{m.id, "the service is shutting down"});
+            reply(submit_, from, protocol::SubmitReject{m.id, "the service is shutting down"});
             return;
           }
-          handleSubmit(client, std::move(m));
+          handleSubmit(from, std::move(m));
         } else if constexpr (std::is_same_v<T, protocol::CancelRequest>) {
-          handleCancel(submit_, client, m);
+          handleCancel(submit_, from, m);
         } else if constexpr (std::is_same_v<T, protocol::StatsRequest>) {
-          protocol::StatsReply s;
-          for (std::uint32_t r = 0; r < engine_.dpSize(); ++r) {
-            const engine::LoadMetrics l = engine_.loadMetrics(r);
-            s.ranks.push_back({r, l.active_blocks, l.total_blocks, l.kv_usage, l.running_requests,
-                               l.waiting_requests, l.preemptions_total,
-                               l.prefix_cache_queries_tokens, l.prefix_cache_hits_tokens});
-          }
-          s.routes = routes_.size();
-          std::map<std::string, std::uint64_t> sorted;
-          for (const auto& [id, st] : clients_) {
-            if (st.routes > 0) sorted[id] = st.routes;
-          }
-          for (const auto& [id, count] : sorted) s.clients.push_back({id, count});
-          reply(submit_, client, s);
+          reply(submit_, from, statsReply());
         } else if constexpr (std::is_same_v<T, protocol::KvSnapshotRequest>) {
           protocol::KvSnapshotReply s;
           for (std::uint32_t r = 0; r < engine_.dpSize(); ++r) {
@@ -437,7 +350,7 @@ void Server::Impl::handleSubmitSocketMessage(std::vector<zmq::message_t>& parts)
             s.ranks.push_back({r, engine_.cachedBlockHashes(r)});
           }
           if (m.dp_rank && *m.dp_rank >= engine_.dpSize()) {
-            reply(submit_, client,
+            reply(submit_, from,
                   protocol::ErrorReply{ErrorCode::InvalidArgument,
                                        "dp_rank " + std::to_string(*m.dp_rank) +
                                            " is out of range (dp_size " +
@@ -445,10 +358,10 @@ void Server::Impl::handleSubmitSocketMessage(std::vector<zmq::message_t>& parts)
                                        std::nullopt});
             return;
           }
-          reply(submit_, client, s);
+          reply(submit_, from, s);
         } else {
           ++counters.malformed_messages;
-          reply(submit_, client,
+          reply(submit_, from,
                 protocol::ErrorReply{ErrorCode::InvalidArgument,
                                      "unexpected message type \"" +
                                          std::string(protocol::messageType(ClientMessage{m})) +
@@ -457,6 +370,28 @@ void Server::Impl::handleSubmitSocketMessage(std::vector<zmq::message_t>& parts)
         }
       },
       std::move(*msg));
+}
+
+protocol::StatsReply Server::Impl::statsReply() const {
+  protocol::StatsReply s;
+  for (std::uint32_t r = 0; r < engine_.dpSize(); ++r) {
+    const engine::LoadMetrics l = engine_.loadMetrics(r);
+    s.ranks.push_back({r, l.active_blocks, l.total_blocks, l.kv_usage, l.running_requests,
+                       l.waiting_requests, l.preemptions_total, l.prefix_cache_queries_tokens,
+                       l.prefix_cache_hits_tokens});
+  }
+  s.routes = routes_.numRoutes();
+  s.clients = routes_.routesPerClient();
+  return s;
+}
+
+bool Server::Impl::submitsPaused() const {
+  if (Clock::now() < accept_from_) return true;
+  std::uint64_t waiting = 0;
+  for (std::uint32_t r = 0; r < engine_.dpSize(); ++r) {
+    waiting += engine_.loadMetrics(r).waiting_requests;
+  }
+  return waiting >= config_.service.max_submit_backlog;
 }
 
 std::uint32_t Server::Impl::chooseRank() const {
@@ -474,12 +409,12 @@ std::uint32_t Server::Impl::chooseRank() const {
   return best;
 }
 
-void Server::Impl::handleSubmit(const std::string& client, protocol::SubmitRequest&& req) {
+void Server::Impl::handleSubmit(const RoutedEnvelope& from, protocol::SubmitRequest&& req) {
   ++counters.submits;
-  const auto key = std::make_pair(client, req.id);
-  if (by_key_.contains(key)) {
+  const std::string client(from.routing_id);
+  if (routes_.findByKey(client, req.id)) {
     ++counters.rejected_submits;
-    reply(submit_, client,
+    reply(submit_, from,
           protocol::SubmitReject{req.id, "duplicate active request id '" + req.id + "'"});
     return;
   }
@@ -492,133 +427,90 @@ void Server::Impl::handleSubmit(const std::string& client, protocol::SubmitReque
   auto id = engine_.submit(std::move(er));
   if (!id) {
     ++counters.rejected_submits;
-    reply(submit_, client, protocol::SubmitReject{req.id, id.error().message});
+    reply(submit_, from, protocol::SubmitReject{req.id, id.error().message});
     return;
   }
-  ClientState& owner = clients_[client];
-  ++owner.routes;
-  routes_.emplace(*id, Route{client, req.id, rank, RouteState::Active, 0, &owner});
-  by_key_.emplace(key, *id);
+  ClientEntry& owner = *routes_.open(client, req.id, *id, rank, from.delimiter).owner;
   ranks_[rank].stalled = false;
-  const auto outcome =
-      sendTo(submit_, client, protocol::encodeClientMessage(protocol::SubmitAck{req.id, rank}));
+  const auto outcome = sendTo(submit_, client, from.delimiter,
+                              protocol::encodeClientMessage(protocol::SubmitAck{req.id, rank}));
   if (outcome != SendOutcome::Sent) {
-    if (outcome == SendOutcome::Unroutable) noteUnroutable(owner);
+    ++counters.dropped_replies;
+    if (outcome == SendOutcome::Unroutable) (void)routes_.noteUnroutable(owner, Clock::now());
     abandon(*id, "backpressure: the client is not reading (submit socket high-water mark)");
   } else {
-    owner.unroutable_since.reset();
+    RouteTable::noteRoutable(owner);
   }
 }
 
-void Server::Impl::handleCancel(zmq::socket_t& reply_socket, const std::string& sender,
+void Server::Impl::handleCancel(zmq::socket_t& reply_socket, const RoutedEnvelope& from,
                                 const protocol::CancelRequest& req) {
-  const std::string owner = req.client.value_or(sender);
-  const auto it = by_key_.find({owner, req.id});
-  if (it == by_key_.end() || routes_.at(it->second).state != RouteState::Active) {
+  const std::string owner = req.client.value_or(std::string(from.routing_id));
+  const auto id = routes_.findByKey(owner, req.id);
+  if (!id || routes_.find(*id)->state != RouteState::Active) {
     ++counters.cancels_not_found;
-    reply(reply_socket, sender, protocol::CancelReply{req.id, protocol::CancelResult::NotFound});
+    reply(reply_socket, from, protocol::CancelReply{req.id, protocol::CancelResult::NotFound});
     return;
   }
-  const engine::RequestId id = it->second;
-  Route& route = routes_.at(id);
   // Applied even while a pass is in flight: the request leaves the engine now and its outputs
-  // of that pass are dropped; other requests' outputs are untouched (§13.4).
-  engine_.cancel(id);
-  ranks_[route.rank].stalled = false;
-  if (auto& in_flight = ranks_[route.rank].in_flight) engine::discardOutputs(*in_flight, id);
+  // of that pass are dropped; other requests' outputs are untouched.
+  cancelInEngine(*id, routes_.find(*id)->rank);
   ++counters.cancels_applied;
-  route.state = RouteState::Cancelling;
-  ClientState& cs = clients_[owner];
-  cs.owed.push_back({.id = req.id,
-                     .index = route.delivered,
-                     .finish = FinishReason::Cancelled,
-                     .reason = "cancelled"});
-  cs.owed_ids.push_back(id);
-  // Reply last: replying may find the sender gone and drop its routes (including this one).
-  reply(reply_socket, sender, protocol::CancelReply{req.id, protocol::CancelResult::Applied});
+  routes_.oweTerminal(*id, FinishReason::Cancelled, "cancelled");
+  // The canceller learns first; then the stream's terminal goes out at once if it can.
+  reply(reply_socket, from, protocol::CancelReply{req.id, protocol::CancelResult::Applied});
   retryOwed();
 }
 
-void Server::Impl::abandon(engine::RequestId id, const std::string& why) {
-  Route& route = routes_.at(id);
-  if (route.state != RouteState::Active) return;
+// --- Streams that end early: cancelled in the engine, terminal owed to the client --------
+
+void Server::Impl::cancelInEngine(engine::RequestId id, std::uint32_t rank) {
   engine_.cancel(id);
-  if (auto& in_flight = ranks_[route.rank].in_flight) engine::discardOutputs(*in_flight, id);
-  route.state = RouteState::Cancelling;
-  ++counters.backpressure_cancels;
-  ClientState& cs = clients_[route.client];
-  cs.owed.push_back(
-      {.id = route.id, .index = route.delivered, .finish = FinishReason::Cancelled, .reason = why});
-  cs.owed_ids.push_back(id);
-  log_->debug("request '{}' abandoned: {}", route.id, why);
+  ranks_[rank].stalled = false;
+  if (auto& in_flight = ranks_[rank].in_flight) engine::discardOutputs(*in_flight, id);
 }
 
-void Server::Impl::closeRoute(engine::RequestId id) {
-  const auto it = routes_.find(id);
-  if (it == routes_.end()) return;
-  by_key_.erase({it->second.client, it->second.id});
-  const auto c = clients_.find(it->second.client);
-  routes_.erase(it);
-  if (c == clients_.end()) return;
-  if (c->second.routes > 0) --c->second.routes;
-  // Forget idle clients so that many short-lived DEALERs do not accumulate state.
-  if (c->second.routes == 0 && c->second.owed.empty()) clients_.erase(c);
+void Server::Impl::abandon(engine::RequestId id, std::string why) {
+  const Route& route = *routes_.find(id);
+  if (route.state != RouteState::Active) return;
+  cancelInEngine(id, route.rank);
+  ++counters.backpressure_cancels;
+  log_->debug("request '{}' abandoned: {}", route.id, why);
+  routes_.oweTerminal(id, FinishReason::Cancelled, std::move(why));
 }
 
 void Server::Impl::dropClient(const std::string& client) {
-  // The peer is gone (EHOSTUNREACH): cancel everything it had; nothing can be delivered.
-  std::vector<engine::RequestId> ids;
-  for (const auto& [id, route] : routes_) {
-    if (route.client == client) ids.push_back(id);
+  // The peer is gone (unroutable for kGoneAfter): cancel everything it had; nothing can be
+  // delivered.
+  const std::vector<RemovedRoute> active = routes_.removeClient(client);
+  for (const RemovedRoute& r : active) {
+    cancelInEngine(r.id, r.rank);
+    ++counters.unroutable_cancels;
   }
-  std::sort(ids.begin(), ids.end());
-  for (engine::RequestId id : ids) {
-    const Route& route = routes_.at(id);
-    if (route.state == RouteState::Active) {
-      engine_.cancel(id);
-      ranks_[route.rank].stalled = false;
-      if (auto& in_flight = ranks_[route.rank].in_flight) engine::discardOutputs(*in_flight, id);
-      ++counters.unroutable_cancels;
-    }
-    closeRoute(id);
-  }
-  if (!ids.empty()) log_->info("client gone: cancelled {} request(s)", ids.size());
-  clients_.erase(client);
+  if (!active.empty()) log_->info("client gone: cancelled {} request(s)", active.size());
 }
 
 void Server::Impl::retryOwed() {
-  std::vector<std::string> gone;
-  std::vector<engine::RequestId> delivered;
-  for (auto& [client, cs] : clients_) {
-    if (cs.owed.empty()) continue;
-    protocol::OutputBatch batch{std::move(cs.owed)};
-    cs.owed.clear();
-    const auto outcome = sendTo(submit_, client, protocol::encodeClientMessage(batch));
-    if (outcome != SendOutcome::Sent) {
-      if (outcome == SendOutcome::Unroutable && noteUnroutable(cs)) {
-        gone.push_back(client);
-      } else {
-        cs.owed = std::move(batch.outputs);
-      }
-      continue;
+  if (!routes_.anyOwed()) return;
+  const std::vector<std::string> owing = routes_.clientsOwed();  // copy: the table changes below
+  for (const std::string& client : owing) {
+    ClientEntry* entry = routes_.findClient(client);
+    if (!entry) continue;  // dropped by an earlier iteration
+    const auto owed = routes_.owed(client);
+    const protocol::OutputBatch batch{{owed.begin(), owed.end()}};
+    const auto outcome =
+        sendTo(submit_, client, entry->delimiter, protocol::encodeClientMessage(batch));
+    if (outcome == SendOutcome::Sent) {
+      RouteTable::noteRoutable(*entry);
+      ++counters.output_messages;
+      routes_.settleOwed(client);
+    } else if (outcome == SendOutcome::Unroutable && routes_.noteUnroutable(*entry, Clock::now())) {
+      dropClient(client);
     }
-    cs.unroutable_since.reset();
-    ++counters.output_messages;
-    delivered.insert(delivered.end(), cs.owed_ids.begin(), cs.owed_ids.end());
-    cs.owed_ids.clear();
   }
-  for (engine::RequestId id : delivered) closeRoute(id);
-  for (const auto& c : gone) dropClient(c);
 }
 
-bool Server::Impl::submitsPaused() const {
-  if (Clock::now() < accept_from_) return true;
-  std::uint64_t waiting = 0;
-  for (std::uint32_t r = 0; r < engine_.dpSize(); ++r) {
-    waiting += engine_.loadMetrics(r).waiting_requests;
-  }
-  return waiting >= config_.service.max_submit_backlog;
-}
+// --- Passes: start, complete at the deadline, deliver outputs -----------------------------
 
 void Server::Impl::startPasses() {
   for (std::uint32_t r = 0; r < ranks_.size(); ++r) {
@@ -635,8 +527,8 @@ void Server::Impl::startPasses() {
       rank.kv->publishPass(pass.kv_events, unixSeconds());
       pass.kv_events.clear();
     }
-    // Durations are already divided by speedup_ratio; 0 means "do not wait" (§8.4).
-    rank.deadline = config_.engine.speedup_ratio > 0 ? wallAt(pass.end_ms) : Clock::now();
+    // Durations are already divided by speedup_ratio; 0 means "do not wait".
+    rank.deadline = config_.engine.speedup_ratio > 0 ? clock_.wallAt(pass.end_ms) : Clock::now();
     rank.in_flight = std::move(pass);
   }
 }
@@ -655,113 +547,51 @@ void Server::Impl::completePass(std::uint32_t r) {
   // 1. KV events and forward-pass metrics.
   if (rank.kv) rank.kv->publishPass(pass.kv_events, unixSeconds());
   if (rank.fpm) rank.fpm->onPass(pass.fpm, engineNowMs());
-  // 2. Outputs, one batch per client (in order of each client's first signal), each request's
-  //    tokens merged in order. This runs for every token: lookups are by engine id only, ids
-  //    and tokens are borrowed (views into routes and one per-pass token buffer), and the
-  //    per-client scratch is reused across passes.
-  ++pass_epoch_;
-  num_batches_ = 0;
-  pass_tokens_.clear();
+  // 2. Outputs, one message per client. This runs for every token: one route lookup by engine
+  //    id, the rest is the batcher's reused scratch.
+  batcher_.beginPass();
   for (const engine::OutputSignal& s : pass.outputs) {
-    const auto it = routes_.find(s.id);
-    if (it == routes_.end() || it->second.state != RouteState::Active) continue;
-    Route& route = it->second;
-    ClientState& cs = *route.owner;
-    if (cs.batch_epoch != pass_epoch_) {
-      cs.batch_epoch = pass_epoch_;
-      cs.batch_index = num_batches_;
-      if (num_batches_ == batches_.size()) batches_.emplace_back();
-      PassBatch& fresh = batches_[num_batches_++];
-      fresh.client = route.client;
-      fresh.entries.clear();
-      fresh.terminal.clear();
-    }
-    PassBatch& pb = batches_[cs.batch_index];
-    // Tokens of one request in one pass are consecutive signals: extend its entry.
-    if (pb.entries.empty() || pb.entries.back().id != s.id || pb.entries.back().finish) {
-      pb.entries.push_back(
-          {.id = s.id, .route = &route, .index = s.index, .token_begin = pass_tokens_.size()});
-    }
-    OutputEntry& e = pb.entries.back();
-    if (s.token) {
-      pass_tokens_.push_back(*s.token);
-      ++e.token_count;
-    }
-    if (s.cached_tokens) e.cached_tokens = s.cached_tokens;
-    switch (s.terminal) {
-      case engine::Terminal::None:
-        break;
-      case engine::Terminal::Completed:
-        e.finish = FinishReason::Length;
-        break;
-      case engine::Terminal::Rejected:
-        e.finish = FinishReason::Rejected;
-        e.reason =
-            "the request can never be scheduled (prompt longer than max_model_len, the KV pool "
-            "or, with chunked prefill off, the token budget)";
-        break;
-      case engine::Terminal::Cancelled:
-        e.finish = FinishReason::Cancelled;
-        break;
-      case engine::Terminal::Failed:
-        e.finish = FinishReason::Error;
-        e.reason = "the timing model produced a non-finite pass time";
-        break;
-    }
-    if (s.terminal != engine::Terminal::None) pb.terminal.push_back(s.id);
+    Route* route = routes_.find(s.id);
+    if (route && route->state == RouteState::Active) batcher_.add(s, *route);
   }
   deliver();
 }
 
 void Server::Impl::deliver() {
-  std::vector<std::string> gone;
-  std::vector<protocol::RequestOutputView> views;
-  for (std::size_t b = 0; b < num_batches_; ++b) {
-    PassBatch& pb = batches_[b];
-    const std::string& client = pb.client;
-    views.clear();
-    for (const OutputEntry& e : pb.entries) {
-      views.push_back({e.route->id, e.index,
-                       std::span(pass_tokens_).subspan(e.token_begin, e.token_count), e.finish,
-                       e.reason, e.cached_tokens});
-    }
-    const auto outcome = sendTo(submit_, client, protocol::encodeOutputBatch(views));
-    ClientState& owner = *pb.entries.front().route->owner;
+  gone_.clear();
+  for (OutputBatcher::ClientBatch& batch : batcher_.batches()) {
+    ClientEntry& owner = *batch.owner;
+    const auto outcome = sendTo(submit_, batch.client, owner.delimiter, batcher_.encode(batch));
     if (outcome == SendOutcome::Sent) {
-      owner.unroutable_since.reset();
+      RouteTable::noteRoutable(owner);
       ++counters.output_messages;
-      for (const OutputEntry& e : pb.entries) e.route->delivered += e.token_count;
-      for (engine::RequestId id : pb.terminal) closeRoute(id);
+      for (const OutputBatcher::Entry& e : batch.entries) e.route->delivered += e.token_count;
+      // Closing may erase `owner` with its last route: nothing below uses it.
+      for (engine::RequestId id : batch.terminal) routes_.close(id);
       continue;
     }
     if (outcome == SendOutcome::Unroutable) {
       ++counters.unroutable_sends;
-      if (noteUnroutable(owner)) {
-        gone.push_back(client);
+      if (routes_.noteUnroutable(owner, Clock::now())) {
+        gone_.push_back(batch.client);
         continue;
       }
     }
     // Would block (or unroutable for now): every stream in this batch is abandoned — cancelled
     // in the engine now, its terminal owed until the client is writable again.
-    for (const OutputEntry& e : pb.entries) {
-      Route& route = *e.route;
-      if (route.state != RouteState::Active) continue;
+    for (const OutputBatcher::Entry& e : batch.entries) {
+      if (e.route->state != RouteState::Active) continue;
       if (e.finish) {
         // Finished in the engine already; the client still needs its end of stream.
-        route.state = RouteState::Cancelling;
         ++counters.backpressure_cancels;
-        ClientState& cs = *route.owner;
-        cs.owed.push_back({.id = route.id,
-                           .index = route.delivered,
-                           .finish = FinishReason::Cancelled,
-                           .reason = "backpressure: outputs dropped, the client is not reading"});
-        cs.owed_ids.push_back(e.id);
+        routes_.oweTerminal(e.id, FinishReason::Cancelled,
+                            "backpressure: outputs dropped, the client is not reading");
       } else {
         abandon(e.id, "backpressure: outputs dropped, the client is not reading");
       }
     }
   }
-  for (const auto& c : gone) dropClient(c);
+  for (const auto& c : gone_) dropClient(c);
 }
 
 void Server::Impl::heartbeats() {
@@ -774,40 +604,29 @@ void Server::Impl::heartbeats() {
   }
 }
 
+// --- Shutdown and the loop ---------------------------------------------------------------
+
 void Server::Impl::shutdown() {
-  log_->info("shutting down: {} open request(s){}", routes_.size(),
+  log_->info("shutting down: {} open request(s){}", routes_.numRoutes(),
              options_.drain ? " (draining)" : "");
-  // Publish what the in-flight passes produced, then end every open stream.
+  // Publish what the in-flight passes produced, then end every open stream: active ones with a
+  // `shutdown` terminal, owed terminals (backpressure or cancel) in the same message.
   completeDuePasses(/*force=*/true);
-  std::vector<engine::RequestId> ids;
-  for (const auto& [id, route] : routes_) ids.push_back(id);
-  std::sort(ids.begin(), ids.end());
-  std::map<std::string, protocol::OutputBatch> batches;
-  for (engine::RequestId id : ids) {
-    Route& route = routes_.at(id);
-    if (route.state == RouteState::Active) {
-      engine_.cancel(id);
-      batches[route.client].outputs.push_back({.id = route.id,
-                                               .index = route.delivered,
-                                               .finish = FinishReason::Shutdown,
-                                               .reason = "the service is stopping"});
-    } else {
-      // Owed terminals (backpressure or cancel) go out with the shutdown batch.
-    }
-  }
-  for (auto& [client, cs] : clients_) {
-    for (auto& o : cs.owed) batches[client].outputs.push_back(std::move(o));
-    cs.owed.clear();
-    cs.owed_ids.clear();
-  }
-  for (auto& [client, batch] : batches) {
-    if (sendTo(submit_, client, protocol::encodeClientMessage(batch)) == SendOutcome::Sent) {
+  std::vector<engine::RequestId> active;
+  const std::vector<ClientTerminals> terminals =
+      routes_.closeAll(FinishReason::Shutdown, "the service is stopping", active);
+  for (engine::RequestId id : active) engine_.cancel(id);
+  for (const ClientTerminals& t : terminals) {
+    const auto outcome =
+        sendTo(submit_, t.client, t.delimiter, protocol::encodeClientMessage(t.batch));
+    if (outcome == SendOutcome::Sent) {
       ++counters.output_messages;
+    } else {
+      ++counters.dropped_shutdown_messages;
+      log_->debug("shutdown terminals not sent: {}", sendOutcomeName(outcome));
     }
   }
-  for (engine::RequestId id : ids) closeRoute(id);
   heartbeats();
-  if (!routes_.empty()) log_->error("{} route(s) left after shutdown", routes_.size());
 }
 
 Status Server::Impl::run() {
@@ -816,32 +635,20 @@ Status Server::Impl::run() {
   while (true) {
     // Passes whose modelled time has elapsed are published; idle ranks with work start one.
     completeDuePasses(false);
-    if (!draining || !routes_.empty()) startPasses();
-    if (draining && routes_.empty()) break;
+    if (!draining || routes_.numRoutes() > 0) startPasses();
+    if (draining && routes_.numRoutes() == 0) break;
 
-    auto timeout = std::chrono::milliseconds(-1);
     const auto now = Clock::now();
-    // zmq_poll counts whole milliseconds. Pass deadlines round down, so the last sub-millisecond
-    // of a pass is spent polling with timeout 0 (a pass is in flight: the loop is not idle) and
-    // passes shorter than 1 ms of wall time (high speedup ratios) are not stretched to 1 ms.
-    // Everything else (heartbeats, retries) rounds up.
-    const auto until = [&](Clock::time_point t, bool precise = false) {
-      const auto ms = precise ? std::chrono::floor<std::chrono::milliseconds>(t - now)
-                              : std::chrono::ceil<std::chrono::milliseconds>(t - now);
-      const auto clamped = std::max(ms, std::chrono::milliseconds(0));
-      if (timeout.count() < 0 || clamped < timeout) timeout = clamped;
-    };
-    for (std::uint32_t r = 0; r < ranks_.size(); ++r) {
-      if (ranks_[r].in_flight) until(ranks_[r].deadline, /*precise=*/true);
-      if (ranks_[r].fpm) {
-        if (auto due = ranks_[r].fpm->nextHeartbeatDue()) until(wallAt(*due));
+    PollTimeout timeout(now);
+    for (const Rank& rank : ranks_) {
+      if (rank.in_flight) timeout.wakeForPassEnd(rank.deadline);
+      if (rank.fpm) {
+        if (auto due = rank.fpm->nextHeartbeatDue()) timeout.wakeBy(clock_.wallAt(*due));
       }
     }
-    for (const auto& [c, cs] : clients_) {
-      if (!cs.owed.empty()) until(now + kOwedRetryInterval);
-    }
+    if (routes_.anyOwed()) timeout.wakeBy(now + kOwedRetryInterval);
     const bool submit_readable = !submitsPaused();
-    if (!submit_readable && Clock::now() < accept_from_) until(accept_from_);
+    if (!submit_readable && Clock::now() < accept_from_) timeout.wakeBy(accept_from_);
 
     items.clear();
     items.push_back({nullptr, stop_event_.fd(), ZMQ_POLLIN, 0});
@@ -851,7 +658,7 @@ Status Server::Impl::run() {
       if (rank.replay) items.push_back({rank.replay->pollHandle(), 0, ZMQ_POLLIN, 0});
     }
     try {
-      zmq::poll(items, timeout);
+      zmq::poll(items, timeout.value());
     } catch (const zmq::error_t& e) {
       if (e.num() != EINTR) return Error{ErrorCode::IoError, std::string("poll: ") + e.what()};
     }
@@ -861,7 +668,7 @@ Status Server::Impl::run() {
         stopping_ = true;
         if (!options_.drain) break;
         draining = true;
-        log_->info("draining {} open request(s) before exit", routes_.size());
+        log_->info("draining {} open request(s) before exit", routes_.numRoutes());
       }
     }
     drainCancels();  // always first: a cancel never waits behind submits
@@ -871,6 +678,7 @@ Status Server::Impl::run() {
     }
     retryOwed();
     heartbeats();
+    MOCKER_DCHECK(routes_.checkInvariants().has_value());  // debug builds: every iteration
   }
   shutdown();
   return {};

@@ -1,4 +1,4 @@
-// Server: the live service behind `mocker serve` (../shared/spec/engine.md §13, issue #5).
+// Server: the live service behind `mocker serve` — the loop that owns the sockets.
 //
 // One thread — the one that calls run() — owns the engine and every ZeroMQ socket:
 //   submit  ROUTER  submits, stats, kv_snapshot (and cancels); streamed outputs go back here
@@ -7,9 +7,14 @@
 //   fpm[r]  PUB per DP rank (Dynamo-compatible forward-pass metrics)
 // and runs a zmq_poll loop whose timeout is the time left until the earliest in-flight pass (or
 // heartbeat) is due. Each pass of a rank is computed at its start (engine.step), then the loop
-// waits its modelled duration ÷ speedup_ratio — servicing cancels and reading submits meanwhile
-// — and publishes at the pass boundary: KV events and FPM, then outputs, one OutputBatch per
-// client. speedup_ratio = 0 publishes as soon as a pass is computed. An idle loop blocks in poll.
+// waits its modelled duration / speedup_ratio — servicing cancels and reading submits meanwhile
+// — and publishes at the pass boundary: KV events and FPM, then outputs, one message per client.
+// speedup_ratio = 0 publishes as soon as a pass is computed. An idle loop blocks in poll.
+//
+// The bookkeeping is in socket-free units the loop calls: RouteTable (who owns which request,
+// what it was sent, owed terminals), OutputBatcher (a pass's outputs -> one message per client),
+// LoopClock / PollTimeout (engine time <-> wall time, the poll timeout); service/README.md has
+// the file table.
 //
 // Backpressure: the submit ROUTER uses ROUTER_MANDATORY; a send that would block abandons that
 // client's streams in the batch (cancelled in the engine at once, outputs dropped) and the client
@@ -51,6 +56,8 @@ struct ServerCounters {
   std::uint64_t malformed_messages = 0;
   std::uint64_t passes = 0;
   std::uint64_t output_messages = 0;
+  std::uint64_t dropped_replies = 0;            ///< acks, rejects, errors, stats not sent
+  std::uint64_t dropped_shutdown_messages = 0;  ///< final terminal messages not sent
 };
 
 struct ServerOptions {
@@ -69,7 +76,8 @@ class Server final {
 
   const BoundEndpoints& endpoints() const;
 
-  /// Serves until requestStop(); then shuts down (§13.6) and returns. Call once.
+  /// Serves until requestStop(); then shuts down (service/README.md, Shutdown) and returns.
+  /// Call once.
   Status run();
 
   /// Asks run() to stop. Async-signal-safe; callable from any thread.

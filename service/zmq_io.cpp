@@ -56,12 +56,41 @@ SendOutcome trySendRouted(zmq::socket_t& router, std::string_view routing_id, bo
                      zmq::send_flags::sndmore | zmq::send_flags::dontwait)) {
       return SendOutcome::WouldBlock;
     }
-    if (delimiter) router.send(zmq::message_t(), zmq::send_flags::sndmore);
-    router.send(std::move(payload), zmq::send_flags::none);
+    const bool rest_sent =
+        (!delimiter || router.send(zmq::message_t(), zmq::send_flags::sndmore)) &&
+        router.send(std::move(payload), zmq::send_flags::none);
+    if (!rest_sent) {  // cannot happen: ZeroMQ queues the rest of an accepted message
+      if (error) *error = "message cut short after its routing id";
+      return SendOutcome::Failed;
+    }
     return SendOutcome::Sent;
   } catch (const zmq::error_t& e) {
     return classify(e, error);
   }
+}
+
+RoutedEnvelope splitRoutedEnvelope(const std::vector<zmq::message_t>& parts,
+                                   std::size_t max_payload_bytes) {
+  RoutedEnvelope out;
+  if (parts.empty()) {
+    out.error = "empty message";
+    return out;
+  }
+  out.routing_id = parts.front().to_string();
+  out.delimiter = parts.size() == 3 && parts[1].size() == 0;
+  if (parts.size() != 2 && !out.delimiter) {
+    out.error = "expected one payload frame after the routing id (got " +
+                std::to_string(parts.size() - 1) + " frames)";
+    return out;
+  }
+  const zmq::message_t& p = parts.back();
+  if (p.size() > max_payload_bytes) {
+    out.error = "message of " + std::to_string(p.size()) + " bytes exceeds the limit of " +
+                std::to_string(max_payload_bytes);
+    return out;
+  }
+  out.payload = {static_cast<const std::byte*>(p.data()), p.size()};
+  return out;
 }
 
 std::string_view sendOutcomeName(SendOutcome outcome) {

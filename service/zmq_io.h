@@ -16,6 +16,7 @@
 #pragma once
 
 #include <cstddef>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -77,6 +78,21 @@ int drainSocket(zmq::socket_t& socket, std::vector<zmq::message_t>& parts, int b
 [[nodiscard]] SendOutcome trySendRouted(zmq::socket_t& router, std::string_view routing_id,
                                         bool delimiter, zmq::message_t&& payload,
                                         std::string* error = nullptr);
+
+/// A message read from a ROUTER, split into its envelope and payload: [routing id, payload] from
+/// a DEALER, [routing id, "", payload] from a REQ (or a DEALER that adds the delimiter itself).
+struct RoutedEnvelope {
+  std::string routing_id;
+  bool delimiter = false;              ///< the sender framed the payload with an empty delimiter
+  std::span<const std::byte> payload;  ///< borrowed from the parts; empty when `error` is set
+  std::optional<std::string> error;    ///< why the message is refused (frame count, size)
+};
+
+/// Splits `parts` (as received from a ROUTER). A message of any other shape, or whose payload
+/// exceeds `max_payload_bytes`, gets `error`; `routing_id` and `delimiter` are always set, so
+/// the sender can be told.
+RoutedEnvelope splitRoutedEnvelope(const std::vector<zmq::message_t>& parts,
+                                   std::size_t max_payload_bytes);
 
 /// Lower-case name of an outcome ("would_block"), for logs and tests.
 std::string_view sendOutcomeName(SendOutcome outcome);

@@ -490,8 +490,10 @@ class MockerClient:
         while True:
             entries = self._take_entries(id, timeout)
             for e in entries:
-                # A terminal entry without tokens carries no position to check (the service
-                # sends index 0 on cancel/shutdown terminals).
+                # Only entries with tokens are position-checked. A terminal entry without
+                # tokens carries the position its next token would have had: the number of
+                # tokens this client was sent (cancel, shutdown and backpressure terminals) or
+                # the engine generated (a request that ends without a further token).
                 if e["tokens"] and e["index"] != expected_index:
                     raise ProtocolError("request %r: output index %d, expected %d (gap or "
                                         "reordering)" % (id, e["index"], expected_index))

@@ -33,6 +33,53 @@ inline ServiceConfig testConfig() {
   return c;
 }
 
+/// testConfig() plus the knobs the live tests turn, read as one line per test:
+///   LiveService svc(TestConfig().paced(/*prefill_ms=*/1, /*decode_ms=*/5).maxNumSeqs(2).build());
+class TestConfig {
+ public:
+  /// Passes take their fixed modelled duration in wall time (speedup 1), so a request stays in
+  /// flight long enough to be observed, cancelled or stopped.
+  TestConfig& paced(double prefill_ms, double decode_ms) {
+    config_.engine.speedup_ratio = 1;
+    config_.engine.timing_model = engine::TimingModelKind::Fixed;
+    config_.engine.fixed_prefill_ms = prefill_ms;
+    config_.engine.fixed_decode_ms = decode_ms;
+    return *this;
+  }
+  TestConfig& maxNumSeqs(std::uint32_t n) {
+    config_.engine.max_num_seqs = n;
+    return *this;
+  }
+  TestConfig& numGpuBlocks(std::uint32_t n) {
+    config_.engine.num_gpu_blocks = n;
+    return *this;
+  }
+  TestConfig& dpSize(std::uint32_t n) {
+    config_.engine.dp_size = n;
+    return *this;
+  }
+  TestConfig& allowEmptyOutput() {
+    config_.engine.allow_empty_output = true;
+    return *this;
+  }
+  /// The submit ROUTER's send high-water mark: how many messages a client may fall behind.
+  TestConfig& submitSndhwm(std::uint32_t n) {
+    config_.service.submit_sndhwm = n;
+    return *this;
+  }
+  /// Submits are read only while fewer than `n` requests wait in the engine; the rest queue in
+  /// ZeroMQ without bound (submit_rcvhwm unlimited).
+  TestConfig& submitBacklog(std::uint32_t n) {
+    config_.service.max_submit_backlog = n;
+    config_.service.submit_rcvhwm = 0;
+    return *this;
+  }
+  ServiceConfig build() const { return config_; }
+
+ private:
+  ServiceConfig config_ = testConfig();
+};
+
 class LiveService {
  public:
   explicit LiveService(ServiceConfig config, ServerOptions options = {}) {

@@ -130,6 +130,46 @@ TEST(ZmqIoTest, RoutedSendToAFullPeerWouldBlockAndSendsNothing) {
   EXPECT_EQ(read, sent);
 }
 
+TEST(ZmqIoTest, SplitRoutedEnvelopeAcceptsDealerAndReqShapesOnly) {
+  struct Row {
+    const char* name;
+    std::vector<std::string> frames;  // as a ROUTER receives them, routing id first
+    bool delimiter;
+    std::string payload;  // empty when refused
+    std::string error;    // fragment; empty when accepted
+  };
+  const std::vector<Row> rows = {
+      {"dealer", {"id", "body"}, false, "body", ""},
+      {"req (empty delimiter)", {"id", "", "body"}, true, "body", ""},
+      {"dealer sending an empty payload", {"id", ""}, false, "", ""},
+      {"two payload frames", {"id", "a", "b"}, false, "", "(got 2 frames)"},
+      {"three payload frames", {"id", "", "b", "c"}, false, "", "(got 3 frames)"},
+      {"no payload frame", {"id"}, false, "", "(got 0 frames)"},
+      {"payload over the limit",
+       {"id", "0123456789"},
+       false,
+       "",
+       "10 bytes exceeds the limit of 8"},
+      {"payload at the limit", {"id", "", "01234567"}, true, "01234567", ""},
+  };
+  for (const Row& row : rows) {
+    std::vector<zmq::message_t> parts;
+    for (const std::string& f : row.frames) parts.emplace_back(f.data(), f.size());
+    const RoutedEnvelope env = splitRoutedEnvelope(parts, /*max_payload_bytes=*/8);
+    EXPECT_EQ(env.routing_id, "id") << row.name;
+    EXPECT_EQ(env.delimiter, row.delimiter) << row.name;
+    const std::string payload(reinterpret_cast<const char*>(env.payload.data()),
+                              env.payload.size());
+    EXPECT_EQ(payload, row.payload) << row.name;
+    if (row.error.empty()) {
+      EXPECT_FALSE(env.error.has_value()) << row.name << ": " << env.error.value_or("");
+    } else {
+      ASSERT_TRUE(env.error.has_value()) << row.name;
+      EXPECT_NE(env.error->find(row.error), std::string::npos) << row.name << ": " << *env.error;
+    }
+  }
+}
+
 TEST(ZmqIoTest, OutcomeNames) {
   EXPECT_EQ(sendOutcomeName(SendOutcome::Sent), "sent");
   EXPECT_EQ(sendOutcomeName(SendOutcome::WouldBlock), "would_block");

@@ -1,0 +1,74 @@
+#include "service/output_batcher.h"
+
+namespace mocker::service {
+
+WireFinish wireFinish(engine::Terminal terminal) {
+  using protocol::FinishReason;
+  switch (terminal) {
+    case engine::Terminal::None:
+      return {};
+    case engine::Terminal::Completed:
+      return {FinishReason::Length, {}};
+    case engine::Terminal::Rejected:
+      return {FinishReason::Rejected,
+              "the request can never be scheduled (prompt longer than max_model_len, the KV pool "
+              "or, with chunked prefill off, the token budget)"};
+    case engine::Terminal::Cancelled:
+      return {FinishReason::Cancelled, {}};
+    case engine::Terminal::Failed:
+      return {FinishReason::Error, "the timing model produced a non-finite pass time"};
+  }
+  return {FinishReason::Error, "unknown engine terminal"};
+}
+
+void OutputBatcher::beginPass() {
+  ++epoch_;
+  num_batches_ = 0;
+  tokens_.clear();
+}
+
+void OutputBatcher::add(const engine::OutputSignal& s, Route& route) {
+  BatchSlot& slot = route.owner->batch_slot;
+  if (slot.epoch != epoch_) {
+    slot.epoch = epoch_;
+    slot.index = num_batches_;
+    if (num_batches_ == batches_.size()) batches_.emplace_back();
+    ClientBatch& fresh = batches_[num_batches_++];
+    fresh.client = route.client;
+    fresh.owner = route.owner;
+    fresh.entries.clear();
+    fresh.terminal.clear();
+  }
+  ClientBatch& batch = batches_[slot.index];
+  // A request's signals within a pass are consecutive: extend its entry while its tokens are
+  // the last ones in the buffer (otherwise, or after a terminal, a new entry starts).
+  const bool extend =
+      !batch.entries.empty() && batch.entries.back().id == s.id && !batch.entries.back().finish &&
+      batch.entries.back().token_begin + batch.entries.back().token_count == tokens_.size();
+  if (!extend) {
+    batch.entries.push_back(
+        {.id = s.id, .route = &route, .index = s.index, .token_begin = tokens_.size()});
+  }
+  Entry& e = batch.entries.back();
+  if (s.token) {
+    tokens_.push_back(*s.token);
+    ++e.token_count;
+  }
+  if (s.cached_tokens) e.cached_tokens = s.cached_tokens;
+  if (s.terminal != engine::Terminal::None) {
+    const WireFinish f = wireFinish(s.terminal);
+    e.finish = f.finish;
+    e.reason = f.reason;
+    batch.terminal.push_back(s.id);
+  }
+}
+
+std::vector<std::byte> OutputBatcher::encode(const ClientBatch& batch) {
+  views_.clear();
+  for (const Entry& e : batch.entries) {
+    views_.push_back({e.route->id, e.index, tokens(e), e.finish, e.reason, e.cached_tokens});
+  }
+  return protocol::encodeOutputBatch(views_);
+}
+
+}  // namespace mocker::service

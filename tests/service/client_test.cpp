@@ -1,0 +1,97 @@
+// Client over real sockets without a server: a plain ROUTER on an ephemeral loopback port plays
+// the service, so each outcome of a send or receive can be produced on purpose.
+#include "service/client.h"
+
+#include <gtest/gtest.h>
+
+#include <array>
+#include <optional>
+#include <string>
+#include <zmq.hpp>
+
+#include "service/zmq_io.h"
+
+namespace mocker::service {
+namespace {
+
+using namespace std::chrono_literals;
+
+struct FakeService {
+  zmq::context_t ctx;
+  zmq::socket_t submit{ctx, zmq::socket_type::router};
+  zmq::socket_t cancel{ctx, zmq::socket_type::router};
+  FakeService() {
+    for (zmq::socket_t* s : {&submit, &cancel}) {
+      s->set(zmq::sockopt::linger, 0);
+      s->bind("tcp://127.0.0.1:*");
+    }
+  }
+  std::unique_ptr<Client> connect(ClientOptions options = {}) {
+    options.submit_endpoint = submit.get(zmq::sockopt::last_endpoint);
+    options.cancel_endpoint = cancel.get(zmq::sockopt::last_endpoint);
+    options.routing_id = "client-a";
+    auto c = Client::connect(std::move(options));
+    EXPECT_TRUE(c.has_value());
+    return std::move(*c);
+  }
+  // Waits (with a deadline) for the client's first message, so the ROUTER can route to it.
+  void awaitHello() {
+    zmq::pollitem_t item{submit.handle(), 0, ZMQ_POLLIN, 0};
+    ASSERT_EQ(zmq::poll(&item, 1, 10000ms), 1);
+    std::vector<zmq::message_t> parts;
+    ASSERT_EQ(tryRecvMultipart(submit, parts), RecvOutcome::Received);
+  }
+};
+
+TEST(ClientTest, NonBlockingSendToAPeerThatNeverTakesSaysItWouldBlock) {
+  // Nothing is bound at these inproc names: messages queue in the pending pipe up to the
+  // high-water mark, then a non-blocking send must fail instead of blocking.
+  auto c = Client::connect({.submit_endpoint = "inproc://client-test-nobody",
+                            .cancel_endpoint = "inproc://client-test-nobody-cancel",
+                            .sndhwm = 4,
+                            .nonblocking_send = true});
+  ASSERT_TRUE(c.has_value());
+  const auto firstFailure = [](const auto& send) -> std::optional<std::string> {
+    for (int i = 0; i < 100000; ++i) {
+      const Status s = send();
+      if (!s) return s.error().message;
+    }
+    return std::nullopt;
+  };
+  const auto submit_error = firstFailure([&] { return (*c)->send(protocol::StatsRequest{}); });
+  ASSERT_TRUE(submit_error.has_value());
+  EXPECT_EQ(*submit_error, "send: would block (high-water mark reached)");
+  const auto cancel_error = firstFailure([&] { return (*c)->cancel("r1"); });
+  ASSERT_TRUE(cancel_error.has_value());
+  EXPECT_EQ(*cancel_error, "send cancel: would block (high-water mark reached)");
+}
+
+TEST(ClientTest, ReceivesOneFrameMessagesAndRefusesOthers) {
+  FakeService svc;
+  auto c = svc.connect();
+  ASSERT_TRUE(c->send(protocol::StatsRequest{}));
+  svc.awaitHello();
+  const auto ack = protocol::encodeClientMessage(protocol::SubmitAck{"r1", 0});
+  const std::array<zmq::const_buffer, 2> good{zmq::str_buffer("client-a"),
+                                              zmq::buffer(ack.data(), ack.size())};
+  ASSERT_EQ(trySendMultipart(svc.submit, good), SendOutcome::Sent);
+  auto got = c->receive(10s);
+  ASSERT_TRUE(got.has_value()) << got.error().message;
+  ASSERT_TRUE(got->has_value());
+  EXPECT_EQ(std::get<protocol::SubmitAck>(**got), (protocol::SubmitAck{"r1", 0}));
+
+  const std::array<zmq::const_buffer, 3> two_frames{
+      zmq::str_buffer("client-a"), zmq::str_buffer(""), zmq::buffer(ack.data(), ack.size())};
+  ASSERT_EQ(trySendMultipart(svc.submit, two_frames), SendOutcome::Sent);
+  auto bad = c->receive(10s);
+  ASSERT_FALSE(bad.has_value());
+  EXPECT_NE(bad.error().message.find("got 2 frames"), std::string::npos) << bad.error().message;
+
+  // Nothing queued: nullopt after the timeout.
+  auto none = c->receive(0ms);
+  ASSERT_TRUE(none.has_value());
+  EXPECT_FALSE(none->has_value());
+}
+
+}  // namespace
+}  // namespace mocker::service
