@@ -1,11 +1,18 @@
 #include "service/zmq_io.h"
 
+#include "base/enum_names.h"
+
 #include <cerrno>
 #include <iterator>
 #include <zmq_addon.hpp>
 
 namespace mocker::service {
 namespace {
+
+constexpr EnumNames<SendOutcome, 4> kSendOutcomes{{{"sent", SendOutcome::Sent},
+                                                   {"would_block", SendOutcome::WouldBlock},
+                                                   {"unroutable", SendOutcome::Unroutable},
+                                                   {"failed", SendOutcome::Failed}}};
 
 SendOutcome classify(const zmq::error_t& e, std::string* error) {
   if (e.num() == EAGAIN) return SendOutcome::WouldBlock;
@@ -93,18 +100,6 @@ RoutedEnvelope splitRoutedEnvelope(const std::vector<zmq::message_t>& parts,
   return out;
 }
 
-std::string_view sendOutcomeName(SendOutcome outcome) {
-  switch (outcome) {
-    case SendOutcome::Sent:
-      return "sent";
-    case SendOutcome::WouldBlock:
-      return "would_block";
-    case SendOutcome::Unroutable:
-      return "unroutable";
-    case SendOutcome::Failed:
-      return "failed";
-  }
-  return "failed";
-}
+std::string_view sendOutcomeName(SendOutcome outcome) { return enumName(kSendOutcomes, outcome); }
 
 }  // namespace mocker::service

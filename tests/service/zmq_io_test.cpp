@@ -22,6 +22,15 @@ struct RouterDealer {
     router.bind("inproc://zmq-io-test");
     dealer.connect("inproc://zmq-io-test");
   }
+  /// The dealer says hello so that the router learns its routing id (and can route to it).
+  void greet() {
+    const std::array<zmq::const_buffer, 1> hello{zmq::str_buffer("hello")};
+    ASSERT_EQ(trySendMultipart(dealer, hello), SendOutcome::Sent);
+    zmq::pollitem_t item{router.handle(), 0, ZMQ_POLLIN, 0};
+    ASSERT_EQ(zmq::poll(&item, 1, std::chrono::milliseconds(10000)), 1);
+    std::vector<zmq::message_t> parts;
+    ASSERT_EQ(tryRecvMultipart(router, parts), RecvOutcome::Received);
+  }
 };
 
 std::string text(const zmq::message_t& m) { return m.to_string(); }
@@ -80,13 +89,8 @@ TEST(ZmqIoTest, RoutedSendToAnUnknownPeerIsUnroutable) {
 
 TEST(ZmqIoTest, RoutedSendReachesThePeerWithOrWithoutDelimiter) {
   RouterDealer s;
-  // The router learns the dealer's routing id from its first message.
-  const std::array<zmq::const_buffer, 1> hello{zmq::str_buffer("hello")};
-  ASSERT_EQ(trySendMultipart(s.dealer, hello), SendOutcome::Sent);
-  zmq::pollitem_t item{s.router.handle(), 0, ZMQ_POLLIN, 0};
-  ASSERT_EQ(zmq::poll(&item, 1, std::chrono::milliseconds(10000)), 1);
+  ASSERT_NO_FATAL_FAILURE(s.greet());
   std::vector<zmq::message_t> parts;
-  ASSERT_EQ(tryRecvMultipart(s.router, parts), RecvOutcome::Received);
 
   ASSERT_EQ(trySendRouted(s.router, "client-a", false, zmq::message_t("plain", 5)),
             SendOutcome::Sent);
@@ -104,12 +108,8 @@ TEST(ZmqIoTest, RoutedSendReachesThePeerWithOrWithoutDelimiter) {
 
 TEST(ZmqIoTest, RoutedSendToAFullPeerWouldBlockAndSendsNothing) {
   RouterDealer s(/*dealer_rcvhwm=*/1);
-  const std::array<zmq::const_buffer, 1> hello{zmq::str_buffer("hello")};
-  ASSERT_EQ(trySendMultipart(s.dealer, hello), SendOutcome::Sent);
-  zmq::pollitem_t item{s.router.handle(), 0, ZMQ_POLLIN, 0};
-  ASSERT_EQ(zmq::poll(&item, 1, std::chrono::milliseconds(10000)), 1);
+  ASSERT_NO_FATAL_FAILURE(s.greet());
   std::vector<zmq::message_t> parts;
-  ASSERT_EQ(tryRecvMultipart(s.router, parts), RecvOutcome::Received);
   // The dealer never reads: the pipe fills after a bounded number of messages.
   int sent = 0;
   SendOutcome out = SendOutcome::Sent;
