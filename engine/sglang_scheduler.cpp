@@ -28,23 +28,13 @@
 #include "engine/sglang_scheduler.h"
 
 #include <algorithm>
-#include <cmath>
-#include <limits>
 #include <unordered_set>
+#include <utility>
 
 #include "base/check.h"
 #include "engine/block_hash.h"
-#include "engine/detail/pass_common.h"
-#include "engine/engine.h"
 
 namespace mocker::engine {
-namespace {
-
-constexpr std::uint64_t kUnbounded = std::numeric_limits<std::uint64_t>::max();
-
-double effectiveSpeedup(double ratio) { return ratio > 0.0 ? ratio : 1.0; }
-
-}  // namespace
 
 SglangScheduler::SglangScheduler(const EngineConfig& config, std::uint32_t dp_rank)
     : config_(config),
@@ -60,13 +50,7 @@ SglangScheduler::SglangScheduler(const EngineConfig& config, std::uint32_t dp_ra
       new_token_ratio_(init_ratio_) {}
 
 void SglangScheduler::submit(detail::AcceptedRequest&& request) {
-  Req r;
-  r.id = request.id;
-  r.prompt_len = static_cast<std::uint32_t>(request.tokens.size());
-  r.tokens = std::move(request.tokens);
-  r.max_output = request.max_output_tokens;
-  r.tokens.reserve(std::size_t{r.prompt_len} + r.max_output);
-  r.plan = std::move(request.output_token_ids);
+  Req r(std::move(request));
   const RequestId id = r.id;
   addToWaitingStats(r);
   requests_.emplace(id, std::move(r));
@@ -129,33 +113,17 @@ void SglangScheduler::publishPages(Req& r, std::vector<KvEvent>& events) {
   const auto first = static_cast<std::uint32_t>(r.path.size());
   if (full <= first) return;
   ensureHashes(r, full);
-  std::uint32_t run_start = 0;
-  bool in_run = false;
-  const auto flush = [&](std::uint32_t end) {
-    if (!in_run) return;
-    in_run = false;
-    BlockStored stored;
-    stored.block_hashes.assign(r.hashes.begin() + run_start, r.hashes.begin() + end);
-    if (run_start > 0) stored.parent_block_hash = r.hashes[run_start - 1];
-    stored.token_ids.assign(r.tokens.begin() + std::ptrdiff_t{run_start} * page_size_,
-                            r.tokens.begin() + std::ptrdiff_t{end} * page_size_);
-    stored.block_size = page_size_;
-    events.emplace_back(std::move(stored));
-  };
+  // Newly created nodes form maximal runs of consecutive pages; one Stored per run.
+  detail::StoredRuns runs(r, page_size_, events);
   for (std::uint32_t i = first; i < full; ++i) {
     MOCKER_CHECK(r.private_pages > 0);
     const RadixCache::NodeId parent = i == 0 ? RadixCache::kRoot : r.path[i - 1];
     const auto [node, created] = cache_.insert(parent, r.hashes[i]);
     --r.private_pages;
     r.path.push_back(node);
-    if (created && !in_run) {
-      in_run = true;
-      run_start = i;
-    } else if (!created) {
-      flush(i);
-    }
+    runs.visit(i, created);
   }
-  flush(full);
+  runs.close(full);
 }
 
 bool SglangScheduler::allocateChunk(Req& r, std::uint32_t chunk_end, std::uint32_t& cached,
@@ -261,7 +229,7 @@ void SglangScheduler::orderWaitingLpm() {
 }
 
 bool SglangScheduler::admitPrefill(PassResult& out, std::vector<RequestId>& rejected) {
-  const std::uint64_t max_seqs = config_.max_num_seqs ? *config_.max_num_seqs : kUnbounded;
+  const std::uint64_t max_seqs = detail::limitOrUnbounded(config_.max_num_seqs);
   std::uint64_t reserved_output = 0;
   for (RequestId id : running_) {
     reserved_output += std::min(requests_.at(id).remainingOutput(), sg_.clip_max_new_tokens);
@@ -322,13 +290,7 @@ bool SglangScheduler::admitPrefill(PassResult& out, std::vector<RequestId>& reje
     removeFromWaitingStats(r);
     --num_waiting_;
     if (held_before > 0) std::erase(waiting_holders_, r.id);
-    if (materialized_before == 0) {
-      out.admissions.push_back({r.id, cached, r.admitted_before});
-      if (!r.admitted_before) r.first_cached_tokens = cached;
-      r.admitted_before = true;
-      prefix_queries_tokens_ += r.len();
-      prefix_hits_tokens_ += cached;
-    }
+    if (materialized_before == 0) detail::recordAdmission(r, cached, out, prefix_counters_);
     rem_total -= static_cast<double>(pageTokens(r.heldPages() - held_before) + reserve);
     rem_input -= static_cast<double>(charged);
     rem_chunk -= static_cast<double>(charged);
@@ -339,12 +301,6 @@ bool SglangScheduler::admitPrefill(PassResult& out, std::vector<RequestId>& reje
     if (rem_chunk <= 0) break;
   }
   return any;
-}
-
-std::uint32_t SglangScheduler::nextToken(const Req& r) const {
-  const std::uint32_t k = r.generated();
-  if (r.plan) return (*r.plan)[k];
-  return syntheticToken(config_.token_seed, r.id, k);
 }
 
 bool SglangScheduler::reachedEnd(const Req& r) const {
@@ -358,9 +314,7 @@ void SglangScheduler::finish(Req& r) {
 }
 
 PassResult SglangScheduler::step(double now_ms) {
-  PassResult out;
-  out.dp_rank = dp_rank_;
-  out.start_ms = now_ms;
+  PassResult out = detail::beginPass(dp_rank_, now_ms);
   prefills_.clear();
   oom_ = false;
   std::vector<KvEvent>& events = out.kv_events;
@@ -383,9 +337,7 @@ PassResult SglangScheduler::step(double now_ms) {
   if (oom_) new_token_ratio_ = init_ratio_;
 
   // 3. Prefill time; partially prefilled requests go back to the front of waiting.
-  const double speedup = effectiveSpeedup(config_.speedup_ratio);
   ForwardPassMetrics& fpm = out.fpm;
-  fpm.dp_rank = dp_rank_;
   detail::Welford prefill_len;
   std::uint64_t sum_isl = 0, sum_prefix = 0;
   std::vector<RequestId> decode_set;
@@ -413,7 +365,7 @@ PassResult SglangScheduler::step(double now_ms) {
   const std::uint64_t batch = prefills_.size();
   const double prefill_raw =
       batch == 0 ? 0.0 : timing_.prefillMs(batch, sum_isl / batch, sum_prefix / batch);
-  out.prefill_ms = prefill_raw / speedup;
+  out.prefill_ms = detail::scaledPrefillMs(config_, prefill_raw);
 
   // 4. Exclusive extend: a pass that prefilled decodes only the requests it completed.
   const bool extend_pass = batch > 0;
@@ -425,10 +377,7 @@ PassResult SglangScheduler::step(double now_ms) {
   for (RequestId id : decode_set) {
     Req& r = requests_.at(id);
     if (r.remainingOutput() == 0) {  // nothing to sample (max_output 0)
-      // A request that ends without any token carries its prefix hits on this only signal.
-      out.outputs.push_back(
-          {r.id, std::nullopt, r.generated(), 0.0, Terminal::Completed,
-           r.generated() == 0 ? std::optional(r.first_cached_tokens) : std::nullopt});
+      out.outputs.push_back(detail::completedWithoutToken(r));
       finish(r);
       continue;
     }
@@ -476,13 +425,13 @@ PassResult SglangScheduler::step(double now_ms) {
   if (!active.empty()) {
     const double decode_raw = timing_.decodeMs(active.size(), std::min(len_sum, total_tokens_),
                                                len_sum / active.size(), total_tokens_);
-    out.decode_ms = decode_raw / (speedup * config_.decode_speedup_ratio);
+    out.decode_ms = detail::scaledDecodeMs(config_, decode_raw);
   }
-  const bool failed = !std::isfinite(out.prefill_ms) || !std::isfinite(out.decode_ms);
+  const bool failed = detail::passFailed(out);
   for (Req* rp : active) {
     Req& r = *rp;
     if (failed) {
-      out.outputs.push_back({r.id, std::nullopt, r.generated(), 0.0, Terminal::Failed, {}});
+      out.outputs.push_back(detail::failedSignal(r));
       finish(r);
       continue;
     }
@@ -491,10 +440,7 @@ PassResult SglangScheduler::step(double now_ms) {
       cache_.allocatePrivate(1, events);
       ++r.private_pages;
     }
-    const std::uint32_t k = r.generated();
-    OutputSignal sig{r.id, nextToken(r), k, 0.0, Terminal::None, {}};
-    if (k == 0) sig.cached_tokens = r.first_cached_tokens;
-    r.tokens.push_back(*sig.token);
+    OutputSignal sig = detail::sampleToken(r, config_.token_seed);
     r.materialized = r.len();
     publishPages(r, events);
     page_overhead_ = page_overhead_ - before + overheadOf(r);
@@ -503,10 +449,6 @@ PassResult SglangScheduler::step(double now_ms) {
       finish(r);
     }
     out.outputs.push_back(sig);
-  }
-  if (failed) {
-    out.prefill_ms = std::isfinite(out.prefill_ms) ? out.prefill_ms : 0.0;
-    out.decode_ms = 0.0;
   }
   // Drop finished and retracted requests from running (one compaction per pass).
   std::erase_if(running_, [&](RequestId id) {
@@ -517,17 +459,13 @@ PassResult SglangScheduler::step(double now_ms) {
     }
     return it->second.state != ReqState::Running;
   });
-  for (RequestId id : rejected) {
-    out.outputs.push_back({id, std::nullopt, 0, 0.0, Terminal::Rejected, {}});
-  }
 
-  // 6. Ratio update, metrics.
+  // 6. Ratio update, metrics; the rejections close the pass's signals.
   if (retracted_any) new_token_ratio_ = init_ratio_;
-  out.did_work = batch > 0 || !out.outputs.empty() || retracted_any || !decode_set.empty();
+  out.did_work = batch > 0 || !out.outputs.empty() || !rejected.empty() || retracted_any ||
+                 !decode_set.empty();
   if (out.did_work) new_token_ratio_ = std::max(min_ratio_, new_token_ratio_ - decay_);
-  detail::stampPassEnd(out, now_ms);
-  detail::fillQueued(fpm.queued, queued_prefill_, queued_decode_);
-  out.load = loadMetrics();
+  detail::finishPass(out, now_ms, rejected, queued_prefill_, queued_decode_, loadMetrics());
   return out;
 }
 
@@ -538,8 +476,7 @@ LoadMetrics SglangScheduler::loadMetrics() const {
                                   .running = running_.size(),
                                   .waiting = num_waiting_,
                                   .preemptions = retractions_total_,
-                                  .prefix_queries_tokens = prefix_queries_tokens_,
-                                  .prefix_hits_tokens = prefix_hits_tokens_});
+                                  .prefix = prefix_counters_});
 }
 
 std::vector<RequestId> SglangScheduler::waitingOrder() const {

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "engine/config.h"
+#include "engine/detail/pass.h"
 #include "engine/detail/rank_core.h"
 #include "engine/detail/stats.h"
 #include "engine/radix_cache.h"
@@ -59,24 +60,14 @@ class SglangScheduler final : public detail::RankCore {
  private:
   enum class ReqState : std::uint8_t { Waiting, Running, Done };
 
-  struct Req {
-    RequestId id;
-    std::vector<std::uint32_t> tokens;  // prompt followed by every sampled output token
-    std::uint32_t prompt_len = 0;
-    std::uint32_t max_output = 0;
-    std::optional<std::vector<std::uint32_t>> plan;
+  struct Req : detail::RequestRecord {
+    using RequestRecord::RequestRecord;
     std::uint32_t materialized = 0;        // tokens whose KV exists
     std::vector<RadixCache::NodeId> path;  // tree nodes held; page i ↔ path[i]
     std::uint32_t private_pages = 0;       // pages held after the path (not cache-visible)
-    std::vector<std::uint64_t> hashes;     // sequence hashes of full pages, grown lazily
     ReqState state = ReqState::Waiting;
-    bool admitted_before = false;
-    bool head_checked = false;
-    std::uint32_t first_cached_tokens = 0;
     std::uint32_t num_retractions = 0;
 
-    std::uint32_t len() const { return static_cast<std::uint32_t>(tokens.size()); }
-    std::uint32_t generated() const { return len() - prompt_len; }
     std::uint32_t remainingOutput() const { return max_output - generated(); }
     std::uint32_t heldPages() const {
       return static_cast<std::uint32_t>(path.size()) + private_pages;
@@ -118,7 +109,6 @@ class SglangScheduler final : public detail::RankCore {
   void addToWaitingStats(const Req& r);
   void removeFromWaitingStats(const Req& r);
   void finish(Req& r);
-  std::uint32_t nextToken(const Req& r) const;
   bool reachedEnd(const Req& r) const;
   void ensureHashes(Req& r, std::uint32_t pages) const;
 
@@ -146,8 +136,7 @@ class SglangScheduler final : public detail::RankCore {
   detail::RunningMoments queued_decode_;   // lengths of retracted waiting requests with output
 
   std::uint64_t retractions_total_ = 0;
-  std::uint64_t prefix_queries_tokens_ = 0;
-  std::uint64_t prefix_hits_tokens_ = 0;
+  detail::PrefixCacheCounters prefix_counters_;
 
   // Per-pass scratch (kept as members to reuse their capacity).
   std::vector<Prefill> prefills_;
