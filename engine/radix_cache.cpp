@@ -12,28 +12,28 @@ RadixCache::RadixCache(std::uint32_t num_pages)
   nodes_.reserve(num_pages);
 }
 
-std::uint32_t RadixCache::matchLength(std::span<const std::uint64_t> hashes) const {
+std::uint32_t RadixCache::matchLength(std::span<const BlockHash> hashes) const {
   std::uint32_t n = 0;
-  for (std::uint64_t h : hashes) {
-    if (index_.find(h) == nullptr) break;
+  for (BlockHash h : hashes) {
+    if (index_.find(h.value()) == nullptr) break;
     ++n;
   }
   return n;
 }
 
-std::uint32_t RadixCache::countUnlocked(std::span<const std::uint64_t> hashes) const {
+std::uint32_t RadixCache::countUnlocked(std::span<const BlockHash> hashes) const {
   std::uint32_t n = 0;
-  for (std::uint64_t h : hashes) {
-    const Entry* e = index_.find(h);
+  for (BlockHash h : hashes) {
+    const Entry* e = index_.find(h.value());
     MOCKER_CHECK(e != nullptr);
     if (nodes_[e->node].lock_ref == 0) ++n;
   }
   return n;
 }
 
-void RadixCache::lockPath(std::span<const std::uint64_t> hashes, std::vector<NodeId>& path) {
-  for (std::uint64_t h : hashes) {
-    const Entry* e = index_.find(h);
+void RadixCache::lockPath(std::span<const BlockHash> hashes, std::vector<NodeId>& path) {
+  for (BlockHash h : hashes) {
+    const Entry* e = index_.find(h.value());
     MOCKER_CHECK(e != nullptr);
     lock(e->node);  // leaves the leaf set (keyed by the old tick) before the tick changes
     nodes_[e->node].tick = ++clock_;
@@ -86,10 +86,10 @@ void RadixCache::evictOne(std::vector<KvEvent>& events) {
   const NodeId victim = leaves_.begin()->second;
   leaves_.erase(leaves_.begin());
   Node& v = nodes_[victim];
-  const std::uint64_t hash = v.hash;
+  const BlockHash hash = v.hash;
   const NodeId parent = v.parent;
-  index_.erase(hash);
-  events.emplace_back(BlockRemoved{hash});
+  index_.erase(hash.value());
+  events.emplace_back(BlockRemoved{hash.value()});
   v = Node{};
   free_slots_.push_back(victim);
   --num_evictable_;
@@ -100,10 +100,10 @@ void RadixCache::evictOne(std::vector<KvEvent>& events) {
   }
 }
 
-std::pair<RadixCache::NodeId, bool> RadixCache::insert(NodeId parent, std::uint64_t hash) {
+std::pair<RadixCache::NodeId, bool> RadixCache::insert(NodeId parent, BlockHash hash) {
   MOCKER_CHECK(num_private_ > 0);
   MOCKER_CHECK(parent == kRoot || nodes_[parent].lock_ref > 0);
-  auto [entry, inserted] = index_.findOrInsert(hash);
+  auto [entry, inserted] = index_.findOrInsert(hash.value());
   if (!inserted) {
     // A copy is already visible: share it and give the duplicate page back.
     const NodeId existing = entry->node;
@@ -143,10 +143,10 @@ void RadixCache::releasePath(std::span<const NodeId> path) {
   for (std::size_t i = path.size(); i-- > 0;) unlock(path[i]);
 }
 
-std::vector<std::uint64_t> RadixCache::cachedHashes() const {
-  std::vector<std::uint64_t> out;
+std::vector<BlockHash> RadixCache::cachedHashes() const {
+  std::vector<BlockHash> out;
   out.reserve(index_.size());
-  index_.forEach([&](std::uint64_t hash, const Entry&) { out.push_back(hash); });
+  index_.forEach([&](std::uint64_t hash, const Entry&) { out.push_back(BlockHash{hash}); });
   std::sort(out.begin(), out.end());
   return out;
 }
@@ -172,7 +172,7 @@ Status RadixCache::checkInvariants(std::span<const std::uint32_t> expected_locks
     const Node& n = nodes_[id];
     if (!n.live) continue;
     ++live;
-    const Entry* e = index_.find(n.hash);
+    const Entry* e = index_.find(n.hash.value());
     if (e == nullptr || e->node != id) return fail("node missing from the hash index");
     if (n.parent != kRoot) {
       if (n.parent >= nodes_.size() || !nodes_[n.parent].live) return fail("dangling parent");

@@ -53,12 +53,12 @@ class RadixCache final {
   std::uint32_t numActive() const { return num_private_ + numNodes() - num_evictable_; }
 
   /// Number of leading hashes that form a path of nodes from the root. Side-effect free.
-  std::uint32_t matchLength(std::span<const std::uint64_t> hashes) const;
+  std::uint32_t matchLength(std::span<const BlockHash> hashes) const;
   /// How many of the nodes of `hashes` (a matched path) are currently unlocked.
-  std::uint32_t countUnlocked(std::span<const std::uint64_t> hashes) const;
+  std::uint32_t countUnlocked(std::span<const BlockHash> hashes) const;
   /// Locks the nodes of the matched path `hashes` (REQUIRES matchLength(hashes) == size) and
   /// appends their ids to `path`.
-  void lockPath(std::span<const std::uint64_t> hashes, std::vector<NodeId>& path);
+  void lockPath(std::span<const BlockHash> hashes, std::vector<NodeId>& path);
 
   /// Takes `n` private pages, evicting unlocked leaves (oldest first) when free pages run out;
   /// each eviction appends a BlockRemoved to `events`. REQUIRES: n <= numFree() + numEvictable().
@@ -70,18 +70,18 @@ class RadixCache final {
   /// node `parent` (kRoot for page 0; the caller holds it locked). If `hash` has no node, the page
   /// becomes a new node locked once (returned `created` = true ⇒ the caller emits Stored);
   /// otherwise the private page is freed and the existing node is locked instead.
-  std::pair<NodeId, bool> insert(NodeId parent, std::uint64_t hash);
+  std::pair<NodeId, bool> insert(NodeId parent, BlockHash hash);
 
   /// Releases a request's hold on `path` (root first): marks the path accessed now (leaf-first
   /// eviction within it, least recently released first across paths) and unlocks every node.
   void releasePath(std::span<const NodeId> path);
 
   /// Sequence hash of a node.
-  std::uint64_t hashOf(NodeId node) const { return nodes_[node].hash; }
+  BlockHash hashOf(NodeId node) const { return nodes_[node].hash; }
   std::uint32_t lockRef(NodeId node) const { return nodes_[node].lock_ref; }
 
   /// Sorted hashes of every node.
-  std::vector<std::uint64_t> cachedHashes() const;
+  std::vector<BlockHash> cachedHashes() const;
   /// Drops every node without events if no page is active; false otherwise.
   bool clear();
 
@@ -93,7 +93,7 @@ class RadixCache final {
 
  private:
   struct Node {
-    std::uint64_t hash = 0;
+    BlockHash hash;
     NodeId parent = kRoot;
     std::uint32_t num_children = 0;
     std::uint32_t lock_ref = 0;
@@ -119,7 +119,7 @@ class RadixCache final {
   std::uint64_t clock_ = 0;
   std::vector<Node> nodes_;                            // slot per node id; free slots recycled
   std::vector<NodeId> free_slots_;                     // stack
-  detail::HashIndex<Entry> index_;                     // hash → node
+  detail::HashIndex<Entry> index_;                     // hash value → node
   std::set<std::pair<std::uint64_t, NodeId>> leaves_;  // unlocked leaves by (tick, id)
 };
 

@@ -35,7 +35,9 @@ class VllmScheduler final : public detail::RankCore {
   PassResult step(double now_ms) override;
   bool hasWork() const override { return num_waiting_ > 0 || !running_.empty(); }
   LoadMetrics loadMetrics() const override;
-  std::vector<std::uint64_t> cachedBlockHashes() const override { return pool_.cachedHashes(); }
+  std::vector<std::uint64_t> cachedBlockHashes() const override {
+    return detail::rawHashes(pool_.cachedHashes());
+  }
   bool clearCache() override { return pool_.clearCache(); }
   Status checkInvariants() const override;
 

@@ -133,7 +133,7 @@ bool SglangScheduler::allocateChunk(Req& r, std::uint32_t chunk_end, std::uint32
   cached = 0;
   if (r.heldPages() == 0) {
     std::uint32_t matched = 0;
-    std::span<const std::uint64_t> prefix;
+    std::span<const BlockHash> prefix;
     if (config_.enable_prefix_caching) {
       // At least one token is computed (SGLang init_next_round_input): match ≤ len − 1 tokens.
       const std::uint32_t limit = std::min(chunk_end, r.len() - 1) / page_size_;
@@ -200,7 +200,7 @@ void SglangScheduler::orderWaitingLpm() {
   std::vector<Entry> entries;
   entries.reserve(num_waiting_);
   const std::uint32_t key_pages = (kInBatchPrefixThreshold + page_size_ - 1) / page_size_;
-  std::unordered_set<std::uint64_t> in_batch;
+  std::unordered_set<BlockHash> in_batch;
   for (RequestId id : waiting_) {
     const auto it = requests_.find(id);
     if (it == requests_.end()) continue;  // cancelled: dropped here
@@ -214,7 +214,7 @@ void SglangScheduler::orderWaitingLpm() {
     bool deprioritised = false;
     if (prefix <= kInBatchPrefixThreshold && r.len() >= key_pages * page_size_) {
       ensureHashes(r, key_pages);
-      const std::uint64_t key = r.hashes[key_pages - 1];  // chains the first key_pages pages
+      const BlockHash key = r.hashes[key_pages - 1];  // chains the first key_pages pages
       deprioritised = !in_batch.insert(key).second;
     }
     entries.push_back({deprioritised, prefix, id});

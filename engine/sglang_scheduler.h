@@ -42,7 +42,9 @@ class SglangScheduler final : public detail::RankCore {
   PassResult step(double now_ms) override;
   bool hasWork() const override { return num_waiting_ > 0 || !running_.empty(); }
   LoadMetrics loadMetrics() const override;
-  std::vector<std::uint64_t> cachedBlockHashes() const override { return cache_.cachedHashes(); }
+  std::vector<std::uint64_t> cachedBlockHashes() const override {
+    return detail::rawHashes(cache_.cachedHashes());
+  }
   bool clearCache() override { return cache_.clear(); }
   Status checkInvariants() const override;
 

@@ -25,12 +25,19 @@ void StoredRuns::flush(std::uint32_t end) {
   if (!in_run_) return;
   in_run_ = false;
   BlockStored stored;
-  stored.block_hashes.assign(r_.hashes.begin() + run_start_, r_.hashes.begin() + end);
-  if (run_start_ > 0) stored.parent_block_hash = r_.hashes[run_start_ - 1];
+  stored.block_hashes = rawHashes(std::span(r_.hashes).subspan(run_start_, end - run_start_));
+  if (run_start_ > 0) stored.parent_block_hash = r_.hashes[run_start_ - 1].value();
   stored.token_ids.assign(r_.tokens.begin() + std::ptrdiff_t{run_start_} * block_size_,
                           r_.tokens.begin() + std::ptrdiff_t{end} * block_size_);
   stored.block_size = block_size_;
   events_.emplace_back(std::move(stored));
+}
+
+std::vector<std::uint64_t> rawHashes(std::span<const BlockHash> hashes) {
+  std::vector<std::uint64_t> out;
+  out.reserve(hashes.size());
+  for (BlockHash h : hashes) out.push_back(h.value());
+  return out;
 }
 
 void finishPass(PassResult& out, double now_ms, std::span<const RequestId> rejected,

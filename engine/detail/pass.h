@@ -39,7 +39,7 @@ struct RequestRecord {
   std::uint32_t prompt_len = 0;
   std::uint32_t max_output = 0;
   std::optional<std::vector<std::uint32_t>> plan;
-  std::vector<std::uint64_t> hashes;  // sequence hashes of full blocks, grown lazily
+  std::vector<BlockHash> hashes;  // sequence hashes of full blocks, grown lazily
   bool admitted_before = false;
   bool head_checked = false;              // fresh-request rejection checks already passed
   std::uint32_t first_cached_tokens = 0;  // reused prompt tokens at the first admission
@@ -154,6 +154,9 @@ class StoredRuns {
   std::uint32_t run_start_ = 0;
   bool in_run_ = false;
 };
+
+/// The raw values of `hashes`, as KV events and cache snapshots carry them.
+std::vector<std::uint64_t> rawHashes(std::span<const BlockHash> hashes);
 
 /// Closes a pass: the rejections of this pass go last (§5.6 order); a failed pass keeps a finite
 /// prefill time and no decode time; the end time is stamped on the pass and on every signal; FPM
