@@ -16,6 +16,10 @@
 //      new_token_ratio; append one token each; pages that complete become radix nodes (Stored).
 //   5. new_token_ratio decays linearly towards its minimum.
 //
+// step() is these phases in order (orderWaitingLpm, admit, timePrefill, selectDecoding,
+// emitTokens); the signal, Stored-run and pass-end pieces it shares with the vLLM scheduler live
+// in detail/pass.h.
+//
 // Our rules where SGLang/Dynamo would stall forever (documented in engine/README.md):
 //   * a fresh prompt needing >= N pages is rejected at the head; generation stops once a
 //     sequence needs N pages; the admission output reserve is capped so a lone request fits;
@@ -314,41 +318,52 @@ void SglangScheduler::finish(Req& r) {
 }
 
 PassResult SglangScheduler::step(double now_ms) {
-  PassResult out = detail::beginPass(dp_rank_, now_ms);
+  Pass pass{.out = detail::beginPass(dp_rank_, now_ms)};
   prefills_.clear();
   oom_ = false;
-  std::vector<KvEvent>& events = out.kv_events;
-  bool retracted_any = false;
-
-  // 1. Order waiting.
   if (sg_.schedule_policy == SchedulePolicy::Lpm && num_waiting_ > 1 &&
       num_waiting_ <= kLpmFallbackWaiting) {
     orderWaitingLpm();
   }
+  admit(pass);
+  timePrefill(pass);
+  // Exclusive extend: a pass that prefilled decodes only the requests it completed.
+  pass.extend_pass = !prefills_.empty();
+  if (!pass.extend_pass) pass.decode_set = running_;
+  selectDecoding(pass);
+  emitTokens(pass);
+  // Ratio update: reset by a retraction, then one decay step per pass that did work.
+  if (pass.retracted_any) new_token_ratio_ = init_ratio_;
+  pass.out.did_work = !prefills_.empty() || !pass.out.outputs.empty() || !pass.rejected.empty() ||
+                      pass.retracted_any || !pass.decode_set.empty();
+  if (pass.out.did_work) new_token_ratio_ = std::max(min_ratio_, new_token_ratio_ - decay_);
+  detail::finishPass(pass.out, now_ms, pass.rejected, queued_prefill_, queued_decode_,
+                     loadMetrics());
+  return std::move(pass.out);
+}
 
-  // 2. Prefill admission.
-  std::vector<RequestId> rejected;
-  admitPrefill(out, rejected);
+void SglangScheduler::admit(Pass& pass) {
+  admitPrefill(pass.out, pass.rejected);
   if (prefills_.empty() && running_.empty() && !waiting_holders_.empty()) {
     // Our rule: nothing can run while partial prefills pin KV ⇒ release them and retry.
-    retracted_any |= releaseWaitingHolders(std::nullopt);
-    admitPrefill(out, rejected);
+    pass.retracted_any |= releaseWaitingHolders(std::nullopt);
+    admitPrefill(pass.out, pass.rejected);
   }
   if (oom_) new_token_ratio_ = init_ratio_;
+}
 
-  // 3. Prefill time; partially prefilled requests go back to the front of waiting.
-  ForwardPassMetrics& fpm = out.fpm;
+void SglangScheduler::timePrefill(Pass& pass) {
+  ScheduledStats& fpm = pass.out.fpm.scheduled;
   detail::Welford prefill_len;
   std::uint64_t sum_isl = 0, sum_prefix = 0;
-  std::vector<RequestId> decode_set;
   std::vector<RequestId> partial;
   for (const Prefill& p : prefills_) {
     sum_isl += p.chunk_end;
     sum_prefix += p.kv_before;
     if (p.chunk_end > p.kv_before) {
-      ++fpm.scheduled.num_prefill_requests;
-      fpm.scheduled.sum_prefill_tokens += p.chunk_end - p.kv_before;
-      fpm.scheduled.sum_prefill_kv_tokens += p.kv_before;
+      ++fpm.num_prefill_requests;
+      fpm.sum_prefill_tokens += p.chunk_end - p.kv_before;
+      fpm.sum_prefill_kv_tokens += p.kv_before;
       prefill_len.add(p.prompt_len);
     }
     Req& r = requests_.at(p.id);
@@ -357,41 +372,40 @@ PassResult SglangScheduler::step(double now_ms) {
     } else {
       r.state = ReqState::Running;
       running_.push_back(p.id);
-      decode_set.push_back(p.id);
+      pass.decode_set.push_back(p.id);
     }
   }
   for (std::size_t i = partial.size(); i-- > 0;) pushWaitingFront(requests_.at(partial[i]));
-  fpm.scheduled.var_prefill_length = prefill_len.variance();
+  fpm.var_prefill_length = prefill_len.variance();
   const std::uint64_t batch = prefills_.size();
-  const double prefill_raw =
+  const double raw_ms =
       batch == 0 ? 0.0 : timing_.prefillMs(batch, sum_isl / batch, sum_prefix / batch);
-  out.prefill_ms = detail::scaledPrefillMs(config_, prefill_raw);
+  pass.out.prefill_ms = detail::scaledPrefillMs(config_, raw_ms);
+}
 
-  // 4. Exclusive extend: a pass that prefilled decodes only the requests it completed.
-  const bool extend_pass = batch > 0;
-  if (!extend_pass) decode_set = running_;
+std::uint64_t SglangScheduler::growthOf(const Req& r) const {
+  return pageTokens(pagesFor(std::uint64_t{r.len()} + 1)) - pageTokens(r.heldPages());
+}
 
-  // 5. Decode step over the decode set.
-  std::vector<Req*> active;
-  active.reserve(decode_set.size());
-  for (RequestId id : decode_set) {
+std::uint64_t SglangScheduler::reclaimableTokens() const {
+  return pageTokens(std::uint64_t{cache_.numFree()} + cache_.numEvictable());
+}
+
+void SglangScheduler::selectDecoding(Pass& pass) {
+  pass.active.reserve(pass.decode_set.size());
+  for (RequestId id : pass.decode_set) {
     Req& r = requests_.at(id);
     if (r.remainingOutput() == 0) {  // nothing to sample (max_output 0)
-      out.outputs.push_back(detail::completedWithoutToken(r));
+      pass.out.outputs.push_back(detail::completedWithoutToken(r));
       finish(r);
       continue;
     }
-    active.push_back(&r);
+    pass.active.push_back(&r);
   }
-  const auto growthOf = [&](const Req& r) {
-    return pageTokens(pagesFor(std::uint64_t{r.len()} + 1)) - pageTokens(r.heldPages());
-  };
-  const auto reclaimable = [&] {
-    return pageTokens(std::uint64_t{cache_.numFree()} + cache_.numEvictable());
-  };
+  std::vector<Req*>& active = pass.active;
   std::uint64_t growth = 0;
   for (const Req* r : active) growth += growthOf(*r);
-  while (growth > reclaimable() && active.size() > 1) {
+  while (growth > reclaimableTokens() && active.size() > 1) {
     // Retract the request with the fewest generated tokens (ties: earliest in running order).
     std::size_t victim = 0;
     for (std::size_t i = 1; i < active.size(); ++i) {
@@ -400,55 +414,59 @@ PassResult SglangScheduler::step(double now_ms) {
     growth -= growthOf(*active[victim]);
     retract(*active[victim]);
     active.erase(active.begin() + static_cast<std::ptrdiff_t>(victim));
-    retracted_any = true;
+    pass.retracted_any = true;
   }
-  if (growth > reclaimable() && !extend_pass) {
-    retracted_any |= releaseWaitingHolders((growth + page_size_ - 1) / page_size_);
+  if (growth > reclaimableTokens() && !pass.extend_pass) {
+    pass.retracted_any |= releaseWaitingHolders((growth + page_size_ - 1) / page_size_);
   }
-  if (growth > reclaimable()) {
+  if (growth > reclaimableTokens()) {
     // Newly prefilled requests wait (running) for the next decode pass; a decode pass cannot
     // get here (a lone sequence always fits once nothing else pins KV).
-    MOCKER_DCHECK(extend_pass);
+    MOCKER_DCHECK(pass.extend_pass);
     active.clear();
   }
+}
+
+void SglangScheduler::emitTokens(Pass& pass) {
+  ScheduledStats& fpm = pass.out.fpm.scheduled;
   std::uint64_t len_sum = 0;
   detail::Welford decode_len;
-  for (const Req* r : active) {
+  for (const Req* r : pass.active) {
     len_sum += r->len();
-    if (!extend_pass) {
-      ++fpm.scheduled.num_decode_requests;
-      fpm.scheduled.sum_decode_kv_tokens += r->len();
+    if (!pass.extend_pass) {
+      ++fpm.num_decode_requests;
+      fpm.sum_decode_kv_tokens += r->len();
       decode_len.add(r->len());
     }
   }
-  fpm.scheduled.var_decode_kv_tokens = decode_len.variance();
-  if (!active.empty()) {
-    const double decode_raw = timing_.decodeMs(active.size(), std::min(len_sum, total_tokens_),
-                                               len_sum / active.size(), total_tokens_);
-    out.decode_ms = detail::scaledDecodeMs(config_, decode_raw);
+  fpm.var_decode_kv_tokens = decode_len.variance();
+  if (!pass.active.empty()) {
+    const double raw_ms = timing_.decodeMs(pass.active.size(), std::min(len_sum, total_tokens_),
+                                           len_sum / pass.active.size(), total_tokens_);
+    pass.out.decode_ms = detail::scaledDecodeMs(config_, raw_ms);
   }
-  const bool failed = detail::passFailed(out);
-  for (Req* rp : active) {
+  const bool failed = detail::passFailed(pass.out);
+  for (Req* rp : pass.active) {
     Req& r = *rp;
     if (failed) {
-      out.outputs.push_back(detail::failedSignal(r));
+      pass.out.outputs.push_back(detail::failedSignal(r));
       finish(r);
       continue;
     }
     const std::uint64_t before = overheadOf(r);
     if (growthOf(r) > 0) {
-      cache_.allocatePrivate(1, events);
+      cache_.allocatePrivate(1, pass.out.kv_events);
       ++r.private_pages;
     }
     OutputSignal sig = detail::sampleToken(r, config_.token_seed);
     r.materialized = r.len();
-    publishPages(r, events);
+    publishPages(r, pass.out.kv_events);
     page_overhead_ = page_overhead_ - before + overheadOf(r);
     if (reachedEnd(r)) {
       sig.terminal = Terminal::Completed;
       finish(r);
     }
-    out.outputs.push_back(sig);
+    pass.out.outputs.push_back(sig);
   }
   // Drop finished and retracted requests from running (one compaction per pass).
   std::erase_if(running_, [&](RequestId id) {
@@ -459,14 +477,6 @@ PassResult SglangScheduler::step(double now_ms) {
     }
     return it->second.state != ReqState::Running;
   });
-
-  // 6. Ratio update, metrics; the rejections close the pass's signals.
-  if (retracted_any) new_token_ratio_ = init_ratio_;
-  out.did_work = batch > 0 || !out.outputs.empty() || !rejected.empty() || retracted_any ||
-                 !decode_set.empty();
-  if (out.did_work) new_token_ratio_ = std::max(min_ratio_, new_token_ratio_ - decay_);
-  detail::finishPass(out, now_ms, rejected, queued_prefill_, queued_decode_, loadMetrics());
-  return out;
 }
 
 LoadMetrics SglangScheduler::loadMetrics() const {

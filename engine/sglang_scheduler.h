@@ -84,6 +84,16 @@ class SglangScheduler final : public detail::RankCore {
     std::uint32_t prompt_len;
   };
 
+  // What one pass threads through its phases.
+  struct Pass {
+    PassResult out;
+    std::vector<RequestId> rejected;    // fresh requests that can never run
+    std::vector<RequestId> decode_set;  // extend pass: newly completed prompts; else running_
+    std::vector<Req*> active;           // decode_set members that sample a token this pass
+    bool extend_pass = false;           // something was prefilled: exclusive extend
+    bool retracted_any = false;
+  };
+
   std::uint64_t pageTokens(std::uint64_t pages) const { return pages * page_size_; }
   std::uint32_t pagesFor(std::uint64_t tokens) const {
     return static_cast<std::uint32_t>((tokens + page_size_ - 1) / page_size_);
@@ -92,7 +102,25 @@ class SglangScheduler final : public detail::RankCore {
     return pageTokens(r.heldPages()) - r.materialized;
   }
 
+  // The phases of step(), in order (lpm ordering first when it applies).
   void orderWaitingLpm();
+  /// Prefill admission, retried once after releasing waiting partial prefills when nothing
+  /// could run; an OOM resets new_token_ratio.
+  void admit(Pass& pass);
+  /// Prefill time and FPM; completed prompts join running_ and the decode set, partial ones go
+  /// back to the front of waiting.
+  void timePrefill(Pass& pass);
+  /// Ends requests with nothing to sample; retracts (fewest generated first) until one more
+  /// token per request fits, filling `pass.active`.
+  void selectDecoding(Pass& pass);
+  /// Decode FPM and time, then one token per active request; compacts running_.
+  void emitTokens(Pass& pass);
+
+  /// Token slots `r` needs for one more token beyond the pages it holds.
+  std::uint64_t growthOf(const Req& r) const;
+  /// Token slots of free plus evictable pages.
+  std::uint64_t reclaimableTokens() const;
+
   /// Prefill admission (§7.3 step 2); fills prefills_, out.admissions and `rejected`.
   bool admitPrefill(PassResult& out, std::vector<RequestId>& rejected);
   /// Allocates KV for `r` up to `chunk_end` tokens; false (nothing changed) when out of memory.
