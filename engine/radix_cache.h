@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "base/result.h"
+#include "base/strong_id.h"
 #include "engine/detail/hash_index.h"
 #include "engine/types.h"
 
@@ -35,9 +36,10 @@ namespace mocker::engine {
 
 class RadixCache final {
  public:
-  using NodeId = std::uint32_t;
+  /// Slot of a tree node; slots of evicted nodes are reused.
+  using NodeId = StrongId<struct RadixNodeTag, std::uint32_t>;
   /// The (virtual) root: parent of every page-0 node. Holds no page.
-  static constexpr NodeId kRoot = ~std::uint32_t{0};
+  static constexpr NodeId kRoot{~std::uint32_t{0}};
 
   explicit RadixCache(std::uint32_t num_pages);
   RadixCache(const RadixCache&) = delete;
@@ -77,8 +79,8 @@ class RadixCache final {
   void releasePath(std::span<const NodeId> path);
 
   /// Sequence hash of a node.
-  BlockHash hashOf(NodeId node) const { return nodes_[node].hash; }
-  std::uint32_t lockRef(NodeId node) const { return nodes_[node].lock_ref; }
+  BlockHash hashOf(NodeId node) const { return at(node).hash; }
+  std::uint32_t lockRef(NodeId node) const { return at(node).lock_ref; }
 
   /// Sorted hashes of every node.
   std::vector<BlockHash> cachedHashes() const;
@@ -86,7 +88,7 @@ class RadixCache final {
   bool clear();
 
   /// Checks the tree and pool accounting. `expected_locks` (node id → number of holders as the
-  /// scheduler sees them, indexed by NodeId, may be shorter) must match every lock_ref.
+  /// scheduler sees them, indexed by NodeId::value(), may be shorter) must match every lock_ref.
   Status checkInvariants(std::span<const std::uint32_t> expected_locks) const;
   /// Size of the node id space (for building `expected_locks`).
   std::size_t nodeCapacity() const { return nodes_.size(); }
@@ -103,9 +105,11 @@ class RadixCache final {
   };
   struct Entry {
     std::uint32_t count = 0;  // 1 while present (HashIndex's occupancy marker)
-    NodeId node = 0;
+    NodeId node;
   };
 
+  Node& at(NodeId n) { return nodes_[n.value()]; }
+  const Node& at(NodeId n) const { return nodes_[n.value()]; }
   void lock(NodeId n);
   void unlock(NodeId n);
   void addLeaf(NodeId n);

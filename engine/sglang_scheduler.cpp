@@ -510,8 +510,8 @@ Status SglangScheduler::checkInvariants() const {
   std::uint64_t private_pages = 0, overhead = 0;
   for (const auto& [id, r] : requests_) {
     for (RadixCache::NodeId n : r.path) {
-      if (n >= locks.size()) return fail("path holds an unknown node");
-      ++locks[n];
+      if (n.value() >= locks.size()) return fail("path holds an unknown node");
+      ++locks[n.value()];
     }
     for (std::size_t i = 0; i < r.path.size(); ++i) {
       if (i >= r.hashes.size() || cache_.hashOf(r.path[i]) != r.hashes[i]) {
