@@ -52,10 +52,12 @@ void extendChain(std::span<const std::uint32_t> tokens, std::uint32_t block_size
                  const HashSeeds& seeds, std::vector<Hash>& hashes) {
   MOCKER_CHECK(block_size >= 1);
   const std::size_t num_full = tokens.size() / block_size;
+  std::uint64_t parent = hashes.empty() ? 0 : rawHash(hashes.back());
   for (std::size_t i = hashes.size(); i < num_full; ++i) {
     const std::uint64_t c =
         contentHash(tokens.subspan(i * block_size, block_size), seeds.hash_seed);
-    hashes.push_back(Hash{i == 0 ? c : chainHash(rawHash(hashes[i - 1]), c, seeds.chain_seed)});
+    parent = i == 0 ? c : chainHash(parent, c, seeds.chain_seed);
+    hashes.push_back(Hash{parent});
   }
 }
 

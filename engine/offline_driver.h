@@ -1,4 +1,4 @@
-// OfflineDriver: runs one Engine on a virtual clock (../shared/spec/replay.md §5.1). Feed timed
+// OfflineDriver: runs one Engine on a virtual clock. Feed timed
 // arrivals, run until every request has ended, and collect per-request timelines. Used by the
 // engine benchmarks in tests/bench/ (engine_benchmark, engine_workload_bench, sglang_benchmark).
 // `mocker replay` does not use it: tools/replay/offline_replay.{h,cpp} has its own event loop

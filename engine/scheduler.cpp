@@ -240,7 +240,8 @@ void VllmScheduler::scheduleRunning(Pass& pass) {
   }
 }
 
-VllmScheduler::Growth VllmScheduler::growOrPreempt(Pass& pass, std::size_t& i, std::uint32_t n) {
+inline VllmScheduler::Growth VllmScheduler::growOrPreempt(Pass& pass, std::size_t& i,
+                                                          std::uint32_t n) {
   Req& r = *running_[i];
   while (!acquire(r, r.num_computed + n, 0, pass.out.kv_events)) {
     if (isTrtllm()) {
@@ -251,7 +252,7 @@ VllmScheduler::Growth VllmScheduler::growOrPreempt(Pass& pass, std::size_t& i, s
     const std::size_t victim =
         config_.preemption_mode == PreemptionMode::Lifo ? running_.size() - 1 : 0;
     const RequestId victim_id = running_[victim]->id;
-    // A victim already scheduled in this pass gives its tokens back (§5.4).
+    // A victim already scheduled in this pass gives its tokens back.
     const auto sched_it = std::find_if(scheduled_.begin(), scheduled_.end(),
                                        [&](const Scheduled& s) { return s.id == victim_id; });
     if (sched_it != scheduled_.end()) {
@@ -266,20 +267,20 @@ VllmScheduler::Growth VllmScheduler::growOrPreempt(Pass& pass, std::size_t& i, s
   return Growth::Allocated;
 }
 
-void VllmScheduler::computeTokens(Pass& pass, Req& r, std::uint32_t computed_before,
-                                  std::uint32_t n) {
+inline void VllmScheduler::computeTokens(Pass& pass, Req& r, std::uint32_t computed_before,
+                                         std::uint32_t n) {
   scheduled_.push_back({r.id, n, computed_before, r.len(), r.prompt_len});
   r.num_computed = computed_before + n;
   finalizeBlocks(r, pass.out.kv_events);
   pass.budget -= n;
 }
 
-std::uint64_t VllmScheduler::blocksToCompletion(const Req& r) const {
+inline std::uint64_t VllmScheduler::blocksToCompletion(const Req& r) const {
   const std::uint32_t total = blocksFor(std::uint64_t{r.prompt_len} + r.max_output);
   return total > r.blocks.size() ? total - r.blocks.size() : 0;
 }
 
-void VllmScheduler::rejectHead(Pass& pass, ReqMap::iterator it) {
+inline void VllmScheduler::rejectHead(Pass& pass, ReqMap::iterator it) {
   removeFromWaitingStats(it->second);
   --num_waiting_;
   waiting_.pop_front();
@@ -365,7 +366,7 @@ void VllmScheduler::timePrefill(Pass& pass) {
 }
 
 void VllmScheduler::collectReady(Pass& pass) {
-  // Signals: terminal-without-token, then tokens, then rejections (§5.6). running_ holds the
+  // Signals: terminal-without-token, then tokens, then rejections. running_ holds the
   // requests' map nodes, so the per-request work needs no map lookup.
   pass.ready.reserve(running_.size());
   pass.out.outputs.reserve(running_.size() + pass.rejected.size());

@@ -89,9 +89,9 @@ class VllmScheduler final : public detail::RankCore {
   }
 
   // The phases of step(), in order.
-  /// 1. Running requests spend the budget first, preempting when the pool runs out (§5.4).
+  /// 1. Running requests spend the budget first, preempting when the pool runs out.
   void scheduleRunning(Pass& pass);
-  /// 2. Strict head-of-line admission from waiting (§5.5); skipped in a pass that preempted.
+  /// 2. Strict head-of-line admission from waiting; skipped in a pass that preempted.
   void admitWaiting(Pass& pass);
   /// 3. Prefill time and FPM over the requests that computed prompt tokens.
   void timePrefill(Pass& pass);

@@ -2,8 +2,6 @@
 
 #include <utility>
 
-#include "engine/engine.h"
-
 namespace mocker::engine::detail {
 
 RequestRecord::RequestRecord(AcceptedRequest&& request)
@@ -13,12 +11,6 @@ RequestRecord::RequestRecord(AcceptedRequest&& request)
       max_output(request.max_output_tokens),
       plan(std::move(request.output_token_ids)) {
   tokens.reserve(std::size_t{prompt_len} + max_output);
-}
-
-std::uint32_t nextOutputToken(const RequestRecord& r, std::uint64_t token_seed) {
-  const std::uint32_t k = r.generated();
-  if (r.plan) return (*r.plan)[k];
-  return syntheticToken(token_seed, r.id, k);
 }
 
 void StoredRuns::flush(std::uint32_t end) {
@@ -34,9 +26,8 @@ void StoredRuns::flush(std::uint32_t end) {
 }
 
 std::vector<std::uint64_t> rawHashes(std::span<const BlockHash> hashes) {
-  std::vector<std::uint64_t> out;
-  out.reserve(hashes.size());
-  for (BlockHash h : hashes) out.push_back(h.value());
+  std::vector<std::uint64_t> out(hashes.size());
+  for (std::size_t i = 0; i < hashes.size(); ++i) out[i] = hashes[i].value();
   return out;
 }
 

@@ -1,8 +1,8 @@
-// The pass code every scheduler shares (engine.md §2.3, §2.4, §9, §10): the per-request record
-// both schedulers build on, and the pieces of a pass result they fill the same way — opening a
-// pass, scaling modelled times, admission records, output signals (token, terminal without a
-// token, failure, rejection), Stored runs of newly cache-visible blocks, and closing a pass
-// (end time, queue statistics, load metrics).
+// The pass code every scheduler shares: the per-request record both schedulers build on, and the
+// pieces of a pass result they fill the same way — opening a pass, scaling modelled times,
+// admission records, output signals (token, terminal without a token, failure, rejection), Stored
+// runs of newly cache-visible blocks, and closing a pass (end time, queue statistics, load
+// metrics).
 //
 // A scheduler's step() reads as its phases over these helpers; what differs between the engine
 // families (queues, budgets, allocation, preemption or retraction) stays in the scheduler.
@@ -20,6 +20,7 @@
 #include "engine/config.h"
 #include "engine/detail/rank_core.h"
 #include "engine/detail/stats.h"
+#include "engine/engine.h"
 #include "engine/types.h"
 
 namespace mocker::engine::detail {
@@ -53,7 +54,7 @@ struct RequestRecord {
   std::uint32_t generated() const { return len() - prompt_len; }
 };
 
-/// Prefix-cache counters of the load metrics (§10), accumulated per admission.
+/// Prefix-cache counters of the load metrics, accumulated per admission.
 struct PrefixCacheCounters {
   std::uint64_t queries_tokens = 0;
   std::uint64_t hits_tokens = 0;
@@ -97,8 +98,12 @@ inline void recordAdmission(RequestRecord& r, std::uint32_t cached, PassResult& 
   counters.hits_tokens += cached;
 }
 
-/// The next output token of `r`: its planned token, or the synthetic one (§2.2).
-std::uint32_t nextOutputToken(const RequestRecord& r, std::uint64_t token_seed);
+/// The next output token of `r`: its planned token, or the synthetic one (syntheticToken).
+inline std::uint32_t nextOutputToken(const RequestRecord& r, std::uint64_t token_seed) {
+  const std::uint32_t k = r.generated();
+  if (r.plan) return (*r.plan)[k];
+  return syntheticToken(token_seed, r.id, k);
+}
 
 /// Samples the next token of `r`: appends it to r.tokens and returns its signal (the first
 /// token carries the reused prompt tokens). The caller sets `terminal` if `r` ends with it.
@@ -158,7 +163,7 @@ class StoredRuns {
 /// The raw values of `hashes`, as KV events and cache snapshots carry them.
 std::vector<std::uint64_t> rawHashes(std::span<const BlockHash> hashes);
 
-/// Closes a pass: the rejections of this pass go last (§5.6 order); a failed pass keeps a finite
+/// Closes a pass: the rejections of this pass go last (signal order); a failed pass keeps a finite
 /// prefill time and no decode time; the end time is stamped on the pass and on every signal; FPM
 /// wall time and queue fields and the rank's load metrics (`load`, taken after the pass) are
 /// filled in.
@@ -166,7 +171,7 @@ void finishPass(PassResult& out, double now_ms, std::span<const RequestId> rejec
                 const RunningMoments& queued_prefill, const RunningMoments& queued_decode,
                 const LoadMetrics& load);
 
-/// Load metrics (§10) with the derived usage and hit-rate fields.
+/// Load metrics with the derived usage and hit-rate fields.
 struct LoadCounts {
   std::uint32_t dp_rank = 0;
   std::uint64_t active_blocks = 0;

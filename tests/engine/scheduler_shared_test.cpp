@@ -22,7 +22,7 @@ using testing::storedEvents;
 
 constexpr double kPrefill8 = 16.6229144639296;  // T_prefill(1, 8, 0)
 
-/// Polynomial T_decode for a KV usage fraction u (engine.md §8).
+/// Polynomial T_decode for a KV usage fraction u.
 double decodeMs(double u) { return std::max(1.0, -25.74 * u * u + 54.01 * u + 5.74); }
 
 std::vector<std::uint64_t> hashesOf(const std::vector<std::uint32_t>& tokens) {
@@ -52,7 +52,7 @@ class SchedulerSharedTest : public ::testing::TestWithParam<EngineCase> {
   EngineConfig config() const { return testing::specConfig(type()); }
 };
 
-// §14.3 / §7.3: the timeline of one request — prefill over the whole prompt, the first token in
+// The timeline of one request — prefill over the whole prompt, the first token in
 // the prompt-completion pass, its blocks Stored in that pass, nothing Stored for the partial tail.
 TEST_P(SchedulerSharedTest, SingleRequestTimeline) {
   Harness h(config());
@@ -79,7 +79,7 @@ TEST_P(SchedulerSharedTest, SingleRequestTimeline) {
   EXPECT_FALSE(h.engine().hasWork());
   const auto sig = h.signalsOf(id);
   ASSERT_EQ(sig.size(), 3u);
-  EXPECT_EQ(sig[0].token, 24979u);  // §2.2 vectors, token_seed 0, id 1
+  EXPECT_EQ(sig[0].token, 24979u);  // syntheticToken vectors, token_seed 0, id 1
   EXPECT_EQ(sig[1].token, 7036u);
   EXPECT_EQ(sig[0].cached_tokens, 0u);
   EXPECT_FALSE(sig[1].cached_tokens.has_value());
@@ -89,7 +89,7 @@ TEST_P(SchedulerSharedTest, SingleRequestTimeline) {
   EXPECT_DOUBLE_EQ(sig[2].time_ms, p3.end_ms);
 }
 
-// §14.5: zero output (allowed by flag) ⇒ no decode time, one terminal signal without a token.
+// Zero output (allowed by flag) ⇒ no decode time, one terminal signal without a token.
 TEST_P(SchedulerSharedTest, ZeroOutputCompletesWithoutToken) {
   auto cfg = config();
   cfg.allow_empty_output = true;
@@ -107,8 +107,8 @@ TEST_P(SchedulerSharedTest, ZeroOutputCompletesWithoutToken) {
   EXPECT_FALSE(h.engine().hasWork());
 }
 
-// §14.10 and our SGLang rule: a prompt that can never fit is rejected at the head; the follower
-// runs in the same pass, and its signals come before the rejection (§5.6).
+// A prompt that can never fit is rejected at the head (for SGLang by our rule); the follower
+// runs in the same pass, and its signals come before the rejection.
 TEST_P(SchedulerSharedTest, OversizedPromptRejectedFollowerAdmitted) {
   auto cfg = config();
   cfg.num_gpu_blocks = 4;
@@ -139,9 +139,9 @@ TEST_P(SchedulerSharedTest, PromptJustBelowOversizedIsAdmitted) {
   EXPECT_NE(h.signalsOf(id).back().terminal, Terminal::Rejected);
 }
 
-// §14.12 / §7.3: a repeated block-aligned prompt reuses all but its last block (at least one
+// A repeated block-aligned prompt reuses all but its last block (at least one
 // token is recomputed), stores nothing new, and reports the reuse on its first token.
-// Not TRT-LLM, which reuses every full block (§6, TrtllmFullyCachedPromptSkipsPrefill).
+// Not TRT-LLM, which reuses every full block (TrtllmFullyCachedPromptSkipsPrefill).
 using RecomputingSchedulerTest = SchedulerSharedTest;
 TEST_P(RecomputingSchedulerTest, RepeatedPromptRecomputesLastBlock) {
   Harness h(config());
@@ -159,7 +159,7 @@ TEST_P(RecomputingSchedulerTest, RepeatedPromptRecomputesLastBlock) {
   EXPECT_DOUBLE_EQ(p.prefill_ms, 16.5621604959824);  // T_prefill(1, 16, 12): 4 tokens
 }
 
-// §14.14: prefix caching off ⇒ no sharing and no events at all, whether identical prompts run
+// Prefix caching off ⇒ no sharing and no events at all, whether identical prompts run
 // together or one after the other.
 TEST_P(SchedulerSharedTest, PrefixCachingOffSharesNothingAndEmitsNoEvents) {
   auto cfg = config();
@@ -180,7 +180,7 @@ TEST_P(SchedulerSharedTest, PrefixCachingOffSharesNothingAndEmitsNoEvents) {
   EXPECT_TRUE(h.engine().cachedBlockHashes(0).empty());
 }
 
-// §14.15: identical prompts admitted together share the blocks the first one just made visible.
+// Identical prompts admitted together share the blocks the first one just made visible.
 TEST_P(SchedulerSharedTest, ConcurrentIdenticalPromptsShareWithinOnePass) {
   Harness h(config());
   h.submit(range(1, 16), 2);

@@ -34,7 +34,7 @@ TEST(SchedulerTest, PartialBlockIsNeverStored) {
   EXPECT_EQ(stored[0].token_ids, range(1, 8));
 }
 
-// §14.3: the reference end times of one request (the rest of its timeline is checked for every
+// The reference end times of one request (the rest of its timeline is checked for every
 // engine type in scheduler_shared_test.cpp).
 TEST(SchedulerTest, SingleRequestEndTimesMatchSpec) {
   Harness h(specConfig());

@@ -1,5 +1,5 @@
 // Scenario tests for the SGLang scheduler and radix cache (engine.md §7, §14.35–36) and extra
-// TRT-LLM guaranteed-no-evict scenarios (§6); behaviours every engine type shares are in
+// TRT-LLM guaranteed-no-evict scenarios (§6). Behaviours every engine type shares are in
 // scheduler_shared_test.cpp. Engine-level scenarios go through Harness::step
 // (per-step invariants + KV events replayed into a set == the cache); scenarios that need the
 // scheduler's internal state (new_token_ratio, queue order) drive an SglangScheduler directly
