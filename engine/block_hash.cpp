@@ -41,22 +41,38 @@ std::uint64_t chainHash(std::uint64_t parent, std::uint64_t content, std::uint64
   return XXH3_64bits_withSeed(buf.data(), buf.size(), chain_seed);
 }
 
-void extendSequenceHashes(std::span<const std::uint32_t> tokens, std::uint32_t block_size,
-                          const HashSeeds& seeds, std::vector<std::uint64_t>& hashes) {
+namespace {
+
+std::uint64_t rawHash(std::uint64_t h) { return h; }
+std::uint64_t rawHash(BlockHash h) { return h.value(); }
+
+// One chain for both the raw (wire) and the typed (scheduler) form.
+template <typename Hash>
+void extendChain(std::span<const std::uint32_t> tokens, std::uint32_t block_size,
+                 const HashSeeds& seeds, std::vector<Hash>& hashes) {
   MOCKER_CHECK(block_size >= 1);
   const std::size_t num_full = tokens.size() / block_size;
+  std::uint64_t parent = hashes.empty() ? 0 : rawHash(hashes.back());
   for (std::size_t i = hashes.size(); i < num_full; ++i) {
     const std::uint64_t c =
         contentHash(tokens.subspan(i * block_size, block_size), seeds.hash_seed);
-    hashes.push_back(i == 0 ? c : chainHash(hashes[i - 1], c, seeds.chain_seed));
+    parent = i == 0 ? c : chainHash(parent, c, seeds.chain_seed);
+    hashes.push_back(Hash{parent});
   }
+}
+
+}  // namespace
+
+void extendSequenceHashes(std::span<const std::uint32_t> tokens, std::uint32_t block_size,
+                          const HashSeeds& seeds, std::vector<BlockHash>& hashes) {
+  extendChain(tokens, block_size, seeds, hashes);
 }
 
 std::vector<std::uint64_t> sequenceHashes(std::span<const std::uint32_t> tokens,
                                           std::uint32_t block_size, const HashSeeds& seeds) {
   std::vector<std::uint64_t> hashes;
   hashes.reserve(tokens.size() / (block_size == 0 ? 1 : block_size));
-  extendSequenceHashes(tokens, block_size, seeds, hashes);
+  extendChain(tokens, block_size, seeds, hashes);
   return hashes;
 }
 

@@ -11,6 +11,8 @@
 #include <span>
 #include <vector>
 
+#include "engine/types.h"
+
 namespace mocker::engine {
 
 /// Default seed of the per-block content hash (Dynamo's XXH3_SEED).
@@ -30,14 +32,15 @@ std::uint64_t contentHash(std::span<const std::uint32_t> tokens, std::uint64_t h
 /// Chain step: s_i from s_{i-1} and c_i.
 std::uint64_t chainHash(std::uint64_t parent, std::uint64_t content, std::uint64_t chain_seed);
 
-/// Sequence hashes s_0..s_{k-1} of the k = floor(len/block_size) full blocks of `tokens`.
-/// A trailing partial block has no hash. REQUIRES: block_size >= 1.
+/// Sequence hashes s_0..s_{k-1} of the k = floor(len/block_size) full blocks of `tokens`, as the
+/// raw values that KV events, routers and indexers use. A trailing partial block has no hash.
+/// REQUIRES: block_size >= 1.
 std::vector<std::uint64_t> sequenceHashes(std::span<const std::uint32_t> tokens,
                                           std::uint32_t block_size, const HashSeeds& seeds);
 
 /// Extends `hashes` (sequence hashes of the first hashes.size() full blocks of `tokens`) with
-/// the hashes of every further full block. Incremental form used as requests grow.
+/// the hashes of every further full block. Incremental form the schedulers use as requests grow.
 void extendSequenceHashes(std::span<const std::uint32_t> tokens, std::uint32_t block_size,
-                          const HashSeeds& seeds, std::vector<std::uint64_t>& hashes);
+                          const HashSeeds& seeds, std::vector<BlockHash>& hashes);
 
 }  // namespace mocker::engine

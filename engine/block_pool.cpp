@@ -10,30 +10,30 @@ namespace mocker::engine {
 BlockPool::BlockPool(std::uint32_t num_blocks) : blocks_(num_blocks), copies_(num_blocks) {
   free_.reserve(num_blocks);
   // Stack with block 0 on top, so allocation order is 0, 1, 2, ... on a fresh pool.
-  for (std::uint32_t i = num_blocks; i-- > 0;) free_.push_back(i);
+  for (std::uint32_t i = num_blocks; i-- > 0;) free_.push_back(BlockId{i});
 }
 
-std::uint32_t BlockPool::countPrefixHits(std::span<const std::uint64_t> hashes) const {
+std::uint32_t BlockPool::countPrefixHits(std::span<const BlockHash> hashes) const {
   std::uint32_t n = 0;
-  for (std::uint64_t h : hashes) {
-    if (copies_.find(h) == nullptr) break;
+  for (BlockHash h : hashes) {
+    if (copies_.find(h.value()) == nullptr) break;
     ++n;
   }
   return n;
 }
 
-bool BlockPool::hasActiveCopy(std::uint64_t hash) const {
-  const Copies* c = copies_.find(hash);
+bool BlockPool::hasActiveCopy(BlockHash hash) const {
+  const Copies* c = copies_.find(hash.value());
   return c != nullptr && c->num_active > 0;
 }
 
-BlockId BlockPool::claimCached(std::uint64_t hash) {
-  Copies* found = copies_.find(hash);
+BlockId BlockPool::claimCached(BlockHash hash) {
+  Copies* found = copies_.find(hash.value());
   MOCKER_CHECK(found != nullptr);
   Copies& c = *found;
   BlockId chosen = kNil;
-  for (BlockId b = c.head; b != kNil; b = blocks_[b].copy_next) {
-    if (blocks_[b].refcount > 0) {
+  for (BlockId b = c.head; b != kNil; b = at(b).copy_next) {
+    if (at(b).refcount > 0) {
       chosen = b;
       break;
     }
@@ -43,7 +43,7 @@ BlockId BlockPool::claimCached(std::uint64_t hash) {
     lruRemove(chosen);
     ++c.num_active;
   }
-  ++blocks_[chosen].refcount;
+  ++at(chosen).refcount;
   return chosen;
 }
 
@@ -52,32 +52,32 @@ BlockId BlockPool::allocatePrivate(std::vector<KvEvent>& events) {
     MOCKER_CHECK(lru_head_ != kNil);
     const BlockId victim = lru_head_;
     lruRemove(victim);
-    Block& v = blocks_[victim];
-    const std::uint64_t hash = v.hash;
+    Block& v = at(victim);
+    const BlockHash hash = v.hash;
     unlinkCopy(victim);
-    Copies* c = copies_.find(hash);
+    Copies* c = copies_.find(hash.value());
     if (c->count > 1) {
       --c->count;
     } else {
-      copies_.erase(hash);
-      events.emplace_back(BlockRemoved{hash});
+      copies_.erase(hash.value());
+      events.emplace_back(BlockRemoved{hash.value()});
     }
     v = Block{};
     free_.push_back(victim);
   }
   const BlockId b = free_.back();
   free_.pop_back();
-  blocks_[b].state = State::Private;
-  blocks_[b].refcount = 1;
+  at(b).state = State::Private;
+  at(b).refcount = 1;
   return b;
 }
 
-bool BlockPool::finalize(BlockId block, std::uint64_t hash) {
-  Block& b = blocks_[block];
+bool BlockPool::finalize(BlockId block, BlockHash hash) {
+  Block& b = at(block);
   MOCKER_CHECK(b.state == State::Private);
   b.state = State::Cached;
   b.hash = hash;
-  auto [found, inserted] = copies_.findOrInsert(hash);
+  auto [found, inserted] = copies_.findOrInsert(hash.value());
   Copies& c = *found;
   b.copy_next = c.head;
   c.head = block;
@@ -87,7 +87,7 @@ bool BlockPool::finalize(BlockId block, std::uint64_t hash) {
 }
 
 void BlockPool::release(BlockId block) {
-  Block& b = blocks_[block];
+  Block& b = at(block);
   MOCKER_CHECK(b.refcount > 0);
   if (b.state == State::Private) {
     b = Block{};
@@ -96,15 +96,15 @@ void BlockPool::release(BlockId block) {
   }
   MOCKER_CHECK(b.state == State::Cached);
   if (--b.refcount == 0) {
-    --copies_.find(b.hash)->num_active;
+    --copies_.find(b.hash.value())->num_active;
     lruAppend(block);
   }
 }
 
-std::vector<std::uint64_t> BlockPool::cachedHashes() const {
-  std::vector<std::uint64_t> out;
+std::vector<BlockHash> BlockPool::cachedHashes() const {
+  std::vector<BlockHash> out;
   out.reserve(copies_.size());
-  copies_.forEach([&](std::uint64_t hash, const Copies&) { out.push_back(hash); });
+  copies_.forEach([&](std::uint64_t hash, const Copies&) { out.push_back(BlockHash{hash}); });
   std::sort(out.begin(), out.end());
   return out;
 }
@@ -114,7 +114,7 @@ bool BlockPool::clearCache() {
   while (lru_head_ != kNil) {
     const BlockId b = lru_head_;
     lruRemove(b);
-    blocks_[b] = Block{};
+    at(b) = Block{};
     free_.push_back(b);
   }
   copies_.clear();
@@ -122,11 +122,11 @@ bool BlockPool::clearCache() {
 }
 
 void BlockPool::lruAppend(BlockId b) {
-  Block& blk = blocks_[b];
+  Block& blk = at(b);
   blk.lru_prev = lru_tail_;
   blk.lru_next = kNil;
   if (lru_tail_ != kNil) {
-    blocks_[lru_tail_].lru_next = b;
+    at(lru_tail_).lru_next = b;
   } else {
     lru_head_ = b;
   }
@@ -135,14 +135,14 @@ void BlockPool::lruAppend(BlockId b) {
 }
 
 void BlockPool::lruRemove(BlockId b) {
-  Block& blk = blocks_[b];
+  Block& blk = at(b);
   if (blk.lru_prev != kNil) {
-    blocks_[blk.lru_prev].lru_next = blk.lru_next;
+    at(blk.lru_prev).lru_next = blk.lru_next;
   } else {
     lru_head_ = blk.lru_next;
   }
   if (blk.lru_next != kNil) {
-    blocks_[blk.lru_next].lru_prev = blk.lru_prev;
+    at(blk.lru_next).lru_prev = blk.lru_prev;
   } else {
     lru_tail_ = blk.lru_prev;
   }
@@ -151,15 +151,15 @@ void BlockPool::lruRemove(BlockId b) {
 }
 
 void BlockPool::unlinkCopy(BlockId b) {
-  Copies& c = *copies_.find(blocks_[b].hash);
+  Copies& c = *copies_.find(at(b).hash.value());
   if (c.head == b) {
-    c.head = blocks_[b].copy_next;
+    c.head = at(b).copy_next;
   } else {
     BlockId p = c.head;
-    while (blocks_[p].copy_next != b) p = blocks_[p].copy_next;
-    blocks_[p].copy_next = blocks_[b].copy_next;
+    while (at(p).copy_next != b) p = at(p).copy_next;
+    at(p).copy_next = at(b).copy_next;
   }
-  blocks_[b].copy_next = kNil;
+  at(b).copy_next = kNil;
 }
 
 Status BlockPool::checkInvariants() const {
@@ -167,7 +167,7 @@ Status BlockPool::checkInvariants() const {
     return Error{ErrorCode::Internal, "block pool invariant: " + what};
   };
   std::uint32_t free = 0, active = 0, inactive = 0;
-  std::unordered_map<std::uint64_t, std::pair<std::uint32_t, std::uint32_t>> seen;
+  std::unordered_map<BlockHash, std::pair<std::uint32_t, std::uint32_t>> seen;
   for (const Block& b : blocks_) {
     switch (b.state) {
       case State::Free:
@@ -189,8 +189,8 @@ Status BlockPool::checkInvariants() const {
   if (inactive != num_inactive_) return fail("inactive count mismatch");
   if (free + active + inactive != blocks_.size()) return fail("free + active + inactive != total");
   std::uint32_t lru_len = 0;
-  for (BlockId b = lru_head_; b != kNil; b = blocks_[b].lru_next) {
-    if (blocks_[b].state != State::Cached || blocks_[b].refcount != 0) {
+  for (BlockId b = lru_head_; b != kNil; b = at(b).lru_next) {
+    if (at(b).state != State::Cached || at(b).refcount != 0) {
       return fail("LRU list holds an active block");
     }
     if (++lru_len > blocks_.size()) return fail("LRU cycle");
@@ -199,7 +199,7 @@ Status BlockPool::checkInvariants() const {
   if (seen.size() != copies_.size()) return fail("copies map size mismatch");
   bool mismatch = false;
   copies_.forEach([&](std::uint64_t hash, const Copies& c) {
-    const auto it = seen.find(hash);
+    const auto it = seen.find(BlockHash{hash});
     mismatch |=
         it == seen.end() || it->second.first != c.count || it->second.second != c.num_active;
   });

@@ -21,12 +21,14 @@
 #include <vector>
 
 #include "base/result.h"
+#include "base/strong_id.h"
 #include "engine/detail/hash_index.h"
 #include "engine/types.h"
 
 namespace mocker::engine {
 
-using BlockId = std::uint32_t;
+/// Index of a physical block in one rank's pool, [0, num_blocks).
+using BlockId = StrongId<struct BlockIdTag, std::uint32_t>;
 
 class BlockPool final {
  public:
@@ -40,14 +42,14 @@ class BlockPool final {
   std::uint32_t numActive() const { return numBlocks() - numFree() - num_inactive_; }
 
   /// Number of leading hashes that have at least one cached copy (§4.2). Side-effect free.
-  std::uint32_t countPrefixHits(std::span<const std::uint64_t> hashes) const;
+  std::uint32_t countPrefixHits(std::span<const BlockHash> hashes) const;
   /// True if some copy of `hash` is cached with refcount > 0.
-  bool hasActiveCopy(std::uint64_t hash) const;
+  bool hasActiveCopy(BlockHash hash) const;
 
   /// Claims a cached copy of `hash` for a request (prefix hit): an active copy gets refcount+1,
   /// otherwise an inactive copy leaves the LRU list with refcount 1.
   /// REQUIRES: countPrefixHits({hash}) == 1.
-  BlockId claimCached(std::uint64_t hash);
+  BlockId claimCached(BlockHash hash);
 
   /// Blocks that allocatePrivate() could still provide: free + inactive.
   std::uint32_t numAllocatable() const { return numFree() + num_inactive_; }
@@ -58,16 +60,16 @@ class BlockPool final {
 
   /// Turns a private block into a cached copy of `hash` with refcount 1. Returns true if the
   /// hash had no copy before (newly visible ⇒ the caller emits Stored).
-  bool finalize(BlockId block, std::uint64_t hash);
+  bool finalize(BlockId block, BlockHash hash);
 
   /// Releases one reference: private ⇒ free; cached ⇒ refcount−1, appended to the LRU tail at 0.
   void release(BlockId block);
 
   /// True if `block` is private (allocated, not yet cache-visible).
-  bool isPrivate(BlockId block) const { return blocks_[block].state == State::Private; }
+  bool isPrivate(BlockId block) const { return at(block).state == State::Private; }
 
   /// Sorted hashes with at least one cached copy (active or inactive).
-  std::vector<std::uint64_t> cachedHashes() const;
+  std::vector<BlockHash> cachedHashes() const;
 
   /// Drops every cached block (no events) if no block is active; false otherwise.
   bool clearCache();
@@ -76,21 +78,24 @@ class BlockPool final {
 
  private:
   enum class State : std::uint8_t { Free, Private, Cached };
-  static constexpr std::uint32_t kNil = ~std::uint32_t{0};
+  static constexpr BlockId kNil{~std::uint32_t{0}};
 
   struct Block {
-    std::uint64_t hash = 0;
+    BlockHash hash;
     std::uint32_t refcount = 0;
     State state = State::Free;
-    std::uint32_t lru_prev = kNil;
-    std::uint32_t lru_next = kNil;
-    std::uint32_t copy_next = kNil;  // singly linked list of copies of the same hash
+    BlockId lru_prev = kNil;
+    BlockId lru_next = kNil;
+    BlockId copy_next = kNil;  // singly linked list of copies of the same hash
   };
   struct Copies {
-    std::uint32_t head = kNil;
+    BlockId head = kNil;
     std::uint32_t count = 0;
     std::uint32_t num_active = 0;
   };
+
+  Block& at(BlockId b) { return blocks_[b.value()]; }
+  const Block& at(BlockId b) const { return blocks_[b.value()]; }
 
   void lruAppend(BlockId b);
   void lruRemove(BlockId b);
@@ -98,10 +103,10 @@ class BlockPool final {
 
   std::vector<Block> blocks_;
   std::vector<BlockId> free_;  // stack; top = next allocated
-  std::uint32_t lru_head_ = kNil;
-  std::uint32_t lru_tail_ = kNil;
+  BlockId lru_head_ = kNil;
+  BlockId lru_tail_ = kNil;
   std::uint32_t num_inactive_ = 0;
-  detail::HashIndex<Copies> copies_;  // lookup only; cachedHashes() sorts
+  detail::HashIndex<Copies> copies_;  // hash value → copies; lookup only, cachedHashes() sorts
 };
 
 }  // namespace mocker::engine

@@ -8,7 +8,8 @@
 //
 // Time is a parameter (milliseconds as double, the spec's unit): the engine never reads a clock,
 // sleeps, logs or does I/O. The live service turns PassResult::end_ms into a deadline; offline
-// tools advance a virtual clock (offline_driver.h). Same config + inputs ⇒ same results.
+// tools advance a virtual clock (offline_driver.h, tools/replay/). Same config + inputs ⇒ same
+// results.
 //
 // Not thread-safe. Owned and used by one thread (the service's engine thread or a replay loop).
 #pragma once

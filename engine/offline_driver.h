@@ -1,6 +1,8 @@
-// OfflineDriver: runs an Engine on a virtual clock (../shared/spec/replay.md §5.1). Feed timed
+// OfflineDriver: runs one Engine on a virtual clock. Feed timed
 // arrivals, run until every request has ended, and collect per-request timelines. Used by the
-// engine tests, the benchmarks and `mocker replay`.
+// engine benchmarks in tests/bench/ (engine_benchmark, engine_workload_bench, sglang_benchmark).
+// `mocker replay` does not use it: tools/replay/offline_replay.{h,cpp} has its own event loop
+// over several workers with routing, multi-turn sessions and closed-loop concurrency.
 //
 // Each DP rank has its own pass clock. The driver repeatedly takes the earliest event: an arrival
 // (submitted to its rank, which wakes up at the arrival time if idle) or the pass of the busy

@@ -12,37 +12,37 @@ RadixCache::RadixCache(std::uint32_t num_pages)
   nodes_.reserve(num_pages);
 }
 
-std::uint32_t RadixCache::matchLength(std::span<const std::uint64_t> hashes) const {
+std::uint32_t RadixCache::matchLength(std::span<const BlockHash> hashes) const {
   std::uint32_t n = 0;
-  for (std::uint64_t h : hashes) {
-    if (index_.find(h) == nullptr) break;
+  for (BlockHash h : hashes) {
+    if (index_.find(h.value()) == nullptr) break;
     ++n;
   }
   return n;
 }
 
-std::uint32_t RadixCache::countUnlocked(std::span<const std::uint64_t> hashes) const {
+std::uint32_t RadixCache::countUnlocked(std::span<const BlockHash> hashes) const {
   std::uint32_t n = 0;
-  for (std::uint64_t h : hashes) {
-    const Entry* e = index_.find(h);
+  for (BlockHash h : hashes) {
+    const Entry* e = index_.find(h.value());
     MOCKER_CHECK(e != nullptr);
-    if (nodes_[e->node].lock_ref == 0) ++n;
+    if (at(e->node).lock_ref == 0) ++n;
   }
   return n;
 }
 
-void RadixCache::lockPath(std::span<const std::uint64_t> hashes, std::vector<NodeId>& path) {
-  for (std::uint64_t h : hashes) {
-    const Entry* e = index_.find(h);
+void RadixCache::lockPath(std::span<const BlockHash> hashes, std::vector<NodeId>& path) {
+  for (BlockHash h : hashes) {
+    const Entry* e = index_.find(h.value());
     MOCKER_CHECK(e != nullptr);
     lock(e->node);  // leaves the leaf set (keyed by the old tick) before the tick changes
-    nodes_[e->node].tick = ++clock_;
+    at(e->node).tick = ++clock_;
     path.push_back(e->node);
   }
 }
 
 void RadixCache::lock(NodeId n) {
-  Node& node = nodes_[n];
+  Node& node = at(n);
   if (node.lock_ref++ == 0) {
     --num_evictable_;
     if (node.in_leaves) removeLeaf(n);
@@ -50,7 +50,7 @@ void RadixCache::lock(NodeId n) {
 }
 
 void RadixCache::unlock(NodeId n) {
-  Node& node = nodes_[n];
+  Node& node = at(n);
   MOCKER_CHECK(node.lock_ref > 0);
   if (--node.lock_ref == 0) {
     ++num_evictable_;
@@ -59,13 +59,13 @@ void RadixCache::unlock(NodeId n) {
 }
 
 void RadixCache::addLeaf(NodeId n) {
-  nodes_[n].in_leaves = true;
-  leaves_.emplace(nodes_[n].tick, n);
+  at(n).in_leaves = true;
+  leaves_.emplace(at(n).tick, n);
 }
 
 void RadixCache::removeLeaf(NodeId n) {
-  nodes_[n].in_leaves = false;
-  leaves_.erase({nodes_[n].tick, n});
+  at(n).in_leaves = false;
+  leaves_.erase({at(n).tick, n});
 }
 
 void RadixCache::allocatePrivate(std::uint32_t n, std::vector<KvEvent>& events) {
@@ -85,44 +85,44 @@ void RadixCache::evictOne(std::vector<KvEvent>& events) {
   MOCKER_CHECK(!leaves_.empty());
   const NodeId victim = leaves_.begin()->second;
   leaves_.erase(leaves_.begin());
-  Node& v = nodes_[victim];
-  const std::uint64_t hash = v.hash;
+  Node& v = at(victim);
+  const BlockHash hash = v.hash;
   const NodeId parent = v.parent;
-  index_.erase(hash);
-  events.emplace_back(BlockRemoved{hash});
+  index_.erase(hash.value());
+  events.emplace_back(BlockRemoved{hash.value()});
   v = Node{};
   free_slots_.push_back(victim);
   --num_evictable_;
   ++num_free_;
   if (parent != kRoot) {
-    Node& p = nodes_[parent];
+    Node& p = at(parent);
     if (--p.num_children == 0 && p.lock_ref == 0) addLeaf(parent);
   }
 }
 
-std::pair<RadixCache::NodeId, bool> RadixCache::insert(NodeId parent, std::uint64_t hash) {
+std::pair<RadixCache::NodeId, bool> RadixCache::insert(NodeId parent, BlockHash hash) {
   MOCKER_CHECK(num_private_ > 0);
-  MOCKER_CHECK(parent == kRoot || nodes_[parent].lock_ref > 0);
-  auto [entry, inserted] = index_.findOrInsert(hash);
+  MOCKER_CHECK(parent == kRoot || at(parent).lock_ref > 0);
+  auto [entry, inserted] = index_.findOrInsert(hash.value());
   if (!inserted) {
     // A copy is already visible: share it and give the duplicate page back.
     const NodeId existing = entry->node;
     lock(existing);
-    nodes_[existing].tick = ++clock_;
+    at(existing).tick = ++clock_;
     freePrivate(1);
     return {existing, false};
   }
-  NodeId id = 0;
+  NodeId id;
   if (!free_slots_.empty()) {
     id = free_slots_.back();
     free_slots_.pop_back();
   } else {
-    id = static_cast<NodeId>(nodes_.size());
+    id = NodeId{static_cast<std::uint32_t>(nodes_.size())};
     nodes_.emplace_back();
   }
   entry->count = 1;
   entry->node = id;
-  Node& node = nodes_[id];
+  Node& node = at(id);
   node = Node{};
   node.hash = hash;
   node.parent = parent;
@@ -130,7 +130,7 @@ std::pair<RadixCache::NodeId, bool> RadixCache::insert(NodeId parent, std::uint6
   node.tick = ++clock_;
   node.live = true;
   if (parent != kRoot) {
-    Node& p = nodes_[parent];
+    Node& p = at(parent);
     MOCKER_DCHECK(!p.in_leaves);  // locked by the inserting request
     ++p.num_children;
   }
@@ -139,14 +139,14 @@ std::pair<RadixCache::NodeId, bool> RadixCache::insert(NodeId parent, std::uint6
 }
 
 void RadixCache::releasePath(std::span<const NodeId> path) {
-  for (NodeId n : path) nodes_[n].tick = ++clock_;
+  for (NodeId n : path) at(n).tick = ++clock_;
   for (std::size_t i = path.size(); i-- > 0;) unlock(path[i]);
 }
 
-std::vector<std::uint64_t> RadixCache::cachedHashes() const {
-  std::vector<std::uint64_t> out;
+std::vector<BlockHash> RadixCache::cachedHashes() const {
+  std::vector<BlockHash> out;
   out.reserve(index_.size());
-  index_.forEach([&](std::uint64_t hash, const Entry&) { out.push_back(hash); });
+  index_.forEach([&](std::uint64_t hash, const Entry&) { out.push_back(BlockHash{hash}); });
   std::sort(out.begin(), out.end());
   return out;
 }
@@ -168,27 +168,30 @@ Status RadixCache::checkInvariants(std::span<const std::uint32_t> expected_locks
   };
   std::uint32_t live = 0, unlocked = 0, leaves = 0;
   std::vector<std::uint32_t> children(nodes_.size(), 0);
-  for (NodeId id = 0; id < nodes_.size(); ++id) {
-    const Node& n = nodes_[id];
+  const auto num_slots = static_cast<std::uint32_t>(nodes_.size());
+  for (std::uint32_t slot = 0; slot < num_slots; ++slot) {
+    const NodeId id{slot};
+    const Node& n = at(id);
     if (!n.live) continue;
     ++live;
-    const Entry* e = index_.find(n.hash);
+    const Entry* e = index_.find(n.hash.value());
     if (e == nullptr || e->node != id) return fail("node missing from the hash index");
     if (n.parent != kRoot) {
-      if (n.parent >= nodes_.size() || !nodes_[n.parent].live) return fail("dangling parent");
-      if (nodes_[n.parent].lock_ref < n.lock_ref) return fail("parent less locked than child");
-      ++children[n.parent];
+      if (n.parent.value() >= num_slots || !at(n.parent).live) return fail("dangling parent");
+      if (at(n.parent).lock_ref < n.lock_ref) return fail("parent less locked than child");
+      ++children[n.parent.value()];
     }
-    const std::uint32_t expected = id < expected_locks.size() ? expected_locks[id] : 0;
+    const std::uint32_t expected = slot < expected_locks.size() ? expected_locks[slot] : 0;
     if (n.lock_ref != expected) {
       return fail("lock_ref " + std::to_string(n.lock_ref) + " != holders " +
                   std::to_string(expected));
     }
   }
-  for (NodeId id = 0; id < nodes_.size(); ++id) {
-    const Node& n = nodes_[id];
+  for (std::uint32_t slot = 0; slot < num_slots; ++slot) {
+    const NodeId id{slot};
+    const Node& n = at(id);
     if (!n.live) continue;
-    if (children[id] != n.num_children) return fail("child count mismatch");
+    if (children[slot] != n.num_children) return fail("child count mismatch");
     const bool unlocked_leaf = n.lock_ref == 0 && n.num_children == 0;
     if (n.lock_ref == 0) ++unlocked;
     if (unlocked_leaf != n.in_leaves) return fail("leaf set membership mismatch");

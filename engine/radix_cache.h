@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "base/result.h"
+#include "base/strong_id.h"
 #include "engine/detail/hash_index.h"
 #include "engine/types.h"
 
@@ -35,9 +36,10 @@ namespace mocker::engine {
 
 class RadixCache final {
  public:
-  using NodeId = std::uint32_t;
+  /// Slot of a tree node; slots of evicted nodes are reused.
+  using NodeId = StrongId<struct RadixNodeTag, std::uint32_t>;
   /// The (virtual) root: parent of every page-0 node. Holds no page.
-  static constexpr NodeId kRoot = ~std::uint32_t{0};
+  static constexpr NodeId kRoot{~std::uint32_t{0}};
 
   explicit RadixCache(std::uint32_t num_pages);
   RadixCache(const RadixCache&) = delete;
@@ -53,12 +55,12 @@ class RadixCache final {
   std::uint32_t numActive() const { return num_private_ + numNodes() - num_evictable_; }
 
   /// Number of leading hashes that form a path of nodes from the root. Side-effect free.
-  std::uint32_t matchLength(std::span<const std::uint64_t> hashes) const;
+  std::uint32_t matchLength(std::span<const BlockHash> hashes) const;
   /// How many of the nodes of `hashes` (a matched path) are currently unlocked.
-  std::uint32_t countUnlocked(std::span<const std::uint64_t> hashes) const;
+  std::uint32_t countUnlocked(std::span<const BlockHash> hashes) const;
   /// Locks the nodes of the matched path `hashes` (REQUIRES matchLength(hashes) == size) and
   /// appends their ids to `path`.
-  void lockPath(std::span<const std::uint64_t> hashes, std::vector<NodeId>& path);
+  void lockPath(std::span<const BlockHash> hashes, std::vector<NodeId>& path);
 
   /// Takes `n` private pages, evicting unlocked leaves (oldest first) when free pages run out;
   /// each eviction appends a BlockRemoved to `events`. REQUIRES: n <= numFree() + numEvictable().
@@ -70,30 +72,30 @@ class RadixCache final {
   /// node `parent` (kRoot for page 0; the caller holds it locked). If `hash` has no node, the page
   /// becomes a new node locked once (returned `created` = true ⇒ the caller emits Stored);
   /// otherwise the private page is freed and the existing node is locked instead.
-  std::pair<NodeId, bool> insert(NodeId parent, std::uint64_t hash);
+  std::pair<NodeId, bool> insert(NodeId parent, BlockHash hash);
 
   /// Releases a request's hold on `path` (root first): marks the path accessed now (leaf-first
   /// eviction within it, least recently released first across paths) and unlocks every node.
   void releasePath(std::span<const NodeId> path);
 
   /// Sequence hash of a node.
-  std::uint64_t hashOf(NodeId node) const { return nodes_[node].hash; }
-  std::uint32_t lockRef(NodeId node) const { return nodes_[node].lock_ref; }
+  BlockHash hashOf(NodeId node) const { return at(node).hash; }
+  std::uint32_t lockRef(NodeId node) const { return at(node).lock_ref; }
 
   /// Sorted hashes of every node.
-  std::vector<std::uint64_t> cachedHashes() const;
+  std::vector<BlockHash> cachedHashes() const;
   /// Drops every node without events if no page is active; false otherwise.
   bool clear();
 
   /// Checks the tree and pool accounting. `expected_locks` (node id → number of holders as the
-  /// scheduler sees them, indexed by NodeId, may be shorter) must match every lock_ref.
+  /// scheduler sees them, indexed by NodeId::value(), may be shorter) must match every lock_ref.
   Status checkInvariants(std::span<const std::uint32_t> expected_locks) const;
   /// Size of the node id space (for building `expected_locks`).
   std::size_t nodeCapacity() const { return nodes_.size(); }
 
  private:
   struct Node {
-    std::uint64_t hash = 0;
+    BlockHash hash;
     NodeId parent = kRoot;
     std::uint32_t num_children = 0;
     std::uint32_t lock_ref = 0;
@@ -103,9 +105,11 @@ class RadixCache final {
   };
   struct Entry {
     std::uint32_t count = 0;  // 1 while present (HashIndex's occupancy marker)
-    NodeId node = 0;
+    NodeId node;
   };
 
+  Node& at(NodeId n) { return nodes_[n.value()]; }
+  const Node& at(NodeId n) const { return nodes_[n.value()]; }
   void lock(NodeId n);
   void unlock(NodeId n);
   void addLeaf(NodeId n);
@@ -119,7 +123,7 @@ class RadixCache final {
   std::uint64_t clock_ = 0;
   std::vector<Node> nodes_;                            // slot per node id; free slots recycled
   std::vector<NodeId> free_slots_;                     // stack
-  detail::HashIndex<Entry> index_;                     // hash → node
+  detail::HashIndex<Entry> index_;                     // hash value → node
   std::set<std::pair<std::uint64_t, NodeId>> leaves_;  // unlocked leaves by (tick, id)
 };
 

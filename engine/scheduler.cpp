@@ -14,27 +14,21 @@
 //      covers its whole sequence samples one token (the first token comes in the pass that
 //      completes the prompt); decode time over those requests.
 //
+// step() is these phases in order (scheduleRunning, admitWaiting, timePrefill, collectReady,
+// timeDecode, emitTokens); the signal, Stored-run and pass-end pieces it shares with the SGLang
+// scheduler live in detail/pass.h.
+//
 // Blocks become cache-visible (Stored) as soon as a pass computes their last token; completion,
 // preemption and cancellation release blocks in reverse order so eviction is leaf-first.
 #include "engine/scheduler.h"
 
 #include <algorithm>
-#include <cmath>
-#include <limits>
+#include <utility>
 
 #include "base/check.h"
 #include "engine/block_hash.h"
-#include "engine/detail/pass_common.h"
-#include "engine/engine.h"
 
 namespace mocker::engine {
-namespace {
-
-constexpr std::uint64_t kUnbounded = std::numeric_limits<std::uint64_t>::max();
-
-double effectiveSpeedup(double ratio) { return ratio > 0.0 ? ratio : 1.0; }
-
-}  // namespace
 
 VllmScheduler::VllmScheduler(const EngineConfig& config, std::uint32_t dp_rank)
     : config_(config),
@@ -50,14 +44,7 @@ VllmScheduler::VllmScheduler(const EngineConfig& config, std::uint32_t dp_rank)
                                   std::uint64_t{config.num_gpu_blocks} * block_size_))) {}
 
 void VllmScheduler::submit(detail::AcceptedRequest&& request) {
-  Req r;
-  r.id = request.id;
-  r.prompt_len = static_cast<std::uint32_t>(request.tokens.size());
-  r.tokens = std::move(request.tokens);
-  r.max_output = request.max_output_tokens;
-  // Generated tokens are appended in place; reserve so a long prompt is never copied to grow.
-  r.tokens.reserve(std::size_t{r.prompt_len} + r.max_output);
-  r.plan = std::move(request.output_token_ids);
+  Req r(std::move(request));
   if (isTrtllm()) {
     // §6: clamp the output reservation to what the pool (and max_model_len) can ever hold.
     const std::uint64_t capacity = std::uint64_t{config_.num_gpu_blocks} * block_size_;
@@ -132,6 +119,13 @@ VllmScheduler::PrefixMatch VllmScheduler::lookupPrefix(Req& r) {
   return m;
 }
 
+// Block acquisition for `target_tokens` tokens of `r`. After a successful call r.blocks is
+//
+//   | held (already owned) | cache hits (claimed now) | new private blocks |
+//   0                      held                       held + hit_blocks    needed
+//
+// Hits only come with a fresh admission (held == 0); a running request only grows privately.
+// New private blocks may evict inactive cached blocks, so the hits are claimed first.
 bool VllmScheduler::acquire(Req& r, std::uint32_t target_tokens, std::uint32_t hit_blocks,
                             std::vector<KvEvent>& events) {
   const std::uint32_t needed = blocksFor(target_tokens);
@@ -159,30 +153,11 @@ void VllmScheduler::finalizeBlocks(Req& r, std::vector<KvEvent>& events) {
   extendSequenceHashes(std::span(r.tokens).first(std::size_t{full} * block_size_), block_size_,
                        HashSeeds{config_.hash_seed, config_.chain_seed}, r.hashes);
   // Newly visible blocks form maximal runs of consecutive indices; one Stored per run.
-  std::uint32_t run_start = 0;
-  bool in_run = false;
-  const auto flush = [&](std::uint32_t end) {
-    if (!in_run) return;
-    in_run = false;
-    BlockStored stored;
-    stored.block_hashes.assign(r.hashes.begin() + run_start, r.hashes.begin() + end);
-    if (run_start > 0) stored.parent_block_hash = r.hashes[run_start - 1];
-    stored.token_ids.assign(r.tokens.begin() + std::ptrdiff_t{run_start} * block_size_,
-                            r.tokens.begin() + std::ptrdiff_t{end} * block_size_);
-    stored.block_size = block_size_;
-    events.emplace_back(std::move(stored));
-  };
+  detail::StoredRuns runs(r, block_size_, events);
   for (std::uint32_t i = r.num_finalized; i < full; ++i) {
-    const bool newly_visible =
-        pool_.isPrivate(r.blocks[i]) && pool_.finalize(r.blocks[i], r.hashes[i]);
-    if (newly_visible && !in_run) {
-      in_run = true;
-      run_start = i;
-    } else if (!newly_visible) {
-      flush(i);
-    }
+    runs.visit(i, pool_.isPrivate(r.blocks[i]) && pool_.finalize(r.blocks[i], r.hashes[i]));
   }
-  flush(full);
+  runs.close(full);
   r.num_finalized = full;
 }
 
@@ -219,12 +194,6 @@ std::optional<Terminal> VllmScheduler::rejectionReason(
   return std::nullopt;
 }
 
-std::uint32_t VllmScheduler::nextToken(const Req& r) const {
-  const std::uint32_t k = r.generated();
-  if (r.plan) return (*r.plan)[k];
-  return syntheticToken(config_.token_seed, r.id, k);
-}
-
 bool VllmScheduler::reachedEnd(const Req& r) const {
   return r.generated() >= r.max_output || r.len() >= max_len_;
 }
@@ -236,18 +205,23 @@ void VllmScheduler::finish(RequestId id) {
 }
 
 PassResult VllmScheduler::step(double now_ms) {
-  PassResult out;
-  out.dp_rank = dp_rank_;
-  out.start_ms = now_ms;
+  Pass pass{.out = detail::beginPass(dp_rank_, now_ms),
+            .budget = detail::limitOrUnbounded(config_.max_num_batched_tokens)};
   scheduled_.clear();
-  std::vector<KvEvent>& events = out.kv_events;
-  std::uint64_t budget =
-      config_.max_num_batched_tokens ? *config_.max_num_batched_tokens : kUnbounded;
-  const std::uint64_t max_seqs = config_.max_num_seqs ? *config_.max_num_seqs : kUnbounded;
-  bool preempted = false;
+  scheduleRunning(pass);
+  if (!pass.preempted) admitWaiting(pass);
+  timePrefill(pass);
+  collectReady(pass);
+  timeDecode(pass);
+  emitTokens(pass);
+  detail::finishPass(pass.out, now_ms, pass.rejected, queued_prefill_, queued_decode_,
+                     loadMetrics());
+  pass.out.did_work = !scheduled_.empty() || !pass.out.outputs.empty();
+  return std::move(pass.out);
+}
 
-  // 1. Running requests spend the budget first.
-  for (std::size_t i = 0; i < running_.size() && budget > 0;) {
+void VllmScheduler::scheduleRunning(Pass& pass) {
+  for (std::size_t i = 0; i < running_.size() && pass.budget > 0;) {
     Req& r = *running_[i];
     const std::uint32_t remaining = r.len() - r.num_computed;
     if (remaining == 0) {
@@ -255,240 +229,213 @@ PassResult VllmScheduler::step(double now_ms) {
       continue;
     }
     if (!config_.enable_chunked_prefill && r.num_computed < r.prompt_len &&
-        r.prompt_len - r.num_computed > budget) {
+        r.prompt_len - r.num_computed > pass.budget) {
       break;
     }
-    const auto n = static_cast<std::uint32_t>(std::min<std::uint64_t>(remaining, budget));
-    bool scheduled = false;
-    bool self_preempted = false;
-    while (true) {
-      if (acquire(r, r.num_computed + n, 0, events)) {
-        scheduled = true;
-        break;
-      }
-      if (isTrtllm()) {
-        // Guaranteed-no-evict admission makes this unreachable; no progress this pass.
-        MOCKER_DCHECK(false);
-        break;
-      }
-      const std::size_t victim =
-          config_.preemption_mode == PreemptionMode::Lifo ? running_.size() - 1 : 0;
-      const RequestId victim_id = running_[victim]->id;
-      // A victim already scheduled in this pass gives its tokens back (§5.4).
-      const auto sched_it = std::find_if(scheduled_.begin(), scheduled_.end(),
-                                         [&](const Scheduled& s) { return s.id == victim_id; });
-      if (sched_it != scheduled_.end()) {
-        budget += sched_it->num_tokens;
-        scheduled_.erase(sched_it);
-      }
-      preempt(victim);
-      preempted = true;
-      if (victim_id == r.id) {
-        self_preempted = true;
-        break;
-      }
-      if (victim < i) --i;
-    }
-    if (self_preempted) continue;  // running_[i] is now the next request
-    if (scheduled) {
-      scheduled_.push_back({r.id, n, r.num_computed, r.len(), r.prompt_len});
-      r.num_computed += n;
-      finalizeBlocks(r, events);
-      budget -= n;
-    }
+    const auto n = static_cast<std::uint32_t>(std::min<std::uint64_t>(remaining, pass.budget));
+    const Growth growth = growOrPreempt(pass, i, n);
+    if (growth == Growth::SelfPreempted) continue;  // running_[i] is now the next request
+    if (growth == Growth::Allocated) computeTokens(pass, r, r.num_computed, n);
     ++i;
   }
+}
 
-  // 2. Waiting admission, strict head-of-line; none in a pass that preempted.
-  std::vector<RequestId> rejected;
-  if (!preempted) {
-    std::uint64_t reserved_blocks = 0;  // TRT-LLM: blocks running requests may still need
+inline VllmScheduler::Growth VllmScheduler::growOrPreempt(Pass& pass, std::size_t& i,
+                                                          std::uint32_t n) {
+  Req& r = *running_[i];
+  while (!acquire(r, r.num_computed + n, 0, pass.out.kv_events)) {
     if (isTrtllm()) {
-      for (const Req* qp : running_) {
-        const Req& q = *qp;
-        const std::uint32_t total = blocksFor(std::uint64_t{q.prompt_len} + q.max_output);
-        if (total > q.blocks.size()) reserved_blocks += total - q.blocks.size();
-      }
+      // Guaranteed-no-evict admission makes this unreachable; no progress this pass.
+      MOCKER_DCHECK(false);
+      return Growth::Stalled;
     }
-    while (running_.size() < max_seqs && budget > 0 && !waiting_.empty()) {
-      const auto it = requests_.find(waiting_.front());
-      if (it == requests_.end()) {  // cancelled while waiting
-        waiting_.pop_front();
-        continue;
-      }
-      Req& r = it->second;
-      const auto reject_head = [&] {
-        removeFromWaitingStats(r);
-        --num_waiting_;
-        waiting_.pop_front();
-        rejected.push_back(r.id);
-        requests_.erase(it);
-      };
-      if (!r.head_checked && rejectionReason(r, std::nullopt)) {
-        reject_head();
-        continue;
-      }
-      const PrefixMatch match = lookupPrefix(r);
-      const std::uint32_t cached = match.hit_blocks * block_size_;
-      if (!r.head_checked && rejectionReason(r, cached)) {
-        reject_head();
-        continue;
-      }
-      r.head_checked = true;
-      const std::uint64_t available = pool_.numBlocks() - pool_.numActive();
-      std::uint64_t needed = 0;
-      if (isTrtllm()) {
-        needed = blocksFor(std::uint64_t{r.prompt_len} + r.max_output) - match.active_blocks;
-        if (needed + reserved_blocks > available) break;
-      } else {
-        needed = blocksFor(r.len()) - match.active_blocks;
-        if (needed > available) break;
-      }
-      const std::uint32_t uncached = r.len() - cached;
-      if (!config_.enable_chunked_prefill && r.prompt_len > cached &&
-          r.prompt_len - cached > budget) {
-        break;
-      }
-      const auto n = static_cast<std::uint32_t>(std::min<std::uint64_t>(uncached, budget));
-      if (r.blocks.capacity() == 0) {
-        r.blocks.reserve(blocksFor(std::uint64_t{r.prompt_len} + r.max_output));
-      }
-      if (!acquire(r, cached + n, match.hit_blocks, events)) {
-        MOCKER_DCHECK(false);  // the capacity check above guarantees the allocation
-        break;
-      }
-      if (isTrtllm()) {
-        const std::uint32_t total = blocksFor(std::uint64_t{r.prompt_len} + r.max_output);
-        if (total > r.blocks.size()) reserved_blocks += total - r.blocks.size();
-      }
-      removeFromWaitingStats(r);
-      --num_waiting_;
-      waiting_.pop_front();
-      out.admissions.push_back({r.id, cached, r.admitted_before});
-      if (!r.admitted_before) r.first_cached_tokens = cached;
-      r.admitted_before = true;
-      r.state = ReqState::Running;
-      running_.push_back(&r);
-      prefix_queries_tokens_ += r.len();
-      prefix_hits_tokens_ += cached;
-      scheduled_.push_back({r.id, n, cached, r.len(), r.prompt_len});
-      r.num_computed = cached + n;
-      finalizeBlocks(r, events);
-      budget -= n;
+    const std::size_t victim =
+        config_.preemption_mode == PreemptionMode::Lifo ? running_.size() - 1 : 0;
+    const RequestId victim_id = running_[victim]->id;
+    // A victim already scheduled in this pass gives its tokens back.
+    const auto sched_it = std::find_if(scheduled_.begin(), scheduled_.end(),
+                                       [&](const Scheduled& s) { return s.id == victim_id; });
+    if (sched_it != scheduled_.end()) {
+      pass.budget += sched_it->num_tokens;
+      scheduled_.erase(sched_it);
     }
+    preempt(victim);
+    pass.preempted = true;
+    if (victim_id == r.id) return Growth::SelfPreempted;
+    if (victim < i) --i;
   }
+  return Growth::Allocated;
+}
 
-  // 3. Prefill time over requests that computed prompt tokens (positions capped at the prompt).
-  const double speedup = effectiveSpeedup(config_.speedup_ratio);
+inline void VllmScheduler::computeTokens(Pass& pass, Req& r, std::uint32_t computed_before,
+                                         std::uint32_t n) {
+  scheduled_.push_back({r.id, n, computed_before, r.len(), r.prompt_len});
+  r.num_computed = computed_before + n;
+  finalizeBlocks(r, pass.out.kv_events);
+  pass.budget -= n;
+}
+
+inline std::uint64_t VllmScheduler::blocksToCompletion(const Req& r) const {
+  const std::uint32_t total = blocksFor(std::uint64_t{r.prompt_len} + r.max_output);
+  return total > r.blocks.size() ? total - r.blocks.size() : 0;
+}
+
+inline void VllmScheduler::rejectHead(Pass& pass, ReqMap::iterator it) {
+  removeFromWaitingStats(it->second);
+  --num_waiting_;
+  waiting_.pop_front();
+  pass.rejected.push_back(it->first);
+  requests_.erase(it);
+}
+
+void VllmScheduler::admitWaiting(Pass& pass) {
+  const std::uint64_t max_seqs = detail::limitOrUnbounded(config_.max_num_seqs);
+  std::uint64_t reserved_blocks = 0;  // TRT-LLM: blocks running requests may still need
+  if (isTrtllm()) {
+    for (const Req* q : running_) reserved_blocks += blocksToCompletion(*q);
+  }
+  while (running_.size() < max_seqs && pass.budget > 0 && !waiting_.empty()) {
+    const auto it = requests_.find(waiting_.front());
+    if (it == requests_.end()) {  // cancelled while waiting
+      waiting_.pop_front();
+      continue;
+    }
+    Req& r = it->second;
+    if (!r.head_checked && rejectionReason(r, std::nullopt)) {
+      rejectHead(pass, it);
+      continue;
+    }
+    const PrefixMatch match = lookupPrefix(r);
+    const std::uint32_t cached = match.hit_blocks * block_size_;
+    if (!r.head_checked && rejectionReason(r, cached)) {
+      rejectHead(pass, it);
+      continue;
+    }
+    r.head_checked = true;
+    const std::uint64_t available = pool_.numBlocks() - pool_.numActive();
+    if (isTrtllm()) {
+      const std::uint64_t needed =
+          blocksFor(std::uint64_t{r.prompt_len} + r.max_output) - match.active_blocks;
+      if (needed + reserved_blocks > available) break;
+    } else {
+      const std::uint64_t needed = blocksFor(r.len()) - match.active_blocks;
+      if (needed > available) break;
+    }
+    const std::uint32_t uncached = r.len() - cached;
+    if (!config_.enable_chunked_prefill && r.prompt_len > cached &&
+        r.prompt_len - cached > pass.budget) {
+      break;
+    }
+    const auto n = static_cast<std::uint32_t>(std::min<std::uint64_t>(uncached, pass.budget));
+    if (r.blocks.capacity() == 0) {
+      r.blocks.reserve(blocksFor(std::uint64_t{r.prompt_len} + r.max_output));
+    }
+    if (!acquire(r, cached + n, match.hit_blocks, pass.out.kv_events)) {
+      MOCKER_DCHECK(false);  // the capacity check above guarantees the allocation
+      break;
+    }
+    if (isTrtllm()) reserved_blocks += blocksToCompletion(r);
+    removeFromWaitingStats(r);
+    --num_waiting_;
+    waiting_.pop_front();
+    detail::recordAdmission(r, cached, pass.out, prefix_counters_);
+    r.state = ReqState::Running;
+    running_.push_back(&r);
+    computeTokens(pass, r, cached, n);
+  }
+}
+
+void VllmScheduler::timePrefill(Pass& pass) {
+  // Positions are capped at the prompt: a chunk that also covers generated tokens is decode.
   std::uint64_t batch = 0, isl = 0, prefix = 0;
   detail::Welford prefill_len;
-  ForwardPassMetrics& fpm = out.fpm;
-  fpm.dp_rank = dp_rank_;
+  ScheduledStats& fpm = pass.out.fpm.scheduled;
   for (const Scheduled& s : scheduled_) {
     if (s.computed_before >= s.prompt_len) continue;
     ++batch;
     isl += std::min(s.computed_before + s.num_tokens, s.prompt_len);
     prefix += s.computed_before;
-    fpm.scheduled.sum_prefill_tokens += s.num_tokens;
-    fpm.scheduled.sum_prefill_kv_tokens += s.computed_before;
+    fpm.sum_prefill_tokens += s.num_tokens;
+    fpm.sum_prefill_kv_tokens += s.computed_before;
     prefill_len.add(s.prompt_len);
   }
-  fpm.scheduled.num_prefill_requests = batch;
-  fpm.scheduled.var_prefill_length = prefill_len.variance();
-  const double prefill_raw =
-      batch == 0 ? 0.0 : timing_.prefillMs(batch, isl / batch, prefix / batch);
-  out.prefill_ms = prefill_raw / speedup;
+  fpm.num_prefill_requests = batch;
+  fpm.var_prefill_length = prefill_len.variance();
+  const double raw_ms = batch == 0 ? 0.0 : timing_.prefillMs(batch, isl / batch, prefix / batch);
+  pass.out.prefill_ms = detail::scaledPrefillMs(config_, raw_ms);
+}
 
-  // 4. Token emission. Signals: terminal-without-token, then tokens, then rejections (§5.6).
-  //    running_ holds the requests' map nodes, so the per-request work needs no map lookup.
-  std::vector<Req*> ready;
-  ready.reserve(running_.size());
-  out.outputs.reserve(running_.size() + rejected.size());
-  std::vector<RequestId> ended_without_token;  // rare: erased before the FPM loop below
-  std::uint64_t ready_len_sum = 0;
-  detail::Welford decode_len;
-  const bool failed = !std::isfinite(out.prefill_ms);
+void VllmScheduler::collectReady(Pass& pass) {
+  // Signals: terminal-without-token, then tokens, then rejections. running_ holds the
+  // requests' map nodes, so the per-request work needs no map lookup.
+  pass.ready.reserve(running_.size());
+  pass.out.outputs.reserve(running_.size() + pass.rejected.size());
   for (std::size_t i = 0; i < running_.size();) {
     Req& r = *running_[i];
     if (r.num_computed >= r.len() && reachedEnd(r)) {  // e.g. max_output 0: nothing to sample
-      // A request that ends without any token carries its prefix hits on this only signal.
-      out.outputs.push_back(
-          {r.id, std::nullopt, r.generated(), 0.0, Terminal::Completed,
-           r.generated() == 0 ? std::optional(r.first_cached_tokens) : std::nullopt});
+      pass.out.outputs.push_back(detail::completedWithoutToken(r));
       const RequestId id = r.id;
-      ended_without_token.push_back(id);
+      pass.ended_without_token.push_back(id);
       running_.erase(running_.begin() + static_cast<std::ptrdiff_t>(i));
       finish(id);
       continue;
     }
     if (r.num_computed >= r.len()) {
-      ready.push_back(&r);
-      ready_len_sum += r.len();
+      pass.ready.push_back(&r);
+      pass.ready_len_sum += r.len();
     }
     ++i;
   }
+}
+
+void VllmScheduler::timeDecode(Pass& pass) {
+  ScheduledStats& fpm = pass.out.fpm.scheduled;
+  detail::Welford decode_len;
+  const std::vector<RequestId>& ended = pass.ended_without_token;
   for (const Scheduled& s : scheduled_) {
     if (s.computed_before < s.prompt_len) continue;
-    if (!ended_without_token.empty() &&
-        std::find(ended_without_token.begin(), ended_without_token.end(), s.id) !=
-            ended_without_token.end()) {
+    if (!ended.empty() && std::find(ended.begin(), ended.end(), s.id) != ended.end()) {
       continue;  // terminal right after scheduling: not decode work (§9.1)
     }
-    ++fpm.scheduled.num_decode_requests;
-    fpm.scheduled.sum_decode_kv_tokens += s.len_at_schedule;
+    ++fpm.num_decode_requests;
+    fpm.sum_decode_kv_tokens += s.len_at_schedule;
     decode_len.add(s.len_at_schedule);
   }
-  fpm.scheduled.var_decode_kv_tokens = decode_len.variance();
-  if (!ready.empty()) {
-    const double decode_raw = timing_.decodeMs(
-        ready.size(), std::uint64_t{pool_.numActive()} * block_size_, ready_len_sum / ready.size(),
-        std::uint64_t{pool_.numBlocks()} * block_size_);
-    out.decode_ms = decode_raw / (speedup * config_.decode_speedup_ratio);
-  }
-  const bool decode_failed = failed || !std::isfinite(out.decode_ms);
+  fpm.var_decode_kv_tokens = decode_len.variance();
+  if (pass.ready.empty()) return;
+  const double raw_ms = timing_.decodeMs(
+      pass.ready.size(), std::uint64_t{pool_.numActive()} * block_size_,
+      pass.ready_len_sum / pass.ready.size(), std::uint64_t{pool_.numBlocks()} * block_size_);
+  pass.out.decode_ms = detail::scaledDecodeMs(config_, raw_ms);
+}
+
+void VllmScheduler::emitTokens(Pass& pass) {
+  const bool failed = detail::passFailed(pass.out);
   // Completed requests release their blocks at once (release order shapes the LRU), are marked
-  // Finished, and leave running_ and requests_ after the loop (ready holds their nodes).
-  std::vector<RequestId> completed;
+  // Finished, and leave running_ and requests_ after the loop (pass.ready holds their nodes).
   const auto complete = [&](Req& r) {
     releaseBlocks(r);
     r.state = ReqState::Finished;
-    completed.push_back(r.id);
+    pass.completed.push_back(r.id);
   };
-  for (Req* rp : ready) {
+  for (Req* rp : pass.ready) {
     Req& r = *rp;
-    const RequestId id = r.id;
-    if (decode_failed) {
-      out.outputs.push_back({id, std::nullopt, r.generated(), 0.0, Terminal::Failed, {}});
+    if (failed) {
+      pass.out.outputs.push_back(detail::failedSignal(r));
       complete(r);
       continue;
     }
-    const std::uint32_t k = r.generated();
-    OutputSignal sig{id, nextToken(r), k, 0.0, Terminal::None, {}};
-    if (k == 0) sig.cached_tokens = r.first_cached_tokens;
-    r.tokens.push_back(*sig.token);
+    OutputSignal sig = detail::sampleToken(r, config_.token_seed);
     if (reachedEnd(r)) {
       sig.terminal = Terminal::Completed;
       complete(r);
     }
-    out.outputs.push_back(sig);
+    pass.out.outputs.push_back(sig);
   }
-  if (!completed.empty()) {
+  if (!pass.completed.empty()) {
     std::erase_if(running_, [](const Req* r) { return r->state == ReqState::Finished; });
-    for (RequestId id : completed) requests_.erase(id);
+    for (RequestId id : pass.completed) requests_.erase(id);
   }
-  for (RequestId id : rejected) {
-    out.outputs.push_back({id, std::nullopt, 0, 0.0, Terminal::Rejected, {}});
-  }
-  if (decode_failed) {
-    out.prefill_ms = std::isfinite(out.prefill_ms) ? out.prefill_ms : 0.0;
-    out.decode_ms = 0.0;
-  }
-
-  detail::stampPassEnd(out, now_ms);
-  out.did_work = !scheduled_.empty() || !out.outputs.empty();
-  detail::fillQueued(fpm.queued, queued_prefill_, queued_decode_);
-  out.load = loadMetrics();
-  return out;
 }
 
 LoadMetrics VllmScheduler::loadMetrics() const {
@@ -498,8 +445,7 @@ LoadMetrics VllmScheduler::loadMetrics() const {
                                   .running = running_.size(),
                                   .waiting = num_waiting_,
                                   .preemptions = preemptions_total_,
-                                  .prefix_queries_tokens = prefix_queries_tokens_,
-                                  .prefix_hits_tokens = prefix_hits_tokens_});
+                                  .prefix = prefix_counters_});
 }
 
 Status VllmScheduler::checkInvariants() const {

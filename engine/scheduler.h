@@ -18,6 +18,7 @@
 
 #include "engine/block_pool.h"
 #include "engine/config.h"
+#include "engine/detail/pass.h"
 #include "engine/detail/rank_core.h"
 #include "engine/detail/stats.h"
 #include "engine/timing_model.h"
@@ -34,32 +35,24 @@ class VllmScheduler final : public detail::RankCore {
   PassResult step(double now_ms) override;
   bool hasWork() const override { return num_waiting_ > 0 || !running_.empty(); }
   LoadMetrics loadMetrics() const override;
-  std::vector<std::uint64_t> cachedBlockHashes() const override { return pool_.cachedHashes(); }
+  std::vector<std::uint64_t> cachedBlockHashes() const override {
+    return detail::rawHashes(pool_.cachedHashes());
+  }
   bool clearCache() override { return pool_.clearCache(); }
   Status checkInvariants() const override;
 
  private:
   enum class ReqState : std::uint8_t { Waiting, Preempted, Running, Finished };
 
-  struct Req {
-    RequestId id;
-    std::vector<std::uint32_t> tokens;  // prompt followed by every sampled output token
-    std::uint32_t prompt_len = 0;
-    std::uint32_t max_output = 0;
-    std::optional<std::vector<std::uint32_t>> plan;
+  struct Req : detail::RequestRecord {
+    using RequestRecord::RequestRecord;
     std::uint32_t num_computed = 0;
-    std::vector<BlockId> blocks;        // index = block position in the sequence
-    std::vector<std::uint64_t> hashes;  // sequence hashes of full blocks, grown lazily
-    std::uint32_t num_finalized = 0;    // blocks [0, num_finalized) are cache-visible
+    std::vector<BlockId> blocks;      // index = block position in the sequence
+    std::uint32_t num_finalized = 0;  // blocks [0, num_finalized) are cache-visible
     ReqState state = ReqState::Waiting;
     std::uint32_t num_preemptions = 0;
-    bool admitted_before = false;
-    bool head_checked = false;
-    std::uint32_t first_cached_tokens = 0;
-
-    std::uint32_t len() const { return static_cast<std::uint32_t>(tokens.size()); }
-    std::uint32_t generated() const { return len() - prompt_len; }
   };
+  using ReqMap = std::unordered_map<RequestId, Req>;
 
   // One request's work in the current pass.
   struct Scheduled {
@@ -70,15 +63,55 @@ class VllmScheduler final : public detail::RankCore {
     std::uint32_t prompt_len;
   };
 
+  // What one pass threads through its phases.
+  struct Pass {
+    PassResult out;
+    std::uint64_t budget = 0;  // tokens left of max_num_batched_tokens
+    bool preempted = false;
+    std::vector<RequestId> rejected;             // fresh requests that can never run
+    std::vector<Req*> ready;                     // sample a token this pass, running order
+    std::uint64_t ready_len_sum = 0;             // Σ len over `ready`
+    std::vector<RequestId> ended_without_token;  // rare: left before sampling
+    std::vector<RequestId> completed;            // ended with this pass's token
+  };
+
   struct PrefixMatch {
     std::uint32_t hit_blocks = 0;     // blocks claimed from the cache (after the §4.3 cap)
     std::uint32_t active_blocks = 0;  // of those, blocks currently active
   };
 
+  // How a running request's allocation for this pass ended.
+  enum class Growth : std::uint8_t { Allocated, SelfPreempted, Stalled };
+
   bool isTrtllm() const { return config_.engine_type == EngineType::Trtllm; }
   std::uint32_t blocksFor(std::uint64_t tokens) const {
     return static_cast<std::uint32_t>((tokens + block_size_ - 1) / block_size_);
   }
+
+  // The phases of step(), in order.
+  /// 1. Running requests spend the budget first, preempting when the pool runs out.
+  void scheduleRunning(Pass& pass);
+  /// 2. Strict head-of-line admission from waiting; skipped in a pass that preempted.
+  void admitWaiting(Pass& pass);
+  /// 3. Prefill time and FPM over the requests that computed prompt tokens.
+  void timePrefill(Pass& pass);
+  /// 4. Requests with nothing left to sample end without a token; the rest whose KV covers their
+  ///    whole sequence form `pass.ready`.
+  void collectReady(Pass& pass);
+  /// 5. Decode FPM over the scheduled decode work and decode time over `pass.ready`.
+  void timeDecode(Pass& pass);
+  /// 6. Every ready request samples one token (or fails with the pass); completions release.
+  void emitTokens(Pass& pass);
+
+  /// Allocates blocks for `n` more tokens of running_[i], preempting victims until they fit.
+  /// `i` keeps pointing at the same request when a victim before it leaves running_.
+  Growth growOrPreempt(Pass& pass, std::size_t& i, std::uint32_t n);
+  /// Schedules `n` tokens of `r` after `computed_before` and finalizes the blocks they complete.
+  void computeTokens(Pass& pass, Req& r, std::uint32_t computed_before, std::uint32_t n);
+  /// Drops the waiting head `it` with a Rejected signal at the end of the pass.
+  void rejectHead(Pass& pass, ReqMap::iterator it);
+  /// TRT-LLM: blocks `r` may still allocate before it completes.
+  std::uint64_t blocksToCompletion(const Req& r) const;
 
   PrefixMatch lookupPrefix(Req& r);
   bool acquire(Req& r, std::uint32_t target_tokens, std::uint32_t hit_blocks,
@@ -92,7 +125,6 @@ class VllmScheduler final : public detail::RankCore {
   /// chunked-prefill-off check (which needs the prefix lookup) is skipped.
   std::optional<Terminal> rejectionReason(Req& r, std::optional<std::uint32_t> cached_tokens) const;
   void finish(RequestId id);
-  std::uint32_t nextToken(const Req& r) const;
   bool reachedEnd(const Req& r) const;
 
   const EngineConfig& config_;
@@ -102,7 +134,7 @@ class VllmScheduler final : public detail::RankCore {
   BlockPool pool_;
   const std::uint32_t max_len_;  // min(max_model_len, N·B): generation stops there
 
-  std::unordered_map<RequestId, Req> requests_;  // lookup only; order comes from the queues
+  ReqMap requests_;                // lookup only; order comes from the queues
   std::deque<RequestId> waiting_;  // may hold ids of cancelled requests (dropped at the head)
   std::vector<Req*> running_;      // nodes of requests_ (stable until erased)
   std::uint64_t num_waiting_ = 0;
@@ -111,8 +143,7 @@ class VllmScheduler final : public detail::RankCore {
   detail::RunningMoments queued_decode_;   // lengths of preempted waiting requests
 
   std::uint64_t preemptions_total_ = 0;
-  std::uint64_t prefix_queries_tokens_ = 0;
-  std::uint64_t prefix_hits_tokens_ = 0;
+  detail::PrefixCacheCounters prefix_counters_;
 
   // Per-pass scratch (kept as members to reuse their capacity).
   std::vector<Scheduled> scheduled_;

@@ -16,6 +16,10 @@
 //      new_token_ratio; append one token each; pages that complete become radix nodes (Stored).
 //   5. new_token_ratio decays linearly towards its minimum.
 //
+// step() is these phases in order (orderWaitingLpm, admit, timePrefill, selectDecoding,
+// emitTokens); the signal, Stored-run and pass-end pieces it shares with the vLLM scheduler live
+// in detail/pass.h.
+//
 // Our rules where SGLang/Dynamo would stall forever (documented in engine/README.md):
 //   * a fresh prompt needing >= N pages is rejected at the head; generation stops once a
 //     sequence needs N pages; the admission output reserve is capped so a lone request fits;
@@ -28,23 +32,13 @@
 #include "engine/sglang_scheduler.h"
 
 #include <algorithm>
-#include <cmath>
-#include <limits>
 #include <unordered_set>
+#include <utility>
 
 #include "base/check.h"
 #include "engine/block_hash.h"
-#include "engine/detail/pass_common.h"
-#include "engine/engine.h"
 
 namespace mocker::engine {
-namespace {
-
-constexpr std::uint64_t kUnbounded = std::numeric_limits<std::uint64_t>::max();
-
-double effectiveSpeedup(double ratio) { return ratio > 0.0 ? ratio : 1.0; }
-
-}  // namespace
 
 SglangScheduler::SglangScheduler(const EngineConfig& config, std::uint32_t dp_rank)
     : config_(config),
@@ -60,13 +54,7 @@ SglangScheduler::SglangScheduler(const EngineConfig& config, std::uint32_t dp_ra
       new_token_ratio_(init_ratio_) {}
 
 void SglangScheduler::submit(detail::AcceptedRequest&& request) {
-  Req r;
-  r.id = request.id;
-  r.prompt_len = static_cast<std::uint32_t>(request.tokens.size());
-  r.tokens = std::move(request.tokens);
-  r.max_output = request.max_output_tokens;
-  r.tokens.reserve(std::size_t{r.prompt_len} + r.max_output);
-  r.plan = std::move(request.output_token_ids);
+  Req r(std::move(request));
   const RequestId id = r.id;
   addToWaitingStats(r);
   requests_.emplace(id, std::move(r));
@@ -129,33 +117,17 @@ void SglangScheduler::publishPages(Req& r, std::vector<KvEvent>& events) {
   const auto first = static_cast<std::uint32_t>(r.path.size());
   if (full <= first) return;
   ensureHashes(r, full);
-  std::uint32_t run_start = 0;
-  bool in_run = false;
-  const auto flush = [&](std::uint32_t end) {
-    if (!in_run) return;
-    in_run = false;
-    BlockStored stored;
-    stored.block_hashes.assign(r.hashes.begin() + run_start, r.hashes.begin() + end);
-    if (run_start > 0) stored.parent_block_hash = r.hashes[run_start - 1];
-    stored.token_ids.assign(r.tokens.begin() + std::ptrdiff_t{run_start} * page_size_,
-                            r.tokens.begin() + std::ptrdiff_t{end} * page_size_);
-    stored.block_size = page_size_;
-    events.emplace_back(std::move(stored));
-  };
+  // Newly created nodes form maximal runs of consecutive pages; one Stored per run.
+  detail::StoredRuns runs(r, page_size_, events);
   for (std::uint32_t i = first; i < full; ++i) {
     MOCKER_CHECK(r.private_pages > 0);
     const RadixCache::NodeId parent = i == 0 ? RadixCache::kRoot : r.path[i - 1];
     const auto [node, created] = cache_.insert(parent, r.hashes[i]);
     --r.private_pages;
     r.path.push_back(node);
-    if (created && !in_run) {
-      in_run = true;
-      run_start = i;
-    } else if (!created) {
-      flush(i);
-    }
+    runs.visit(i, created);
   }
-  flush(full);
+  runs.close(full);
 }
 
 bool SglangScheduler::allocateChunk(Req& r, std::uint32_t chunk_end, std::uint32_t& cached,
@@ -165,7 +137,7 @@ bool SglangScheduler::allocateChunk(Req& r, std::uint32_t chunk_end, std::uint32
   cached = 0;
   if (r.heldPages() == 0) {
     std::uint32_t matched = 0;
-    std::span<const std::uint64_t> prefix;
+    std::span<const BlockHash> prefix;
     if (config_.enable_prefix_caching) {
       // At least one token is computed (SGLang init_next_round_input): match ≤ len − 1 tokens.
       const std::uint32_t limit = std::min(chunk_end, r.len() - 1) / page_size_;
@@ -232,7 +204,7 @@ void SglangScheduler::orderWaitingLpm() {
   std::vector<Entry> entries;
   entries.reserve(num_waiting_);
   const std::uint32_t key_pages = (kInBatchPrefixThreshold + page_size_ - 1) / page_size_;
-  std::unordered_set<std::uint64_t> in_batch;
+  std::unordered_set<BlockHash> in_batch;
   for (RequestId id : waiting_) {
     const auto it = requests_.find(id);
     if (it == requests_.end()) continue;  // cancelled: dropped here
@@ -246,7 +218,7 @@ void SglangScheduler::orderWaitingLpm() {
     bool deprioritised = false;
     if (prefix <= kInBatchPrefixThreshold && r.len() >= key_pages * page_size_) {
       ensureHashes(r, key_pages);
-      const std::uint64_t key = r.hashes[key_pages - 1];  // chains the first key_pages pages
+      const BlockHash key = r.hashes[key_pages - 1];  // chains the first key_pages pages
       deprioritised = !in_batch.insert(key).second;
     }
     entries.push_back({deprioritised, prefix, id});
@@ -261,7 +233,7 @@ void SglangScheduler::orderWaitingLpm() {
 }
 
 bool SglangScheduler::admitPrefill(PassResult& out, std::vector<RequestId>& rejected) {
-  const std::uint64_t max_seqs = config_.max_num_seqs ? *config_.max_num_seqs : kUnbounded;
+  const std::uint64_t max_seqs = detail::limitOrUnbounded(config_.max_num_seqs);
   std::uint64_t reserved_output = 0;
   for (RequestId id : running_) {
     reserved_output += std::min(requests_.at(id).remainingOutput(), sg_.clip_max_new_tokens);
@@ -322,13 +294,7 @@ bool SglangScheduler::admitPrefill(PassResult& out, std::vector<RequestId>& reje
     removeFromWaitingStats(r);
     --num_waiting_;
     if (held_before > 0) std::erase(waiting_holders_, r.id);
-    if (materialized_before == 0) {
-      out.admissions.push_back({r.id, cached, r.admitted_before});
-      if (!r.admitted_before) r.first_cached_tokens = cached;
-      r.admitted_before = true;
-      prefix_queries_tokens_ += r.len();
-      prefix_hits_tokens_ += cached;
-    }
+    if (materialized_before == 0) detail::recordAdmission(r, cached, out, prefix_counters_);
     rem_total -= static_cast<double>(pageTokens(r.heldPages() - held_before) + reserve);
     rem_input -= static_cast<double>(charged);
     rem_chunk -= static_cast<double>(charged);
@@ -339,12 +305,6 @@ bool SglangScheduler::admitPrefill(PassResult& out, std::vector<RequestId>& reje
     if (rem_chunk <= 0) break;
   }
   return any;
-}
-
-std::uint32_t SglangScheduler::nextToken(const Req& r) const {
-  const std::uint32_t k = r.generated();
-  if (r.plan) return (*r.plan)[k];
-  return syntheticToken(config_.token_seed, r.id, k);
 }
 
 bool SglangScheduler::reachedEnd(const Req& r) const {
@@ -358,45 +318,52 @@ void SglangScheduler::finish(Req& r) {
 }
 
 PassResult SglangScheduler::step(double now_ms) {
-  PassResult out;
-  out.dp_rank = dp_rank_;
-  out.start_ms = now_ms;
+  Pass pass{.out = detail::beginPass(dp_rank_, now_ms)};
   prefills_.clear();
   oom_ = false;
-  std::vector<KvEvent>& events = out.kv_events;
-  bool retracted_any = false;
-
-  // 1. Order waiting.
   if (sg_.schedule_policy == SchedulePolicy::Lpm && num_waiting_ > 1 &&
       num_waiting_ <= kLpmFallbackWaiting) {
     orderWaitingLpm();
   }
+  admit(pass);
+  timePrefill(pass);
+  // Exclusive extend: a pass that prefilled decodes only the requests it completed.
+  pass.extend_pass = !prefills_.empty();
+  if (!pass.extend_pass) pass.decode_set = running_;
+  selectDecoding(pass);
+  emitTokens(pass);
+  // Ratio update: reset by a retraction, then one decay step per pass that did work.
+  if (pass.retracted_any) new_token_ratio_ = init_ratio_;
+  pass.out.did_work = !prefills_.empty() || !pass.out.outputs.empty() || !pass.rejected.empty() ||
+                      pass.retracted_any || !pass.decode_set.empty();
+  if (pass.out.did_work) new_token_ratio_ = std::max(min_ratio_, new_token_ratio_ - decay_);
+  detail::finishPass(pass.out, now_ms, pass.rejected, queued_prefill_, queued_decode_,
+                     loadMetrics());
+  return std::move(pass.out);
+}
 
-  // 2. Prefill admission.
-  std::vector<RequestId> rejected;
-  admitPrefill(out, rejected);
+void SglangScheduler::admit(Pass& pass) {
+  admitPrefill(pass.out, pass.rejected);
   if (prefills_.empty() && running_.empty() && !waiting_holders_.empty()) {
     // Our rule: nothing can run while partial prefills pin KV ⇒ release them and retry.
-    retracted_any |= releaseWaitingHolders(std::nullopt);
-    admitPrefill(out, rejected);
+    pass.retracted_any |= releaseWaitingHolders(std::nullopt);
+    admitPrefill(pass.out, pass.rejected);
   }
   if (oom_) new_token_ratio_ = init_ratio_;
+}
 
-  // 3. Prefill time; partially prefilled requests go back to the front of waiting.
-  const double speedup = effectiveSpeedup(config_.speedup_ratio);
-  ForwardPassMetrics& fpm = out.fpm;
-  fpm.dp_rank = dp_rank_;
+void SglangScheduler::timePrefill(Pass& pass) {
+  ScheduledStats& fpm = pass.out.fpm.scheduled;
   detail::Welford prefill_len;
   std::uint64_t sum_isl = 0, sum_prefix = 0;
-  std::vector<RequestId> decode_set;
   std::vector<RequestId> partial;
   for (const Prefill& p : prefills_) {
     sum_isl += p.chunk_end;
     sum_prefix += p.kv_before;
     if (p.chunk_end > p.kv_before) {
-      ++fpm.scheduled.num_prefill_requests;
-      fpm.scheduled.sum_prefill_tokens += p.chunk_end - p.kv_before;
-      fpm.scheduled.sum_prefill_kv_tokens += p.kv_before;
+      ++fpm.num_prefill_requests;
+      fpm.sum_prefill_tokens += p.chunk_end - p.kv_before;
+      fpm.sum_prefill_kv_tokens += p.kv_before;
       prefill_len.add(p.prompt_len);
     }
     Req& r = requests_.at(p.id);
@@ -405,44 +372,40 @@ PassResult SglangScheduler::step(double now_ms) {
     } else {
       r.state = ReqState::Running;
       running_.push_back(p.id);
-      decode_set.push_back(p.id);
+      pass.decode_set.push_back(p.id);
     }
   }
   for (std::size_t i = partial.size(); i-- > 0;) pushWaitingFront(requests_.at(partial[i]));
-  fpm.scheduled.var_prefill_length = prefill_len.variance();
+  fpm.var_prefill_length = prefill_len.variance();
   const std::uint64_t batch = prefills_.size();
-  const double prefill_raw =
+  const double raw_ms =
       batch == 0 ? 0.0 : timing_.prefillMs(batch, sum_isl / batch, sum_prefix / batch);
-  out.prefill_ms = prefill_raw / speedup;
+  pass.out.prefill_ms = detail::scaledPrefillMs(config_, raw_ms);
+}
 
-  // 4. Exclusive extend: a pass that prefilled decodes only the requests it completed.
-  const bool extend_pass = batch > 0;
-  if (!extend_pass) decode_set = running_;
+std::uint64_t SglangScheduler::growthOf(const Req& r) const {
+  return pageTokens(pagesFor(std::uint64_t{r.len()} + 1)) - pageTokens(r.heldPages());
+}
 
-  // 5. Decode step over the decode set.
-  std::vector<Req*> active;
-  active.reserve(decode_set.size());
-  for (RequestId id : decode_set) {
+std::uint64_t SglangScheduler::reclaimableTokens() const {
+  return pageTokens(std::uint64_t{cache_.numFree()} + cache_.numEvictable());
+}
+
+void SglangScheduler::selectDecoding(Pass& pass) {
+  pass.active.reserve(pass.decode_set.size());
+  for (RequestId id : pass.decode_set) {
     Req& r = requests_.at(id);
     if (r.remainingOutput() == 0) {  // nothing to sample (max_output 0)
-      // A request that ends without any token carries its prefix hits on this only signal.
-      out.outputs.push_back(
-          {r.id, std::nullopt, r.generated(), 0.0, Terminal::Completed,
-           r.generated() == 0 ? std::optional(r.first_cached_tokens) : std::nullopt});
+      pass.out.outputs.push_back(detail::completedWithoutToken(r));
       finish(r);
       continue;
     }
-    active.push_back(&r);
+    pass.active.push_back(&r);
   }
-  const auto growthOf = [&](const Req& r) {
-    return pageTokens(pagesFor(std::uint64_t{r.len()} + 1)) - pageTokens(r.heldPages());
-  };
-  const auto reclaimable = [&] {
-    return pageTokens(std::uint64_t{cache_.numFree()} + cache_.numEvictable());
-  };
+  std::vector<Req*>& active = pass.active;
   std::uint64_t growth = 0;
   for (const Req* r : active) growth += growthOf(*r);
-  while (growth > reclaimable() && active.size() > 1) {
+  while (growth > reclaimableTokens() && active.size() > 1) {
     // Retract the request with the fewest generated tokens (ties: earliest in running order).
     std::size_t victim = 0;
     for (std::size_t i = 1; i < active.size(); ++i) {
@@ -451,62 +414,59 @@ PassResult SglangScheduler::step(double now_ms) {
     growth -= growthOf(*active[victim]);
     retract(*active[victim]);
     active.erase(active.begin() + static_cast<std::ptrdiff_t>(victim));
-    retracted_any = true;
+    pass.retracted_any = true;
   }
-  if (growth > reclaimable() && !extend_pass) {
-    retracted_any |= releaseWaitingHolders((growth + page_size_ - 1) / page_size_);
+  if (growth > reclaimableTokens() && !pass.extend_pass) {
+    pass.retracted_any |= releaseWaitingHolders((growth + page_size_ - 1) / page_size_);
   }
-  if (growth > reclaimable()) {
+  if (growth > reclaimableTokens()) {
     // Newly prefilled requests wait (running) for the next decode pass; a decode pass cannot
     // get here (a lone sequence always fits once nothing else pins KV).
-    MOCKER_DCHECK(extend_pass);
+    MOCKER_DCHECK(pass.extend_pass);
     active.clear();
   }
+}
+
+void SglangScheduler::emitTokens(Pass& pass) {
+  ScheduledStats& fpm = pass.out.fpm.scheduled;
   std::uint64_t len_sum = 0;
   detail::Welford decode_len;
-  for (const Req* r : active) {
+  for (const Req* r : pass.active) {
     len_sum += r->len();
-    if (!extend_pass) {
-      ++fpm.scheduled.num_decode_requests;
-      fpm.scheduled.sum_decode_kv_tokens += r->len();
+    if (!pass.extend_pass) {
+      ++fpm.num_decode_requests;
+      fpm.sum_decode_kv_tokens += r->len();
       decode_len.add(r->len());
     }
   }
-  fpm.scheduled.var_decode_kv_tokens = decode_len.variance();
-  if (!active.empty()) {
-    const double decode_raw = timing_.decodeMs(active.size(), std::min(len_sum, total_tokens_),
-                                               len_sum / active.size(), total_tokens_);
-    out.decode_ms = decode_raw / (speedup * config_.decode_speedup_ratio);
+  fpm.var_decode_kv_tokens = decode_len.variance();
+  if (!pass.active.empty()) {
+    const double raw_ms = timing_.decodeMs(pass.active.size(), std::min(len_sum, total_tokens_),
+                                           len_sum / pass.active.size(), total_tokens_);
+    pass.out.decode_ms = detail::scaledDecodeMs(config_, raw_ms);
   }
-  const bool failed = !std::isfinite(out.prefill_ms) || !std::isfinite(out.decode_ms);
-  for (Req* rp : active) {
+  const bool failed = detail::passFailed(pass.out);
+  for (Req* rp : pass.active) {
     Req& r = *rp;
     if (failed) {
-      out.outputs.push_back({r.id, std::nullopt, r.generated(), 0.0, Terminal::Failed, {}});
+      pass.out.outputs.push_back(detail::failedSignal(r));
       finish(r);
       continue;
     }
     const std::uint64_t before = overheadOf(r);
     if (growthOf(r) > 0) {
-      cache_.allocatePrivate(1, events);
+      cache_.allocatePrivate(1, pass.out.kv_events);
       ++r.private_pages;
     }
-    const std::uint32_t k = r.generated();
-    OutputSignal sig{r.id, nextToken(r), k, 0.0, Terminal::None, {}};
-    if (k == 0) sig.cached_tokens = r.first_cached_tokens;
-    r.tokens.push_back(*sig.token);
+    OutputSignal sig = detail::sampleToken(r, config_.token_seed);
     r.materialized = r.len();
-    publishPages(r, events);
+    publishPages(r, pass.out.kv_events);
     page_overhead_ = page_overhead_ - before + overheadOf(r);
     if (reachedEnd(r)) {
       sig.terminal = Terminal::Completed;
       finish(r);
     }
-    out.outputs.push_back(sig);
-  }
-  if (failed) {
-    out.prefill_ms = std::isfinite(out.prefill_ms) ? out.prefill_ms : 0.0;
-    out.decode_ms = 0.0;
+    pass.out.outputs.push_back(sig);
   }
   // Drop finished and retracted requests from running (one compaction per pass).
   std::erase_if(running_, [&](RequestId id) {
@@ -517,18 +477,6 @@ PassResult SglangScheduler::step(double now_ms) {
     }
     return it->second.state != ReqState::Running;
   });
-  for (RequestId id : rejected) {
-    out.outputs.push_back({id, std::nullopt, 0, 0.0, Terminal::Rejected, {}});
-  }
-
-  // 6. Ratio update, metrics.
-  if (retracted_any) new_token_ratio_ = init_ratio_;
-  out.did_work = batch > 0 || !out.outputs.empty() || retracted_any || !decode_set.empty();
-  if (out.did_work) new_token_ratio_ = std::max(min_ratio_, new_token_ratio_ - decay_);
-  detail::stampPassEnd(out, now_ms);
-  detail::fillQueued(fpm.queued, queued_prefill_, queued_decode_);
-  out.load = loadMetrics();
-  return out;
 }
 
 LoadMetrics SglangScheduler::loadMetrics() const {
@@ -538,8 +486,7 @@ LoadMetrics SglangScheduler::loadMetrics() const {
                                   .running = running_.size(),
                                   .waiting = num_waiting_,
                                   .preemptions = retractions_total_,
-                                  .prefix_queries_tokens = prefix_queries_tokens_,
-                                  .prefix_hits_tokens = prefix_hits_tokens_});
+                                  .prefix = prefix_counters_});
 }
 
 std::vector<RequestId> SglangScheduler::waitingOrder() const {
@@ -563,8 +510,8 @@ Status SglangScheduler::checkInvariants() const {
   std::uint64_t private_pages = 0, overhead = 0;
   for (const auto& [id, r] : requests_) {
     for (RadixCache::NodeId n : r.path) {
-      if (n >= locks.size()) return fail("path holds an unknown node");
-      ++locks[n];
+      if (n.value() >= locks.size()) return fail("path holds an unknown node");
+      ++locks[n.value()];
     }
     for (std::size_t i = 0; i < r.path.size(); ++i) {
       if (i >= r.hashes.size() || cache_.hashOf(r.path[i]) != r.hashes[i]) {

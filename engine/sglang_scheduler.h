@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "engine/config.h"
+#include "engine/detail/pass.h"
 #include "engine/detail/rank_core.h"
 #include "engine/detail/stats.h"
 #include "engine/radix_cache.h"
@@ -41,7 +42,9 @@ class SglangScheduler final : public detail::RankCore {
   PassResult step(double now_ms) override;
   bool hasWork() const override { return num_waiting_ > 0 || !running_.empty(); }
   LoadMetrics loadMetrics() const override;
-  std::vector<std::uint64_t> cachedBlockHashes() const override { return cache_.cachedHashes(); }
+  std::vector<std::uint64_t> cachedBlockHashes() const override {
+    return detail::rawHashes(cache_.cachedHashes());
+  }
   bool clearCache() override { return cache_.clear(); }
   Status checkInvariants() const override;
 
@@ -59,24 +62,14 @@ class SglangScheduler final : public detail::RankCore {
  private:
   enum class ReqState : std::uint8_t { Waiting, Running, Done };
 
-  struct Req {
-    RequestId id;
-    std::vector<std::uint32_t> tokens;  // prompt followed by every sampled output token
-    std::uint32_t prompt_len = 0;
-    std::uint32_t max_output = 0;
-    std::optional<std::vector<std::uint32_t>> plan;
+  struct Req : detail::RequestRecord {
+    using RequestRecord::RequestRecord;
     std::uint32_t materialized = 0;        // tokens whose KV exists
     std::vector<RadixCache::NodeId> path;  // tree nodes held; page i ↔ path[i]
     std::uint32_t private_pages = 0;       // pages held after the path (not cache-visible)
-    std::vector<std::uint64_t> hashes;     // sequence hashes of full pages, grown lazily
     ReqState state = ReqState::Waiting;
-    bool admitted_before = false;
-    bool head_checked = false;
-    std::uint32_t first_cached_tokens = 0;
     std::uint32_t num_retractions = 0;
 
-    std::uint32_t len() const { return static_cast<std::uint32_t>(tokens.size()); }
-    std::uint32_t generated() const { return len() - prompt_len; }
     std::uint32_t remainingOutput() const { return max_output - generated(); }
     std::uint32_t heldPages() const {
       return static_cast<std::uint32_t>(path.size()) + private_pages;
@@ -91,6 +84,16 @@ class SglangScheduler final : public detail::RankCore {
     std::uint32_t prompt_len;
   };
 
+  // What one pass threads through its phases.
+  struct Pass {
+    PassResult out;
+    std::vector<RequestId> rejected;    // fresh requests that can never run
+    std::vector<RequestId> decode_set;  // extend pass: newly completed prompts; else running_
+    std::vector<Req*> active;           // decode_set members that sample a token this pass
+    bool extend_pass = false;           // something was prefilled: exclusive extend
+    bool retracted_any = false;
+  };
+
   std::uint64_t pageTokens(std::uint64_t pages) const { return pages * page_size_; }
   std::uint32_t pagesFor(std::uint64_t tokens) const {
     return static_cast<std::uint32_t>((tokens + page_size_ - 1) / page_size_);
@@ -99,7 +102,25 @@ class SglangScheduler final : public detail::RankCore {
     return pageTokens(r.heldPages()) - r.materialized;
   }
 
+  // The phases of step(), in order (lpm ordering first when it applies).
   void orderWaitingLpm();
+  /// Prefill admission, retried once after releasing waiting partial prefills when nothing
+  /// could run; an OOM resets new_token_ratio.
+  void admit(Pass& pass);
+  /// Prefill time and FPM; completed prompts join running_ and the decode set, partial ones go
+  /// back to the front of waiting.
+  void timePrefill(Pass& pass);
+  /// Ends requests with nothing to sample; retracts (fewest generated first) until one more
+  /// token per request fits, filling `pass.active`.
+  void selectDecoding(Pass& pass);
+  /// Decode FPM and time, then one token per active request; compacts running_.
+  void emitTokens(Pass& pass);
+
+  /// Token slots `r` needs for one more token beyond the pages it holds.
+  std::uint64_t growthOf(const Req& r) const;
+  /// Token slots of free plus evictable pages.
+  std::uint64_t reclaimableTokens() const;
+
   /// Prefill admission (§7.3 step 2); fills prefills_, out.admissions and `rejected`.
   bool admitPrefill(PassResult& out, std::vector<RequestId>& rejected);
   /// Allocates KV for `r` up to `chunk_end` tokens; false (nothing changed) when out of memory.
@@ -118,7 +139,6 @@ class SglangScheduler final : public detail::RankCore {
   void addToWaitingStats(const Req& r);
   void removeFromWaitingStats(const Req& r);
   void finish(Req& r);
-  std::uint32_t nextToken(const Req& r) const;
   bool reachedEnd(const Req& r) const;
   void ensureHashes(Req& r, std::uint32_t pages) const;
 
@@ -146,8 +166,7 @@ class SglangScheduler final : public detail::RankCore {
   detail::RunningMoments queued_decode_;   // lengths of retracted waiting requests with output
 
   std::uint64_t retractions_total_ = 0;
-  std::uint64_t prefix_queries_tokens_ = 0;
-  std::uint64_t prefix_hits_tokens_ = 0;
+  detail::PrefixCacheCounters prefix_counters_;
 
   // Per-pass scratch (kept as members to reuse their capacity).
   std::vector<Prefill> prefills_;

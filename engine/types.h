@@ -16,6 +16,11 @@ namespace mocker::engine {
 /// Internal scheduler id: strictly increasing from 1 per engine, never reused (§2.1).
 using RequestId = StrongId<struct RequestIdTag>;
 
+/// Sequence hash s_i of a full block (block_hash.h): chains the whole prefix up to that block, so
+/// it is the block's identity in the pool, the radix tree and the KV events. Its parent is s_{i-1}.
+/// The event types below carry the raw values, which is what the wire and the indexers use.
+using BlockHash = StrongId<struct BlockHashTag>;
+
 /// A request as submitted (§2.1). The engine assigns the RequestId.
 struct Request {
   std::vector<std::uint32_t> tokens;  ///< prompt, length >= 1

@@ -43,7 +43,7 @@ void BM_PoolAllocateFinalizeRelease(benchmark::State& state) {
     blocks.clear();
     events.clear();
     for (int i = 0; i < 16; ++i) blocks.push_back(pool.allocatePrivate(events));
-    for (BlockId b : blocks) pool.finalize(b, next_hash++ * 0x9E3779B97F4A7C15ull);
+    for (BlockId b : blocks) pool.finalize(b, BlockHash{next_hash++ * 0x9E3779B97F4A7C15ull});
     for (auto it = blocks.rbegin(); it != blocks.rend(); ++it) pool.release(*it);
     benchmark::DoNotOptimize(events.data());
   }

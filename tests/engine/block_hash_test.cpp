@@ -53,11 +53,13 @@ TEST(BlockHashTest, PartialBlockHasNoHash) {
 
 TEST(BlockHashTest, IncrementalExtensionMatchesFullComputation) {
   const auto tokens = iota(1, 40);
-  std::vector<std::uint64_t> grown;
+  std::vector<BlockHash> grown;
   for (std::size_t len = 0; len <= tokens.size(); ++len) {
     extendSequenceHashes(std::span(tokens).first(len), 4, HashSeeds{}, grown);
   }
-  EXPECT_EQ(grown, sequenceHashes(tokens, 4, HashSeeds{}));
+  std::vector<BlockHash> full;
+  for (std::uint64_t h : sequenceHashes(tokens, 4, HashSeeds{})) full.push_back(BlockHash{h});
+  EXPECT_EQ(grown, full);
 }
 
 TEST(BlockHashTest, LargeBlocksHashTheSameAsSpecFormula) {

@@ -4,6 +4,7 @@
 
 #include <map>
 #include <random>
+#include <type_traits>
 
 #include "engine/detail/hash_index.h"
 #include "engine/detail/stats.h"
@@ -46,17 +47,25 @@ TEST(HashIndexTest, MatchesStdMapUnderRandomInsertAndErase) {
   }
 }
 
+// Block ids, block hashes and request ids are distinct types: none converts to another or from a
+// bare integer.
+static_assert(!std::is_convertible_v<std::uint32_t, BlockId>);
+static_assert(!std::is_convertible_v<std::uint64_t, BlockHash>);
+static_assert(!std::is_constructible_v<BlockId, BlockHash>);
+static_assert(!std::is_constructible_v<BlockHash, BlockId>);
+static_assert(!std::is_constructible_v<BlockHash, RequestId>);
+
 TEST(BlockPoolTest, AllocatesFreeBlocksBeforeEvicting) {
   BlockPool pool(2);
   std::vector<KvEvent> events;
   const BlockId a = pool.allocatePrivate(events);
-  EXPECT_TRUE(pool.finalize(a, 11));
+  EXPECT_TRUE(pool.finalize(a, BlockHash{11}));
   pool.release(a);  // inactive
   EXPECT_EQ(pool.numInactive(), 1u);
   const BlockId b = pool.allocatePrivate(events);
   EXPECT_NE(a, b);
   EXPECT_TRUE(events.empty());
-  EXPECT_EQ(pool.countPrefixHits(std::vector<std::uint64_t>{11}), 1u);
+  EXPECT_EQ(pool.countPrefixHits(std::vector<BlockHash>{BlockHash{11}}), 1u);
   const BlockId c = pool.allocatePrivate(events);  // evicts 11
   EXPECT_EQ(c, a);
   ASSERT_EQ(events.size(), 1u);
@@ -69,12 +78,13 @@ TEST(BlockPoolTest, PrefixHitsStopAtFirstMissAndPreferActiveCopies) {
   std::vector<KvEvent> events;
   const BlockId a = pool.allocatePrivate(events);
   const BlockId b = pool.allocatePrivate(events);
-  EXPECT_TRUE(pool.finalize(a, 1));
-  EXPECT_FALSE(pool.finalize(b, 1));  // duplicate copy: not newly visible
-  pool.release(b);                    // inactive copy
-  EXPECT_EQ(pool.countPrefixHits(std::vector<std::uint64_t>{1, 2, 1}), 1u);
-  EXPECT_TRUE(pool.hasActiveCopy(1));
-  EXPECT_EQ(pool.claimCached(1), a);  // the active copy, not the inactive one
+  EXPECT_TRUE(pool.finalize(a, BlockHash{1}));
+  EXPECT_FALSE(pool.finalize(b, BlockHash{1}));  // duplicate copy: not newly visible
+  pool.release(b);                               // inactive copy
+  EXPECT_EQ(pool.countPrefixHits(std::vector<BlockHash>{BlockHash{1}, BlockHash{2}, BlockHash{1}}),
+            1u);
+  EXPECT_TRUE(pool.hasActiveCopy(BlockHash{1}));
+  EXPECT_EQ(pool.claimCached(BlockHash{1}), a);  // the active copy, not the inactive one
   EXPECT_EQ(pool.numInactive(), 1u);
   EXPECT_TRUE(pool.checkInvariants().has_value());
 }
@@ -83,7 +93,7 @@ TEST(BlockPoolTest, ClearCacheOnlyWhenNothingActive) {
   BlockPool pool(2);
   std::vector<KvEvent> events;
   const BlockId a = pool.allocatePrivate(events);
-  pool.finalize(a, 5);
+  pool.finalize(a, BlockHash{5});
   EXPECT_FALSE(pool.clearCache());
   pool.release(a);
   EXPECT_TRUE(pool.clearCache());

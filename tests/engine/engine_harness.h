@@ -19,6 +19,20 @@ namespace mocker::engine::testing {
 /// The spec's test defaults (engine.md §14): vllm, block_size 4, 16 blocks.
 inline EngineConfig specConfig() { return EngineConfig{.num_gpu_blocks = 16, .block_size = 4}; }
 
+/// The same defaults for any engine type: 16 blocks (SGLang: pages) of 4 tokens.
+inline EngineConfig specConfig(EngineType type) {
+  if (type == EngineType::Sglang) {
+    EngineConfig c;
+    c.engine_type = EngineType::Sglang;
+    c.num_gpu_blocks = 16;
+    c.sglang.page_size = 4;
+    return c;
+  }
+  EngineConfig c = specConfig();
+  c.engine_type = type;
+  return c;
+}
+
 inline std::vector<std::uint32_t> range(std::uint32_t first, std::uint32_t last) {
   std::vector<std::uint32_t> v(last - first + 1);
   std::iota(v.begin(), v.end(), first);

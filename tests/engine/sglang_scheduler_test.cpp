@@ -1,5 +1,6 @@
 // Scenario tests for the SGLang scheduler and radix cache (engine.md §7, §14.35–36) and extra
-// TRT-LLM guaranteed-no-evict scenarios (§6). Engine-level scenarios go through Harness::step
+// TRT-LLM guaranteed-no-evict scenarios (§6). Behaviours every engine type shares are in
+// scheduler_shared_test.cpp. Engine-level scenarios go through Harness::step
 // (per-step invariants + KV events replayed into a set == the cache); scenarios that need the
 // scheduler's internal state (new_token_ratio, queue order) drive an SglangScheduler directly
 // through `Direct`, which performs the same checks.
@@ -23,20 +24,12 @@ using testing::storedEvents;
 constexpr double kPrefill8 = 16.6229144639296;  // T_prefill(1, 8, 0)
 
 /// The spec's test defaults adapted to SGLang: 16 pages of 4 tokens.
-EngineConfig sgConfig() {
-  EngineConfig c;
-  c.engine_type = EngineType::Sglang;
-  c.num_gpu_blocks = 16;
-  c.sglang.page_size = 4;
-  return c;
-}
+EngineConfig sgConfig() { return testing::specConfig(EngineType::Sglang); }
 
 std::vector<std::uint64_t> hashesOf(const std::vector<std::uint32_t>& tokens,
                                     std::uint32_t page = 4) {
   return sequenceHashes(tokens, page, HashSeeds{});
 }
-
-double decodeMs(double u) { return std::max(1.0, -25.74 * u * u + 54.01 * u + 5.74); }
 
 /// Drives one SglangScheduler directly, checking invariants and KV-event consistency per step.
 class Direct {
@@ -153,29 +146,6 @@ TEST(SglangSchedulerTest, ExclusiveExtendPass) {
   EXPECT_TRUE(hasToken(p4, a));
   EXPECT_TRUE(hasToken(p4, b));
   EXPECT_EQ(p4.fpm.scheduled.num_decode_requests, 2u);
-}
-
-// §7.3 timing: prefill T_prefill(batch, mean chunk end, mean cached); decode over Σ len of the
-// decode set (not active pages).
-TEST(SglangSchedulerTest, SingleRequestTiming) {
-  Harness h(sgConfig());
-  const RequestId id = h.submit(range(1, 8), 3);
-  const auto& p1 = h.step();
-  EXPECT_DOUBLE_EQ(p1.prefill_ms, kPrefill8);
-  EXPECT_DOUBLE_EQ(p1.decode_ms, decodeMs(8.0 / 64));
-  const auto& p2 = h.step();
-  EXPECT_DOUBLE_EQ(p2.prefill_ms, 0.0);
-  EXPECT_DOUBLE_EQ(p2.decode_ms, decodeMs(9.0 / 64));
-  const auto& p3 = h.step();
-  EXPECT_DOUBLE_EQ(p3.decode_ms, decodeMs(10.0 / 64));
-  EXPECT_FALSE(h.engine().hasWork());
-  const auto sig = h.signalsOf(id);
-  ASSERT_EQ(sig.size(), 3u);
-  EXPECT_EQ(sig[0].token, 24979u);  // §2.2 vectors
-  EXPECT_EQ(sig[0].cached_tokens, 0u);
-  EXPECT_EQ(sig[2].terminal, Terminal::Completed);
-  EXPECT_DOUBLE_EQ(sig[2].time_ms, p3.end_ms);
-  EXPECT_DOUBLE_EQ(p3.end_ms, p1.end_ms + p2.decode_ms + p3.decode_ms);
 }
 
 // Chunked prefill: page-aligned chunks, the partial request goes back to the FRONT of waiting,
@@ -423,20 +393,14 @@ TEST(SglangSchedulerTest, LeafFirstEvictionWithRemovedEvents) {
 
 // Cached prefix reuse: the radix match is limited to prompt_len − 1 tokens, page-floored; a
 // page that is already in the tree is shared (no Stored); a new suffix is Stored with a parent.
+// (The repeated block-aligned prompt at the start is checked for every engine type in
+// scheduler_shared_test.cpp, RepeatedPromptRecomputesLastBlock.)
 TEST(SglangSchedulerTest, CachedPrefixReuse) {
   Harness h(sgConfig());
   h.submit(range(1, 16), 1);
   h.runUntilIdle();
-  const RequestId again = h.submit(range(1, 16), 1);
-  const auto& p = h.step();
-  ASSERT_EQ(p.admissions.size(), 1u);
-  EXPECT_EQ(p.admissions[0].reused_input_tokens, 12u);
-  EXPECT_FALSE(p.admissions[0].is_readmission);
-  EXPECT_EQ(p.fpm.scheduled.sum_prefill_tokens, 4u);
-  EXPECT_EQ(p.fpm.scheduled.sum_prefill_kv_tokens, 12u);
-  EXPECT_TRUE(storedEvents(p).empty());
-  EXPECT_EQ(h.signalsOf(again)[0].cached_tokens, 12u);
-  EXPECT_DOUBLE_EQ(p.prefill_ms, 16.5621604959824);  // T_prefill(1, 16, 12): 4 tokens
+  h.submit(range(1, 16), 1);
+  h.step();
 
   h.submit(range(1, 13), 1);  // floor(12 / 4) = 3 pages
   EXPECT_EQ(h.step().admissions[0].reused_input_tokens, 12u);
@@ -453,19 +417,6 @@ TEST(SglangSchedulerTest, CachedPrefixReuse) {
   const LoadMetrics m = h.engine().loadMetrics(0);
   EXPECT_EQ(m.prefix_cache_queries_tokens, 16u + 16 + 13 + 12 + 16);
   EXPECT_EQ(m.prefix_cache_hits_tokens, 12u + 12 + 8 + 8);
-}
-
-// Two identical prompts in one pass: the second shares the pages the first just made visible.
-TEST(SglangSchedulerTest, ConcurrentIdenticalPromptsShareWithinOnePass) {
-  Harness h(sgConfig());
-  h.submit(range(1, 16), 2);
-  h.submit(range(1, 16), 2);
-  const auto& p = h.step();
-  ASSERT_EQ(p.admissions.size(), 2u);
-  EXPECT_EQ(p.admissions[1].reused_input_tokens, 12u);
-  std::size_t hashes = 0;
-  for (const auto& s : storedEvents(p)) hashes += s.block_hashes.size();
-  EXPECT_EQ(hashes, 4u);
 }
 
 // clip_max_new_tokens caps each request's output reservation at admission.
@@ -498,49 +449,6 @@ TEST(SglangSchedulerTest, RunningReserveBlocksAdmission) {
   EXPECT_TRUE(h.signalsOf(b).empty());
 }
 
-TEST(SglangSchedulerTest, MaxNumSeqsCapsRunning) {
-  EngineConfig c = sgConfig();
-  c.max_num_seqs = 2;
-  Harness h(c);
-  for (std::uint32_t i = 0; i < 4; ++i) h.submit(range(100 * i + 1, 100 * i + 4), 3);
-  const auto& p = h.step();
-  EXPECT_EQ(p.admissions.size(), 2u);
-  EXPECT_EQ(p.load.running_requests, 2u);
-  EXPECT_EQ(p.load.waiting_requests, 2u);
-  h.runUntilIdle();
-}
-
-TEST(SglangSchedulerTest, ZeroOutputCompletesWithoutToken) {
-  EngineConfig c = sgConfig();
-  c.allow_empty_output = true;
-  Harness h(c);
-  const RequestId id = h.submit(range(1, 8), 0);
-  const auto& p = h.step();
-  ASSERT_EQ(p.outputs.size(), 1u);
-  EXPECT_EQ(p.outputs[0].id, id);
-  EXPECT_FALSE(p.outputs[0].token.has_value());
-  EXPECT_EQ(p.outputs[0].terminal, Terminal::Completed);
-  EXPECT_DOUBLE_EQ(p.end_ms, kPrefill8);
-  EXPECT_EQ(p.fpm.scheduled.num_decode_requests, 0u);
-  EXPECT_FALSE(h.engine().hasWork());
-}
-
-// Our rule: a prompt that needs every page can never pass SGLang's strict budget check, so it
-// is rejected at the head; the follower runs in the same pass.
-TEST(SglangSchedulerTest, OversizedPromptRejectedFollowerAdmitted) {
-  EngineConfig c = sgConfig();
-  c.num_gpu_blocks = 4;
-  Harness h(c);
-  const RequestId big = h.submit(range(1, 13), 1);
-  const RequestId ok = h.submit(range(101, 104), 1);
-  const auto& p = h.step();
-  ASSERT_EQ(p.outputs.size(), 2u);
-  EXPECT_EQ(p.outputs[0].id, ok);
-  EXPECT_EQ(p.outputs[0].terminal, Terminal::Completed);
-  EXPECT_EQ(p.outputs[1].id, big);
-  EXPECT_EQ(p.outputs[1].terminal, Terminal::Rejected);
-}
-
 // Our rule: generation stops once the sequence needs every page of the pool.
 TEST(SglangSchedulerTest, LoneSequenceStopsBeforeOutgrowingPool) {
   EngineConfig c = sgConfig();
@@ -551,20 +459,6 @@ TEST(SglangSchedulerTest, LoneSequenceStopsBeforeOutgrowingPool) {
   const auto sig = h.signalsOf(id);
   ASSERT_EQ(sig.size(), 5u);  // len 13 needs the 4th page
   EXPECT_EQ(sig.back().terminal, Terminal::Completed);
-}
-
-TEST(SglangSchedulerTest, PrefixCachingOffSharesNothingAndEmitsNoEvents) {
-  EngineConfig c = sgConfig();
-  c.enable_prefix_caching = false;
-  Harness h(c);
-  h.submit(range(1, 16), 2);
-  h.runUntilIdle();
-  h.submit(range(1, 16), 2);
-  const auto& p = h.step();
-  EXPECT_EQ(p.admissions[0].reused_input_tokens, 0u);
-  h.runUntilIdle();
-  for (const auto& q : h.passes()) EXPECT_TRUE(q.kv_events.empty());
-  EXPECT_TRUE(h.engine().cachedBlockHashes(0).empty());
 }
 
 // Cancellation releases everything: a running request's locks and pages, and a waiting partial
@@ -591,41 +485,9 @@ TEST(SglangSchedulerTest, CancelReleasesLocksAndPages) {
   EXPECT_TRUE(h.engine().cachedBlockHashes(0).empty());
 }
 
-TEST(SglangSchedulerTest, ResetPrefixCacheRefusedWhileActive) {
-  Harness h(sgConfig());
-  h.submit(range(1, 8), 3);
-  h.step();
-  EXPECT_FALSE(h.engine().resetPrefixCache(0).has_value());
-  h.runUntilIdle();
-  EXPECT_TRUE(h.engine().resetPrefixCache(0).has_value());
-}
-
-TEST(SglangSchedulerTest, SameInputsSameRun) {
-  const auto run = [] {
-    EngineConfig c = sgConfig();
-    c.num_gpu_blocks = 10;
-    c.sglang.schedule_policy = SchedulePolicy::Lpm;
-    Harness h(c);
-    for (std::uint32_t i = 0; i < 8; ++i) h.submit(range(1, 4 + 3 * i), 5 + i);
-    h.runUntilIdle();
-    std::vector<OutputSignal> out;
-    std::vector<KvEvent> events;
-    for (const auto& p : h.passes()) {
-      out.insert(out.end(), p.outputs.begin(), p.outputs.end());
-      events.insert(events.end(), p.kv_events.begin(), p.kv_events.end());
-    }
-    return std::pair(out, events);
-  };
-  EXPECT_EQ(run(), run());
-}
-
 // ---- TRT-LLM guaranteed-no-evict (§6), beyond scheduler_test.cpp ----
 
-EngineConfig trtConfig() {
-  EngineConfig c = testing::specConfig();
-  c.engine_type = EngineType::Trtllm;
-  return c;
-}
+EngineConfig trtConfig() { return testing::specConfig(EngineType::Trtllm); }
 
 // At submit max_output is clamped to N·B − prompt: the request completes when it fills the pool.
 TEST(TrtllmSchedulerTest, OutputClampedToPool) {

@@ -1,0 +1,78 @@
+#include "engine/detail/pass.h"
+
+#include <utility>
+
+namespace mocker::engine::detail {
+
+RequestRecord::RequestRecord(AcceptedRequest&& request)
+    : id(request.id),
+      tokens(std::move(request.tokens)),
+      prompt_len(static_cast<std::uint32_t>(tokens.size())),
+      max_output(request.max_output_tokens),
+      plan(std::move(request.output_token_ids)) {
+  tokens.reserve(std::size_t{prompt_len} + max_output);
+}
+
+void StoredRuns::flush(std::uint32_t end) {
+  if (!in_run_) return;
+  in_run_ = false;
+  BlockStored stored;
+  stored.block_hashes = rawHashes(std::span(r_.hashes).subspan(run_start_, end - run_start_));
+  if (run_start_ > 0) stored.parent_block_hash = r_.hashes[run_start_ - 1].value();
+  stored.token_ids.assign(r_.tokens.begin() + std::ptrdiff_t{run_start_} * block_size_,
+                          r_.tokens.begin() + std::ptrdiff_t{end} * block_size_);
+  stored.block_size = block_size_;
+  events_.emplace_back(std::move(stored));
+}
+
+std::vector<std::uint64_t> rawHashes(std::span<const BlockHash> hashes) {
+  std::vector<std::uint64_t> out(hashes.size());
+  for (std::size_t i = 0; i < hashes.size(); ++i) out[i] = hashes[i].value();
+  return out;
+}
+
+void finishPass(PassResult& out, double now_ms, std::span<const RequestId> rejected,
+                const RunningMoments& queued_prefill, const RunningMoments& queued_decode,
+                const LoadMetrics& load) {
+  for (RequestId id : rejected) {
+    out.outputs.push_back({id, std::nullopt, 0, 0.0, Terminal::Rejected, {}});
+  }
+  if (passFailed(out)) {
+    out.prefill_ms = std::isfinite(out.prefill_ms) ? out.prefill_ms : 0.0;
+    out.decode_ms = 0.0;
+  }
+  out.end_ms = now_ms + out.prefill_ms + out.decode_ms;
+  for (OutputSignal& s : out.outputs) s.time_ms = out.end_ms;
+  out.fpm.wall_time = (out.end_ms - now_ms) / 1000.0;
+
+  QueuedStats& q = out.fpm.queued;
+  q.num_prefill_requests = queued_prefill.count();
+  q.sum_prefill_tokens = queued_prefill.sum();
+  q.var_prefill_length = queued_prefill.variance();
+  q.num_decode_requests = queued_decode.count();
+  q.sum_decode_kv_tokens = queued_decode.sum();
+  q.var_decode_kv_tokens = queued_decode.variance();
+  out.load = load;
+}
+
+LoadMetrics makeLoadMetrics(const LoadCounts& c) {
+  LoadMetrics m;
+  m.dp_rank = c.dp_rank;
+  m.active_blocks = c.active_blocks;
+  m.total_blocks = c.total_blocks;
+  m.kv_usage = c.total_blocks == 0
+                   ? 0.0
+                   : static_cast<double>(c.active_blocks) / static_cast<double>(c.total_blocks);
+  m.running_requests = c.running;
+  m.waiting_requests = c.waiting;
+  m.preemptions_total = c.preemptions;
+  m.prefix_cache_queries_tokens = c.prefix.queries_tokens;
+  m.prefix_cache_hits_tokens = c.prefix.hits_tokens;
+  m.prefix_cache_hit_rate = c.prefix.queries_tokens == 0
+                                ? 0.0
+                                : static_cast<double>(c.prefix.hits_tokens) /
+                                      static_cast<double>(c.prefix.queries_tokens);
+  return m;
+}
+
+}  // namespace mocker::engine::detail

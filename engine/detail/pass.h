@@ -1,0 +1,186 @@
+// The pass code every scheduler shares: the per-request record both schedulers build on, and the
+// pieces of a pass result they fill the same way — opening a pass, scaling modelled times,
+// admission records, output signals (token, terminal without a token, failure, rejection), Stored
+// runs of newly cache-visible blocks, and closing a pass (end time, queue statistics, load
+// metrics).
+//
+// A scheduler's step() reads as its phases over these helpers; what differs between the engine
+// families (queues, budgets, allocation, preemption or retraction) stays in the scheduler.
+//
+// Internal to engine/. Pure functions and value types; not thread-safe.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <optional>
+#include <span>
+#include <vector>
+
+#include "engine/config.h"
+#include "engine/detail/rank_core.h"
+#include "engine/detail/stats.h"
+#include "engine/engine.h"
+#include "engine/types.h"
+
+namespace mocker::engine::detail {
+
+/// "No limit" for an unset optional bound (max_num_seqs, max_num_batched_tokens).
+inline constexpr std::uint64_t kUnbounded = std::numeric_limits<std::uint64_t>::max();
+
+/// `limit` or kUnbounded when it is null.
+inline std::uint64_t limitOrUnbounded(const std::optional<std::uint32_t>& limit) {
+  return limit ? *limit : kUnbounded;
+}
+
+/// What every scheduler stores per request, whatever its KV bookkeeping looks like.
+struct RequestRecord {
+  RequestId id;
+  std::vector<std::uint32_t> tokens;  // prompt followed by every sampled output token
+  std::uint32_t prompt_len = 0;
+  std::uint32_t max_output = 0;
+  std::optional<std::vector<std::uint32_t>> plan;
+  std::vector<BlockHash> hashes;  // sequence hashes of full blocks, grown lazily
+  bool admitted_before = false;
+  bool head_checked = false;              // fresh-request rejection checks already passed
+  std::uint32_t first_cached_tokens = 0;  // reused prompt tokens at the first admission
+
+  RequestRecord() = default;
+  /// Takes the prompt and plan; reserves room for every output token so that appending never
+  /// copies a long prompt.
+  explicit RequestRecord(AcceptedRequest&& request);
+
+  std::uint32_t len() const { return static_cast<std::uint32_t>(tokens.size()); }
+  std::uint32_t generated() const { return len() - prompt_len; }
+};
+
+/// Prefix-cache counters of the load metrics, accumulated per admission.
+struct PrefixCacheCounters {
+  std::uint64_t queries_tokens = 0;
+  std::uint64_t hits_tokens = 0;
+};
+
+/// An empty pass result of `dp_rank` starting at `now_ms`.
+inline PassResult beginPass(std::uint32_t dp_rank, double now_ms) {
+  PassResult out;
+  out.dp_rank = dp_rank;
+  out.start_ms = now_ms;
+  out.fpm.dp_rank = dp_rank;
+  return out;
+}
+
+/// Modelled prefill time after the speedup ratio (0 = 1: time is never compressed to nothing).
+inline double scaledPrefillMs(const EngineConfig& config, double raw_ms) {
+  const double speedup = config.speedup_ratio > 0.0 ? config.speedup_ratio : 1.0;
+  return raw_ms / speedup;
+}
+
+/// Modelled decode time after the speedup and decode speedup ratios.
+inline double scaledDecodeMs(const EngineConfig& config, double raw_ms) {
+  const double speedup = config.speedup_ratio > 0.0 ? config.speedup_ratio : 1.0;
+  return raw_ms / (speedup * config.decode_speedup_ratio);
+}
+
+/// True if the timing model produced a non-finite time: every sampling request of the pass then
+/// fails instead of emitting a token.
+inline bool passFailed(const PassResult& out) {
+  return !std::isfinite(out.prefill_ms) || !std::isfinite(out.decode_ms);
+}
+
+/// Records that `r` moved from waiting to running with `cached` reused prompt tokens: the
+/// admission event, the first admission's cached tokens and the prefix-cache counters.
+inline void recordAdmission(RequestRecord& r, std::uint32_t cached, PassResult& out,
+                            PrefixCacheCounters& counters) {
+  out.admissions.push_back({r.id, cached, r.admitted_before});
+  if (!r.admitted_before) r.first_cached_tokens = cached;
+  r.admitted_before = true;
+  counters.queries_tokens += r.len();
+  counters.hits_tokens += cached;
+}
+
+/// The next output token of `r`: its planned token, or the synthetic one (syntheticToken).
+inline std::uint32_t nextOutputToken(const RequestRecord& r, std::uint64_t token_seed) {
+  const std::uint32_t k = r.generated();
+  if (r.plan) return (*r.plan)[k];
+  return syntheticToken(token_seed, r.id, k);
+}
+
+/// Samples the next token of `r`: appends it to r.tokens and returns its signal (the first
+/// token carries the reused prompt tokens). The caller sets `terminal` if `r` ends with it.
+inline OutputSignal sampleToken(RequestRecord& r, std::uint64_t token_seed) {
+  const std::uint32_t k = r.generated();
+  OutputSignal sig{r.id, nextOutputToken(r, token_seed), k, 0.0, Terminal::None, {}};
+  if (k == 0) sig.cached_tokens = r.first_cached_tokens;
+  r.tokens.push_back(*sig.token);
+  return sig;
+}
+
+/// Completed without a token (nothing left to sample, e.g. max_output 0). A request that ends
+/// without any token carries its prefix hits on this only signal.
+inline OutputSignal completedWithoutToken(const RequestRecord& r) {
+  return {r.id,
+          std::nullopt,
+          r.generated(),
+          0.0,
+          Terminal::Completed,
+          r.generated() == 0 ? std::optional(r.first_cached_tokens) : std::nullopt};
+}
+
+/// Failed in a pass whose modelled time is not finite.
+inline OutputSignal failedSignal(const RequestRecord& r) {
+  return {r.id, std::nullopt, r.generated(), 0.0, Terminal::Failed, {}};
+}
+
+/// Appends one BlockStored per maximal run of consecutive blocks that became cache-visible.
+/// Visit the candidate blocks of one request in increasing index order with visit(), then call
+/// close() with the end of the visited range. A run's parent is the hash of the block before it
+/// (null for block 0).
+class StoredRuns {
+ public:
+  StoredRuns(const RequestRecord& r, std::uint32_t block_size, std::vector<KvEvent>& events)
+      : r_(r), block_size_(block_size), events_(events) {}
+
+  void visit(std::uint32_t block, bool newly_visible) {
+    if (newly_visible && !in_run_) {
+      in_run_ = true;
+      run_start_ = block;
+    } else if (!newly_visible) {
+      flush(block);
+    }
+  }
+  void close(std::uint32_t end) { flush(end); }
+
+ private:
+  void flush(std::uint32_t end);
+
+  const RequestRecord& r_;
+  const std::uint32_t block_size_;
+  std::vector<KvEvent>& events_;
+  std::uint32_t run_start_ = 0;
+  bool in_run_ = false;
+};
+
+/// The raw values of `hashes`, as KV events and cache snapshots carry them.
+std::vector<std::uint64_t> rawHashes(std::span<const BlockHash> hashes);
+
+/// Closes a pass: the rejections of this pass go last (signal order); a failed pass keeps a finite
+/// prefill time and no decode time; the end time is stamped on the pass and on every signal; FPM
+/// wall time and queue fields and the rank's load metrics (`load`, taken after the pass) are
+/// filled in.
+void finishPass(PassResult& out, double now_ms, std::span<const RequestId> rejected,
+                const RunningMoments& queued_prefill, const RunningMoments& queued_decode,
+                const LoadMetrics& load);
+
+/// Load metrics with the derived usage and hit-rate fields.
+struct LoadCounts {
+  std::uint32_t dp_rank = 0;
+  std::uint64_t active_blocks = 0;
+  std::uint64_t total_blocks = 0;
+  std::uint64_t running = 0;
+  std::uint64_t waiting = 0;
+  std::uint64_t preemptions = 0;
+  PrefixCacheCounters prefix;
+};
+LoadMetrics makeLoadMetrics(const LoadCounts& c);
+
+}  // namespace mocker::engine::detail
