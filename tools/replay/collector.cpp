@@ -6,6 +6,12 @@
 #include "base/check.h"
 
 namespace mocker::replay {
+namespace {
+
+/// Largest per-request token timeline reserved up front (64 k tokens, 512 KiB).
+constexpr std::size_t kMaxTokenTimesReserve = std::size_t{1} << 16;
+
+}  // namespace
 
 const char* terminalStatusName(TerminalStatus status) {
   switch (status) {
@@ -62,7 +68,14 @@ void ReplayCollector::onAdmission(RequestHandle request, double time_ms,
 }
 
 void ReplayCollector::onToken(RequestHandle request, double time_ms) {
-  record(request).token_times_ms.push_back(time_ms);
+  RequestRecord& r = record(request);
+  if (r.token_times_ms.empty()) {
+    // Size the timeline once for the requested output instead of growing it token by token
+    // (a hint, capped: a request may still emit more or fewer tokens).
+    r.token_times_ms.reserve(
+        std::clamp<std::size_t>(r.info.requested_output_length, 1, kMaxTokenTimesReserve));
+  }
+  r.token_times_ms.push_back(time_ms);
 }
 
 void ReplayCollector::onTerminal(RequestHandle request, double time_ms, TerminalStatus status) {
@@ -90,7 +103,17 @@ std::optional<double> perSecond(double amount, std::optional<double> duration_ms
 Report ReplayCollector::buildReport(const ReportOptions& options) const {
   Report rep;
   rep.num_requests = requests_.size();
-  std::vector<double> ttft, ttst, tpot, itl, e2e, per_user;
+  // The pooled gaps dominate: size that vector once instead of growing it token by token.
+  std::size_t num_completed = 0;
+  std::size_t num_gaps = 0;
+  for (const RequestRecord& r : requests_) {
+    if (r.status != TerminalStatus::Completed) continue;
+    ++num_completed;
+    if (!r.token_times_ms.empty()) num_gaps += r.token_times_ms.size() - 1;
+  }
+  std::vector<double> ttft, ttst, tpot, itl, e2e;
+  for (std::vector<double>* v : {&ttft, &ttst, &tpot, &e2e}) v->reserve(num_completed);
+  itl.reserve(num_gaps);
   std::optional<double> first_arrival;
   std::optional<double> last_terminal;
   std::uint64_t reused_last = 0;
@@ -131,9 +154,7 @@ Report ReplayCollector::buildReport(const ReportOptions& options) const {
     if (l.ttst_ms) ttst.push_back(*l.ttst_ms);
     if (l.tpot_ms) tpot.push_back(*l.tpot_ms);
     for (std::size_t k = 1; k < r.token_times_ms.size(); ++k) {
-      const double gap = r.token_times_ms[k] - r.token_times_ms[k - 1];
-      itl.push_back(gap);
-      if (gap > 0.0) per_user.push_back(1000.0 / gap);
+      itl.push_back(r.token_times_ms[k] - r.token_times_ms[k - 1]);
     }
     if (options.slo.any()) {
       const SloSpec& s = options.slo;
@@ -164,9 +185,18 @@ Report ReplayCollector::buildReport(const ReportOptions& options) const {
   rep.ttft = summarize(std::move(ttft));
   rep.ttst = summarize(std::move(ttst));
   rep.tpot = summarize(std::move(tpot));
-  rep.itl = summarize(std::move(itl));
   rep.e2e_latency = summarize(std::move(e2e));
-  rep.output_token_throughput_per_user = summarize(std::move(per_user));
+  sortSamples(itl);
+  rep.itl = summarizeSorted(itl);
+  // x ↦ 1000/x is non-increasing on x > 0, so walking the sorted positive gaps from the largest
+  // down yields the per-user rates already sorted ascending (ties are bit-identical): no
+  // second sort, and the same values in the same order as sorting them would give.
+  std::vector<double> per_user;
+  per_user.reserve(itl.size());
+  for (auto gap = itl.rbegin(); gap != itl.rend() && *gap > 0.0; ++gap) {
+    per_user.push_back(1000.0 / *gap);
+  }
+  rep.output_token_throughput_per_user = summarizeSorted(per_user);
 
   for (const auto& [rank, preemptions] : preemptions_by_rank_) rep.total_preemptions += preemptions;
   for (const EngineSample& s : samples_) {
