@@ -71,5 +71,24 @@ TEST(BlockHashTest, LargeBlocksHashTheSameAsSpecFormula) {
   EXPECT_EQ(s[1], chainHash(c0, c1, 1337));
 }
 
+TEST(BlockHashTest, RepeatedBlocksHashTheSameAsSpecFormula) {
+  // Runs of one token (as replayed traces produce) make blocks equal to their predecessor; a
+  // block that differs only in its last token, or equals an earlier but not the previous block,
+  // must get its own content hash.
+  std::vector<std::uint32_t> tokens(12, 7);                     // blocks 0-2: 7 7 7 7
+  tokens.insert(tokens.end(), {7, 7, 7, 8});                    // block 3: last token differs
+  tokens.insert(tokens.end(), {7, 7, 7, 7, 9, 9, 9, 9, 9, 9});  // blocks 4-5, partial 6
+  tokens.insert(tokens.end(), {9, 9, 7, 7, 7, 7});              // block 6, block 7 = block 4
+  const auto s = sequenceHashes(tokens, 4, HashSeeds{});
+  ASSERT_EQ(s.size(), tokens.size() / 4);
+  std::uint64_t parent = 0;
+  for (std::size_t i = 0; i < s.size(); ++i) {
+    const std::uint64_t c = contentHash(std::span(tokens).subspan(i * 4, 4), 1337);
+    const std::uint64_t want = i == 0 ? c : chainHash(parent, c, 1337);
+    EXPECT_EQ(s[i], want) << "block " << i;
+    parent = want;
+  }
+}
+
 }  // namespace
 }  // namespace mocker::engine
