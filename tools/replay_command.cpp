@@ -397,7 +397,7 @@ int ReplayCommand::run(std::ostream& out, std::ostream& err) {
 
   const bool tty = &err == &std::cerr && ::isatty(STDERR_FILENO) == 1 && f.progress;
   ProgressBar bar(err);
-  replay::ReplayCollector collector;
+  replay::ReplayCollector collector({.keep_engine_samples = !f.report_html.empty()});
   replay::HtmlReportOptions html;
   std::string footer;
   double wall_ms = 0.0;

@@ -299,6 +299,34 @@ TEST(ReplayCollectorTest, PooledDistributionsMatchTheirDefinitionsExactly) {
   expectBitIdentical(r.output_token_throughput_per_user, naiveSummary(per_user), "per user");
 }
 
+TEST(ReplayCollectorTest, EngineCountersDoNotDependOnKeepingSamples) {
+  // Ranks arrive out of order and sparse; preemption counts are cumulative per rank, so the
+  // total is the sum of each rank's largest value, whatever the order of the samples.
+  const std::vector<EngineSample> samples = {
+      {.time_ms = 1, .dp_rank = 5, .kv_usage = 0.5, .preemptions_total = 2},
+      {.time_ms = 2, .dp_rank = 0, .kv_usage = 0.25, .preemptions_total = 1},
+      {.time_ms = 3, .dp_rank = 40, .kv_usage = 0.9, .preemptions_total = 7},
+      {.time_ms = 4, .dp_rank = 5, .kv_usage = 0.1, .preemptions_total = 4},
+      {.time_ms = 5, .dp_rank = 1, .kv_usage = 0.3, .preemptions_total = 0},
+      {.time_ms = 6, .dp_rank = 0, .kv_usage = 0.2, .preemptions_total = 3},
+      {.time_ms = 7, .dp_rank = 40, .kv_usage = 0.4, .preemptions_total = 7},
+  };
+  ReplayCollector kept;
+  ReplayCollector dropped({.keep_engine_samples = false});
+  for (const EngineSample& s : samples) {
+    kept.onEngineSample(s);
+    dropped.onEngineSample(s);
+  }
+  EXPECT_EQ(kept.engineSamples().size(), samples.size());
+  EXPECT_TRUE(dropped.engineSamples().empty());
+  for (const ReplayCollector* c : {&kept, &dropped}) {
+    const Report r = c->buildReport({});
+    EXPECT_EQ(r.total_preemptions, 3u + 4u + 7u + 0u);  // ranks 0, 5, 40, 1
+    ASSERT_TRUE(r.peak_kv_usage);
+    EXPECT_EQ(*r.peak_kv_usage, 0.9);
+  }
+}
+
 TEST(ReplayCollectorTest, EmptyCollectorGivesNullDerivedValues) {
   const Report r = ReplayCollector().buildReport({});
   EXPECT_EQ(r.num_requests, 0u);

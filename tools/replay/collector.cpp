@@ -86,9 +86,17 @@ void ReplayCollector::onTerminal(RequestHandle request, double time_ms, Terminal
 }
 
 void ReplayCollector::onEngineSample(const EngineSample& sample) {
-  samples_.push_back(sample);
-  std::uint64_t& p = preemptions_by_rank_[sample.dp_rank];
-  p = std::max(p, sample.preemptions_total);
+  if (options_.keep_engine_samples) samples_.push_back(sample);
+  if (!peak_kv_usage_ || sample.kv_usage > *peak_kv_usage_) peak_kv_usage_ = sample.kv_usage;
+  const std::uint32_t rank = sample.dp_rank;
+  auto it = rank < preemptions_by_rank_.size() && preemptions_by_rank_[rank].first == rank
+                ? preemptions_by_rank_.begin() + rank
+                : std::lower_bound(preemptions_by_rank_.begin(), preemptions_by_rank_.end(),
+                                   std::make_pair(rank, std::uint64_t{0}));
+  if (it == preemptions_by_rank_.end() || it->first != rank) {
+    it = preemptions_by_rank_.insert(it, {rank, 0});
+  }
+  it->second = std::max(it->second, sample.preemptions_total);
 }
 
 namespace {
@@ -199,9 +207,7 @@ Report ReplayCollector::buildReport(const ReportOptions& options) const {
   rep.output_token_throughput_per_user = summarizeSorted(per_user);
 
   for (const auto& [rank, preemptions] : preemptions_by_rank_) rep.total_preemptions += preemptions;
-  for (const EngineSample& s : samples_) {
-    if (!rep.peak_kv_usage || s.kv_usage > *rep.peak_kv_usage) rep.peak_kv_usage = s.kv_usage;
-  }
+  rep.peak_kv_usage = peak_kv_usage_;
   if (options.slo.any()) {
     Goodput g;
     g.slo = options.slo;

@@ -36,6 +36,9 @@ struct Slot {
   std::uint32_t rank = 0;
   double clock_ms = 0.0;  ///< next pass start (or end of the pass in flight)
   bool blocked = false;   ///< last pass did nothing: wait for a new dispatch
+  /// engine.hasWork(rank), refreshed after every submit and pass (the only calls that change
+  /// it), so that the loop's scan over every slot reads a flag instead of asking the engine.
+  bool has_work = false;
   std::uint64_t in_flight = 0;
   std::priority_queue<double, std::vector<double>, std::greater<>> pending_terminals;
 };
@@ -137,8 +140,7 @@ class OfflineReplay {
     double best_clock = kInf;
     for (std::uint32_t g = 0; g < slots_.size(); ++g) {
       const Slot& s = slots_[g];
-      if (s.blocked || s.clock_ms >= best_clock) continue;
-      if (!workers_[s.worker].hasWork(s.rank)) continue;
+      if (s.blocked || !s.has_work || s.clock_ms >= best_clock) continue;
       best = g;
       best_clock = s.clock_ms;
     }
@@ -182,7 +184,8 @@ class OfflineReplay {
     }
     flushEvents(now);
     settleTerminals(now);
-    hashes_ = engine::sequenceHashes(tokens, block_size_, seeds_);
+    hashes_.clear();  // reuses the scratch vector's capacity
+    engine::extendSequenceHashes(tokens, block_size_, seeds_, hashes_);
     index_.overlapBlocks(hashes_, overlap_);
     std::uint32_t best = 0;
     for (std::uint32_t g = 1; g < slots_.size(); ++g) {
@@ -232,6 +235,7 @@ class OfflineReplay {
     tracked[index] = {handle, next.session, next.turn, true};
     ++slot.in_flight;
     slot.blocked = false;
+    slot.has_work = workers_[slot.worker].hasWork(slot.rank);
     if (slot.clock_ms < now) slot.clock_ms = now;  // an idle rank wakes up at the arrival
   }
 
@@ -253,6 +257,7 @@ class OfflineReplay {
     Slot& slot = slots_[g];
     engine::Engine& engine = workers_[slot.worker];
     engine::PassResult pass = engine.step(slot.rank, slot.clock_ms);
+    slot.has_work = engine.hasWork(slot.rank);
     if (!pass.did_work) {
       slot.blocked = true;  // cannot progress until something new arrives on this rank
       return;
