@@ -66,33 +66,7 @@ void expectBitIdentical(const Distribution& got, const Distribution& want, const
   EXPECT_EQ(got.std, want.std) << what;
 }
 
-TEST(StatsTest, RadixSortMatchesStdSortOnLargeInputs) {
-  // Large enough for the radix path; negatives, zeros, repeats, tiny and huge magnitudes and
-  // infinities, so that every byte position and the sign handling matter.
-  SplitMix64 rng(42);
-  std::vector<double> xs;
-  for (int i = 0; i < 50'000; ++i) {
-    const double u = rng.uniform();
-    switch (i % 5) {
-      case 0:
-        xs.push_back(std::round(u * 200.0) / 8.0);  // many exact repeats
-        break;
-      case 1:
-        xs.push_back(-u * 1e6);
-        break;
-      case 2:
-        xs.push_back(u * 1e-300);
-        break;
-      case 3:
-        xs.push_back(std::ldexp(u, static_cast<int>(rng.uniformIndex(200)) - 100));
-        break;
-      default:
-        xs.push_back(u);
-    }
-  }
-  xs.push_back(0.0);
-  xs.push_back(std::numeric_limits<double>::infinity());
-  xs.push_back(-std::numeric_limits<double>::infinity());
+void expectSameAsStdSort(std::vector<double> xs) {
   std::vector<double> want = xs;
   std::sort(want.begin(), want.end());
   sortSamples(xs);
@@ -103,16 +77,62 @@ TEST(StatsTest, RadixSortMatchesStdSortOnLargeInputs) {
   }
 }
 
-TEST(StatsTest, RadixSortOrdersNegativeZeroFirst) {
-  std::vector<double> xs(5000, 1.0);
-  xs[10] = 0.0;
-  xs[20] = -0.0;
-  sortSamples(xs);
-  EXPECT_TRUE(std::signbit(xs[0]));
-  EXPECT_EQ(xs[0], 0.0);
-  EXPECT_FALSE(std::signbit(xs[1]));
-  EXPECT_EQ(xs[1], 0.0);
-  EXPECT_EQ(xs[2], 1.0);
+/// Negatives, zeros, tiny and huge magnitudes and infinities, so that every byte position and
+/// the sign handling matter; `num_distinct` bounds how many different values appear.
+std::vector<double> mixedSamples(std::size_t n, std::size_t num_distinct, std::uint64_t seed) {
+  SplitMix64 rng(seed);
+  std::vector<double> pool;
+  for (std::size_t i = 0; i < num_distinct; ++i) {
+    const double u = rng.uniform();
+    switch (i % 5) {
+      case 0:
+        pool.push_back(std::round(u * 200.0) / 8.0);
+        break;
+      case 1:
+        pool.push_back(-u * 1e6);
+        break;
+      case 2:
+        pool.push_back(u * 1e-300);
+        break;
+      case 3:
+        pool.push_back(std::ldexp(u, static_cast<int>(rng.uniformIndex(200)) - 100));
+        break;
+      default:
+        pool.push_back(u);
+    }
+  }
+  pool[0] = 0.0;
+  pool[1] = std::numeric_limits<double>::infinity();
+  pool[2] = -std::numeric_limits<double>::infinity();
+  std::vector<double> xs;
+  for (std::size_t i = 0; i < n; ++i) xs.push_back(pool[rng.uniformIndex(pool.size())]);
+  return xs;
+}
+
+TEST(StatsTest, SortSamplesMatchesStdSortWhenValuesAreMostlyDistinct) {
+  expectSameAsStdSort(mixedSamples(50'000, 50'000, 42));  // radix path
+  expectSameAsStdSort(mixedSamples(40'000, 12'000, 43));  // about 1/4 distinct
+}
+
+TEST(StatsTest, SortSamplesMatchesStdSortWhenValuesRepeat) {
+  expectSameAsStdSort(mixedSamples(50'000, 40, 44));     // counting path, small table
+  expectSameAsStdSort(mixedSamples(80'000, 9'000, 45));  // counting path, table grows 4 times
+  expectSameAsStdSort(std::vector<double>(10'000, 5.75));
+}
+
+TEST(StatsTest, SortSamplesOrdersNegativeZeroFirst) {
+  for (const std::size_t num_distinct : {3u, 6'000u}) {  // counting path, radix path
+    std::vector<double> xs = mixedSamples(5'000, num_distinct, 46);
+    for (double& x : xs) x = std::abs(x) + 1.0;
+    xs[10] = 0.0;
+    xs[20] = -0.0;
+    sortSamples(xs);
+    EXPECT_TRUE(std::signbit(xs[0])) << num_distinct;
+    EXPECT_EQ(xs[0], 0.0) << num_distinct;
+    EXPECT_FALSE(std::signbit(xs[1])) << num_distinct;
+    EXPECT_EQ(xs[1], 0.0) << num_distinct;
+    EXPECT_GE(xs[2], 1.0) << num_distinct;
+  }
 }
 
 TEST(StatsTest, SummarizeIsBitIdenticalToSortThenSum) {

@@ -11,7 +11,7 @@
 namespace mocker::replay {
 namespace {
 
-/// Below this many samples std::sort beats the radix sort's fixed cost (histograms, buffers).
+/// Below this many samples std::sort beats the fixed cost of the linear sorts (tables, buffers).
 constexpr std::size_t kRadixSortMinSamples = 4096;
 
 constexpr unsigned kDigitBits = 8;
@@ -55,6 +55,68 @@ void radixSortKeys(std::vector<std::uint64_t>& keys) {
   }
 }
 
+/// The key of one NaN bit pattern only (0x7FF…F); marks an empty hash slot.
+constexpr std::uint64_t kEmptyKey = ~std::uint64_t{0};
+/// Counting sort is tried when at most this fraction (1/8) of the samples are distinct.
+constexpr std::size_t kMaxDistinctDivisor = 8;
+
+std::size_t slotOf(std::uint64_t key, unsigned table_bits) {
+  return static_cast<std::size_t>((key * 0x9E37'79B9'7F4A'7C15ull) >> (64 - table_bits));
+}
+
+/// Counting sort over the distinct values: one pass counts each bit pattern in a small
+/// open-addressing table (grown by doubling, so it stays cache-sized when values repeat), then
+/// the distinct values are sorted and written back `count` times each. Pooled inter-token gaps
+/// repeat heavily (every request of a batch sees the same pass duration), which makes this far
+/// cheaper than any comparison or radix sort over all samples. Returns false, with `samples`
+/// untouched, as soon as more than 1/kMaxDistinctDivisor of them are distinct.
+bool tryCountingSort(std::vector<double>& samples) {
+  struct Slot {
+    std::uint64_t key = kEmptyKey;
+    std::size_t count = 0;
+  };
+  const std::size_t max_distinct = samples.size() / kMaxDistinctDivisor;
+  unsigned table_bits = 10;
+  std::vector<Slot> table(std::size_t{1} << table_bits);
+  std::size_t num_distinct = 0;
+  const auto probe = [](const std::vector<Slot>& t, std::uint64_t key, unsigned bits) {
+    std::size_t i = slotOf(key, bits);
+    while (t[i].key != key && t[i].key != kEmptyKey) i = (i + 1) & (t.size() - 1);
+    return i;
+  };
+  for (const double x : samples) {
+    const std::uint64_t key = orderedKey(x);
+    if (key == kEmptyKey) return false;  // a NaN; not sortable anyway
+    std::size_t i = probe(table, key, table_bits);
+    if (table[i].key == kEmptyKey) {
+      if (++num_distinct > max_distinct) return false;
+      if (2 * num_distinct > table.size()) {  // keep the load factor <= 1/2
+        ++table_bits;
+        std::vector<Slot> bigger(std::size_t{1} << table_bits);
+        for (const Slot& slot : table) {
+          if (slot.key != kEmptyKey) bigger[probe(bigger, slot.key, table_bits)] = slot;
+        }
+        table.swap(bigger);
+        i = probe(table, key, table_bits);
+      }
+      table[i].key = key;
+    }
+    ++table[i].count;
+  }
+  std::vector<Slot> distinct;
+  distinct.reserve(num_distinct);
+  for (const Slot& slot : table) {
+    if (slot.key != kEmptyKey) distinct.push_back(slot);
+  }
+  std::sort(distinct.begin(), distinct.end(),
+            [](const Slot& a, const Slot& b) { return a.key < b.key; });
+  auto out = samples.begin();
+  for (const Slot& slot : distinct) {
+    out = std::fill_n(out, slot.count, fromOrderedKey(slot.key));
+  }
+  return true;
+}
+
 }  // namespace
 
 double percentileLinear(std::span<const double> sorted, double p) {
@@ -71,6 +133,7 @@ void sortSamples(std::vector<double>& samples) {
     std::sort(samples.begin(), samples.end());
     return;
   }
+  if (tryCountingSort(samples)) return;
   std::vector<std::uint64_t> keys(samples.size());
   std::transform(samples.begin(), samples.end(), keys.begin(), orderedKey);
   radixSortKeys(keys);

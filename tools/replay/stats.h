@@ -31,10 +31,11 @@ struct Distribution {
 double percentileLinear(std::span<const double> sorted, double p);
 
 /// Sorts `samples` ascending. The result is the sequence std::sort would produce (equal values
-/// are bit-identical, so their order cannot show), computed by an LSD radix sort over the IEEE
-/// 754 bit patterns for large inputs: a few linear passes instead of n·log n comparisons.
-/// The only equal-comparing values with different bits, −0.0 and +0.0, come out −0.0 first.
-/// REQUIRES: no NaN.
+/// are bit-identical, so their order cannot show), computed in linear passes for large inputs
+/// (from 4,096 samples): a counting sort over the distinct values when they repeat (at most
+/// 1/8 distinct, typical of pooled inter-token gaps), otherwise an LSD radix sort over the
+/// IEEE 754 bit patterns. The only equal-comparing values with different bits, −0.0 and +0.0,
+/// come out −0.0 first. REQUIRES: no NaN.
 void sortSamples(std::vector<double>& samples);
 
 /// Summarises samples that are already sorted ascending. Deterministic: sums run in sorted
