@@ -196,15 +196,16 @@ Report ReplayCollector::buildReport(const ReportOptions& options) const {
   rep.e2e_latency = summarize(std::move(e2e));
   sortSamples(itl);
   rep.itl = summarizeSorted(itl);
-  // x ↦ 1000/x is non-increasing on x > 0, so walking the sorted positive gaps from the largest
-  // down yields the per-user rates already sorted ascending (ties are bit-identical): no
-  // second sort, and the same values in the same order as sorting them would give.
-  std::vector<double> per_user;
-  per_user.reserve(itl.size());
-  for (auto gap = itl.rbegin(); gap != itl.rend() && *gap > 0.0; ++gap) {
-    per_user.push_back(1000.0 / *gap);
-  }
-  rep.output_token_throughput_per_user = summarizeSorted(per_user);
+  // x ↦ 1000/x is non-increasing on x > 0, so the sorted positive gaps read from the largest
+  // down give the per-user rates already sorted ascending (ties are bit-identical): no second
+  // sort, and the same values in the same order as sorting them would give. Done in place, as
+  // the gaps are no longer needed.
+  const auto num_positive =
+      static_cast<std::size_t>(itl.end() - std::upper_bound(itl.begin(), itl.end(), 0.0));
+  std::reverse(itl.begin(), itl.end());
+  itl.resize(num_positive);
+  for (double& gap : itl) gap = 1000.0 / gap;
+  rep.output_token_throughput_per_user = summarizeSorted(itl);
 
   for (const auto& [rank, preemptions] : preemptions_by_rank_) rep.total_preemptions += preemptions;
   rep.peak_kv_usage = peak_kv_usage_;
