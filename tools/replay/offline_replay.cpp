@@ -36,9 +36,6 @@ struct Slot {
   std::uint32_t rank = 0;
   double clock_ms = 0.0;  ///< next pass start (or end of the pass in flight)
   bool blocked = false;   ///< last pass did nothing: wait for a new dispatch
-  /// engine.hasWork(rank), refreshed after every submit and pass (the only calls that change
-  /// it), so that the loop's scan over every slot reads a flag instead of asking the engine.
-  bool has_work = false;
   std::uint64_t in_flight = 0;
   std::priority_queue<double, std::vector<double>, std::greater<>> pending_terminals;
 };
@@ -95,6 +92,7 @@ class OfflineReplay {
         index_.registerSource({w, r});
       }
     }
+    next_pass_ms_.assign(slots_.size(), kInf);
     stats_.per_worker.assign(workers_.size(), 0);
     total_turns_ = workload.numTurns();
     for (std::uint32_t s = 0; s < workload.sessions.size(); ++s) {
@@ -138,13 +136,19 @@ class OfflineReplay {
   std::optional<std::uint32_t> earliestBusySlot() const {
     std::optional<std::uint32_t> best;
     double best_clock = kInf;
-    for (std::uint32_t g = 0; g < slots_.size(); ++g) {
-      const Slot& s = slots_[g];
-      if (s.blocked || !s.has_work || s.clock_ms >= best_clock) continue;
+    for (std::uint32_t g = 0; g < next_pass_ms_.size(); ++g) {
+      if (next_pass_ms_[g] >= best_clock) continue;  // ties: the lowest g
       best = g;
-      best_clock = s.clock_ms;
+      best_clock = next_pass_ms_[g];
     }
     return best;
+  }
+
+  /// Recomputes next_pass_ms_[g] after slot g's clock, blocked flag or engine queue changed
+  /// (a dispatch to it or a pass of it: nothing else changes them).
+  void refreshNextPass(std::uint32_t g) {
+    const Slot& s = slots_[g];
+    next_pass_ms_[g] = !s.blocked && workers_[s.worker].hasWork(s.rank) ? s.clock_ms : kInf;
   }
 
   /// Applies KV-event batches that are visible at `now` to the router's index.
@@ -235,8 +239,8 @@ class OfflineReplay {
     tracked[index] = {handle, next.session, next.turn, true};
     ++slot.in_flight;
     slot.blocked = false;
-    slot.has_work = workers_[slot.worker].hasWork(slot.rank);
     if (slot.clock_ms < now) slot.clock_ms = now;  // an idle rank wakes up at the arrival
+    refreshNextPass(g);
   }
 
   /// A request reached its terminal at `time_ms`: record it, free its concurrency slot and
@@ -257,14 +261,15 @@ class OfflineReplay {
     Slot& slot = slots_[g];
     engine::Engine& engine = workers_[slot.worker];
     engine::PassResult pass = engine.step(slot.rank, slot.clock_ms);
-    slot.has_work = engine.hasWork(slot.rank);
     if (!pass.did_work) {
       slot.blocked = true;  // cannot progress until something new arrives on this rank
+      refreshNextPass(g);
       return;
     }
     ++stats_.passes;
     stats_.end_ms = std::max(stats_.end_ms, pass.end_ms);
     slot.clock_ms = pass.end_ms;
+    refreshNextPass(g);
     auto& tracked = tracked_[slot.worker];
     for (const engine::Admission& a : pass.admissions) {
       collector_.onAdmission(tracked[static_cast<std::size_t>(a.id.value())].handle, pass.start_ms,
@@ -316,6 +321,9 @@ class OfflineReplay {
   std::vector<std::vector<Tracked>> tracked_;  // per worker, by engine request id
   std::vector<std::uint32_t> next_rank_;       // per worker, round-robin rank
   std::vector<Slot> slots_;                    // worker-major: g = worker · dp_size + rank
+  // Per slot: its clock when it can run a pass (not blocked, its engine rank has work), else
+  // +inf; one compact array for the loop's scan instead of asking every engine each iteration.
+  std::vector<double> next_pass_ms_;
   std::priority_queue<EligibleTurn, std::vector<EligibleTurn>, std::greater<>> eligible_;
   std::priority_queue<double, std::vector<double>, std::greater<>> free_slots_;  // closed loop
   std::priority_queue<PendingEvents, std::vector<PendingEvents>, PendingEventsLater>
