@@ -43,4 +43,9 @@ std::vector<std::uint64_t> sequenceHashes(std::span<const std::uint32_t> tokens,
 void extendSequenceHashes(std::span<const std::uint32_t> tokens, std::uint32_t block_size,
                           const HashSeeds& seeds, std::vector<BlockHash>& hashes);
 
+/// The same, into raw wire values: for callers that keep a scratch vector across prompts (the
+/// offline replay's kv router) instead of allocating one per sequenceHashes() call.
+void extendSequenceHashes(std::span<const std::uint32_t> tokens, std::uint32_t block_size,
+                          const HashSeeds& seeds, std::vector<std::uint64_t>& hashes);
+
 }  // namespace mocker::engine

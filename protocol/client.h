@@ -32,7 +32,7 @@ struct SubmitRequest {
   std::uint32_t max_tokens = 0;       ///< output tokens to generate
   std::optional<std::vector<std::uint32_t>> output_tokens;  ///< planned output; its length wins
   std::optional<std::uint32_t> dp_rank;                     ///< absent: the service chooses
-  std::optional<double> arrival_ms;                         ///< informational
+  std::optional<double> arrival_ms;                         ///< informational; serve ignores it
   std::optional<std::int64_t> priority;                     ///< informational (not modelled)
   friend bool operator==(const SubmitRequest&, const SubmitRequest&) = default;
 };

@@ -423,6 +423,8 @@ void Server::Impl::handleSubmit(const RoutedEnvelope& from, protocol::SubmitRequ
                      .max_output_tokens = req.max_tokens,
                      .output_token_ids = std::move(req.output_tokens),
                      .dp_rank = rank,
+                     // The client's arrival_ms is informational: the engine's clock starts
+                     // when the service receives the request.
                      .arrival_ms = engineNowMs()};
   auto id = engine_.submit(std::move(er));
   if (!id) {

@@ -397,7 +397,7 @@ int ReplayCommand::run(std::ostream& out, std::ostream& err) {
 
   const bool tty = &err == &std::cerr && ::isatty(STDERR_FILENO) == 1 && f.progress;
   ProgressBar bar(err);
-  replay::ReplayCollector collector;
+  replay::ReplayCollector collector({.keep_engine_samples = !f.report_html.empty()});
   replay::HtmlReportOptions html;
   std::string footer;
   double wall_ms = 0.0;
@@ -495,17 +495,18 @@ int ReplayCommand::run(std::ostream& out, std::ostream& err) {
   const replay::Report report = collector.buildReport({.slo = slo, .wall_time_ms = wall_ms});
   out << replay::formatReportTable(report) << footer;
 
-  const auto write = [&err](const std::string& path, const std::string& text) {
+  // Each output is formatted only when it is asked for: the per-request JSONL of a large trace
+  // takes as long to build as a sizeable part of the replay.
+  const auto write = [&err](const std::string& path, const auto& format) {
     if (path.empty()) return true;
-    const Status s = writeFile(path, text);
+    const Status s = writeFile(path, format());
     if (!s) err << "mocker replay: " << s.error().message << "\n";
     return s.has_value();
   };
-  bool ok = write(f.report_json, replay::formatReportJson(report));
-  ok = write(f.requests_jsonl, replay::formatRequestsJsonl(collector)) && ok;
-  if (!f.report_html.empty()) {
-    ok = write(f.report_html, replay::renderHtmlReport(report, collector, html)) && ok;
-  }
+  bool ok = write(f.report_json, [&] { return replay::formatReportJson(report); });
+  ok = write(f.requests_jsonl, [&] { return replay::formatRequestsJsonl(collector); }) && ok;
+  ok =
+      write(f.report_html, [&] { return replay::renderHtmlReport(report, collector, html); }) && ok;
   return ok ? 0 : 1;
 }
 

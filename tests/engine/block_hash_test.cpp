@@ -62,6 +62,24 @@ TEST(BlockHashTest, IncrementalExtensionMatchesFullComputation) {
   EXPECT_EQ(grown, full);
 }
 
+TEST(BlockHashTest, RawIncrementalExtensionEqualsTypedAndFullComputation) {
+  // Repeated blocks (runs of one token) take the reused-content-hash path, also across calls.
+  std::vector<std::uint32_t> tokens;
+  for (std::uint32_t run : {7u, 7u, 7u, 9u, 9u, 7u, 3u}) tokens.insert(tokens.end(), 4, run);
+  std::vector<std::uint64_t> raw;
+  std::vector<BlockHash> typed;
+  for (std::size_t len = 0; len <= tokens.size(); len += 3) {
+    extendSequenceHashes(std::span(tokens).first(len), 4, HashSeeds{}, raw);
+    extendSequenceHashes(std::span(tokens).first(len), 4, HashSeeds{}, typed);
+  }
+  extendSequenceHashes(tokens, 4, HashSeeds{}, raw);
+  extendSequenceHashes(tokens, 4, HashSeeds{}, typed);
+  const auto full = sequenceHashes(tokens, 4, HashSeeds{});
+  EXPECT_EQ(raw, full);
+  ASSERT_EQ(typed.size(), full.size());
+  for (std::size_t i = 0; i < full.size(); ++i) EXPECT_EQ(typed[i].value(), full[i]);
+}
+
 TEST(BlockHashTest, LargeBlocksHashTheSameAsSpecFormula) {
   // 512-token blocks exceed the stack buffer; the chain must still match contentHash+chainHash.
   const auto tokens = iota(1, 1024);
@@ -71,6 +89,25 @@ TEST(BlockHashTest, LargeBlocksHashTheSameAsSpecFormula) {
   const auto c1 = contentHash(std::span(tokens).subspan(512), 1337);
   EXPECT_EQ(s[0], c0);
   EXPECT_EQ(s[1], chainHash(c0, c1, 1337));
+}
+
+TEST(BlockHashTest, RepeatedBlocksHashTheSameAsSpecFormula) {
+  // Runs of one token (as replayed traces produce) make blocks equal to their predecessor; a
+  // block that differs only in its last token, or equals an earlier but not the previous block,
+  // must get its own content hash.
+  std::vector<std::uint32_t> tokens(12, 7);                     // blocks 0-2: 7 7 7 7
+  tokens.insert(tokens.end(), {7, 7, 7, 8});                    // block 3: last token differs
+  tokens.insert(tokens.end(), {7, 7, 7, 7, 9, 9, 9, 9, 9, 9});  // blocks 4-5, partial 6
+  tokens.insert(tokens.end(), {9, 9, 7, 7, 7, 7});              // block 6, block 7 = block 4
+  const auto s = sequenceHashes(tokens, 4, HashSeeds{});
+  ASSERT_EQ(s.size(), tokens.size() / 4);
+  std::uint64_t parent = 0;
+  for (std::size_t i = 0; i < s.size(); ++i) {
+    const std::uint64_t c = contentHash(std::span(tokens).subspan(i * 4, 4), 1337);
+    const std::uint64_t want = i == 0 ? c : chainHash(parent, c, 1337);
+    EXPECT_EQ(s[i], want) << "block " << i;
+    parent = want;
+  }
 }
 
 }  // namespace

@@ -2,9 +2,14 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <bit>
 #include <cmath>
+#include <cstdint>
+#include <limits>
 #include <vector>
 
+#include "tools/replay/random.h"
 #include "tools/replay/stats.h"
 
 namespace mocker::replay {
@@ -40,6 +45,103 @@ TEST(StatsTest, PercentileEndpoints) {
   EXPECT_EQ(percentileLinear(xs, 100), 16.0);
   EXPECT_EQ(percentileLinear(xs, 50), 4.0);
   EXPECT_DOUBLE_EQ(percentileLinear(xs, 62.5), 6.0);  // h = 2.5
+}
+
+// Reference for the fast paths below: the plain definition (std::sort, then the same sums).
+Distribution naiveSummary(std::vector<double> samples) {
+  std::sort(samples.begin(), samples.end());
+  return summarizeSorted(samples);
+}
+
+void expectBitIdentical(const Distribution& got, const Distribution& want, const char* what) {
+  EXPECT_EQ(got.count, want.count) << what;
+  EXPECT_EQ(got.mean, want.mean) << what;
+  EXPECT_EQ(got.min, want.min) << what;
+  EXPECT_EQ(got.max, want.max) << what;
+  EXPECT_EQ(got.p50, want.p50) << what;
+  EXPECT_EQ(got.p75, want.p75) << what;
+  EXPECT_EQ(got.p90, want.p90) << what;
+  EXPECT_EQ(got.p95, want.p95) << what;
+  EXPECT_EQ(got.p99, want.p99) << what;
+  EXPECT_EQ(got.std, want.std) << what;
+}
+
+void expectSameAsStdSort(std::vector<double> xs) {
+  std::vector<double> want = xs;
+  std::sort(want.begin(), want.end());
+  sortSamples(xs);
+  ASSERT_EQ(xs.size(), want.size());
+  for (std::size_t i = 0; i < xs.size(); ++i) {
+    ASSERT_EQ(std::bit_cast<std::uint64_t>(xs[i]), std::bit_cast<std::uint64_t>(want[i]))
+        << "index " << i << ": " << xs[i] << " vs " << want[i];
+  }
+}
+
+/// Negatives, zeros, tiny and huge magnitudes and infinities, so that every byte position and
+/// the sign handling matter; `num_distinct` bounds how many different values appear.
+std::vector<double> mixedSamples(std::size_t n, std::size_t num_distinct, std::uint64_t seed) {
+  SplitMix64 rng(seed);
+  std::vector<double> pool;
+  for (std::size_t i = 0; i < num_distinct; ++i) {
+    const double u = rng.uniform();
+    switch (i % 5) {
+      case 0:
+        pool.push_back(std::round(u * 200.0) / 8.0);
+        break;
+      case 1:
+        pool.push_back(-u * 1e6);
+        break;
+      case 2:
+        pool.push_back(u * 1e-300);
+        break;
+      case 3:
+        pool.push_back(std::ldexp(u, static_cast<int>(rng.uniformIndex(200)) - 100));
+        break;
+      default:
+        pool.push_back(u);
+    }
+  }
+  pool[0] = 0.0;
+  pool[1] = std::numeric_limits<double>::infinity();
+  pool[2] = -std::numeric_limits<double>::infinity();
+  std::vector<double> xs;
+  for (std::size_t i = 0; i < n; ++i) xs.push_back(pool[rng.uniformIndex(pool.size())]);
+  return xs;
+}
+
+TEST(StatsTest, SortSamplesMatchesStdSortWhenValuesAreMostlyDistinct) {
+  expectSameAsStdSort(mixedSamples(50'000, 50'000, 42));  // radix path
+  expectSameAsStdSort(mixedSamples(40'000, 12'000, 43));  // about 1/4 distinct
+}
+
+TEST(StatsTest, SortSamplesMatchesStdSortWhenValuesRepeat) {
+  expectSameAsStdSort(mixedSamples(50'000, 40, 44));     // counting path, small table
+  expectSameAsStdSort(mixedSamples(80'000, 9'000, 45));  // counting path, table grows 4 times
+  expectSameAsStdSort(std::vector<double>(10'000, 5.75));
+}
+
+TEST(StatsTest, SortSamplesOrdersNegativeZeroFirst) {
+  for (const std::size_t num_distinct : {3u, 6'000u}) {  // counting path, radix path
+    std::vector<double> xs = mixedSamples(5'000, num_distinct, 46);
+    for (double& x : xs) x = std::abs(x) + 1.0;
+    xs[10] = 0.0;
+    xs[20] = -0.0;
+    sortSamples(xs);
+    EXPECT_TRUE(std::signbit(xs[0])) << num_distinct;
+    EXPECT_EQ(xs[0], 0.0) << num_distinct;
+    EXPECT_FALSE(std::signbit(xs[1])) << num_distinct;
+    EXPECT_EQ(xs[1], 0.0) << num_distinct;
+    EXPECT_GE(xs[2], 1.0) << num_distinct;
+  }
+}
+
+TEST(StatsTest, SummarizeIsBitIdenticalToSortThenSum) {
+  SplitMix64 rng(7);
+  for (const std::size_t n : {1u, 2u, 100u, 4095u, 4096u, 30'000u}) {
+    std::vector<double> xs;
+    for (std::size_t i = 0; i < n; ++i) xs.push_back(rng.uniform() * 1000.0 - 10.0);
+    expectBitIdentical(summarize(xs), naiveSummary(xs), "n");
+  }
 }
 
 RequestInfo info(const char* session, std::uint32_t input, std::uint32_t output) {
@@ -184,6 +286,65 @@ TEST(ReplayCollectorTest, SingleTokenRequestSkipsTpotBound) {
   EXPECT_EQ(r.tpot.count, 0u);
   EXPECT_EQ(r.ttft.count, 1u);
   EXPECT_EQ(r.ttft.std, 0.0);
+}
+
+TEST(ReplayCollectorTest, PooledDistributionsMatchTheirDefinitionsExactly) {
+  // Thousands of gaps (radix-sort path), with repeats, zero gaps (tokens of one pass) and
+  // irregular ones; the report must equal the plain definitions bit for bit: every gap
+  // pooled, and 1000/gap for every gap > 0.
+  SplitMix64 rng(3);
+  ReplayCollector c;
+  std::vector<double> gaps;
+  std::vector<double> per_user;
+  for (int q = 0; q < 200; ++q) {
+    const std::uint32_t n = 1 + static_cast<std::uint32_t>(rng.uniformIndex(60));
+    const RequestHandle h = c.onArrival(info("s", 100, n), q * 10.0);
+    c.onAdmission(h, q * 10.0, 0, false);
+    double t = q * 10.0 + rng.uniform() * 50.0;
+    for (std::uint32_t k = 0; k < n; ++k) {
+      if (k > 0) {
+        const double before = t;
+        const std::uint64_t kind = rng.uniformIndex(4);
+        t += kind == 0 ? 0.0 : kind == 1 ? 5.75 : rng.uniform() * 30.0;
+        gaps.push_back(t - before);
+        if (t - before > 0.0) per_user.push_back(1000.0 / (t - before));
+      }
+      c.onToken(h, t);
+    }
+    c.onTerminal(h, t, TerminalStatus::Completed);
+  }
+  ASSERT_GT(gaps.size(), 4096u);
+  const Report r = c.buildReport({});
+  expectBitIdentical(r.itl, naiveSummary(gaps), "itl");
+  expectBitIdentical(r.output_token_throughput_per_user, naiveSummary(per_user), "per user");
+}
+
+TEST(ReplayCollectorTest, EngineCountersDoNotDependOnKeepingSamples) {
+  // Ranks arrive out of order and sparse; preemption counts are cumulative per rank, so the
+  // total is the sum of each rank's largest value, whatever the order of the samples.
+  const std::vector<EngineSample> samples = {
+      {.time_ms = 1, .dp_rank = 5, .kv_usage = 0.5, .preemptions_total = 2},
+      {.time_ms = 2, .dp_rank = 0, .kv_usage = 0.25, .preemptions_total = 1},
+      {.time_ms = 3, .dp_rank = 40, .kv_usage = 0.9, .preemptions_total = 7},
+      {.time_ms = 4, .dp_rank = 5, .kv_usage = 0.1, .preemptions_total = 4},
+      {.time_ms = 5, .dp_rank = 1, .kv_usage = 0.3, .preemptions_total = 0},
+      {.time_ms = 6, .dp_rank = 0, .kv_usage = 0.2, .preemptions_total = 3},
+      {.time_ms = 7, .dp_rank = 40, .kv_usage = 0.4, .preemptions_total = 7},
+  };
+  ReplayCollector kept;
+  ReplayCollector dropped({.keep_engine_samples = false});
+  for (const EngineSample& s : samples) {
+    kept.onEngineSample(s);
+    dropped.onEngineSample(s);
+  }
+  EXPECT_EQ(kept.engineSamples().size(), samples.size());
+  EXPECT_TRUE(dropped.engineSamples().empty());
+  for (const ReplayCollector* c : {&kept, &dropped}) {
+    const Report r = c->buildReport({});
+    EXPECT_EQ(r.total_preemptions, 3u + 4u + 7u + 0u);  // ranks 0, 5, 40, 1
+    ASSERT_TRUE(r.peak_kv_usage);
+    EXPECT_EQ(*r.peak_kv_usage, 0.9);
+  }
 }
 
 TEST(ReplayCollectorTest, EmptyCollectorGivesNullDerivedValues) {

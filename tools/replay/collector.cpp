@@ -6,6 +6,12 @@
 #include "base/check.h"
 
 namespace mocker::replay {
+namespace {
+
+/// Largest per-request token timeline reserved up front (64 k tokens, 512 KiB).
+constexpr std::size_t kMaxTokenTimesReserve = std::size_t{1} << 16;
+
+}  // namespace
 
 const char* terminalStatusName(TerminalStatus status) {
   switch (status) {
@@ -62,7 +68,14 @@ void ReplayCollector::onAdmission(RequestHandle request, double time_ms,
 }
 
 void ReplayCollector::onToken(RequestHandle request, double time_ms) {
-  record(request).token_times_ms.push_back(time_ms);
+  RequestRecord& r = record(request);
+  if (r.token_times_ms.empty()) {
+    // Size the timeline once for the requested output instead of growing it token by token
+    // (a hint, capped: a request may still emit more or fewer tokens).
+    r.token_times_ms.reserve(
+        std::clamp<std::size_t>(r.info.requested_output_length, 1, kMaxTokenTimesReserve));
+  }
+  r.token_times_ms.push_back(time_ms);
 }
 
 void ReplayCollector::onTerminal(RequestHandle request, double time_ms, TerminalStatus status) {
@@ -73,9 +86,17 @@ void ReplayCollector::onTerminal(RequestHandle request, double time_ms, Terminal
 }
 
 void ReplayCollector::onEngineSample(const EngineSample& sample) {
-  samples_.push_back(sample);
-  std::uint64_t& p = preemptions_by_rank_[sample.dp_rank];
-  p = std::max(p, sample.preemptions_total);
+  if (options_.keep_engine_samples) samples_.push_back(sample);
+  if (!peak_kv_usage_ || sample.kv_usage > *peak_kv_usage_) peak_kv_usage_ = sample.kv_usage;
+  const std::uint32_t rank = sample.dp_rank;
+  auto it = rank < preemptions_by_rank_.size() && preemptions_by_rank_[rank].first == rank
+                ? preemptions_by_rank_.begin() + rank
+                : std::lower_bound(preemptions_by_rank_.begin(), preemptions_by_rank_.end(),
+                                   std::make_pair(rank, std::uint64_t{0}));
+  if (it == preemptions_by_rank_.end() || it->first != rank) {
+    it = preemptions_by_rank_.insert(it, {rank, 0});
+  }
+  it->second = std::max(it->second, sample.preemptions_total);
 }
 
 namespace {
@@ -90,7 +111,17 @@ std::optional<double> perSecond(double amount, std::optional<double> duration_ms
 Report ReplayCollector::buildReport(const ReportOptions& options) const {
   Report rep;
   rep.num_requests = requests_.size();
-  std::vector<double> ttft, ttst, tpot, itl, e2e, per_user;
+  // The pooled gaps dominate: size that vector once instead of growing it token by token.
+  std::size_t num_completed = 0;
+  std::size_t num_gaps = 0;
+  for (const RequestRecord& r : requests_) {
+    if (r.status != TerminalStatus::Completed) continue;
+    ++num_completed;
+    if (!r.token_times_ms.empty()) num_gaps += r.token_times_ms.size() - 1;
+  }
+  std::vector<double> ttft, ttst, tpot, itl, e2e;
+  for (std::vector<double>* v : {&ttft, &ttst, &tpot, &e2e}) v->reserve(num_completed);
+  itl.reserve(num_gaps);
   std::optional<double> first_arrival;
   std::optional<double> last_terminal;
   std::uint64_t reused_last = 0;
@@ -131,9 +162,7 @@ Report ReplayCollector::buildReport(const ReportOptions& options) const {
     if (l.ttst_ms) ttst.push_back(*l.ttst_ms);
     if (l.tpot_ms) tpot.push_back(*l.tpot_ms);
     for (std::size_t k = 1; k < r.token_times_ms.size(); ++k) {
-      const double gap = r.token_times_ms[k] - r.token_times_ms[k - 1];
-      itl.push_back(gap);
-      if (gap > 0.0) per_user.push_back(1000.0 / gap);
+      itl.push_back(r.token_times_ms[k] - r.token_times_ms[k - 1]);
     }
     if (options.slo.any()) {
       const SloSpec& s = options.slo;
@@ -164,14 +193,22 @@ Report ReplayCollector::buildReport(const ReportOptions& options) const {
   rep.ttft = summarize(std::move(ttft));
   rep.ttst = summarize(std::move(ttst));
   rep.tpot = summarize(std::move(tpot));
-  rep.itl = summarize(std::move(itl));
   rep.e2e_latency = summarize(std::move(e2e));
-  rep.output_token_throughput_per_user = summarize(std::move(per_user));
+  sortSamples(itl);
+  rep.itl = summarizeSorted(itl);
+  // x ↦ 1000/x is non-increasing on x > 0, so the sorted positive gaps read from the largest
+  // down give the per-user rates already sorted ascending (ties are bit-identical): no second
+  // sort, and the same values in the same order as sorting them would give. Done in place, as
+  // the gaps are no longer needed.
+  const auto num_positive =
+      static_cast<std::size_t>(itl.end() - std::upper_bound(itl.begin(), itl.end(), 0.0));
+  std::reverse(itl.begin(), itl.end());
+  itl.resize(num_positive);
+  for (double& gap : itl) gap = 1000.0 / gap;
+  rep.output_token_throughput_per_user = summarizeSorted(itl);
 
   for (const auto& [rank, preemptions] : preemptions_by_rank_) rep.total_preemptions += preemptions;
-  for (const EngineSample& s : samples_) {
-    if (!rep.peak_kv_usage || s.kv_usage > *rep.peak_kv_usage) rep.peak_kv_usage = s.kv_usage;
-  }
+  rep.peak_kv_usage = peak_kv_usage_;
   if (options.slo.any()) {
     Goodput g;
     g.slo = options.slo;

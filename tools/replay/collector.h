@@ -15,9 +15,9 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <map>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "tools/replay/stats.h"
@@ -126,9 +126,17 @@ struct Report {
   std::optional<Goodput> goodput{};       ///< only when slo.any()
 };
 
+/// What a collector keeps beyond the report's inputs.
+struct CollectorOptions {
+  /// Keep every EngineSample for engineSamples() (the HTML report's plots). Peak KV usage and
+  /// preemptions are accumulated as samples arrive either way; a many-worker replay produces
+  /// one sample per pass per rank, so a run that renders no plots can drop them.
+  bool keep_engine_samples = true;
+};
+
 class ReplayCollector final {
  public:
-  ReplayCollector() = default;
+  explicit ReplayCollector(CollectorOptions options = {}) : options_(options) {}
 
   /// Registers a request dispatched at `arrival_ms`; returns its handle (0, 1, 2, …).
   RequestHandle onArrival(RequestInfo info, double arrival_ms);
@@ -140,10 +148,12 @@ class ReplayCollector final {
   void onToken(RequestHandle request, double time_ms);
   /// The terminal signal. Only the first terminal event of a request counts.
   void onTerminal(RequestHandle request, double time_ms, TerminalStatus status);
-  /// Engine-level observation (kept for plots; feeds peak KV usage and preemptions).
+  /// Engine-level observation (feeds peak KV usage and preemptions; kept for plots when
+  /// CollectorOptions::keep_engine_samples).
   void onEngineSample(const EngineSample& sample);
 
   const std::vector<RequestRecord>& requests() const { return requests_; }
+  /// Every sample in arrival order; empty unless CollectorOptions::keep_engine_samples.
   const std::vector<EngineSample>& engineSamples() const { return samples_; }
 
   /// Computes every §6 metric from what was recorded so far.
@@ -152,9 +162,13 @@ class ReplayCollector final {
  private:
   RequestRecord& record(RequestHandle request);
 
+  CollectorOptions options_;
   std::vector<RequestRecord> requests_;
   std::vector<EngineSample> samples_;
-  std::map<std::uint32_t, std::uint64_t> preemptions_by_rank_;  // max cumulative per rank
+  std::optional<double> peak_kv_usage_;  // max kv_usage over every sample
+  // (dp_rank, max cumulative preemptions), sorted by rank; ranks are usually dense, so rank r
+  // is usually at index r.
+  std::vector<std::pair<std::uint32_t, std::uint64_t>> preemptions_by_rank_;
 };
 
 }  // namespace mocker::replay

@@ -179,11 +179,12 @@ class LiveReplay {
     const Turn& turn = session.turns[next.turn];
     const std::size_t index = sent_.size();
     const std::uint32_t target = route();
+    // No `arrival_ms` on the wire: the service stamps a request with its own receive time on
+    // its engine clock, so a driver-clock value would only be decoded and then discarded.
     protocol::SubmitRequest request{.id = requestId(index),
                                     .prompt = synth_.synthesize(turn),
                                     .max_tokens = turn.output_length};
     const double send_ms = nowMs();
-    request.arrival_ms = send_ms;
     const RequestHandle handle =
         collector_.onArrival({.session_id = session.session_id,
                               .turn_index = next.turn,

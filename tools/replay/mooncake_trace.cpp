@@ -1,10 +1,11 @@
-// Mooncake JSONL: each non-blank line goes through nlohmann-json's SAX interface into a flat
-// record of the known top-level keys (hash_ids straight into a vector, nested values of unknown
-// keys skipped), which is then validated and appended to its session (rows without session_id
-// are sessions of their own, named request_<line>). SAX instead of a DOM keeps the 3,993-row
-// synthetic trace (1.1 MB, 122 k hash ids) at a few ms. Per-session state remembers the
-// previous accepted row's timestamp so that a later turn without `delay` gets
-// `timestamp − previous timestamp` (§2.3).
+// Mooncake JSONL: each non-blank line becomes a flat record of the known top-level keys
+// (hash_ids straight into a vector, values of unknown keys ignored), which is then validated and
+// appended to its session (rows without session_id are sessions of their own, named
+// request_<line>). Lines of the usual shape (non-negative numbers, plain strings, null, integer
+// arrays) go through a small strict scanner (detail/flat_json.h); every other line, including
+// every malformed one, goes through nlohmann-json's SAX interface, which owns the error
+// messages. Neither builds a DOM. Per-session state remembers the previous accepted row's
+// timestamp so that a later turn without `delay` gets `timestamp − previous timestamp` (§2.3).
 #include "tools/replay/mooncake_trace.h"
 
 #include <cmath>
@@ -18,6 +19,8 @@
 #include <vector>
 
 #include <nlohmann/json.hpp>
+
+#include "tools/replay/detail/flat_json.h"
 
 namespace mocker::replay {
 namespace {
@@ -87,7 +90,7 @@ constexpr const char* kFieldNames[] = {
     "timestamp",  "created_time", "input_length", "input_tokens", "output_length", "output_tokens",
     "session_id", "delay",        "delay_ms",     "request_id",   "hash_ids"};
 
-Field fieldOf(const std::string& key) {
+Field fieldOf(std::string_view key) {
   for (std::uint8_t f = 0; f <= kHashIds; ++f) {
     if (key == kFieldNames[f]) return static_cast<Field>(f);
   }
@@ -283,11 +286,15 @@ class Parser {
   /// Parses and appends one non-blank line.
   Status addLine(std::string_view line_text, std::size_t line) {
     Row row;
-    RowSax sax(row);
-    const bool ok = json::sax_parse(line_text.data(), line_text.data() + line_text.size(), &sax,
-                                    json::input_format_t::json, /*strict=*/true);
-    if (sax.syntaxError()) return invalidArgument("not valid JSON");
-    if (sax.notObject() || !ok) return invalidArgument("expected a JSON object");
+    if (detail::scanFlatJsonObject(line_text, members_, numbers_)) {
+      fillRow(row);
+    } else {
+      RowSax sax(row);
+      const bool ok = json::sax_parse(line_text.data(), line_text.data() + line_text.size(), &sax,
+                                      json::input_format_t::json, /*strict=*/true);
+      if (sax.syntaxError()) return invalidArgument("not valid JSON");
+      if (sax.notObject() || !ok) return invalidArgument("expected a JSON object");
+    }
 
     MOCKER_TRY(const Scalar* ts_field, findField(row, kTimestamp, kCreatedTime));
     MOCKER_TRY(const Scalar* in_field, findField(row, kInputLength, kInputTokens));
@@ -390,9 +397,56 @@ class Parser {
   std::vector<Session> takeSessions() { return std::move(sessions_); }
 
  private:
+  /// The Row the SAX handler would build, from the fast scanner's members (same rules: null
+  /// counts as absent, a repeated key keeps its last value, unknown keys are ignored).
+  void fillRow(Row& row) const {
+    for (const detail::FlatMember& m : members_) {
+      const Field field = fieldOf(m.key);
+      const detail::FlatValue& v = m.value;
+      if (field == kHashIds) {
+        switch (v.kind) {
+          case detail::FlatValue::Kind::UintArray:
+            row.hash = Row::Hash::Array;
+            row.hash_ids.assign(numbers_.begin() + static_cast<std::ptrdiff_t>(v.array_begin),
+                                numbers_.begin() + static_cast<std::ptrdiff_t>(v.array_end));
+            row.bad_hash_id.reset();
+            break;
+          case detail::FlatValue::Kind::Null:
+            row.hash = Row::Hash::Null;
+            break;
+          case detail::FlatValue::Kind::Uint:
+          case detail::FlatValue::Kind::Float:
+          case detail::FlatValue::Kind::String:
+            row.hash = Row::Hash::NotArray;
+            break;
+        }
+      } else if (field < kNumScalarFields) {
+        switch (v.kind) {
+          case detail::FlatValue::Kind::Null:
+            row.fields[field] = Scalar{.kind = Scalar::Kind::Null};
+            break;
+          case detail::FlatValue::Kind::Uint:
+            row.fields[field] = Scalar{.kind = Scalar::Kind::Uint, .u = v.uint_value};
+            break;
+          case detail::FlatValue::Kind::Float:
+            row.fields[field] = Scalar{.kind = Scalar::Kind::Float, .f = v.float_value};
+            break;
+          case detail::FlatValue::Kind::String:
+            row.fields[field] = Scalar{.kind = Scalar::Kind::String, .s = std::string(v.text)};
+            break;
+          case detail::FlatValue::Kind::UintArray:
+            row.fields[field] = Scalar{.kind = Scalar::Kind::Other};
+            break;
+        }
+      }
+    }
+  }
+
   const TraceOptions& options_;
   std::vector<Session> sessions_;
   std::unordered_map<std::string, SessionState> by_id_;  // lookup only; order is sessions_
+  std::vector<detail::FlatMember> members_;              // fast-scanner scratch
+  std::vector<std::uint64_t> numbers_;                   // fast-scanner scratch
 };
 
 }  // namespace

@@ -92,6 +92,7 @@ class OfflineReplay {
         index_.registerSource({w, r});
       }
     }
+    next_pass_ms_.assign(slots_.size(), kInf);
     stats_.per_worker.assign(workers_.size(), 0);
     total_turns_ = workload.numTurns();
     for (std::uint32_t s = 0; s < workload.sessions.size(); ++s) {
@@ -135,14 +136,19 @@ class OfflineReplay {
   std::optional<std::uint32_t> earliestBusySlot() const {
     std::optional<std::uint32_t> best;
     double best_clock = kInf;
-    for (std::uint32_t g = 0; g < slots_.size(); ++g) {
-      const Slot& s = slots_[g];
-      if (s.blocked || s.clock_ms >= best_clock) continue;
-      if (!workers_[s.worker].hasWork(s.rank)) continue;
+    for (std::uint32_t g = 0; g < next_pass_ms_.size(); ++g) {
+      if (next_pass_ms_[g] >= best_clock) continue;  // ties: the lowest g
       best = g;
-      best_clock = s.clock_ms;
+      best_clock = next_pass_ms_[g];
     }
     return best;
+  }
+
+  /// Recomputes next_pass_ms_[g] after slot g's clock, blocked flag or engine queue changed
+  /// (a dispatch to it or a pass of it: nothing else changes them).
+  void refreshNextPass(std::uint32_t g) {
+    const Slot& s = slots_[g];
+    next_pass_ms_[g] = !s.blocked && workers_[s.worker].hasWork(s.rank) ? s.clock_ms : kInf;
   }
 
   /// Applies KV-event batches that are visible at `now` to the router's index.
@@ -182,7 +188,8 @@ class OfflineReplay {
     }
     flushEvents(now);
     settleTerminals(now);
-    hashes_ = engine::sequenceHashes(tokens, block_size_, seeds_);
+    hashes_.clear();  // reuses the scratch vector's capacity
+    engine::extendSequenceHashes(tokens, block_size_, seeds_, hashes_);
     index_.overlapBlocks(hashes_, overlap_);
     std::uint32_t best = 0;
     for (std::uint32_t g = 1; g < slots_.size(); ++g) {
@@ -233,6 +240,7 @@ class OfflineReplay {
     ++slot.in_flight;
     slot.blocked = false;
     if (slot.clock_ms < now) slot.clock_ms = now;  // an idle rank wakes up at the arrival
+    refreshNextPass(g);
   }
 
   /// A request reached its terminal at `time_ms`: record it, free its concurrency slot and
@@ -255,11 +263,13 @@ class OfflineReplay {
     engine::PassResult pass = engine.step(slot.rank, slot.clock_ms);
     if (!pass.did_work) {
       slot.blocked = true;  // cannot progress until something new arrives on this rank
+      refreshNextPass(g);
       return;
     }
     ++stats_.passes;
     stats_.end_ms = std::max(stats_.end_ms, pass.end_ms);
     slot.clock_ms = pass.end_ms;
+    refreshNextPass(g);
     auto& tracked = tracked_[slot.worker];
     for (const engine::Admission& a : pass.admissions) {
       collector_.onAdmission(tracked[static_cast<std::size_t>(a.id.value())].handle, pass.start_ms,
@@ -311,6 +321,9 @@ class OfflineReplay {
   std::vector<std::vector<Tracked>> tracked_;  // per worker, by engine request id
   std::vector<std::uint32_t> next_rank_;       // per worker, round-robin rank
   std::vector<Slot> slots_;                    // worker-major: g = worker · dp_size + rank
+  // Per slot: its clock when it can run a pass (not blocked, its engine rank has work), else
+  // +inf; one compact array for the loop's scan instead of asking every engine each iteration.
+  std::vector<double> next_pass_ms_;
   std::priority_queue<EligibleTurn, std::vector<EligibleTurn>, std::greater<>> eligible_;
   std::priority_queue<double, std::vector<double>, std::greater<>> free_slots_;  // closed loop
   std::priority_queue<PendingEvents, std::vector<PendingEvents>, PendingEventsLater>

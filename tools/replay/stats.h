@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstddef>
+#include <span>
 #include <vector>
 
 namespace mocker::replay {
@@ -27,10 +28,21 @@ struct Distribution {
 /// numpy's default percentile ("linear"): for sorted x_0..x_{n−1}, h = (n − 1)·p/100,
 /// value = x_⌊h⌋ + (h − ⌊h⌋)·(x_⌈h⌉ − x_⌊h⌋). [10, 20, 30, 40]: p50 = 25, p90 = 37, p99 = 39.7.
 /// REQUIRES: `sorted` non-empty and ascending, 0 <= p <= 100.
-double percentileLinear(const std::vector<double>& sorted, double p);
+double percentileLinear(std::span<const double> sorted, double p);
 
-/// Sorts `samples` (taken by value) and summarises them. Deterministic: sums run in sorted
+/// Sorts `samples` ascending. The result is the sequence std::sort would produce (equal values
+/// are bit-identical, so their order cannot show), computed in linear passes for large inputs
+/// (from 4,096 samples): a counting sort over the distinct values when they repeat (at most
+/// 1/8 distinct, typical of pooled inter-token gaps), otherwise an LSD radix sort over the
+/// IEEE 754 bit patterns. The only equal-comparing values with different bits, −0.0 and +0.0,
+/// come out −0.0 first. REQUIRES: no NaN.
+void sortSamples(std::vector<double>& samples);
+
+/// Summarises samples that are already sorted ascending. Deterministic: sums run in sorted
 /// order; std uses the two-pass formula.
+Distribution summarizeSorted(std::span<const double> sorted);
+
+/// sortSamples + summarizeSorted on `samples` (taken by value).
 Distribution summarize(std::vector<double> samples);
 
 }  // namespace mocker::replay
