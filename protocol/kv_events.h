@@ -66,7 +66,8 @@ struct KvEncodeOptions {
   bool force_uint64_hashes = false;  ///< every hash (and a zero parent) as `cf` + 8 bytes
 };
 
-/// "p6", ..., "map26" and back (case-sensitive, as in config files).
+/// "p6", ..., "map26" and back (case-sensitive; configuration files go through the service's
+/// case-insensitive key table instead).
 std::string_view toString(KvLayout layout);
 Result<KvLayout> parseKvLayout(std::string_view s);
 std::string_view toString(ParentRoot root);

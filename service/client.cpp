@@ -1,3 +1,4 @@
+// Client: the C++ client of `mocker serve` (submit and cancel DEALERs) — contract in client.h.
 #include "service/client.h"
 
 #include <array>

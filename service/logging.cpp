@@ -1,3 +1,4 @@
+// Log setup for the service and tools: level names and the stderr logger (logging.h).
 #include "service/logging.h"
 
 #include <spdlog/sinks/stdout_color_sinks.h>

@@ -1,3 +1,5 @@
+// OutputBatcher: one pass's output signals → one encoded output message per client
+// (contract in output_batcher.h).
 #include "service/output_batcher.h"
 
 namespace mocker::service {

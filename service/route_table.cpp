@@ -1,3 +1,5 @@
+// RouteTable: (client, request id) ↔ engine id, delivery state and owed terminals, with its
+// invariant checker (contract in route_table.h).
 #include "service/route_table.h"
 
 #include <algorithm>

@@ -1,3 +1,4 @@
+// Non-blocking ZeroMQ receive/send with every outcome as a value (contract in zmq_io.h).
 #include "service/zmq_io.h"
 
 #include "base/enum_names.h"

@@ -1,6 +1,6 @@
-// The command-line flags shared by `mocker serve` and `mocker config`: --config FILE plus one
-// flag per configuration key (named like vLLM's / Dynamo's where they have one), layered as
-// defaults → file → flags. Flag values use the file's spellings ("none", enum names).
+// The command-line flags shared by `mocker serve`, `mocker config` and `mocker replay`: --config
+// FILE plus one flag per configuration key (named like vLLM's / Dynamo's where they have one),
+// layered as defaults → file → flags. Flag values use the file's spellings ("none", enum names).
 //
 //   ServeFlags flags;
 //   addServeFlags(app_or_subcommand, flags);   // before parsing

@@ -1,3 +1,4 @@
+// Pass code both schedulers share: signals, Stored runs, pass end and load metrics (pass.h).
 #include "engine/detail/pass.h"
 
 #include <utility>

@@ -1,3 +1,6 @@
+// `mocker index`: the loop that owns the SUB, replay and snapshot sockets of every worker rank
+// and the query ROUTER; it feeds each stream's Sequencer and carries out its actions, applies
+// batches to the KvIndex, answers queries and runs --verify (contract in index_service.h).
 #include "tools/index/index_service.h"
 
 #include <spdlog/spdlog.h>

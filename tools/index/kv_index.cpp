@@ -1,3 +1,4 @@
+// KvIndex: the prefix index of which (worker, dp_rank) holds which KV block (kv_index.h).
 #include "tools/index/kv_index.h"
 
 #include <algorithm>

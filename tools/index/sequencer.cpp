@@ -1,3 +1,5 @@
+// Sequencer: the per-stream state machine of `mocker index` — batches in order, gap → replay,
+// replay end, unhealable → resync (contract and state table in sequencer.h).
 #include "tools/index/sequencer.h"
 
 #include "base/check.h"
