@@ -302,41 +302,20 @@ Result<KvEvent> decodeMapEvent(const msgpack::object& o) {
 
 }  // namespace
 
-std::string_view toString(KvLayout layout) {
-  switch (layout) {
-    case KvLayout::P6:
-      return "p6";
-    case KvLayout::P7:
-      return "p7";
-    case KvLayout::P8:
-      return "p8";
-    case KvLayout::P9:
-      return "p9";
-    case KvLayout::P12:
-      return "p12";
-    case KvLayout::Map:
-      return "map";
-    case KvLayout::Map26:
-      return "map26";
-  }
-  return "?";
-}
+std::string_view toString(KvLayout layout) { return enumName(kKvLayoutNames, layout); }
 
 Result<KvLayout> parseKvLayout(std::string_view s) {
-  for (KvLayout l : {KvLayout::P6, KvLayout::P7, KvLayout::P8, KvLayout::P9, KvLayout::P12,
-                     KvLayout::Map, KvLayout::Map26}) {
-    if (s == toString(l)) return l;
-  }
-  return invalidArgument("layout: '" + std::string(s) +
-                         "' is not one of p6, p7, p8, p9, p12, map, map26");
+  if (auto layout = enumFromName(kKvLayoutNames, s)) return *layout;
+  return invalidArgument("layout: '" + std::string(s) + "' is not one of " +
+                         enumNameList(kKvLayoutNames, ", "));
 }
 
-std::string_view toString(ParentRoot root) { return root == ParentRoot::Nil ? "nil" : "zero"; }
+std::string_view toString(ParentRoot root) { return enumName(kParentRootNames, root); }
 
 Result<ParentRoot> parseParentRoot(std::string_view s) {
-  if (s == "nil") return ParentRoot::Nil;
-  if (s == "zero") return ParentRoot::Zero;
-  return invalidArgument("parent_root: '" + std::string(s) + "' is not one of nil, zero");
+  if (auto root = enumFromName(kParentRootNames, s)) return *root;
+  return invalidArgument("parent_root: '" + std::string(s) + "' is not one of " +
+                         enumNameList(kParentRootNames, ", "));
 }
 
 void appendKvEventBatch(const KvEventBatch& batch, const KvEncodeOptions& options,

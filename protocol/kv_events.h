@@ -16,6 +16,7 @@
 #include <variant>
 #include <vector>
 
+#include "base/enum_names.h"
 #include "base/result.h"
 
 namespace mocker::protocol {
@@ -66,8 +67,18 @@ struct KvEncodeOptions {
   bool force_uint64_hashes = false;  ///< every hash (and a zero parent) as `cf` + 8 bytes
 };
 
-/// "p6", ..., "map26" and back (case-sensitive; configuration files go through the service's
-/// case-insensitive key table instead).
+/// The names of the layouts and parent roots (the config file's and flags' spellings too).
+inline constexpr EnumNames<KvLayout, 7> kKvLayoutNames{{{"p6", KvLayout::P6},
+                                                        {"p7", KvLayout::P7},
+                                                        {"p8", KvLayout::P8},
+                                                        {"p9", KvLayout::P9},
+                                                        {"p12", KvLayout::P12},
+                                                        {"map", KvLayout::Map},
+                                                        {"map26", KvLayout::Map26}}};
+inline constexpr EnumNames<ParentRoot, 2> kParentRootNames{
+    {{"nil", ParentRoot::Nil}, {"zero", ParentRoot::Zero}}};
+
+/// "p6", ..., "map26" and back (any ASCII case).
 std::string_view toString(KvLayout layout);
 Result<KvLayout> parseKvLayout(std::string_view s);
 std::string_view toString(ParentRoot root);

@@ -15,12 +15,12 @@ std::vector<std::byte> copyOf(std::span<const std::byte> s) { return {s.begin(),
 
 }  // namespace
 
-std::string_view toString(ReplayLayout layout) { return layout == ReplayLayout::R1 ? "r1" : "r2"; }
+std::string_view toString(ReplayLayout layout) { return enumName(kReplayLayoutNames, layout); }
 
 Result<ReplayLayout> parseReplayLayout(std::string_view s) {
-  if (s == "r1") return ReplayLayout::R1;
-  if (s == "r2") return ReplayLayout::R2;
-  return invalidArgument("replay_layout: '" + std::string(s) + "' is not one of r1, r2");
+  if (auto layout = enumFromName(kReplayLayoutNames, s)) return *layout;
+  return invalidArgument("replay_layout: '" + std::string(s) + "' is not one of " +
+                         enumNameList(kReplayLayoutNames, ", "));
 }
 
 Status validateKvTopic(std::string_view topic) {

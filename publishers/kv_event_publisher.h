@@ -23,6 +23,7 @@
 #include <utility>
 #include <vector>
 
+#include "base/enum_names.h"
 #include "base/result.h"
 #include "engine/types.h"
 #include "protocol/kv_events.h"
@@ -32,6 +33,9 @@ namespace mocker::publishers {
 
 /// Replay reply layouts (wire.md §4): r1 = [seq, payload], r2 = [topic, seq, payload].
 enum class ReplayLayout { R1, R2 };
+/// The replay layouts' names (the config file's and flags' spellings too).
+inline constexpr EnumNames<ReplayLayout, 2> kReplayLayoutNames{
+    {{"r1", ReplayLayout::R1}, {"r2", ReplayLayout::R2}}};
 std::string_view toString(ReplayLayout layout);
 Result<ReplayLayout> parseReplayLayout(std::string_view s);
 

@@ -67,23 +67,11 @@ using Value = detail::ConfigValue;
 // ---------------------------------------------------------------------------------------------
 // Enum names (case-insensitive; the first name of a value is the one dumped).
 
-constexpr EnumNames<protocol::KvLayout, 7> kLayouts{{
-    {"p6", protocol::KvLayout::P6},
-    {"p7", protocol::KvLayout::P7},
-    {"p8", protocol::KvLayout::P8},
-    {"p9", protocol::KvLayout::P9},
-    {"p12", protocol::KvLayout::P12},
-    {"map", protocol::KvLayout::Map},
-    {"map26", protocol::KvLayout::Map26},
-}};
-constexpr EnumNames<publishers::ReplayLayout, 2> kReplayLayouts{{
-    {"r1", publishers::ReplayLayout::R1},
-    {"r2", publishers::ReplayLayout::R2},
-}};
-constexpr EnumNames<protocol::ParentRoot, 2> kParentRoots{{
-    {"nil", protocol::ParentRoot::Nil},
-    {"zero", protocol::ParentRoot::Zero},
-}};
+// The wire enums' tables belong to their modules (protocol::kKvLayoutNames,
+// publishers::kReplayLayoutNames, protocol::kParentRootNames).
+constexpr const auto& kLayouts = protocol::kKvLayoutNames;
+constexpr const auto& kReplayLayouts = publishers::kReplayLayoutNames;
+constexpr const auto& kParentRoots = protocol::kParentRootNames;
 
 template <typename Enum, std::size_t N>
 Result<Enum> enumParse(const EnumNames<Enum, N>& names, std::string_view what, std::string_view s) {

@@ -215,6 +215,11 @@ TEST(KvEventsDecodeTest, LayoutNamesParse) {
   EXPECT_FALSE(parseKvLayout("p10").has_value());
   EXPECT_EQ(*parseParentRoot("zero"), ParentRoot::Zero);
   EXPECT_FALSE(parseParentRoot("null").has_value());
+  // One table per enum, read both ways, any ASCII case (the config file uses the same table).
+  EXPECT_EQ(*parseKvLayout("MAP26"), KvLayout::Map26);
+  EXPECT_EQ(*parseParentRoot("Nil"), ParentRoot::Nil);
+  EXPECT_EQ(parseKvLayout("p10").error().message,
+            "layout: 'p10' is not one of p6, p7, p8, p9, p12, map, map26");
 }
 
 // ------------------------------------------------------------------------------------------
