@@ -123,7 +123,7 @@ def bench_replay(ctx):
                 f"{fmt(wall, 2)} s wall, {fmt(n / wall)} req/s, {fmt(span_s / wall)}× real time",
                 "`" + " ".join(shown) + "`"))
             log(f"replay x{copies}: walls {', '.join(f'{w:.3f}' for w in walls)} s")
-    ctx.notes.append(f"TRACE = `{os.path.basename(ctx.trace)}` (the sample Mooncake trace); "
+    ctx.notes.append(f"TRACE = `{os.path.relpath(ctx.trace, ROOT)}` (the sample Mooncake trace); "
                      "TRACE_xN = `tools/bench/scale_trace.py TRACE N > TRACE_xN`. Replay rows: "
                      f"median of {RUNS} runs, wall = process start to exit.")
     return rows
@@ -252,7 +252,7 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--build-dir", required=True)
     parser.add_argument("--trace", default=os.path.join(
-        os.path.dirname(ROOT), "shared", "data", "traces", "mooncake_synthetic_trace.jsonl"))
+        ROOT, "data", "traces", "mooncake_synthetic_trace.jsonl"))
     parser.add_argument("--write", metavar="DOC", nargs="?",
                         const=os.path.join(ROOT, "docs", "benchmarks.md"),
                         help="put the table into DOC (default docs/benchmarks.md) between markers")

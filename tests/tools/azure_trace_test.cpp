@@ -133,7 +133,7 @@ TEST(AzureTraceTest, SkipInvalidContinues) {
 }
 
 TEST(AzureTraceTest, CodeTraceFile) {
-  auto r = loadAzureTrace(testing::sharedTrace("azure_llm_inference_2023_code.csv"), {});
+  auto r = loadAzureTrace(testing::sampleTrace("azure_llm_inference_2023_code.csv"), {});
   ASSERT_TRUE(r) << r.error().toString();
   // 8,820 lines: the header plus 8,819 rows (Vidur's splitwise_code.csv count); no trailing \n.
   EXPECT_EQ(r->sessions.size(), 8'819u);

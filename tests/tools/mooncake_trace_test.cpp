@@ -270,7 +270,7 @@ TEST(MooncakeTraceTest, TinyTraceFixtureParses) {
 }
 
 TEST(MooncakeTraceTest, SyntheticTraceMatchesPublishedFigures) {
-  auto r = loadMooncakeTrace(testing::sharedTrace("mooncake_synthetic_trace.jsonl"), {});
+  auto r = loadMooncakeTrace(testing::sampleTrace("mooncake_synthetic_trace.jsonl"), {});
   ASSERT_TRUE(r) << r.error().toString();
   const Workload& w = *r;
   EXPECT_EQ(w.sessions.size(), 3993u);

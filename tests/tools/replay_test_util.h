@@ -8,9 +8,9 @@ namespace mocker::replay::testing {
 /// Repository root (compile-time), so the binary also runs outside ctest.
 inline std::string sourceDir() { return MOCKER_SOURCE_DIR_FOR_TEST; }
 
-/// A file under ../shared/data/traces (the shared folder sits next to the repository).
-inline std::string sharedTrace(const std::string& name) {
-  return sourceDir() + "/../shared/data/traces/" + name;
+/// A sample trace shipped in the repository's data/traces/.
+inline std::string sampleTrace(const std::string& name) {
+  return sourceDir() + "/data/traces/" + name;
 }
 
 }  // namespace mocker::replay::testing
