@@ -146,7 +146,8 @@ Result<ClientMessage> decodeCancelReply(const MapView& m) {
   } else if (result == "not_found") {
     r.result = CancelResult::NotFound;
   } else {
-    return corruption("result: '" + result.substr(0, 64) + "' is not one of applied, not_found");
+    return corruption("result: '" + std::string(detail::clipUtf8(result, 64)) +
+                      "' is not one of applied, not_found");
   }
   return ClientMessage{std::move(r)};
 }
@@ -156,7 +157,8 @@ Result<ErrorCode> parseErrorCode(std::string_view s) {
                       ErrorCode::Unsupported, ErrorCode::IoError, ErrorCode::Internal}) {
     if (s == errorCodeName(c)) return c;
   }
-  return corruption("code: '" + std::string(s.substr(0, 64)) + "' is not a known error code");
+  return corruption("code: '" + std::string(detail::clipUtf8(s, 64)) +
+                    "' is not a known error code");
 }
 
 Result<ClientMessage> decodeError(const MapView& m) {
@@ -275,7 +277,7 @@ Result<FinishReason> parseFinishReason(std::string_view s) {
                          FinishReason::Error, FinishReason::Shutdown}) {
     if (s == toString(r)) return r;
   }
-  return corruption("finish: '" + std::string(s.substr(0, 64)) +
+  return corruption("finish: '" + std::string(detail::clipUtf8(s, 64)) +
                     "' is not one of length, cancelled, rejected, error, shutdown");
 }
 
@@ -496,7 +498,7 @@ Result<ClientMessage> detail::decodeClientMessageGeneral(std::span<const std::by
   if (type == "stats_reply") return decodeStatsReply(m);
   if (type == "kv_snapshot") return decodeKvSnapshotRequest(m);
   if (type == "kv_snapshot_reply") return decodeKvSnapshotReply(m);
-  return corruption("type: unknown message type '" + std::string(type.substr(0, 64)) + "'");
+  return corruption("type: unknown message type '" + std::string(detail::clipUtf8(type, 64)) + "'");
 }
 
 std::optional<std::string> peekRequestId(std::span<const std::byte> payload) {

@@ -243,8 +243,8 @@ Result<KvEvent> buildRemoved(const msgpack::object& hashes, const msgpack::objec
 }
 
 Error unknownTag(std::string_view field, std::string_view tag) {
-  return corruption(std::string(field) + ": unknown event type '" + std::string(tag.substr(0, 64)) +
-                    "'");
+  return corruption(std::string(field) + ": unknown event type '" +
+                    std::string(detail::clipUtf8(tag, 64)) + "'");
 }
 
 Error tooShort(std::string_view tag, std::size_t got, std::size_t need, const char* fields) {

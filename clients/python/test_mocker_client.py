@@ -355,6 +355,15 @@ class StreamingTest(unittest.TestCase):
                 self.assertTrue(m["message"], m)
                 if id_ is not None:
                     self.assertEqual(m["id"], id_)
+        # An id that is not UTF-8 (bytes ff fe 41): refused, and not echoed, so this client's
+        # raw=False decoding reads the reply.
+        bad_id = encode_message("submit", id="@@@", prompt=[1], max_tokens=1).replace(
+            b"\xa3@@@", b"\xa3\xff\xfeA")
+        self.client.send_raw(bad_id)
+        m = recv_type(self.client, "error")
+        self.assertEqual(m["code"], "corruption", m)
+        self.assertIn("id: not valid UTF-8", m["message"])
+        self.assertIsNone(m.get("id"), m)
         # Two frames where one is expected.
         self.client.send_raw(None, frames=[b"part1", encode_message("stats")])
         self.assertEqual(recv_type(self.client, "error")["code"], "corruption")

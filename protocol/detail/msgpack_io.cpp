@@ -26,6 +26,12 @@ bool referenceInput(msgpack::type::object_type /*type*/, std::size_t /*size*/, v
   return true;  // strings and bins point into the caller's buffer: no copies
 }
 
+Error utf8Error(std::string_view s, std::size_t offset, std::string_view field) {
+  return corruption(std::string(field) + ": not valid UTF-8 (byte " +
+                    hexByte(static_cast<unsigned char>(s[offset])) + " at offset " +
+                    std::to_string(offset) + ")");
+}
+
 }  // namespace
 
 void ByteSink::grow(std::size_t size) {
@@ -317,6 +323,12 @@ Result<double> getNumber(const msgpack::object& o, std::string_view field) {
   return v;
 }
 
+Status checkUtf8(std::string_view s, std::string_view field) {
+  const std::optional<std::size_t> bad = findInvalidUtf8(s);
+  if (!bad) return {};
+  return utf8Error(s, *bad, field);
+}
+
 Result<std::string_view> getStr(const msgpack::object& o, std::string_view field,
                                 std::size_t max_bytes) {
   if (o.type != msgpack::type::STR) return typeError(field, "str", o);
@@ -324,7 +336,9 @@ Result<std::string_view> getStr(const msgpack::object& o, std::string_view field
     return invalidArgument(std::string(field) + ": string of " + std::to_string(o.via.str.size) +
                            " bytes exceeds the limit of " + std::to_string(max_bytes));
   }
-  return std::string_view(o.via.str.ptr, o.via.str.size);
+  const std::string_view s(o.via.str.ptr, o.via.str.size);
+  MOCKER_TRY_VOID(checkUtf8(s, field));
+  return s;
 }
 
 Result<std::string_view> getBytes(const msgpack::object& o, std::string_view field,
@@ -415,6 +429,10 @@ Result<MapView> MapView::create(const msgpack::object& o, std::string_view field
     if (key.type != msgpack::type::STR) {
       return corruption(std::string(field) + ": map key " + std::to_string(i) +
                         " must be a str, got " + typeName(key));
+    }
+    const std::string_view key_text(key.via.str.ptr, key.via.str.size);
+    if (const std::optional<std::size_t> bad = findInvalidUtf8(key_text)) {
+      return utf8Error(key_text, *bad, std::string(field) + ": map key " + std::to_string(i));
     }
     for (std::uint32_t j = 0; j < i; ++j) {
       const msgpack::object& other = map.ptr[j].key;

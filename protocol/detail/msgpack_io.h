@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "base/result.h"
+#include "protocol/detail/utf8.h"
 
 namespace mocker::protocol::detail {
 
@@ -115,10 +116,12 @@ Result<std::int64_t> getInt(const msgpack::object& o, std::string_view field);
 Result<std::uint64_t> getHash(const msgpack::object& o, std::string_view field);
 /// Number: float32/float64 or integer, converted to double; NaN is refused.
 Result<double> getNumber(const msgpack::object& o, std::string_view field);
-/// str of at most `max_bytes` bytes (content is not UTF-8 validated).
+/// Corruption "<field>: not valid UTF-8 (byte 0xff at offset 0)" unless `s` is UTF-8.
+Status checkUtf8(std::string_view s, std::string_view field);
+/// str of at most `max_bytes` bytes that is valid UTF-8 (else Corruption naming `field`).
 Result<std::string_view> getStr(const msgpack::object& o, std::string_view field,
                                 std::size_t max_bytes);
-/// bin or str of at most `max_bytes` bytes.
+/// bin, or str (then valid UTF-8), of at most `max_bytes` bytes.
 Result<std::string_view> getBytes(const msgpack::object& o, std::string_view field,
                                   std::size_t max_bytes);
 /// Array of at most `max_elements` elements.
@@ -131,8 +134,8 @@ Result<std::vector<std::uint32_t>> getU32Array(const msgpack::object& o, std::st
 /// Read-only view of a msgpack map with string keys, no duplicate keys.
 class MapView {
  public:
-  /// Fails if `o` is not a map, has more than kMaxMapEntries entries, a non-str key or a
-  /// duplicate key.
+  /// Fails if `o` is not a map, has more than kMaxMapEntries entries, a non-str key, a key that
+  /// is not valid UTF-8 or a duplicate key.
   static Result<MapView> create(const msgpack::object& o, std::string_view field);
 
   /// The value of `key`, or nullptr.

@@ -5,6 +5,7 @@
 #include <limits>
 #include <string_view>
 
+#include "protocol/detail/utf8.h"
 #include "protocol/limits.h"
 
 namespace mocker::protocol::detail {
@@ -38,6 +39,8 @@ class Reader {
     }
     if (remaining() < n) return false;
     s = std::string_view(reinterpret_cast<const char*>(p_), n);
+    // Not UTF-8: step aside, the general decoder names the field.
+    if (findInvalidUtf8(s)) return false;
     p_ += n;
     return true;
   }

@@ -157,6 +157,26 @@ TEST(ClientDecodeTest, PeekRequestIdOfAnOtherwiseBadMessage) {
   EXPECT_FALSE(peekRequestId(mp({{"id", 5}})).has_value());
 }
 
+TEST(ClientDecodeTest, PeekRequestIdNeverReturnsInvalidUtf8) {
+  // The service echoes the peeked id in its error reply: an id that is not UTF-8 stays out.
+  EXPECT_FALSE(peekRequestId(mp({{"v", 1},
+                                 {"type", "submit"},
+                                 {"id", std::string("\xff\xfe"
+                                                    "A")}}))
+                   .has_value());
+  // A map key that is not UTF-8 makes the whole map unreadable.
+  EXPECT_FALSE(peekRequestId(mp({{"id", "r7"}, {std::string("\xc0\x80"), 1}})).has_value());
+  EXPECT_EQ(peekRequestId(mp({{"id", "r\xc3\xa9"}})), "r\xc3\xa9");
+}
+
+TEST(ClientDecodeTest, QuotedStringsAreCutOnCharacterBoundaries) {
+  // 63 ASCII bytes then a 2-byte character straddling the 64-byte quote limit.
+  const std::string type = std::string(63, 't') + "\xc3\xa9" + "tail";
+  const auto r = decodeClientMessage(mp({{"v", 1}, {"type", type}}));
+  ASSERT_FALSE(r.has_value());
+  EXPECT_EQ(r.error().message, "type: unknown message type '" + std::string(63, 't') + "'");
+}
+
 Json submit() {
   return {{"v", 1}, {"type", "submit"}, {"id", "r1"}, {"prompt", {1, 2}}, {"max_tokens", 4}};
 }
@@ -282,6 +302,47 @@ std::vector<DamageCase> clientDamageCatalogue() {
        "declares 2147483647 entries"},
       {"str length beyond the input", fromHex("82 a1 76 01 a4 74797065 da ffff 61"), E,
        "truncated"},
+      {"submit id not UTF-8",
+       mp(submitWith("id", std::string("\xff\xfe"
+                                       "A"))),
+       E, "id: not valid UTF-8 (byte 0xff at offset 0)"},
+      {"type not UTF-8", mp({{"v", 1}, {"type", std::string("st\xc0\x80ts")}}), E,
+       "type: not valid UTF-8 (byte 0xc0 at offset 2)"},
+      {"map key not UTF-8", mp(submitWith(std::string("k\xed\xa0\x80"), 1)), E,
+       "message: map key 5: not valid UTF-8 (byte 0xed at offset 1)"},
+      {"output entry key not UTF-8",
+       mp(output({{"id", "a"}, {"index", 0}, {"tokens", {1}}, {std::string("\x80"), 1}})), E,
+       "outputs[0]: output: map key 3: not valid UTF-8 (byte 0x80 at offset 0)"},
+      {"output id not UTF-8",
+       mp(output({{"id", std::string("a\xe2\x82")}, {"index", 0}, {"tokens", {1}}})), E,
+       "outputs[0]: id: not valid UTF-8 (byte 0xe2 at offset 1)"},
+      {"output reason not UTF-8",
+       mp(output({{"id", "a"},
+                  {"index", 0},
+                  {"tokens", {1}},
+                  {"finish", "length"},
+                  {"reason", std::string("ok \xf4\x90\x80\x80")}})),
+       E, "reason: not valid UTF-8 (byte 0xf4 at offset 3)"},
+      {"submit_reject reason not UTF-8",
+       mp(msg("submit_reject", {{"id", "a"}, {"reason", std::string("\xfe")}})), E,
+       "reason: not valid UTF-8 (byte 0xfe at offset 0)"},
+      {"cancel id not UTF-8",
+       mp(msg("cancel", {{"id", std::string("\xff\xfe"
+                                            "A")}})),
+       E, "id: not valid UTF-8 (byte 0xff at offset 0)"},
+      {"cancel_reply id not UTF-8",
+       mp(msg("cancel_reply", {{"id", std::string("\xc1\xbf")}, {"result", "applied"}})), E,
+       "id: not valid UTF-8 (byte 0xc1 at offset 0)"},
+      {"error id not UTF-8",
+       mp(msg("error",
+              {{"code", "internal"}, {"message", "m"}, {"id", std::string("\xed\xbf\xbf")}})),
+       E, "id: not valid UTF-8 (byte 0xed at offset 0)"},
+      {"error message not UTF-8",
+       mp(msg("error", {{"code", "internal"}, {"message", std::string("\xe0\x9f\xbf")}})), E,
+       "message: not valid UTF-8 (byte 0xe0 at offset 0)"},
+      {"cancel client str not UTF-8",
+       mp(msg("cancel", {{"id", "a"}, {"client", std::string("\xff")}})), E,
+       "client: not valid UTF-8 (byte 0xff at offset 0)"},
   };
 }
 

@@ -37,7 +37,8 @@ OutputBatch randomBatch(std::mt19937_64& rng) {
   for (std::size_t i = 0; i < n; ++i) {
     RequestOutput o;
     o.id = "req-" + std::to_string(rng() % 100000);
-    if (rng() % 8 == 0) o.id.assign(40 + rng() % 200, 'x');  // str8 ids
+    if (rng() % 8 == 0) o.id.assign(40 + rng() % 200, 'x');               // str8 ids
+    if (rng() % 6 == 0) o.id += "-\xc3\xa9\xe2\x82\xac\xf0\x9f\x98\x80";  // 2-, 3-, 4-byte UTF-8
     o.index = static_cast<std::uint32_t>(rng() % 3 == 0 ? rng() : rng() % 300);
     const std::size_t tokens = rng() % 4 == 0 ? rng() % 40 : 1;
     for (std::size_t t = 0; t < tokens; ++t) {
@@ -163,6 +164,11 @@ TEST(OutputFastPath, RefusesWhatTheGeneralDecoderRefuses) {
       {"version 2", "83a17602a474797065a66f7574707574a76f75747075747390"},
       {"token count beyond the input",
        head + "83a26964a161a5696e64657803a6746f6b656e73dd0010000009"},
+      {"id not UTF-8", head + "83a26964a3fffe41a5696e64657803a6746f6b656e739109"},
+      {"id with a surrogate", head + "83a26964a3eda080a5696e64657803a6746f6b656e739109"},
+      {"reason not UTF-8",
+       head + "85a26964a161a5696e64657803a6746f6b656e739109a666696e697368a66c656e677468"
+              "a6726561736f6ea2e282"},
   };
   for (const auto& [what, hex] : cases) {
     const Bytes bytes = fromHex(hex);

@@ -358,6 +358,41 @@ TEST(ServerTest, MultiFrameMessagesAreRefused) {
   EXPECT_NE(e->message.find("one payload frame"), std::string::npos);
 }
 
+// A request id that is not UTF-8 is refused, and the error reply does not echo it: every str in
+// the reply is UTF-8, so a client decoding strs as text (python msgpack raw=False) can read it.
+TEST(ServerTest, RequestIdThatIsNotUtf8IsRefusedWithoutEchoingIt) {
+  LiveService svc(TestConfig().build());
+  zmq::context_t ctx;
+  zmq::socket_t d(ctx, zmq::socket_type::dealer);
+  d.set(zmq::sockopt::linger, 0);
+  d.connect(svc.endpoints().submit);
+  // {"v":1,"type":"submit","id":"\xff\xfeA","prompt":[1,2,3],"max_tokens":2}
+  const std::vector<std::uint8_t> submit = {
+      0x85, 0xa1, 'v',  0x01, 0xa4, 't',  'y', 'p',  'e', 0xa6, 's', 'u', 'b', 'm', 'i',  't',
+      0xa2, 'i',  'd',  0xa3, 0xff, 0xfe, 'A', 0xa6, 'p', 'r',  'o', 'm', 'p', 't', 0x93, 0x01,
+      0x02, 0x03, 0xaa, 'm',  'a',  'x',  '_', 't',  'o', 'k',  'e', 'n', 's', 0x02};
+  d.send(zmq::buffer(submit.data(), submit.size()));
+  zmq::pollitem_t item{d.handle(), 0, ZMQ_POLLIN, 0};
+  ASSERT_EQ(zmq::poll(&item, 1, std::chrono::milliseconds(5000)), 1);
+  zmq::message_t reply;
+  ASSERT_TRUE(d.recv(reply));
+  const std::string_view bytes(static_cast<const char*>(reply.data()), reply.size());
+  EXPECT_EQ(bytes.find('\xff'), std::string_view::npos) << "the invalid id is echoed back";
+  // The decoder refuses any str that is not UTF-8, so decoding proves the reply is clean.
+  auto decoded =
+      protocol::decodeClientMessage({static_cast<const std::byte*>(reply.data()), reply.size()});
+  ASSERT_TRUE(decoded) << decoded.error().message;
+  auto* e = std::get_if<protocol::ErrorReply>(&*decoded);
+  ASSERT_NE(e, nullptr) << "got " << protocol::messageType(*decoded);
+  EXPECT_EQ(e->code, ErrorCode::Corruption);
+  EXPECT_EQ(e->message, "id: not valid UTF-8 (byte 0xff at offset 0)");
+  EXPECT_FALSE(e->id.has_value());
+  // The service keeps serving a well-formed client.
+  auto c = svc.client();
+  ASSERT_TRUE(c->submit({.id = "ok", .prompt = prompt(4), .max_tokens = 3}));
+  EXPECT_EQ(collect(*c, {"ok"})["ok"].tokens.size(), 3u);
+}
+
 TEST(ServerTest, CancelSocketAcceptsOnlyCancels) {
   LiveService svc(TestConfig().build());
   zmq::context_t ctx;
