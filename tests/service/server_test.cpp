@@ -338,18 +338,28 @@ TEST(ServerTest, MalformedMessagesGetErrorsAndServiceKeepsServing) {
   EXPECT_EQ(collect(*c, {"ok"})["ok"].tokens.size(), 3u);
 }
 
+/// A bare DEALER for sending bytes no well-behaved client would send.
+struct RawDealer {
+  zmq::context_t ctx;
+  zmq::socket_t socket{ctx, zmq::socket_type::dealer};
+  RawDealer() { socket.set(zmq::sockopt::linger, 0); }
+  /// One reply message, waited for with a deadline.
+  void receive(zmq::message_t& reply) {
+    zmq::pollitem_t item{socket.handle(), 0, ZMQ_POLLIN, 0};
+    ASSERT_EQ(zmq::poll(&item, 1, std::chrono::milliseconds(5000)), 1);
+    ASSERT_TRUE(socket.recv(reply));
+  }
+};
+
 TEST(ServerTest, MultiFrameMessagesAreRefused) {
   LiveService svc(TestConfig().build());
-  zmq::context_t ctx;
-  zmq::socket_t d(ctx, zmq::socket_type::dealer);
-  d.set(zmq::sockopt::linger, 0);
+  RawDealer raw;
+  zmq::socket_t& d = raw.socket;
   d.connect(svc.endpoints().submit);
   d.send(zmq::str_buffer("a"), zmq::send_flags::sndmore);
   d.send(zmq::str_buffer("b"), zmq::send_flags::none);
-  zmq::pollitem_t item{d.handle(), 0, ZMQ_POLLIN, 0};
-  ASSERT_EQ(zmq::poll(&item, 1, std::chrono::milliseconds(5000)), 1);
   zmq::message_t reply;
-  ASSERT_TRUE(d.recv(reply));
+  ASSERT_NO_FATAL_FAILURE(raw.receive(reply));
   auto decoded =
       protocol::decodeClientMessage({static_cast<const std::byte*>(reply.data()), reply.size()});
   ASSERT_TRUE(decoded);
@@ -362,9 +372,8 @@ TEST(ServerTest, MultiFrameMessagesAreRefused) {
 // the reply is UTF-8, so a client decoding strs as text (python msgpack raw=False) can read it.
 TEST(ServerTest, RequestIdThatIsNotUtf8IsRefusedWithoutEchoingIt) {
   LiveService svc(TestConfig().build());
-  zmq::context_t ctx;
-  zmq::socket_t d(ctx, zmq::socket_type::dealer);
-  d.set(zmq::sockopt::linger, 0);
+  RawDealer raw;
+  zmq::socket_t& d = raw.socket;
   d.connect(svc.endpoints().submit);
   // {"v":1,"type":"submit","id":"\xff\xfeA","prompt":[1,2,3],"max_tokens":2}
   const std::vector<std::uint8_t> submit = {
@@ -372,10 +381,8 @@ TEST(ServerTest, RequestIdThatIsNotUtf8IsRefusedWithoutEchoingIt) {
       0xa2, 'i',  'd',  0xa3, 0xff, 0xfe, 'A', 0xa6, 'p', 'r',  'o', 'm', 'p', 't', 0x93, 0x01,
       0x02, 0x03, 0xaa, 'm',  'a',  'x',  '_', 't',  'o', 'k',  'e', 'n', 's', 0x02};
   d.send(zmq::buffer(submit.data(), submit.size()));
-  zmq::pollitem_t item{d.handle(), 0, ZMQ_POLLIN, 0};
-  ASSERT_EQ(zmq::poll(&item, 1, std::chrono::milliseconds(5000)), 1);
   zmq::message_t reply;
-  ASSERT_TRUE(d.recv(reply));
+  ASSERT_NO_FATAL_FAILURE(raw.receive(reply));
   const std::string_view bytes(static_cast<const char*>(reply.data()), reply.size());
   EXPECT_EQ(bytes.find('\xff'), std::string_view::npos) << "the invalid id is echoed back";
   // The decoder refuses any str that is not UTF-8, so decoding proves the reply is clean.
@@ -395,16 +402,13 @@ TEST(ServerTest, RequestIdThatIsNotUtf8IsRefusedWithoutEchoingIt) {
 
 TEST(ServerTest, CancelSocketAcceptsOnlyCancels) {
   LiveService svc(TestConfig().build());
-  zmq::context_t ctx;
-  zmq::socket_t d(ctx, zmq::socket_type::dealer);
-  d.set(zmq::sockopt::linger, 0);
+  RawDealer raw;
+  zmq::socket_t& d = raw.socket;
   d.connect(svc.endpoints().cancel);
   const auto bytes = protocol::encodeClientMessage(protocol::StatsRequest{});
   d.send(zmq::buffer(bytes.data(), bytes.size()));
-  zmq::pollitem_t item{d.handle(), 0, ZMQ_POLLIN, 0};
-  ASSERT_EQ(zmq::poll(&item, 1, std::chrono::milliseconds(5000)), 1);
   zmq::message_t reply;
-  ASSERT_TRUE(d.recv(reply));
+  ASSERT_NO_FATAL_FAILURE(raw.receive(reply));
   auto decoded =
       protocol::decodeClientMessage({static_cast<const std::byte*>(reply.data()), reply.size()});
   ASSERT_TRUE(decoded);
