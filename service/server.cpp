@@ -111,6 +111,7 @@ class Server::Impl {
 
   // Requests: read and answer.
   void drainCancels();
+  std::optional<ClientMessage> decodeRequest(zmq::socket_t& socket, const RoutedEnvelope& from);
   void handleCancelSocketMessage(std::vector<zmq::message_t>& parts);
   int drainSubmits(int budget);
   void handleSubmitSocketMessage(std::vector<zmq::message_t>& parts);
@@ -271,21 +272,29 @@ void Server::Impl::drainCancels() {
       [&](std::string_view error) { log_->warn("cancel socket receive failed: {}", error); });
 }
 
-void Server::Impl::handleCancelSocketMessage(std::vector<zmq::message_t>& parts) {
-  const RoutedEnvelope from = splitRoutedEnvelope(parts, protocol::kMaxMessageBytes);
+std::optional<ClientMessage> Server::Impl::decodeRequest(zmq::socket_t& socket,
+                                                         const RoutedEnvelope& from) {
   if (from.error) {
     ++counters.malformed_messages;
-    reply(cancel_, from, protocol::ErrorReply{ErrorCode::Corruption, *from.error, std::nullopt});
-    return;
+    reply(socket, from, protocol::ErrorReply{ErrorCode::Corruption, *from.error, std::nullopt});
+    return std::nullopt;
   }
   auto msg = protocol::decodeClientMessage(from.payload);
   if (!msg) {
     ++counters.malformed_messages;
-    reply(cancel_, from,
+    log_->debug("malformed message from a client: {}", msg.error().message);
+    reply(socket, from,
           protocol::ErrorReply{msg.error().code, msg.error().message,
                                protocol::peekRequestId(from.payload)});
-    return;
+    return std::nullopt;
   }
+  return std::move(*msg);
+}
+
+void Server::Impl::handleCancelSocketMessage(std::vector<zmq::message_t>& parts) {
+  const RoutedEnvelope from = splitRoutedEnvelope(parts, protocol::kMaxMessageBytes);
+  auto msg = decodeRequest(cancel_, from);
+  if (!msg) return;
   if (auto* c = std::get_if<protocol::CancelRequest>(&*msg)) {
     handleCancel(cancel_, from, *c);
   } else {
@@ -300,36 +309,27 @@ void Server::Impl::handleCancelSocketMessage(std::vector<zmq::message_t>& parts)
 
 int Server::Impl::drainSubmits(int budget) {
   std::vector<zmq::message_t> parts;
+  std::string error;
   int n = 0;
   // One message at a time: a submit may pause further submits (backlog limit).
   while (n < budget && !submitsPaused()) {
-    const int got = drainSocket(
-        submit_, parts, 1, [&](std::vector<zmq::message_t>& p) { handleSubmitSocketMessage(p); },
-        [&](std::string_view error) { log_->warn("submit socket receive failed: {}", error); });
-    if (got == 0) break;
-    n += got;
+    const RecvOutcome got = tryRecvMultipart(submit_, parts, &error);
+    if (got == RecvOutcome::Failed) log_->warn("submit socket receive failed: {}", error);
+    if (got != RecvOutcome::Received) break;
+    ++n;
+    handleSubmitSocketMessage(parts);
   }
   return n;
 }
 
 void Server::Impl::handleSubmitSocketMessage(std::vector<zmq::message_t>& parts) {
   const RoutedEnvelope from = splitRoutedEnvelope(parts, protocol::kMaxMessageBytes);
-  if (from.error) {
-    ++counters.malformed_messages;
-    reply(submit_, from, protocol::ErrorReply{ErrorCode::Corruption, *from.error, std::nullopt});
-    return;
-  }
   // Streams go back framed the way the client last framed its messages.
-  if (ClientEntry* known = routes_.findClient(from.routing_id)) known->delimiter = from.delimiter;
-  auto msg = protocol::decodeClientMessage(from.payload);
-  if (!msg) {
-    ++counters.malformed_messages;
-    log_->debug("malformed message from a client: {}", msg.error().message);
-    reply(submit_, from,
-          protocol::ErrorReply{msg.error().code, msg.error().message,
-                               protocol::peekRequestId(from.payload)});
-    return;
+  if (ClientEntry* known = from.error ? nullptr : routes_.findClient(from.routing_id)) {
+    known->delimiter = from.delimiter;
   }
+  auto msg = decodeRequest(submit_, from);
+  if (!msg) return;
   std::visit(
       [&](auto&& m) {
         using T = std::decay_t<decltype(m)>;
