@@ -1,5 +1,6 @@
 #include "tools/serve_command.h"
 
+#include <malloc.h>
 #include <spdlog/spdlog.h>
 #include <CLI/CLI.hpp>
 
@@ -13,6 +14,9 @@ namespace mocker::tools {
 namespace {
 
 std::atomic<service::Server*> g_server{nullptr};
+
+/// Allocations of at least this size get their own mapping, returned to the system when freed.
+constexpr int kMmapThresholdBytes = 1 << 20;
 
 extern "C" void onStopSignal(int /*signal*/) {
   if (service::Server* s = g_server.load()) s->requestStop();  // async-signal-safe (eventfd)
@@ -41,6 +45,14 @@ int runServeCommand(const ServeCommand& command, std::ostream& out, std::ostream
     return 2;
   }
   service::setupLogging(config->log_level);
+  // NOTE: glibc raises its mmap threshold to the size of any mapped block it frees (up to
+  // 32 MiB); from then on blocks of that size come from the heap and stay resident after free.
+  // One client message over the protocol limit (16 MiB + 1, answered with an error) would pin
+  // that much RSS for the rest of the process's life. Setting the threshold fixes it (and the
+  // trim threshold) so large message buffers always go back to the system.
+  if (mallopt(M_MMAP_THRESHOLD, kMmapThresholdBytes) != 1) {
+    spdlog::warn("mocker serve: mallopt(M_MMAP_THRESHOLD) failed; large buffers may stay resident");
+  }
   auto server = service::Server::create(*config, {.drain = command.drain});
   if (!server) {
     err << "mocker: cannot start: " << server.error().message << "\n";
