@@ -11,6 +11,7 @@ RSS) are printed, never asserted on time.
 
 import collections
 import os
+import signal
 import sys
 import time
 import unittest
@@ -476,6 +477,34 @@ class SigtermRestartTest(unittest.TestCase):
             first.close()
             if successor is not None:
                 successor.close()
+
+    def test_sigterm_with_drain_finishes_every_stream_then_exits_0(self):
+        serve = Serve(*self.FLAGS, "--drain")
+        tag = unique_tag()
+        client = serve.client("drain-" + tag)
+        observer = serve.client("observer-" + tag)
+        try:
+            ids = ["d%d" % j for j in range(6)]
+            for j, rid in enumerate(ids):
+                client.submit(rid, prompt=[j + 1, 2, 3, 4], max_tokens=200)
+            stats_when(observer, lambda r: (rank0(r)["running"], rank0(r)["waiting"]) == (4, 2),
+                       "4 running and 2 waiting requests")
+            t_term = time.monotonic()
+            serve.proc.send_signal(signal.SIGTERM)
+            finishes = collections.Counter()
+            for rid in ids:
+                self.assertEqual(len(list(client.stream(rid))), 200, rid)
+                terminal = client.terminal(rid)
+                self.assertEqual(terminal["finish"], "length", terminal)
+                finishes[terminal["finish"]] += 1
+            self.assertEqual(serve.proc.wait(WAIT_S), 0, serve.stderr_text())
+            report("SIGTERM with --drain, 4 running + 2 waiting streams of 200 tokens: every "
+                   "stream completed (%s), exit code 0 after %.3f s"
+                   % (dict(finishes), time.monotonic() - t_term))
+        finally:
+            client.close()
+            observer.close()
+            serve.close()
 
 
 if __name__ == "__main__":
