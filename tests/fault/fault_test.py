@@ -141,6 +141,48 @@ class ClientKillTest(unittest.TestCase):
             survivor.close()
             serve.close()
 
+    def test_killed_client_waiting_requests_leave_once_admitted(self):
+        # NOTE: the service learns that a client is gone only when a send to it fails, so a
+        # killed client whose requests are all still waiting (they have produced nothing yet) is
+        # noticed when they are admitted and their first outputs cannot be delivered: here when
+        # the survivor's two requests, which hold both seats, have finished.
+        serve = Serve(*paced(1, 2), "--block-size", "4", "--max-num-seqs", "2")
+        tag = unique_tag()
+        survivor = ClientProcess(serve, "survivor-" + tag, "--requests", "2", "--max-tokens",
+                                 "1500")
+        observer = serve.client()
+        victim = None
+        try:
+            survivor.wait_event("streaming")
+            victim = ClientProcess(serve, "victim-" + tag, "--requests", "3", "--max-tokens",
+                                   str(LONG), "--prompt-base", "5")
+            victim_id = victim.routing_id.encode()
+            stats_when(observer,
+                       lambda r: client_routes(r, victim_id) == 3 and rank0(r)["waiting"] == 3,
+                       "the victim's 3 requests to wait")
+            t_kill = time.monotonic()
+            victim.kill()
+            summary = survivor.summary(timeout=60)
+            for rid, st in summary["streams"].items():
+                self.assertEqual((st["tokens"], st["gaps"], st["finish"]), (1500, 0, "length"),
+                                 rid)
+            self.assertEqual(summary["unexpected"], [])
+            survivor_done_s = time.monotonic() - t_kill
+            final = stats_when(
+                observer, lambda r: (r["routes"], rank0(r)["running"], rank0(r)["waiting"],
+                                     rank0(r)["active_blocks"]) == (0, 0, 0, 0),
+                "the killed client's waiting requests to leave the engine")
+            self.assertEqual(final["clients"], [])
+            report("killed client with 3 waiting requests: survivor done %.3f s after SIGKILL, "
+                   "service idle with 0 active blocks %.3f s after SIGKILL"
+                   % (survivor_done_s, time.monotonic() - t_kill))
+        finally:
+            observer.close()
+            if victim is not None:
+                victim.close()
+            survivor.close()
+            serve.close()
+
 
 class SlowConsumerTest(unittest.TestCase):
     """Scenario 2: a client that never reads, with a tiny receive high-water mark."""
