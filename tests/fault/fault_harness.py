@@ -23,6 +23,10 @@ sys.path.insert(0, os.path.join(REPO, "clients", "python"))
 from mocker_client import MockerClient  # noqa: E402
 
 PYTHON = "/usr/bin/python3"
+# Children get SIGKILL when the test process dies (a ctest timeout, a crash), so no paced
+# `mocker serve` outlives its test. setpriv (util-linux) sets the flag, then execs: same PID.
+ORPHAN_GUARD = ["/usr/bin/setpriv", "--pdeathsig", "KILL", "--"] \
+    if os.access("/usr/bin/setpriv", os.X_OK) else []
 STREAM_CLIENT = os.path.join(HERE, "stream_client.py")
 STARTUP_TIMEOUT_S = 20.0
 WAIT_S = 20.0  # bound of any single wait; generous for a loaded 2-core machine
@@ -57,7 +61,8 @@ class Serve:
         for name in ENDPOINT_NAMES:
             self.endpoint_flags += ["--%s-endpoint" % name, endpoints.get(name, EPHEMERAL)]
         self.stderr = tempfile.TemporaryFile()
-        self.proc = subprocess.Popen([mocker_bin(), "serve", *self.endpoint_flags, *flags],
+        self.proc = subprocess.Popen([*ORPHAN_GUARD, mocker_bin(), "serve", *self.endpoint_flags,
+                                      *flags],
                                      stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                      stderr=self.stderr)
         self.endpoints = {}
@@ -137,7 +142,8 @@ class ClientProcess:
         self.routing_id = routing_id
         self.stderr = tempfile.TemporaryFile()
         self.proc = subprocess.Popen(
-            [PYTHON, STREAM_CLIENT, "--submit", serve.submit, "--cancel", serve.cancel,
+            [*ORPHAN_GUARD, PYTHON, STREAM_CLIENT, "--submit", serve.submit, "--cancel",
+             serve.cancel,
              "--routing-id", routing_id, *args],
             stdin=subprocess.PIPE if stdin_pipe else subprocess.DEVNULL, stdout=subprocess.PIPE,
             stderr=self.stderr)
