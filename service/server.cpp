@@ -128,6 +128,7 @@ class Server::Impl {
   void completePass(std::uint32_t r);
   void deliver();
   void heartbeats();
+  void serviceReplays();
 
   // Streams that end early: cancel in the engine, owe the client its terminal.
   void cancelInEngine(engine::RequestId id, std::uint32_t rank);
@@ -206,11 +207,12 @@ Status Server::Impl::init() {
       MOCKER_TRY(rank.kv, publishers::KvEventPublisher::create(kc, *rank.kv_sink));
       if (config_.kv_events.replay_enabled) {
         MOCKER_TRY(const std::string rep, rankEndpoint(config_.endpoints.kv_replay, r));
-        MOCKER_TRY(rank.replay,
-                   publishers::ZmqReplayServer::create(
-                       context_,
-                       {.endpoint = rep, .linger_ms = static_cast<int>(config_.service.linger_ms)},
-                       *rank.kv));
+        MOCKER_TRY(rank.replay, publishers::ZmqReplayServer::create(
+                                    context_,
+                                    {.endpoint = rep,
+                                     .connect = config_.endpoints.kv_replay.connect,
+                                     .linger_ms = static_cast<int>(config_.service.linger_ms)},
+                                    *rank.kv));
         endpoints.kv_replay.push_back(rank.replay->endpoint());
       }
       if (config_.kv_events.clear_on_start && events_on) {
@@ -596,6 +598,18 @@ void Server::Impl::deliver() {
   for (const auto& c : gone_) dropClient(c);
 }
 
+void Server::Impl::serviceReplays() {
+  for (Rank& rank : ranks_) {
+    if (!rank.replay) continue;
+    const publishers::ReplayServiceResult r = rank.replay->serviceReadable();
+    if (r.error) log_->warn("{}", *r.error);
+    if (r.num_replies_dropped > 0) {
+      log_->debug("replay: {} reply message(s) to {} not sent (requester gone or not reading)",
+                  r.num_replies_dropped, rank.replay->endpoint());
+    }
+  }
+}
+
 void Server::Impl::heartbeats() {
   const double now_ms = engineNowMs();
   for (std::uint32_t r = 0; r < ranks_.size(); ++r) {
@@ -675,9 +689,7 @@ Status Server::Impl::run() {
     }
     drainCancels();  // always first: a cancel never waits behind submits
     drainSubmits(kSubmitsPerIteration);
-    for (Rank& rank : ranks_) {
-      if (rank.replay) rank.replay->serviceReadable();
-    }
+    serviceReplays();
     retryOwed();
     heartbeats();
     MOCKER_DCHECK(routes_.checkInvariants().has_value());  // debug builds: every iteration
