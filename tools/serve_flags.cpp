@@ -12,6 +12,9 @@ struct FlagSpec {
   const char* key;
   const char* help;
   bool boolean = false;
+  /// Left out of --help: a key mocker refuses (detail::unsupportedKeyError); the flag exists
+  /// only so that using it gets the reason instead of "unknown option".
+  bool hidden = false;
 };
 
 struct Group {
@@ -79,7 +82,7 @@ const std::initializer_list<Group> kGroups = {
     {"--kv-replay,!--no-kv-replay", "kv_events.replay_enabled", "serve KV-event replays", true},
     {"--kv-events-topic", "kv_events.topic", "frame-0 topic (llm-d: kv@<pod>@<model>)"},
     {"--kv-events-hwm", "kv_events.hwm", "PUB ZMQ_SNDHWM (0 = unlimited)"},
-    {"--kv-events-max-queue-size", "kv_events.max_queue_size", "publisher queue in batches (>= 1)"},
+    {"--kv-events-max-queue-size", "kv_events.max_queue_size", "refused: no publisher queue", false, true},
     {"--kv-events-buffer-steps", "kv_events.buffer_steps", "replay ring in batches (>= 1)"},
     {"--kv-events-layout", "kv_events.layout", "p6 | p7 | p8 | p9 | p12 | map | map26"},
     {"--kv-events-replay-layout", "kv_events.replay_layout", "r1 | r2"},
@@ -117,7 +120,7 @@ void addServeFlags(CLI::App& app, ServeFlags& flags) {
       } else {
         b.option = app.add_option(names, b.text, help);
       }
-      b.option->group(group.name);
+      b.option->group(spec.hidden ? "" : group.name);  // CLI11: an empty group is hidden
     }
   }
 }

@@ -93,7 +93,6 @@ TEST(ServiceConfigTest, DefaultsEqualTheSpec) {
   EXPECT_TRUE(c.kv_events.replay_enabled);
   EXPECT_EQ(c.kv_events.topic, "");
   EXPECT_EQ(c.kv_events.hwm, 100000u);
-  EXPECT_EQ(c.kv_events.max_queue_size, 100000u);
   EXPECT_EQ(c.kv_events.buffer_steps, 10000u);
   EXPECT_EQ(c.kv_events.layout, protocol::KvLayout::P8);
   EXPECT_EQ(c.kv_events.replay_layout, publishers::ReplayLayout::R1);
@@ -298,9 +297,10 @@ const std::vector<BadConfig> kBadConfigs = {
     {"ZeroBufferSteps",
      "\n[kv_events]\nbuffer_steps = 0\n",
      {"bad.toml:3:16", "kv_events.buffer_steps", ">= 1"}},
-    {"ZeroQueue",
-     "\n[kv_events]\nmax_queue_size = 0\n",
-     {"bad.toml:3:18", "kv_events.max_queue_size", ">= 1"}},
+    {"MaxQueueSizeIsNotSupported",
+     "\n[kv_events]\nmax_queue_size = 100000\n",
+     {"bad.toml:3:1", "kv_events.max_queue_size", "not supported", "no publisher queue",
+      "kv_events.hwm"}},
     {"WorkerIdNotNumeric",
      "\n[fpm]\nworker_id = \"worker-7\"\n",
      {"bad.toml:3:13", "fpm.worker_id", "decimal"}},

@@ -176,6 +176,8 @@ TEST(CliConfigTest, FlagErrorsNameTheFlag) {
            {{"--timing-profile", "/nonexistent/p.json"},
             "--timing-profile: engine.timing_profile_path"},
            {{"--dp-size", "2"}, "--dp-size: endpoints.kv_replay.endpoint"},
+           {{"--kv-events-max-queue-size", "5"},
+            "--kv-events-max-queue-size: kv_events.max_queue_size: not supported"},
        }) {
     std::vector<std::string> argv{"config"};
     argv.insert(argv.end(), args.begin(), args.end());
@@ -216,6 +218,9 @@ TEST(CliConfigTest, HelpCoversEveryConfigurationKey) {
   }
   EXPECT_NE(r.out.find("--config"), std::string::npos);
   EXPECT_NE(r.out.find("--dump"), std::string::npos);
+  // A refused key is not advertised (it used to be listed as if it worked).
+  EXPECT_EQ(r.out.find("max-queue-size"), std::string::npos);
+  EXPECT_EQ(run({"serve", "--help"}).out.find("max-queue-size"), std::string::npos);
 }
 
 }  // namespace
