@@ -134,6 +134,12 @@ Result<service::ServiceConfig> resolveServeConfig(const ServeFlags& flags, Confi
   }
   for (const ServeFlags::Binding& b : flags.bindings) {
     if (b.option->count() == 0) continue;
+    if (use == ConfigUse::EngineOnly && !isEngineKey(b.key)) {
+      return invalidArgument(b.flag + ": " + b.key +
+                             " has no effect here: only the engine runs (no sockets, publishers, "
+                             "logging or start-up delay, and 0-token outputs are always "
+                             "accepted), so only [engine] keys apply");
+    }
     const std::string text = b.boolean ? (b.value ? "true" : "false") : b.text;
     if (auto st = service::setConfigValue(config, b.key, text); !st) {
       return Error{st.error().code, b.flag + ": " + b.key + ": " + st.error().message};
@@ -141,6 +147,19 @@ Result<service::ServiceConfig> resolveServeConfig(const ServeFlags& flags, Confi
     origins[b.key] = b.flag;
   }
   return service::finishServiceConfig(std::move(config), origins, use);
+}
+
+bool isEngineKey(std::string_view key) {
+  // engine.startup_time_s lives in [engine] but is the service's delay before reading submits.
+  return key.starts_with("engine.") && key != "engine.startup_time_s";
+}
+
+std::optional<std::string> firstGivenServeFlag(const ServeFlags& flags) {
+  if (!flags.config_path.empty()) return "--config";
+  for (const ServeFlags::Binding& b : flags.bindings) {
+    if (b.option->count() > 0) return b.flag;
+  }
+  return std::nullopt;
 }
 
 }  // namespace mocker::tools
