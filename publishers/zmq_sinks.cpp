@@ -55,7 +55,9 @@ SendResult ZmqPubSink::send(std::span<const Frame> frames) {
       if (!sent.has_value()) return SendResult::Dropped;
     }
     return SendResult::Sent;
-  } catch (const zmq::error_t&) {
+  } catch (const zmq::error_t& e) {
+    ++num_errors_;
+    if (!pending_error_) pending_error_ = "PUB '" + endpoint_ + "': send failed: " + e.what();
     return SendResult::Dropped;
   }
 }

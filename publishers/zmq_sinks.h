@@ -16,6 +16,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <utility>
 
 #include "base/result.h"
 #include "publishers/frame_sink.h"
@@ -46,8 +47,14 @@ class ZmqPubSink final : public FrameSink {
   ZmqPubSink& operator=(const ZmqPubSink&) = delete;
 
   /// Non-blocking multipart send. Dropped only if libzmq refuses the first part (EAGAIN or an
-  /// error); a PUB at its high-water mark drops silently and reports Sent.
+  /// error); a PUB at its high-water mark drops silently and reports Sent. An error (not EAGAIN)
+  /// is counted and kept for takeError().
   SendResult send(std::span<const Frame> frames) override;
+
+  /// Send errors so far (any zmq error other than EAGAIN), e.g. ETERM once the context shuts down.
+  std::uint64_t numErrors() const { return num_errors_; }
+  /// The first error since the last call, naming the endpoint; the owner logs it.
+  std::optional<std::string> takeError() { return std::exchange(pending_error_, std::nullopt); }
 
   /// The resolved endpoint (ZMQ_LAST_ENDPOINT: a wildcard port becomes the real one).
   const std::string& endpoint() const { return endpoint_; }
@@ -56,6 +63,8 @@ class ZmqPubSink final : public FrameSink {
   explicit ZmqPubSink(std::unique_ptr<zmq::socket_t> socket, std::string endpoint);
   std::unique_ptr<zmq::socket_t> socket_;
   std::string endpoint_;
+  std::uint64_t num_errors_ = 0;
+  std::optional<std::string> pending_error_;
 };
 
 struct ZmqReplayConfig {

@@ -548,9 +548,12 @@ void Server::Impl::completePass(std::uint32_t r) {
   Rank& rank = ranks_[r];
   engine::PassResult pass = std::move(*rank.in_flight);
   rank.in_flight.reset();
-  // 1. KV events and forward-pass metrics.
+  // 1. KV events and forward-pass metrics (a send error is counted by the sink, logged here).
   if (rank.kv) rank.kv->publishPass(pass.kv_events, unixSeconds());
   if (rank.fpm) rank.fpm->onPass(pass.fpm, engineNowMs());
+  for (publishers::ZmqPubSink* sink : {rank.kv_sink.get(), rank.fpm_sink.get()}) {
+    if (auto error = sink ? sink->takeError() : std::nullopt) log_->warn("{}", *error);
+  }
   // 2. Outputs, one message per client. This runs for every token: one route lookup by engine
   //    id, the rest is the batcher's reused scratch.
   batcher_.beginPass();

@@ -117,6 +117,25 @@ TEST(ZmqPubSinkTest, ConnectModeDialsABoundSub) {
   expectEveryBatchArrives(**publisher, sub, 20);
 }
 
+TEST(ZmqPubSinkTest, SendErrorIsCountedAndKeptNotSwallowed) {
+  zmq::context_t ctx;
+  auto sink = ZmqPubSink::create(ctx, {.endpoint = "tcp://127.0.0.1:*", .linger_ms = 0});
+  ASSERT_TRUE(sink.has_value()) << sink.error().toString();
+  auto publisher = KvEventPublisher::create({}, **sink);
+  ASSERT_TRUE(publisher.has_value());
+  ctx.shutdown();  // every later operation on the socket fails with ETERM
+  EXPECT_EQ((*publisher)->publishPass(storedEvents(1), 0.0), 0u);
+  EXPECT_EQ((*publisher)->publishPass(storedEvents(2), 0.0), 1u);
+  EXPECT_EQ((*publisher)->numBatchesDropped(), 2u);
+  EXPECT_EQ((*publisher)->ringSize(), 2u);  // still replayable
+  EXPECT_EQ((*sink)->numErrors(), 2u);
+  const auto error = (*sink)->takeError();
+  ASSERT_TRUE(error.has_value());
+  EXPECT_NE(error->find("PUB '" + (*sink)->endpoint() + "': send failed"), std::string::npos)
+      << *error;
+  EXPECT_FALSE((*sink)->takeError().has_value());  // reported once
+}
+
 TEST(ZmqPubSinkTest, BindFailureNamesTheEndpoint) {
   zmq::context_t ctx;
   const auto r = ZmqPubSink::create(ctx, {.endpoint = "bogus://x"});
