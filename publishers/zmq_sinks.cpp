@@ -2,6 +2,7 @@
 
 #include <zmq.hpp>
 
+#include <cerrno>
 #include <vector>
 
 #include "publishers/kv_event_publisher.h"
@@ -54,7 +55,9 @@ SendResult ZmqPubSink::send(std::span<const Frame> frames) {
       if (!sent.has_value()) return SendResult::Dropped;
     }
     return SendResult::Sent;
-  } catch (const zmq::error_t&) {
+  } catch (const zmq::error_t& e) {
+    ++num_errors_;
+    if (!pending_error_) pending_error_ = "PUB '" + endpoint_ + "': send failed: " + e.what();
     return SendResult::Dropped;
   }
 }
@@ -70,25 +73,54 @@ Result<std::unique_ptr<ZmqReplayServer>> ZmqReplayServer::create(zmq::context_t&
                                                                  KvEventPublisher& publisher) {
   try {
     auto socket = std::make_unique<zmq::socket_t>(context, zmq::socket_type::router);
+    socket->set(zmq::sockopt::router_mandatory, 1);  // undeliverable replies are seen, not lost
     socket->set(zmq::sockopt::sndhwm, config.sndhwm);
     socket->set(zmq::sockopt::linger, config.linger_ms);
     socket->set(zmq::sockopt::maxmsgsize, config.max_request_bytes);
-    socket->bind(config.endpoint);
-    std::string endpoint = socket->get(zmq::sockopt::last_endpoint);
+    if (config.connect) {
+      socket->connect(config.endpoint);
+    } else {
+      socket->bind(config.endpoint);
+    }
+    std::string endpoint =
+        config.connect ? config.endpoint : socket->get(zmq::sockopt::last_endpoint);
     return std::unique_ptr<ZmqReplayServer>(
         new ZmqReplayServer(std::move(socket), std::move(endpoint), publisher));
   } catch (const zmq::error_t& e) {
-    return zmqError("cannot bind replay ROUTER to", config.endpoint, e);
+    return zmqError(
+        config.connect ? "cannot connect replay ROUTER to" : "cannot bind replay ROUTER to",
+        config.endpoint, e);
   }
 }
 
 void* ZmqReplayServer::pollHandle() const { return socket_->handle(); }
 
-std::size_t ZmqReplayServer::serviceReadable() {
-  std::size_t num_read = 0;
+ZmqReplayServer::SendOutcome ZmqReplayServer::sendReply(const Message& reply, std::string& error) {
   try {
-    for (;;) {
-      std::vector<zmq::message_t> parts;
+    for (std::size_t i = 0; i < reply.size(); ++i) {
+      const bool last = i + 1 == reply.size();
+      auto flags = last ? zmq::send_flags::none : zmq::send_flags::sndmore;
+      // Only the routing-id frame can be refused (peer gone, pipe full); ZeroMQ accepts the rest
+      // of a message whose first frame it took.
+      if (i == 0) flags = flags | zmq::send_flags::dontwait;
+      if (!socket_->send(zmq::const_buffer(reply[i].data(), reply[i].size()), flags)) {
+        return SendOutcome::WouldBlock;
+      }
+    }
+    return SendOutcome::Sent;
+  } catch (const zmq::error_t& e) {
+    if (e.num() == EHOSTUNREACH) return SendOutcome::Unroutable;
+    error = "replay ROUTER '" + endpoint_ + "': send failed: " + e.what();
+    return SendOutcome::Failed;
+  }
+}
+
+ReplayServiceResult ZmqReplayServer::serviceReadable() {
+  ReplayServiceResult result;
+  std::vector<zmq::message_t> parts;
+  for (;;) {
+    parts.clear();
+    try {
       zmq::message_t part;
       if (!socket_->recv(part, zmq::recv_flags::dontwait)) break;
       bool more = part.more();
@@ -99,28 +131,39 @@ std::size_t ZmqReplayServer::serviceReadable() {
         more = next.more();
         if (parts.size() < kMaxRequestFrames + 1) parts.push_back(std::move(next));
       }
-      ++num_read;
-      std::vector<Frame> frames;
-      frames.reserve(parts.size());
-      for (const zmq::message_t& p : parts) {
-        frames.emplace_back(static_cast<const std::byte*>(p.data()), p.size());
-      }
-      for (const Message& reply : publisher_->handleReplayRequest(frames)) {
-        for (std::size_t i = 0; i < reply.size(); ++i) {
-          const bool last = i + 1 == reply.size();
-          const auto flags = last ? zmq::send_flags::dontwait
-                                  : zmq::send_flags::sndmore | zmq::send_flags::dontwait;
-          if (!socket_->send(zmq::const_buffer(reply[i].data(), reply[i].size()), flags)) {
-            ++num_replies_dropped_;
-            break;
-          }
-        }
-      }
+    } catch (const zmq::error_t& e) {
+      ++num_errors_;
+      result.error = "replay ROUTER '" + endpoint_ + "': receive failed: " + e.what();
+      return result;
     }
-  } catch (const zmq::error_t&) {
-    // ETERM at shutdown, or an unroutable peer: nothing to do for a replay server.
+    ++result.num_read;
+    std::vector<Frame> frames;
+    frames.reserve(parts.size());
+    for (const zmq::message_t& p : parts) {
+      frames.emplace_back(static_cast<const std::byte*>(p.data()), p.size());
+    }
+    const std::vector<Message> replies = publisher_->handleReplayRequest(frames);
+    for (std::size_t i = 0; i < replies.size(); ++i) {
+      std::string error;
+      const SendOutcome out = sendReply(replies[i], error);
+      if (out == SendOutcome::Sent) {
+        ++result.num_replies_sent;
+        continue;
+      }
+      // The rest of this request's replies are dropped with it: no replay with a hole.
+      const std::size_t dropped = replies.size() - i;
+      result.num_replies_dropped += dropped;
+      num_replies_dropped_ += dropped;
+      if (out == SendOutcome::Unroutable) num_replies_unroutable_ += dropped;
+      if (out == SendOutcome::Failed) {
+        ++num_errors_;
+        result.error = std::move(error);
+        return result;
+      }
+      break;
+    }
   }
-  return num_read;
+  return result;
 }
 
 }  // namespace mocker::publishers

@@ -3,8 +3,8 @@
 //
 // Endpoints: both sockets BIND unless `connect = true` is configured (issue #5: we do not copy
 // vLLM's guess-from-the-address rule; set connect for consumers that bind their SUB, such as
-// llm-d's older indexer). The caller applies the DP-rank offset (publishers/endpoint.h) first.
-// The replay ROUTER always binds.
+// llm-d's older indexer, or for a replay ROUTER that dials a fixed broker). The caller applies
+// the DP-rank offset (publishers/endpoint.h) first.
 //
 // Each object owns its socket and must be used by one thread only (the one that created it);
 // neither copyable nor movable. Sends never block. The zmq::context_t must outlive them.
@@ -13,8 +13,10 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
+#include <utility>
 
 #include "base/result.h"
 #include "publishers/frame_sink.h"
@@ -45,8 +47,14 @@ class ZmqPubSink final : public FrameSink {
   ZmqPubSink& operator=(const ZmqPubSink&) = delete;
 
   /// Non-blocking multipart send. Dropped only if libzmq refuses the first part (EAGAIN or an
-  /// error); a PUB at its high-water mark drops silently and reports Sent.
+  /// error); a PUB at its high-water mark drops silently and reports Sent. An error (not EAGAIN)
+  /// is counted and kept for takeError().
   SendResult send(std::span<const Frame> frames) override;
+
+  /// Send errors so far (any zmq error other than EAGAIN), e.g. ETERM once the context shuts down.
+  std::uint64_t numErrors() const { return num_errors_; }
+  /// The first error since the last call, naming the endpoint; the owner logs it.
+  std::optional<std::string> takeError() { return std::exchange(pending_error_, std::nullopt); }
 
   /// The resolved endpoint (ZMQ_LAST_ENDPOINT: a wildcard port becomes the real one).
   const std::string& endpoint() const { return endpoint_; }
@@ -55,18 +63,37 @@ class ZmqPubSink final : public FrameSink {
   explicit ZmqPubSink(std::unique_ptr<zmq::socket_t> socket, std::string endpoint);
   std::unique_ptr<zmq::socket_t> socket_;
   std::string endpoint_;
+  std::uint64_t num_errors_ = 0;
+  std::optional<std::string> pending_error_;
 };
 
 struct ZmqReplayConfig {
-  std::string endpoint;  ///< always bound
+  std::string endpoint;
+  bool connect = false;  ///< connect (to a peer that binds, e.g. a replay broker) instead of bind
   int sndhwm = 100'000;  ///< a client that does not read loses replies beyond this
   int linger_ms = 1000;
   std::int64_t max_request_bytes = 64;  ///< ZMQ_MAXMSGSIZE: larger frames disconnect the peer
 };
 
+/// What one ZmqReplayServer::serviceReadable() call did.
+struct ReplayServiceResult {
+  std::size_t num_read = 0;          ///< request messages read (well-formed or not)
+  std::size_t num_replies_sent = 0;  ///< reply messages handed to ZeroMQ
+  std::size_t num_replies_dropped = 0;
+  /// A receive or send failed with something other than "would block" / "peer gone" (the call
+  /// stopped there); the text names the operation and the endpoint. The caller logs it.
+  std::optional<std::string> error;
+};
+
+// The ROUTER is in ROUTER_MANDATORY mode, so a reply that cannot be delivered is seen and
+// counted instead of vanishing: the requester is gone (EHOSTUNREACH, numRepliesUnroutable) or
+// not reading (its pipe is at `sndhwm`). Once one reply of a request is not sent, the rest of
+// that request's replies (end marker included) are dropped too, so a requester never sees a
+// replay with a hole in it: it times out and asks again. Every dropped reply message counts in
+// numRepliesDropped.
 class ZmqReplayServer {
  public:
-  /// Binds the ROUTER. `publisher` must outlive the server.
+  /// Binds (or connects) the ROUTER. `publisher` must outlive the server.
   static Result<std::unique_ptr<ZmqReplayServer>> create(zmq::context_t& context,
                                                          const ZmqReplayConfig& config,
                                                          KvEventPublisher& publisher);
@@ -78,19 +105,29 @@ class ZmqReplayServer {
   void* pollHandle() const;
 
   /// Reads every pending request without blocking, answers each through the publisher and
-  /// sends the replies without blocking. Returns the number of messages read.
-  std::size_t serviceReadable();
+  /// sends the replies without blocking.
+  ReplayServiceResult serviceReadable();
 
+  /// The resolved endpoint (bound: ZMQ_LAST_ENDPOINT; connected: as configured).
   const std::string& endpoint() const { return endpoint_; }
+  /// Reply messages not sent, for any reason (totals over the server's life).
   std::uint64_t numRepliesDropped() const { return num_replies_dropped_; }
+  /// Of those, the replies whose requester was gone (EHOSTUNREACH) when its first was sent.
+  std::uint64_t numRepliesUnroutable() const { return num_replies_unroutable_; }
+  /// Receive or send errors other than would-block and unroutable.
+  std::uint64_t numErrors() const { return num_errors_; }
 
  private:
+  enum class SendOutcome { Sent, WouldBlock, Unroutable, Failed };
   ZmqReplayServer(std::unique_ptr<zmq::socket_t> socket, std::string endpoint,
                   KvEventPublisher& publisher);
+  SendOutcome sendReply(const Message& reply, std::string& error);
   std::unique_ptr<zmq::socket_t> socket_;
   std::string endpoint_;
   KvEventPublisher* publisher_;
   std::uint64_t num_replies_dropped_ = 0;
+  std::uint64_t num_replies_unroutable_ = 0;
+  std::uint64_t num_errors_ = 0;
 };
 
 }  // namespace mocker::publishers

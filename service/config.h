@@ -59,12 +59,11 @@ struct EndpointsConfig {
 /// `[kv_events]`: the KV-event PUB socket, its replay ROUTER and the payload encoding. The
 /// encoding fields use the wire types directly (names "p8", "r1", "nil" in files and flags).
 struct KvEventsConfig {
-  bool enabled = true;                    ///< PUB socket on endpoints.kv_events
-  bool replay_enabled = true;             ///< replay ROUTER on endpoints.kv_replay (needs enabled)
-  std::string topic;                      ///< frame 0; "kv@<pod>@<model>" form checked
-  std::uint32_t hwm = 100000;             ///< PUB ZMQ_SNDHWM; 0 = unlimited, <= INT_MAX
-  std::uint32_t max_queue_size = 100000;  ///< batches, >= 1 (vLLM's key; no queue ⇒ no effect)
-  std::uint32_t buffer_steps = 10000;     ///< replay ring, batches, >= 1
+  bool enabled = true;                 ///< PUB socket on endpoints.kv_events
+  bool replay_enabled = true;          ///< replay ROUTER on endpoints.kv_replay (needs enabled)
+  std::string topic;                   ///< frame 0; "kv@<pod>@<model>" form checked
+  std::uint32_t hwm = 100000;          ///< PUB ZMQ_SNDHWM; 0 = unlimited, <= INT_MAX
+  std::uint32_t buffer_steps = 10000;  ///< replay ring, batches, >= 1
   protocol::KvLayout layout = protocol::KvLayout::P8;
   publishers::ReplayLayout replay_layout = publishers::ReplayLayout::R1;
   protocol::ParentRoot parent_root = protocol::ParentRoot::Nil;

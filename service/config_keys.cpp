@@ -324,7 +324,6 @@ const std::vector<ConfigKey>& keys() {
       {"kv_events", "replay_enabled", MOCKER_REF(BoolRef, kv_events.replay_enabled)},
       {"kv_events", "topic", MOCKER_REF(StringRef, kv_events.topic)},
       {"kv_events", "hwm", MOCKER_REF(U32Ref, kv_events.hwm)},
-      {"kv_events", "max_queue_size", MOCKER_REF(U32Ref, kv_events.max_queue_size)},
       {"kv_events", "buffer_steps", MOCKER_REF(U32Ref, kv_events.buffer_steps)},
       {"kv_events", "layout", MOCKER_ENUM(kv_events.layout, layoutName, parseLayout)},
       {"kv_events", "replay_layout",
@@ -439,6 +438,18 @@ const ConfigKey* findKey(std::string_view path) {
   return nullptr;
 }
 
+std::optional<std::string> unsupportedKeyError(std::string_view path) {
+  // Keys a vLLM-style configuration may carry that have nothing to act on here: refused with
+  // the reason instead of being accepted and ignored.
+  if (path == "kv_events.max_queue_size") {
+    return "not supported: mocker has no publisher queue (each batch is sent at once from the "
+           "service thread, without blocking, so there is nothing to bound); kv_events.hwm "
+           "bounds what the PUB holds for a slow subscriber (beyond it batches are dropped and "
+           "consumers replay them) and kv_events.buffer_steps how many stay replayable";
+  }
+  return std::nullopt;
+}
+
 bool isKnownTable(std::string_view path) {
   for (const ConfigKey& k : keys()) {
     if (k.table == path) return true;
@@ -486,7 +497,10 @@ bool operator==(const ServiceConfig& a, const ServiceConfig& b) {
 
 Status setConfigValue(ServiceConfig& config, std::string_view key_path, std::string_view text) {
   const ConfigKey* key = detail::findKey(key_path);
-  if (key == nullptr) return invalidArgument("unknown key '" + std::string(key_path) + "'");
+  if (key == nullptr) {
+    if (auto why = detail::unsupportedKeyError(key_path)) return invalidArgument(*why);
+    return invalidArgument("unknown key '" + std::string(key_path) + "'");
+  }
   MOCKER_TRY(const Value value, textValue(*key, text));
   return assignTo(*key, value, config);
 }

@@ -49,8 +49,12 @@ class TomlReader {
       }
       const detail::ConfigKey* key = detail::findKey(key_path);
       if (key == nullptr) {
-        fail(raw_key.source(), key_path,
-             detail::isKnownTable(key_path) ? "expected a table, got a value" : "unknown key");
+        if (auto why = detail::unsupportedKeyError(key_path)) {
+          fail(raw_key.source(), key_path, *why);
+        } else {
+          fail(raw_key.source(), key_path,
+               detail::isKnownTable(key_path) ? "expected a table, got a value" : "unknown key");
+        }
         continue;
       }
       auto value = toValue(node);

@@ -125,7 +125,6 @@ std::optional<ConfigError> checkServiceConfig(const ServiceConfig& c, ConfigUse 
 
   const KvEventsConfig& kv = c.kv_events;
   if (auto e = checkHwm("kv_events.hwm", kv.hwm)) return e;
-  if (kv.max_queue_size < 1) return issue("kv_events.max_queue_size", "must be >= 1 (got 0)");
   if (kv.buffer_steps < 1) return issue("kv_events.buffer_steps", "must be >= 1 (got 0)");
   if (kv.topic.starts_with("kv@")) {
     const auto parts = std::count(kv.topic.begin(), kv.topic.end(), '@') + 1;

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <array>
 #include <cctype>
+#include <memory>
 #include <string>
 #include <utility>
 
@@ -40,10 +41,14 @@ std::string_view logLevelName(spdlog::level::level_enum level) {
 }
 
 void setupLogging(spdlog::level::level_enum level) {
-  auto logger = spdlog::stderr_color_mt("mocker");
+  // Idempotent: a second call (another command run in the same process, a test) reuses the
+  // "mocker" logger instead of registering it again, which spdlog refuses with an exception.
+  std::shared_ptr<spdlog::logger> logger = spdlog::get("mocker");
+  if (!logger) logger = spdlog::stderr_color_mt("mocker");
   logger->set_pattern("%Y-%m-%dT%H:%M:%S.%e %^%l%$ [%n] %v");
-  logger->set_level(level);
-  spdlog::set_default_logger(std::move(logger));
+  spdlog::set_default_logger(logger);
+  // Every registered logger, so component loggers cloned earlier ("serve") follow the level.
+  spdlog::set_level(level);
 }
 
 }  // namespace mocker::service

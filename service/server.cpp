@@ -128,6 +128,7 @@ class Server::Impl {
   void completePass(std::uint32_t r);
   void deliver();
   void heartbeats();
+  void serviceReplays();
 
   // Streams that end early: cancel in the engine, owe the client its terminal.
   void cancelInEngine(engine::RequestId id, std::uint32_t rank);
@@ -206,11 +207,12 @@ Status Server::Impl::init() {
       MOCKER_TRY(rank.kv, publishers::KvEventPublisher::create(kc, *rank.kv_sink));
       if (config_.kv_events.replay_enabled) {
         MOCKER_TRY(const std::string rep, rankEndpoint(config_.endpoints.kv_replay, r));
-        MOCKER_TRY(rank.replay,
-                   publishers::ZmqReplayServer::create(
-                       context_,
-                       {.endpoint = rep, .linger_ms = static_cast<int>(config_.service.linger_ms)},
-                       *rank.kv));
+        MOCKER_TRY(rank.replay, publishers::ZmqReplayServer::create(
+                                    context_,
+                                    {.endpoint = rep,
+                                     .connect = config_.endpoints.kv_replay.connect,
+                                     .linger_ms = static_cast<int>(config_.service.linger_ms)},
+                                    *rank.kv));
         endpoints.kv_replay.push_back(rank.replay->endpoint());
       }
       if (config_.kv_events.clear_on_start && events_on) {
@@ -546,9 +548,12 @@ void Server::Impl::completePass(std::uint32_t r) {
   Rank& rank = ranks_[r];
   engine::PassResult pass = std::move(*rank.in_flight);
   rank.in_flight.reset();
-  // 1. KV events and forward-pass metrics.
+  // 1. KV events and forward-pass metrics (a send error is counted by the sink, logged here).
   if (rank.kv) rank.kv->publishPass(pass.kv_events, unixSeconds());
   if (rank.fpm) rank.fpm->onPass(pass.fpm, engineNowMs());
+  for (publishers::ZmqPubSink* sink : {rank.kv_sink.get(), rank.fpm_sink.get()}) {
+    if (auto error = sink ? sink->takeError() : std::nullopt) log_->warn("{}", *error);
+  }
   // 2. Outputs, one message per client. This runs for every token: one route lookup by engine
   //    id, the rest is the batcher's reused scratch.
   batcher_.beginPass();
@@ -594,6 +599,18 @@ void Server::Impl::deliver() {
     }
   }
   for (const auto& c : gone_) dropClient(c);
+}
+
+void Server::Impl::serviceReplays() {
+  for (Rank& rank : ranks_) {
+    if (!rank.replay) continue;
+    const publishers::ReplayServiceResult r = rank.replay->serviceReadable();
+    if (r.error) log_->warn("{}", *r.error);
+    if (r.num_replies_dropped > 0) {
+      log_->debug("replay: {} reply message(s) to {} not sent (requester gone or not reading)",
+                  r.num_replies_dropped, rank.replay->endpoint());
+    }
+  }
 }
 
 void Server::Impl::heartbeats() {
@@ -675,9 +692,7 @@ Status Server::Impl::run() {
     }
     drainCancels();  // always first: a cancel never waits behind submits
     drainSubmits(kSubmitsPerIteration);
-    for (Rank& rank : ranks_) {
-      if (rank.replay) rank.replay->serviceReadable();
-    }
+    serviceReplays();
     retryOwed();
     heartbeats();
     MOCKER_DCHECK(routes_.checkInvariants().has_value());  // debug builds: every iteration

@@ -1,6 +1,5 @@
 #include "tools/index_command.h"
 
-#include <spdlog/spdlog.h>
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
@@ -134,11 +133,7 @@ int IndexCommand::run(std::ostream& out, std::ostream& err) {
     err << "mocker index: --log-level: " << level.error().message << "\n";
     return 2;
   }
-  if (auto logger = spdlog::get("mocker")) {  // already set up (a second run in one process)
-    logger->set_level(*level);
-  } else {
-    service::setupLogging(*level);
-  }
+  service::setupLogging(*level);
   index::IndexServiceConfig config;
   for (const std::string& spec : f.workers) {
     auto parsed = index::parseWorkerSpec(spec);

@@ -296,7 +296,7 @@ ReplayCommand::ReplayCommand(CLI::App& app) {
   cmd_->footer(
       "Offline mode runs the engines in-process with the --config / [engine] settings above. "
       "Live mode (--mode live --connect tcp://HOST:PORT ...) drives running `mocker serve` "
-      "instances on the wall clock and ignores the engine settings (each server has its own; "
+      "instances on the wall clock and takes none of the settings above (each server has its own; "
       "give the servers --allow-empty-output to replay 0-token outputs, which offline always "
       "accepts). See tools/replay/README.md.");
 }
@@ -371,6 +371,12 @@ int ReplayCommand::run(std::ostream& out, std::ostream& err) {
     if (cmd_->count("--num-workers") > 0) {
       err << "mocker replay: --num-workers is offline only (in live mode give one --connect per "
              "server)\n";
+      return 2;
+    }
+    if (const auto flag = firstGivenServeFlag(f.serve)) {
+      err << "mocker replay: " << *flag
+          << " has no effect in live mode: each server runs with its own configuration (give it "
+             "to mocker serve)\n";
       return 2;
     }
     auto t = liveTargets(f);

@@ -12,6 +12,9 @@ struct FlagSpec {
   const char* key;
   const char* help;
   bool boolean = false;
+  /// Left out of --help: a key mocker refuses (detail::unsupportedKeyError); the flag exists
+  /// only so that using it gets the reason instead of "unknown option".
+  bool hidden = false;
 };
 
 struct Group {
@@ -79,7 +82,7 @@ const std::initializer_list<Group> kGroups = {
     {"--kv-replay,!--no-kv-replay", "kv_events.replay_enabled", "serve KV-event replays", true},
     {"--kv-events-topic", "kv_events.topic", "frame-0 topic (llm-d: kv@<pod>@<model>)"},
     {"--kv-events-hwm", "kv_events.hwm", "PUB ZMQ_SNDHWM (0 = unlimited)"},
-    {"--kv-events-max-queue-size", "kv_events.max_queue_size", "publisher queue in batches (>= 1)"},
+    {"--kv-events-max-queue-size", "kv_events.max_queue_size", "refused: no publisher queue", false, true},
     {"--kv-events-buffer-steps", "kv_events.buffer_steps", "replay ring in batches (>= 1)"},
     {"--kv-events-layout", "kv_events.layout", "p6 | p7 | p8 | p9 | p12 | map | map26"},
     {"--kv-events-replay-layout", "kv_events.replay_layout", "r1 | r2"},
@@ -117,7 +120,7 @@ void addServeFlags(CLI::App& app, ServeFlags& flags) {
       } else {
         b.option = app.add_option(names, b.text, help);
       }
-      b.option->group(group.name);
+      b.option->group(spec.hidden ? "" : group.name);  // CLI11: an empty group is hidden
     }
   }
 }
@@ -131,6 +134,12 @@ Result<service::ServiceConfig> resolveServeConfig(const ServeFlags& flags, Confi
   }
   for (const ServeFlags::Binding& b : flags.bindings) {
     if (b.option->count() == 0) continue;
+    if (use == ConfigUse::EngineOnly && !isEngineKey(b.key)) {
+      return invalidArgument(b.flag + ": " + b.key +
+                             " has no effect here: only the engine runs (no sockets, publishers, "
+                             "logging or start-up delay, and 0-token outputs are always "
+                             "accepted), so only [engine] keys apply");
+    }
     const std::string text = b.boolean ? (b.value ? "true" : "false") : b.text;
     if (auto st = service::setConfigValue(config, b.key, text); !st) {
       return Error{st.error().code, b.flag + ": " + b.key + ": " + st.error().message};
@@ -138,6 +147,19 @@ Result<service::ServiceConfig> resolveServeConfig(const ServeFlags& flags, Confi
     origins[b.key] = b.flag;
   }
   return service::finishServiceConfig(std::move(config), origins, use);
+}
+
+bool isEngineKey(std::string_view key) {
+  // engine.startup_time_s lives in [engine] but is the service's delay before reading submits.
+  return key.starts_with("engine.") && key != "engine.startup_time_s";
+}
+
+std::optional<std::string> firstGivenServeFlag(const ServeFlags& flags) {
+  if (!flags.config_path.empty()) return "--config";
+  for (const ServeFlags::Binding& b : flags.bindings) {
+    if (b.option->count() > 0) return b.flag;
+  }
+  return std::nullopt;
 }
 
 }  // namespace mocker::tools

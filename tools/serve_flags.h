@@ -11,6 +11,7 @@
 #pragma once
 
 #include <deque>
+#include <optional>
 #include <string>
 
 #include "base/result.h"
@@ -52,8 +53,17 @@ using ConfigUse = service::ConfigUse;
 
 /// defaults → --config file (if given) → flags given on the command line → profile load →
 /// validation. Errors are prefixed with the origin of the offending key ("f.toml:3:5: " or
-/// "--flag: ").
+/// "--flag: "). With EngineOnly a flag whose key only configures the live service (sockets,
+/// publishers, logging, start-up delay, empty-output policy) is refused: it would have no effect.
+/// (A --config file may hold such keys: a service's file can be reused; only [engine] is read.)
 Result<service::ServiceConfig> resolveServeConfig(const ServeFlags& flags,
                                                   ConfigUse use = ConfigUse::Serve);
+
+/// Whether `key` changes what an engine computes (the keys an EngineOnly use takes from flags).
+bool isEngineKey(std::string_view key);
+
+/// The first of --config and the configuration flags that was given on the command line, as
+/// typed ("--num-gpu-blocks"); nullopt if none. For modes that use no configuration at all.
+std::optional<std::string> firstGivenServeFlag(const ServeFlags& flags);
 
 }  // namespace mocker::tools

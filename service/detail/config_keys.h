@@ -10,6 +10,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <variant>
@@ -27,6 +28,10 @@ struct ConfigKey;
 
 /// The key with path `path` ("engine.max_num_seqs"), or nullptr.
 const ConfigKey* findKey(std::string_view path);
+
+/// For a key that mocker refuses although other engines have it (vLLM's
+/// kv_events.max_queue_size): why, as "not supported: <reason>". nullopt for any other path.
+std::optional<std::string> unsupportedKeyError(std::string_view path);
 
 /// Whether `path` is a table that may appear in a file: a key's table or one of its parents
 /// ("engine", "engine.sglang", "endpoints").

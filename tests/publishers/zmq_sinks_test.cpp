@@ -5,8 +5,12 @@
 #include <gtest/gtest.h>
 #include <zmq.hpp>
 
+#include <unistd.h>
+
 #include <chrono>
+#include <cstring>
 #include <optional>
+#include <string>
 
 #include "protocol/framing.h"
 #include "publishers/kv_event_publisher.h"
@@ -113,6 +117,25 @@ TEST(ZmqPubSinkTest, ConnectModeDialsABoundSub) {
   expectEveryBatchArrives(**publisher, sub, 20);
 }
 
+TEST(ZmqPubSinkTest, SendErrorIsCountedAndKeptNotSwallowed) {
+  zmq::context_t ctx;
+  auto sink = ZmqPubSink::create(ctx, {.endpoint = "tcp://127.0.0.1:*", .linger_ms = 0});
+  ASSERT_TRUE(sink.has_value()) << sink.error().toString();
+  auto publisher = KvEventPublisher::create({}, **sink);
+  ASSERT_TRUE(publisher.has_value());
+  ctx.shutdown();  // every later operation on the socket fails with ETERM
+  EXPECT_EQ((*publisher)->publishPass(storedEvents(1), 0.0), 0u);
+  EXPECT_EQ((*publisher)->publishPass(storedEvents(2), 0.0), 1u);
+  EXPECT_EQ((*publisher)->numBatchesDropped(), 2u);
+  EXPECT_EQ((*publisher)->ringSize(), 2u);  // still replayable
+  EXPECT_EQ((*sink)->numErrors(), 2u);
+  const auto error = (*sink)->takeError();
+  ASSERT_TRUE(error.has_value());
+  EXPECT_NE(error->find("PUB '" + (*sink)->endpoint() + "': send failed"), std::string::npos)
+      << *error;
+  EXPECT_FALSE((*sink)->takeError().has_value());  // reported once
+}
+
 TEST(ZmqPubSinkTest, BindFailureNamesTheEndpoint) {
   zmq::context_t ctx;
   const auto r = ZmqPubSink::create(ctx, {.endpoint = "bogus://x"});
@@ -208,6 +231,134 @@ TEST(ZmqReplayServerTest, MalformedRequestIsIgnoredAndTheServerKeepsServing) {
   const auto replies = dealerReplay(**server, dealer, 0);  // a valid one still works
   ASSERT_EQ(replies.size(), 2u);
   EXPECT_EQ(seqOf(replies[0][1]), 0u);
+}
+
+// Waits for a ZMQ_EVENT_DISCONNECTED on `monitor` (a PAIR connected to a socket monitor).
+bool waitDisconnected(zmq::socket_t& monitor) {
+  const auto deadline = Clock::now() + kDeadline;
+  while (Clock::now() < deadline) {
+    if (!waitReadable(monitor, std::chrono::milliseconds(100))) continue;
+    const auto event = tryRecv(monitor);  // [event id (2 B) + value (4 B), address]
+    if (!event || event->at(0).size() < 2) continue;
+    std::uint16_t id = 0;
+    std::memcpy(&id, event->at(0).data(), sizeof id);
+    if (id == ZMQ_EVENT_DISCONNECTED) return true;
+  }
+  return false;
+}
+
+TEST(ZmqReplayServerTest, RepliesToARequesterThatLeftAreCountedAsUnroutable) {
+  zmq::context_t ctx;
+  testing::RecordingFrameSink live;
+  auto publisher = KvEventPublisher::create({}, live);
+  ASSERT_TRUE(publisher.has_value());
+  for (std::uint64_t i = 0; i < 3; ++i) (*publisher)->publishPass(storedEvents(i + 1), 0.0);
+  auto server = ZmqReplayServer::create(ctx, {.endpoint = "tcp://127.0.0.1:*"}, **publisher);
+  ASSERT_TRUE(server.has_value()) << server.error().toString();
+  const std::string monitor_ep = "inproc://replay-monitor-" + std::to_string(::getpid());
+  ASSERT_EQ(zmq_socket_monitor((*server)->pollHandle(), monitor_ep.c_str(), ZMQ_EVENT_DISCONNECTED),
+            0);
+  zmq::socket_t monitor(ctx, zmq::socket_type::pair);
+  monitor.set(zmq::sockopt::linger, 0);
+  monitor.connect(monitor_ep);
+
+  // A requester asks for a replay and leaves before the server answers. The ROUTER learns that
+  // the peer is gone from libzmq's I/O thread a moment after the disconnect event, so a round in
+  // which the replies still went into the dying pipe is repeated with a new requester.
+  ReplayServiceResult r;
+  int rounds = 0;
+  const auto deadline = Clock::now() + kDeadline;
+  while ((*server)->numRepliesUnroutable() == 0 && Clock::now() < deadline) {
+    ++rounds;
+    {
+      zmq::socket_t dealer(ctx, zmq::socket_type::dealer);
+      dealer.set(zmq::sockopt::linger, 0);
+      dealer.connect((*server)->endpoint());
+      const auto seq = protocol::encodeSeqNo(0);
+      dealer.send(zmq::const_buffer(nullptr, 0), zmq::send_flags::sndmore);
+      dealer.send(zmq::const_buffer(seq.data(), seq.size()), zmq::send_flags::none);
+      zmq::pollitem_t item{(*server)->pollHandle(), 0, ZMQ_POLLIN, 0};
+      ASSERT_EQ(zmq::poll(&item, 1, kDeadline), 1);  // the request is queued, not read yet
+    }
+    ASSERT_TRUE(waitDisconnected(monitor));
+    r = (*server)->serviceReadable();
+    ASSERT_EQ(r.num_read, 1u);
+    EXPECT_FALSE(r.error.has_value());
+  }
+  ASSERT_GT((*server)->numRepliesUnroutable(), 0u) << "after " << rounds << " round(s)";
+  EXPECT_EQ(r.num_replies_sent, 0u);
+  EXPECT_EQ(r.num_replies_dropped, 4u);  // seq 0, 1, 2 and the end marker
+  EXPECT_EQ((*server)->numRepliesUnroutable(), 4u);
+  EXPECT_EQ((*server)->numRepliesDropped(), 4u);
+  EXPECT_EQ((*publisher)->numReplayRequests(), static_cast<std::uint64_t>(rounds));
+  ASSERT_EQ(zmq_socket_monitor((*server)->pollHandle(), nullptr, 0), 0);
+}
+
+TEST(ZmqReplayServerTest, ARequesterThatDoesNotReadGetsAPrefixAndTheRestIsCounted) {
+  zmq::context_t ctx;
+  testing::RecordingFrameSink live;
+  auto publisher = KvEventPublisher::create({}, live);
+  ASSERT_TRUE(publisher.has_value());
+  for (std::uint64_t i = 0; i < 50; ++i) (*publisher)->publishPass(storedEvents(i + 1), 0.0);
+  // inproc: the pipe holds the server's SNDHWM + the dealer's RCVHWM = 2 messages, exactly.
+  const std::string ep = "inproc://replay-full-" + std::to_string(::getpid());
+  auto server = ZmqReplayServer::create(ctx, {.endpoint = ep, .sndhwm = 1}, **publisher);
+  ASSERT_TRUE(server.has_value()) << server.error().toString();
+  zmq::socket_t dealer(ctx, zmq::socket_type::dealer);
+  dealer.set(zmq::sockopt::linger, 0);
+  dealer.set(zmq::sockopt::rcvhwm, 1);
+  dealer.connect(ep);
+  const auto seq = protocol::encodeSeqNo(0);
+  dealer.send(zmq::const_buffer(nullptr, 0), zmq::send_flags::sndmore);
+  dealer.send(zmq::const_buffer(seq.data(), seq.size()), zmq::send_flags::none);
+  zmq::pollitem_t item{(*server)->pollHandle(), 0, ZMQ_POLLIN, 0};
+  ASSERT_EQ(zmq::poll(&item, 1, kDeadline), 1);
+
+  const ReplayServiceResult r = (*server)->serviceReadable();
+  EXPECT_EQ(r.num_read, 1u);
+  EXPECT_EQ(r.num_replies_sent, 2u);
+  EXPECT_EQ(r.num_replies_dropped, 49u);  // 51 replies: seq 0..49 and the end marker
+  EXPECT_EQ((*server)->numRepliesDropped(), 49u);
+  EXPECT_EQ((*server)->numRepliesUnroutable(), 0u);
+  // The requester sees seq 0 and 1, then nothing: no later batch, no end marker.
+  std::vector<std::uint64_t> got;
+  while (waitReadable(dealer, std::chrono::milliseconds(0)))
+    got.push_back(seqOf(tryRecv(dealer)->at(1)));
+  EXPECT_EQ(got, (std::vector<std::uint64_t>{0, 1}));
+}
+
+TEST(ZmqReplayServerTest, ConnectModeServesAPeerThatBinds) {
+  zmq::context_t ctx;
+  testing::RecordingFrameSink live;
+  auto publisher = KvEventPublisher::create({}, live);
+  ASSERT_TRUE(publisher.has_value());
+  for (std::uint64_t i = 0; i < 3; ++i) (*publisher)->publishPass(storedEvents(i + 1), 0.0);
+  zmq::socket_t dealer(ctx, zmq::socket_type::dealer);  // e.g. a replay broker's socket
+  dealer.set(zmq::sockopt::linger, 0);
+  dealer.bind("tcp://127.0.0.1:*");
+  const std::string endpoint = dealer.get(zmq::sockopt::last_endpoint);
+  auto server = ZmqReplayServer::create(ctx, {.endpoint = endpoint, .connect = true}, **publisher);
+  ASSERT_TRUE(server.has_value()) << server.error().toString();
+  EXPECT_EQ((*server)->endpoint(), endpoint);
+
+  const auto replies = dealerReplay(**server, dealer, 1);
+  ASSERT_EQ(replies.size(), 3u);  // seq 1, 2, end marker
+  EXPECT_EQ(seqOf(replies[0][1]), 1u);
+  EXPECT_EQ(seqOf(replies[1][1]), 2u);
+  EXPECT_EQ(seqOf(replies[2][1]), protocol::kReplayEndMarker);
+}
+
+TEST(ZmqReplayServerTest, ConnectFailureNamesTheEndpoint) {
+  zmq::context_t ctx;
+  testing::RecordingFrameSink live;
+  auto publisher = KvEventPublisher::create({}, live);
+  ASSERT_TRUE(publisher.has_value());
+  const auto r =
+      ZmqReplayServer::create(ctx, {.endpoint = "bogus://x", .connect = true}, **publisher);
+  ASSERT_FALSE(r.has_value());
+  EXPECT_NE(r.error().message.find("cannot connect replay ROUTER to 'bogus://x'"),
+            std::string::npos)
+      << r.error().message;
 }
 
 }  // namespace

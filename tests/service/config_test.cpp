@@ -6,6 +6,8 @@
 #include <cctype>
 #include <filesystem>
 #include <fstream>
+#include <map>
+#include <set>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -93,7 +95,6 @@ TEST(ServiceConfigTest, DefaultsEqualTheSpec) {
   EXPECT_TRUE(c.kv_events.replay_enabled);
   EXPECT_EQ(c.kv_events.topic, "");
   EXPECT_EQ(c.kv_events.hwm, 100000u);
-  EXPECT_EQ(c.kv_events.max_queue_size, 100000u);
   EXPECT_EQ(c.kv_events.buffer_steps, 10000u);
   EXPECT_EQ(c.kv_events.layout, protocol::KvLayout::P8);
   EXPECT_EQ(c.kv_events.replay_layout, publishers::ReplayLayout::R1);
@@ -298,9 +299,10 @@ const std::vector<BadConfig> kBadConfigs = {
     {"ZeroBufferSteps",
      "\n[kv_events]\nbuffer_steps = 0\n",
      {"bad.toml:3:16", "kv_events.buffer_steps", ">= 1"}},
-    {"ZeroQueue",
-     "\n[kv_events]\nmax_queue_size = 0\n",
-     {"bad.toml:3:18", "kv_events.max_queue_size", ">= 1"}},
+    {"MaxQueueSizeIsNotSupported",
+     "\n[kv_events]\nmax_queue_size = 100000\n",
+     {"bad.toml:3:1", "kv_events.max_queue_size", "not supported", "no publisher queue",
+      "kv_events.hwm"}},
     {"WorkerIdNotNumeric",
      "\n[fpm]\nworker_id = \"worker-7\"\n",
      {"bad.toml:3:13", "fpm.worker_id", "decimal"}},
@@ -778,6 +780,92 @@ TEST_P(BadProfileTest, ErrorNamesTheFileAndTheProblem) {
 
 INSTANTIATE_TEST_SUITE_P(Catalogue, BadProfileTest, ::testing::ValuesIn(kBadProfiles),
                          [](const auto& param_info) { return std::string(param_info.param.name); });
+
+// Every configuration key must do something. This table says, for each key, what reads it; a
+// key added to the table in config_keys.cpp without an entry here fails, and so does an entry
+// whose key is gone. Before adding an entry, make sure the reader exists and a test pins the
+// effect; a key that cannot act (like vLLM's kv_events.max_queue_size) is refused instead
+// (detail::unsupportedKeyError), never accepted and ignored.
+TEST(ServiceConfigTest, EveryKeyHasAReader) {
+  const std::map<std::string, std::string> readers = {
+      // EngineConfig fields: engine::Engine reads them (engine tests pin each).
+      {"engine.engine_type", "engine"},
+      {"engine.num_gpu_blocks", "engine"},
+      {"engine.block_size", "engine"},
+      {"engine.max_model_len", "engine"},
+      {"engine.max_num_seqs", "engine"},
+      {"engine.max_num_batched_tokens", "engine"},
+      {"engine.enable_prefix_caching", "engine"},
+      {"engine.enable_chunked_prefill", "engine"},
+      {"engine.preemption_mode", "engine (vllm)"},
+      {"engine.dp_size", "engine, server.cpp (sockets per rank)"},
+      {"engine.hash_seed", "engine"},
+      {"engine.chain_seed", "engine"},
+      {"engine.token_seed", "engine"},
+      {"engine.kv_event_visibility", "engine, server.cpp (publish at pass start)"},
+      {"engine.worker_type", "single value (aggregated): anything else is refused"},
+      {"engine.timing_model", "engine"},
+      {"engine.timing_profile_path", "finishServiceConfig (loads engine.timing_profile)"},
+      {"engine.fixed_prefill_ms", "engine (timing_model fixed)"},
+      {"engine.fixed_decode_ms", "engine (timing_model fixed)"},
+      {"engine.speedup_ratio", "engine (durations), server.cpp (pacing)"},
+      {"engine.decode_speedup_ratio", "engine"},
+      {"engine.startup_time_s", "server.cpp (submits not read before it)"},
+      {"engine.sglang.schedule_policy", "engine (sglang)"},
+      {"engine.sglang.page_size", "engine (sglang)"},
+      {"engine.sglang.max_prefill_tokens", "engine (sglang)"},
+      {"engine.sglang.chunked_prefill_size", "engine (sglang)"},
+      {"engine.sglang.clip_max_new_tokens", "engine (sglang)"},
+      {"engine.sglang.schedule_conservativeness", "engine (sglang)"},
+      {"engine.trtllm.capacity_scheduler_policy",
+       "single value (guaranteed_no_evict): anything else is refused"},
+      {"service.allow_empty_output", "engine (submit validation)"},
+      // NOTE: not read by server.cpp on this branch; the service-loop work implements it.
+      {"service.max_buffered_outputs", "server.cpp (service-loop work, issue 11)"},
+      {"service.fpm_heartbeat_interval_s", "server.cpp → FpmPublisher"},
+      {"service.submit_sndhwm", "server.cpp makeRouter (ZMQ_SNDHWM)"},
+      {"service.submit_rcvhwm", "server.cpp makeRouter (ZMQ_RCVHWM)"},
+      {"service.max_message_size", "server.cpp makeRouter (ZMQ_MAXMSGSIZE)"},
+      {"service.max_submit_backlog", "server.cpp submitsPaused"},
+      {"service.linger_ms", "server.cpp (ZMQ_LINGER of every socket)"},
+      {"endpoints.submit.endpoint", "server.cpp makeRouter"},
+      {"endpoints.submit.connect", "server.cpp makeRouter"},
+      {"endpoints.cancel.endpoint", "server.cpp makeRouter"},
+      {"endpoints.cancel.connect", "server.cpp makeRouter"},
+      {"endpoints.kv_events.endpoint", "server.cpp → ZmqPubSink"},
+      {"endpoints.kv_events.connect", "server.cpp → ZmqPubSink"},
+      {"endpoints.kv_replay.endpoint", "server.cpp → ZmqReplayServer"},
+      {"endpoints.kv_replay.connect",
+       "server.cpp → ZmqReplayServer "
+       "(ServerTest.KvReplayConnectDialsABoundPeerAndServesItReplays)"},
+      {"endpoints.fpm.endpoint", "server.cpp → ZmqPubSink"},
+      {"endpoints.fpm.connect", "server.cpp → ZmqPubSink"},
+      {"kv_events.enabled", "server.cpp"},
+      {"kv_events.replay_enabled", "server.cpp"},
+      {"kv_events.topic", "server.cpp → KvEventPublisher"},
+      {"kv_events.hwm", "server.cpp → ZmqPubSink (ZMQ_SNDHWM)"},
+      {"kv_events.buffer_steps", "server.cpp → KvEventPublisher (replay ring)"},
+      {"kv_events.layout", "server.cpp → KvEventPublisher"},
+      {"kv_events.replay_layout", "server.cpp → KvEventPublisher"},
+      {"kv_events.parent_root", "server.cpp → KvEventPublisher"},
+      {"kv_events.force_uint64_hashes", "server.cpp → KvEventPublisher"},
+      {"kv_events.clear_on_start", "server.cpp"},
+      {"fpm.enabled", "server.cpp"},
+      {"fpm.worker_id", "server.cpp → FpmPublisher"},
+      {"logging.level", "mocker serve → setupLogging"},
+  };
+  std::set<std::string> keys;
+  for (const std::string& key : configKeys()) {
+    keys.insert(key);
+    EXPECT_TRUE(readers.contains(key))
+        << key << " has no reader listed: say what reads it here, or refuse the key";
+  }
+  for (const auto& [key, reader] : readers) {
+    EXPECT_TRUE(keys.contains(key)) << key << " is listed but is no longer a key";
+  }
+  // Refused keys stay out of the table.
+  EXPECT_FALSE(keys.contains("kv_events.max_queue_size"));
+}
 
 }  // namespace
 }  // namespace mocker::service

@@ -4,8 +4,10 @@
 #include <gtest/gtest.h>
 
 #include <zmq.hpp>
+#include <zmq_addon.hpp>
 
 #include "live_service.h"
+#include "protocol/framing.h"
 #include "protocol/limits.h"
 
 namespace mocker::service {
@@ -466,6 +468,46 @@ TEST(ServerTest, DpRanksGetTheirOwnRequests) {
   ASSERT_EQ(snap->ranks.size(), 2u);
   EXPECT_TRUE(snap->ranks[0].block_hashes.empty());
   EXPECT_EQ(snap->ranks[1].block_hashes.size(), 2u);
+}
+
+TEST(ServerTest, KvReplayConnectDialsABoundPeerAndServesItReplays) {
+  // endpoints.kv_replay.connect: the replay ROUTER dials a peer that binds (a replay broker);
+  // before it was honoured the ROUTER bound the address itself and this bind failed.
+  zmq::context_t ctx;
+  zmq::socket_t broker(ctx, zmq::socket_type::dealer);
+  broker.set(zmq::sockopt::linger, 0);
+  broker.bind("tcp://127.0.0.1:*");
+  const std::string broker_ep = broker.get(zmq::sockopt::last_endpoint);
+  ServiceConfig config = TestConfig().build();
+  config.kv_events.enabled = true;
+  config.endpoints.kv_replay = {.endpoint = broker_ep, .connect = true};
+  LiveService svc(std::move(config));
+  ASSERT_EQ(svc.endpoints().kv_replay, std::vector<std::string>{broker_ep});
+  auto c = svc.client();
+  ASSERT_TRUE(c->submit({.id = "k", .prompt = prompt(9), .max_tokens = 1}));
+  collect(*c, {"k"});  // its pass stored 2 blocks: batch 0
+
+  // The DEALER can send once the ROUTER has connected.
+  zmq::pollitem_t out{broker.handle(), 0, ZMQ_POLLOUT, 0};
+  ASSERT_EQ(zmq::poll(&out, 1, 10s), 1);
+  const auto start = protocol::encodeSeqNo(0);
+  ASSERT_TRUE(broker.send(zmq::message_t(), zmq::send_flags::sndmore | zmq::send_flags::dontwait));
+  ASSERT_TRUE(broker.send(zmq::buffer(start.data(), start.size()), zmq::send_flags::none));
+  std::vector<std::uint64_t> seqs;
+  const auto deadline = std::chrono::steady_clock::now() + 10s;
+  while (std::chrono::steady_clock::now() < deadline &&
+         (seqs.empty() || seqs.back() != protocol::kReplayEndMarker)) {
+    zmq::pollitem_t in{broker.handle(), 0, ZMQ_POLLIN, 0};
+    if (zmq::poll(&in, 1, 100ms) == 0) continue;
+    std::vector<zmq::message_t> parts;
+    ASSERT_TRUE(zmq::recv_multipart(broker, std::back_inserter(parts)));
+    ASSERT_EQ(parts.size(), 3u);  // r1 at a DEALER: ["", seq, payload]
+    const auto seq =
+        protocol::decodeSeqNo({static_cast<const std::byte*>(parts[1].data()), parts[1].size()});
+    ASSERT_TRUE(seq.has_value());
+    seqs.push_back(*seq);
+  }
+  EXPECT_EQ(seqs, (std::vector<std::uint64_t>{0, protocol::kReplayEndMarker}));
 }
 
 }  // namespace

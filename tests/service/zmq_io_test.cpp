@@ -130,6 +130,50 @@ TEST(ZmqIoTest, RoutedSendToAFullPeerWouldBlockAndSendsNothing) {
   EXPECT_EQ(read, sent);
 }
 
+TEST(ZmqIoTest, MultipartSendWithoutAPeerWouldBlockAndSendsNothing) {
+  zmq::context_t ctx;
+  zmq::socket_t dealer(ctx, zmq::socket_type::dealer);  // connected to nothing
+  dealer.set(zmq::sockopt::linger, 0);
+  const std::array<zmq::const_buffer, 2> request{zmq::const_buffer(), zmq::str_buffer("seq")};
+  EXPECT_EQ(trySendMultipart(dealer, request), SendOutcome::WouldBlock);
+}
+
+TEST(ZmqIoTest, MultipartSendToAFullPeerWouldBlockAndNeverSendsAPart) {
+  // The shape of `mocker index`'s replay request: ["", start_seq]. If the first frame is refused
+  // the second must not go out alone (the ROUTER would read [id, seq]: a malformed request).
+  zmq::context_t ctx;
+  zmq::socket_t router(ctx, zmq::socket_type::router);
+  zmq::socket_t dealer(ctx, zmq::socket_type::dealer);
+  router.set(zmq::sockopt::rcvhwm, 1);
+  dealer.set(zmq::sockopt::sndhwm, 1);
+  router.bind("inproc://zmq-io-full");
+  dealer.connect("inproc://zmq-io-full");
+  int sent = 0;
+  SendOutcome out = SendOutcome::Sent;
+  while (sent < 100000) {  // the router never reads: the pipe fills after a few messages
+    const std::string seq = "seq" + std::to_string(sent);
+    const std::array<zmq::const_buffer, 2> request{zmq::const_buffer(), zmq::buffer(seq)};
+    out = trySendMultipart(dealer, request);
+    if (out != SendOutcome::Sent) break;
+    ++sent;
+  }
+  EXPECT_EQ(out, SendOutcome::WouldBlock);
+  EXPECT_GE(sent, 1);
+  EXPECT_LT(sent, 100000);
+  // Refused sends left nothing behind: the router reads exactly the `sent` whole requests.
+  zmq::pollitem_t item{router.handle(), 0, ZMQ_POLLIN, 0};
+  ASSERT_EQ(zmq::poll(&item, 1, std::chrono::milliseconds(10000)), 1);
+  std::vector<zmq::message_t> parts;
+  int read = 0;
+  while (tryRecvMultipart(router, parts) == RecvOutcome::Received) {
+    ASSERT_EQ(parts.size(), 3U) << "message " << read;
+    EXPECT_EQ(parts[1].size(), 0U) << "message " << read;
+    EXPECT_EQ(text(parts[2]), "seq" + std::to_string(read));
+    ++read;
+  }
+  EXPECT_EQ(read, sent);
+}
+
 TEST(ZmqIoTest, SplitRoutedEnvelopeAcceptsDealerAndReqShapesOnly) {
   struct Row {
     const char* name;

@@ -176,6 +176,8 @@ TEST(CliConfigTest, FlagErrorsNameTheFlag) {
            {{"--timing-profile", "/nonexistent/p.json"},
             "--timing-profile: engine.timing_profile_path"},
            {{"--dp-size", "2"}, "--dp-size: endpoints.kv_replay.endpoint"},
+           {{"--kv-events-max-queue-size", "5"},
+            "--kv-events-max-queue-size: kv_events.max_queue_size: not supported"},
        }) {
     std::vector<std::string> argv{"config"};
     argv.insert(argv.end(), args.begin(), args.end());
@@ -190,13 +192,40 @@ TEST(CliConfigTest, OfflineReplayChecksEngineRulesButNotEndpointRules) {
   const TempFile trace("t.jsonl", "{\"timestamp\": 0, \"output_length\": 2, \"hash_ids\": [1]}\n");
   // dp_size 2 with the default ports: a service's endpoints collide, an offline replay opens none.
   EXPECT_EQ(run({"config", "--dp-size", "2"}).code, 2);
-  const auto ok = run({"replay", trace.path(), "--dp-size", "2", "--submit-endpoint", "udp://x"});
+  const auto ok = run({"replay", trace.path(), "--dp-size", "2"});
   EXPECT_EQ(ok.code, 0) << ok.err;
   // The engine's rules still apply, with the same message as for a service.
   const auto bad = run({"replay", trace.path(), "--dp-size", "0"});
   EXPECT_EQ(bad.code, 2);
   EXPECT_EQ(bad.err,
             "mocker replay: configuration error: --dp-size: engine.dp_size must be >= 1 (got 0)\n");
+}
+
+TEST(CliConfigTest, OfflineReplayRefusesFlagsThatOnlyConfigureTheService) {
+  // These used to be accepted and ignored: an offline replay opens no socket, publishes nothing,
+  // does not log, does not wait for a start-up delay and always accepts 0-token outputs.
+  const TempFile trace("t.jsonl", "{\"timestamp\": 0, \"output_length\": 2, \"hash_ids\": [1]}\n");
+  for (const auto& [flag, key] : std::vector<std::pair<std::vector<std::string>, std::string>>{
+           {{"--submit-endpoint", "udp://x"}, "endpoints.submit.endpoint"},
+           {{"--kv-events-hwm", "5"}, "kv_events.hwm"},
+           {{"--fpm"}, "fpm.enabled"},
+           {{"--log-level", "debug"}, "logging.level"},
+           {{"--startup-time", "5"}, "engine.startup_time_s"},
+           {{"--allow-empty-output"}, "service.allow_empty_output"},
+           {{"--linger-ms", "0"}, "service.linger_ms"},
+       }) {
+    std::vector<std::string> argv{"replay", trace.path()};
+    argv.insert(argv.end(), flag.begin(), flag.end());
+    const auto r = run(argv);
+    EXPECT_EQ(r.code, 2) << flag[0];
+    EXPECT_NE(r.err.find("configuration error: " + flag[0] + ": " + key + " has no effect here"),
+              std::string::npos)
+        << r.err;
+  }
+  // Engine keys apply, and a service's file may be reused (only its [engine] table is read).
+  const TempFile file("serve.toml", "[engine]\nnum_gpu_blocks = 64\n[kv_events]\nhwm = 5\n");
+  const auto ok = run({"replay", trace.path(), "--config", file.path(), "--speedup-ratio", "0"});
+  EXPECT_EQ(ok.code, 0) << ok.err;
 }
 
 TEST(CliConfigTest, MissingConfigFileIsAnError) {
@@ -216,6 +245,9 @@ TEST(CliConfigTest, HelpCoversEveryConfigurationKey) {
   }
   EXPECT_NE(r.out.find("--config"), std::string::npos);
   EXPECT_NE(r.out.find("--dump"), std::string::npos);
+  // A refused key is not advertised (it used to be listed as if it worked).
+  EXPECT_EQ(r.out.find("max-queue-size"), std::string::npos);
+  EXPECT_EQ(run({"serve", "--help"}).out.find("max-queue-size"), std::string::npos);
 }
 
 }  // namespace

@@ -13,6 +13,7 @@
 #include <zmq_addon.hpp>
 
 #include "engine/block_hash.h"
+#include "engine/config.h"
 #include "tests/service/live_service.h"
 #include "tests/tools/lossy_relay.h"
 #include "tools/cli.h"
@@ -523,6 +524,19 @@ TEST(IndexCli, VerifyOnceWithoutSnapshotEndpointFails) {
                                  out, err);
   EXPECT_EQ(code, 1) << out.str() << err.str();
   EXPECT_THAT(out.str(), ::testing::HasSubstr("no snapshot endpoint"));
+}
+
+TEST(IndexCli, DefaultQueryBlockSizeIsTheServiceDefault) {
+  // Token queries hash with --block-size; its default must be what a default `mocker serve`
+  // uses (the vllm engine's), or every token overlap against such a worker comes back 0.
+  std::ostringstream out, err;
+  EXPECT_EQ(tools::runCli({"mocker", "index", "--help"}, out, err), 0);
+  const std::string expected =
+      "=" + std::to_string(engine::effectiveBlockSize(service::ServiceConfig{}.engine)) + "\n";
+  const std::string help = out.str();
+  const auto line = help.find("--block-size");
+  ASSERT_NE(line, std::string::npos) << help;
+  EXPECT_EQ(help.substr(help.find('=', line), expected.size()), expected) << help;
 }
 
 TEST(IndexCli, UsageErrors) {

@@ -243,6 +243,11 @@ TEST(ReplayCliTest, LiveModeUsageErrorsExitTwo) {
         "--connect-cancel", "tcp://127.0.0.1:5556"},
        "one per --connect"},
       {{"--connect-cancel", "tcp://127.0.0.1:5556"}, "--mode live"},
+      // Engine and service settings are the servers' own: refused instead of ignored.
+      {{"--connect", "tcp://127.0.0.1:5555", "--num-gpu-blocks", "5"},
+       "--num-gpu-blocks has no effect in live mode"},
+      {{"--connect", "tcp://127.0.0.1:5555", "--config", "serve.toml"},
+       "--config has no effect in live mode"},
   };
   for (const auto& c : cases) {
     std::vector<std::string> args = {"replay", trace};
