@@ -10,6 +10,7 @@
 #include <limits>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -75,6 +76,42 @@ bool collide(std::string_view a, std::string_view b) {
   return a == b;
 }
 
+/// Keys that act only under one timing model or engine type: set for another one they would be
+/// accepted and ignored, so they are refused (their defaults are "none" / "" / lifo, which a
+/// dump of any configuration writes, so a dump still loads back).
+std::optional<ConfigError> checkKeysApply(const ServiceConfig& c) {
+  using engine::TimingModelKind;
+  const engine::EngineConfig& e = c.engine;
+  const auto only = [](const std::string& key, const std::string& other, std::string_view want,
+                       std::string_view got, const std::string& unset) {
+    return issue(key,
+                 "applies only to " + other + " = " + std::string(want) + " (" + other + " is " +
+                     std::string(got) + "); remove it or set it to " + unset,
+                 {"engine." + other});
+  };
+  if (e.timing_model != TimingModelKind::Fixed) {
+    const std::string_view model = engine::toString(e.timing_model);
+    if (e.fixed_prefill_ms) {
+      return only("engine.fixed_prefill_ms", "timing_model", "fixed", model, "\"none\"");
+    }
+    if (e.fixed_decode_ms) {
+      return only("engine.fixed_decode_ms", "timing_model", "fixed", model, "\"none\"");
+    }
+  }
+  if (e.timing_model != TimingModelKind::Interpolated && !c.timing_profile_path.empty()) {
+    return only("engine.timing_profile_path", "timing_model", "interpolated",
+                engine::toString(e.timing_model), "\"\"");
+  }
+  // Only the vLLM scheduler preempts by recency; SGLang retracts by its own rule and TRT-LLM's
+  // guaranteed_no_evict never preempts.
+  if (e.preemption_mode != engine::PreemptionMode::Lifo &&
+      e.engine_type != engine::EngineType::Vllm) {
+    return only("engine.preemption_mode", "engine_type", "vllm", engine::toString(e.engine_type),
+                "\"lifo\"");
+  }
+  return std::nullopt;
+}
+
 }  // namespace
 
 Result<std::string> rankEndpoint(const EndpointConfig& endpoint, std::uint32_t dp_rank) {
@@ -89,6 +126,7 @@ Result<std::string> rankEndpoint(const EndpointConfig& endpoint, std::uint32_t d
 
 std::optional<ConfigError> checkServiceConfig(const ServiceConfig& c, ConfigUse use) {
   using engine::TimingModelKind;
+  if (auto e = checkKeysApply(c)) return e;
   // finishServiceConfig loads the profile from timing_profile_path; without one there is nothing
   // for the engine to check.
   if (c.engine.timing_model == TimingModelKind::Interpolated && !c.engine.timing_profile) {
@@ -207,6 +245,14 @@ Result<ServiceConfig> finishServiceConfig(ServiceConfig config, const KeyOrigins
     const auto it = origins.find(key);
     return it == origins.end() ? std::string() : it->second + ": ";
   };
+  const auto located = [&](ConfigError found) -> Error {
+    for (const std::string& key : found.keys) {
+      if (origins.contains(key)) return Error{found.error.code, origin(key) + found.error.message};
+    }
+    return std::move(found.error);
+  };
+  // Before the profile is loaded: a profile path with another timing model is refused, not read.
+  if (auto found = checkKeysApply(config)) return located(std::move(*found));
   if (!config.timing_profile_path.empty()) {
     auto profile = loadTimingProfile(config.timing_profile_path);
     if (!profile) {
@@ -216,14 +262,7 @@ Result<ServiceConfig> finishServiceConfig(ServiceConfig config, const KeyOrigins
     }
     config.engine.timing_profile = std::move(*profile);
   }
-  if (auto found = checkServiceConfig(config, use)) {
-    for (const std::string& key : found->keys) {
-      if (origins.contains(key)) {
-        return Error{found->error.code, origin(key) + found->error.message};
-      }
-    }
-    return std::move(found->error);
-  }
+  if (auto found = checkServiceConfig(config, use)) return located(std::move(*found));
   return config;
 }
 

@@ -299,6 +299,22 @@ const std::vector<BadConfig> kBadConfigs = {
     {"ZeroBufferSteps",
      "\n[kv_events]\nbuffer_steps = 0\n",
      {"bad.toml:3:16", "kv_events.buffer_steps", ">= 1"}},
+    // Keys of another timing model or engine type would be accepted and ignored: refused.
+    {"FixedTimeWithPolynomialModel",
+     "\n[engine]\nfixed_prefill_ms = 3\n",
+     {"bad.toml:3:20", "engine.fixed_prefill_ms", "applies only to timing_model = fixed",
+      "polynomial"}},
+    {"FixedDecodeWithInterpolatedModel",
+     "\n[engine]\nfixed_decode_ms = 2\ntiming_model = \"polynomial\"\n",
+     {"bad.toml:3:19", "engine.fixed_decode_ms", "timing_model = fixed"}},
+    {"ProfileWithFixedModel",
+     "\n[engine]\ntiming_model = \"fixed\"\nfixed_prefill_ms = 1\nfixed_decode_ms = 1\n"
+     "timing_profile_path = \"p.json\"\n",
+     {"bad.toml:6:23", "engine.timing_profile_path",
+      "applies only to timing_model = interpolated"}},
+    {"FifoPreemptionWithSglang",
+     "\n[engine]\nengine_type = \"sglang\"\npreemption_mode = \"fifo\"\n",
+     {"bad.toml:4:19", "engine.preemption_mode", "applies only to engine_type = vllm", "sglang"}},
     {"MaxQueueSizeIsNotSupported",
      "\n[kv_events]\nmax_queue_size = 100000\n",
      {"bad.toml:3:1", "kv_events.max_queue_size", "not supported", "no publisher queue",
@@ -558,7 +574,7 @@ ServiceConfig nonDefaultConfig() {
   c.engine.max_num_seqs.reset();
   c.engine.max_num_batched_tokens = 123;
   c.engine.enable_chunked_prefill = false;
-  c.engine.preemption_mode = engine::PreemptionMode::Fifo;
+  // preemption_mode stays lifo: fifo applies to vllm only (DumpRoundTripsNonDefaultValues).
   c.engine.hash_seed = 0xFFFFFFFFFFFFFFFFull;
   c.engine.chain_seed = 42;
   c.engine.token_seed = 9;
@@ -605,6 +621,12 @@ TEST(ServiceConfigTest, DumpRoundTripsNonDefaultValues) {
   EXPECT_EQ(r->engine.speedup_ratio, 1.0 / 3.0);  // bit-exact doubles
   EXPECT_EQ(r->endpoints.submit.endpoint, c.endpoints.submit.endpoint);
   EXPECT_FALSE(r->engine.max_num_seqs.has_value());
+
+  ServiceConfig fifo;  // vllm: the engine type whose preemption_mode matters
+  fifo.engine.preemption_mode = engine::PreemptionMode::Fifo;
+  const auto f = parseServiceConfig(dumpServiceConfig(fifo), "dump.toml");
+  ASSERT_TRUE(f.has_value()) << f.error().toString();
+  EXPECT_TRUE(*f == fifo);
 }
 
 TEST(ServiceConfigTest, DumpListsEveryKey) {
