@@ -102,12 +102,48 @@ std::optional<ConfigError> checkKeysApply(const ServiceConfig& c) {
     return only("engine.timing_profile_path", "timing_model", "interpolated",
                 engine::toString(e.timing_model), "\"\"");
   }
+  return std::nullopt;
+}
+
+/// The same for keys of one engine type. Checked after the engine's own rules, so an
+/// out-of-range value is reported as such first.
+std::optional<ConfigError> checkEngineTypeKeysApply(const engine::EngineConfig& e) {
+  const std::string_view type = engine::toString(e.engine_type);
+  const auto only = [&](const std::string& key, std::string_view want, const std::string& unset) {
+    return issue(key,
+                 "applies only to engine_type = " + std::string(want) + " (engine_type is " +
+                     std::string(type) + "); remove it or set it to " + unset,
+                 {"engine.engine_type"});
+  };
   // Only the vLLM scheduler preempts by recency; SGLang retracts by its own rule and TRT-LLM's
   // guaranteed_no_evict never preempts.
   if (e.preemption_mode != engine::PreemptionMode::Lifo &&
       e.engine_type != engine::EngineType::Vllm) {
-    return only("engine.preemption_mode", "engine_type", "vllm", engine::toString(e.engine_type),
-                "\"lifo\"");
+    return only("engine.preemption_mode", "vllm", "\"lifo\"");
+  }
+  if (e.engine_type != engine::EngineType::Sglang) {
+    const engine::SglangConfig d;
+    const engine::SglangConfig& g = e.sglang;
+    const auto num = [](auto v) { return std::to_string(v); };
+    if (g.schedule_policy != d.schedule_policy) {
+      std::string quoted = "\"";  // appended: g++ 12 -O3 warns (-Wrestrict) on literal + string
+      quoted.append(engine::toString(d.schedule_policy)).append("\"");
+      return only("engine.sglang.schedule_policy", "sglang", quoted);
+    }
+    if (g.page_size != d.page_size)
+      return only("engine.sglang.page_size", "sglang", num(d.page_size));
+    if (g.max_prefill_tokens != d.max_prefill_tokens) {
+      return only("engine.sglang.max_prefill_tokens", "sglang", num(d.max_prefill_tokens));
+    }
+    if (g.chunked_prefill_size != d.chunked_prefill_size) {
+      return only("engine.sglang.chunked_prefill_size", "sglang", num(d.chunked_prefill_size));
+    }
+    if (g.clip_max_new_tokens != d.clip_max_new_tokens) {
+      return only("engine.sglang.clip_max_new_tokens", "sglang", num(d.clip_max_new_tokens));
+    }
+    if (g.schedule_conservativeness != d.schedule_conservativeness) {
+      return only("engine.sglang.schedule_conservativeness", "sglang", "1.0");
+    }
   }
   return std::nullopt;
 }
@@ -134,6 +170,7 @@ std::optional<ConfigError> checkServiceConfig(const ServiceConfig& c, ConfigUse 
                  {"engine.timing_model"});
   }
   if (auto e = engine::checkEngineConfig(c.engine)) return fromEngine(std::move(*e));
+  if (auto e = checkEngineTypeKeysApply(c.engine)) return e;
 
   const LiveConfig& s = c.service;
   if (s.max_buffered_outputs < 1) {

@@ -315,6 +315,13 @@ const std::vector<BadConfig> kBadConfigs = {
     {"FifoPreemptionWithSglang",
      "\n[engine]\nengine_type = \"sglang\"\npreemption_mode = \"fifo\"\n",
      {"bad.toml:4:19", "engine.preemption_mode", "applies only to engine_type = vllm", "sglang"}},
+    {"SglangKeyWithVllm",
+     "\n[engine.sglang]\nschedule_policy = \"lpm\"\n",
+     {"bad.toml:3:19", "engine.sglang.schedule_policy", "applies only to engine_type = sglang",
+      "vllm"}},
+    {"SglangPageSizeWithTrtllm",
+     "\n[engine]\nengine_type = \"trtllm\"\n[engine.sglang]\npage_size = 32\n",
+     {"bad.toml:5:13", "engine.sglang.page_size", "engine_type = sglang", "trtllm"}},
     {"MaxQueueSizeIsNotSupported",
      "\n[kv_events]\nmax_queue_size = 100000\n",
      {"bad.toml:3:1", "kv_events.max_queue_size", "not supported", "no publisher queue",
@@ -585,8 +592,7 @@ ServiceConfig nonDefaultConfig() {
   c.engine.speedup_ratio = 1.0 / 3.0;
   c.engine.decode_speedup_ratio = 2.5;
   c.engine.allow_empty_output = true;
-  c.engine.sglang.schedule_policy = engine::SchedulePolicy::Lpm;
-  c.engine.sglang.schedule_conservativeness = 0.3;
+  // [engine.sglang] stays default: it applies to sglang only (DumpRoundTripsNonDefaultValues).
   c.service.submit_sndhwm = 5;
   c.service.max_message_size = 1 << 20;
   c.service.startup_time_s = 0.25;
@@ -622,11 +628,24 @@ TEST(ServiceConfigTest, DumpRoundTripsNonDefaultValues) {
   EXPECT_EQ(r->endpoints.submit.endpoint, c.endpoints.submit.endpoint);
   EXPECT_FALSE(r->engine.max_num_seqs.has_value());
 
+  // Keys of one engine type, each with that type.
   ServiceConfig fifo;  // vllm: the engine type whose preemption_mode matters
   fifo.engine.preemption_mode = engine::PreemptionMode::Fifo;
-  const auto f = parseServiceConfig(dumpServiceConfig(fifo), "dump.toml");
-  ASSERT_TRUE(f.has_value()) << f.error().toString();
-  EXPECT_TRUE(*f == fifo);
+  ServiceConfig sglang;
+  sglang.engine.engine_type = engine::EngineType::Sglang;
+  sglang.engine.sglang = {.schedule_policy = engine::SchedulePolicy::Lpm,
+                          .page_size = 4,
+                          .max_prefill_tokens = 100,
+                          .chunked_prefill_size = 64,
+                          .clip_max_new_tokens = 7,
+                          .schedule_conservativeness = 0.3};
+  for (const ServiceConfig& one : {fifo, sglang}) {
+    ASSERT_TRUE(validateServiceConfig(one).has_value())
+        << validateServiceConfig(one).error().message;
+    const auto f = parseServiceConfig(dumpServiceConfig(one), "dump.toml");
+    ASSERT_TRUE(f.has_value()) << f.error().toString();
+    EXPECT_TRUE(*f == one) << dumpServiceConfig(one);
+  }
 }
 
 TEST(ServiceConfigTest, DumpListsEveryKey) {
