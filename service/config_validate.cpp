@@ -10,6 +10,7 @@
 #include <limits>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -75,6 +76,78 @@ bool collide(std::string_view a, std::string_view b) {
   return a == b;
 }
 
+/// Keys that act only under one timing model or engine type: set for another one they would be
+/// accepted and ignored, so they are refused (their defaults are "none" / "" / lifo, which a
+/// dump of any configuration writes, so a dump still loads back).
+std::optional<ConfigError> checkKeysApply(const ServiceConfig& c) {
+  using engine::TimingModelKind;
+  const engine::EngineConfig& e = c.engine;
+  const auto only = [](const std::string& key, const std::string& other, std::string_view want,
+                       std::string_view got, const std::string& unset) {
+    return issue(key,
+                 "applies only to " + other + " = " + std::string(want) + " (" + other + " is " +
+                     std::string(got) + "); remove it or set it to " + unset,
+                 {"engine." + other});
+  };
+  if (e.timing_model != TimingModelKind::Fixed) {
+    const std::string_view model = engine::toString(e.timing_model);
+    if (e.fixed_prefill_ms) {
+      return only("engine.fixed_prefill_ms", "timing_model", "fixed", model, "\"none\"");
+    }
+    if (e.fixed_decode_ms) {
+      return only("engine.fixed_decode_ms", "timing_model", "fixed", model, "\"none\"");
+    }
+  }
+  if (e.timing_model != TimingModelKind::Interpolated && !c.timing_profile_path.empty()) {
+    return only("engine.timing_profile_path", "timing_model", "interpolated",
+                engine::toString(e.timing_model), "\"\"");
+  }
+  return std::nullopt;
+}
+
+/// The same for keys of one engine type. Checked after the engine's own rules, so an
+/// out-of-range value is reported as such first.
+std::optional<ConfigError> checkEngineTypeKeysApply(const engine::EngineConfig& e) {
+  const std::string_view type = engine::toString(e.engine_type);
+  const auto only = [&](const std::string& key, std::string_view want, const std::string& unset) {
+    return issue(key,
+                 "applies only to engine_type = " + std::string(want) + " (engine_type is " +
+                     std::string(type) + "); remove it or set it to " + unset,
+                 {"engine.engine_type"});
+  };
+  // Only the vLLM scheduler preempts by recency; SGLang retracts by its own rule and TRT-LLM's
+  // guaranteed_no_evict never preempts.
+  if (e.preemption_mode != engine::PreemptionMode::Lifo &&
+      e.engine_type != engine::EngineType::Vllm) {
+    return only("engine.preemption_mode", "vllm", "\"lifo\"");
+  }
+  if (e.engine_type != engine::EngineType::Sglang) {
+    const engine::SglangConfig d;
+    const engine::SglangConfig& g = e.sglang;
+    const auto num = [](auto v) { return std::to_string(v); };
+    if (g.schedule_policy != d.schedule_policy) {
+      std::string quoted = "\"";  // appended: g++ 12 -O3 warns (-Wrestrict) on literal + string
+      quoted.append(engine::toString(d.schedule_policy)).append("\"");
+      return only("engine.sglang.schedule_policy", "sglang", quoted);
+    }
+    if (g.page_size != d.page_size)
+      return only("engine.sglang.page_size", "sglang", num(d.page_size));
+    if (g.max_prefill_tokens != d.max_prefill_tokens) {
+      return only("engine.sglang.max_prefill_tokens", "sglang", num(d.max_prefill_tokens));
+    }
+    if (g.chunked_prefill_size != d.chunked_prefill_size) {
+      return only("engine.sglang.chunked_prefill_size", "sglang", num(d.chunked_prefill_size));
+    }
+    if (g.clip_max_new_tokens != d.clip_max_new_tokens) {
+      return only("engine.sglang.clip_max_new_tokens", "sglang", num(d.clip_max_new_tokens));
+    }
+    if (g.schedule_conservativeness != d.schedule_conservativeness) {
+      return only("engine.sglang.schedule_conservativeness", "sglang", "1.0");
+    }
+  }
+  return std::nullopt;
+}
+
 }  // namespace
 
 Result<std::string> rankEndpoint(const EndpointConfig& endpoint, std::uint32_t dp_rank) {
@@ -89,6 +162,7 @@ Result<std::string> rankEndpoint(const EndpointConfig& endpoint, std::uint32_t d
 
 std::optional<ConfigError> checkServiceConfig(const ServiceConfig& c, ConfigUse use) {
   using engine::TimingModelKind;
+  if (auto e = checkKeysApply(c)) return e;
   // finishServiceConfig loads the profile from timing_profile_path; without one there is nothing
   // for the engine to check.
   if (c.engine.timing_model == TimingModelKind::Interpolated && !c.engine.timing_profile) {
@@ -96,6 +170,7 @@ std::optional<ConfigError> checkServiceConfig(const ServiceConfig& c, ConfigUse 
                  {"engine.timing_model"});
   }
   if (auto e = engine::checkEngineConfig(c.engine)) return fromEngine(std::move(*e));
+  if (auto e = checkEngineTypeKeysApply(c.engine)) return e;
 
   const LiveConfig& s = c.service;
   if (s.max_buffered_outputs < 1) {
@@ -207,6 +282,14 @@ Result<ServiceConfig> finishServiceConfig(ServiceConfig config, const KeyOrigins
     const auto it = origins.find(key);
     return it == origins.end() ? std::string() : it->second + ": ";
   };
+  const auto located = [&](ConfigError found) -> Error {
+    for (const std::string& key : found.keys) {
+      if (origins.contains(key)) return Error{found.error.code, origin(key) + found.error.message};
+    }
+    return std::move(found.error);
+  };
+  // Before the profile is loaded: a profile path with another timing model is refused, not read.
+  if (auto found = checkKeysApply(config)) return located(std::move(*found));
   if (!config.timing_profile_path.empty()) {
     auto profile = loadTimingProfile(config.timing_profile_path);
     if (!profile) {
@@ -216,14 +299,7 @@ Result<ServiceConfig> finishServiceConfig(ServiceConfig config, const KeyOrigins
     }
     config.engine.timing_profile = std::move(*profile);
   }
-  if (auto found = checkServiceConfig(config, use)) {
-    for (const std::string& key : found->keys) {
-      if (origins.contains(key)) {
-        return Error{found->error.code, origin(key) + found->error.message};
-      }
-    }
-    return std::move(found->error);
-  }
+  if (auto found = checkServiceConfig(config, use)) return located(std::move(*found));
   return config;
 }
 

@@ -299,6 +299,29 @@ const std::vector<BadConfig> kBadConfigs = {
     {"ZeroBufferSteps",
      "\n[kv_events]\nbuffer_steps = 0\n",
      {"bad.toml:3:16", "kv_events.buffer_steps", ">= 1"}},
+    // Keys of another timing model or engine type would be accepted and ignored: refused.
+    {"FixedTimeWithPolynomialModel",
+     "\n[engine]\nfixed_prefill_ms = 3\n",
+     {"bad.toml:3:20", "engine.fixed_prefill_ms", "applies only to timing_model = fixed",
+      "polynomial"}},
+    {"FixedDecodeWithInterpolatedModel",
+     "\n[engine]\nfixed_decode_ms = 2\ntiming_model = \"polynomial\"\n",
+     {"bad.toml:3:19", "engine.fixed_decode_ms", "timing_model = fixed"}},
+    {"ProfileWithFixedModel",
+     "\n[engine]\ntiming_model = \"fixed\"\nfixed_prefill_ms = 1\nfixed_decode_ms = 1\n"
+     "timing_profile_path = \"p.json\"\n",
+     {"bad.toml:6:23", "engine.timing_profile_path",
+      "applies only to timing_model = interpolated"}},
+    {"FifoPreemptionWithSglang",
+     "\n[engine]\nengine_type = \"sglang\"\npreemption_mode = \"fifo\"\n",
+     {"bad.toml:4:19", "engine.preemption_mode", "applies only to engine_type = vllm", "sglang"}},
+    {"SglangKeyWithVllm",
+     "\n[engine.sglang]\nschedule_policy = \"lpm\"\n",
+     {"bad.toml:3:19", "engine.sglang.schedule_policy", "applies only to engine_type = sglang",
+      "vllm"}},
+    {"SglangPageSizeWithTrtllm",
+     "\n[engine]\nengine_type = \"trtllm\"\n[engine.sglang]\npage_size = 32\n",
+     {"bad.toml:5:13", "engine.sglang.page_size", "engine_type = sglang", "trtllm"}},
     {"MaxQueueSizeIsNotSupported",
      "\n[kv_events]\nmax_queue_size = 100000\n",
      {"bad.toml:3:1", "kv_events.max_queue_size", "not supported", "no publisher queue",
@@ -558,7 +581,7 @@ ServiceConfig nonDefaultConfig() {
   c.engine.max_num_seqs.reset();
   c.engine.max_num_batched_tokens = 123;
   c.engine.enable_chunked_prefill = false;
-  c.engine.preemption_mode = engine::PreemptionMode::Fifo;
+  // preemption_mode stays lifo: fifo applies to vllm only (DumpRoundTripsNonDefaultValues).
   c.engine.hash_seed = 0xFFFFFFFFFFFFFFFFull;
   c.engine.chain_seed = 42;
   c.engine.token_seed = 9;
@@ -569,8 +592,7 @@ ServiceConfig nonDefaultConfig() {
   c.engine.speedup_ratio = 1.0 / 3.0;
   c.engine.decode_speedup_ratio = 2.5;
   c.engine.allow_empty_output = true;
-  c.engine.sglang.schedule_policy = engine::SchedulePolicy::Lpm;
-  c.engine.sglang.schedule_conservativeness = 0.3;
+  // [engine.sglang] stays default: it applies to sglang only (DumpRoundTripsNonDefaultValues).
   c.service.submit_sndhwm = 5;
   c.service.max_message_size = 1 << 20;
   c.service.startup_time_s = 0.25;
@@ -605,6 +627,25 @@ TEST(ServiceConfigTest, DumpRoundTripsNonDefaultValues) {
   EXPECT_EQ(r->engine.speedup_ratio, 1.0 / 3.0);  // bit-exact doubles
   EXPECT_EQ(r->endpoints.submit.endpoint, c.endpoints.submit.endpoint);
   EXPECT_FALSE(r->engine.max_num_seqs.has_value());
+
+  // Keys of one engine type, each with that type.
+  ServiceConfig fifo;  // vllm: the engine type whose preemption_mode matters
+  fifo.engine.preemption_mode = engine::PreemptionMode::Fifo;
+  ServiceConfig sglang;
+  sglang.engine.engine_type = engine::EngineType::Sglang;
+  sglang.engine.sglang = {.schedule_policy = engine::SchedulePolicy::Lpm,
+                          .page_size = 4,
+                          .max_prefill_tokens = 100,
+                          .chunked_prefill_size = 64,
+                          .clip_max_new_tokens = 7,
+                          .schedule_conservativeness = 0.3};
+  for (const ServiceConfig& one : {fifo, sglang}) {
+    ASSERT_TRUE(validateServiceConfig(one).has_value())
+        << validateServiceConfig(one).error().message;
+    const auto f = parseServiceConfig(dumpServiceConfig(one), "dump.toml");
+    ASSERT_TRUE(f.has_value()) << f.error().toString();
+    EXPECT_TRUE(*f == one) << dumpServiceConfig(one);
+  }
 }
 
 TEST(ServiceConfigTest, DumpListsEveryKey) {
