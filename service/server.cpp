@@ -8,6 +8,7 @@
 // terminal), an owed terminal is retried until it is sent or the client is gone.
 #include "service/server.h"
 
+#include <malloc.h>
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 
@@ -43,6 +44,8 @@ constexpr int kSubmitsPerIteration = 64;
 constexpr auto kOwedRetryInterval = std::chrono::milliseconds(5);
 /// A client whose sends keep failing with EHOSTUNREACH this long is considered gone.
 constexpr auto kGoneAfter = std::chrono::milliseconds(1000);
+/// After client traffic, free heap memory is handed back to the OS at most this often.
+constexpr auto kTrimInterval = std::chrono::milliseconds(1000);
 
 double unixSeconds() {
   return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
@@ -128,6 +131,9 @@ class Server::Impl {
   void completePass(std::uint32_t r);
   void deliver();
   void heartbeats();
+  void trimHeap();
+  /// Waits until the startup delay is over; false if a stop came first.
+  bool awaitStartup();
 
   // Streams that end early: cancel in the engine, owe the client its terminal.
   void cancelInEngine(engine::RequestId id, std::uint32_t rank);
@@ -153,7 +159,9 @@ class Server::Impl {
 
   RouteTable routes_;
   OutputBatcher batcher_;
-  std::vector<std::string> gone_;  // scratch: clients found gone while delivering
+  std::vector<std::string> gone_;       // scratch: clients found gone while delivering
+  std::uint64_t reads_since_trim_ = 0;  // client messages read since the last trimHeap
+  Clock::time_point last_trim_ = start_;
 };
 
 Result<zmq::socket_t> Server::Impl::makeRouter(const EndpointConfig& ep, std::string& resolved) {
@@ -276,7 +284,7 @@ std::optional<ClientMessage> Server::Impl::decodeRequest(zmq::socket_t& socket,
                                                          const RoutedEnvelope& from) {
   if (from.error) {
     ++counters.malformed_messages;
-    reply(socket, from, protocol::ErrorReply{ErrorCode::Corruption, *from.error, std::nullopt});
+    reply(socket, from, protocol::ErrorReply{from.error->code, from.error->message, std::nullopt});
     return std::nullopt;
   }
   auto msg = protocol::decodeClientMessage(from.payload);
@@ -292,6 +300,7 @@ std::optional<ClientMessage> Server::Impl::decodeRequest(zmq::socket_t& socket,
 }
 
 void Server::Impl::handleCancelSocketMessage(std::vector<zmq::message_t>& parts) {
+  ++reads_since_trim_;
   const RoutedEnvelope from = splitRoutedEnvelope(parts, protocol::kMaxMessageBytes);
   auto msg = decodeRequest(cancel_, from);
   if (!msg) return;
@@ -323,6 +332,7 @@ int Server::Impl::drainSubmits(int budget) {
 }
 
 void Server::Impl::handleSubmitSocketMessage(std::vector<zmq::message_t>& parts) {
+  ++reads_since_trim_;
   const RoutedEnvelope from = splitRoutedEnvelope(parts, protocol::kMaxMessageBytes);
   // Streams go back framed the way the client last framed its messages.
   if (ClientEntry* known = from.error ? nullptr : routes_.findClient(from.routing_id)) {
@@ -382,11 +392,21 @@ protocol::StatsReply Server::Impl::statsReply() const {
   }
   s.routes = routes_.numRoutes();
   s.clients = routes_.routesPerClient();
+  s.client_entries = routes_.numClients();
+  // The reply must stay within the protocol's limits (a decoder refuses it otherwise): at most
+  // kMaxStatsClients entries and, with the ranks, at most kMaxMessageBytes.
+  std::size_t bytes = 1024 + 256 * s.ranks.size();  // bound of the map, keys and ranks
+  std::size_t keep = 0;
+  for (const protocol::ClientRoutes& c : s.clients) {
+    bytes += 32 + c.client.size();  // bound of {client bin, routes u64}
+    if (keep == protocol::kMaxStatsClients || bytes > protocol::kMaxMessageBytes) break;
+    ++keep;
+  }
+  s.clients.resize(keep);
   return s;
 }
 
 bool Server::Impl::submitsPaused() const {
-  if (Clock::now() < accept_from_) return true;
   std::uint64_t waiting = 0;
   for (std::uint32_t r = 0; r < engine_.dpSize(); ++r) {
     waiting += engine_.loadMetrics(r).waiting_requests;
@@ -606,6 +626,17 @@ void Server::Impl::heartbeats() {
   }
 }
 
+void Server::Impl::trimHeap() {
+  // Every client connection costs libzmq (on its I/O thread) and the loop some heap; glibc keeps
+  // freed chunks for reuse, so a burst of connections would leave the RSS at its peak for good.
+  // After client traffic, at most once per kTrimInterval, free pages go back to the OS.
+  const auto now = Clock::now();
+  if (reads_since_trim_ == 0 || now - last_trim_ < kTrimInterval) return;
+  malloc_trim(0);
+  reads_since_trim_ = 0;
+  last_trim_ = now;
+}
+
 // --- Shutdown and the loop ---------------------------------------------------------------
 
 void Server::Impl::shutdown() {
@@ -631,7 +662,34 @@ void Server::Impl::shutdown() {
   heartbeats();
 }
 
+bool Server::Impl::awaitStartup() {
+  // Like an engine loading its model: the sockets are bound (a client may connect and send) but
+  // nothing is read, answered or published until the delay is over.
+  while (true) {
+    const auto now = Clock::now();
+    if (now >= accept_from_) return true;
+    PollTimeout timeout(now);
+    timeout.wakeBy(accept_from_);
+    zmq::pollitem_t item{nullptr, stop_event_.fd(), ZMQ_POLLIN, 0};
+    try {
+      zmq::poll(&item, 1, timeout.value());
+    } catch (const zmq::error_t& e) {
+      if (e.num() != EINTR) throw;
+    }
+    if (item.revents & ZMQ_POLLIN) return false;
+  }
+}
+
 Status Server::Impl::run() {
+  try {
+    if (!awaitStartup()) {
+      log_->info("stopped during startup");
+      return {};
+    }
+  } catch (const zmq::error_t& e) {
+    return Error{ErrorCode::IoError, std::string("poll: ") + e.what()};
+  }
+  if (options_.on_ready) options_.on_ready();
   std::vector<zmq::pollitem_t> items;
   bool draining = false;
   while (true) {
@@ -649,8 +707,8 @@ Status Server::Impl::run() {
       }
     }
     if (routes_.anyOwed()) timeout.wakeBy(now + kOwedRetryInterval);
+    if (reads_since_trim_ > 0) timeout.wakeBy(last_trim_ + kTrimInterval);
     const bool submit_readable = !submitsPaused();
-    if (!submit_readable && Clock::now() < accept_from_) timeout.wakeBy(accept_from_);
 
     items.clear();
     items.push_back({nullptr, stop_event_.fd(), ZMQ_POLLIN, 0});
@@ -680,6 +738,7 @@ Status Server::Impl::run() {
     }
     retryOwed();
     heartbeats();
+    trimHeap();
     MOCKER_DCHECK(routes_.checkInvariants().has_value());  // debug builds: every iteration
   }
   shutdown();

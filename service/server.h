@@ -26,6 +26,7 @@
 #pragma once
 
 #include <atomic>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -64,6 +65,10 @@ struct ServerOptions {
   /// Finish every in-flight request before exiting on stop (`--drain`); otherwise each gets a
   /// terminal `shutdown` message.
   bool drain = false;
+  /// Called once on the run() thread when the service starts serving: after the startup delay
+  /// (`engine.startup_time_s`), just before the first request is read. `mocker serve` prints
+  /// `ready` here. Not called when a stop comes first.
+  std::function<void()> on_ready;
 };
 
 class Server final {
@@ -76,8 +81,8 @@ class Server final {
 
   const BoundEndpoints& endpoints() const;
 
-  /// Serves until requestStop(); then shuts down (service/README.md, Shutdown) and returns.
-  /// Call once.
+  /// Waits out the startup delay (reading nothing), calls options.on_ready, serves until
+  /// requestStop(); then shuts down (service/README.md, Shutdown) and returns. Call once.
   Status run();
 
   /// Asks run() to stop. Async-signal-safe; callable from any thread.
