@@ -139,7 +139,14 @@ class Server::Impl {
   void cancelInEngine(engine::RequestId id, std::uint32_t rank);
   void abandon(engine::RequestId id, std::string why);
   void dropClient(const std::string& client);
+  /// What flush() left: the queue is empty, still waiting (pipe full), or the client is gone.
+  enum class Flush { Done, Blocked, Gone };
+  /// Sends `client`'s queue in order, as many messages as its pipe takes.
+  Flush flush(const std::string& client);
   void retryOwed();
+  /// Queues entry `e` of a batch that could not be sent, or abandons its request when its
+  /// buffer is full.
+  void bufferOrAbandon(const OutputBatcher::Entry& e);
   void shutdown();
 
   ServiceConfig config_;
@@ -159,8 +166,9 @@ class Server::Impl {
 
   RouteTable routes_;
   OutputBatcher batcher_;
-  std::vector<std::string> gone_;       // scratch: clients found gone while delivering
-  std::uint64_t reads_since_trim_ = 0;  // client messages read since the last trimHeap
+  std::vector<std::string> gone_;                   // scratch: clients found gone while delivering
+  std::vector<protocol::RequestOutputView> views_;  // scratch: queued outputs being encoded
+  std::uint64_t reads_since_trim_ = 0;              // client messages read since the last trimHeap
   Clock::time_point last_trim_ = start_;
 };
 
@@ -439,6 +447,8 @@ void Server::Impl::handleSubmit(const RoutedEnvelope& from, protocol::SubmitRequ
     return;
   }
   const std::uint32_t rank = req.dp_rank.value_or(chooseRank());
+  const std::uint64_t output_len =
+      req.output_tokens ? req.output_tokens->size() : std::uint64_t{req.max_tokens};
   engine::Request er{.tokens = std::move(req.prompt),
                      .max_output_tokens = req.max_tokens,
                      .output_token_ids = std::move(req.output_tokens),
@@ -452,17 +462,26 @@ void Server::Impl::handleSubmit(const RoutedEnvelope& from, protocol::SubmitRequ
     reply(submit_, from, protocol::SubmitReject{req.id, id.error().message});
     return;
   }
-  ClientEntry& owner = *routes_.open(client, req.id, *id, rank, from.delimiter).owner;
+  // At most max_buffered_outputs undelivered signals, capped at the request's output length
+  // (Dynamo's min(output_len, 8)), at least 1.
+  const auto cap = static_cast<std::uint32_t>(std::max<std::uint64_t>(
+      1, std::min<std::uint64_t>(config_.service.max_buffered_outputs, output_len)));
+  Route& route = routes_.open(client, req.id, *id, rank, from.delimiter, cap);
+  ClientEntry& owner = *route.owner;
   ranks_[rank].stalled = false;
-  const auto outcome = sendTo(submit_, client, from.delimiter,
-                              protocol::encodeClientMessage(protocol::SubmitAck{req.id, rank}));
-  if (outcome != SendOutcome::Sent) {
-    ++counters.dropped_replies;
+  // The ack goes before anything else of this request: sent now if nothing older waits for
+  // the client, else queued behind what does (and then sent first of this request's items).
+  if (owner.queue.empty()) {
+    const auto outcome = sendTo(submit_, client, from.delimiter,
+                                protocol::encodeClientMessage(protocol::SubmitAck{req.id, rank}));
+    if (outcome == SendOutcome::Sent) {
+      RouteTable::noteRoutable(owner);
+      return;
+    }
     if (outcome == SendOutcome::Unroutable) (void)routes_.noteUnroutable(owner, Clock::now());
-    abandon(*id, "backpressure: the client is not reading (submit socket high-water mark)");
-  } else {
-    RouteTable::noteRoutable(owner);
   }
+  ++counters.queued_acks;
+  routes_.oweAck(*id);
 }
 
 void Server::Impl::handleCancel(zmq::socket_t& reply_socket, const RoutedEnvelope& from,
@@ -512,24 +531,61 @@ void Server::Impl::dropClient(const std::string& client) {
   if (!active.empty()) log_->info("client gone: cancelled {} request(s)", active.size());
 }
 
+Server::Impl::Flush Server::Impl::flush(const std::string& client) {
+  ClientEntry* entry = routes_.findClient(client);
+  // The first message is a probe of at most kProbeEntries outputs: a client with a long queue
+  // is usually still not writable, and encoding its whole queue only to have the send refused
+  // would cost O(queue) on every retry.
+  constexpr std::size_t kProbeEntries = 64;
+  bool probe = true;
+  while (entry && !entry->queue.empty()) {
+    const std::deque<Pending>& queue = entry->queue;
+    std::size_t n = 0;
+    std::vector<std::byte> payload;
+    const bool outputs = queue.front().kind == Pending::Kind::Output;
+    if (!outputs) {
+      const Route& route = *routes_.find(queue.front().route);
+      payload = protocol::encodeClientMessage(protocol::SubmitAck{route.id, route.rank});
+      n = 1;
+    } else {
+      // Consecutive outputs, as many as one message may hold.
+      OutputMessageBudget budget;
+      views_.clear();
+      for (const Pending& p : queue) {
+        const protocol::RequestOutput& o = p.output;
+        if (p.kind != Pending::Kind::Output || (probe && views_.size() == kProbeEntries) ||
+            !budget.tryAdd(o.id.size(), o.reason.size(), o.tokens.size())) {
+          break;
+        }
+        views_.push_back({o.id, o.index, o.tokens, o.finish, o.reason, o.cached_tokens});
+      }
+      n = views_.size();
+      payload = protocol::encodeOutputBatch(views_);
+    }
+    const auto outcome = sendTo(submit_, client, entry->delimiter, std::move(payload));
+    if (outcome != SendOutcome::Sent) {
+      if (outcome == SendOutcome::Unroutable) {
+        ++counters.unroutable_sends;
+        if (routes_.noteUnroutable(*entry, Clock::now())) {
+          dropClient(client);
+          return Flush::Gone;
+        }
+      }
+      return Flush::Blocked;
+    }
+    probe = false;
+    RouteTable::noteRoutable(*entry);
+    if (outputs) ++counters.output_messages;
+    routes_.settle(client, n);  // may close the client's last route, and its entry
+    entry = routes_.findClient(client);
+  }
+  return Flush::Done;
+}
+
 void Server::Impl::retryOwed() {
   if (!routes_.anyOwed()) return;
   const std::vector<std::string> owing = routes_.clientsOwed();  // copy: the table changes below
-  for (const std::string& client : owing) {
-    ClientEntry* entry = routes_.findClient(client);
-    if (!entry) continue;  // dropped by an earlier iteration
-    const auto owed = routes_.owed(client);
-    const protocol::OutputBatch batch{{owed.begin(), owed.end()}};
-    const auto outcome =
-        sendTo(submit_, client, entry->delimiter, protocol::encodeClientMessage(batch));
-    if (outcome == SendOutcome::Sent) {
-      RouteTable::noteRoutable(*entry);
-      ++counters.output_messages;
-      routes_.settleOwed(client);
-    } else if (outcome == SendOutcome::Unroutable && routes_.noteUnroutable(*entry, Clock::now())) {
-      dropClient(client);
-    }
-  }
+  for (const std::string& client : owing) (void)flush(client);
 }
 
 // --- Passes: start, complete at the deadline, deliver outputs -----------------------------
@@ -582,38 +638,68 @@ void Server::Impl::completePass(std::uint32_t r) {
 void Server::Impl::deliver() {
   gone_.clear();
   for (OutputBatcher::ClientBatch& batch : batcher_.batches()) {
-    ClientEntry& owner = *batch.owner;
-    const auto outcome = sendTo(submit_, batch.client, owner.delimiter, batcher_.encode(batch));
-    if (outcome == SendOutcome::Sent) {
+    // What the client is already owed goes first; while some of it waits, so does this pass.
+    if (!batch.owner->queue.empty() && flush(batch.client) == Flush::Gone) continue;
+    ClientEntry& owner = *batch.owner;  // alive: the batch's routes are open
+    const std::size_t n = batch.entries.size();
+    std::size_t begin = 0;
+    while (owner.queue.empty() && begin < n) {
+      // As many messages as the protocol's limits need (one, unless the client has very many
+      // streams in this pass).
+      const std::size_t end = batcher_.messageEnd(batch, begin);
+      const auto outcome =
+          sendTo(submit_, batch.client, owner.delimiter, batcher_.encode(batch, begin, end));
+      if (outcome == SendOutcome::Unroutable) {
+        ++counters.unroutable_sends;
+        if (routes_.noteUnroutable(owner, Clock::now())) {
+          gone_.push_back(batch.client);
+          begin = n;  // dropClient cancels them all
+        }
+      }
+      if (outcome != SendOutcome::Sent) break;
       RouteTable::noteRoutable(owner);
       ++counters.output_messages;
-      for (const OutputBatcher::Entry& e : batch.entries) e.route->delivered += e.token_count;
-      // Closing may erase `owner` with its last route: nothing below uses it.
-      for (engine::RequestId id : batch.terminal) routes_.close(id);
-      continue;
-    }
-    if (outcome == SendOutcome::Unroutable) {
-      ++counters.unroutable_sends;
-      if (routes_.noteUnroutable(owner, Clock::now())) {
-        gone_.push_back(batch.client);
-        continue;
+      // Closing may erase `owner` with its last route, which only happens at the last entry.
+      for (std::size_t i = begin; i < end; ++i) {
+        const OutputBatcher::Entry& e = batch.entries[i];
+        if (e.finish) {
+          routes_.close(e.id);
+        } else {
+          e.route->delivered += e.token_count;
+        }
       }
+      begin = end;
     }
-    // Would block (or unroutable for now): every stream in this batch is abandoned — cancelled
-    // in the engine now, its terminal owed until the client is writable again.
-    for (const OutputBatcher::Entry& e : batch.entries) {
-      if (e.route->state != RouteState::Active) continue;
-      if (e.finish) {
-        // Finished in the engine already; the client still needs its end of stream.
-        ++counters.backpressure_cancels;
-        routes_.oweTerminal(e.id, FinishReason::Cancelled,
-                            "backpressure: outputs dropped, the client is not reading");
-      } else {
-        abandon(e.id, "backpressure: outputs dropped, the client is not reading");
-      }
-    }
+    // Not sent (the client's pipe is full, or it is unroutable for now): each entry waits in
+    // the client's queue, within its request's buffer; a request over its buffer is abandoned.
+    for (std::size_t i = begin; i < n; ++i) bufferOrAbandon(batch.entries[i]);
   }
   for (const auto& c : gone_) dropClient(c);
+}
+
+void Server::Impl::bufferOrAbandon(const OutputBatcher::Entry& e) {
+  constexpr std::string_view kWhy = "backpressure: outputs dropped, the client is not reading";
+  if (e.route->state != RouteState::Active) return;
+  const auto tokens = batcher_.tokens(e);
+  protocol::RequestOutput out{.id = e.route->id,
+                              .index = e.index,
+                              .tokens = {tokens.begin(), tokens.end()},
+                              .finish = e.finish,
+                              .reason = std::string(e.reason),
+                              .cached_tokens = e.cached_tokens};
+  // One signal per token; a terminal without a token is a signal too.
+  const std::uint32_t signals = std::max<std::uint32_t>(e.token_count, 1);
+  if (routes_.bufferOutput(e.id, std::move(out), signals)) {
+    ++counters.buffered_outputs;
+    return;
+  }
+  if (e.finish) {
+    // Finished in the engine already; the client still needs its end of stream.
+    ++counters.backpressure_cancels;
+    routes_.oweTerminal(e.id, FinishReason::Cancelled, std::string(kWhy));
+  } else {
+    abandon(e.id, std::string(kWhy));
+  }
 }
 
 void Server::Impl::heartbeats() {
@@ -642,23 +728,21 @@ void Server::Impl::trimHeap() {
 void Server::Impl::shutdown() {
   log_->info("shutting down: {} open request(s){}", routes_.numRoutes(),
              options_.drain ? " (draining)" : "");
-  // Publish what the in-flight passes produced, then end every open stream: active ones with a
-  // `shutdown` terminal, owed terminals (backpressure or cancel) in the same message.
+  // Publish what the in-flight passes produced, then end every open stream: each active one
+  // gets a `shutdown` terminal after what its client is already owed (acks, buffered outputs,
+  // cancel terminals), all sent in order in as many messages as the limits need.
   completeDuePasses(/*force=*/true);
-  std::vector<engine::RequestId> active;
-  const std::vector<ClientTerminals> terminals =
-      routes_.closeAll(FinishReason::Shutdown, "the service is stopping", active);
-  for (engine::RequestId id : active) engine_.cancel(id);
-  for (const ClientTerminals& t : terminals) {
-    const auto outcome =
-        sendTo(submit_, t.client, t.delimiter, protocol::encodeClientMessage(t.batch));
-    if (outcome == SendOutcome::Sent) {
-      ++counters.output_messages;
-    } else {
+  for (engine::RequestId id : routes_.endAll(FinishReason::Shutdown, "the service is stopping")) {
+    engine_.cancel(id);
+  }
+  const std::vector<std::string> owing = routes_.clientsOwed();  // copy: the table changes
+  for (const std::string& client : owing) {
+    if (flush(client) == Flush::Blocked) {
       ++counters.dropped_shutdown_messages;
-      log_->debug("shutdown terminals not sent: {}", sendOutcomeName(outcome));
+      log_->debug("final messages to a client not sent: its pipe is full");
     }
   }
+  routes_.clear();
   heartbeats();
 }
 

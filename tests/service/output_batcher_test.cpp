@@ -119,7 +119,8 @@ class OutputBatcherTest : public ::testing::Test {
       for (RequestId id : batches[i].terminal) terminal.push_back(id.value());
       EXPECT_EQ(terminal, expected[i].terminal) << name << " batch " << i;
       // What the client receives: the encoded message decodes to the expected entries.
-      auto decoded = protocol::decodeClientMessage(batcher_.encode(batches[i]));
+      auto decoded =
+          protocol::decodeClientMessage(batcher_.encode(batches[i], 0, batches[i].entries.size()));
       ASSERT_TRUE(decoded.has_value()) << name;
       const auto* batch = std::get_if<protocol::OutputBatch>(&*decoded);
       ASSERT_NE(batch, nullptr) << name;
