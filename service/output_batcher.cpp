@@ -47,6 +47,17 @@ bool OutputMessageBudget::tryAdd(std::size_t id_bytes, std::size_t reason_bytes,
   return true;
 }
 
+void fitStatsReply(protocol::StatsReply& reply) {
+  std::size_t bytes = 1024 + 256 * reply.ranks.size();  // bound of the map, keys and ranks
+  std::size_t keep = 0;
+  for (const protocol::ClientRoutes& c : reply.clients) {
+    bytes += 32 + c.client.size();  // bound of {client bin, routes u64}
+    if (keep == protocol::kMaxStatsClients || bytes > protocol::kMaxMessageBytes) break;
+    ++keep;
+  }
+  reply.clients.resize(keep);
+}
+
 void OutputBatcher::beginPass() {
   ++epoch_;
   num_batches_ = 0;

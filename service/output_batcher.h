@@ -57,6 +57,10 @@ class OutputMessageBudget {
   std::size_t objects_ = 0;
 };
 
+/// Cuts a stats reply's `clients` list (ascending) to what one message may carry: at most
+/// kMaxStatsClients entries and, with the ranks, at most kMaxMessageBytes.
+void fitStatsReply(protocol::StatsReply& reply);
+
 class OutputBatcher final {
  public:
   /// One request's outputs within one pass: tokens [token_begin, +token_count) of the pass's

@@ -363,9 +363,27 @@ void Server::Impl::handleSubmitSocketMessage(std::vector<zmq::message_t>& parts)
           reply(submit_, from, statsReply());
         } else if constexpr (std::is_same_v<T, protocol::KvSnapshotRequest>) {
           protocol::KvSnapshotReply s;
+          // The reply must stay within the protocol's limits: 9 bytes per hash at most.
+          std::size_t bytes = 64;
+          std::size_t most = 0;
           for (std::uint32_t r = 0; r < engine_.dpSize(); ++r) {
             if (m.dp_rank && *m.dp_rank != r) continue;
             s.ranks.push_back({r, engine_.cachedBlockHashes(r)});
+            bytes += 32 + 9 * s.ranks.back().block_hashes.size();
+            most = std::max(most, s.ranks.back().block_hashes.size());
+          }
+          if (bytes > protocol::kMaxMessageBytes || most > protocol::kMaxSnapshotBlocksPerRank) {
+            reply(submit_, from,
+                  protocol::ErrorReply{
+                      ErrorCode::InvalidArgument,
+                      "kv_snapshot: the reply would take up to " + std::to_string(bytes) +
+                          " bytes (" + std::to_string(most) +
+                          " block hashes on the largest rank), over the message limit of " +
+                          std::to_string(protocol::kMaxMessageBytes) + " bytes and " +
+                          std::to_string(protocol::kMaxSnapshotBlocksPerRank) +
+                          " hashes per rank; ask for one rank at a time (dp_rank)",
+                      std::nullopt});
+            return;
           }
           if (m.dp_rank && *m.dp_rank >= engine_.dpSize()) {
             reply(submit_, from,
@@ -401,16 +419,7 @@ protocol::StatsReply Server::Impl::statsReply() const {
   s.routes = routes_.numRoutes();
   s.clients = routes_.routesPerClient();
   s.client_entries = routes_.numClients();
-  // The reply must stay within the protocol's limits (a decoder refuses it otherwise): at most
-  // kMaxStatsClients entries and, with the ranks, at most kMaxMessageBytes.
-  std::size_t bytes = 1024 + 256 * s.ranks.size();  // bound of the map, keys and ranks
-  std::size_t keep = 0;
-  for (const protocol::ClientRoutes& c : s.clients) {
-    bytes += 32 + c.client.size();  // bound of {client bin, routes u64}
-    if (keep == protocol::kMaxStatsClients || bytes > protocol::kMaxMessageBytes) break;
-    ++keep;
-  }
-  s.clients.resize(keep);
+  fitStatsReply(s);
   return s;
 }
 

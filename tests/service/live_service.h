@@ -62,6 +62,10 @@ class TestConfig {
     config_.engine.allow_empty_output = true;
     return *this;
   }
+  TestConfig& blockSize(std::uint32_t n) {
+    config_.engine.block_size = n;
+    return *this;
+  }
   TestConfig& maxNumBatchedTokens(std::uint32_t n) {
     config_.engine.max_num_batched_tokens = n;
     return *this;

@@ -198,5 +198,34 @@ TEST(ServerBackpressureTest, ReaderThatFallsBehindWithinItsBufferLosesNothing) {
   EXPECT_EQ(s[id].finish, FinishReason::Length) << s[id].reason;
 }
 
+// A kv_snapshot_reply that would exceed the 16 MiB message limit (2 ranks × 2^20 cached block
+// hashes, 9 bytes each) is refused with an error saying so and what to ask instead; one rank's
+// snapshot fits and is sent.
+TEST(ServerBackpressureTest, KvSnapshotOverTheMessageLimitIsRefusedPerRankFits) {
+  constexpr std::uint32_t kTokens = protocol::kMaxTokensPerRequest;  // 2^20, block_size 1
+  LiveService svc(TestConfig().blockSize(1).numGpuBlocks(kTokens + 16).dpSize(2).build());
+  auto c = svc.client();
+  for (std::uint32_t r = 0; r < 2; ++r) {
+    ASSERT_TRUE(c->submit({.id = idOf("big", r),
+                           .prompt = prompt(kTokens, 1 + r * kTokens),
+                           .max_tokens = 1,
+                           .dp_rank = r}));
+  }
+  Receiver rx;
+  ASSERT_NO_FATAL_FAILURE(rx.until(*c, {"big0", "big1"}, 120s));
+  ASSERT_TRUE(c->send(protocol::KvSnapshotRequest{}));
+  std::vector<protocol::ClientMessage> skipped;
+  auto err = testing::awaitMessage<protocol::ErrorReply>(*c, 30s, &skipped);
+  ASSERT_TRUE(err) << "no error reply (got " << skipped.size() << " other messages)";
+  EXPECT_EQ(err->code, ErrorCode::InvalidArgument);
+  EXPECT_NE(err->message.find("16777216"), std::string::npos) << err->message;
+  EXPECT_NE(err->message.find("dp_rank"), std::string::npos) << err->message;
+  ASSERT_TRUE(c->send(protocol::KvSnapshotRequest{.dp_rank = 1}));
+  auto snap = testing::awaitMessage<protocol::KvSnapshotReply>(*c, 30s);
+  ASSERT_TRUE(snap);
+  ASSERT_EQ(snap->ranks.size(), 1u);
+  EXPECT_EQ(snap->ranks[0].block_hashes.size(), kTokens);
+}
+
 }  // namespace
 }  // namespace mocker::service
