@@ -542,11 +542,11 @@ void Server::Impl::dropClient(const std::string& client) {
 
 Server::Impl::Flush Server::Impl::flush(const std::string& client) {
   ClientEntry* entry = routes_.findClient(client);
-  // The first message is a probe of at most kProbeEntries outputs: a client with a long queue
-  // is usually still not writable, and encoding its whole queue only to have the send refused
-  // would cost O(queue) on every retry.
-  constexpr std::size_t kProbeEntries = 64;
-  bool probe = true;
+  // Messages start small and double while sends succeed: a client with a long queue is often
+  // still not writable (or takes one message), and encoding its whole queue only to have the
+  // send refused would cost O(queue) on every retry. The work a refused send wastes is at most
+  // twice what the previous message carried.
+  std::size_t max_entries = 64;
   while (entry && !entry->queue.empty()) {
     const std::deque<Pending>& queue = entry->queue;
     std::size_t n = 0;
@@ -562,7 +562,7 @@ Server::Impl::Flush Server::Impl::flush(const std::string& client) {
       views_.clear();
       for (const Pending& p : queue) {
         const protocol::RequestOutput& o = p.output;
-        if (p.kind != Pending::Kind::Output || (probe && views_.size() == kProbeEntries) ||
+        if (p.kind != Pending::Kind::Output || views_.size() == max_entries ||
             !budget.tryAdd(o.id.size(), o.reason.size(), o.tokens.size())) {
           break;
         }
@@ -582,7 +582,7 @@ Server::Impl::Flush Server::Impl::flush(const std::string& client) {
       }
       return Flush::Blocked;
     }
-    probe = false;
+    max_entries *= 2;
     RouteTable::noteRoutable(*entry);
     if (outputs) ++counters.output_messages;
     routes_.settle(client, n);  // may close the client's last route, and its entry
