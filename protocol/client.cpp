@@ -220,6 +220,9 @@ Result<ClientMessage> decodeStatsReply(const MapView& m) {
   MOCKER_TRY(r.routes, uintKey(m, "routes"));
   MOCKER_TRY(r.clients,
              decodeList<ClientRoutes>(m, "clients", kMaxStatsClients, decodeClientRoutes));
+  if (m.findNonNil("client_entries") != nullptr) {
+    MOCKER_TRY(r.client_entries, uintKey(m, "client_entries"));
+  }
   return ClientMessage{std::move(r)};
 }
 
@@ -397,7 +400,7 @@ std::vector<std::byte> encodeClientMessage(const StatsRequest& /*m*/) {
 
 std::vector<std::byte> encodeClientMessage(const StatsReply& m) {
   return encodeMap(
-      "stats_reply", 3,
+      "stats_reply", m.client_entries ? 4 : 3,
       [&](Packer& pk) {
         packStr(pk, "ranks");
         pk.pack_array(static_cast<std::uint32_t>(m.ranks.size()));
@@ -432,6 +435,10 @@ std::vector<std::byte> encodeClientMessage(const StatsReply& m) {
           packBin(pk, c.client);
           packStr(pk, "routes");
           pk.pack_uint64(c.routes);
+        }
+        if (m.client_entries) {
+          packStr(pk, "client_entries");
+          pk.pack_uint64(*m.client_entries);
         }
       },
       256 + 200 * m.ranks.size() + 32 * m.clients.size());
@@ -479,12 +486,18 @@ Result<ClientMessage> detail::decodeClientMessageGeneral(std::span<const std::by
   MOCKER_TRY(const detail::Unpacked unpacked, detail::unpackMessage(payload, "message"));
   MOCKER_TRY(const MapView m, MapView::create(unpacked.root(), "message"));
   MOCKER_TRY(const msgpack::object* v, m.require("v"));
-  MOCKER_TRY(const std::uint64_t version, detail::getUint(*v, "v"));
-  if (version != kClientProtocolVersion) {
-    return Error{ErrorCode::Unsupported, "v: protocol version " + std::to_string(version) +
+  // Any integer but 1 is another protocol version (a negative one too); a non-integer is not
+  // a version at all.
+  if (v->type == msgpack::type::NEGATIVE_INTEGER ||
+      (v->type == msgpack::type::POSITIVE_INTEGER && v->via.u64 != kClientProtocolVersion)) {
+    const std::string version = v->type == msgpack::type::NEGATIVE_INTEGER
+                                    ? std::to_string(v->via.i64)
+                                    : std::to_string(v->via.u64);
+    return Error{ErrorCode::Unsupported, "v: protocol version " + version +
                                              " is not supported (this peer speaks version " +
                                              std::to_string(kClientProtocolVersion) + ")"};
   }
+  MOCKER_TRY_VOID(detail::getUint(*v, "v"));
   MOCKER_TRY(const msgpack::object* type_obj, m.require("type"));
   MOCKER_TRY(const std::string_view type, detail::getStr(*type_obj, "type", kMaxStringBytes));
   if (type == "submit") return decodeSubmit(m);

@@ -137,6 +137,9 @@ struct StatsReply {
   std::vector<RankStats> ranks;
   std::uint64_t routes = 0;  ///< live requests across all clients
   std::vector<ClientRoutes> clients;
+  /// Client entries the service holds (per-client state: a client with an open route or a
+  /// message it is still owed). Absent in replies of services that predate it.
+  std::optional<std::uint64_t> client_entries;
   friend bool operator==(const StatsReply&, const StatsReply&) = default;
 };
 

@@ -2,6 +2,8 @@
 // (contract in output_batcher.h).
 #include "service/output_batcher.h"
 
+#include "protocol/limits.h"
+
 namespace mocker::service {
 
 WireFinish wireFinish(engine::Terminal terminal) {
@@ -21,6 +23,39 @@ WireFinish wireFinish(engine::Terminal terminal) {
       return {FinishReason::Error, "the timing model produced a non-finite pass time"};
   }
   return {FinishReason::Error, "unknown engine terminal"};
+}
+
+bool OutputMessageBudget::tryAdd(std::size_t id_bytes, std::size_t reason_bytes,
+                                 std::size_t num_tokens) {
+  // Upper bounds: the message's own map, "v", "type", "outputs" and array header; per entry a
+  // map of ≤ 6 keys (names ≤ 14 bytes), id and reason str headers ≤ 3 bytes, u32 values ≤ 5.
+  constexpr std::size_t kMessageBytes = 64, kMessageObjects = 8;
+  constexpr std::size_t kEntryBytes = 112, kEntryObjects = 16;
+  const std::size_t bytes = kEntryBytes + id_bytes + reason_bytes + 5 * num_tokens;
+  const std::size_t objects = kEntryObjects + num_tokens;
+  if (entries_ == 0) {
+    bytes_ = kMessageBytes;
+    objects_ = kMessageObjects;
+  } else if (entries_ == protocol::kMaxOutputsPerMessage ||
+             bytes_ + bytes > protocol::kMaxMessageBytes ||
+             objects_ + objects > protocol::kMaxObjectsPerMessage) {
+    return false;
+  }
+  ++entries_;
+  bytes_ += bytes;
+  objects_ += objects;
+  return true;
+}
+
+void fitStatsReply(protocol::StatsReply& reply) {
+  std::size_t bytes = 1024 + 256 * reply.ranks.size();  // bound of the map, keys and ranks
+  std::size_t keep = 0;
+  for (const protocol::ClientRoutes& c : reply.clients) {
+    bytes += 32 + c.client.size();  // bound of {client bin, routes u64}
+    if (keep == protocol::kMaxStatsClients || bytes > protocol::kMaxMessageBytes) break;
+    ++keep;
+  }
+  reply.clients.resize(keep);
 }
 
 void OutputBatcher::beginPass() {
@@ -65,9 +100,22 @@ void OutputBatcher::add(const engine::OutputSignal& s, Route& route) {
   }
 }
 
-std::vector<std::byte> OutputBatcher::encode(const ClientBatch& batch) {
+std::size_t OutputBatcher::messageEnd(const ClientBatch& batch, std::size_t begin) const {
+  OutputMessageBudget budget;
+  std::size_t end = begin;
+  while (end < batch.entries.size()) {
+    const Entry& e = batch.entries[end];
+    if (!budget.tryAdd(e.route->id.size(), e.reason.size(), e.token_count)) break;
+    ++end;
+  }
+  return end;
+}
+
+std::vector<std::byte> OutputBatcher::encode(const ClientBatch& batch, std::size_t begin,
+                                             std::size_t end) {
   views_.clear();
-  for (const Entry& e : batch.entries) {
+  for (std::size_t i = begin; i < end; ++i) {
+    const Entry& e = batch.entries[i];
     views_.push_back({e.route->id, e.index, tokens(e), e.finish, e.reason, e.cached_tokens});
   }
   return protocol::encodeOutputBatch(views_);

@@ -41,6 +41,26 @@ struct WireFinish {
 };
 WireFinish wireFinish(engine::Terminal terminal);
 
+/// Fills one output message within protocol/limits.h: at most kMaxOutputsPerMessage entries,
+/// kMaxMessageBytes bytes and kMaxObjectsPerMessage msgpack objects, counted with an upper
+/// bound per entry. Every message the service sends with outputs is cut with it.
+class OutputMessageBudget {
+ public:
+  /// Takes one more entry if the message still fits with it; the first entry always fits (an
+  /// entry alone is far below every limit: id ≤ 256 bytes, reason ≤ 64 KiB, a pass's tokens).
+  bool tryAdd(std::size_t id_bytes, std::size_t reason_bytes, std::size_t num_tokens);
+  std::size_t entries() const { return entries_; }
+
+ private:
+  std::size_t entries_ = 0;
+  std::size_t bytes_ = 0;
+  std::size_t objects_ = 0;
+};
+
+/// Cuts a stats reply's `clients` list (ascending) to what one message may carry: at most
+/// kMaxStatsClients entries and, with the ranks, at most kMaxMessageBytes.
+void fitStatsReply(protocol::StatsReply& reply);
+
 class OutputBatcher final {
  public:
   /// One request's outputs within one pass: tokens [token_begin, +token_count) of the pass's
@@ -76,8 +96,12 @@ class OutputBatcher final {
   std::span<const std::uint32_t> tokens(const Entry& e) const {
     return std::span(tokens_).subspan(e.token_begin, e.token_count);
   }
-  /// The output message of `batch` (one of batches()), encoded by the output fast path.
-  std::vector<std::byte> encode(const ClientBatch& batch);
+  /// The end of the entries from `begin` that fit one message (OutputMessageBudget).
+  /// REQUIRES: begin < batch.entries.size().
+  std::size_t messageEnd(const ClientBatch& batch, std::size_t begin) const;
+  /// The output message of entries [begin, end) of `batch` (one of batches()), encoded by the
+  /// output fast path.
+  std::vector<std::byte> encode(const ClientBatch& batch, std::size_t begin, std::size_t end);
 
  private:
   std::uint64_t epoch_ = 0;           // pass number; matches ClientEntry::batch_slot.epoch

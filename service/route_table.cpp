@@ -1,4 +1,4 @@
-// RouteTable: (client, request id) ↔ engine id, delivery state and owed terminals, with its
+// RouteTable: (client, request id) ↔ engine id, delivery state and per-client queues, with its
 // invariant checker (contract in route_table.h).
 #include "service/route_table.h"
 
@@ -9,12 +9,14 @@
 namespace mocker::service {
 
 Route& RouteTable::open(const std::string& client, const std::string& request_id,
-                        engine::RequestId id, std::uint32_t rank, bool delimiter) {
+                        engine::RequestId id, std::uint32_t rank, bool delimiter,
+                        std::uint32_t buffer_cap) {
   ClientEntry& owner = clients_[client];
   owner.delimiter = delimiter;
   ++owner.num_routes;
-  const auto [it, inserted] = routes_.emplace(
-      id, Route{client, request_id, rank, RouteState::Active, /*delivered=*/0, &owner});
+  Route route{.client = client, .id = request_id, .rank = rank, .owner = &owner};
+  route.buffer_cap = buffer_cap;
+  const auto [it, inserted] = routes_.emplace(id, std::move(route));
   MOCKER_CHECK(inserted);
   const bool key_inserted = by_key_.emplace(Key{client, request_id}, id).second;
   MOCKER_CHECK(key_inserted);
@@ -33,29 +35,52 @@ ClientEntry* RouteTable::findClient(const std::string& client) {
   return it == clients_.end() ? nullptr : &it->second;
 }
 
+void RouteTable::oweAck(engine::RequestId id) {
+  Route& route = routes_.at(id);
+  route.owner->queue.push_back({.route = id, .kind = Pending::Kind::Ack});
+  ++num_queued_;
+}
+
+bool RouteTable::bufferOutput(engine::RequestId id, protocol::RequestOutput&& out,
+                              std::uint32_t signals) {
+  Route& route = routes_.at(id);
+  MOCKER_CHECK(route.state == RouteState::Active && out.index == route.delivered && signals >= 1);
+  if (std::uint64_t{route.buffered} + signals > route.buffer_cap) return false;
+  route.buffered += signals;
+  route.delivered += static_cast<std::uint32_t>(out.tokens.size());
+  if (out.finish) route.state = RouteState::Ending;
+  route.owner->queue.push_back(
+      {.route = id, .kind = Pending::Kind::Output, .output = std::move(out), .signals = signals});
+  ++num_queued_;
+  return true;
+}
+
 void RouteTable::oweTerminal(engine::RequestId id, protocol::FinishReason finish,
                              std::string reason) {
   Route& route = routes_.at(id);
   MOCKER_CHECK(route.state == RouteState::Active);
   route.state = RouteState::Cancelling;
-  route.owner->owed.push_back(
-      {.id = route.id, .index = route.delivered, .finish = finish, .reason = std::move(reason)});
-  route.owner->owed_ids.push_back(id);
-  ++num_owed_;
+  route.owner->queue.push_back({.route = id,
+                                .kind = Pending::Kind::Output,
+                                .output = {.id = route.id,
+                                           .index = route.delivered,
+                                           .finish = finish,
+                                           .reason = std::move(reason)}});
+  ++num_queued_;
 }
 
 void RouteTable::close(engine::RequestId id) {
   const auto it = routes_.find(id);
   if (it == routes_.end()) return;
   ClientEntry& owner = *it->second.owner;
-  if (it->second.state == RouteState::Cancelling) {
-    const auto pos = std::find(owner.owed_ids.begin(), owner.owed_ids.end(), id);
-    if (pos != owner.owed_ids.end()) {
-      owner.owed.erase(owner.owed.begin() + (pos - owner.owed_ids.begin()));
-      owner.owed_ids.erase(pos);
-      --num_owed_;
-    }
+  if (!owner.queue.empty()) {
+    num_queued_ -= std::erase_if(owner.queue, [&](const Pending& p) { return p.route == id; });
   }
+  erase(it);
+}
+
+void RouteTable::erase(std::unordered_map<engine::RequestId, Route>::iterator it) {
+  ClientEntry& owner = *it->second.owner;
   by_key_.erase(Key{it->second.client, it->second.id});
   const auto c = clients_.find(it->second.client);
   routes_.erase(it);
@@ -64,36 +89,45 @@ void RouteTable::close(engine::RequestId id) {
 }
 
 void RouteTable::eraseClientIfIdle(std::unordered_map<std::string, ClientEntry>::iterator it) {
-  // Forget idle clients so that many short-lived DEALERs do not accumulate state.
-  if (it->second.num_routes == 0 && it->second.owed.empty()) clients_.erase(it);
+  // Forget idle clients so that many short-lived DEALERs do not accumulate state. (Every
+  // queued item belongs to a route, so a client without routes has an empty queue.)
+  if (it->second.num_routes == 0) {
+    num_queued_ -= it->second.queue.size();
+    clients_.erase(it);
+  }
 }
 
 const std::vector<std::string>& RouteTable::clientsOwed() {
   owed_scratch_.clear();
-  if (num_owed_ == 0) return owed_scratch_;
+  if (num_queued_ == 0) return owed_scratch_;
   for (const auto& [client, entry] : clients_) {
-    if (!entry.owed.empty()) owed_scratch_.push_back(client);
+    if (!entry.queue.empty()) owed_scratch_.push_back(client);
   }
   std::sort(owed_scratch_.begin(), owed_scratch_.end());
   return owed_scratch_;
 }
 
-std::span<const protocol::RequestOutput> RouteTable::owed(const std::string& client) const {
-  const auto it = clients_.find(client);
-  if (it == clients_.end()) return {};
-  return it->second.owed;
-}
-
-void RouteTable::settleOwed(const std::string& client) {
-  const auto it = clients_.find(client);
-  if (it == clients_.end()) return;
-  ClientEntry& entry = it->second;
-  // Closing the last route erases the entry: take the ids out first.
-  std::vector<engine::RequestId> ids = std::move(entry.owed_ids);
-  num_owed_ -= entry.owed.size();
-  entry.owed.clear();
-  entry.owed_ids.clear();
-  for (engine::RequestId id : ids) close(id);
+void RouteTable::settle(const std::string& client, std::size_t n) {
+  auto it = clients_.find(client);
+  MOCKER_CHECK(it != clients_.end() && n <= it->second.queue.size());
+  for (std::size_t i = 0; i < n; ++i) {
+    // The entry goes with the last route it holds: look it up again each time.
+    ClientEntry& entry = it->second;
+    Pending item = std::move(entry.queue.front());
+    entry.queue.pop_front();
+    --num_queued_;
+    if (item.kind == Pending::Kind::Ack) continue;
+    routes_.at(item.route).buffered -= item.signals;
+    if (item.output.finish) {
+      // A terminal is its route's last item: nothing else of it is queued.
+      erase(routes_.find(item.route));
+      it = clients_.find(client);
+      if (it == clients_.end()) {
+        MOCKER_CHECK(i + 1 == n);
+        return;
+      }
+    }
+  }
 }
 
 bool RouteTable::noteUnroutable(ClientEntry& client, SteadyTime now) {
@@ -115,50 +149,29 @@ std::vector<RemovedRoute> RouteTable::removeClient(const std::string& client) {
     routes_.erase(route);
     it = by_key_.erase(it);
   }
-  num_owed_ -= c->second.owed.size();
+  num_queued_ -= c->second.queue.size();
   clients_.erase(c);
   std::sort(active.begin(), active.end(),
             [](const RemovedRoute& a, const RemovedRoute& b) { return a.id < b.id; });
   return active;
 }
 
-std::vector<ClientTerminals> RouteTable::closeAll(protocol::FinishReason finish,
-                                                  std::string_view reason,
-                                                  std::vector<engine::RequestId>& active) {
-  std::vector<engine::RequestId> ids;
-  ids.reserve(routes_.size());
-  for (const auto& [id, route] : routes_) ids.push_back(id);
-  std::sort(ids.begin(), ids.end());
-  std::map<std::string, ClientTerminals> by_client;
-  const auto terminalsOf = [&](const std::string& client) -> ClientTerminals& {
-    ClientTerminals& t = by_client[client];
-    t.client = client;
-    t.delimiter = clients_.at(client).delimiter;
-    return t;
-  };
-  for (engine::RequestId id : ids) {
-    const Route& route = routes_.at(id);
-    if (route.state != RouteState::Active) continue;
-    active.push_back(id);
-    terminalsOf(route.client)
-        .batch.outputs.push_back({.id = route.id,
-                                  .index = route.delivered,
-                                  .finish = finish,
-                                  .reason = std::string(reason)});
+std::vector<engine::RequestId> RouteTable::endAll(protocol::FinishReason finish,
+                                                  std::string_view reason) {
+  std::vector<engine::RequestId> active;
+  for (const auto& [id, route] : routes_) {
+    if (route.state == RouteState::Active) active.push_back(id);
   }
-  for (auto& [client, entry] : clients_) {
-    if (entry.owed.empty()) continue;
-    auto& outputs = terminalsOf(client).batch.outputs;
-    for (auto& o : entry.owed) outputs.push_back(std::move(o));
-  }
+  std::sort(active.begin(), active.end());
+  for (engine::RequestId id : active) oweTerminal(id, finish, std::string(reason));
+  return active;
+}
+
+void RouteTable::clear() {
   routes_.clear();
   by_key_.clear();
   clients_.clear();
-  num_owed_ = 0;
-  std::vector<ClientTerminals> out;
-  out.reserve(by_client.size());
-  for (auto& [client, t] : by_client) out.push_back(std::move(t));
-  return out;
+  num_queued_ = 0;
 }
 
 std::vector<protocol::ClientRoutes> RouteTable::routesPerClient() const {
@@ -184,7 +197,6 @@ Status RouteTable::checkInvariants() const {
                 " routes");
   }
   std::unordered_map<std::string, std::uint64_t> counted;
-  std::size_t num_cancelling = 0;
   for (const auto& [id, route] : routes_) {
     const auto key = by_key_.find(Key{route.client, route.id});
     if (key == by_key_.end() || key->second != id) {
@@ -196,38 +208,68 @@ Status RouteTable::checkInvariants() const {
       return fail("route " + std::to_string(id.value()) + " does not point at its client entry");
     }
     ++counted[route.client];
-    // 3. Cancelling ⇔ owed, exactly once.
-    const auto& ids = route.owner->owed_ids;
-    const auto times = std::count(ids.begin(), ids.end(), id);
-    if (route.state == RouteState::Cancelling) ++num_cancelling;
-    if ((route.state == RouteState::Cancelling) != (times == 1) || times > 1) {
-      return fail("route " + std::to_string(id.value()) + " is owed " + std::to_string(times) +
-                  " terminal(s)");
-    }
   }
-  std::size_t num_owed = 0;
+  // 3. Per route, walk its items in its client's queue.
+  struct Seen {
+    bool ack = false;
+    bool output = false;
+    bool finished = false;
+    std::uint32_t next_index = 0;
+    std::uint64_t signals = 0;
+  };
+  std::unordered_map<engine::RequestId, Seen> seen;
+  std::size_t num_queued = 0;
   for (const auto& [client, entry] : clients_) {
-    // 2. An entry exists iff it has a route or an owed terminal; num_routes is exact.
-    if (entry.num_routes == 0 && entry.owed.empty()) return fail("idle client entry kept");
+    // 2. An entry exists iff it has a route; num_routes is exact.
+    if (entry.num_routes == 0) return fail("idle client entry kept");
     if (entry.num_routes != counted[client]) {
       return fail("client has " + std::to_string(counted[client]) + " routes, counts " +
                   std::to_string(entry.num_routes));
     }
-    if (entry.owed.size() != entry.owed_ids.size()) return fail("owed and owed_ids differ");
-    for (std::size_t i = 0; i < entry.owed.size(); ++i) {
-      const auto r = routes_.find(entry.owed_ids[i]);
-      if (r == routes_.end()) return fail("owed terminal without a route");
-      const protocol::RequestOutput& o = entry.owed[i];
-      if (o.id != r->second.id || o.index != r->second.delivered || !o.finish ||
-          !o.tokens.empty()) {
-        return fail("owed terminal does not match its route '" + r->second.id + "'");
+    num_queued += entry.queue.size();
+    for (const Pending& p : entry.queue) {
+      const auto r = routes_.find(p.route);
+      if (r == routes_.end() || r->second.owner != &entry) {
+        return fail("queued item of route " + std::to_string(p.route.value()) +
+                    " that is not an open route of this client");
       }
+      Seen& s = seen[p.route];
+      const std::string name = "route '" + r->second.id + "': ";
+      if (s.finished) return fail(name + "an item after its terminal");
+      if (p.kind == Pending::Kind::Ack) {
+        if (s.ack || s.output) return fail(name + "ack queued twice or after an output");
+        s.ack = true;
+        continue;
+      }
+      if (!s.output) s.next_index = p.output.index;
+      if (p.output.index != s.next_index || p.output.id != r->second.id) {
+        return fail(name + "queued outputs do not continue each other");
+      }
+      s.output = true;
+      s.next_index += static_cast<std::uint32_t>(p.output.tokens.size());
+      s.signals += p.signals;
+      s.finished = p.output.finish.has_value();
     }
-    num_owed += entry.owed.size();
   }
-  if (num_owed != num_owed_ || num_owed != num_cancelling) {
-    return fail(std::to_string(num_owed) + " owed terminals, " + std::to_string(num_cancelling) +
-                " cancelling routes, counter " + std::to_string(num_owed_));
+  if (num_queued != num_queued_) {
+    return fail(std::to_string(num_queued) + " queued items, counter " +
+                std::to_string(num_queued_));
+  }
+  for (const auto& [id, route] : routes_) {
+    const Seen s = seen.count(id) ? seen.at(id) : Seen{};
+    const std::string name = "route '" + route.id + "': ";
+    if (s.signals != route.buffered || route.buffered > route.buffer_cap) {
+      return fail(name + "buffered " + std::to_string(route.buffered) + ", queued signals " +
+                  std::to_string(s.signals) + ", cap " + std::to_string(route.buffer_cap));
+    }
+    if (s.output && s.next_index != route.delivered) {
+      return fail(name + "queued outputs end at " + std::to_string(s.next_index) + ", delivered " +
+                  std::to_string(route.delivered));
+    }
+    if (s.finished != (route.state != RouteState::Active)) {
+      return fail(name + (s.finished ? "a queued terminal on an active route"
+                                     : "ending or cancelling without a queued terminal"));
+    }
   }
   return {};
 }

@@ -1,31 +1,44 @@
-// RouteTable: which client owns which engine request, what it has been sent, and which terminal
-// messages it is still owed. No sockets, no clock reads, no engine calls: the serve loop asks,
-// acts on the sockets and the engine, and reports back.
+// RouteTable: which client owns which engine request, what it has been sent, and what it is
+// still owed. No sockets, no clock reads, no engine calls: the serve loop asks, acts on the
+// sockets and the engine, and reports back.
 //
 // A route joins (client routing id, client request id) to the engine id the engine assigned.
 // Engine ids are never reused, so a late output or cancel cannot reach a newer request that
 // reuses a client's id. A route is
 //   Active      its outputs stream to the client as passes complete;
+//   Ending      the engine finished it and that last output waits in the client's queue;
 //   Cancelling  the stream is over in the engine (client cancel, backpressure, client gone) and
-//               the client is owed one terminal message, queued in its ClientEntry.
+//               the client is owed one terminal message, waiting in the client's queue.
 // The route closes when its terminal reached the client (or the client is gone).
+//
+// Each client has one FIFO queue of what it is owed but could not be sent yet (its pipe was
+// full): acks, buffered outputs, terminals — sent in that order before anything newer, so a
+// request's ack always precedes its outputs and its outputs precede its terminal. A route holds
+// at most `buffer_cap` undelivered output signals in the queue (service.max_buffered_outputs,
+// capped at the request's output length); one more and the caller abandons the request.
 //
 // Invariants (checkInvariants):
 //   1. every route is reachable by its key and its engine id, and by nothing else;
-//   2. a client entry exists iff it has a route or an owed terminal; its num_routes counts its
-//      routes, and every route's `owner` points at its client's entry;
-//   3. a route is Cancelling iff its engine id is in its client's owed_ids, once; owed[i] is the
-//      terminal of owed_ids[i], with index = the route's `delivered`.
+//   2. a client entry exists iff it has a route; its num_routes counts its routes, and every
+//      route's `owner` points at its client's entry; every queued item belongs to an open route
+//      of that client;
+//   3. per route, in its client's queue: at most one Ack, before any of its outputs; its
+//      outputs continue each other (index = previous index + previous tokens) and end at
+//      `delivered`; their signals sum to `buffered` ≤ buffer_cap; the last one has a finish
+//      iff the route is Ending or Cancelling (a Cancelling route's terminal has no tokens,
+//      no signal and index = delivered), and no other has one; an Active route has no finish.
 //
 // Hot path: find(engine id) is one hash lookup and returns a stable pointer (nodes never move;
-// a route is only erased by close, settleOwed, removeClient and closeAll), whose `owner` gives
-// the client entry without a string lookup.
+// a route is only erased by close, settle, removeClient and clear), whose `owner` gives the
+// client entry without a string lookup.
 //
 // Not thread-safe. Owned and used by the service thread only.
 #pragma once
 
 #include <chrono>
 #include <cstdint>
+#include <deque>
+#include <limits>
 #include <map>
 #include <optional>
 #include <span>
@@ -45,7 +58,7 @@ using SteadyTime = std::chrono::steady_clock::time_point;
 
 struct ClientEntry;
 
-enum class RouteState { Active, Cancelling };
+enum class RouteState { Active, Ending, Cancelling };
 
 /// One open request stream.
 struct Route {
@@ -53,8 +66,20 @@ struct Route {
   std::string id;      ///< the client's request id
   std::uint32_t rank = 0;
   RouteState state = RouteState::Active;
-  std::uint32_t delivered = 0;   ///< output tokens the client has been sent (= next index)
+  std::uint32_t delivered = 0;  ///< output tokens sent or queued for the client (= next index)
+  std::uint32_t buffered = 0;   ///< output signals waiting in the client's queue
+  std::uint32_t buffer_cap = std::numeric_limits<std::uint32_t>::max();  ///< bound of buffered
   ClientEntry* owner = nullptr;  ///< the client's entry (stable while the route exists)
+};
+
+/// One item a client is owed, in its queue: the submit_ack of `route`, or one output entry of
+/// it (tokens and/or its terminal).
+struct Pending {
+  enum class Kind { Ack, Output };
+  engine::RequestId route;
+  Kind kind = Kind::Output;
+  protocol::RequestOutput output;  ///< Output only
+  std::uint32_t signals = 0;       ///< output signals it holds (counted against buffer_cap)
 };
 
 /// Where a client's outputs of the current pass are collected (OutputBatcher bookkeeping: the
@@ -68,8 +93,7 @@ struct BatchSlot {
 struct ClientEntry {
   bool delimiter = false;  ///< the client frames payloads with an empty delimiter (REQ style)
   std::uint64_t num_routes = 0;
-  std::vector<protocol::RequestOutput> owed;   ///< terminals not yet delivered
-  std::vector<engine::RequestId> owed_ids;     ///< their routes, closed once delivered
+  std::deque<Pending> queue;                   ///< owed to the client, oldest first
   std::optional<SteadyTime> unroutable_since;  ///< first failed send of a streak
   BatchSlot batch_slot;
 };
@@ -79,13 +103,6 @@ struct RemovedRoute {
   engine::RequestId id;
   std::uint32_t rank = 0;
   friend bool operator==(const RemovedRoute&, const RemovedRoute&) = default;
-};
-
-/// One client's final terminals (closeAll).
-struct ClientTerminals {
-  std::string client;
-  bool delimiter = false;
-  protocol::OutputBatch batch;
 };
 
 class RouteTable final {
@@ -98,34 +115,42 @@ class RouteTable final {
 
   /// Opens an Active route. REQUIRES: !findByKey(client, request_id) and `id` not in the table.
   Route& open(const std::string& client, const std::string& request_id, engine::RequestId id,
-              std::uint32_t rank, bool delimiter);
+              std::uint32_t rank, bool delimiter,
+              std::uint32_t buffer_cap = std::numeric_limits<std::uint32_t>::max());
 
   /// The route of engine request `id`, or nullptr. Stable until that route is closed.
   Route* find(engine::RequestId id) {
     const auto it = routes_.find(id);
     return it == routes_.end() ? nullptr : &it->second;
   }
-  /// The engine id of (client, request id), Active or Cancelling.
+  /// The engine id of (client, request id), in any state.
   std::optional<engine::RequestId> findByKey(const std::string& client,
                                              const std::string& request_id) const;
   /// The client's entry, or nullptr when it has no route.
   ClientEntry* findClient(const std::string& client);
 
-  /// Ends an Active route's stream: it becomes Cancelling and its client is owed a terminal
+  /// Queues the submit_ack of `id` (it could not be sent). REQUIRES: find(id), no ack queued.
+  void oweAck(engine::RequestId id);
+  /// Queues an output entry of Active route `id` (it could not be sent), unless the route's
+  /// buffered signals would exceed its buffer_cap: then nothing is queued and false is
+  /// returned (the caller abandons the request). A terminal entry makes the route Ending.
+  /// REQUIRES: route Active, out.index == route.delivered, signals >= 1.
+  [[nodiscard]] bool bufferOutput(engine::RequestId id, protocol::RequestOutput&& out,
+                                  std::uint32_t signals);
+  /// Ends an Active route's stream: it becomes Cancelling and its client is owed one terminal
   /// {id, index = delivered, finish, reason}. REQUIRES: find(id) is Active.
   void oweTerminal(engine::RequestId id, protocol::FinishReason finish, std::string reason);
 
-  /// Closes the route of `id` (no-op if absent): its terminal reached the client. An owed
-  /// terminal of it is dropped. The client entry goes with its last route.
+  /// Closes the route of `id` (no-op if absent): its terminal reached the client. Anything
+  /// still queued for it is dropped. The client entry goes with its last route.
   void close(engine::RequestId id);
 
-  /// Clients that are owed terminals, ascending (scratch reused; valid until the next call).
+  /// Clients whose queue is not empty, ascending (scratch reused; valid until the next call).
   const std::vector<std::string>& clientsOwed();
-  /// The terminals `client` is owed, in the order they were owed (empty if none).
-  std::span<const protocol::RequestOutput> owed(const std::string& client) const;
-  /// The owed terminals of `client` were delivered: closes their routes.
-  void settleOwed(const std::string& client);
-  bool anyOwed() const { return num_owed_ > 0; }
+  /// The first `n` items of `client`'s queue reached the client: drops them, and closes the
+  /// routes whose terminal was among them. REQUIRES: n <= the queue's size.
+  void settle(const std::string& client, std::size_t n);
+  bool anyOwed() const { return num_queued_ > 0; }
 
   /// Records a send to `client` that was unroutable at `now`; true once the streak has lasted
   /// gone_after (the client is gone: call removeClient).
@@ -136,29 +161,34 @@ class RouteTable final {
   /// Forgets `client` and every route it had; returns those that were Active, ascending by id.
   std::vector<RemovedRoute> removeClient(const std::string& client);
 
-  /// Ends every stream: each Active route gets a terminal (finish, reason) and is appended to
-  /// `active` (ascending id); each client's batch holds those terminals (ascending id), then its
-  /// owed ones. Returns the batches ascending by client; the table is empty afterwards.
-  std::vector<ClientTerminals> closeAll(protocol::FinishReason finish, std::string_view reason,
-                                        std::vector<engine::RequestId>& active);
+  /// Ends every Active stream (ascending id): each gets the terminal (finish, reason) queued
+  /// after what its client is already owed. Returns their engine ids, ascending.
+  std::vector<engine::RequestId> endAll(protocol::FinishReason finish, std::string_view reason);
+  /// Forgets every route and client.
+  void clear();
 
   std::size_t numRoutes() const { return routes_.size(); }
   std::size_t numClients() const { return clients_.size(); }
   /// Route counts per client, ascending by client (stats replies).
   std::vector<protocol::ClientRoutes> routesPerClient() const;
+  /// Items queued across all clients.
+  std::size_t numQueued() const { return num_queued_; }
 
-  /// Checks invariants 1–3 (O(routes + owed)); a description of the first violation otherwise.
+  /// Checks invariants 1–3 (O(routes + queued)); a description of the first violation
+  /// otherwise.
   Status checkInvariants() const;
 
  private:
   using Key = std::pair<std::string, std::string>;
   void eraseClientIfIdle(std::unordered_map<std::string, ClientEntry>::iterator it);
+  // Removes a route that has nothing queued (and its client entry with its last route).
+  void erase(std::unordered_map<engine::RequestId, Route>::iterator it);
 
   std::chrono::milliseconds gone_after_;
   std::unordered_map<engine::RequestId, Route> routes_;
   std::map<Key, engine::RequestId> by_key_;  // ordered: a client's routes are one range
   std::unordered_map<std::string, ClientEntry> clients_;
-  std::size_t num_owed_ = 0;  // owed terminals across all clients
+  std::size_t num_queued_ = 0;  // queued items across all clients
   std::vector<std::string> owed_scratch_;
 };
 

@@ -8,6 +8,7 @@
 // terminal), an owed terminal is retried until it is sent or the client is gone.
 #include "service/server.h"
 
+#include <malloc.h>
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 
@@ -43,6 +44,8 @@ constexpr int kSubmitsPerIteration = 64;
 constexpr auto kOwedRetryInterval = std::chrono::milliseconds(5);
 /// A client whose sends keep failing with EHOSTUNREACH this long is considered gone.
 constexpr auto kGoneAfter = std::chrono::milliseconds(1000);
+/// After client traffic, free heap memory is handed back to the OS at most this often.
+constexpr auto kTrimInterval = std::chrono::milliseconds(1000);
 
 double unixSeconds() {
   return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
@@ -129,12 +132,22 @@ class Server::Impl {
   void deliver();
   void heartbeats();
   void serviceReplays();
+  void trimHeap();
+  /// Waits until the startup delay is over; false if a stop came first.
+  bool awaitStartup();
 
   // Streams that end early: cancel in the engine, owe the client its terminal.
   void cancelInEngine(engine::RequestId id, std::uint32_t rank);
   void abandon(engine::RequestId id, std::string why);
   void dropClient(const std::string& client);
+  /// What flush() left: the queue is empty, still waiting (pipe full), or the client is gone.
+  enum class Flush { Done, Blocked, Gone };
+  /// Sends `client`'s queue in order, as many messages as its pipe takes.
+  Flush flush(const std::string& client);
   void retryOwed();
+  /// Queues entry `e` of a batch that could not be sent, or abandons its request when its
+  /// buffer is full.
+  void bufferOrAbandon(const OutputBatcher::Entry& e);
   void shutdown();
 
   ServiceConfig config_;
@@ -154,7 +167,10 @@ class Server::Impl {
 
   RouteTable routes_;
   OutputBatcher batcher_;
-  std::vector<std::string> gone_;  // scratch: clients found gone while delivering
+  std::vector<std::string> gone_;                   // scratch: clients found gone while delivering
+  std::vector<protocol::RequestOutputView> views_;  // scratch: queued outputs being encoded
+  std::uint64_t reads_since_trim_ = 0;              // client messages read since the last trimHeap
+  Clock::time_point last_trim_ = start_;
 };
 
 Result<zmq::socket_t> Server::Impl::makeRouter(const EndpointConfig& ep, std::string& resolved) {
@@ -278,7 +294,7 @@ std::optional<ClientMessage> Server::Impl::decodeRequest(zmq::socket_t& socket,
                                                          const RoutedEnvelope& from) {
   if (from.error) {
     ++counters.malformed_messages;
-    reply(socket, from, protocol::ErrorReply{ErrorCode::Corruption, *from.error, std::nullopt});
+    reply(socket, from, protocol::ErrorReply{from.error->code, from.error->message, std::nullopt});
     return std::nullopt;
   }
   auto msg = protocol::decodeClientMessage(from.payload);
@@ -294,6 +310,7 @@ std::optional<ClientMessage> Server::Impl::decodeRequest(zmq::socket_t& socket,
 }
 
 void Server::Impl::handleCancelSocketMessage(std::vector<zmq::message_t>& parts) {
+  ++reads_since_trim_;
   const RoutedEnvelope from = splitRoutedEnvelope(parts, protocol::kMaxMessageBytes);
   auto msg = decodeRequest(cancel_, from);
   if (!msg) return;
@@ -325,6 +342,7 @@ int Server::Impl::drainSubmits(int budget) {
 }
 
 void Server::Impl::handleSubmitSocketMessage(std::vector<zmq::message_t>& parts) {
+  ++reads_since_trim_;
   const RoutedEnvelope from = splitRoutedEnvelope(parts, protocol::kMaxMessageBytes);
   // Streams go back framed the way the client last framed its messages.
   if (ClientEntry* known = from.error ? nullptr : routes_.findClient(from.routing_id)) {
@@ -347,9 +365,27 @@ void Server::Impl::handleSubmitSocketMessage(std::vector<zmq::message_t>& parts)
           reply(submit_, from, statsReply());
         } else if constexpr (std::is_same_v<T, protocol::KvSnapshotRequest>) {
           protocol::KvSnapshotReply s;
+          // The reply must stay within the protocol's limits: 9 bytes per hash at most.
+          std::size_t bytes = 64;
+          std::size_t most = 0;
           for (std::uint32_t r = 0; r < engine_.dpSize(); ++r) {
             if (m.dp_rank && *m.dp_rank != r) continue;
             s.ranks.push_back({r, engine_.cachedBlockHashes(r)});
+            bytes += 32 + 9 * s.ranks.back().block_hashes.size();
+            most = std::max(most, s.ranks.back().block_hashes.size());
+          }
+          if (bytes > protocol::kMaxMessageBytes || most > protocol::kMaxSnapshotBlocksPerRank) {
+            reply(submit_, from,
+                  protocol::ErrorReply{
+                      ErrorCode::InvalidArgument,
+                      "kv_snapshot: the reply would take up to " + std::to_string(bytes) +
+                          " bytes (" + std::to_string(most) +
+                          " block hashes on the largest rank), over the message limit of " +
+                          std::to_string(protocol::kMaxMessageBytes) + " bytes and " +
+                          std::to_string(protocol::kMaxSnapshotBlocksPerRank) +
+                          " hashes per rank; ask for one rank at a time (dp_rank)",
+                      std::nullopt});
+            return;
           }
           if (m.dp_rank && *m.dp_rank >= engine_.dpSize()) {
             reply(submit_, from,
@@ -384,11 +420,12 @@ protocol::StatsReply Server::Impl::statsReply() const {
   }
   s.routes = routes_.numRoutes();
   s.clients = routes_.routesPerClient();
+  s.client_entries = routes_.numClients();
+  fitStatsReply(s);
   return s;
 }
 
 bool Server::Impl::submitsPaused() const {
-  if (Clock::now() < accept_from_) return true;
   std::uint64_t waiting = 0;
   for (std::uint32_t r = 0; r < engine_.dpSize(); ++r) {
     waiting += engine_.loadMetrics(r).waiting_requests;
@@ -421,6 +458,8 @@ void Server::Impl::handleSubmit(const RoutedEnvelope& from, protocol::SubmitRequ
     return;
   }
   const std::uint32_t rank = req.dp_rank.value_or(chooseRank());
+  const std::uint64_t output_len =
+      req.output_tokens ? req.output_tokens->size() : std::uint64_t{req.max_tokens};
   engine::Request er{.tokens = std::move(req.prompt),
                      .max_output_tokens = req.max_tokens,
                      .output_token_ids = std::move(req.output_tokens),
@@ -434,17 +473,26 @@ void Server::Impl::handleSubmit(const RoutedEnvelope& from, protocol::SubmitRequ
     reply(submit_, from, protocol::SubmitReject{req.id, id.error().message});
     return;
   }
-  ClientEntry& owner = *routes_.open(client, req.id, *id, rank, from.delimiter).owner;
+  // At most max_buffered_outputs undelivered signals, capped at the request's output length
+  // (Dynamo's min(output_len, 8)), at least 1.
+  const auto cap = static_cast<std::uint32_t>(std::max<std::uint64_t>(
+      1, std::min<std::uint64_t>(config_.service.max_buffered_outputs, output_len)));
+  Route& route = routes_.open(client, req.id, *id, rank, from.delimiter, cap);
+  ClientEntry& owner = *route.owner;
   ranks_[rank].stalled = false;
-  const auto outcome = sendTo(submit_, client, from.delimiter,
-                              protocol::encodeClientMessage(protocol::SubmitAck{req.id, rank}));
-  if (outcome != SendOutcome::Sent) {
-    ++counters.dropped_replies;
+  // The ack goes before anything else of this request: sent now if nothing older waits for
+  // the client, else queued behind what does (and then sent first of this request's items).
+  if (owner.queue.empty()) {
+    const auto outcome = sendTo(submit_, client, from.delimiter,
+                                protocol::encodeClientMessage(protocol::SubmitAck{req.id, rank}));
+    if (outcome == SendOutcome::Sent) {
+      RouteTable::noteRoutable(owner);
+      return;
+    }
     if (outcome == SendOutcome::Unroutable) (void)routes_.noteUnroutable(owner, Clock::now());
-    abandon(*id, "backpressure: the client is not reading (submit socket high-water mark)");
-  } else {
-    RouteTable::noteRoutable(owner);
   }
+  ++counters.queued_acks;
+  routes_.oweAck(*id);
 }
 
 void Server::Impl::handleCancel(zmq::socket_t& reply_socket, const RoutedEnvelope& from,
@@ -494,24 +542,61 @@ void Server::Impl::dropClient(const std::string& client) {
   if (!active.empty()) log_->info("client gone: cancelled {} request(s)", active.size());
 }
 
+Server::Impl::Flush Server::Impl::flush(const std::string& client) {
+  ClientEntry* entry = routes_.findClient(client);
+  // Messages start small and double while sends succeed: a client with a long queue is often
+  // still not writable (or takes one message), and encoding its whole queue only to have the
+  // send refused would cost O(queue) on every retry. The work a refused send wastes is at most
+  // twice what the previous message carried.
+  std::size_t max_entries = 64;
+  while (entry && !entry->queue.empty()) {
+    const std::deque<Pending>& queue = entry->queue;
+    std::size_t n = 0;
+    std::vector<std::byte> payload;
+    const bool outputs = queue.front().kind == Pending::Kind::Output;
+    if (!outputs) {
+      const Route& route = *routes_.find(queue.front().route);
+      payload = protocol::encodeClientMessage(protocol::SubmitAck{route.id, route.rank});
+      n = 1;
+    } else {
+      // Consecutive outputs, as many as one message may hold.
+      OutputMessageBudget budget;
+      views_.clear();
+      for (const Pending& p : queue) {
+        const protocol::RequestOutput& o = p.output;
+        if (p.kind != Pending::Kind::Output || views_.size() == max_entries ||
+            !budget.tryAdd(o.id.size(), o.reason.size(), o.tokens.size())) {
+          break;
+        }
+        views_.push_back({o.id, o.index, o.tokens, o.finish, o.reason, o.cached_tokens});
+      }
+      n = views_.size();
+      payload = protocol::encodeOutputBatch(views_);
+    }
+    const auto outcome = sendTo(submit_, client, entry->delimiter, std::move(payload));
+    if (outcome != SendOutcome::Sent) {
+      if (outcome == SendOutcome::Unroutable) {
+        ++counters.unroutable_sends;
+        if (routes_.noteUnroutable(*entry, Clock::now())) {
+          dropClient(client);
+          return Flush::Gone;
+        }
+      }
+      return Flush::Blocked;
+    }
+    max_entries *= 2;
+    RouteTable::noteRoutable(*entry);
+    if (outputs) ++counters.output_messages;
+    routes_.settle(client, n);  // may close the client's last route, and its entry
+    entry = routes_.findClient(client);
+  }
+  return Flush::Done;
+}
+
 void Server::Impl::retryOwed() {
   if (!routes_.anyOwed()) return;
   const std::vector<std::string> owing = routes_.clientsOwed();  // copy: the table changes below
-  for (const std::string& client : owing) {
-    ClientEntry* entry = routes_.findClient(client);
-    if (!entry) continue;  // dropped by an earlier iteration
-    const auto owed = routes_.owed(client);
-    const protocol::OutputBatch batch{{owed.begin(), owed.end()}};
-    const auto outcome =
-        sendTo(submit_, client, entry->delimiter, protocol::encodeClientMessage(batch));
-    if (outcome == SendOutcome::Sent) {
-      RouteTable::noteRoutable(*entry);
-      ++counters.output_messages;
-      routes_.settleOwed(client);
-    } else if (outcome == SendOutcome::Unroutable && routes_.noteUnroutable(*entry, Clock::now())) {
-      dropClient(client);
-    }
-  }
+  for (const std::string& client : owing) (void)flush(client);
 }
 
 // --- Passes: start, complete at the deadline, deliver outputs -----------------------------
@@ -567,36 +652,41 @@ void Server::Impl::completePass(std::uint32_t r) {
 void Server::Impl::deliver() {
   gone_.clear();
   for (OutputBatcher::ClientBatch& batch : batcher_.batches()) {
-    ClientEntry& owner = *batch.owner;
-    const auto outcome = sendTo(submit_, batch.client, owner.delimiter, batcher_.encode(batch));
-    if (outcome == SendOutcome::Sent) {
+    // What the client is already owed goes first; while some of it waits, so does this pass.
+    if (!batch.owner->queue.empty() && flush(batch.client) == Flush::Gone) continue;
+    ClientEntry& owner = *batch.owner;  // alive: the batch's routes are open
+    const std::size_t n = batch.entries.size();
+    std::size_t begin = 0;
+    while (owner.queue.empty() && begin < n) {
+      // As many messages as the protocol's limits need (one, unless the client has very many
+      // streams in this pass).
+      const std::size_t end = batcher_.messageEnd(batch, begin);
+      const auto outcome =
+          sendTo(submit_, batch.client, owner.delimiter, batcher_.encode(batch, begin, end));
+      if (outcome == SendOutcome::Unroutable) {
+        ++counters.unroutable_sends;
+        if (routes_.noteUnroutable(owner, Clock::now())) {
+          gone_.push_back(batch.client);
+          begin = n;  // dropClient cancels them all
+        }
+      }
+      if (outcome != SendOutcome::Sent) break;
       RouteTable::noteRoutable(owner);
       ++counters.output_messages;
-      for (const OutputBatcher::Entry& e : batch.entries) e.route->delivered += e.token_count;
-      // Closing may erase `owner` with its last route: nothing below uses it.
-      for (engine::RequestId id : batch.terminal) routes_.close(id);
-      continue;
-    }
-    if (outcome == SendOutcome::Unroutable) {
-      ++counters.unroutable_sends;
-      if (routes_.noteUnroutable(owner, Clock::now())) {
-        gone_.push_back(batch.client);
-        continue;
+      // Closing may erase `owner` with its last route, which only happens at the last entry.
+      for (std::size_t i = begin; i < end; ++i) {
+        const OutputBatcher::Entry& e = batch.entries[i];
+        if (e.finish) {
+          routes_.close(e.id);
+        } else {
+          e.route->delivered += e.token_count;
+        }
       }
+      begin = end;
     }
-    // Would block (or unroutable for now): every stream in this batch is abandoned — cancelled
-    // in the engine now, its terminal owed until the client is writable again.
-    for (const OutputBatcher::Entry& e : batch.entries) {
-      if (e.route->state != RouteState::Active) continue;
-      if (e.finish) {
-        // Finished in the engine already; the client still needs its end of stream.
-        ++counters.backpressure_cancels;
-        routes_.oweTerminal(e.id, FinishReason::Cancelled,
-                            "backpressure: outputs dropped, the client is not reading");
-      } else {
-        abandon(e.id, "backpressure: outputs dropped, the client is not reading");
-      }
-    }
+    // Not sent (the client's pipe is full, or it is unroutable for now): each entry waits in
+    // the client's queue, within its request's buffer; a request over its buffer is abandoned.
+    for (std::size_t i = begin; i < n; ++i) bufferOrAbandon(batch.entries[i]);
   }
   for (const auto& c : gone_) dropClient(c);
 }
@@ -613,6 +703,31 @@ void Server::Impl::serviceReplays() {
   }
 }
 
+void Server::Impl::bufferOrAbandon(const OutputBatcher::Entry& e) {
+  constexpr std::string_view kWhy = "backpressure: outputs dropped, the client is not reading";
+  if (e.route->state != RouteState::Active) return;
+  const auto tokens = batcher_.tokens(e);
+  protocol::RequestOutput out{.id = e.route->id,
+                              .index = e.index,
+                              .tokens = {tokens.begin(), tokens.end()},
+                              .finish = e.finish,
+                              .reason = std::string(e.reason),
+                              .cached_tokens = e.cached_tokens};
+  // One signal per token; a terminal without a token is a signal too.
+  const std::uint32_t signals = std::max<std::uint32_t>(e.token_count, 1);
+  if (routes_.bufferOutput(e.id, std::move(out), signals)) {
+    ++counters.buffered_outputs;
+    return;
+  }
+  if (e.finish) {
+    // Finished in the engine already; the client still needs its end of stream.
+    ++counters.backpressure_cancels;
+    routes_.oweTerminal(e.id, FinishReason::Cancelled, std::string(kWhy));
+  } else {
+    abandon(e.id, std::string(kWhy));
+  }
+}
+
 void Server::Impl::heartbeats() {
   const double now_ms = engineNowMs();
   for (std::uint32_t r = 0; r < ranks_.size(); ++r) {
@@ -623,32 +738,68 @@ void Server::Impl::heartbeats() {
   }
 }
 
+void Server::Impl::trimHeap() {
+  // Every client connection costs libzmq (on its I/O thread) and the loop some heap; glibc keeps
+  // freed chunks for reuse, so a burst of connections would leave the RSS at its peak for good.
+  // After client traffic, at most once per kTrimInterval, free pages go back to the OS.
+  const auto now = Clock::now();
+  if (reads_since_trim_ == 0 || now - last_trim_ < kTrimInterval) return;
+  malloc_trim(0);
+  reads_since_trim_ = 0;
+  last_trim_ = now;
+}
+
 // --- Shutdown and the loop ---------------------------------------------------------------
 
 void Server::Impl::shutdown() {
   log_->info("shutting down: {} open request(s){}", routes_.numRoutes(),
              options_.drain ? " (draining)" : "");
-  // Publish what the in-flight passes produced, then end every open stream: active ones with a
-  // `shutdown` terminal, owed terminals (backpressure or cancel) in the same message.
+  // Publish what the in-flight passes produced, then end every open stream: each active one
+  // gets a `shutdown` terminal after what its client is already owed (acks, buffered outputs,
+  // cancel terminals), all sent in order in as many messages as the limits need.
   completeDuePasses(/*force=*/true);
-  std::vector<engine::RequestId> active;
-  const std::vector<ClientTerminals> terminals =
-      routes_.closeAll(FinishReason::Shutdown, "the service is stopping", active);
-  for (engine::RequestId id : active) engine_.cancel(id);
-  for (const ClientTerminals& t : terminals) {
-    const auto outcome =
-        sendTo(submit_, t.client, t.delimiter, protocol::encodeClientMessage(t.batch));
-    if (outcome == SendOutcome::Sent) {
-      ++counters.output_messages;
-    } else {
+  for (engine::RequestId id : routes_.endAll(FinishReason::Shutdown, "the service is stopping")) {
+    engine_.cancel(id);
+  }
+  const std::vector<std::string> owing = routes_.clientsOwed();  // copy: the table changes
+  for (const std::string& client : owing) {
+    if (flush(client) == Flush::Blocked) {
       ++counters.dropped_shutdown_messages;
-      log_->debug("shutdown terminals not sent: {}", sendOutcomeName(outcome));
+      log_->debug("final messages to a client not sent: its pipe is full");
     }
   }
+  routes_.clear();
   heartbeats();
 }
 
+bool Server::Impl::awaitStartup() {
+  // Like an engine loading its model: the sockets are bound (a client may connect and send) but
+  // nothing is read, answered or published until the delay is over.
+  while (true) {
+    const auto now = Clock::now();
+    if (now >= accept_from_) return true;
+    PollTimeout timeout(now);
+    timeout.wakeBy(accept_from_);
+    zmq::pollitem_t item{nullptr, stop_event_.fd(), ZMQ_POLLIN, 0};
+    try {
+      zmq::poll(&item, 1, timeout.value());
+    } catch (const zmq::error_t& e) {
+      if (e.num() != EINTR) throw;
+    }
+    if (item.revents & ZMQ_POLLIN) return false;
+  }
+}
+
 Status Server::Impl::run() {
+  try {
+    if (!awaitStartup()) {
+      log_->info("stopped during startup");
+      return {};
+    }
+  } catch (const zmq::error_t& e) {
+    return Error{ErrorCode::IoError, std::string("poll: ") + e.what()};
+  }
+  if (options_.on_ready) options_.on_ready();
   std::vector<zmq::pollitem_t> items;
   bool draining = false;
   while (true) {
@@ -666,8 +817,8 @@ Status Server::Impl::run() {
       }
     }
     if (routes_.anyOwed()) timeout.wakeBy(now + kOwedRetryInterval);
+    if (reads_since_trim_ > 0) timeout.wakeBy(last_trim_ + kTrimInterval);
     const bool submit_readable = !submitsPaused();
-    if (!submit_readable && Clock::now() < accept_from_) timeout.wakeBy(accept_from_);
 
     items.clear();
     items.push_back({nullptr, stop_event_.fd(), ZMQ_POLLIN, 0});
@@ -695,6 +846,7 @@ Status Server::Impl::run() {
     serviceReplays();
     retryOwed();
     heartbeats();
+    trimHeap();
     MOCKER_DCHECK(routes_.checkInvariants().has_value());  // debug builds: every iteration
   }
   shutdown();

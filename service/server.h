@@ -16,16 +16,19 @@
 // LoopClock / PollTimeout (engine time <-> wall time, the poll timeout); service/README.md has
 // the file table.
 //
-// Backpressure: the submit ROUTER uses ROUTER_MANDATORY; a send that would block abandons that
-// client's streams in the batch (cancelled in the engine at once, outputs dropped) and the client
-// is sent a terminal `cancelled` as soon as it is writable again; a client that stays unroutable
-// (EHOSTUNREACH) for a second is considered gone and forgotten. Nothing ever blocks the loop.
+// Backpressure: the submit ROUTER uses ROUTER_MANDATORY; what a client is owed but could not be
+// sent (its pipe is full) waits in its queue, in order — acks, outputs, terminals — each request
+// holding at most max_buffered_outputs undelivered signals; one more abandons that request
+// (cancelled in the engine at once, terminal `cancelled` after its buffered outputs). A client
+// that stays unroutable (EHOSTUNREACH) for a second is considered gone and forgotten. Nothing
+// ever blocks the loop. Every message sent stays within protocol/limits.h (split as needed).
 //
 // Thread-safety: construct, run() and destroy on one thread; requestStop() may be called from
 // any thread or a signal handler (it writes an eventfd).
 #pragma once
 
 #include <atomic>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -56,14 +59,20 @@ struct ServerCounters {
   std::uint64_t malformed_messages = 0;
   std::uint64_t passes = 0;
   std::uint64_t output_messages = 0;
-  std::uint64_t dropped_replies = 0;            ///< acks, rejects, errors, stats not sent
-  std::uint64_t dropped_shutdown_messages = 0;  ///< final terminal messages not sent
+  std::uint64_t dropped_replies = 0;   ///< rejects, errors, cancel and stats replies not sent
+  std::uint64_t queued_acks = 0;       ///< acks that waited in the client's queue (pipe full)
+  std::uint64_t buffered_outputs = 0;  ///< output entries that waited in the client's queue
+  std::uint64_t dropped_shutdown_messages = 0;  ///< clients whose final messages did not all go
 };
 
 struct ServerOptions {
   /// Finish every in-flight request before exiting on stop (`--drain`); otherwise each gets a
   /// terminal `shutdown` message.
   bool drain = false;
+  /// Called once on the run() thread when the service starts serving: after the startup delay
+  /// (`engine.startup_time_s`), just before the first request is read. `mocker serve` prints
+  /// `ready` here. Not called when a stop comes first.
+  std::function<void()> on_ready;
 };
 
 class Server final {
@@ -76,8 +85,8 @@ class Server final {
 
   const BoundEndpoints& endpoints() const;
 
-  /// Serves until requestStop(); then shuts down (service/README.md, Shutdown) and returns.
-  /// Call once.
+  /// Waits out the startup delay (reading nothing), calls options.on_ready, serves until
+  /// requestStop(); then shuts down (service/README.md, Shutdown) and returns. Call once.
   Status run();
 
   /// Asks run() to stop. Async-signal-safe; callable from any thread.

@@ -81,20 +81,22 @@ RoutedEnvelope splitRoutedEnvelope(const std::vector<zmq::message_t>& parts,
                                    std::size_t max_payload_bytes) {
   RoutedEnvelope out;
   if (parts.empty()) {
-    out.error = "empty message";
+    out.error = Error{ErrorCode::Corruption, "empty message"};
     return out;
   }
   out.routing_id = parts.front().to_string();
   out.delimiter = parts.size() == 3 && parts[1].size() == 0;
   if (parts.size() != 2 && !out.delimiter) {
-    out.error = "expected one payload frame after the routing id (got " +
-                std::to_string(parts.size() - 1) + " frames)";
+    out.error =
+        Error{ErrorCode::Corruption, "expected one payload frame after the routing id (got " +
+                                         std::to_string(parts.size() - 1) + " frames)"};
     return out;
   }
   const zmq::message_t& p = parts.back();
   if (p.size() > max_payload_bytes) {
-    out.error = "message of " + std::to_string(p.size()) + " bytes exceeds the limit of " +
-                std::to_string(max_payload_bytes);
+    out.error = Error{ErrorCode::InvalidArgument, "message of " + std::to_string(p.size()) +
+                                                      " bytes exceeds the limit of " +
+                                                      std::to_string(max_payload_bytes)};
     return out;
   }
   out.payload = {static_cast<const std::byte*>(p.data()), p.size()};

@@ -23,6 +23,8 @@
 #include <vector>
 #include <zmq.hpp>
 
+#include "base/result.h"
+
 namespace mocker::service {
 
 /// What a non-blocking receive found.
@@ -85,7 +87,10 @@ struct RoutedEnvelope {
   std::string routing_id;
   bool delimiter = false;              ///< the sender framed the payload with an empty delimiter
   std::span<const std::byte> payload;  ///< borrowed from the parts; empty when `error` is set
-  std::optional<std::string> error;    ///< why the message is refused (frame count, size)
+  /// Why the message is refused: Corruption for a frame count the protocol does not have,
+  /// InvalidArgument for a payload over the size limit (the codes a decoder gives the same
+  /// faults).
+  std::optional<Error> error;
 };
 
 /// Splits `parts` (as received from a ROUTER). A message of any other shape, or whose payload

@@ -53,7 +53,12 @@ int runServeCommand(const ServeCommand& command, std::ostream& out, std::ostream
   if (mallopt(M_MMAP_THRESHOLD, kMmapThresholdBytes) != 1) {
     spdlog::warn("mocker serve: mallopt(M_MMAP_THRESHOLD) failed; large buffers may stay resident");
   }
-  auto server = service::Server::create(*config, {.drain = command.drain});
+  // `ready` means serving: printed by the server once the startup delay is over.
+  const auto on_ready = [&out] {
+    out << "ready\n";
+    out.flush();
+  };
+  auto server = service::Server::create(*config, {.drain = command.drain, .on_ready = on_ready});
   if (!server) {
     err << "mocker: cannot start: " << server.error().message << "\n";
     return 1;
@@ -68,7 +73,6 @@ int runServeCommand(const ServeCommand& command, std::ostream& out, std::ostream
     out << "kv_replay[" << r << "] " << ep.kv_replay[r] << "\n";
   }
   for (std::size_t r = 0; r < ep.fpm.size(); ++r) out << "fpm[" << r << "] " << ep.fpm[r] << "\n";
-  out << "ready\n";
   out.flush();
   spdlog::info("mocker serve: engine {} with {} rank(s), {} blocks of {} tokens each",
                engine::toString(config->engine.engine_type), config->engine.dp_size,

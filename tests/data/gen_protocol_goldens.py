@@ -168,7 +168,8 @@ GOLDENS["client_stats_reply"] = msg("stats_reply", ranks=[
      "waiting": 1, "preemptions": 0, "prefix_queries_tokens": 4096, "prefix_hit_tokens": 1024},
     {"dp_rank": 1, "active_blocks": 0, "total_blocks": 16384, "kv_usage": 0.0, "running": 0,
      "waiting": 0, "preemptions": 3, "prefix_queries_tokens": 0, "prefix_hit_tokens": 0},
-], routes=3, clients=[{"client": b"\x00k\x8bEg", "routes": 2}, {"client": b"bob", "routes": 1}])
+], routes=3, clients=[{"client": b"\x00k\x8bEg", "routes": 2}, {"client": b"bob", "routes": 1}],
+    client_entries=2)
 GOLDENS["client_kv_snapshot"] = msg("kv_snapshot")
 GOLDENS["client_kv_snapshot_rank"] = msg("kv_snapshot", dp_rank=1)
 GOLDENS["client_kv_snapshot_reply"] = msg("kv_snapshot_reply", ranks=[

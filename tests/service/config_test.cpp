@@ -861,8 +861,7 @@ TEST(ServiceConfigTest, EveryKeyHasAReader) {
       {"engine.trtllm.capacity_scheduler_policy",
        "single value (guaranteed_no_evict): anything else is refused"},
       {"service.allow_empty_output", "engine (submit validation)"},
-      // NOTE: not read by server.cpp on this branch; the service-loop work implements it.
-      {"service.max_buffered_outputs", "server.cpp (service-loop work, issue 11)"},
+      {"service.max_buffered_outputs", "server.cpp handleSubmit (per-request output buffer)"},
       {"service.fpm_heartbeat_interval_s", "server.cpp → FpmPublisher"},
       {"service.submit_sndhwm", "server.cpp makeRouter (ZMQ_SNDHWM)"},
       {"service.submit_rcvhwm", "server.cpp makeRouter (ZMQ_RCVHWM)"},

@@ -62,6 +62,20 @@ class TestConfig {
     config_.engine.allow_empty_output = true;
     return *this;
   }
+  TestConfig& blockSize(std::uint32_t n) {
+    config_.engine.block_size = n;
+    return *this;
+  }
+  TestConfig& maxNumBatchedTokens(std::uint32_t n) {
+    config_.engine.max_num_batched_tokens = n;
+    return *this;
+  }
+  /// service.max_buffered_outputs: undelivered output signals a request may have waiting in
+  /// the service (beyond what ZeroMQ holds) before it is abandoned.
+  TestConfig& maxBufferedOutputs(std::uint32_t n) {
+    config_.service.max_buffered_outputs = n;
+    return *this;
+  }
   /// The submit ROUTER's send high-water mark: how many messages a client may fall behind.
   TestConfig& submitSndhwm(std::uint32_t n) {
     config_.service.submit_sndhwm = n;

@@ -5,6 +5,8 @@
 #include <string>
 #include <vector>
 
+#include "protocol/limits.h"
+
 namespace mocker::service {
 namespace {
 
@@ -119,7 +121,8 @@ class OutputBatcherTest : public ::testing::Test {
       for (RequestId id : batches[i].terminal) terminal.push_back(id.value());
       EXPECT_EQ(terminal, expected[i].terminal) << name << " batch " << i;
       // What the client receives: the encoded message decodes to the expected entries.
-      auto decoded = protocol::decodeClientMessage(batcher_.encode(batches[i]));
+      auto decoded =
+          protocol::decodeClientMessage(batcher_.encode(batches[i], 0, batches[i].entries.size()));
       ASSERT_TRUE(decoded.has_value()) << name;
       const auto* batch = std::get_if<protocol::OutputBatch>(&*decoded);
       ASSERT_NE(batch, nullptr) << name;
@@ -167,6 +170,45 @@ TEST(WireFinishTest, MapsEveryEngineTerminal) {
   EXPECT_EQ(wireFinish(Terminal::Rejected).reason, kRejectedReason);
   EXPECT_EQ(wireFinish(Terminal::Cancelled).finish, FinishReason::Cancelled);
   EXPECT_EQ(wireFinish(Terminal::Failed).finish, FinishReason::Error);
+}
+
+// Every output message cut by OutputMessageBudget decodes (the decoder enforces
+// protocol/limits.h): many small entries stop at kMaxOutputsPerMessage, large ones at 16 MiB.
+TEST(OutputMessageBudgetTest, CutsAtTheEntryAndByteLimits) {
+  const auto fill = [](std::size_t id_bytes, std::size_t num_tokens) {
+    OutputMessageBudget budget;
+    while (budget.tryAdd(id_bytes, 0, num_tokens)) {
+    }
+    return budget.entries();
+  };
+  EXPECT_EQ(fill(8, 1), protocol::kMaxOutputsPerMessage);
+  const std::size_t big = fill(protocol::kMaxRequestIdBytes, 200);  // ~1.4 KB per entry
+  EXPECT_LT(big, protocol::kMaxOutputsPerMessage);
+  std::vector<protocol::RequestOutputView> views;
+  const std::string id(protocol::kMaxRequestIdBytes, 'x');
+  const std::vector<std::uint32_t> tokens(200, 4294967295u);  // 5 bytes each: the largest form
+  for (std::size_t i = 0; i < big; ++i) views.push_back({id, 4294967295u, tokens});
+  const auto bytes = protocol::encodeOutputBatch(views);
+  EXPECT_LE(bytes.size(), protocol::kMaxMessageBytes);
+  EXPECT_GT(bytes.size(), protocol::kMaxMessageBytes * 9 / 10) << "the bound is too loose";
+  EXPECT_TRUE(protocol::decodeClientMessage(bytes).has_value());
+}
+
+TEST(OutputMessageBudgetTest, StatsReplyListsNoMoreClientsThanOneMessageCarries) {
+  protocol::StatsReply many;
+  for (std::size_t i = 0; i < 70000; ++i) many.clients.push_back({std::to_string(i), 1});
+  fitStatsReply(many);
+  EXPECT_EQ(many.clients.size(), protocol::kMaxStatsClients);
+  protocol::StatsReply large;
+  for (std::size_t i = 0; i < 65536; ++i) {
+    large.clients.push_back(
+        {std::string(protocol::kMaxRoutingIdBytes - 8, 'c') + std::to_string(10000000 + i), 1});
+  }
+  fitStatsReply(large);
+  EXPECT_LT(large.clients.size(), 65536u);
+  const auto bytes = protocol::encodeClientMessage(large);
+  EXPECT_LE(bytes.size(), protocol::kMaxMessageBytes);
+  EXPECT_TRUE(protocol::decodeClientMessage(bytes).has_value());
 }
 
 }  // namespace

@@ -76,14 +76,14 @@ TEST(RouteTableTest, OwedTerminalContinuesAtTheDeliveredIndexUntilSettled) {
   EXPECT_EQ(r.state, RouteState::Cancelling);
   EXPECT_TRUE(t.anyOwed());
   EXPECT_EQ(t.clientsOwed(), std::vector<std::string>{"A"});
-  ASSERT_EQ(t.owed("A").size(), 1u);
-  EXPECT_EQ(t.owed("A")[0],
+  ASSERT_EQ(t.findClient("A")->queue.size(), 1u);
+  EXPECT_EQ(t.findClient("A")->queue[0].output,
             (protocol::RequestOutput{
                 .id = "r1", .index = 5, .finish = FinishReason::Cancelled, .reason = "cancelled"}));
   // The key stays taken while the terminal is owed: the client id is not reusable yet.
   EXPECT_EQ(t.findByKey("A", "r1"), rid(1));
-  t.settleOwed("A");
-  expectValid(t, "settleOwed");
+  t.settle("A", 1);
+  expectValid(t, "settle");
   EXPECT_FALSE(t.anyOwed());
   EXPECT_EQ(t.find(rid(1)), nullptr);
   EXPECT_EQ(t.findClient("A"), nullptr);
@@ -97,8 +97,58 @@ TEST(RouteTableTest, ClosingACancellingRouteDropsItsOwedTerminal) {
   t.oweTerminal(rid(2), FinishReason::Cancelled, "two");
   t.close(rid(1));
   expectValid(t, "close of a cancelling route");
-  ASSERT_EQ(t.owed("A").size(), 1u);
-  EXPECT_EQ(t.owed("A")[0].reason, "two");
+  ASSERT_EQ(t.findClient("A")->queue.size(), 1u);
+  EXPECT_EQ(t.findClient("A")->queue[0].output.reason, "two");
+}
+
+// A client's queue keeps its order: an ack, then buffered outputs continuing the stream, then a
+// terminal; settling part of it keeps the rest, and the route closes with its terminal.
+TEST(RouteTableTest, QueueHoldsAckThenOutputsThenTerminalInOrder) {
+  RouteTable t;
+  Route& r = t.open("A", "r1", rid(1), 0, false, /*buffer_cap=*/3);
+  r.delivered = 2;  // two tokens were sent directly
+  t.oweAck(rid(1));
+  expectValid(t, "oweAck");
+  EXPECT_TRUE(t.bufferOutput(rid(1), {.id = "r1", .index = 2, .tokens = {7, 8}}, 2));
+  expectValid(t, "buffer 2");
+  EXPECT_EQ(r.delivered, 4u);
+  EXPECT_EQ(r.buffered, 2u);
+  // Two more signals would exceed the cap of 3: refused, nothing queued.
+  EXPECT_FALSE(t.bufferOutput(rid(1), {.id = "r1", .index = 4, .tokens = {9, 10}}, 2));
+  expectValid(t, "refused");
+  EXPECT_EQ(t.findClient("A")->queue.size(), 2u);
+  t.oweTerminal(rid(1), FinishReason::Cancelled, "backpressure");
+  expectValid(t, "oweTerminal");
+  const auto& q = t.findClient("A")->queue;
+  ASSERT_EQ(q.size(), 3u);
+  EXPECT_EQ(q[0].kind, Pending::Kind::Ack);
+  EXPECT_EQ(q[1].output.tokens, (std::vector<std::uint32_t>{7, 8}));
+  EXPECT_EQ(q[2].output.index, 4u);
+  EXPECT_EQ(q[2].output.finish, FinishReason::Cancelled);
+  t.settle("A", 2);
+  expectValid(t, "settle ack and outputs");
+  EXPECT_EQ(r.buffered, 0u);
+  EXPECT_EQ(t.numRoutes(), 1u);
+  t.settle("A", 1);
+  expectValid(t, "settle terminal");
+  EXPECT_EQ(t.numRoutes(), 0u);
+  EXPECT_EQ(t.numClients(), 0u);
+  EXPECT_FALSE(t.anyOwed());
+}
+
+// An engine terminal that had to wait makes the route Ending: it closes once that is sent.
+TEST(RouteTableTest, BufferedEngineTerminalEndsTheRouteWhenSettled) {
+  RouteTable t;
+  Route& r = t.open("A", "r1", rid(1), 0, false);
+  t.open("A", "r2", rid(2), 0, false);
+  EXPECT_TRUE(t.bufferOutput(
+      rid(1), {.id = "r1", .index = 0, .tokens = {5}, .finish = FinishReason::Length}, 1));
+  expectValid(t, "buffered terminal");
+  EXPECT_EQ(r.state, RouteState::Ending);
+  t.settle("A", 1);
+  expectValid(t, "settled");
+  EXPECT_EQ(t.find(rid(1)), nullptr);
+  EXPECT_NE(t.findClient("A"), nullptr);  // r2 is still open
 }
 
 TEST(RouteTableTest, UnroutableStreakLastsUntilGoneAfterAndResetsOnASend) {
@@ -143,7 +193,7 @@ TEST(RouteTableTest, RemoveClientReturnsItsActiveRoutesAscendingAndForgetsIt) {
   EXPECT_TRUE(t.removeClient("nobody").empty());
 }
 
-TEST(RouteTableTest, CloseAllEndsActiveStreamsThenOwedOnesPerClient) {
+TEST(RouteTableTest, EndAllQueuesATerminalForEveryActiveStreamAfterWhatIsOwed) {
   RouteTable t;
   t.open("B", "b1", rid(4), 0, true);
   Route& a2 = t.open("A", "a2", rid(2), 0, false);
@@ -152,28 +202,30 @@ TEST(RouteTableTest, CloseAllEndsActiveStreamsThenOwedOnesPerClient) {
   a2.delivered = 7;
   a0.delivered = 2;
   t.oweTerminal(rid(1), FinishReason::Cancelled, "cancelled");
-  std::vector<RequestId> active;
-  const auto terminals = t.closeAll(FinishReason::Shutdown, "stopping", active);
-  expectValid(t, "closeAll");
-  EXPECT_EQ(t.numRoutes(), 0u);
-  EXPECT_EQ(t.numClients(), 0u);
+  const auto active = t.endAll(FinishReason::Shutdown, "stopping");
+  expectValid(t, "endAll");
   EXPECT_EQ(active, (std::vector<RequestId>{rid(2), rid(3), rid(4)}));
-  ASSERT_EQ(terminals.size(), 2u);
-  EXPECT_EQ(terminals[0].client, "A");
-  EXPECT_FALSE(terminals[0].delimiter);
+  const auto outputs = [&](const std::string& client) {
+    std::vector<protocol::RequestOutput> out;
+    for (const Pending& p : t.findClient(client)->queue) out.push_back(p.output);
+    return out;
+  };
   const auto shutdown = [](const char* id, std::uint32_t index) {
     return protocol::RequestOutput{
         .id = id, .index = index, .finish = FinishReason::Shutdown, .reason = "stopping"};
   };
-  EXPECT_EQ(
-      terminals[0].batch.outputs,
-      (std::vector<protocol::RequestOutput>{
-          shutdown("a2", 7),
-          shutdown("a1", 0),
-          {.id = "a0", .index = 2, .finish = FinishReason::Cancelled, .reason = "cancelled"}}));
-  EXPECT_EQ(terminals[1].client, "B");
-  EXPECT_TRUE(terminals[1].delimiter);
-  EXPECT_EQ(terminals[1].batch.outputs, (std::vector<protocol::RequestOutput>{shutdown("b1", 0)}));
+  EXPECT_EQ(outputs("A"),
+            (std::vector<protocol::RequestOutput>{
+                {.id = "a0", .index = 2, .finish = FinishReason::Cancelled, .reason = "cancelled"},
+                shutdown("a2", 7),
+                shutdown("a1", 0)}));
+  EXPECT_EQ(outputs("B"), (std::vector<protocol::RequestOutput>{shutdown("b1", 0)}));
+  EXPECT_EQ(t.clientsOwed(), (std::vector<std::string>{"A", "B"}));
+  t.clear();
+  expectValid(t, "clear");
+  EXPECT_EQ(t.numRoutes(), 0u);
+  EXPECT_EQ(t.numClients(), 0u);
+  EXPECT_FALSE(t.anyOwed());
 }
 
 // The invariants hold after every operation of a long random sequence, and the table agrees
@@ -182,7 +234,8 @@ TEST(RouteTableTest, InvariantsHoldThroughARandomSequence) {
   struct ModelRoute {
     std::string client;
     std::string id;
-    bool cancelling = false;
+    bool cancelling = false;  // or ending: its terminal is queued
+    bool acked = true;
   };
   std::mt19937_64 rng(20240611);
   const std::vector<std::string> clients = {"A", "B", "C", "AB"};
@@ -204,18 +257,46 @@ TEST(RouteTableTest, InvariantsHoldThroughARandomSequence) {
     std::string req("r");  // append: g++ 12 -O3 warns falsely (-Wrestrict) on "r" + string
     req.append(std::to_string(pick(6)));
     std::string op;
-    switch (pick(8)) {
+    switch (pick(10)) {
       case 0:
       case 1:
         op = "open";
         if (!t.findByKey(client, req)) {
-          t.open(client, req, rid(next_id), static_cast<std::uint32_t>(pick(2)), pick(2) == 1);
-          model[next_id++] = {client, req, false};
+          t.open(client, req, rid(next_id), static_cast<std::uint32_t>(pick(2)), pick(2) == 1,
+                 /*buffer_cap=*/static_cast<std::uint32_t>(1 + pick(6)));
+          model[next_id++] = {client, req, false, true};
         }
         break;
       case 2:
         op = "deliver";
-        if (auto id = randomRoute(); id && !model[*id].cancelling) t.find(rid(*id))->delivered += 1;
+        if (auto id = randomRoute(); id && !model[*id].cancelling) {
+          Route& r = *t.find(rid(*id));
+          if (r.buffered > 0) break;  // a direct send only while nothing of it waits
+          r.delivered += 1;
+        }
+        break;
+      case 8:
+        op = "oweAck";
+        if (auto id = randomRoute();
+            id && model[*id].acked && t.find(rid(*id))->buffered == 0 && !model[*id].cancelling) {
+          // Only a route with nothing queued can still owe its ack (the ack comes first).
+          bool queued = false;
+          for (const Pending& p : t.findClient(model[*id].client)->queue)
+            queued |= p.route == rid(*id);
+          if (queued) break;
+          t.oweAck(rid(*id));
+          model[*id].acked = false;
+        }
+        break;
+      case 9:
+        op = "bufferOutput";
+        if (auto id = randomRoute(); id && !model[*id].cancelling) {
+          Route& r = *t.find(rid(*id));
+          const bool last = pick(4) == 0;
+          protocol::RequestOutput out{.id = r.id, .index = r.delivered, .tokens = {1, 2}};
+          if (last) out.finish = FinishReason::Length;
+          if (t.bufferOutput(rid(*id), std::move(out), 2)) model[*id].cancelling = last;
+        }
         break;
       case 3:
         op = "oweTerminal";
@@ -231,13 +312,21 @@ TEST(RouteTableTest, InvariantsHoldThroughARandomSequence) {
           model.erase(*id);
         }
         break;
-      case 5:
-        op = "settleOwed";
-        t.settleOwed(client);
-        std::erase_if(model, [&](const auto& kv) {
-          return kv.second.client == client && kv.second.cancelling;
-        });
+      case 5: {
+        op = "settle";
+        ClientEntry* e = t.findClient(client);
+        if (!e) break;
+        const std::size_t n = pick(e->queue.size() + 1);
+        std::vector<std::uint64_t> ended;
+        for (std::size_t i = 0; i < n; ++i) {
+          const Pending& p = e->queue[i];
+          if (p.kind == Pending::Kind::Ack) model[p.route.value()].acked = true;
+          if (p.output.finish) ended.push_back(p.route.value());
+        }
+        t.settle(client, n);
+        for (std::uint64_t id : ended) model.erase(id);
         break;
+      }
       case 6: {
         op = "removeClient";
         const auto removed = t.removeClient(client);
@@ -256,9 +345,12 @@ TEST(RouteTableTest, InvariantsHoldThroughARandomSequence) {
     const Status s = t.checkInvariants();
     ASSERT_TRUE(s.has_value()) << "step " << step << " " << op << ": " << s.error().message;
     ASSERT_EQ(t.numRoutes(), model.size()) << "step " << step << " " << op;
-    std::size_t owed = 0;
-    for (const auto& [id, m] : model) owed += m.cancelling;
-    ASSERT_EQ(t.anyOwed(), owed > 0) << "step " << step << " " << op;
+    std::size_t queued = 0;
+    for (const std::string& c : clients) {
+      if (const ClientEntry* e = t.findClient(c)) queued += e->queue.size();
+    }
+    ASSERT_EQ(t.numQueued(), queued) << "step " << step << " " << op;
+    ASSERT_EQ(t.anyOwed(), queued > 0) << "step " << step << " " << op;
   }
 }
 
@@ -270,7 +362,7 @@ TEST(RouteTableTest, CheckInvariantsReportsABrokenTable) {
   EXPECT_FALSE(t.checkInvariants().has_value());
   r.owner->num_routes = 1;
   EXPECT_TRUE(t.checkInvariants().has_value());
-  r.state = RouteState::Cancelling;  // cancelling without an owed terminal
+  r.state = RouteState::Cancelling;  // cancelling without a queued terminal
   EXPECT_FALSE(t.checkInvariants().has_value());
 }
 

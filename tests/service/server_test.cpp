@@ -9,6 +9,7 @@
 #include "live_service.h"
 #include "protocol/framing.h"
 #include "protocol/limits.h"
+#include "service/zmq_io.h"
 
 namespace mocker::service {
 namespace {
@@ -98,7 +99,10 @@ TEST(ServerTest, InvalidSubmitsAreRejectedWithReason) {
   ASSERT_TRUE(c->submit({.id = "rank", .prompt = prompt(4), .max_tokens = 1, .dp_rank = 3}));
   ASSERT_TRUE(c->submit({.id = "zero", .prompt = prompt(4), .max_tokens = 0}));
   ASSERT_TRUE(c->submit({.id = "empty", .prompt = {}, .max_tokens = 1}));
-  auto s = collect(*c, {"rank", "zero", "empty"});
+  // protocol/README.md §4: prompt + output tokens of one request ≤ 2^28.
+  ASSERT_TRUE(c->submit({.id = "huge", .prompt = prompt(4), .max_tokens = (1u << 28) - 3}));
+  auto s = collect(*c, {"rank", "zero", "empty", "huge"});
+  EXPECT_NE(s["huge"].rejected.value_or("").find("268435456"), std::string::npos);
   EXPECT_NE(s["rank"].rejected.value_or("").find("dp_rank 3"), std::string::npos);
   EXPECT_NE(s["zero"].rejected.value_or("").find("max_output_tokens"), std::string::npos);
   EXPECT_NE(s["empty"].rejected.value_or("").find("prompt"), std::string::npos);
@@ -335,6 +339,7 @@ TEST(ServerTest, MalformedMessagesGetErrorsAndServiceKeepsServing) {
   auto err = testing::awaitMessage<protocol::ErrorReply>(*c, 5s);
   ASSERT_TRUE(err);
   EXPECT_NE(err->message.find("exceeds"), std::string::npos) << err->message;
+  EXPECT_EQ(err->code, ErrorCode::InvalidArgument) << "a limit exceeded is invalid_argument";
   // Still serving, for this client and for others.
   ASSERT_TRUE(c->submit({.id = "ok", .prompt = prompt(4), .max_tokens = 3}));
   EXPECT_EQ(collect(*c, {"ok"})["ok"].tokens.size(), 3u);
@@ -352,6 +357,85 @@ struct RawDealer {
     ASSERT_TRUE(socket.recv(reply));
   }
 };
+
+// The error codes protocol/README.md promises: another protocol version (any integer but 1,
+// negative too) is `unsupported`; a limit exceeded is `invalid_argument`; bytes of the wrong
+// shape are `corruption`.
+TEST(ServerTest, ErrorCodesAreTheDocumentedOnes) {
+  LiveService svc(TestConfig().build());
+  auto c = svc.client();
+  const auto bytes = [](std::initializer_list<int> v) {
+    std::vector<std::byte> out;
+    for (int b : v) out.push_back(static_cast<std::byte>(b));
+    return out;
+  };
+  struct Row {
+    const char* name;
+    std::vector<std::byte> payload;
+    ErrorCode code;
+    const char* fragment;
+  };
+  const std::vector<Row> rows = {
+      {"v is -1",
+       bytes({0x82, 0xa1, 'v', 0xff, 0xa4, 't', 'y', 'p', 'e', 0xa5, 's', 't', 'a', 't', 's'}),
+       ErrorCode::Unsupported, "v: protocol version -1 is not supported"},
+      {"v is 2",
+       bytes({0x82, 0xa1, 'v', 0x02, 0xa4, 't', 'y', 'p', 'e', 0xa5, 's', 't', 'a', 't', 's'}),
+       ErrorCode::Unsupported, "v: protocol version 2 is not supported"},
+      {"v is a str",
+       bytes({0x82, 0xa1, 'v', 0xa1, '1', 0xa4, 't', 'y', 'p', 'e', 0xa5, 's', 't', 'a', 't', 's'}),
+       ErrorCode::Corruption, "v: expected"},
+      {"over the message size limit",
+       std::vector<std::byte>(protocol::kMaxMessageBytes + 1, std::byte{0xc0}),
+       ErrorCode::InvalidArgument, "exceeds the limit of 16777216"},
+  };
+  for (const Row& row : rows) {
+    ASSERT_TRUE(c->sendRaw(row.payload));
+    auto err = testing::awaitMessage<protocol::ErrorReply>(*c, 5s);
+    ASSERT_TRUE(err) << row.name;
+    EXPECT_EQ(err->code, row.code) << row.name << ": " << err->message;
+    EXPECT_NE(err->message.find(row.fragment), std::string::npos)
+        << row.name << ": " << err->message;
+  }
+}
+
+// A client may frame its messages with an empty delimiter frame (REQ-style envelope); the
+// service then frames everything it sends that client the same way: replies, acks and outputs.
+TEST(ServerTest, DelimiterFramedClientIsAnsweredWithADelimiter) {
+  LiveService svc(TestConfig().build());
+  RawDealer raw;
+  zmq::socket_t& d = raw.socket;
+  d.connect(svc.endpoints().submit);
+  const auto receiveDelimited = [&](std::vector<protocol::ClientMessage>& got) {
+    std::vector<zmq::message_t> parts;
+    zmq::pollitem_t item{d.handle(), 0, ZMQ_POLLIN, 0};
+    ASSERT_EQ(zmq::poll(&item, 1, std::chrono::milliseconds(5000)), 1);
+    ASSERT_EQ(tryRecvMultipart(d, parts), RecvOutcome::Received);
+    ASSERT_EQ(parts.size(), 2u) << "expected [\"\", payload]";
+    EXPECT_EQ(parts[0].size(), 0u);
+    auto m = protocol::decodeClientMessage(
+        {static_cast<const std::byte*>(parts[1].data()), parts[1].size()});
+    ASSERT_TRUE(m) << m.error().message;
+    got.push_back(std::move(*m));
+  };
+  const auto sendDelimited = [&](const protocol::ClientMessage& m) {
+    const auto bytes = protocol::encodeClientMessage(m);
+    d.send(zmq::message_t(), zmq::send_flags::sndmore);
+    d.send(zmq::buffer(bytes.data(), bytes.size()));
+  };
+  std::vector<protocol::ClientMessage> got;
+  sendDelimited(protocol::StatsRequest{});
+  ASSERT_NO_FATAL_FAILURE(receiveDelimited(got));
+  ASSERT_TRUE(std::holds_alternative<protocol::StatsReply>(got.back()));
+  sendDelimited(SubmitRequest{.id = "d", .prompt = prompt(4), .max_tokens = 3});
+  std::map<std::string, testing::Stream> streams;
+  while (!streams["d"].finish) {
+    ASSERT_NO_FATAL_FAILURE(receiveDelimited(got));
+    testing::absorb(streams, std::move(got.back()), nullptr);
+  }
+  EXPECT_TRUE(streams["d"].acked);
+  EXPECT_EQ(streams["d"].tokens.size(), 3u);
+}
 
 TEST(ServerTest, MultiFrameMessagesAreRefused) {
   LiveService svc(TestConfig().build());

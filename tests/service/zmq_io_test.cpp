@@ -181,6 +181,7 @@ TEST(ZmqIoTest, SplitRoutedEnvelopeAcceptsDealerAndReqShapesOnly) {
     bool delimiter;
     std::string payload;  // empty when refused
     std::string error;    // fragment; empty when accepted
+    ErrorCode code = ErrorCode::Corruption;
   };
   const std::vector<Row> rows = {
       {"dealer", {"id", "body"}, false, "body", ""},
@@ -193,7 +194,8 @@ TEST(ZmqIoTest, SplitRoutedEnvelopeAcceptsDealerAndReqShapesOnly) {
        {"id", "0123456789"},
        false,
        "",
-       "10 bytes exceeds the limit of 8"},
+       "10 bytes exceeds the limit of 8",
+       ErrorCode::InvalidArgument},
       {"payload at the limit", {"id", "", "01234567"}, true, "01234567", ""},
   };
   for (const Row& row : rows) {
@@ -206,10 +208,12 @@ TEST(ZmqIoTest, SplitRoutedEnvelopeAcceptsDealerAndReqShapesOnly) {
                               env.payload.size());
     EXPECT_EQ(payload, row.payload) << row.name;
     if (row.error.empty()) {
-      EXPECT_FALSE(env.error.has_value()) << row.name << ": " << env.error.value_or("");
+      EXPECT_FALSE(env.error.has_value()) << row.name << ": " << env.error->message;
     } else {
       ASSERT_TRUE(env.error.has_value()) << row.name;
-      EXPECT_NE(env.error->find(row.error), std::string::npos) << row.name << ": " << *env.error;
+      EXPECT_EQ(env.error->code, row.code) << row.name;
+      EXPECT_NE(env.error->message.find(row.error), std::string::npos)
+          << row.name << ": " << env.error->message;
     }
   }
 }

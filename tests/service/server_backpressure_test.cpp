@@ -1,0 +1,239 @@
+// Live-service tests of what the service sends when clients are many, slow or flooding: every
+// message within the protocol's limits, acks before outputs, and the per-request output buffer
+// (service.max_buffered_outputs). Real sockets on ephemeral loopback ports; waits poll with a
+// deadline.
+#include <gtest/gtest.h>
+
+#include <zmq.hpp>
+
+#include "live_service.h"
+#include "protocol/limits.h"
+
+namespace mocker::service {
+namespace {
+
+using namespace std::chrono_literals;
+using protocol::FinishReason;
+using testing::LiveService;
+using testing::prompt;
+using testing::TestConfig;
+
+std::string idOf(const char* prefix, std::uint32_t i) {
+  std::string id(prefix);
+  id.append(std::to_string(i));
+  return id;
+}
+
+/// Receives until every id in `ids` has ended; checks that every message decodes (the client's
+/// decoder enforces protocol/limits.h) and records the largest output message.
+struct Receiver {
+  std::map<std::string, testing::Stream> streams;
+  std::size_t most_outputs = 0;       // entries of the largest output message
+  std::size_t acks_after_output = 0;  // outputs that arrived before their request's ack
+
+  void absorb(protocol::ClientMessage&& m) {
+    if (auto* b = std::get_if<protocol::OutputBatch>(&m)) {
+      most_outputs = std::max(most_outputs, b->outputs.size());
+      for (const auto& o : b->outputs) {
+        if (!streams[o.id].acked) ++acks_after_output;
+      }
+    }
+    testing::absorb(streams, std::move(m), nullptr);
+  }
+
+  void until(Client& c, const std::vector<std::string>& ids, std::chrono::seconds timeout) {
+    const auto deadline = std::chrono::steady_clock::now() + timeout;
+    std::size_t next = 0;  // ids[0, next) have ended
+    while (std::chrono::steady_clock::now() < deadline) {
+      while (next < ids.size() && (streams[ids[next]].finish || streams[ids[next]].rejected)) {
+        ++next;
+      }
+      if (next == ids.size()) return;
+      auto m = c.receive(50ms);
+      ASSERT_TRUE(m) << "undecodable message: " << m.error().message;
+      if (*m) absorb(std::move(**m));
+    }
+    FAIL() << (ids.size() - next) << " streams did not end before the deadline";
+  }
+};
+
+// More than 65,536 streams of one client open at shutdown: their `shutdown` terminals are
+// split over several messages, each within kMaxOutputsPerMessage.
+TEST(ServerBackpressureTest, ShutdownTerminalsOfMoreThan65536StreamsAreSplit) {
+  constexpr std::uint32_t kStreams = 70000;
+  LiveService svc(
+      TestConfig().paced(1, 1000).maxNumSeqs(1).submitBacklog(kStreams).submitSndhwm(0).build());
+  auto c = svc.client({.rcvhwm = 0, .sndhwm = 0});
+  std::vector<std::string> ids;
+  for (std::uint32_t i = 0; i < kStreams; ++i) {
+    ids.push_back(idOf("s", i));
+    ASSERT_TRUE(c->submit({.id = ids.back(), .prompt = prompt(4), .max_tokens = 1000000}));
+  }
+  auto observer = svc.client();
+  ASSERT_TRUE(testing::eventually(
+      *observer, [&](const protocol::StatsReply& r) { return r.routes == kStreams; }, 60s));
+  svc.stop();
+  Receiver rx;
+  ASSERT_NO_FATAL_FAILURE(rx.until(*c, ids, 60s));
+  std::size_t shutdown = 0;
+  for (const auto& id : ids) shutdown += rx.streams[id].finish == FinishReason::Shutdown;
+  EXPECT_EQ(shutdown, kStreams);
+  EXPECT_LE(rx.most_outputs, protocol::kMaxOutputsPerMessage);
+  std::printf("%u shutdown terminals; largest output message %zu entries\n", kStreams,
+              rx.most_outputs);
+}
+
+// One pass that produces more than 65,536 outputs for one client: the pass's batch is split.
+TEST(ServerBackpressureTest, OnePassWithMoreThan65536OutputsOfOneClientIsSplit) {
+  constexpr std::uint32_t kRequests = 70000;
+  // The first request's prefill pass takes 3 s; every other request is read meanwhile and all
+  // of them are prefilled together in the next pass, each emitting its one token there.
+  LiveService svc(TestConfig()
+                      .paced(3000, 1)
+                      .numGpuBlocks(2 * kRequests)
+                      .maxNumSeqs(2 * kRequests)
+                      .maxNumBatchedTokens(2 * kRequests)
+                      .submitBacklog(2 * kRequests)
+                      .submitSndhwm(0)
+                      .build());
+  auto c = svc.client({.rcvhwm = 0, .sndhwm = 0});
+  std::vector<std::string> ids;
+  for (std::uint32_t i = 0; i < kRequests; ++i) {
+    ids.push_back(idOf("p", i));
+    ASSERT_TRUE(c->submit({.id = ids.back(), .prompt = {i}, .max_tokens = 1}));
+  }
+  Receiver rx;
+  ASSERT_NO_FATAL_FAILURE(rx.until(*c, ids, 60s));
+  std::size_t complete = 0;
+  for (const auto& id : ids) {
+    complete += rx.streams[id].finish == FinishReason::Length && rx.streams[id].tokens.size() == 1;
+  }
+  EXPECT_EQ(complete, kRequests);
+  EXPECT_LE(rx.most_outputs, protocol::kMaxOutputsPerMessage);
+  EXPECT_GT(rx.most_outputs, 60000u) << "the requests did not share one pass";
+  std::printf("%u one-token requests; largest output message %zu entries\n", kRequests,
+              rx.most_outputs);
+}
+
+// A flood of submits from one DEALER that reads nothing meanwhile (small receive HWM): every
+// request that was accepted gets its submit_ack before any output or terminal of it — also
+// when the flood overflows the requests' buffers and they end `cancelled` (buffer 1).
+TEST(ServerBackpressureTest, FloodedClientGetsEveryAckBeforeThatRequestsOutputs) {
+  constexpr std::uint32_t kSubmits = 50000;
+  for (const std::uint32_t buffer : {8u, 1u}) {
+    SCOPED_TRACE("max_buffered_outputs " + std::to_string(buffer));
+    LiveService svc(TestConfig().numGpuBlocks(4096).maxBufferedOutputs(buffer).build());
+    auto c = svc.client({.rcvhwm = 10, .sndhwm = 0, .rcvbuf = 4096});
+    std::vector<std::string> ids;
+    for (std::uint32_t i = 0; i < kSubmits; ++i) {
+      ids.push_back(idOf("f", i));
+      ASSERT_TRUE(c->submit({.id = ids.back(), .prompt = prompt(4, i), .max_tokens = 3}));
+    }
+    Receiver rx;
+    ASSERT_NO_FATAL_FAILURE(rx.until(*c, ids, 120s));
+    std::size_t acked = 0, cancelled = 0, unacked_terminals = 0;
+    for (const auto& id : ids) {
+      const testing::Stream& s = rx.streams[id];
+      acked += s.acked;
+      cancelled += s.finish == FinishReason::Cancelled;
+      unacked_terminals += s.finish && !s.acked;
+    }
+    std::printf(
+        "%u submits, buffer %u: %zu acked, %zu cancelled, %zu outputs before their ack, "
+        "%zu terminals without an ack\n",
+        kSubmits, buffer, acked, cancelled, rx.acks_after_output, unacked_terminals);
+    EXPECT_EQ(acked, kSubmits);
+    EXPECT_EQ(rx.acks_after_output, 0u);
+    EXPECT_EQ(unacked_terminals, 0u);
+    if (buffer == 1) {
+      EXPECT_GT(cancelled, 0u) << "the flood did not overflow any buffer";
+    }
+  }
+}
+
+// engine.md §14 item 31: with max_buffered_outputs = 2, a client that never reads has its
+// request cancelled once its buffer overflows; a concurrent request of another client completes
+// with all its tokens, one per pass, meanwhile.
+TEST(ServerBackpressureTest, SlowReaderOverItsBufferIsCancelledOthersCompleteEveryPass) {
+  LiveService svc(TestConfig()
+                      .paced(0, 1)
+                      .maxBufferedOutputs(2)
+                      .submitSndhwm(32)
+                      .numGpuBlocks(1000000)
+                      .build());
+  auto slow = svc.client({.rcvhwm = 1, .rcvbuf = 2048});
+  auto fast = svc.client();
+  auto observer = svc.client();
+  const std::string slow_id(protocol::kMaxRequestIdBytes, 's');  // ~300 bytes per message
+  ASSERT_TRUE(slow->submit({.id = slow_id, .prompt = prompt(8), .max_tokens = 1000000}));
+  // The slow request runs, then is abandoned (its pipe and its 2-signal buffer are full):
+  // nothing of it runs any more.
+  ASSERT_TRUE(testing::eventually(
+      *observer, [](const protocol::StatsReply& r) { return r.ranks.at(0).running == 1; }, 60s));
+  ASSERT_TRUE(testing::eventually(
+      *observer, [](const protocol::StatsReply& r) { return r.ranks.at(0).running == 0; }, 60s));
+  ASSERT_TRUE(fast->submit({.id = "f", .prompt = prompt(8, 500), .max_tokens = 300}));
+  auto fs = testing::collect(*fast, {"f"}, nullptr, 30s);
+  EXPECT_EQ(fs["f"].tokens.size(), 300u);
+  EXPECT_EQ(fs["f"].finish, FinishReason::Length);
+  EXPECT_EQ(fs["f"].indices.size(), 300u) << "the fast stream should get one token per pass";
+  // The slow client reads now: its tokens, without a gap, then a backpressure cancel.
+  auto ss = testing::collect(*slow, {slow_id}, nullptr, 30s);
+  EXPECT_EQ(ss[slow_id].finish, FinishReason::Cancelled);
+  EXPECT_NE(ss[slow_id].reason.find("backpressure"), std::string::npos) << ss[slow_id].reason;
+}
+
+// The other side of the bound: a client that stops reading for a while, but whose request fits
+// in its buffer, loses nothing — the outputs wait in the service and arrive once it reads.
+TEST(ServerBackpressureTest, ReaderThatFallsBehindWithinItsBufferLosesNothing) {
+  constexpr std::uint32_t kTokens = 20000;
+  LiveService svc(
+      TestConfig().maxBufferedOutputs(kTokens).submitSndhwm(1).numGpuBlocks(100000).build());
+  auto slow = svc.client({.rcvhwm = 1, .rcvbuf = 2048});
+  auto observer = svc.client();
+  const std::string id(protocol::kMaxRequestIdBytes, 'b');  // ~300 bytes per message: ~6 MB
+  ASSERT_TRUE(slow->submit({.id = id, .prompt = prompt(8), .max_tokens = kTokens}));
+  // The request finishes in the engine while the client reads nothing: most of its outputs
+  // can only be waiting in the service.
+  ASSERT_TRUE(testing::eventually(
+      *observer,
+      [](const protocol::StatsReply& r) {
+        return r.ranks.at(0).running == 0 && r.ranks.at(0).waiting == 0 && r.routes == 1;
+      },
+      60s));
+  auto s = testing::collect(*slow, {id}, nullptr, 30s);
+  EXPECT_EQ(s[id].tokens.size(), kTokens);
+  EXPECT_EQ(s[id].finish, FinishReason::Length) << s[id].reason;
+}
+
+// A kv_snapshot_reply that would exceed the 16 MiB message limit (2 ranks × 2^20 cached block
+// hashes, 9 bytes each) is refused with an error saying so and what to ask instead; one rank's
+// snapshot fits and is sent.
+TEST(ServerBackpressureTest, KvSnapshotOverTheMessageLimitIsRefusedPerRankFits) {
+  constexpr std::uint32_t kTokens = protocol::kMaxTokensPerRequest;  // 2^20, block_size 1
+  LiveService svc(TestConfig().blockSize(1).numGpuBlocks(kTokens + 16).dpSize(2).build());
+  auto c = svc.client();
+  for (std::uint32_t r = 0; r < 2; ++r) {
+    ASSERT_TRUE(c->submit({.id = idOf("big", r),
+                           .prompt = prompt(kTokens, 1 + r * kTokens),
+                           .max_tokens = 1,
+                           .dp_rank = r}));
+  }
+  Receiver rx;
+  ASSERT_NO_FATAL_FAILURE(rx.until(*c, {"big0", "big1"}, 120s));
+  ASSERT_TRUE(c->send(protocol::KvSnapshotRequest{}));
+  std::vector<protocol::ClientMessage> skipped;
+  auto err = testing::awaitMessage<protocol::ErrorReply>(*c, 30s, &skipped);
+  ASSERT_TRUE(err) << "no error reply (got " << skipped.size() << " other messages)";
+  EXPECT_EQ(err->code, ErrorCode::InvalidArgument);
+  EXPECT_NE(err->message.find("16777216"), std::string::npos) << err->message;
+  EXPECT_NE(err->message.find("dp_rank"), std::string::npos) << err->message;
+  ASSERT_TRUE(c->send(protocol::KvSnapshotRequest{.dp_rank = 1}));
+  auto snap = testing::awaitMessage<protocol::KvSnapshotReply>(*c, 30s);
+  ASSERT_TRUE(snap);
+  ASSERT_EQ(snap->ranks.size(), 1u);
+  EXPECT_EQ(snap->ranks[0].block_hashes.size(), kTokens);
+}
+
+}  // namespace
+}  // namespace mocker::service
