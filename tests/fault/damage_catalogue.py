@@ -120,7 +120,7 @@ def catalogue(socket):
 
     # Wrong protocol version.
     for name, v, code in (("v 2", 2, UNSUPPORTED), ("v 0", 0, UNSUPPORTED),
-                          ("v 2^64-1", 2 ** 64 - 1, UNSUPPORTED), ("v -1", -1, INVALID),
+                          ("v 2^64-1", 2 ** 64 - 1, UNSUPPORTED), ("v -1", -1, UNSUPPORTED),
                           ("v str", "1", CORRUPTION), ("v float", 1.0, CORRUPTION),
                           ("v nil", None, CORRUPTION), ("v true", True, CORRUPTION)):
         add(name, "version", pack(_request(socket, v=v)), code, "v")
@@ -204,10 +204,10 @@ def catalogue(socket):
         "one payload frame")
 
     # Oversize: over the protocol limit, under ZMQ_MAXMSGSIZE (those drop the connection).
-    add("payload of 16 MiB + 1", "oversize", b"\xc0" * (MAX_MESSAGE_BYTES + 1), CORRUPTION,
+    add("payload of 16 MiB + 1", "oversize", b"\xc0" * (MAX_MESSAGE_BYTES + 1), INVALID,
         "exceeds the limit")
     add("valid prefix padded to 17 MiB", "oversize",
-        ok + b"\x00" * (MAX_MESSAGE_BYTES + (1 << 20)), CORRUPTION, "exceeds the limit")
+        ok + b"\x00" * (MAX_MESSAGE_BYTES + (1 << 20)), INVALID, "exceeds the limit")
     return cases
 
 
