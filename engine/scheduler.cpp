@@ -56,10 +56,16 @@ void VllmScheduler::submit(detail::AcceptedRequest&& request) {
       r.max_output = std::min(r.max_output, *config_.max_model_len - r.prompt_len);
     }
   }
+  // Strong guarantee: an allocation failure (std::bad_alloc) leaves the scheduler unchanged.
   const RequestId id = r.id;
-  addToWaitingStats(r);
-  requests_.emplace(id, std::move(r));
-  waiting_.push_back(id);
+  const auto it = requests_.try_emplace(id, std::move(r)).first;
+  try {
+    waiting_.push_back(id);
+  } catch (...) {
+    requests_.erase(it);
+    throw;
+  }
+  addToWaitingStats(it->second);
   ++num_waiting_;
 }
 
@@ -327,9 +333,6 @@ void VllmScheduler::admitWaiting(Pass& pass) {
       break;
     }
     const auto n = static_cast<std::uint32_t>(std::min<std::uint64_t>(uncached, pass.budget));
-    if (r.blocks.capacity() == 0) {
-      r.blocks.reserve(blocksFor(std::uint64_t{r.prompt_len} + r.max_output));
-    }
     if (!acquire(r, cached + n, match.hit_blocks, pass.out.kv_events)) {
       MOCKER_DCHECK(false);  // the capacity check above guarantees the allocation
       break;

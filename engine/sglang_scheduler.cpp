@@ -55,10 +55,16 @@ SglangScheduler::SglangScheduler(const EngineConfig& config, std::uint32_t dp_ra
 
 void SglangScheduler::submit(detail::AcceptedRequest&& request) {
   Req r(std::move(request));
+  // Strong guarantee: an allocation failure (std::bad_alloc) leaves the scheduler unchanged.
   const RequestId id = r.id;
-  addToWaitingStats(r);
-  requests_.emplace(id, std::move(r));
-  waiting_.push_back(id);
+  const auto it = requests_.try_emplace(id, std::move(r)).first;
+  try {
+    waiting_.push_back(id);
+  } catch (...) {
+    requests_.erase(it);
+    throw;
+  }
+  addToWaitingStats(it->second);
   ++num_waiting_;
 }
 

@@ -10,9 +10,11 @@
 
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
+#include <sys/mman.h>
 
 #include <chrono>
 #include <limits>
+#include <new>
 #include <optional>
 #include <zmq.hpp>
 
@@ -43,6 +45,18 @@ constexpr int kSubmitsPerIteration = 64;
 constexpr auto kOwedRetryInterval = std::chrono::milliseconds(5);
 /// A client whose sends keep failing with EHOSTUNREACH this long is considered gone.
 constexpr auto kGoneAfter = std::chrono::milliseconds(1000);
+/// Address space a submit must leave unused: what the passes running the already queued work
+/// may still need (memory follows the tokens generated). Below it, submits are refused.
+constexpr std::size_t kSubmitHeadroomBytes = std::size_t{64} << 20;
+
+/// True if `bytes` more of address space can still be mapped (RLIMIT_AS, overcommit): maps and
+/// unmaps them without touching a page (a few microseconds).
+bool addressSpaceLeft(std::size_t bytes) {
+  void* probe = mmap(nullptr, bytes, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (probe == MAP_FAILED) return false;
+  munmap(probe, bytes);
+  return true;
+}
 
 double unixSeconds() {
   return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
@@ -115,7 +129,11 @@ class Server::Impl {
   void handleCancelSocketMessage(std::vector<zmq::message_t>& parts);
   int drainSubmits(int budget);
   void handleSubmitSocketMessage(std::vector<zmq::message_t>& parts);
+  /// Accepts one submit. Throws std::bad_alloc (engine and route table unchanged) when it runs
+  /// out of memory; drainSubmits turns that into a `resource_exhausted` error.
   void handleSubmit(const RoutedEnvelope& from, protocol::SubmitRequest&& req);
+  /// Answers a submit-socket message that ran out of memory with `resource_exhausted`.
+  void refuseOutOfMemory(std::vector<zmq::message_t>& parts);
   void handleCancel(zmq::socket_t& reply_socket, const RoutedEnvelope& from,
                     const protocol::CancelRequest& req);
   protocol::StatsReply statsReply() const;
@@ -317,9 +335,30 @@ int Server::Impl::drainSubmits(int budget) {
     if (got == RecvOutcome::Failed) log_->warn("submit socket receive failed: {}", error);
     if (got != RecvOutcome::Received) break;
     ++n;
-    handleSubmitSocketMessage(parts);
+    try {
+      handleSubmitSocketMessage(parts);
+    } catch (const std::bad_alloc&) {
+      // No client input aborts the service: a message whose decoding or queueing ran out of
+      // memory is refused with `resource_exhausted` (every step left its state unchanged) and
+      // the loop keeps serving the others.
+      refuseOutOfMemory(parts);
+    }
   }
   return n;
+}
+
+void Server::Impl::refuseOutOfMemory(std::vector<zmq::message_t>& parts) {
+  ++counters.rejected_submits;
+  try {
+    const RoutedEnvelope from = splitRoutedEnvelope(parts, protocol::kMaxMessageBytes);
+    reply(submit_, from,
+          protocol::ErrorReply{ErrorCode::ResourceExhausted,
+                               "out of memory: the service could not accept this message (retry "
+                               "later)",
+                               from.error ? std::nullopt : protocol::peekRequestId(from.payload)});
+  } catch (const std::bad_alloc&) {
+    ++counters.dropped_replies;  // not even the refusal fits; the client may retry
+  }
 }
 
 void Server::Impl::handleSubmitSocketMessage(std::vector<zmq::message_t>& parts) {
@@ -418,6 +457,15 @@ void Server::Impl::handleSubmit(const RoutedEnvelope& from, protocol::SubmitRequ
           protocol::SubmitReject{req.id, "duplicate active request id '" + req.id + "'"});
     return;
   }
+  if (!addressSpaceLeft(kSubmitHeadroomBytes)) {
+    ++counters.rejected_submits;
+    reply(submit_, from,
+          protocol::ErrorReply{ErrorCode::ResourceExhausted,
+                               "out of memory: less than 64 MiB of address space left for the "
+                               "queued work; the request was not queued (retry later)",
+                               req.id});
+    return;
+  }
   const std::uint32_t rank = req.dp_rank.value_or(chooseRank());
   engine::Request er{.tokens = std::move(req.prompt),
                      .max_output_tokens = req.max_tokens,
@@ -429,10 +477,21 @@ void Server::Impl::handleSubmit(const RoutedEnvelope& from, protocol::SubmitRequ
   auto id = engine_.submit(std::move(er));
   if (!id) {
     ++counters.rejected_submits;
-    reply(submit_, from, protocol::SubmitReject{req.id, id.error().message});
+    if (id.error().code == ErrorCode::ResourceExhausted) {
+      reply(submit_, from, protocol::ErrorReply{id.error().code, id.error().message, req.id});
+    } else {
+      reply(submit_, from, protocol::SubmitReject{req.id, id.error().message});
+    }
     return;
   }
-  ClientEntry& owner = *routes_.open(client, req.id, *id, rank, from.delimiter).owner;
+  ClientEntry* opened = nullptr;
+  try {
+    opened = routes_.open(client, req.id, *id, rank, from.delimiter).owner;
+  } catch (const std::bad_alloc&) {
+    (void)engine_.cancel(*id);  // both unchanged: the caller refuses with resource_exhausted
+    throw;
+  }
+  ClientEntry& owner = *opened;
   ranks_[rank].stalled = false;
   const auto outcome = sendTo(submit_, client, from.delimiter,
                               protocol::encodeClientMessage(protocol::SubmitAck{req.id, rank}));

@@ -10,9 +10,7 @@ RequestRecord::RequestRecord(AcceptedRequest&& request)
       tokens(std::move(request.tokens)),
       prompt_len(static_cast<std::uint32_t>(tokens.size())),
       max_output(request.max_output_tokens),
-      plan(std::move(request.output_token_ids)) {
-  tokens.reserve(std::size_t{prompt_len} + max_output);
-}
+      plan(std::move(request.output_token_ids)) {}
 
 void StoredRuns::flush(std::uint32_t end) {
   if (!in_run_) return;

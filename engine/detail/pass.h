@@ -46,8 +46,8 @@ struct RequestRecord {
   std::uint32_t first_cached_tokens = 0;  // reused prompt tokens at the first admission
 
   RequestRecord() = default;
-  /// Takes the prompt and plan; reserves room for every output token so that appending never
-  /// copies a long prompt.
+  /// Takes the prompt and plan. Reserves nothing for output: memory follows the tokens actually
+  /// generated, never max_output (a queued request costs O(prompt)).
   explicit RequestRecord(AcceptedRequest&& request);
 
   std::uint32_t len() const { return static_cast<std::uint32_t>(tokens.size()); }

@@ -3,6 +3,7 @@
 // engines model a case differently the expected value comes from the EngineCase, never from the
 // implementation. Every step goes through Harness::step, which checks the per-step invariants.
 #include <gtest/gtest.h>
+#include <malloc.h>
 
 #include <algorithm>
 #include <array>
@@ -222,6 +223,37 @@ TEST_P(SchedulerSharedTest, ResetPrefixCacheOnlyWhenIdle) {
 
 // Same config and inputs ⇒ the same signals and KV events, in a tight pool (preemption or
 // retraction, eviction) and, for SGLang, under lpm ordering.
+/// Bytes the allocator has handed out and not taken back (heap and mmapped chunks).
+std::size_t heapInUse() {
+  const struct mallinfo2 m = mallinfo2();
+  return m.uordblks + m.hblkhd;
+}
+
+// Memory follows work, never what a client asks for: a queued request with max_output_tokens
+// 1,000,000 costs O(prompt) (its 16 token ids, its record and queue slot), not 4 B × 1,000,000.
+// Admission and a few decode passes add only the blocks and tokens actually used.
+TEST_P(SchedulerSharedTest, QueuedRequestCostsItsPromptNotItsMaxOutput) {
+  constexpr std::uint32_t kRequests = 64;
+  constexpr std::uint32_t kMaxOutput = 1'000'000;
+  auto cfg = config();
+  cfg.num_gpu_blocks = 4096;
+  Engine engine(cfg);
+  engine.submit(Request{.tokens = range(1, 16), .max_output_tokens = kMaxOutput}).value();
+  const std::size_t before = heapInUse();
+  for (std::uint32_t i = 0; i < kRequests; ++i) {
+    engine.submit(Request{.tokens = range(100 + i, 115 + i), .max_output_tokens = kMaxOutput})
+        .value();
+  }
+  const std::size_t queued = heapInUse() - std::min(before, heapInUse());
+  EXPECT_LT(queued / kRequests, 1024u) << "bytes per queued request";
+  double now = 0.0;
+  for (int pass = 0; pass < 8; ++pass) now = engine.step(0, now).end_ms;
+  const std::size_t running = heapInUse() - std::min(before, heapInUse());
+  EXPECT_LT(running / kRequests, 4096u) << "bytes per request after 8 passes";
+  EXPECT_EQ(engine.loadMetrics(0).running_requests + engine.loadMetrics(0).waiting_requests,
+            kRequests + 1);
+}
+
 TEST_P(SchedulerSharedTest, SameInputsSameRun) {
   struct Setup {
     std::uint32_t num_gpu_blocks;

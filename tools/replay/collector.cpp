@@ -6,12 +6,6 @@
 #include "base/check.h"
 
 namespace mocker::replay {
-namespace {
-
-/// Largest per-request token timeline reserved up front (64 k tokens, 512 KiB).
-constexpr std::size_t kMaxTokenTimesReserve = std::size_t{1} << 16;
-
-}  // namespace
 
 const char* terminalStatusName(TerminalStatus status) {
   switch (status) {
@@ -68,14 +62,8 @@ void ReplayCollector::onAdmission(RequestHandle request, double time_ms,
 }
 
 void ReplayCollector::onToken(RequestHandle request, double time_ms) {
-  RequestRecord& r = record(request);
-  if (r.token_times_ms.empty()) {
-    // Size the timeline once for the requested output instead of growing it token by token
-    // (a hint, capped: a request may still emit more or fewer tokens).
-    r.token_times_ms.reserve(
-        std::clamp<std::size_t>(r.info.requested_output_length, 1, kMaxTokenTimesReserve));
-  }
-  r.token_times_ms.push_back(time_ms);
+  // Grows with the tokens actually emitted, never sized from the requested output length.
+  record(request).token_times_ms.push_back(time_ms);
 }
 
 void ReplayCollector::onTerminal(RequestHandle request, double time_ms, TerminalStatus status) {

@@ -210,7 +210,7 @@ class OfflineReplay {
     const Turn& turn = session.turns[next.turn];
 
     engine::Request request;
-    request.tokens = synth_.synthesize(turn, turn.output_length);
+    request.tokens = synth_.synthesize(turn);
     request.max_output_tokens = turn.output_length;
     request.arrival_ms = now;
     const RequestHandle handle =
