@@ -35,8 +35,8 @@ struct EngineCase {
   /// Decode time of passes 1–3 of range(1, 8) with 3 outputs. vLLM models KV usage by active
   /// blocks (3 blocks hold 9 and 10 tokens), SGLang by Σ len (8, 9, 10 tokens of 64).
   std::array<double, 3> decode_ms;
-  /// Shortest prompt (with one output token) rejected outright by a 4-block pool: vLLM needs
-  /// more than N blocks, TRT-LLM rejects a prompt that fills the pool, SGLang's strict budget
+  /// Shortest prompt (with one output token) rejected outright by a 4-block pool: vLLM and
+  /// TRT-LLM reject a prompt that fills the pool (§5.5: prompt >= L = N·B), SGLang's strict budget
   /// check fails once the prompt needs all N pages.
   std::uint32_t oversized_prompt_len;
 };
@@ -283,7 +283,7 @@ TEST_P(SchedulerSharedTest, SameInputsSameRun) {
   }
 }
 
-const EngineCase kVllm{EngineType::Vllm, {12.0890625, 14.961953125, 14.961953125}, 17};
+const EngineCase kVllm{EngineType::Vllm, {12.0890625, 14.961953125, 14.961953125}, 16};
 const EngineCase kTrtllm{EngineType::Trtllm, {12.0890625, 14.961953125, 14.961953125}, 16};
 const EngineCase kSglang{
     EngineType::Sglang, {decodeMs(8.0 / 64), decodeMs(9.0 / 64), decodeMs(10.0 / 64)}, 13};
