@@ -25,6 +25,8 @@ enum class ErrorCode {
   Unsupported,      ///< well-formed but not supported by this version
   IoError,          ///< the operating system refused (open, read)
   Internal,         ///< a bug surfaced as data rather than an abort
+  /// out of memory (an allocation failed): nothing wrong with the input, retry later
+  ResourceExhausted,
 };
 
 /// Lower-case name of an error code ("invalid_argument", ...).
@@ -42,6 +44,8 @@ constexpr const char* errorCodeName(ErrorCode code) {
       return "io_error";
     case ErrorCode::Internal:
       return "internal";
+    case ErrorCode::ResourceExhausted:
+      return "resource_exhausted";
   }
   return "unknown";
 }

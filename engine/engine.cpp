@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <array>
+#include <new>
 #include <string>
 
 #include "engine/scheduler.h"
@@ -83,7 +84,13 @@ Result<RequestId> Engine::submit(Request request) {
   detail::AcceptedRequest accepted{id, std::move(request.tokens),
                                    static_cast<std::uint32_t>(output),
                                    std::move(request.output_token_ids)};
-  ranks_[request.dp_rank]->submit(std::move(accepted));
+  try {
+    ranks_[request.dp_rank]->submit(std::move(accepted));
+  } catch (const std::bad_alloc&) {
+    // Client input never aborts the process: the rank is unchanged, the request is refused.
+    return Error{ErrorCode::ResourceExhausted,
+                 "out of memory: the engine could not queue the request"};
+  }
   return id;
 }
 

@@ -50,6 +50,8 @@ class Engine final {
   /// Queues a request on its rank's waiting queue. Refused (InvalidArgument naming the field)
   /// for an empty prompt, dp_rank >= dp_size, zero output without allow_empty_output. A plan
   /// whose length differs from max_output_tokens is accepted; the plan's length wins.
+  /// Memory: a queued request costs O(prompt + plan), never O(max_output_tokens). An allocation
+  /// failure refuses the request (ResourceExhausted) and leaves the engine unchanged.
   Result<RequestId> submit(Request request);
 
   /// Removes a waiting or running request and releases its KV blocks. Applied if the request

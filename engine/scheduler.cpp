@@ -36,30 +36,28 @@ VllmScheduler::VllmScheduler(const EngineConfig& config, std::uint32_t dp_rank)
       block_size_(effectiveBlockSize(config)),
       timing_(config),
       pool_(config.num_gpu_blocks),
-      // Our rule: a sequence can never outgrow the pool (vLLM refuses to start when
-      // max_model_len does not fit the KV cache), so generation also stops at N·B tokens —
-      // otherwise a lone request that needs more than N blocks would preempt itself forever.
-      max_len_(static_cast<std::uint32_t>(
-          std::min<std::uint64_t>(config.max_model_len.value_or(~std::uint32_t{0}),
-                                  std::uint64_t{config.num_gpu_blocks} * block_size_))) {}
+      // §5.5: a sequence never outgrows the pool nor (chunking off) the token budget (vLLM
+      // refuses to start when max_model_len does not fit either), so a lone request can never
+      // preempt itself forever and a preempted one can always be readmitted.
+      limit_(detail::vllmEffectiveLimit(config, block_size_)) {}
 
 void VllmScheduler::submit(detail::AcceptedRequest&& request) {
   Req r(std::move(request));
-  if (isTrtllm()) {
-    // §6: clamp the output reservation to what the pool (and max_model_len) can ever hold.
-    const std::uint64_t capacity = std::uint64_t{config_.num_gpu_blocks} * block_size_;
-    if (r.prompt_len < capacity) {
-      r.max_output = static_cast<std::uint32_t>(
-          std::min<std::uint64_t>(r.max_output, capacity - r.prompt_len));
-    }
-    if (config_.max_model_len && r.prompt_len < *config_.max_model_len) {
-      r.max_output = std::min(r.max_output, *config_.max_model_len - r.prompt_len);
-    }
+  if (isTrtllm() && r.prompt_len < limit_.tokens) {
+    // §6: the reservation never covers tokens the request can never generate (len stops at L).
+    r.max_output = static_cast<std::uint32_t>(
+        std::min<std::uint64_t>(r.max_output, limit_.tokens - r.prompt_len));
   }
+  // Strong guarantee: an allocation failure (std::bad_alloc) leaves the scheduler unchanged.
   const RequestId id = r.id;
-  addToWaitingStats(r);
-  requests_.emplace(id, std::move(r));
-  waiting_.push_back(id);
+  const auto it = requests_.try_emplace(id, std::move(r)).first;
+  try {
+    waiting_.push_back(id);
+  } catch (...) {
+    requests_.erase(it);
+    throw;
+  }
+  addToWaitingStats(it->second);
   ++num_waiting_;
 }
 
@@ -175,27 +173,19 @@ void VllmScheduler::preempt(std::size_t running_index) {
   addToWaitingStats(r);
 }
 
-std::optional<Terminal> VllmScheduler::rejectionReason(
-    Req& r, std::optional<std::uint32_t> cached_tokens) const {
+std::optional<LengthLimit> VllmScheduler::rejectionReason(const Req& r) const {
   if (r.admitted_before) return std::nullopt;  // only fresh requests are rejected (§5.5)
-  if (config_.max_model_len && r.prompt_len >= *config_.max_model_len) return Terminal::Rejected;
-  const std::uint64_t need_tokens =
-      isTrtllm() ? std::uint64_t{r.prompt_len} + r.max_output : std::uint64_t{r.len()};
+  if (r.prompt_len >= limit_.tokens) return limit_.binding;
+  // §6; unreachable after the submit clamp (prompt + max_output <= L <= N·B), kept as the rule.
   if (isTrtllm() &&
-      std::uint64_t{r.prompt_len} >= std::uint64_t{config_.num_gpu_blocks} * block_size_) {
-    return Terminal::Rejected;
-  }
-  if (blocksFor(need_tokens) > config_.num_gpu_blocks) return Terminal::Rejected;
-  if (!cached_tokens) return std::nullopt;  // the chunk check needs the prefix lookup
-  if (!config_.enable_chunked_prefill && config_.max_num_batched_tokens &&
-      r.prompt_len - std::min(*cached_tokens, r.prompt_len) > *config_.max_num_batched_tokens) {
-    return Terminal::Rejected;
+      blocksFor(std::uint64_t{r.prompt_len} + r.max_output) > config_.num_gpu_blocks) {
+    return LengthLimit::KvCapacity;
   }
   return std::nullopt;
 }
 
 bool VllmScheduler::reachedEnd(const Req& r) const {
-  return r.generated() >= r.max_output || r.len() >= max_len_;
+  return r.generated() >= r.max_output || r.len() >= limit_.tokens;
 }
 
 void VllmScheduler::finish(RequestId id) {
@@ -280,11 +270,11 @@ inline std::uint64_t VllmScheduler::blocksToCompletion(const Req& r) const {
   return total > r.blocks.size() ? total - r.blocks.size() : 0;
 }
 
-inline void VllmScheduler::rejectHead(Pass& pass, ReqMap::iterator it) {
+inline void VllmScheduler::rejectHead(Pass& pass, ReqMap::iterator it, LengthLimit limit) {
   removeFromWaitingStats(it->second);
   --num_waiting_;
   waiting_.pop_front();
-  pass.rejected.push_back(it->first);
+  pass.rejected.push_back({it->first, limit});
   requests_.erase(it);
 }
 
@@ -301,17 +291,12 @@ void VllmScheduler::admitWaiting(Pass& pass) {
       continue;
     }
     Req& r = it->second;
-    if (!r.head_checked && rejectionReason(r, std::nullopt)) {
-      rejectHead(pass, it);
+    if (const auto limit = rejectionReason(r)) {
+      rejectHead(pass, it, *limit);
       continue;
     }
     const PrefixMatch match = lookupPrefix(r);
     const std::uint32_t cached = match.hit_blocks * block_size_;
-    if (!r.head_checked && rejectionReason(r, cached)) {
-      rejectHead(pass, it);
-      continue;
-    }
-    r.head_checked = true;
     const std::uint64_t available = pool_.numBlocks() - pool_.numActive();
     if (isTrtllm()) {
       const std::uint64_t needed =
@@ -322,14 +307,10 @@ void VllmScheduler::admitWaiting(Pass& pass) {
       if (needed > available) break;
     }
     const std::uint32_t uncached = r.len() - cached;
-    if (!config_.enable_chunked_prefill && r.prompt_len > cached &&
-        r.prompt_len - cached > pass.budget) {
-      break;
-    }
+    // Chunking off: everything uncached in one pass. len <= L <= budget, so an empty pass always
+    // has room (§5.5): the head waits, never forever.
+    if (!config_.enable_chunked_prefill && uncached > pass.budget) break;
     const auto n = static_cast<std::uint32_t>(std::min<std::uint64_t>(uncached, pass.budget));
-    if (r.blocks.capacity() == 0) {
-      r.blocks.reserve(blocksFor(std::uint64_t{r.prompt_len} + r.max_output));
-    }
     if (!acquire(r, cached + n, match.hit_blocks, pass.out.kv_events)) {
       MOCKER_DCHECK(false);  // the capacity check above guarantees the allocation
       break;
@@ -373,7 +354,7 @@ void VllmScheduler::collectReady(Pass& pass) {
   for (std::size_t i = 0; i < running_.size();) {
     Req& r = *running_[i];
     if (r.num_computed >= r.len() && reachedEnd(r)) {  // e.g. max_output 0: nothing to sample
-      pass.out.outputs.push_back(detail::completedWithoutToken(r));
+      pass.out.outputs.push_back(detail::completedWithoutToken(r, limit_.stopReason(r)));
       const RequestId id = r.id;
       pass.ended_without_token.push_back(id);
       running_.erase(running_.begin() + static_cast<std::ptrdiff_t>(i));
@@ -428,6 +409,7 @@ void VllmScheduler::emitTokens(Pass& pass) {
     OutputSignal sig = detail::sampleToken(r, config_.token_seed);
     if (reachedEnd(r)) {
       sig.terminal = Terminal::Completed;
+      sig.limit = limit_.stopReason(r);
       complete(r);
     }
     pass.out.outputs.push_back(sig);

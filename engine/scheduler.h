@@ -68,7 +68,7 @@ class VllmScheduler final : public detail::RankCore {
     PassResult out;
     std::uint64_t budget = 0;  // tokens left of max_num_batched_tokens
     bool preempted = false;
-    std::vector<RequestId> rejected;             // fresh requests that can never run
+    std::vector<detail::Rejection> rejected;     // fresh requests that can never run
     std::vector<Req*> ready;                     // sample a token this pass, running order
     std::uint64_t ready_len_sum = 0;             // Σ len over `ready`
     std::vector<RequestId> ended_without_token;  // rare: left before sampling
@@ -108,8 +108,8 @@ class VllmScheduler final : public detail::RankCore {
   Growth growOrPreempt(Pass& pass, std::size_t& i, std::uint32_t n);
   /// Schedules `n` tokens of `r` after `computed_before` and finalizes the blocks they complete.
   void computeTokens(Pass& pass, Req& r, std::uint32_t computed_before, std::uint32_t n);
-  /// Drops the waiting head `it` with a Rejected signal at the end of the pass.
-  void rejectHead(Pass& pass, ReqMap::iterator it);
+  /// Drops the waiting head `it` with a Rejected signal (naming `limit`) at the end of the pass.
+  void rejectHead(Pass& pass, ReqMap::iterator it, LengthLimit limit);
   /// TRT-LLM: blocks `r` may still allocate before it completes.
   std::uint64_t blocksToCompletion(const Req& r) const;
 
@@ -121,9 +121,9 @@ class VllmScheduler final : public detail::RankCore {
   void preempt(std::size_t running_index);
   void removeFromWaitingStats(const Req& r);
   void addToWaitingStats(const Req& r);
-  /// Why a fresh head request can never run (§5.5, §6), or nullopt. Without `cached_tokens` the
-  /// chunked-prefill-off check (which needs the prefix lookup) is skipped.
-  std::optional<Terminal> rejectionReason(Req& r, std::optional<std::uint32_t> cached_tokens) const;
+  /// The limit that makes a fresh head request impossible to run (§5.5, §6), or nullopt. Checked
+  /// every time a fresh request is at the head; a readmitted request is never rejected.
+  std::optional<LengthLimit> rejectionReason(const Req& r) const;
   void finish(RequestId id);
   bool reachedEnd(const Req& r) const;
 
@@ -132,7 +132,7 @@ class VllmScheduler final : public detail::RankCore {
   const std::uint32_t block_size_;
   const TimingModel timing_;
   BlockPool pool_;
-  const std::uint32_t max_len_;  // min(max_model_len, N·B): generation stops there
+  const detail::EffectiveLimit limit_;  // L of §5.5: prompts >= L rejected, generation stops at L
 
   ReqMap requests_;                // lookup only; order comes from the queues
   std::deque<RequestId> waiting_;  // may hold ids of cancelled requests (dropped at the head)

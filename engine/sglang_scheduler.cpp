@@ -48,6 +48,8 @@ SglangScheduler::SglangScheduler(const EngineConfig& config, std::uint32_t dp_ra
       timing_(config),
       cache_(config.num_gpu_blocks),
       total_tokens_(std::uint64_t{config.num_gpu_blocks} * page_size_),
+      limit_{.tokens = std::uint64_t{config.num_gpu_blocks - 1} * page_size_ + 1,
+             .binding = LengthLimit::KvCapacity},
       init_ratio_(kInitRatioBase * config.sglang.schedule_conservativeness),
       min_ratio_(kMinRatioFactor * init_ratio_),
       decay_((init_ratio_ - min_ratio_) / kRatioDecayPasses),
@@ -55,10 +57,16 @@ SglangScheduler::SglangScheduler(const EngineConfig& config, std::uint32_t dp_ra
 
 void SglangScheduler::submit(detail::AcceptedRequest&& request) {
   Req r(std::move(request));
+  // Strong guarantee: an allocation failure (std::bad_alloc) leaves the scheduler unchanged.
   const RequestId id = r.id;
-  addToWaitingStats(r);
-  requests_.emplace(id, std::move(r));
-  waiting_.push_back(id);
+  const auto it = requests_.try_emplace(id, std::move(r)).first;
+  try {
+    waiting_.push_back(id);
+  } catch (...) {
+    requests_.erase(it);
+    throw;
+  }
+  addToWaitingStats(it->second);
   ++num_waiting_;
 }
 
@@ -232,7 +240,7 @@ void SglangScheduler::orderWaitingLpm() {
   for (const Entry& e : entries) waiting_.push_back(e.id);
 }
 
-bool SglangScheduler::admitPrefill(PassResult& out, std::vector<RequestId>& rejected) {
+bool SglangScheduler::admitPrefill(PassResult& out, std::vector<detail::Rejection>& rejected) {
   const std::uint64_t max_seqs = detail::limitOrUnbounded(config_.max_num_seqs);
   std::uint64_t reserved_output = 0;
   for (RequestId id : running_) {
@@ -253,16 +261,16 @@ bool SglangScheduler::admitPrefill(PassResult& out, std::vector<RequestId>& reje
       continue;
     }
     Req& r = it->second;
-    if (!r.head_checked && !r.admitted_before && pagesFor(r.prompt_len) >= config_.num_gpu_blocks) {
-      // Our rule: SGLang's strict `charged + reserve >= rem_total` check can never pass.
+    if (!r.admitted_before && r.prompt_len >= limit_.tokens) {
+      // Our rule: the prompt needs all N pages, so SGLang's strict `charged + reserve >=
+      // rem_total` check can never pass. Checked every time a fresh request is at the head.
       removeFromWaitingStats(r);
       --num_waiting_;
       waiting_.pop_front();
-      rejected.push_back(r.id);
+      rejected.push_back({r.id, limit_.binding});
       requests_.erase(it);
       continue;
     }
-    r.head_checked = true;
     const std::uint32_t extend = r.len() - r.materialized;
     std::uint32_t chunk = extend;
     if (extend > sg_.chunked_prefill_size) {
@@ -309,7 +317,7 @@ bool SglangScheduler::admitPrefill(PassResult& out, std::vector<RequestId>& reje
 
 bool SglangScheduler::reachedEnd(const Req& r) const {
   // Our rule: a sequence that needs every page stops (it could never be re-admitted).
-  return r.generated() >= r.max_output || pagesFor(r.len()) >= config_.num_gpu_blocks;
+  return r.generated() >= r.max_output || r.len() >= limit_.tokens;
 }
 
 void SglangScheduler::finish(Req& r) {
@@ -396,7 +404,7 @@ void SglangScheduler::selectDecoding(Pass& pass) {
   for (RequestId id : pass.decode_set) {
     Req& r = requests_.at(id);
     if (r.remainingOutput() == 0) {  // nothing to sample (max_output 0)
-      pass.out.outputs.push_back(detail::completedWithoutToken(r));
+      pass.out.outputs.push_back(detail::completedWithoutToken(r, limit_.stopReason(r)));
       finish(r);
       continue;
     }
@@ -464,6 +472,7 @@ void SglangScheduler::emitTokens(Pass& pass) {
     page_overhead_ = page_overhead_ - before + overheadOf(r);
     if (reachedEnd(r)) {
       sig.terminal = Terminal::Completed;
+      sig.limit = limit_.stopReason(r);
       finish(r);
     }
     pass.out.outputs.push_back(sig);

@@ -87,10 +87,10 @@ class SglangScheduler final : public detail::RankCore {
   // What one pass threads through its phases.
   struct Pass {
     PassResult out;
-    std::vector<RequestId> rejected;    // fresh requests that can never run
-    std::vector<RequestId> decode_set;  // extend pass: newly completed prompts; else running_
-    std::vector<Req*> active;           // decode_set members that sample a token this pass
-    bool extend_pass = false;           // something was prefilled: exclusive extend
+    std::vector<detail::Rejection> rejected;  // fresh requests that can never run
+    std::vector<RequestId> decode_set;        // extend pass: newly completed prompts; else running_
+    std::vector<Req*> active;                 // decode_set members that sample a token this pass
+    bool extend_pass = false;                 // something was prefilled: exclusive extend
     bool retracted_any = false;
   };
 
@@ -122,7 +122,7 @@ class SglangScheduler final : public detail::RankCore {
   std::uint64_t reclaimableTokens() const;
 
   /// Prefill admission (§7.3 step 2); fills prefills_, out.admissions and `rejected`.
-  bool admitPrefill(PassResult& out, std::vector<RequestId>& rejected);
+  bool admitPrefill(PassResult& out, std::vector<detail::Rejection>& rejected);
   /// Allocates KV for `r` up to `chunk_end` tokens; false (nothing changed) when out of memory.
   bool allocateChunk(Req& r, std::uint32_t chunk_end, std::uint32_t& cached,
                      std::vector<KvEvent>& events);
@@ -149,6 +149,9 @@ class SglangScheduler final : public detail::RankCore {
   const TimingModel timing_;
   RadixCache cache_;
   const std::uint64_t total_tokens_;  // N·B
+  // Our length limit: a sequence needing all N pages stops, a prompt that would is rejected
+  // (L = (N − 1)·B + 1 tokens, binding "kv capacity"; SGLANG.md "Our rules").
+  const detail::EffectiveLimit limit_;
 
   const double init_ratio_;
   const double min_ratio_;

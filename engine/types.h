@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <variant>
 #include <vector>
 
@@ -33,6 +34,26 @@ struct Request {
 
 enum class Terminal : std::uint8_t { None, Completed, Rejected, Cancelled, Failed };
 
+/// The effective length limit that bound a request (§5.5): why a `Completed` stream stopped
+/// short of its max_output_tokens, or why a prompt was `Rejected`. None on every other signal,
+/// and on a stream that ended with its last requested token.
+enum class LengthLimit : std::uint8_t { None, MaxModelLen, KvCapacity, MaxNumBatchedTokens };
+
+/// "max_model_len", "kv capacity", "max_num_batched_tokens" (the spec's names); "" for None.
+constexpr std::string_view lengthLimitName(LengthLimit limit) {
+  switch (limit) {
+    case LengthLimit::None:
+      return "";
+    case LengthLimit::MaxModelLen:
+      return "max_model_len";
+    case LengthLimit::KvCapacity:
+      return "kv capacity";
+    case LengthLimit::MaxNumBatchedTokens:
+      return "max_num_batched_tokens";
+  }
+  return "";
+}
+
 /// One emitted token or terminal event (§2.3).
 struct OutputSignal {
   RequestId id;
@@ -41,12 +62,15 @@ struct OutputSignal {
   double time_ms = 0.0;                ///< the pass's end_ms
   Terminal terminal = Terminal::None;
   std::optional<std::uint32_t> cached_tokens;  ///< first token only: reused prompt tokens
+  /// Completed short of max_output_tokens, or Rejected: the limit that bound (§5.5).
+  LengthLimit limit = LengthLimit::None;
   friend bool operator==(const OutputSignal&, const OutputSignal&) = default;
 };
 
 /// A request moved from waiting to running (time = pass start).
 struct Admission {
   RequestId id;
+  /// min(cached tokens, prompt length): recomputed generated tokens are never reused input.
   std::uint32_t reused_input_tokens = 0;
   bool is_readmission = false;
   friend bool operator==(const Admission&, const Admission&) = default;

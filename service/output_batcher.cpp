@@ -6,17 +6,54 @@
 
 namespace mocker::service {
 
-WireFinish wireFinish(engine::Terminal terminal) {
+namespace {
+
+using engine::LengthLimit;
+
+std::string_view stoppedBy(LengthLimit limit) {
+  switch (limit) {
+    case LengthLimit::None:
+      return {};
+    case LengthLimit::MaxModelLen:
+      return "max_model_len: the sequence reached the model length limit before max_tokens";
+    case LengthLimit::KvCapacity:
+      return "kv capacity: the sequence reached the KV pool size (num_gpu_blocks x block_size) "
+             "before max_tokens";
+    case LengthLimit::MaxNumBatchedTokens:
+      return "max_num_batched_tokens: with chunked prefill off the sequence reached the per-pass "
+             "token budget before max_tokens";
+  }
+  return {};
+}
+
+std::string_view rejectedBy(LengthLimit limit) {
+  switch (limit) {
+    case LengthLimit::None:
+      break;
+    case LengthLimit::MaxModelLen:
+      return "max_model_len: the prompt is at least max_model_len tokens long";
+    case LengthLimit::KvCapacity:
+      return "kv capacity: the prompt leaves no room for an output token in the KV pool "
+             "(num_gpu_blocks x block_size)";
+    case LengthLimit::MaxNumBatchedTokens:
+      return "max_num_batched_tokens: with chunked prefill off the prompt is at least the "
+             "per-pass token budget";
+  }
+  return "the request can never be scheduled (prompt longer than max_model_len, the KV pool or, "
+         "with chunked prefill off, the token budget)";
+}
+
+}  // namespace
+
+WireFinish wireFinish(engine::Terminal terminal, engine::LengthLimit limit) {
   using protocol::FinishReason;
   switch (terminal) {
     case engine::Terminal::None:
       return {};
     case engine::Terminal::Completed:
-      return {FinishReason::Length, {}};
+      return {FinishReason::Length, stoppedBy(limit)};
     case engine::Terminal::Rejected:
-      return {FinishReason::Rejected,
-              "the request can never be scheduled (prompt longer than max_model_len, the KV pool "
-              "or, with chunked prefill off, the token budget)"};
+      return {FinishReason::Rejected, rejectedBy(limit)};
     case engine::Terminal::Cancelled:
       return {FinishReason::Cancelled, {}};
     case engine::Terminal::Failed:
@@ -93,7 +130,7 @@ void OutputBatcher::add(const engine::OutputSignal& s, Route& route) {
   }
   if (s.cached_tokens) e.cached_tokens = s.cached_tokens;
   if (s.terminal != engine::Terminal::None) {
-    const WireFinish f = wireFinish(s.terminal);
+    const WireFinish f = wireFinish(s.terminal, s.limit);
     e.finish = f.finish;
     e.reason = f.reason;
     batch.terminal.push_back(s.id);

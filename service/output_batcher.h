@@ -35,11 +35,15 @@
 namespace mocker::service {
 
 /// The finish reason and explanation the client sees for an engine terminal (None ⇒ nullopt).
+/// Every `length` finish short of max_tokens and every `rejected` one names the binding limit:
+/// the reason starts with "max_model_len: ", "kv capacity: " or "max_num_batched_tokens: "
+/// (the strings are listed in protocol/README.md §1.2).
 struct WireFinish {
   std::optional<protocol::FinishReason> finish;
   std::string_view reason;  ///< static text, empty when the finish speaks for itself
 };
-WireFinish wireFinish(engine::Terminal terminal);
+WireFinish wireFinish(engine::Terminal terminal,
+                      engine::LengthLimit limit = engine::LengthLimit::None);
 
 /// Fills one output message within protocol/limits.h: at most kMaxOutputsPerMessage entries,
 /// kMaxMessageBytes bytes and kMaxObjectsPerMessage msgpack objects, counted with an upper

@@ -3,6 +3,7 @@
 #include "service/route_table.h"
 
 #include <algorithm>
+#include <new>
 
 #include "base/check.h"
 
@@ -11,16 +12,30 @@ namespace mocker::service {
 Route& RouteTable::open(const std::string& client, const std::string& request_id,
                         engine::RequestId id, std::uint32_t rank, bool delimiter,
                         std::uint32_t buffer_cap) {
-  ClientEntry& owner = clients_[client];
+  // Strong guarantee: an allocation failure (std::bad_alloc) leaves the table unchanged.
+  const auto [owner_it, new_client] = clients_.try_emplace(client);
+  ClientEntry& owner = owner_it->second;
+  Route* route = nullptr;
+  try {
+    Route fresh{.client = client, .id = request_id, .rank = rank, .owner = &owner};
+    fresh.buffer_cap = buffer_cap;
+    const auto [it, inserted] = routes_.emplace(id, std::move(fresh));
+    MOCKER_CHECK(inserted);
+    route = &it->second;
+    try {
+      const bool key_inserted = by_key_.emplace(Key{client, request_id}, id).second;
+      MOCKER_CHECK(key_inserted);
+    } catch (const std::bad_alloc&) {
+      routes_.erase(it);
+      throw;
+    }
+  } catch (const std::bad_alloc&) {
+    if (new_client) clients_.erase(owner_it);
+    throw;
+  }
   owner.delimiter = delimiter;
   ++owner.num_routes;
-  Route route{.client = client, .id = request_id, .rank = rank, .owner = &owner};
-  route.buffer_cap = buffer_cap;
-  const auto [it, inserted] = routes_.emplace(id, std::move(route));
-  MOCKER_CHECK(inserted);
-  const bool key_inserted = by_key_.emplace(Key{client, request_id}, id).second;
-  MOCKER_CHECK(key_inserted);
-  return it->second;
+  return *route;
 }
 
 std::optional<engine::RequestId> RouteTable::findByKey(const std::string& client,

@@ -114,6 +114,7 @@ class RouteTable final {
   RouteTable& operator=(const RouteTable&) = delete;
 
   /// Opens an Active route. REQUIRES: !findByKey(client, request_id) and `id` not in the table.
+  /// May throw std::bad_alloc, and then leaves the table unchanged.
   Route& open(const std::string& client, const std::string& request_id, engine::RequestId id,
               std::uint32_t rank, bool delimiter,
               std::uint32_t buffer_cap = std::numeric_limits<std::uint32_t>::max());

@@ -11,9 +11,11 @@
 #include <malloc.h>
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
+#include <sys/mman.h>
 
 #include <chrono>
 #include <limits>
+#include <new>
 #include <optional>
 #include <zmq.hpp>
 
@@ -46,6 +48,23 @@ constexpr auto kOwedRetryInterval = std::chrono::milliseconds(5);
 constexpr auto kGoneAfter = std::chrono::milliseconds(1000);
 /// After client traffic, free heap memory is handed back to the OS at most this often.
 constexpr auto kTrimInterval = std::chrono::milliseconds(1000);
+/// Address space a submit must leave unused: what the passes running the already queued work
+/// may still need (memory follows the tokens generated). Below it, submits are refused.
+constexpr std::size_t kSubmitHeadroomBytes = std::size_t{64} << 20;
+/// The headroom is probed once this many bytes of requests were accepted since the last probe
+/// (a probe costs ~10 µs; 1 MiB is ~1,500 small requests, or every request of 256 k tokens).
+constexpr std::size_t kProbeEveryBytes = std::size_t{1} << 20;
+/// What a queued request costs besides its token ids (engine record, queue slot, route).
+constexpr std::size_t kRequestOverheadBytes = 640;
+
+/// True if `bytes` more of address space can still be mapped (RLIMIT_AS, overcommit): maps and
+/// unmaps them without touching a page (~10 µs on this 2-core VM under load).
+bool addressSpaceLeft(std::size_t bytes) {
+  void* probe = mmap(nullptr, bytes, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (probe == MAP_FAILED) return false;
+  munmap(probe, bytes);
+  return true;
+}
 
 double unixSeconds() {
   return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
@@ -118,7 +137,11 @@ class Server::Impl {
   void handleCancelSocketMessage(std::vector<zmq::message_t>& parts);
   int drainSubmits(int budget);
   void handleSubmitSocketMessage(std::vector<zmq::message_t>& parts);
+  /// Accepts one submit. Throws std::bad_alloc (engine and route table unchanged) when it runs
+  /// out of memory; drainSubmits turns that into a `resource_exhausted` error.
   void handleSubmit(const RoutedEnvelope& from, protocol::SubmitRequest&& req);
+  /// Answers a submit-socket message that ran out of memory with `resource_exhausted`.
+  void refuseOutOfMemory(std::vector<zmq::message_t>& parts);
   void handleCancel(zmq::socket_t& reply_socket, const RoutedEnvelope& from,
                     const protocol::CancelRequest& req);
   protocol::StatsReply statsReply() const;
@@ -171,6 +194,7 @@ class Server::Impl {
   std::vector<protocol::RequestOutputView> views_;  // scratch: queued outputs being encoded
   std::uint64_t reads_since_trim_ = 0;              // client messages read since the last trimHeap
   Clock::time_point last_trim_ = start_;
+  std::size_t unprobed_bytes_ = 0;  // request bytes accepted since the last headroom probe
 };
 
 Result<zmq::socket_t> Server::Impl::makeRouter(const EndpointConfig& ep, std::string& resolved) {
@@ -336,9 +360,30 @@ int Server::Impl::drainSubmits(int budget) {
     if (got == RecvOutcome::Failed) log_->warn("submit socket receive failed: {}", error);
     if (got != RecvOutcome::Received) break;
     ++n;
-    handleSubmitSocketMessage(parts);
+    try {
+      handleSubmitSocketMessage(parts);
+    } catch (const std::bad_alloc&) {
+      // No client input aborts the service: a message whose decoding or queueing ran out of
+      // memory is refused with `resource_exhausted` (every step left its state unchanged) and
+      // the loop keeps serving the others.
+      refuseOutOfMemory(parts);
+    }
   }
   return n;
+}
+
+void Server::Impl::refuseOutOfMemory(std::vector<zmq::message_t>& parts) {
+  ++counters.rejected_submits;
+  try {
+    const RoutedEnvelope from = splitRoutedEnvelope(parts, protocol::kMaxMessageBytes);
+    reply(submit_, from,
+          protocol::ErrorReply{ErrorCode::ResourceExhausted,
+                               "out of memory: the service could not accept this message (retry "
+                               "later)",
+                               from.error ? std::nullopt : protocol::peekRequestId(from.payload)});
+  } catch (const std::bad_alloc&) {
+    ++counters.dropped_replies;  // not even the refusal fits; the client may retry
+  }
 }
 
 void Server::Impl::handleSubmitSocketMessage(std::vector<zmq::message_t>& parts) {
@@ -457,6 +502,22 @@ void Server::Impl::handleSubmit(const RoutedEnvelope& from, protocol::SubmitRequ
           protocol::SubmitReject{req.id, "duplicate active request id '" + req.id + "'"});
     return;
   }
+  const std::size_t cost =
+      kRequestOverheadBytes +
+      sizeof(std::uint32_t) *
+          (req.prompt.size() + (req.output_tokens ? req.output_tokens->size() : 0));
+  if (unprobed_bytes_ + cost >= kProbeEveryBytes) {
+    if (!addressSpaceLeft(kSubmitHeadroomBytes)) {
+      ++counters.rejected_submits;
+      reply(submit_, from,
+            protocol::ErrorReply{ErrorCode::ResourceExhausted,
+                                 "out of memory: less than 64 MiB of address space left for the "
+                                 "queued work; the request was not queued (retry later)",
+                                 req.id});
+      return;
+    }
+    unprobed_bytes_ = 0;
+  }
   const std::uint32_t rank = req.dp_rank.value_or(chooseRank());
   const std::uint64_t output_len =
       req.output_tokens ? req.output_tokens->size() : std::uint64_t{req.max_tokens};
@@ -470,15 +531,26 @@ void Server::Impl::handleSubmit(const RoutedEnvelope& from, protocol::SubmitRequ
   auto id = engine_.submit(std::move(er));
   if (!id) {
     ++counters.rejected_submits;
-    reply(submit_, from, protocol::SubmitReject{req.id, id.error().message});
+    if (id.error().code == ErrorCode::ResourceExhausted) {
+      reply(submit_, from, protocol::ErrorReply{id.error().code, id.error().message, req.id});
+    } else {
+      reply(submit_, from, protocol::SubmitReject{req.id, id.error().message});
+    }
     return;
   }
   // At most max_buffered_outputs undelivered signals, capped at the request's output length
   // (Dynamo's min(output_len, 8)), at least 1.
   const auto cap = static_cast<std::uint32_t>(std::max<std::uint64_t>(
       1, std::min<std::uint64_t>(config_.service.max_buffered_outputs, output_len)));
-  Route& route = routes_.open(client, req.id, *id, rank, from.delimiter, cap);
-  ClientEntry& owner = *route.owner;
+  ClientEntry* opened = nullptr;
+  try {
+    opened = routes_.open(client, req.id, *id, rank, from.delimiter, cap).owner;
+  } catch (const std::bad_alloc&) {
+    (void)engine_.cancel(*id);  // both unchanged: the caller refuses with resource_exhausted
+    throw;
+  }
+  ClientEntry& owner = *opened;
+  unprobed_bytes_ += cost;
   ranks_[rank].stalled = false;
   // The ack goes before anything else of this request: sent now if nothing older waits for
   // the client, else queued behind what does (and then sent first of this request's items).

@@ -46,7 +46,8 @@ MAX_ID_BYTES = 256
 
 FINISH_REASONS = frozenset({"length", "cancelled", "rejected", "error", "shutdown"})
 ERROR_CODES = frozenset(
-    {"invalid_argument", "corruption", "unsupported", "not_found", "io_error", "internal"})
+    {"invalid_argument", "corruption", "unsupported", "not_found", "io_error", "internal",
+     "resource_exhausted"})
 CANCEL_RESULTS = frozenset({"applied", "not_found"})
 #: Types a service sends; a client-to-service type received from the service is a protocol error.
 SERVICE_TYPES = frozenset({"submit_ack", "submit_reject", "output", "cancel_reply", "error",

@@ -10,8 +10,20 @@ RequestRecord::RequestRecord(AcceptedRequest&& request)
       tokens(std::move(request.tokens)),
       prompt_len(static_cast<std::uint32_t>(tokens.size())),
       max_output(request.max_output_tokens),
-      plan(std::move(request.output_token_ids)) {
-  tokens.reserve(std::size_t{prompt_len} + max_output);
+      requested_output(request.max_output_tokens),
+      plan(std::move(request.output_token_ids)) {}
+
+EffectiveLimit vllmEffectiveLimit(const EngineConfig& config, std::uint32_t block_size) {
+  EffectiveLimit limit;
+  const auto consider = [&](std::uint64_t tokens, LengthLimit name) {
+    if (tokens < limit.tokens) limit = {tokens, name};  // ties keep the earlier name
+  };
+  if (config.max_model_len) consider(*config.max_model_len, LengthLimit::MaxModelLen);
+  consider(std::uint64_t{config.num_gpu_blocks} * block_size, LengthLimit::KvCapacity);
+  if (!config.enable_chunked_prefill && config.max_num_batched_tokens) {
+    consider(*config.max_num_batched_tokens, LengthLimit::MaxNumBatchedTokens);
+  }
+  return limit;
 }
 
 void StoredRuns::flush(std::uint32_t end) {
@@ -32,11 +44,11 @@ std::vector<std::uint64_t> rawHashes(std::span<const BlockHash> hashes) {
   return out;
 }
 
-void finishPass(PassResult& out, double now_ms, std::span<const RequestId> rejected,
+void finishPass(PassResult& out, double now_ms, std::span<const Rejection> rejected,
                 const RunningMoments& queued_prefill, const RunningMoments& queued_decode,
                 const LoadMetrics& load) {
-  for (RequestId id : rejected) {
-    out.outputs.push_back({id, std::nullopt, 0, 0.0, Terminal::Rejected, {}});
+  for (const Rejection& r : rejected) {
+    out.outputs.push_back({r.id, std::nullopt, 0, 0.0, Terminal::Rejected, {}, r.limit});
   }
   if (passFailed(out)) {
     out.prefill_ms = std::isfinite(out.prefill_ms) ? out.prefill_ms : 0.0;

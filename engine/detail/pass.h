@@ -10,6 +10,7 @@
 // Internal to engine/. Pure functions and value types; not thread-safe.
 #pragma once
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -38,20 +39,43 @@ struct RequestRecord {
   RequestId id;
   std::vector<std::uint32_t> tokens;  // prompt followed by every sampled output token
   std::uint32_t prompt_len = 0;
-  std::uint32_t max_output = 0;
+  std::uint32_t max_output = 0;        // may be clamped by the scheduler (TRT-LLM, §6)
+  std::uint32_t requested_output = 0;  // as submitted: a stream ending before it says why
   std::optional<std::vector<std::uint32_t>> plan;
   std::vector<BlockHash> hashes;  // sequence hashes of full blocks, grown lazily
   bool admitted_before = false;
-  bool head_checked = false;              // fresh-request rejection checks already passed
   std::uint32_t first_cached_tokens = 0;  // reused prompt tokens at the first admission
 
   RequestRecord() = default;
-  /// Takes the prompt and plan; reserves room for every output token so that appending never
-  /// copies a long prompt.
+  /// Takes the prompt and plan. Reserves nothing for output: memory follows the tokens actually
+  /// generated, never max_output (a queued request costs O(prompt)).
   explicit RequestRecord(AcceptedRequest&& request);
 
   std::uint32_t len() const { return static_cast<std::uint32_t>(tokens.size()); }
   std::uint32_t generated() const { return len() - prompt_len; }
+};
+
+/// The effective length limit L of §5.5 and the limit that binds (the first of max_model_len,
+/// kv capacity, max_num_batched_tokens equal to L). A prompt of >= L tokens is rejected and
+/// generation stops when len reaches L.
+struct EffectiveLimit {
+  std::uint64_t tokens = kUnbounded;
+  LengthLimit binding = LengthLimit::None;
+
+  /// The limit that stopped `r`'s generation, or None when it ended at its requested output.
+  LengthLimit stopReason(const RequestRecord& r) const {
+    return r.len() >= tokens && r.generated() < r.requested_output ? binding : LengthLimit::None;
+  }
+};
+
+/// vLLM / TRT-LLM (§5.5): L = min(max_model_len, N·B, max_num_batched_tokens if chunked prefill
+/// is off), null terms ∞.
+EffectiveLimit vllmEffectiveLimit(const EngineConfig& config, std::uint32_t block_size);
+
+/// A fresh request refused at the head of waiting, with the limit its prompt reached.
+struct Rejection {
+  RequestId id;
+  LengthLimit limit = LengthLimit::None;
 };
 
 /// Prefix-cache counters of the load metrics, accumulated per admission.
@@ -91,7 +115,8 @@ inline bool passFailed(const PassResult& out) {
 /// admission event, the first admission's cached tokens and the prefix-cache counters.
 inline void recordAdmission(RequestRecord& r, std::uint32_t cached, PassResult& out,
                             PrefixCacheCounters& counters) {
-  out.admissions.push_back({r.id, cached, r.admitted_before});
+  // §2.4: generated tokens recomputed after a preemption are never reused *input*.
+  out.admissions.push_back({r.id, std::min(cached, r.prompt_len), r.admitted_before});
   if (!r.admitted_before) r.first_cached_tokens = cached;
   r.admitted_before = true;
   counters.queries_tokens += r.len();
@@ -117,13 +142,14 @@ inline OutputSignal sampleToken(RequestRecord& r, std::uint64_t token_seed) {
 
 /// Completed without a token (nothing left to sample, e.g. max_output 0). A request that ends
 /// without any token carries its prefix hits on this only signal.
-inline OutputSignal completedWithoutToken(const RequestRecord& r) {
+inline OutputSignal completedWithoutToken(const RequestRecord& r, LengthLimit limit) {
   return {r.id,
           std::nullopt,
           r.generated(),
           0.0,
           Terminal::Completed,
-          r.generated() == 0 ? std::optional(r.first_cached_tokens) : std::nullopt};
+          r.generated() == 0 ? std::optional(r.first_cached_tokens) : std::nullopt,
+          limit};
 }
 
 /// Failed in a pass whose modelled time is not finite.
@@ -167,7 +193,7 @@ std::vector<std::uint64_t> rawHashes(std::span<const BlockHash> hashes);
 /// prefill time and no decode time; the end time is stamped on the pass and on every signal; FPM
 /// wall time and queue fields and the rank's load metrics (`load`, taken after the pass) are
 /// filled in.
-void finishPass(PassResult& out, double now_ms, std::span<const RequestId> rejected,
+void finishPass(PassResult& out, double now_ms, std::span<const Rejection> rejected,
                 const RunningMoments& queued_prefill, const RunningMoments& queued_decode,
                 const LoadMetrics& load);
 

@@ -24,6 +24,7 @@ struct AcceptedRequest {
 class RankCore {
  public:
   virtual ~RankCore() = default;
+  /// Queues `request`. May throw std::bad_alloc, and then leaves the rank unchanged.
   virtual void submit(AcceptedRequest&& request) = 0;
   /// True if the request was waiting or running (and is now gone).
   virtual bool cancel(RequestId id) = 0;

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstring>
 #include <exception>
+#include <new>
 
 #include "protocol/limits.h"
 
@@ -234,6 +235,11 @@ Result<Unpacked> unpackMessage(std::span<const std::byte> bytes, std::string_vie
       return corruption(std::string(what) + ": trailing bytes after the message");
     }
     return out;
+  } catch (const std::bad_alloc&) {
+    // Not the input's fault: the receiver ran out of memory (the input's declared lengths are
+    // already bounded by the pre-scan).
+    return Error{ErrorCode::ResourceExhausted,
+                 std::string(what) + ": out of memory while decoding"};
   } catch (const std::exception& e) {
     return corruption(std::string(what) + ": msgpack decode failed: " + e.what());
   } catch (...) {

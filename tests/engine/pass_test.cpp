@@ -73,12 +73,14 @@ TEST(PassSignalsTest, FirstTokenCarriesCachedTokensAndIsAppended) {
 TEST(PassSignalsTest, TerminalWithoutTokenCarriesCachedTokensOnlyWithoutOutput) {
   detail::RequestRecord r(detail::AcceptedRequest{RequestId{3}, range(1, 8), 0, std::nullopt});
   r.first_cached_tokens = 8;
-  const OutputSignal done = detail::completedWithoutToken(r);
+  const OutputSignal done = detail::completedWithoutToken(r, LengthLimit::None);
   EXPECT_FALSE(done.token.has_value());
   EXPECT_EQ(done.terminal, Terminal::Completed);
   EXPECT_EQ(done.cached_tokens, 8u);
   r.tokens.push_back(5);  // one output token already emitted
-  EXPECT_FALSE(detail::completedWithoutToken(r).cached_tokens.has_value());
+  EXPECT_FALSE(detail::completedWithoutToken(r, LengthLimit::None).cached_tokens.has_value());
+  EXPECT_EQ(detail::completedWithoutToken(r, LengthLimit::KvCapacity).limit,
+            LengthLimit::KvCapacity);
   const OutputSignal failed = detail::failedSignal(r);
   EXPECT_EQ(failed.terminal, Terminal::Failed);
   EXPECT_EQ(failed.index, 1u);
@@ -96,13 +98,14 @@ TEST(FinishPassTest, RejectionsLastEndTimeEverywhereAndFailedTimesReset) {
   prefill.add(4);
   prefill.add(8);
   decode.add(10);
-  const std::vector<RequestId> rejected = {RequestId{9}};
+  const std::vector<detail::Rejection> rejected = {{RequestId{9}, LengthLimit::MaxModelLen}};
   LoadMetrics load;
   load.running_requests = 3;
   detail::finishPass(out, 100.0, rejected, prefill, decode, load);
   ASSERT_EQ(out.outputs.size(), 2u);
   EXPECT_EQ(out.outputs[1].id, RequestId{9});
   EXPECT_EQ(out.outputs[1].terminal, Terminal::Rejected);
+  EXPECT_EQ(out.outputs[1].limit, LengthLimit::MaxModelLen);
   EXPECT_EQ(out.prefill_ms, 10.0);
   EXPECT_EQ(out.decode_ms, 0.0);
   EXPECT_EQ(out.end_ms, 110.0);

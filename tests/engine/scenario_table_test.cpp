@@ -5,6 +5,8 @@
 // per-step invariants as usual.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include "engine_harness.h"
 
 namespace mocker::engine {
@@ -122,6 +124,130 @@ INSTANTIATE_TEST_SUITE_P(Scenarios, ScenarioTableTest, ::testing::ValuesIn(kScen
                          [](const ::testing::TestParamInfo<Scenario>& param_info) {
                            return std::string(param_info.param.name);
                          });
+
+// §5.5 / §14 items 38, 39 and 11: the effective length limit L = min(max_model_len, N·B,
+// max_num_batched_tokens if chunking is off) — SGLang: (N − 1)·B + 1 by our rule (SGLANG.md) —
+// rejects a prompt of >= L tokens and stops generation at L; a stream that ends short of its
+// max_output_tokens names the binding limit, one that ends with its last requested token does
+// not. Expected values are worked out by hand in each row's comment.
+struct LengthCase {
+  const char* name;
+  EngineConfig config;
+  std::uint32_t prompt_len;
+  std::uint32_t max_output;
+  Terminal terminal;
+  std::uint32_t tokens;  // output tokens before the terminal
+  LengthLimit limit;
+};
+
+EngineConfig chunkingOff(EngineType type, std::uint32_t budget, std::uint32_t blocks) {
+  return base({.engine_type = type,
+               .num_gpu_blocks = blocks,
+               .max_num_batched_tokens = budget,
+               .enable_chunked_prefill = false});
+}
+
+EngineConfig sglangPool(std::uint32_t pages) {
+  EngineConfig c{.engine_type = EngineType::Sglang, .num_gpu_blocks = pages};
+  c.sglang.page_size = 4;
+  return c;
+}
+
+constexpr auto kBudget = LengthLimit::MaxNumBatchedTokens;
+constexpr auto kPool = LengthLimit::KvCapacity;
+constexpr auto kModel = LengthLimit::MaxModelLen;
+
+const LengthCase kLengthCases[] = {
+    // §14.38: budget 16, chunking off, 100 blocks ⇒ L = 16 (budget).
+    {"item38_vllm_prompt16_rejected", chunkingOff(EngineType::Vllm, 16, 100), 16, 1,
+     Terminal::Rejected, 0, kBudget},
+    {"item38_vllm_prompt12_stops_after4", chunkingOff(EngineType::Vllm, 16, 100), 12, 10,
+     Terminal::Completed, 4, kBudget},
+    {"item38_trtllm_prompt16_rejected", chunkingOff(EngineType::Trtllm, 16, 100), 16, 1,
+     Terminal::Rejected, 0, kBudget},
+    {"item38_trtllm_prompt12_stops_after4", chunkingOff(EngineType::Trtllm, 16, 100), 12, 10,
+     Terminal::Completed, 4, kBudget},
+    // 12 + 4 = L exactly: the last requested token reaches L, the stream is complete.
+    {"item38_vllm_tie_is_complete", chunkingOff(EngineType::Vllm, 16, 100), 12, 4,
+     Terminal::Completed, 4, LengthLimit::None},
+    // §14.39: 4 blocks of 4, no max_model_len ⇒ L = 16 (kv capacity).
+    {"item39_vllm_prompt16_rejected", base({.num_gpu_blocks = 4}), 16, 1, Terminal::Rejected, 0,
+     kPool},
+    {"item39_vllm_prompt15_stops_after1", base({.num_gpu_blocks = 4}), 15, 3, Terminal::Completed,
+     1, kPool},
+    {"item39_trtllm_prompt16_rejected",
+     base({.engine_type = EngineType::Trtllm, .num_gpu_blocks = 4}), 16, 1, Terminal::Rejected, 0,
+     kPool},
+    {"item39_trtllm_prompt15_stops_after1",
+     base({.engine_type = EngineType::Trtllm, .num_gpu_blocks = 4}), 15, 3, Terminal::Completed, 1,
+     kPool},
+    // §14.11: max_model_len 16 (pool 64 tokens) ⇒ L = 16 (max_model_len).
+    {"item11_vllm_prompt16_rejected", base({.num_gpu_blocks = 16, .max_model_len = 16}), 16, 4,
+     Terminal::Rejected, 0, kModel},
+    {"item11_vllm_prompt10_stops_after6", base({.num_gpu_blocks = 16, .max_model_len = 16}), 10, 10,
+     Terminal::Completed, 6, kModel},
+    // Ties between limits name the first of max_model_len, kv capacity, max_num_batched_tokens.
+    {"tie_model_len_and_pool", base({.num_gpu_blocks = 4, .max_model_len = 16}), 10, 10,
+     Terminal::Completed, 6, kModel},
+    {"tie_pool_and_budget", chunkingOff(EngineType::Vllm, 16, 4), 10, 10, Terminal::Completed, 6,
+     kPool},
+    // SGLang, 4 pages of 4: L = 13 (a sequence needing all 4 pages stops).
+    {"sglang_prompt13_rejected", sglangPool(4), 13, 1, Terminal::Rejected, 0, kPool},
+    {"sglang_prompt12_stops_after1", sglangPool(4), 12, 3, Terminal::Completed, 1, kPool},
+    {"sglang_tie_is_complete", sglangPool(4), 8, 5, Terminal::Completed, 5, LengthLimit::None},
+};
+
+class LengthLimitTest : public ::testing::TestWithParam<LengthCase> {};
+
+TEST_P(LengthLimitTest, TerminalTokensAndReason) {
+  const LengthCase& c = GetParam();
+  testing::Harness h(c.config);
+  const RequestId id = h.submit(range(1, c.prompt_len), c.max_output);
+  h.runUntilIdle();
+  const auto signals = h.signalsOf(id);
+  ASSERT_FALSE(signals.empty());
+  const OutputSignal& last = signals.back();
+  EXPECT_EQ(last.terminal, c.terminal);
+  EXPECT_EQ(last.limit, c.limit) << lengthLimitName(last.limit);
+  const auto tokens = std::count_if(signals.begin(), signals.end(),
+                                    [](const OutputSignal& s) { return s.token.has_value(); });
+  EXPECT_EQ(tokens, c.tokens);
+  for (std::size_t i = 0; i + 1 < signals.size(); ++i) {
+    EXPECT_EQ(signals[i].limit, LengthLimit::None) << "only the terminal names a limit";
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Limits, LengthLimitTest, ::testing::ValuesIn(kLengthCases),
+                         [](const ::testing::TestParamInfo<LengthCase>& param_info) {
+                           return std::string(param_info.param.name);
+                         });
+
+// §14.38, last clause: with chunking off, once the running queue is empty the waiting head is
+// admitted or rejected in the next pass — for every prompt length and every output length,
+// including preempted requests (whose len includes generated tokens) being readmitted.
+TEST(LengthLimitTest, ChunkingOffNoRequestWaitsForeverOnceRunningIsEmpty) {
+  for (std::uint32_t blocks : {4u, 6u, 100u}) {
+    for (auto mode : {PreemptionMode::Lifo, PreemptionMode::Fifo}) {
+      EngineConfig cfg = chunkingOff(EngineType::Vllm, 16, blocks);
+      cfg.preemption_mode = mode;
+      cfg.enable_prefix_caching = false;
+      testing::Harness h(cfg);
+      for (std::uint32_t p = 1; p <= 20; ++p) h.submit(range(100 * p, 100 * p + p - 1), 3 * p);
+      for (int pass = 0; pass < 10000 && h.engine().hasWork(); ++pass) {
+        const LoadMetrics before = h.engine().loadMetrics(0);
+        const PassResult& out = h.step();
+        if (before.running_requests == 0 && before.waiting_requests > 0) {
+          const bool progressed =
+              !out.admissions.empty() ||
+              std::any_of(out.outputs.begin(), out.outputs.end(),
+                          [](const OutputSignal& s) { return s.terminal == Terminal::Rejected; });
+          ASSERT_TRUE(progressed) << blocks << " blocks, pass " << pass << ": head stuck";
+        }
+      }
+      EXPECT_FALSE(h.engine().hasWork()) << blocks << " blocks";
+    }
+  }
+}
 
 }  // namespace
 }  // namespace mocker::engine

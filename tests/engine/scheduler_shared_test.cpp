@@ -3,6 +3,7 @@
 // engines model a case differently the expected value comes from the EngineCase, never from the
 // implementation. Every step goes through Harness::step, which checks the per-step invariants.
 #include <gtest/gtest.h>
+#include <malloc.h>
 
 #include <algorithm>
 #include <array>
@@ -34,8 +35,8 @@ struct EngineCase {
   /// Decode time of passes 1–3 of range(1, 8) with 3 outputs. vLLM models KV usage by active
   /// blocks (3 blocks hold 9 and 10 tokens), SGLang by Σ len (8, 9, 10 tokens of 64).
   std::array<double, 3> decode_ms;
-  /// Shortest prompt (with one output token) rejected outright by a 4-block pool: vLLM needs
-  /// more than N blocks, TRT-LLM rejects a prompt that fills the pool, SGLang's strict budget
+  /// Shortest prompt (with one output token) rejected outright by a 4-block pool: vLLM and
+  /// TRT-LLM reject a prompt that fills the pool (§5.5: prompt >= L = N·B), SGLang's strict budget
   /// check fails once the prompt needs all N pages.
   std::uint32_t oversized_prompt_len;
 };
@@ -222,6 +223,37 @@ TEST_P(SchedulerSharedTest, ResetPrefixCacheOnlyWhenIdle) {
 
 // Same config and inputs ⇒ the same signals and KV events, in a tight pool (preemption or
 // retraction, eviction) and, for SGLang, under lpm ordering.
+/// Bytes the allocator has handed out and not taken back (heap and mmapped chunks).
+std::size_t heapInUse() {
+  const struct mallinfo2 m = mallinfo2();
+  return m.uordblks + m.hblkhd;
+}
+
+// Memory follows work, never what a client asks for: a queued request with max_output_tokens
+// 1,000,000 costs O(prompt) (its 16 token ids, its record and queue slot), not 4 B × 1,000,000.
+// Admission and a few decode passes add only the blocks and tokens actually used.
+TEST_P(SchedulerSharedTest, QueuedRequestCostsItsPromptNotItsMaxOutput) {
+  constexpr std::uint32_t kRequests = 64;
+  constexpr std::uint32_t kMaxOutput = 1'000'000;
+  auto cfg = config();
+  cfg.num_gpu_blocks = 4096;
+  Engine engine(cfg);
+  engine.submit(Request{.tokens = range(1, 16), .max_output_tokens = kMaxOutput}).value();
+  const std::size_t before = heapInUse();
+  for (std::uint32_t i = 0; i < kRequests; ++i) {
+    engine.submit(Request{.tokens = range(100 + i, 115 + i), .max_output_tokens = kMaxOutput})
+        .value();
+  }
+  const std::size_t queued = heapInUse() - std::min(before, heapInUse());
+  EXPECT_LT(queued / kRequests, 1024u) << "bytes per queued request";
+  double now = 0.0;
+  for (int pass = 0; pass < 8; ++pass) now = engine.step(0, now).end_ms;
+  const std::size_t running = heapInUse() - std::min(before, heapInUse());
+  EXPECT_LT(running / kRequests, 4096u) << "bytes per request after 8 passes";
+  EXPECT_EQ(engine.loadMetrics(0).running_requests + engine.loadMetrics(0).waiting_requests,
+            kRequests + 1);
+}
+
 TEST_P(SchedulerSharedTest, SameInputsSameRun) {
   struct Setup {
     std::uint32_t num_gpu_blocks;
@@ -251,7 +283,7 @@ TEST_P(SchedulerSharedTest, SameInputsSameRun) {
   }
 }
 
-const EngineCase kVllm{EngineType::Vllm, {12.0890625, 14.961953125, 14.961953125}, 17};
+const EngineCase kVllm{EngineType::Vllm, {12.0890625, 14.961953125, 14.961953125}, 16};
 const EngineCase kTrtllm{EngineType::Trtllm, {12.0890625, 14.961953125, 14.961953125}, 16};
 const EngineCase kSglang{
     EngineType::Sglang, {decodeMs(8.0 / 64), decodeMs(9.0 / 64), decodeMs(10.0 / 64)}, 13};

@@ -304,20 +304,23 @@ TEST(SchedulerTest, PreemptedVictimRefundsBudget) {
 }
 
 // §14.20: eviction is leaf-first and LRU, one Removed per hash, before the Stored it enables.
+// The spec's X = [1..16] fills the 16-token pool and is now rejected (§5.5, §14.39), so X is
+// [1..15]: it leaves s_0..s_2 inactive and its partial block free; Y (3 blocks) takes the free
+// block, then evicts s_2 and s_1 in that order.
 TEST(SchedulerTest, LeafFirstEviction) {
   auto cfg = specConfig();
   cfg.num_gpu_blocks = 4;
   Harness h(cfg);
-  h.submit(range(1, 16), 1);
+  h.submit(range(1, 15), 1);
   h.step();
-  h.submit(range(201, 208), 1);
+  h.submit(range(201, 212), 1);
   const auto& p = h.step();
-  const auto x = hashesOf(range(1, 16));
+  const auto x = hashesOf(range(1, 15));
   ASSERT_EQ(p.kv_events.size(), 3u);
-  EXPECT_EQ(std::get<BlockRemoved>(p.kv_events[0]).block_hash, x[3]);
-  EXPECT_EQ(std::get<BlockRemoved>(p.kv_events[1]).block_hash, x[2]);
+  EXPECT_EQ(std::get<BlockRemoved>(p.kv_events[0]).block_hash, x[2]);
+  EXPECT_EQ(std::get<BlockRemoved>(p.kv_events[1]).block_hash, x[1]);
   const auto& s = std::get<BlockStored>(p.kv_events[2]);
-  EXPECT_EQ(s.block_hashes, hashesOf(range(201, 208)));
+  EXPECT_EQ(s.block_hashes, hashesOf(range(201, 212)));
   EXPECT_FALSE(s.parent_block_hash.has_value());
 }
 
@@ -468,6 +471,37 @@ TEST(SchedulerTest, ReadmissionAfterPreemptionIsMarked) {
     }
   }
   EXPECT_GE(readmissions, 1);
+}
+
+// §14.40: a request preempted after generating tokens and readmitted on its own cached blocks
+// reuses more cached tokens than its prompt, but reports at most its prompt as reused input
+// (§2.4), so reuse ratios stay <= 1. X runs ahead of A (a 2-token prompt); when the pool runs
+// out, LIFO preempts A; A comes back after X completes and hits its own inactive blocks.
+TEST(SchedulerTest, ReusedInputNeverExceedsThePrompt) {
+  auto cfg = specConfig();
+  cfg.num_gpu_blocks = 8;
+  Harness h(cfg);
+  h.submit(range(101, 104), 14);
+  const RequestId a = h.submit({1, 2}, 24);
+  h.runUntilIdle();
+  std::uint64_t hits_before = 0;
+  bool readmitted_with_hits = false;
+  for (const auto& p : h.passes()) {
+    for (const auto& adm : p.admissions) {
+      if (adm.id != a) continue;
+      EXPECT_LE(adm.reused_input_tokens, 2u);
+      if (adm.is_readmission && p.load.prefix_cache_hits_tokens - hits_before > 2) {
+        readmitted_with_hits = true;
+      }
+    }
+    EXPECT_LE(p.load.prefix_cache_hit_rate, 1.0);
+    hits_before = p.load.prefix_cache_hits_tokens;
+  }
+  EXPECT_TRUE(readmitted_with_hits) << "the scenario must readmit A on more than its prompt";
+  const auto sig = h.signalsOf(a);
+  ASSERT_FALSE(sig.empty());
+  EXPECT_EQ(sig.back().terminal, Terminal::Completed);
+  EXPECT_EQ(sig.back().index, 23u);
 }
 
 // §14.37: DP ranks have their own pools, clocks and events; an out-of-range rank is refused.

@@ -1,10 +1,13 @@
 // Randomized soak: thousands of seeded requests with shared prefixes, random cancellations and a
 // tiny pool that forces preemption and eviction. The harness checks the invariants after every
 // step (pool accounting, budget, max_num_seqs, events replayed into a set == cached hashes);
-// here we also check that every request ends exactly once and that the pool drains.
+// here we also check that every request ends exactly once, that the pool drains, that a waiting
+// head never waits forever once the running queue is empty (§5.5), and that every stream ending
+// short of its max_output_tokens names the limit that cut it (and no other stream names one).
 #include <gtest/gtest.h>
 
 #include <map>
+#include <ostream>
 #include <random>
 
 #include "engine_harness.h"
@@ -16,6 +19,8 @@ struct SoakCase {
   const char* name;
   EngineConfig config;
 };
+
+void PrintTo(const SoakCase& c, std::ostream* os) { *os << c.name; }
 
 class SoakTest : public ::testing::TestWithParam<SoakCase> {};
 
@@ -32,10 +37,12 @@ TEST_P(SoakTest, InvariantsHoldAndPoolDrains) {
     prefixes.push_back(testing::range(1000 * g + 1, 1000 * g + 4 * g + 1));
   }
   std::map<RequestId, int> terminals;
+  std::map<RequestId, std::uint32_t> max_output;
   std::vector<RequestId> live;
   std::uint32_t submitted = 0;
   constexpr std::uint32_t kRequests = 3000;
   std::uint64_t cancels = 0;
+  std::uint64_t short_streams = 0, full_streams = 0;
   int guard = 0;
   while ((submitted < kRequests || h.engine().hasWork()) && ++guard < 200000) {
     const std::uint32_t arrivals = submitted < kRequests ? uniform(0, 3) : 0;
@@ -43,7 +50,10 @@ TEST_P(SoakTest, InvariantsHoldAndPoolDrains) {
       auto tokens = prefixes[uniform(0, 5)];
       const std::uint32_t extra = uniform(1, 14);
       for (std::uint32_t t = 0; t < extra; ++t) tokens.push_back(uniform(1, 50000));
-      const RequestId id = h.submit(tokens, uniform(1, 12));
+      // One request in 16 asks for more than the pool can hold next to its prompt.
+      const std::uint32_t max_out = rng() % 16 == 0 ? uniform(13, 48) : uniform(1, 12);
+      const RequestId id = h.submit(tokens, max_out);
+      max_output[id] = max_out;
       live.push_back(id);
       terminals[id] = 0;
     }
@@ -56,10 +66,24 @@ TEST_P(SoakTest, InvariantsHoldAndPoolDrains) {
       live.erase(live.begin() + static_cast<std::ptrdiff_t>(pick));
     }
     if (h.engine().hasWork()) {
+      const LoadMetrics before = h.engine().loadMetrics(0);
       const auto& p = h.step();
       ASSERT_FALSE(::testing::Test::HasFailure()) << "invariant broken";
+      if (before.running_requests == 0 && before.waiting_requests > 0) {
+        ASSERT_TRUE(p.did_work) << "pass " << guard << ": the waiting head is stuck";
+      }
       for (const auto& s : p.outputs) {
         if (s.terminal != Terminal::None) ++terminals[s.id];
+        if (s.terminal == Terminal::Completed) {
+          const std::uint32_t emitted = s.token ? s.index + 1 : s.index;
+          ++(emitted < max_output[s.id] ? short_streams : full_streams);
+          EXPECT_EQ(s.limit != LengthLimit::None, emitted < max_output[s.id])
+              << "request " << s.id.value() << ": " << emitted << " of " << max_output[s.id];
+        } else if (s.terminal == Terminal::Rejected) {
+          EXPECT_NE(s.limit, LengthLimit::None) << "a rejection names its limit";
+        } else {
+          EXPECT_EQ(s.limit, LengthLimit::None);
+        }
       }
     }
   }
@@ -71,6 +95,8 @@ TEST_P(SoakTest, InvariantsHoldAndPoolDrains) {
   EXPECT_EQ(m.running_requests, 0u);
   EXPECT_EQ(m.waiting_requests, 0u);
   EXPECT_GT(cancels, 0u);
+  EXPECT_GT(full_streams, 0u);
+  EXPECT_GT(short_streams, 0u) << "no stream reached the length limit";
   if (cfg.engine_type != EngineType::Trtllm) {
     EXPECT_GT(m.preemptions_total, 0u) << "pool was not small enough to force preemption";
   }

@@ -211,5 +211,21 @@ TEST(OutputMessageBudgetTest, StatsReplyListsNoMoreClientsThanOneMessageCarries)
   EXPECT_TRUE(protocol::decodeClientMessage(bytes).has_value());
 }
 
+// A stream cut short by a length limit, and a rejected prompt, name the binding limit first
+// (protocol/README.md §1.2); a stream that ended at its own max_tokens has no reason.
+TEST(WireFinishTest, LengthLimitsAreNamedFirstInTheReason) {
+  using engine::LengthLimit;
+  for (LengthLimit limit :
+       {LengthLimit::MaxModelLen, LengthLimit::KvCapacity, LengthLimit::MaxNumBatchedTokens}) {
+    const std::string prefix = std::string(engine::lengthLimitName(limit)) + ": ";
+    for (Terminal t : {Terminal::Completed, Terminal::Rejected}) {
+      const WireFinish f = wireFinish(t, limit);
+      EXPECT_EQ(f.reason.substr(0, prefix.size()), prefix) << f.reason;
+    }
+    EXPECT_EQ(wireFinish(Terminal::Completed, limit).finish, FinishReason::Length);
+  }
+  EXPECT_TRUE(wireFinish(Terminal::Completed, LengthLimit::None).reason.empty());
+}
+
 }  // namespace
 }  // namespace mocker::service

@@ -15,6 +15,20 @@
 namespace mocker::replay {
 namespace {
 
+// The service names a length limit first in an output's `reason` (protocol/README.md §1.2);
+// live replay reads it back from there.
+TEST(StopReasonTest, ParsesTheLimitAWireReasonStartsWith) {
+  EXPECT_EQ(parseWireStopReason("max_model_len: the sequence reached the model length limit"),
+            StopReason::MaxModelLen);
+  EXPECT_EQ(parseWireStopReason("kv capacity: the prompt leaves no room"), StopReason::KvCapacity);
+  EXPECT_EQ(parseWireStopReason("max_num_batched_tokens: with chunked prefill off"),
+            StopReason::MaxNumBatchedTokens);
+  EXPECT_EQ(parseWireStopReason(""), StopReason::None);
+  EXPECT_EQ(parseWireStopReason("cancelled"), StopReason::None);
+  EXPECT_EQ(parseWireStopReason("kv capacity"), StopReason::None);  // the prefix includes ": "
+  EXPECT_STREQ(stopReasonName(StopReason::KvCapacity), "kv_capacity");
+}
+
 TEST(StatsTest, LinearPercentilesAndPopulationStd) {
   const Distribution d = summarize({40, 10, 30, 20});
   EXPECT_EQ(d.count, 4u);

@@ -157,6 +157,36 @@ TEST(OfflineReplayTest, ZeroTokenOutputCompletesWithoutTokens) {
   EXPECT_TRUE(c.requests()[0].token_times_ms.empty());
 }
 
+// engine.md §5.5: with a 4-block pool of 16 tokens (L = 64), a 64-token prompt is rejected and a
+// 48-token prompt asking for 20 tokens stops after 16; the report counts both by their limit and
+// the per-request rows name it. A request that gets all its tokens names none.
+TEST(OfflineReplayTest, LengthLimitedRequestsAreCountedPerLimit) {
+  const Workload w =
+      parse(R"({"timestamp": 0, "input_length": 64, "output_length": 1, "hash_ids": [1, 2, 3, 4]})"
+            "\n"
+            R"({"timestamp": 1, "input_length": 48, "output_length": 20, "hash_ids": [5, 6, 7]})"
+            "\n"
+            R"({"timestamp": 2, "input_length": 16, "output_length": 2, "hash_ids": [8]})"
+            "\n");
+  engine::EngineConfig cfg = smallEngine();
+  cfg.num_gpu_blocks = 4;
+  const ReplayCollector c = replayOrDie(w, {.engine = cfg});
+  ASSERT_EQ(c.requests().size(), 3u);
+  EXPECT_EQ(c.requests()[0].status, TerminalStatus::Rejected);
+  EXPECT_EQ(c.requests()[0].stop_reason, StopReason::KvCapacity);
+  EXPECT_EQ(c.requests()[1].status, TerminalStatus::Completed);
+  EXPECT_EQ(c.requests()[1].token_times_ms.size(), 16u);
+  EXPECT_EQ(c.requests()[1].stop_reason, StopReason::KvCapacity);
+  EXPECT_EQ(c.requests()[2].token_times_ms.size(), 2u);
+  EXPECT_EQ(c.requests()[2].stop_reason, StopReason::None);
+  const Report r = c.buildReport({});
+  EXPECT_EQ(r.rejected_by.kv_capacity, 1u);
+  EXPECT_EQ(r.cut_short_by.kv_capacity, 1u);
+  EXPECT_EQ(r.cut_short_by.max_model_len + r.cut_short_by.max_num_batched_tokens +
+                r.rejected_by.max_model_len + r.rejected_by.max_num_batched_tokens,
+            0u);
+}
+
 TEST(OfflineReplayTest, DpRanksAndWorkersGetRequestsRoundRobin) {
   std::string text;
   for (int i = 0; i < 12; ++i) {

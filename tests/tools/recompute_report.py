@@ -121,6 +121,12 @@ def main():
     for status in ("completed", "rejected", "cancelled", "failed", "incomplete"):
         check.equal(f"{status}_requests", report[f"{status}_requests"], statuses.count(status))
 
+    for status, prefix in (("completed", "cut_short_by_"), ("rejected", "rejected_by_")):
+        for limit in ("max_model_len", "kv_capacity", "max_num_batched_tokens"):
+            want = sum(1 for r in requests
+                       if r["terminal_status"] == status and r["terminal_reason"] == limit)
+            check.equal(f"{prefix}{limit}_requests", report[f"{prefix}{limit}_requests"], want)
+
     completed = [r for r in requests if r["terminal_status"] == "completed"]
     token_times = reconstruct_token_times(completed)
 

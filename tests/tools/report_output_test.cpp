@@ -29,15 +29,15 @@ ReplayCollector smallRun() {
                                        .requested_output_length = 4},
                                       0);
   const RequestHandle b = c.onArrival(
-      {.session_id = "s2", .turn_index = 1, .input_length = 32, .requested_output_length = 1}, 5);
+      {.session_id = "s2", .turn_index = 1, .input_length = 32, .requested_output_length = 3}, 5);
   const RequestHandle x = c.onArrival(
       {.session_id = "s3", .turn_index = 0, .input_length = 8, .requested_output_length = 2}, 8);
   c.onAdmission(a, 1, 16, false);
   c.onAdmission(b, 6, 0, false);
-  c.onTerminal(x, 8, TerminalStatus::Rejected);
+  c.onTerminal(x, 8, TerminalStatus::Rejected, StopReason::KvCapacity);
   for (const double t : {10.0, 20.0, 30.0, 40.0}) c.onToken(a, t);
   c.onToken(b, 15);
-  c.onTerminal(b, 15, TerminalStatus::Completed);
+  c.onTerminal(b, 15, TerminalStatus::Completed, StopReason::MaxModelLen);  // 1 of 3 tokens
   c.onTerminal(a, 40, TerminalStatus::Completed);
   for (int i = 0; i < 5; ++i) {
     c.onEngineSample({.time_ms = 10.0 * i,
@@ -76,6 +76,11 @@ std::vector<std::string> expectedKeys(bool goodput) {
   for (const char* k :
        {"failed_requests", "incomplete_requests", "total_preemptions", "peak_kv_usage"}) {
     keys.push_back(k);
+  }
+  for (const std::string prefix : {"cut_short_by_", "rejected_by_"}) {
+    for (const char* limit : {"max_model_len", "kv_capacity", "max_num_batched_tokens"}) {
+      keys.push_back(prefix + limit + "_requests");
+    }
   }
   if (goodput) {
     for (const char* k : {"goodput_completed_requests", "goodput_request_throughput_rps",
@@ -120,6 +125,10 @@ TEST(ReportJsonTest, ValuesAndNulls) {
   EXPECT_FALSE(j.contains("count_ttst_ms"));
   EXPECT_DOUBLE_EQ(j["prefix_cache_reused_ratio"].get<double>(), 16.0 / 96);
   EXPECT_DOUBLE_EQ(j["peak_kv_usage"].get<double>(), 0.4);
+  EXPECT_EQ(j["cut_short_by_max_model_len_requests"], 1);
+  EXPECT_EQ(j["cut_short_by_kv_capacity_requests"], 0);
+  EXPECT_EQ(j["rejected_by_kv_capacity_requests"], 1);
+  EXPECT_EQ(j["rejected_by_max_model_len_requests"], 0);
 
   // n = 0 ⇒ every statistic null.
   const auto empty = nlohmann::json::parse(formatReportJson(ReplayCollector().buildReport({})));
@@ -167,7 +176,8 @@ TEST(RequestsJsonlTest, OneObjectPerRequestWithTheSpecFields) {
                                            "requested_output_length",
                                            "output_length",
                                            "reused_input_tokens",
-                                           "admission_count"};
+                                           "admission_count",
+                                           "terminal_reason"};
   for (const auto& row : rows) EXPECT_EQ(keysOf(row), fields);
   const auto& a = rows[0];
   EXPECT_EQ(a["session_id"], "s1");
@@ -187,6 +197,9 @@ TEST(RequestsJsonlTest, OneObjectPerRequestWithTheSpecFields) {
   EXPECT_EQ(a["output_length"], 4);
   EXPECT_EQ(a["reused_input_tokens"], 16);
   EXPECT_EQ(a["admission_count"], 1);
+  EXPECT_TRUE(a["terminal_reason"].is_null());  // complete: no limit named
+  EXPECT_EQ(rows[1]["terminal_reason"], "max_model_len");
+  EXPECT_EQ(rows[2]["terminal_reason"], "kv_capacity");
   EXPECT_EQ(rows[1]["turn_index"], 1);
   EXPECT_TRUE(rows[1]["request_id"].is_null());
   EXPECT_TRUE(rows[1]["ttst_ms"].is_null());

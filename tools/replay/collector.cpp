@@ -6,12 +6,46 @@
 #include "base/check.h"
 
 namespace mocker::replay {
-namespace {
 
-/// Largest per-request token timeline reserved up front (64 k tokens, 512 KiB).
-constexpr std::size_t kMaxTokenTimesReserve = std::size_t{1} << 16;
+const char* stopReasonName(StopReason reason) {
+  switch (reason) {
+    case StopReason::None:
+      return "";
+    case StopReason::MaxModelLen:
+      return "max_model_len";
+    case StopReason::KvCapacity:
+      return "kv_capacity";
+    case StopReason::MaxNumBatchedTokens:
+      return "max_num_batched_tokens";
+  }
+  return "";
+}
 
-}  // namespace
+StopReason parseWireStopReason(std::string_view reason) {
+  for (const auto& [prefix, value] :
+       {std::pair{std::string_view("max_model_len: "), StopReason::MaxModelLen},
+        std::pair{std::string_view("kv capacity: "), StopReason::KvCapacity},
+        std::pair{std::string_view("max_num_batched_tokens: "), StopReason::MaxNumBatchedTokens}}) {
+    if (reason.substr(0, prefix.size()) == prefix) return value;
+  }
+  return StopReason::None;
+}
+
+void StopReasonCounts::add(StopReason reason) {
+  switch (reason) {
+    case StopReason::None:
+      return;
+    case StopReason::MaxModelLen:
+      ++max_model_len;
+      return;
+    case StopReason::KvCapacity:
+      ++kv_capacity;
+      return;
+    case StopReason::MaxNumBatchedTokens:
+      ++max_num_batched_tokens;
+      return;
+  }
+}
 
 const char* terminalStatusName(TerminalStatus status) {
   switch (status) {
@@ -68,20 +102,16 @@ void ReplayCollector::onAdmission(RequestHandle request, double time_ms,
 }
 
 void ReplayCollector::onToken(RequestHandle request, double time_ms) {
-  RequestRecord& r = record(request);
-  if (r.token_times_ms.empty()) {
-    // Size the timeline once for the requested output instead of growing it token by token
-    // (a hint, capped: a request may still emit more or fewer tokens).
-    r.token_times_ms.reserve(
-        std::clamp<std::size_t>(r.info.requested_output_length, 1, kMaxTokenTimesReserve));
-  }
-  r.token_times_ms.push_back(time_ms);
+  // Grows with the tokens actually emitted, never sized from the requested output length.
+  record(request).token_times_ms.push_back(time_ms);
 }
 
-void ReplayCollector::onTerminal(RequestHandle request, double time_ms, TerminalStatus status) {
+void ReplayCollector::onTerminal(RequestHandle request, double time_ms, TerminalStatus status,
+                                 StopReason reason) {
   RequestRecord& r = record(request);
   if (r.terminal_ms || status == TerminalStatus::Incomplete) return;
   r.status = status;
+  r.stop_reason = reason;
   r.terminal_ms = time_ms;
 }
 
@@ -137,9 +167,11 @@ Report ReplayCollector::buildReport(const ReportOptions& options) const {
     switch (r.status) {
       case TerminalStatus::Completed:
         ++rep.completed_requests;
+        rep.cut_short_by.add(r.stop_reason);
         break;
       case TerminalStatus::Rejected:
         ++rep.rejected_requests;
+        rep.rejected_by.add(r.stop_reason);
         continue;
       case TerminalStatus::Cancelled:
         ++rep.cancelled_requests;

@@ -17,6 +17,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -29,6 +30,17 @@ enum class TerminalStatus : std::uint8_t { Incomplete, Completed, Rejected, Canc
 
 /// "completed", "rejected", "cancelled", "failed", "incomplete".
 const char* terminalStatusName(TerminalStatus status);
+
+/// The length limit that cut a completed stream short of its requested output, or refused a
+/// prompt (engine.md §5.5); None for every other ending.
+enum class StopReason : std::uint8_t { None, MaxModelLen, KvCapacity, MaxNumBatchedTokens };
+
+/// "max_model_len", "kv_capacity", "max_num_batched_tokens"; "" for None (report key parts).
+const char* stopReasonName(StopReason reason);
+
+/// The StopReason a wire `reason` names: it starts with "max_model_len: ", "kv capacity: " or
+/// "max_num_batched_tokens: " (protocol/README.md §1.2); None for any other text.
+StopReason parseWireStopReason(std::string_view reason);
 
 /// Dense index of a request inside one collector, in arrival (dispatch) order.
 using RequestHandle = std::size_t;
@@ -52,6 +64,7 @@ struct RequestRecord {
   std::uint32_t last_reused_input_tokens = 0;
   std::vector<double> token_times_ms{};  ///< τ_1 ≤ … ≤ τ_n
   TerminalStatus status = TerminalStatus::Incomplete;
+  StopReason stop_reason = StopReason::None;
   std::optional<double> terminal_ms{};
 };
 
@@ -94,6 +107,14 @@ struct Goodput {
   std::optional<double> output_throughput_tok_s{};
 };
 
+/// Requests per binding length limit.
+struct StopReasonCounts {
+  std::uint64_t max_model_len = 0;
+  std::uint64_t kv_capacity = 0;
+  std::uint64_t max_num_batched_tokens = 0;
+  void add(StopReason reason);
+};
+
 /// The replay report (§6.2–§6.5). Token totals and throughputs count completed requests only;
 /// latency distributions use completed requests only. Optional fields are null when undefined
 /// (no terminal yet, zero duration, no wall time, no input tokens).
@@ -123,6 +144,8 @@ struct Report {
   Distribution output_token_throughput_per_user{};  ///< 1000/gap for every pooled gap > 0
   std::uint64_t total_preemptions = 0;
   std::optional<double> peak_kv_usage{};  ///< null without engine samples
+  StopReasonCounts cut_short_by{};        ///< completed before the requested output, per limit
+  StopReasonCounts rejected_by{};         ///< rejected, per limit
   std::optional<Goodput> goodput{};       ///< only when slo.any()
 };
 
@@ -146,8 +169,10 @@ class ReplayCollector final {
                    bool is_readmission);
   /// One output token emitted at `time_ms`. REQUIRES: time order per request.
   void onToken(RequestHandle request, double time_ms);
-  /// The terminal signal. Only the first terminal event of a request counts.
-  void onTerminal(RequestHandle request, double time_ms, TerminalStatus status);
+  /// The terminal signal, with the limit that bound it (Completed short of the requested output,
+  /// Rejected). Only the first terminal event of a request counts.
+  void onTerminal(RequestHandle request, double time_ms, TerminalStatus status,
+                  StopReason reason = StopReason::None);
   /// Engine-level observation (feeds peak KV usage and preemptions; kept for plots when
   /// CollectorOptions::keep_engine_samples).
   void onEngineSample(const EngineSample& sample);

@@ -212,11 +212,12 @@ class LiveReplay {
   }
 
   /// Records the terminal of request `index` and makes its session's next turn eligible.
-  void end(std::size_t index, double time_ms, TerminalStatus status) {
+  void end(std::size_t index, double time_ms, TerminalStatus status,
+           StopReason reason = StopReason::None) {
     Sent& r = sent_[index];
     MOCKER_CHECK(r.live);
     r.live = false;
-    collector_.onTerminal(r.handle, time_ms, status);
+    collector_.onTerminal(r.handle, time_ms, status, reason);
     --in_flight_;
     ++ended_;
     const Session& s = workload_.sessions[r.session];
@@ -351,7 +352,7 @@ class LiveReplay {
     if (status != TerminalStatus::Completed && !o.reason.empty()) {
       warnOnce(std::string("request ended ") + terminalStatusName(status) + ": " + o.reason);
     }
-    end(indexOf(*r), now, status);
+    end(indexOf(*r), now, status, parseWireStopReason(o.reason));
   }
 
   void reportProgress(double now) {

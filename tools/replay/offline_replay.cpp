@@ -53,6 +53,20 @@ struct PendingEventsLater {
   }
 };
 
+StopReason toReason(engine::LengthLimit limit) {
+  switch (limit) {
+    case engine::LengthLimit::None:
+      return StopReason::None;
+    case engine::LengthLimit::MaxModelLen:
+      return StopReason::MaxModelLen;
+    case engine::LengthLimit::KvCapacity:
+      return StopReason::KvCapacity;
+    case engine::LengthLimit::MaxNumBatchedTokens:
+      return StopReason::MaxNumBatchedTokens;
+  }
+  return StopReason::None;
+}
+
 TerminalStatus toStatus(engine::Terminal t) {
   switch (t) {
     case engine::Terminal::Completed:
@@ -210,7 +224,7 @@ class OfflineReplay {
     const Turn& turn = session.turns[next.turn];
 
     engine::Request request;
-    request.tokens = synth_.synthesize(turn, turn.output_length);
+    request.tokens = synth_.synthesize(turn);
     request.max_output_tokens = turn.output_length;
     request.arrival_ms = now;
     const RequestHandle handle =
@@ -246,8 +260,8 @@ class OfflineReplay {
   /// A request reached its terminal at `time_ms`: record it, free its concurrency slot and
   /// make the session's next turn eligible after its delay.
   void end(RequestHandle handle, std::uint32_t session, std::uint32_t turn, double time_ms,
-           TerminalStatus status) {
-    collector_.onTerminal(handle, time_ms, status);
+           TerminalStatus status, StopReason reason = StopReason::None) {
+    collector_.onTerminal(handle, time_ms, status, reason);
     ++ended_;
     if (options_.concurrency) free_slots_.push(time_ms);
     const Session& s = workload_.sessions[session];
@@ -282,7 +296,7 @@ class OfflineReplay {
       if (sig.terminal != engine::Terminal::None) {
         t.live = false;
         slot.pending_terminals.push(sig.time_ms);
-        end(t.handle, t.session, t.turn, sig.time_ms, toStatus(sig.terminal));
+        end(t.handle, t.session, t.turn, sig.time_ms, toStatus(sig.terminal), toReason(sig.limit));
       }
     }
     collector_.onEngineSample({.time_ms = pass.end_ms,

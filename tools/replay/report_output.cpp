@@ -95,6 +95,13 @@ std::string formatReportTable(const Report& r) {
        r.first_admission_prefix_cache_reused_ratio
            ? fixed(100.0 * *r.first_admission_prefix_cache_reused_ratio, 2) + " %"
            : std::string("–"));
+  const auto by_limit = [](const StopReasonCounts& c) {
+    return "max_model_len " + std::to_string(c.max_model_len) + ", kv capacity " +
+           std::to_string(c.kv_capacity) + ", max_num_batched_tokens " +
+           std::to_string(c.max_num_batched_tokens);
+  };
+  line("Cut short by a length limit", by_limit(r.cut_short_by));
+  line("Rejected by a length limit", by_limit(r.rejected_by));
   line("Preemptions", std::to_string(r.total_preemptions));
   line("Peak KV usage",
        r.peak_kv_usage ? fixed(100.0 * *r.peak_kv_usage, 2) + " %" : std::string("–"));
@@ -158,6 +165,12 @@ std::string formatReportJson(const Report& r) {
   j["incomplete_requests"] = r.incomplete_requests;
   j["total_preemptions"] = r.total_preemptions;
   j["peak_kv_usage"] = orNull(r.peak_kv_usage);
+  for (const auto& [prefix, counts] :
+       {std::pair{"cut_short_by_", &r.cut_short_by}, std::pair{"rejected_by_", &r.rejected_by}}) {
+    j[std::string(prefix) + "max_model_len_requests"] = counts->max_model_len;
+    j[std::string(prefix) + "kv_capacity_requests"] = counts->kv_capacity;
+    j[std::string(prefix) + "max_num_batched_tokens_requests"] = counts->max_num_batched_tokens;
+  }
   if (r.goodput) {
     j["goodput_completed_requests"] = r.goodput->completed_requests;
     j["goodput_request_throughput_rps"] = orNull(r.goodput->request_throughput_rps);
@@ -190,6 +203,9 @@ std::string formatRequestsJsonl(const ReplayCollector& collector) {
     j["output_length"] = tau.size();
     j["reused_input_tokens"] = r.last_reused_input_tokens;
     j["admission_count"] = r.admission_count;
+    j["terminal_reason"] = r.stop_reason == StopReason::None
+                               ? ordered_json(nullptr)
+                               : ordered_json(stopReasonName(r.stop_reason));
     out += j.dump();
     out += '\n';
   }

@@ -69,12 +69,11 @@ void normalizeArrivals(std::vector<Session>& sessions, double arrival_speedup_ra
   }
 }
 
-SynthesizedPrompt synthesizePrompt(const Turn& turn, std::uint32_t trace_block_size,
-                                   std::size_t extra_capacity) {
+SynthesizedPrompt synthesizePrompt(const Turn& turn, std::uint32_t trace_block_size) {
   SynthesizedPrompt out;
   const std::size_t capacity = turn.hash_ids.size() * std::size_t{trace_block_size};
   const std::size_t length = std::min<std::size_t>(turn.input_length, capacity);
-  out.tokens.reserve(length + extra_capacity);
+  out.tokens.reserve(length);
   for (const std::uint64_t h : turn.hash_ids) {
     if (out.tokens.size() >= length) break;
     if (h > kMaxUnaliasedHashId) out.aliased_hash_id = true;
@@ -90,9 +89,8 @@ PromptSynthesizer::PromptSynthesizer(std::uint32_t trace_block_size)
   MOCKER_CHECK(trace_block_size >= 1);
 }
 
-std::vector<std::uint32_t> PromptSynthesizer::synthesize(const Turn& turn,
-                                                         std::size_t extra_capacity) {
-  SynthesizedPrompt prompt = synthesizePrompt(turn, trace_block_size_, extra_capacity);
+std::vector<std::uint32_t> PromptSynthesizer::synthesize(const Turn& turn) {
+  SynthesizedPrompt prompt = synthesizePrompt(turn, trace_block_size_);
   if (prompt.aliased_hash_id && warnings_.empty()) {
     std::string where =
         turn.line != 0 ? " (first seen on line " + std::to_string(turn.line) + ")" : std::string();

@@ -91,14 +91,13 @@ inline constexpr std::uint64_t kMaxUnaliasedHashId = 0xFFFF'FFFFull;
 /// `h mod 2^32`; the concatenation is truncated to min(input_length, capacity).
 /// Example: hash_ids [7, 9], input_length 700, block 512 ⇒ 512 × 7 then 188 × 9.
 /// `aliased_hash_id` is set when some id was >= 2^32 (and so may alias another id).
-/// `extra_capacity` is reserved beyond the prompt (e.g. the output length, so that an engine
-/// appending generated tokens never reallocates the vector).
+/// Nothing is reserved for output tokens: memory follows the tokens actually generated, never
+/// the requested output length.
 struct SynthesizedPrompt {
   std::vector<std::uint32_t> tokens{};
   bool aliased_hash_id = false;
 };
-SynthesizedPrompt synthesizePrompt(const Turn& turn, std::uint32_t trace_block_size,
-                                   std::size_t extra_capacity = 0);
+SynthesizedPrompt synthesizePrompt(const Turn& turn, std::uint32_t trace_block_size);
 
 /// Stateful wrapper that warns once per run about hash ids >= 2^32 (§2.2). One per replay.
 /// Not thread-safe.
@@ -106,9 +105,8 @@ class PromptSynthesizer {
  public:
   explicit PromptSynthesizer(std::uint32_t trace_block_size);
 
-  /// The prompt tokens of `turn` (capacity: prompt + `extra_capacity`); records the aliasing
-  /// warning the first time it applies.
-  std::vector<std::uint32_t> synthesize(const Turn& turn, std::size_t extra_capacity = 0);
+  /// The prompt tokens of `turn`; records the aliasing warning the first time it applies.
+  std::vector<std::uint32_t> synthesize(const Turn& turn);
 
   /// At most one message; the caller decides how to print it.
   const std::vector<std::string>& warnings() const { return warnings_; }
