@@ -161,6 +161,15 @@ std::vector<ClientTerminals> RouteTable::closeAll(protocol::FinishReason finish,
   return out;
 }
 
+std::vector<std::string> RouteTable::clientsOnConnection(int fd) const {
+  std::vector<std::string> out;
+  for (const auto& [client, entry] : clients_) {
+    if (entry.connection_fd == fd) out.push_back(client);
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
 std::vector<protocol::ClientRoutes> RouteTable::routesPerClient() const {
   std::vector<protocol::ClientRoutes> out;
   out.reserve(clients_.size());
