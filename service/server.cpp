@@ -46,6 +46,10 @@ using protocol::FinishReason;
 constexpr int kSubmitsPerIteration = 64;
 /// How often a client owed a terminal message is retried while nothing else wakes the loop.
 constexpr auto kOwedRetryInterval = std::chrono::milliseconds(5);
+/// ZMQ_MAXMSGSIZE of the replay ROUTER: a request is 9 bytes; larger frames drop the peer. With
+/// CURVE the handshake commands must fit as well.
+const std::int64_t kReplayMaxMessageBytes = publishers::ZmqReplayConfig{}.max_request_bytes;
+constexpr std::int64_t kCurveReplayMaxMessageBytes = 1024;
 /// A client whose sends keep failing with EHOSTUNREACH this long is considered gone.
 constexpr auto kGoneAfter = std::chrono::milliseconds(1000);
 
@@ -292,6 +296,10 @@ Status Server::Impl::init() {
                                     context_,
                                     {.endpoint = rep,
                                      .linger_ms = static_cast<int>(config_.service.linger_ms),
+                                     // A CURVE handshake's commands (HELLO is 200 bytes) pass
+                                     // through ZMQ_MAXMSGSIZE too: 64 bytes refuses them all.
+                                     .max_request_bytes = curve_on ? kCurveReplayMaxMessageBytes
+                                                                   : kReplayMaxMessageBytes,
                                      .configure = [this](zmq::socket_t& s) { secure(s); }},
                                     *rank.kv));
         endpoints.kv_replay.push_back(rank.replay->endpoint());

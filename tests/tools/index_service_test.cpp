@@ -556,6 +556,18 @@ TEST(IndexCurveTest, IndexFollowsACurveWorkerAndAnswersOnlyAllowedQueriers) {
   wc.security.client_public_keys = {idx.pub, querier.pub};
   LiveService svc(wc);
 
+  // The load runs before the index starts: what it indexes comes through a CURVE replay.
+  auto client = svc.client({.curve_server_key = worker.pub,
+                            .curve_public_key = querier.pub,
+                            .curve_secret_key = querier.sec});
+  std::vector<std::string> ids;
+  for (std::uint32_t i = 0; i < 6; ++i) {
+    ids.push_back("c" + std::to_string(i));
+    ASSERT_TRUE(client->submit(
+        {.id = ids.back(), .prompt = service::testing::prompt(12, 100 * i), .max_tokens = 2}));
+  }
+  service::testing::collect(*client, ids);
+
   IndexServiceConfig ic = indexConfig({endpointOf(svc, 7)});
   ic.query_endpoint = "tcp://127.0.0.1:*";
   ic.linger_ms = 0;
@@ -569,17 +581,6 @@ TEST(IndexCurveTest, IndexFollowsACurveWorkerAndAnswersOnlyAllowedQueriers) {
   std::unique_ptr<IndexService> index = std::move(*created);
   Status status;
   std::thread runner([&] { status = index->run(); });
-
-  auto client = svc.client({.curve_server_key = worker.pub,
-                            .curve_public_key = querier.pub,
-                            .curve_secret_key = querier.sec});
-  std::vector<std::string> ids;
-  for (std::uint32_t i = 0; i < 6; ++i) {
-    ids.push_back("c" + std::to_string(i));
-    ASSERT_TRUE(client->submit(
-        {.id = ids.back(), .prompt = service::testing::prompt(12, 100 * i), .max_tokens = 2}));
-  }
-  service::testing::collect(*client, ids);
 
   zmq::context_t ctx(1);
   const auto dealer = [&](const Keys& who) {
@@ -614,8 +615,8 @@ TEST(IndexCurveTest, IndexFollowsACurveWorkerAndAnswersOnlyAllowedQueriers) {
       }
     }
   }
-  EXPECT_TRUE(ok) << last;  // events, replay and the snapshot all came through CURVE
-  EXPECT_GT(index->stats().live_messages + index->stats().batches_applied, 0u);
+  EXPECT_TRUE(ok) << last;  // the replay and the snapshot came through CURVE
+  EXPECT_GT(index->stats().batches_applied, 0u);
 
   zmq::socket_t refused = dealer(stranger);
   EXPECT_FALSE(askVerify(refused).has_value());  // handshake refused: no reply
