@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <thread>
 #include <zmq.hpp>
 
 #include "live_service.h"
@@ -185,6 +186,56 @@ TEST(SecurityTest, ReconnectWithTheSameRoutingIdButAnotherKeyGetsNothing) {
   EXPECT_TRUE(testing::eventually(*observer, [](const protocol::StatsReply& r) {
     return r.routes == 0 && r.ranks.at(0).running == 0;
   }));
+}
+
+// curve_publishers: the KV-event PUB reaches an allow-listed CURVE SUB only.
+TEST(SecurityTest, CurvePublishersReachOnlyAllowListedSubscribers) {
+  const KeyPair server = newKeyPair();
+  const KeyPair alice = newKeyPair();
+  const KeyPair mallory = newKeyPair();
+  ServiceConfig c = curveConfig(server, {alice});
+  c.security.curve_publishers = true;
+  c.kv_events.enabled = true;
+  LiveService svc(c);
+  zmq::context_t ctx(1);
+  const auto subscriber = [&](const KeyPair& who) {
+    zmq::socket_t sub(ctx, zmq::socket_type::sub);
+    sub.set(zmq::sockopt::linger, 0);
+    sub.set(zmq::sockopt::curve_serverkey, server.public_key);
+    sub.set(zmq::sockopt::curve_publickey, who.public_key);
+    sub.set(zmq::sockopt::curve_secretkey, who.secret_key);
+    sub.set(zmq::sockopt::subscribe, "");
+    sub.connect(svc.endpoints().kv_events.at(0));
+    return sub;
+  };
+  const auto readable = [](zmq::socket_t& sub) {
+    zmq::pollitem_t item{sub.handle(), 0, ZMQ_POLLIN, 0};
+    zmq::poll(&item, 1, 0ms);
+    return (item.revents & ZMQ_POLLIN) != 0;
+  };
+  zmq::socket_t refused = subscriber(mallory);
+  zmq::socket_t allowed = subscriber(alice);
+  auto client = svc.client(as(server, alice));
+  // Requests with fresh prompts publish KV events; repeat until the allowed SUB has joined.
+  const auto deadline = std::chrono::steady_clock::now() + 10s;
+  std::uint32_t i = 0;
+  while (!readable(allowed) && std::chrono::steady_clock::now() < deadline) {
+    const std::string id = "k" + std::to_string(i);
+    ASSERT_TRUE(client->submit({.id = id, .prompt = prompt(8, 1000 * ++i), .max_tokens = 1}));
+    testing::collect(*client, {id});
+  }
+  EXPECT_TRUE(readable(allowed));
+  EXPECT_GT(i, 0u);
+  // Once the unlisted SUB's handshake was refused, another batch still does not reach it.
+  const auto refused_by = std::chrono::steady_clock::now() + 10s;
+  while (svc.server().numRefusedHandshakes() == 0 &&
+         std::chrono::steady_clock::now() < refused_by) {
+    std::this_thread::yield();
+  }
+  EXPECT_GE(svc.server().numRefusedHandshakes(), 1u);
+  ASSERT_TRUE(client->submit({.id = "last", .prompt = prompt(8, 999999), .max_tokens = 1}));
+  testing::collect(*client, {"last"});
+  EXPECT_FALSE(readable(refused));
 }
 
 TEST(SecurityTest, KeyFilesFromWriteKeyPair) {
