@@ -19,14 +19,14 @@ namespace mocker {
 
 /// Error categories, leveldb-style.
 enum class ErrorCode {
-  InvalidArgument,  ///< the caller passed something out of range / ill-formed
-  Corruption,       ///< bytes or text that do not decode (truncated, wrong type, ...)
-  NotFound,         ///< a named thing does not exist (file, key)
-  Unsupported,      ///< well-formed but not supported by this version
-  IoError,          ///< the operating system refused (open, read)
-  Internal,         ///< a bug surfaced as data rather than an abort
-  /// out of memory (an allocation failed): nothing wrong with the input, retry later
-  ResourceExhausted,
+  InvalidArgument,    ///< the caller passed something out of range / ill-formed
+  Corruption,         ///< bytes or text that do not decode (truncated, wrong type, ...)
+  NotFound,           ///< a named thing does not exist (file, key)
+  Unsupported,        ///< well-formed but not supported by this version
+  IoError,            ///< the operating system refused (open, read)
+  Internal,           ///< a bug surfaced as data rather than an abort
+  PermissionDenied,   ///< the caller is not allowed to do this (another client's request)
+  ResourceExhausted,  ///< memory ran out or a configured limit is reached; may succeed later
 };
 
 /// Lower-case name of an error code ("invalid_argument", ...).
@@ -44,6 +44,8 @@ constexpr const char* errorCodeName(ErrorCode code) {
       return "io_error";
     case ErrorCode::Internal:
       return "internal";
+    case ErrorCode::PermissionDenied:
+      return "permission_denied";
     case ErrorCode::ResourceExhausted:
       return "resource_exhausted";
   }

@@ -155,7 +155,7 @@ Result<ClientMessage> decodeCancelReply(const MapView& m) {
 Result<ErrorCode> parseErrorCode(std::string_view s) {
   for (ErrorCode c : {ErrorCode::InvalidArgument, ErrorCode::Corruption, ErrorCode::NotFound,
                       ErrorCode::Unsupported, ErrorCode::IoError, ErrorCode::Internal,
-                      ErrorCode::ResourceExhausted}) {
+                      ErrorCode::PermissionDenied, ErrorCode::ResourceExhausted}) {
     if (s == errorCodeName(c)) return c;
   }
   return corruption("code: '" + std::string(detail::clipUtf8(s, 64)) +

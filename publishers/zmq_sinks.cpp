@@ -30,6 +30,7 @@ Result<std::unique_ptr<ZmqPubSink>> ZmqPubSink::create(zmq::context_t& context,
     auto socket = std::make_unique<zmq::socket_t>(context, zmq::socket_type::pub);
     socket->set(zmq::sockopt::sndhwm, config.sndhwm);
     socket->set(zmq::sockopt::linger, config.linger_ms);
+    if (config.configure) config.configure(*socket);
     if (config.connect) {
       socket->connect(config.endpoint);
     } else {
@@ -77,6 +78,7 @@ Result<std::unique_ptr<ZmqReplayServer>> ZmqReplayServer::create(zmq::context_t&
     socket->set(zmq::sockopt::sndhwm, config.sndhwm);
     socket->set(zmq::sockopt::linger, config.linger_ms);
     socket->set(zmq::sockopt::maxmsgsize, config.max_request_bytes);
+    if (config.configure) config.configure(*socket);
     if (config.connect) {
       socket->connect(config.endpoint);
     } else {

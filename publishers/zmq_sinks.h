@@ -12,6 +12,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <span>
@@ -35,6 +36,9 @@ struct ZmqPubConfig {
   bool connect = false;  ///< connect instead of bind
   int sndhwm = 100'000;  ///< ZMQ_SNDHWM; beyond it PUB drops silently (consumers see a gap)
   int linger_ms = 1000;  ///< ZMQ_LINGER at close
+  /// Called on the new socket before bind/connect, e.g. to set CURVE options (may throw
+  /// zmq::error_t, reported like a bind error). Empty: nothing.
+  std::function<void(zmq::socket_t&)> configure;
 };
 
 class ZmqPubSink final : public FrameSink {
@@ -73,6 +77,8 @@ struct ZmqReplayConfig {
   int sndhwm = 100'000;  ///< a client that does not read loses replies beyond this
   int linger_ms = 1000;
   std::int64_t max_request_bytes = 64;  ///< ZMQ_MAXMSGSIZE: larger frames disconnect the peer
+  /// Called on the new socket before bind, e.g. to set CURVE options. Empty: nothing.
+  std::function<void(zmq::socket_t&)> configure;
 };
 
 /// What one ZmqReplayServer::serviceReadable() call did.

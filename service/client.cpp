@@ -6,6 +6,7 @@
 #include <random>
 #include <zmq.hpp>
 
+#include "service/security.h"
 #include "service/zmq_io.h"
 
 namespace mocker::service {
@@ -62,8 +63,13 @@ Result<std::unique_ptr<Client>> Client::connect(ClientOptions options) {
     static constexpr char kAlphabet[] = "0123456789abcdefghijklmnopqrstuvwxyz";
     for (int i = 0; i < 16; ++i) impl->routing_id += kAlphabet[rd() % 36];
   }
+  const CurveClientKeys curve{.server_public_key = options.curve_server_key,
+                              .public_key = options.curve_public_key,
+                              .secret_key = options.curve_secret_key};
+  if (auto st = checkCurveClientKeys(curve); !st) return st.error();
   try {
     for (zmq::socket_t* s : {&impl->submit, &impl->cancel}) {
+      makeCurveClient(*s, curve);
       s->set(zmq::sockopt::routing_id, impl->routing_id);
       s->set(zmq::sockopt::linger, options.linger_ms);
     }

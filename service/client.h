@@ -40,6 +40,12 @@ struct ClientOptions {
   /// Sends never block: a send that would block (high-water mark reached, e.g. the service is
   /// gone) fails with IoError instead. Default: block like a plain ZeroMQ send.
   bool nonblocking_send = false;
+  /// CURVE (service/README.md, "Security"): the service's public key and this client's key
+  /// pair, Z85 (40 characters each; `mocker keygen`). All empty: no CURVE; otherwise all three
+  /// are required, and the public key must be on the service's allow-list.
+  std::string curve_server_key;
+  std::string curve_public_key;
+  std::string curve_secret_key;
 };
 
 class Client final {

@@ -92,6 +92,27 @@ struct LiveConfig {
   friend bool operator==(const LiveConfig&, const LiveConfig&) = default;
 };
 
+/// `[limits]`: what one client, and all clients together, may hold in the service. A submit
+/// over a limit is answered with an `error` naming the limit (protocol/README.md).
+struct LimitsConfig {
+  std::uint32_t max_requests_per_client = 100000;  ///< in-flight requests of one client, >= 1
+  std::uint32_t max_requests = 1000000;            ///< in-flight requests in total, >= 1
+  std::uint32_t max_clients = 10000;               ///< clients with live state, >= 1
+  std::uint32_t max_request_tokens = 16777216;     ///< prompt + output tokens per request, >= 1
+  friend bool operator==(const LimitsConfig&, const LimitsConfig&) = default;
+};
+
+/// `[security]`: CURVE authentication and encryption (service/README.md, "Security").
+struct SecurityConfig {
+  bool curve = false;  ///< CURVE on submit, cancel and kv_replay; identity = client public key
+  std::string server_secret_key;                     ///< Z85 (40 characters), or
+  std::string server_secret_key_file;                ///< a file holding it (`mocker keygen`)
+  std::vector<std::string> client_public_keys;       ///< the allow-list, Z85
+  std::vector<std::string> client_public_key_files;  ///< more of it: one Z85 key per file
+  bool curve_publishers = false;  ///< also CURVE on the kv_events and fpm PUB sockets
+  friend bool operator==(const SecurityConfig&, const SecurityConfig&) = default;
+};
+
 struct ServiceConfig {
   /// `[engine]`, `[engine.sglang]`. engine.allow_empty_output is the `[service]` key
   /// allow_empty_output; engine.timing_profile is loaded from timing_profile_path.
@@ -102,6 +123,8 @@ struct ServiceConfig {
   EndpointsConfig endpoints;
   KvEventsConfig kv_events;
   FpmConfig fpm;
+  LimitsConfig limits;
+  SecurityConfig security;
   spdlog::level::level_enum log_level = spdlog::level::info;  ///< `[logging] level`
 };
 

@@ -8,6 +8,7 @@
 
 #include "service/detail/config_keys.h"
 
+#include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <cstdio>
@@ -33,13 +34,14 @@ using DoubleRef = double& (*)(ServiceConfig&);
 using OptDoubleRef = std::optional<double>& (*)(ServiceConfig&);
 using BoolRef = bool& (*)(ServiceConfig&);
 using StringRef = std::string& (*)(ServiceConfig&);
+using StringListRef = std::vector<std::string>& (*)(ServiceConfig&);
 /// An enum (or fixed-value) key: read and written by name.
 struct EnumField {
   std::string_view (*get)(const ServiceConfig&);
   Status (*set)(ServiceConfig&, std::string_view);
 };
 using Field = std::variant<U32Ref, OptU32Ref, U64Ref, I64Ref, DoubleRef, OptDoubleRef, BoolRef,
-                           StringRef, EnumField>;
+                           StringRef, EnumField, StringListRef>;
 
 struct ConfigKey {
   std::string_view table;  ///< "engine.sglang"
@@ -59,6 +61,7 @@ using detail::EnumField;
 using detail::I64Ref;
 using detail::OptDoubleRef;
 using detail::OptU32Ref;
+using detail::StringListRef;
 using detail::StringRef;
 using detail::U32Ref;
 using detail::U64Ref;
@@ -106,8 +109,10 @@ std::string describe(const Value& v) {
       return "a float";
     case 2:
       return "a boolean";
-    default:
+    case 3:
       return "a string (\"" + std::get<3>(v) + "\")";
+    default:
+      return "an array";
   }
 }
 
@@ -181,6 +186,11 @@ Status assignTo(const ConfigKey& key, const Value& v, ServiceConfig& c) {
         } else if constexpr (std::is_same_v<F, StringRef>) {
           if (!std::holds_alternative<std::string>(v)) return typeError("a string", v);
           f(c) = std::get<std::string>(v);
+        } else if constexpr (std::is_same_v<F, StringListRef>) {
+          if (!std::holds_alternative<std::vector<std::string>>(v)) {
+            return typeError("an array of strings", v);
+          }
+          f(c) = std::get<std::vector<std::string>>(v);
         } else {
           if (!std::holds_alternative<std::string>(v)) return typeError("a string", v);
           return f.set(c, std::get<std::string>(v));
@@ -226,6 +236,16 @@ Result<Value> textValue(const ConfigKey& key, std::string_view text) {
       if (lower == "true" || lower == "1" || lower == "yes") return Value{true};
       if (lower == "false" || lower == "0" || lower == "no") return Value{false};
       return invalidArgument("expected true or false, got \"" + std::string(text) + "\"");
+    }
+    case 9: {  // StringList: comma-separated, empty text = empty list
+      std::vector<std::string> items;
+      std::size_t start = 0;
+      while (!text.empty() && start <= text.size()) {
+        const std::size_t comma = std::min(text.find(',', start), text.size());
+        items.emplace_back(text.substr(start, comma - start));
+        start = comma + 1;
+      }
+      return Value{std::move(items)};
     }
     default:
       return Value{std::string(text)};
@@ -310,6 +330,10 @@ const std::vector<ConfigKey>& keys() {
       {"service", "max_message_size", MOCKER_REF(I64Ref, service.max_message_size)},
       {"service", "max_submit_backlog", MOCKER_REF(U32Ref, service.max_submit_backlog)},
       {"service", "linger_ms", MOCKER_REF(U32Ref, service.linger_ms)},
+      {"limits", "max_requests_per_client", MOCKER_REF(U32Ref, limits.max_requests_per_client)},
+      {"limits", "max_requests", MOCKER_REF(U32Ref, limits.max_requests)},
+      {"limits", "max_clients", MOCKER_REF(U32Ref, limits.max_clients)},
+      {"limits", "max_request_tokens", MOCKER_REF(U32Ref, limits.max_request_tokens)},
       {"endpoints.submit", "endpoint", MOCKER_REF(StringRef, endpoints.submit.endpoint)},
       {"endpoints.submit", "connect", MOCKER_REF(BoolRef, endpoints.submit.connect)},
       {"endpoints.cancel", "endpoint", MOCKER_REF(StringRef, endpoints.cancel.endpoint)},
@@ -334,6 +358,14 @@ const std::vector<ConfigKey>& keys() {
       {"kv_events", "clear_on_start", MOCKER_REF(BoolRef, kv_events.clear_on_start)},
       {"fpm", "enabled", MOCKER_REF(BoolRef, fpm.enabled)},
       {"fpm", "worker_id", MOCKER_REF(StringRef, fpm.worker_id)},
+      {"security", "curve", MOCKER_REF(BoolRef, security.curve)},
+      {"security", "server_secret_key", MOCKER_REF(StringRef, security.server_secret_key)},
+      {"security", "server_secret_key_file",
+       MOCKER_REF(StringRef, security.server_secret_key_file)},
+      {"security", "client_public_keys", MOCKER_REF(StringListRef, security.client_public_keys)},
+      {"security", "client_public_key_files",
+       MOCKER_REF(StringListRef, security.client_public_key_files)},
+      {"security", "curve_publishers", MOCKER_REF(BoolRef, security.curve_publishers)},
       {"logging", "level", MOCKER_ENUM(log_level, levelName, parseLogLevel)},
   };
   return kKeys;
@@ -408,6 +440,10 @@ std::string formatValue(const ConfigKey& key, ServiceConfig& c) {
           return f(c) ? "true" : "false";
         } else if constexpr (std::is_same_v<F, StringRef>) {
           return quote(f(c));
+        } else if constexpr (std::is_same_v<F, StringListRef>) {
+          std::string out = "[";
+          for (const std::string& item : f(c)) out += (out.size() > 1 ? ", " : "") + quote(item);
+          return out + "]";
         } else {
           return quote(f.get(c));
         }

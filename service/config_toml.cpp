@@ -102,8 +102,18 @@ class TomlReader {
     if (auto v = node.value_exact<bool>()) return detail::ConfigValue{*v};
     if (auto v = node.value_exact<std::string>()) return detail::ConfigValue{*v};
     switch (node.type()) {
-      case toml::node_type::array:
-        return invalidArgument("expected a scalar, got an array");
+      case toml::node_type::array: {
+        std::vector<std::string> items;
+        for (const toml::node& item : *node.as_array()) {
+          auto text = item.value_exact<std::string>();
+          if (!text) {
+            return invalidArgument("expected an array of strings, element " +
+                                   std::to_string(items.size()) + " is not a string");
+          }
+          items.push_back(*text);
+        }
+        return detail::ConfigValue{std::move(items)};
+      }
       case toml::node_type::date:
       case toml::node_type::time:
       case toml::node_type::date_time:
@@ -157,6 +167,18 @@ Result<ServiceConfig> parseServiceConfigOver(ServiceConfig base, std::string_vie
       base.timing_profile_path =
           (std::filesystem::path(source).parent_path() / profile).lexically_normal().string();
     }
+  }
+  // Key files likewise.
+  const auto relativeToFile = [&](std::string& path) {
+    if (!path.empty() && std::filesystem::path(path).is_relative()) {
+      path = (std::filesystem::path(source).parent_path() / path).lexically_normal().string();
+    }
+  };
+  if (file_origins.contains("security.server_secret_key_file")) {
+    relativeToFile(base.security.server_secret_key_file);
+  }
+  if (file_origins.contains("security.client_public_key_files")) {
+    for (std::string& f : base.security.client_public_key_files) relativeToFile(f);
   }
   for (auto& [k, v] : file_origins) origins[k] = v;
   return base;

@@ -18,6 +18,7 @@
 #include "publishers/endpoint.h"
 #include "service/config.h"
 #include "service/detail/config_keys.h"
+#include "service/security.h"
 
 namespace mocker::service {
 namespace {
@@ -217,6 +218,45 @@ std::optional<ConfigError> checkServiceConfig(const ServiceConfig& c, ConfigUse 
       !detail::parseU64Text(c.fpm.worker_id)) {
     return issue("fpm.worker_id",
                  "must be a decimal unsigned 64-bit integer (got \"" + c.fpm.worker_id + "\")");
+  }
+
+  const LimitsConfig& lim = c.limits;
+  for (const auto& [key, value] :
+       {std::pair{"limits.max_requests_per_client", lim.max_requests_per_client},
+        std::pair{"limits.max_requests", lim.max_requests},
+        std::pair{"limits.max_clients", lim.max_clients},
+        std::pair{"limits.max_request_tokens", lim.max_request_tokens}}) {
+    if (value < 1) return issue(key, "must be >= 1 (got 0)");
+  }
+
+  // CURVE: key material is checked here as far as it is inline; key files are read when the
+  // service starts (loadCurveServerKeys), and their errors name the file.
+  const SecurityConfig& sec = c.security;
+  if (sec.curve_publishers && !sec.curve) {
+    return issue("security.curve_publishers", "needs security.curve = true", {"security.curve"});
+  }
+  if (sec.curve) {
+    if (sec.server_secret_key.empty() == sec.server_secret_key_file.empty()) {
+      return issue("security.server_secret_key",
+                   "or security.server_secret_key_file: give exactly one when security.curve = "
+                   "true (`mocker keygen NAME` writes a key pair)",
+                   {"security.server_secret_key_file", "security.curve"});
+    }
+    if (!sec.server_secret_key.empty() && !isZ85Key(sec.server_secret_key)) {
+      return issue("security.server_secret_key", "is not a Z85 key (40 characters)");
+    }
+    for (std::size_t i = 0; i < sec.client_public_keys.size(); ++i) {
+      if (!isZ85Key(sec.client_public_keys[i])) {
+        return issue("security.client_public_keys",
+                     "element " + std::to_string(i) + " is not a Z85 key (40 characters)");
+      }
+    }
+    if (sec.client_public_keys.empty() && sec.client_public_key_files.empty()) {
+      return issue("security.client_public_keys",
+                   "and security.client_public_key_files are both empty: with security.curve = "
+                   "true no client could connect",
+                   {"security.client_public_key_files", "security.curve"});
+    }
   }
 
   // Endpoints: scheme and DP offsets per socket, then no two bound sockets on one address. Only

@@ -189,6 +189,15 @@ void RouteTable::clear() {
   num_queued_ = 0;
 }
 
+std::vector<std::string> RouteTable::clientsOnConnection(int fd) const {
+  std::vector<std::string> out;
+  for (const auto& [client, entry] : clients_) {
+    if (entry.connection_fd == fd) out.push_back(client);
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
 std::vector<protocol::ClientRoutes> RouteTable::routesPerClient() const {
   std::vector<protocol::ClientRoutes> out;
   out.reserve(clients_.size());

@@ -92,6 +92,10 @@ struct BatchSlot {
 /// Per-client state, alive while the client has routes.
 struct ClientEntry {
   bool delimiter = false;  ///< the client frames payloads with an empty delimiter (REQ style)
+  /// Who the client is beyond its routing id: its CURVE public key (Z85), empty without CURVE.
+  std::string principal;
+  /// The submit connection its messages arrive on (ZMQ_SRCFD); its close ends the client.
+  int connection_fd = -1;
   std::uint64_t num_routes = 0;
   std::deque<Pending> queue;                   ///< owed to the client, oldest first
   std::optional<SteadyTime> unroutable_since;  ///< first failed send of a streak
@@ -167,6 +171,14 @@ class RouteTable final {
   std::vector<engine::RequestId> endAll(protocol::FinishReason finish, std::string_view reason);
   /// Forgets every route and client.
   void clear();
+
+  /// The principal of `client`'s entry ("" when it has none).
+  std::string principalOf(const std::string& client) const {
+    const auto it = clients_.find(client);
+    return it == clients_.end() ? std::string() : it->second.principal;
+  }
+  /// Clients whose connection_fd is `fd`, ascending.
+  std::vector<std::string> clientsOnConnection(int fd) const;
 
   std::size_t numRoutes() const { return routes_.size(); }
   std::size_t numClients() const { return clients_.size(); }

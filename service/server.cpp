@@ -13,7 +13,9 @@
 #include <spdlog/spdlog.h>
 #include <sys/mman.h>
 
+#include <algorithm>
 #include <chrono>
+#include <functional>
 #include <limits>
 #include <new>
 #include <optional>
@@ -27,10 +29,13 @@
 #include "publishers/fpm_publisher.h"
 #include "publishers/kv_event_publisher.h"
 #include "publishers/zmq_sinks.h"
+#include "service/connection_monitor.h"
 #include "service/loop_clock.h"
 #include "service/output_batcher.h"
 #include "service/route_table.h"
+#include "service/security.h"
 #include "service/stop_event.h"
+#include "service/zap_handler.h"
 #include "service/zmq_io.h"
 
 namespace mocker::service {
@@ -44,6 +49,10 @@ using protocol::FinishReason;
 constexpr int kSubmitsPerIteration = 64;
 /// How often a client owed a terminal message is retried while nothing else wakes the loop.
 constexpr auto kOwedRetryInterval = std::chrono::milliseconds(5);
+/// ZMQ_MAXMSGSIZE of the replay ROUTER: a request is 9 bytes; larger frames drop the peer. With
+/// CURVE the handshake commands must fit as well.
+const std::int64_t kReplayMaxMessageBytes = publishers::ZmqReplayConfig{}.max_request_bytes;
+constexpr std::int64_t kCurveReplayMaxMessageBytes = 1024;
 /// A client whose sends keep failing with EHOSTUNREACH this long is considered gone.
 constexpr auto kGoneAfter = std::chrono::milliseconds(1000);
 /// After client traffic, free heap memory is handed back to the OS at most this often.
@@ -93,6 +102,24 @@ zmq::message_t adoptPayload(std::vector<std::byte>&& payload) {
   return msg;
 }
 
+/// Who sent a message, beyond its routing id (service/README.md, "Ownership").
+struct Peer {
+  std::string principal;  ///< the CURVE public key (Z85); empty without CURVE
+  int connection_fd = -1;
+};
+
+/// Whether a bound endpoint is reachable only from this host (loopback, ipc, inproc).
+bool loopbackOnly(const std::string& endpoint) {
+  if (!endpoint.starts_with("tcp://")) return true;
+  const std::string host = endpoint.substr(6, endpoint.rfind(':') - 6);
+  return host == "localhost" || host.starts_with("127.") || host == "[::1]" || host == "::1";
+}
+
+Peer peerOf(const std::vector<zmq::message_t>& parts) {
+  if (parts.empty()) return {};
+  return {peerUserId(parts.back()).value_or(std::string()), connectionFd(parts.back())};
+}
+
 }  // namespace
 
 class Server::Impl {
@@ -107,6 +134,7 @@ class Server::Impl {
   Status init();
   Status run();
   void requestStop() { stop_event_.notify(); }
+  std::uint64_t numRefusedHandshakes() const { return zap_ ? zap_->numRefused() : 0; }
 
   BoundEndpoints endpoints;
   ServerCounters counters;
@@ -127,6 +155,21 @@ class Server::Impl {
 
   // Sockets: setup, sends.
   Result<zmq::socket_t> makeRouter(const EndpointConfig& ep, std::string& resolved);
+  Status startSecurity();
+  /// CURVE for the PUB sockets when security.curve_publishers (else nothing).
+  std::function<void(zmq::socket_t&)> publisherSecurity() {
+    if (!config_.security.curve_publishers) return {};
+    return [this](zmq::socket_t& s) { secure(s); };
+  }
+  /// Sets CURVE server options on a socket about to bind (no-op without CURVE).
+  void secure(zmq::socket_t& socket) const {
+    if (curve_) makeCurveServer(socket, *curve_);
+  }
+  /// Warns when `endpoint` is bound where other hosts can reach it and CURVE is off for it.
+  void warnIfExposed(const std::string& what, const std::string& endpoint, bool curve_on,
+                     bool publisher = false) const;
+  /// The limit a submit would break, as the error to answer it with; nullopt if none.
+  std::optional<Error> limitBroken(const std::string& client, const protocol::SubmitRequest& req);
   SendOutcome sendTo(zmq::socket_t& socket, const std::string& client, bool delimiter,
                      std::vector<std::byte>&& payload);
   void reply(zmq::socket_t& socket, const RoutedEnvelope& to, const ClientMessage& message);
@@ -139,12 +182,12 @@ class Server::Impl {
   void handleSubmitSocketMessage(std::vector<zmq::message_t>& parts);
   /// Accepts one submit. Throws std::bad_alloc (engine and route table unchanged) when it runs
   /// out of memory; drainSubmits turns that into a `resource_exhausted` error.
-  void handleSubmit(const RoutedEnvelope& from, protocol::SubmitRequest&& req);
+  void handleSubmit(const RoutedEnvelope& from, const Peer& peer, protocol::SubmitRequest&& req);
   /// Answers a submit-socket message that ran out of memory with `resource_exhausted`.
   void refuseOutOfMemory(std::vector<zmq::message_t>& parts);
-  void handleCancel(zmq::socket_t& reply_socket, const RoutedEnvelope& from,
+  void handleCancel(zmq::socket_t& reply_socket, const RoutedEnvelope& from, const Peer& peer,
                     const protocol::CancelRequest& req);
-  protocol::StatsReply statsReply() const;
+  protocol::StatsReply statsReply(const RoutedEnvelope& from, const Peer& peer) const;
   bool submitsPaused() const;
   std::uint32_t chooseRank() const;
 
@@ -162,7 +205,9 @@ class Server::Impl {
   // Streams that end early: cancel in the engine, owe the client its terminal.
   void cancelInEngine(engine::RequestId id, std::uint32_t rank);
   void abandon(engine::RequestId id, std::string why);
-  void dropClient(const std::string& client);
+  /// Forgets `client`, cancelling its active requests (counted in `cancelled`).
+  void dropClient(const std::string& client, std::uint64_t& cancelled);
+  void endClosedConnections();
   /// What flush() left: the queue is empty, still waiting (pipe full), or the client is gone.
   enum class Flush { Done, Blocked, Gone };
   /// Sends `client`'s queue in order, as many messages as its pipe takes.
@@ -184,8 +229,12 @@ class Server::Impl {
   Clock::time_point accept_from_ = start_;
 
   zmq::context_t context_{1};
+  std::optional<CurveServerKeys> curve_;  // set iff security.curve
+  std::unique_ptr<ZapHandler> zap_;       // before every socket: destroyed after them
   zmq::socket_t submit_;
   zmq::socket_t cancel_;
+  std::unique_ptr<ConnectionMonitor> submit_monitor_;
+  std::vector<int> closed_fds_;  // scratch: submit connections that closed
   std::vector<Rank> ranks_;
 
   RouteTable routes_;
@@ -200,6 +249,7 @@ class Server::Impl {
 Result<zmq::socket_t> Server::Impl::makeRouter(const EndpointConfig& ep, std::string& resolved) {
   try {
     zmq::socket_t s(context_, zmq::socket_type::router);
+    secure(s);
     s.set(zmq::sockopt::router_mandatory, 1);
     s.set(zmq::sockopt::linger, static_cast<int>(config_.service.linger_ms));
     s.set(zmq::sockopt::sndhwm, static_cast<int>(config_.service.submit_sndhwm));
@@ -218,10 +268,41 @@ Result<zmq::socket_t> Server::Impl::makeRouter(const EndpointConfig& ep, std::st
   }
 }
 
+Status Server::Impl::startSecurity() {
+  if (!config_.security.curve) return {};
+  MOCKER_TRY(curve_, loadCurveServerKeys(config_.security));
+  // The handler is bound before any CURVE socket: a CURVE socket without one accepts any key.
+  MOCKER_TRY(zap_, ZapHandler::start(context_, kZapDomain, curve_->allowed_clients));
+  log_->info("CURVE on: server public key {}, {} client key(s) allowed", curve_->public_key,
+             curve_->allowed_clients.size());
+  return {};
+}
+
+void Server::Impl::warnIfExposed(const std::string& what, const std::string& endpoint,
+                                 bool curve_on, bool publisher) const {
+  if (curve_on || loopbackOnly(endpoint)) return;
+  if (publisher) {
+    log_->warn(
+        "{} is bound to {}, reachable from other hosts, without CURVE: anyone who can connect "
+        "can subscribe (set [security] curve_publishers = true, or bind to 127.0.0.1)",
+        what, endpoint);
+    return;
+  }
+  log_->warn(
+      "{} is bound to {}, reachable from other hosts, without CURVE: anyone who can connect can "
+      "submit, cancel and read as any client (set [security] curve = true, or bind to 127.0.0.1)",
+      what, endpoint);
+}
+
 Status Server::Impl::init() {
   if (!stop_event_.valid()) return Error{ErrorCode::IoError, "eventfd failed"};
+  MOCKER_TRY_VOID(startSecurity());
   MOCKER_TRY(submit_, makeRouter(config_.endpoints.submit, endpoints.submit));
   MOCKER_TRY(cancel_, makeRouter(config_.endpoints.cancel, endpoints.cancel));
+  MOCKER_TRY(submit_monitor_, ConnectionMonitor::create(context_, submit_, "submit"));
+  const bool curve_on = curve_.has_value();
+  if (!config_.endpoints.submit.connect) warnIfExposed("submit", endpoints.submit, curve_on);
+  if (!config_.endpoints.cancel.connect) warnIfExposed("cancel", endpoints.cancel, curve_on);
   const std::uint32_t dp = config_.engine.dp_size;
   ranks_.resize(dp);
   const bool events_on = config_.kv_events.enabled && config_.engine.enable_prefix_caching;
@@ -234,8 +315,13 @@ Status Server::Impl::init() {
                      context_, {.endpoint = ep,
                                 .connect = config_.endpoints.kv_events.connect,
                                 .sndhwm = static_cast<int>(config_.kv_events.hwm),
-                                .linger_ms = static_cast<int>(config_.service.linger_ms)}));
+                                .linger_ms = static_cast<int>(config_.service.linger_ms),
+                                .configure = publisherSecurity()}));
       endpoints.kv_events.push_back(rank.kv_sink->endpoint());
+      if (!config_.endpoints.kv_events.connect) {
+        warnIfExposed("kv_events[" + std::to_string(r) + "]", rank.kv_sink->endpoint(),
+                      config_.security.curve_publishers, /*publisher=*/true);
+      }
       publishers::KvEventPublisherConfig kc;
       kc.dp_rank = r;
       kc.topic = config_.kv_events.topic;
@@ -251,9 +337,15 @@ Status Server::Impl::init() {
                                     context_,
                                     {.endpoint = rep,
                                      .connect = config_.endpoints.kv_replay.connect,
-                                     .linger_ms = static_cast<int>(config_.service.linger_ms)},
+                                     .linger_ms = static_cast<int>(config_.service.linger_ms),
+                                     // A CURVE handshake's commands (HELLO is 200 bytes) pass
+                                     // through ZMQ_MAXMSGSIZE too: 64 bytes refuses them all.
+                                     .max_request_bytes = curve_on ? kCurveReplayMaxMessageBytes
+                                                                   : kReplayMaxMessageBytes,
+                                     .configure = [this](zmq::socket_t& s) { secure(s); }},
                                     *rank.kv));
         endpoints.kv_replay.push_back(rank.replay->endpoint());
+        warnIfExposed("kv_replay[" + std::to_string(r) + "]", rank.replay->endpoint(), curve_on);
       }
       if (config_.kv_events.clear_on_start && events_on) {
         rank.kv->publishEvents({protocol::AllBlocksClearedEvent{}}, unixSeconds());
@@ -265,8 +357,13 @@ Status Server::Impl::init() {
                  publishers::ZmqPubSink::create(
                      context_, {.endpoint = ep,
                                 .connect = config_.endpoints.fpm.connect,
-                                .linger_ms = static_cast<int>(config_.service.linger_ms)}));
+                                .linger_ms = static_cast<int>(config_.service.linger_ms),
+                                .configure = publisherSecurity()}));
       endpoints.fpm.push_back(rank.fpm_sink->endpoint());
+      if (!config_.endpoints.fpm.connect) {
+        warnIfExposed("fpm[" + std::to_string(r) + "]", rank.fpm_sink->endpoint(),
+                      config_.security.curve_publishers, /*publisher=*/true);
+      }
       MOCKER_TRY(rank.fpm, publishers::FpmPublisher::create(
                                {.worker_id = config_.fpm.worker_id,
                                 .dp_rank = r,
@@ -339,7 +436,7 @@ void Server::Impl::handleCancelSocketMessage(std::vector<zmq::message_t>& parts)
   auto msg = decodeRequest(cancel_, from);
   if (!msg) return;
   if (auto* c = std::get_if<protocol::CancelRequest>(&*msg)) {
-    handleCancel(cancel_, from, *c);
+    handleCancel(cancel_, from, peerOf(parts), *c);
   } else {
     ++counters.malformed_messages;
     reply(cancel_, from,
@@ -388,10 +485,19 @@ void Server::Impl::refuseOutOfMemory(std::vector<zmq::message_t>& parts) {
 
 void Server::Impl::handleSubmitSocketMessage(std::vector<zmq::message_t>& parts) {
   ++reads_since_trim_;
+  // A connection that closed before this message arrived is forgotten first: its descriptor may
+  // be the one this message came on.
+  endClosedConnections();
   const RoutedEnvelope from = splitRoutedEnvelope(parts, protocol::kMaxMessageBytes);
-  // Streams go back framed the way the client last framed its messages.
+  const Peer peer = peerOf(parts);
   if (ClientEntry* known = from.error ? nullptr : routes_.findClient(from.routing_id)) {
-    known->delimiter = from.delimiter;
+    if (known->connection_fd != peer.connection_fd || known->principal != peer.principal) {
+      // Another connection holds this routing id now, so the one that owned these requests is
+      // closed: they end here and nothing of them reaches the newcomer.
+      dropClient(from.routing_id, counters.disconnect_cancels);
+    } else {
+      known->delimiter = from.delimiter;  // streams go back framed the way it last framed
+    }
   }
   auto msg = decodeRequest(submit_, from);
   if (!msg) return;
@@ -403,11 +509,11 @@ void Server::Impl::handleSubmitSocketMessage(std::vector<zmq::message_t>& parts)
             reply(submit_, from, protocol::SubmitReject{m.id, "the service is shutting down"});
             return;
           }
-          handleSubmit(from, std::move(m));
+          handleSubmit(from, peer, std::move(m));
         } else if constexpr (std::is_same_v<T, protocol::CancelRequest>) {
-          handleCancel(submit_, from, m);
+          handleCancel(submit_, from, peer, m);
         } else if constexpr (std::is_same_v<T, protocol::StatsRequest>) {
-          reply(submit_, from, statsReply());
+          reply(submit_, from, statsReply(from, peer));
         } else if constexpr (std::is_same_v<T, protocol::KvSnapshotRequest>) {
           protocol::KvSnapshotReply s;
           // The reply must stay within the protocol's limits: 9 bytes per hash at most.
@@ -455,7 +561,7 @@ void Server::Impl::handleSubmitSocketMessage(std::vector<zmq::message_t>& parts)
       std::move(*msg));
 }
 
-protocol::StatsReply Server::Impl::statsReply() const {
+protocol::StatsReply Server::Impl::statsReply(const RoutedEnvelope& from, const Peer& peer) const {
   protocol::StatsReply s;
   for (std::uint32_t r = 0; r < engine_.dpSize(); ++r) {
     const engine::LoadMetrics l = engine_.loadMetrics(r);
@@ -464,8 +570,13 @@ protocol::StatsReply Server::Impl::statsReply() const {
                        l.prefix_cache_hits_tokens});
   }
   s.routes = routes_.numRoutes();
-  s.clients = routes_.routesPerClient();
   s.client_entries = routes_.numClients();
+  // Only the sender's own entries: its routing id, or with CURVE every routing id of its key.
+  for (protocol::ClientRoutes& c : routes_.routesPerClient()) {
+    const bool own = peer.principal.empty() ? c.client == from.routing_id
+                                            : routes_.principalOf(c.client) == peer.principal;
+    if (own) s.clients.push_back(std::move(c));
+  }
   fitStatsReply(s);
   return s;
 }
@@ -493,9 +604,49 @@ std::uint32_t Server::Impl::chooseRank() const {
   return best;
 }
 
-void Server::Impl::handleSubmit(const RoutedEnvelope& from, protocol::SubmitRequest&& req) {
+std::optional<Error> Server::Impl::limitBroken(const std::string& client,
+                                               const protocol::SubmitRequest& req) {
+  const LimitsConfig& lim = config_.limits;
+  const std::uint64_t output =
+      req.output_tokens ? req.output_tokens->size() : std::uint64_t{req.max_tokens};
+  const std::uint64_t tokens = req.prompt.size() + output;
+  if (tokens > lim.max_request_tokens) {
+    return Error{ErrorCode::InvalidArgument,
+                 "limits.max_request_tokens: " + std::to_string(req.prompt.size()) + " prompt + " +
+                     std::to_string(output) + " output tokens = " + std::to_string(tokens) +
+                     " exceeds the limit of " + std::to_string(lim.max_request_tokens)};
+  }
+  const ClientEntry* entry = routes_.findClient(client);
+  if (entry == nullptr && routes_.numClients() >= lim.max_clients) {
+    return Error{ErrorCode::ResourceExhausted,
+                 "limits.max_clients: " + std::to_string(routes_.numClients()) +
+                     " clients already have requests in flight (limit " +
+                     std::to_string(lim.max_clients) + ")"};
+  }
+  if (entry != nullptr && entry->num_routes >= lim.max_requests_per_client) {
+    return Error{ErrorCode::ResourceExhausted,
+                 "limits.max_requests_per_client: this client already has " +
+                     std::to_string(entry->num_routes) + " requests in flight (limit " +
+                     std::to_string(lim.max_requests_per_client) + ")"};
+  }
+  if (routes_.numRoutes() >= lim.max_requests) {
+    return Error{ErrorCode::ResourceExhausted,
+                 "limits.max_requests: " + std::to_string(routes_.numRoutes()) +
+                     " requests are in flight (limit " + std::to_string(lim.max_requests) + ")"};
+  }
+  return std::nullopt;
+}
+
+void Server::Impl::handleSubmit(const RoutedEnvelope& from, const Peer& peer,
+                                protocol::SubmitRequest&& req) {
   ++counters.submits;
   const std::string client(from.routing_id);
+  if (auto broken = limitBroken(client, req)) {
+    ++counters.rejected_submits;
+    ++counters.limit_rejections;
+    reply(submit_, from, protocol::ErrorReply{broken->code, std::move(broken->message), req.id});
+    return;
+  }
   if (routes_.findByKey(client, req.id)) {
     ++counters.rejected_submits;
     reply(submit_, from,
@@ -550,6 +701,8 @@ void Server::Impl::handleSubmit(const RoutedEnvelope& from, protocol::SubmitRequ
     throw;
   }
   ClientEntry& owner = *opened;
+  owner.principal = peer.principal;
+  owner.connection_fd = peer.connection_fd;
   unprobed_bytes_ += cost;
   ranks_[rank].stalled = false;
   // The ack goes before anything else of this request: sent now if nothing older waits for
@@ -568,10 +721,23 @@ void Server::Impl::handleSubmit(const RoutedEnvelope& from, protocol::SubmitRequ
 }
 
 void Server::Impl::handleCancel(zmq::socket_t& reply_socket, const RoutedEnvelope& from,
-                                const protocol::CancelRequest& req) {
+                                const Peer& peer, const protocol::CancelRequest& req) {
+  // A cancel applies only to the sender's own requests (service/README.md, "Ownership"). Without
+  // CURVE the sender is its routing id, so `client` may only repeat it; with CURVE it is its key,
+  // and `client` may name any routing id the same key submitted from.
   const std::string owner = req.client.value_or(std::string(from.routing_id));
+  if (peer.principal.empty() && owner != from.routing_id) {
+    ++counters.cancels_denied;
+    reply(reply_socket, from,
+          protocol::ErrorReply{ErrorCode::PermissionDenied,
+                               "client: names another client's routing id; without CURVE "
+                               "authentication a cancel applies only to the sender's own requests",
+                               req.id});
+    return;
+  }
   const auto id = routes_.findByKey(owner, req.id);
-  if (!id || routes_.find(*id)->state != RouteState::Active) {
+  if (!id || routes_.find(*id)->state != RouteState::Active ||
+      routes_.find(*id)->owner->principal != peer.principal) {
     ++counters.cancels_not_found;
     reply(reply_socket, from, protocol::CancelReply{req.id, protocol::CancelResult::NotFound});
     return;
@@ -603,13 +769,13 @@ void Server::Impl::abandon(engine::RequestId id, std::string why) {
   routes_.oweTerminal(id, FinishReason::Cancelled, std::move(why));
 }
 
-void Server::Impl::dropClient(const std::string& client) {
-  // The peer is gone (unroutable for kGoneAfter): cancel everything it had; nothing can be
-  // delivered.
+void Server::Impl::dropClient(const std::string& client, std::uint64_t& cancelled) {
+  // The peer is gone (unroutable for kGoneAfter, or its connection closed): cancel everything it
+  // had; nothing can be delivered.
   const std::vector<RemovedRoute> active = routes_.removeClient(client);
   for (const RemovedRoute& r : active) {
     cancelInEngine(r.id, r.rank);
-    ++counters.unroutable_cancels;
+    ++cancelled;
   }
   if (!active.empty()) log_->info("client gone: cancelled {} request(s)", active.size());
 }
@@ -650,7 +816,7 @@ Server::Impl::Flush Server::Impl::flush(const std::string& client) {
       if (outcome == SendOutcome::Unroutable) {
         ++counters.unroutable_sends;
         if (routes_.noteUnroutable(*entry, Clock::now())) {
-          dropClient(client);
+          dropClient(client, counters.unroutable_cancels);
           return Flush::Gone;
         }
       }
@@ -665,7 +831,18 @@ Server::Impl::Flush Server::Impl::flush(const std::string& client) {
   return Flush::Done;
 }
 
+void Server::Impl::endClosedConnections() {
+  submit_monitor_->drainClosed(closed_fds_);
+  for (const int fd : closed_fds_) {
+    for (const std::string& client : routes_.clientsOnConnection(fd)) {
+      dropClient(client, counters.disconnect_cancels);
+    }
+  }
+  closed_fds_.clear();
+}
+
 void Server::Impl::retryOwed() {
+  endClosedConnections();
   if (!routes_.anyOwed()) return;
   const std::vector<std::string> owing = routes_.clientsOwed();  // copy: the table changes below
   for (const std::string& client : owing) (void)flush(client);
@@ -705,6 +882,8 @@ void Server::Impl::completePass(std::uint32_t r) {
   Rank& rank = ranks_[r];
   engine::PassResult pass = std::move(*rank.in_flight);
   rank.in_flight.reset();
+  // Clients whose connection closed are forgotten before their outputs are batched.
+  endClosedConnections();
   // 1. KV events and forward-pass metrics (a send error is counted by the sink, logged here).
   if (rank.kv) rank.kv->publishPass(pass.kv_events, unixSeconds());
   if (rank.fpm) rank.fpm->onPass(pass.fpm, engineNowMs());
@@ -724,6 +903,14 @@ void Server::Impl::completePass(std::uint32_t r) {
 void Server::Impl::deliver() {
   gone_.clear();
   for (OutputBatcher::ClientBatch& batch : batcher_.batches()) {
+    // Checked right before each send: a closed connection's routing id may be taken by a new
+    // peer at any moment, and that peer must not get these outputs.
+    submit_monitor_->drainClosed(closed_fds_);
+    if (std::find(closed_fds_.begin(), closed_fds_.end(), batch.owner->connection_fd) !=
+        closed_fds_.end()) {
+      gone_.push_back(batch.client);
+      continue;
+    }
     // What the client is already owed goes first; while some of it waits, so does this pass.
     if (!batch.owner->queue.empty() && flush(batch.client) == Flush::Gone) continue;
     ClientEntry& owner = *batch.owner;  // alive: the batch's routes are open
@@ -760,7 +947,8 @@ void Server::Impl::deliver() {
     // the client's queue, within its request's buffer; a request over its buffer is abandoned.
     for (std::size_t i = begin; i < n; ++i) bufferOrAbandon(batch.entries[i]);
   }
-  for (const auto& c : gone_) dropClient(c);
+  for (const auto& c : gone_) dropClient(c, counters.unroutable_cancels);
+  endClosedConnections();
 }
 
 void Server::Impl::serviceReplays() {
@@ -896,6 +1084,7 @@ Status Server::Impl::run() {
     items.push_back({nullptr, stop_event_.fd(), ZMQ_POLLIN, 0});
     items.push_back({cancel_.handle(), 0, ZMQ_POLLIN, 0});
     items.push_back({submit_.handle(), 0, static_cast<short>(submit_readable ? ZMQ_POLLIN : 0), 0});
+    items.push_back({submit_monitor_->pollHandle(), 0, ZMQ_POLLIN, 0});
     for (const Rank& rank : ranks_) {
       if (rank.replay) items.push_back({rank.replay->pollHandle(), 0, ZMQ_POLLIN, 0});
     }
@@ -913,6 +1102,7 @@ Status Server::Impl::run() {
         log_->info("draining {} open request(s) before exit", routes_.numRoutes());
       }
     }
+    endClosedConnections();
     drainCancels();  // always first: a cancel never waits behind submits
     drainSubmits(kSubmitsPerIteration);
     serviceReplays();
@@ -940,5 +1130,6 @@ const BoundEndpoints& Server::endpoints() const { return impl_->endpoints; }
 Status Server::run() { return impl_->run(); }
 void Server::requestStop() { impl_->requestStop(); }
 const ServerCounters& Server::counters() const { return impl_->counters; }
+std::uint64_t Server::numRefusedHandshakes() const { return impl_->numRefusedHandshakes(); }
 
 }  // namespace mocker::service

@@ -51,8 +51,12 @@ struct BoundEndpoints {
 struct ServerCounters {
   std::uint64_t submits = 0;
   std::uint64_t rejected_submits = 0;
+  std::uint64_t limit_rejections = 0;  ///< submits refused by a [limits] limit
   std::uint64_t cancels_applied = 0;
   std::uint64_t cancels_not_found = 0;
+  std::uint64_t cancels_denied = 0;  ///< cancels naming another client's requests
+  std::uint64_t disconnect_cancels =
+      0;  ///< active requests cancelled when a client's connection closed
   std::uint64_t backpressure_cancels = 0;
   std::uint64_t unroutable_cancels = 0;  ///< active requests cancelled when a client was gone
   std::uint64_t unroutable_sends = 0;    ///< output sends answered EHOSTUNREACH
@@ -94,6 +98,10 @@ class Server final {
 
   /// Counters; read only from the run() thread or after run() returned.
   const ServerCounters& counters() const;
+
+  /// CURVE handshakes the ZAP handler refused (key not on the allow-list); 0 without CURVE.
+  /// Callable from any thread.
+  std::uint64_t numRefusedHandshakes() const;
 
  private:
   class Impl;

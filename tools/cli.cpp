@@ -6,6 +6,7 @@
 
 #include "service/config.h"
 #include "tools/index_command.h"
+#include "tools/keygen_command.h"
 #include "tools/replay_command.h"
 #include "tools/serve_command.h"
 #include "tools/serve_flags.h"
@@ -40,6 +41,8 @@ int runCli(const std::vector<std::string>& args, std::ostream& out, std::ostream
   addSubmitCommand(app, submit);
   // `mocker index`: KV-event subscriber and prefix index (tools/index_command.h).
   IndexCommand index(app);
+  KeygenCommand keygen;
+  addKeygenCommand(app, keygen);
 
   std::vector<std::string> argv_rest(args.begin() + (args.empty() ? 0 : 1), args.end());
   std::reverse(argv_rest.begin(), argv_rest.end());
@@ -58,6 +61,7 @@ int runCli(const std::vector<std::string>& args, std::ostream& out, std::ostream
   if (replay.parsed()) return replay.run(out, err);
   if (submit.cmd->parsed()) return runSubmitCommand(submit, out, err);
   if (index.parsed()) return index.run(out, err);
+  if (keygen.cmd->parsed()) return runKeygenCommand(keygen, out, err);
   if (config_cmd->parsed()) {
     const auto config = resolveServeConfig(config_flags);
     if (!config) {

@@ -7,9 +7,11 @@
 #include <csignal>
 #include <cstdio>
 #include <fstream>
+#include <optional>
 #include <sstream>
 
 #include "service/logging.h"
+#include "service/security.h"
 #include "tools/index/index_service.h"
 
 namespace mocker::tools {
@@ -115,6 +117,28 @@ IndexCommand::IndexCommand(CLI::App& app) {
       ->check(CLI::Range(0, 60000));
   cmd_->add_option("--log-level", f.log_level, "trace|debug|info|warn|error|off")
       ->capture_default_str();
+  auto* query_key = cmd_->add_option("--query-curve-secret-key-file", f.query_curve_secret_key_file,
+                                     "CURVE on the query ROUTER: this index's secret key file "
+                                     "(mocker keygen)");
+  auto* query_clients =
+      cmd_->add_option("--query-curve-client-key-files", f.query_curve_client_key_files,
+                       "CURVE on the query ROUTER: public key files of the clients allowed to "
+                       "query (comma-separated)")
+          ->delimiter(',');
+  query_key->needs(query_clients);
+  query_clients->needs(query_key);
+  auto* worker_server =
+      cmd_->add_option("--worker-curve-server-key-file", f.worker_curve_server_key_file,
+                       "CURVE workers: their public key file");
+  auto* worker_secret =
+      cmd_->add_option("--worker-curve-secret-key-file", f.worker_curve_secret_key_file,
+                       "CURVE workers: this index's secret key file (its public key must be on "
+                       "the workers' allow-list)");
+  worker_server->needs(worker_secret);
+  worker_secret->needs(worker_server);
+  cmd_->add_flag("--worker-curve-publishers", f.worker_curve_publishers,
+                 "the workers' KV-event PUBs use CURVE too (their curve_publishers)")
+      ->needs(worker_server);
   cmd_->footer(
       "Prints `query <endpoint>` and `ready` on stdout once the sockets are up. Stops on "
       "SIGINT/SIGTERM. See tools/index/README.md for the worker syntax and the query protocol.");
@@ -144,6 +168,31 @@ int IndexCommand::run(std::ostream& out, std::ostream& err) {
     config.workers.insert(config.workers.end(), parsed->begin(), parsed->end());
   }
   config.query_endpoint = f.query_endpoint == "none" ? "" : f.query_endpoint;
+  {
+    const auto key = [&](const std::string& path, const char* flag) -> std::optional<std::string> {
+      auto k = service::readKeyFile(path, flag);
+      if (!k) err << "mocker index: " << k.error().message << "\n";
+      return k ? std::optional<std::string>(*k) : std::nullopt;
+    };
+    if (!f.query_curve_secret_key_file.empty()) {
+      auto secret = key(f.query_curve_secret_key_file, "--query-curve-secret-key-file");
+      if (!secret) return 2;
+      config.query_curve_secret_key = *secret;
+      for (const std::string& path : f.query_curve_client_key_files) {
+        auto pub = key(path, "--query-curve-client-key-files");
+        if (!pub) return 2;
+        config.query_curve_clients.push_back(*pub);
+      }
+    }
+    if (!f.worker_curve_secret_key_file.empty()) {
+      auto server = key(f.worker_curve_server_key_file, "--worker-curve-server-key-file");
+      auto secret = key(f.worker_curve_secret_key_file, "--worker-curve-secret-key-file");
+      if (!server || !secret) return 2;
+      config.worker_curve_server_key = *server;
+      config.worker_curve_secret_key = *secret;
+      config.worker_curve_publishers = f.worker_curve_publishers;
+    }
+  }
   config.block_size = f.block_size;
   config.seeds = {f.hash_seed, f.chain_seed};
   config.sub_rcvhwm = f.rcvhwm;

@@ -39,6 +39,11 @@ struct IndexFlags {
   bool no_replay_at_start = false;
   int linger_ms = 100;
   std::string log_level = "info";
+  std::string query_curve_secret_key_file;                ///< CURVE on the query ROUTER
+  std::vector<std::string> query_curve_client_key_files;  ///< who may query (public key files)
+  std::string worker_curve_server_key_file;  ///< CURVE towards the workers: their public key
+  std::string worker_curve_secret_key_file;  ///< and this index's secret key
+  bool worker_curve_publishers = false;      ///< the workers' PUBs use CURVE too
 };
 
 class IndexCommand final {

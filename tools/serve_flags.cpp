@@ -65,6 +65,19 @@ const std::initializer_list<Group> kGroups = {
     {"--max-submit-backlog", "service.max_submit_backlog", "waiting requests before submit reads pause (>= 1)"},
     {"--linger-ms", "service.linger_ms", "ZMQ_LINGER on close (0..60000)"},
   }},
+  {"Limits ([limits]; a submit over one is answered with an error naming it)", {
+    {"--max-requests-per-client", "limits.max_requests_per_client", "in-flight requests of one client (>= 1)"},
+    {"--max-requests", "limits.max_requests", "in-flight requests in total (>= 1)"},
+    {"--max-clients", "limits.max_clients", "clients with requests in flight (>= 1)"},
+    {"--max-request-tokens", "limits.max_request_tokens", "prompt + output tokens of one request (>= 1)"},
+  }},
+  {"Security ([security]; CURVE, see service/README.md)", {
+    {"--curve,!--no-curve", "security.curve", "CURVE on submit, cancel and kv_replay; only allow-listed client keys get in", true},
+    {"--server-secret-key-file", "security.server_secret_key_file", "the service's Z85 secret key file (mocker keygen)"},
+    {"--client-public-keys", "security.client_public_keys", "allow-listed client public keys, Z85, comma-separated"},
+    {"--client-public-key-files", "security.client_public_key_files", "allow-listed client public key files, comma-separated"},
+    {"--curve-publishers,!--no-curve-publishers", "security.curve_publishers", "CURVE on the kv_events and fpm PUBs too", true},
+  }},
   {"Endpoints ([endpoints.*]; every socket binds unless --X-connect)", {
     {"--submit-endpoint", "endpoints.submit.endpoint", "submit ROUTER"},
     {"--submit-connect,!--submit-bind", "endpoints.submit.connect", "connect the submit socket instead of binding", true},

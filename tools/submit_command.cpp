@@ -10,6 +10,7 @@
 #include <variant>
 
 #include "service/client.h"
+#include "service/security.h"
 
 namespace mocker::tools {
 namespace {
@@ -67,6 +68,14 @@ void addSubmitCommand(CLI::App& app, SubmitCommand& command) {
       ->capture_default_str();
   c.add_option("--cancel-endpoint", command.cancel_endpoint, "the service's cancel ROUTER")
       ->capture_default_str();
+  auto* server_key =
+      c.add_option("--curve-server-key-file", command.curve_server_key_file,
+                   "CURVE: the service's public key file (NAME.pub of its key pair)");
+  auto* secret_key = c.add_option("--curve-secret-key-file", command.curve_secret_key_file,
+                                  "CURVE: this client's secret key file (NAME.key of `mocker "
+                                  "keygen`; its public key must be on the service's allow-list)");
+  server_key->needs(secret_key);
+  secret_key->needs(server_key);
   c.add_option("--timeout-s", command.timeout_s,
                "give up when the service sends nothing for this long (seconds)")
       ->check(CLI::PositiveNumber)
@@ -93,8 +102,24 @@ int runSubmitCommand(const SubmitCommand& command, std::ostream& out, std::ostre
   if (!command.output_tokens.empty()) request.output_tokens = command.output_tokens;
   request.dp_rank = command.dp_rank;
 
-  auto client = service::Client::connect(
-      {.submit_endpoint = command.submit_endpoint, .cancel_endpoint = command.cancel_endpoint});
+  service::ClientOptions options{.submit_endpoint = command.submit_endpoint,
+                                 .cancel_endpoint = command.cancel_endpoint};
+  if (!command.curve_secret_key_file.empty()) {
+    auto server_key =
+        service::readKeyFile(command.curve_server_key_file, "--curve-server-key-file");
+    auto secret_key =
+        service::readKeyFile(command.curve_secret_key_file, "--curve-secret-key-file");
+    for (const auto* key : {&server_key, &secret_key}) {
+      if (!*key) {
+        err << "mocker submit: " << key->error().message << "\n";
+        return kExitFailed;
+      }
+    }
+    options.curve_server_key = *server_key;
+    options.curve_secret_key = *secret_key;
+    options.curve_public_key = service::curvePublicKey(*secret_key);
+  }
+  auto client = service::Client::connect(std::move(options));
   if (!client) {
     err << "mocker submit: " << client.error().message << "\n";
     return kExitFailed;

@@ -32,6 +32,10 @@ struct SubmitCommand {
   std::string submit_endpoint = "tcp://127.0.0.1:5555";
   std::string cancel_endpoint = "tcp://127.0.0.1:5556";
   double timeout_s = 10.0;  ///< longest wait for the next message from the service
+  /// CURVE: the service's public key file and this client's secret key file (`mocker keygen`;
+  /// the public key is derived from the secret one). Both or neither.
+  std::string curve_server_key_file;
+  std::string curve_secret_key_file;
 };
 
 /// Registers the `submit` subcommand on `app`. `command` must outlive parsing.

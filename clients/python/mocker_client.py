@@ -47,7 +47,7 @@ MAX_ID_BYTES = 256
 FINISH_REASONS = frozenset({"length", "cancelled", "rejected", "error", "shutdown"})
 ERROR_CODES = frozenset(
     {"invalid_argument", "corruption", "unsupported", "not_found", "io_error", "internal",
-     "resource_exhausted"})
+     "permission_denied", "resource_exhausted"})
 CANCEL_RESULTS = frozenset({"applied", "not_found"})
 #: Types a service sends; a client-to-service type received from the service is a protocol error.
 SERVICE_TYPES = frozenset({"submit_ack", "submit_reject", "output", "cancel_reply", "error",
@@ -236,6 +236,15 @@ def _validate_body(m):
                     raise ProtocolError("%sblock_hashes[%d]: not strictly ascending" % (w, j))
 
 
+def read_key_file(path):
+    """The Z85 key (bytes) on the first line of a key file written by `mocker keygen`."""
+    with open(path, "rb") as f:
+        key = f.readline().strip()
+    if len(key) != 40:
+        raise ValueError("%s: the first line is not a Z85 key (40 characters)" % path)
+    return key
+
+
 def decode_message(payload):
     """Decodes and validates one service-to-client message (bytes) into a dict.
 
@@ -301,10 +310,27 @@ class MockerClient:
 
     @classmethod
     def connect(cls, submit_endpoint, cancel_endpoint, routing_id=None, context=None,
-                rcvhwm=1000, sndhwm=1000):
+                rcvhwm=1000, sndhwm=1000, curve_server_key=None, curve_public_key=None,
+                curve_secret_key=None):
         """Connects both DEALERs. `routing_id` (bytes or str; default: 16 random hex characters)
         is shared by the two sockets. ZeroMQ connects lazily: this does not wait for the service.
+
+        CURVE: give the service's public key and this client's key pair, Z85 (40 characters,
+        bytes or str; see `read_key_file`), all three or none. With a key the service does not
+        allow, the handshake is refused and nothing is ever received.
         """
+        curve = [curve_server_key, curve_public_key, curve_secret_key]
+        if any(k is not None for k in curve):
+            if any(k is None for k in curve):
+                raise ValueError("CURVE needs curve_server_key, curve_public_key and "
+                                 "curve_secret_key together")
+            curve = [k.encode() if isinstance(k, str) else k for k in curve]
+            for name, k in zip(("curve_server_key", "curve_public_key", "curve_secret_key"),
+                               curve):
+                if not isinstance(k, bytes) or len(k) != 40:
+                    raise ValueError("%s: expected a Z85 key of 40 characters" % name)
+        else:
+            curve = None
         if routing_id is None:
             routing_id = os.urandom(8).hex().encode()
         elif isinstance(routing_id, str):
@@ -323,6 +349,8 @@ class MockerClient:
                 s.setsockopt(zmq.MAXMSGSIZE, MAX_MESSAGE_BYTES)
                 s.setsockopt(zmq.RCVHWM, rcvhwm)
                 s.setsockopt(zmq.SNDHWM, sndhwm)
+                if curve:
+                    s.curve_serverkey, s.curve_publickey, s.curve_secretkey = curve
                 s.connect(endpoint)
         except Exception:
             for s in sockets:

@@ -24,7 +24,7 @@ import zmq
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from mocker_client import (MockerClient, ProtocolError, ServerError,  # noqa: E402
-                           SubmitRejected, decode_message, encode_message)
+                           SubmitRejected, decode_message, encode_message, read_key_file)
 
 MOCKER_BIN = None
 STARTUP_TIMEOUT_S = 10.0
@@ -466,13 +466,19 @@ class PacedTest(unittest.TestCase):
         list(gen)
         self.assertEqual(self.client.terminal("blocker")["finish"], "cancelled")
 
-    def test_cancel_on_behalf_of_another_client(self):
+    def test_cancel_of_another_clients_request_is_refused(self):
         with self.serve.client() as other:
             self.client.submit("theirs", prompt=[1, 2, 3], max_tokens=LONG)
             self.client.wait_ack("theirs")
             # Without `client`, the id is looked up among the sender's own requests.
             self.assertEqual(other.cancel("theirs"), "not_found")
-            self.assertEqual(other.cancel("theirs", client=self.client.routing_id), "applied")
+            # Naming the owner's routing id is refused: requests belong to their submitter.
+            with self.assertRaises(ServerError) as refused:
+                other.cancel("theirs", client=self.client.routing_id)
+            self.assertEqual(refused.exception.message["code"], "permission_denied")
+            self.assertEqual(other.stats()["clients"], [])  # nor does it see the owner
+            self.assertEqual(self.client.cancel("theirs", client=self.client.routing_id),
+                             "applied")
             list(self.client.stream("theirs"))
             self.assertEqual(self.client.terminal("theirs")["finish"], "cancelled")
 
@@ -638,6 +644,76 @@ class ShutdownTest(unittest.TestCase):
             for c in clients:
                 c.close()
             serve.close()
+
+
+class CurveTest(unittest.TestCase):
+    """CURVE end to end: keys from `mocker keygen`, a config file naming them, the Python client
+    and `mocker submit` with allow-listed keys, and an unlisted key that gets nothing."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.dir = tempfile.TemporaryDirectory(prefix="mocker-curve-%d-" % os.getpid())
+        for name in ("server", "alice", "mallory"):
+            out = subprocess.run([MOCKER_BIN, "keygen", os.path.join(cls.dir.name, name)],
+                                 capture_output=True, check=True).stdout.decode()
+            assert out.startswith("public key "), out
+        config = os.path.join(cls.dir.name, "mocker.toml")
+        with open(config, "w") as f:
+            # Relative key paths are relative to the configuration file.
+            f.write('[security]\ncurve = true\nserver_secret_key_file = "server.key"\n'
+                    'client_public_key_files = ["alice.pub"]\n')
+        cls.serve = Serve("--config", config, *PACED_FLAGS, "--block-size", "4")
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.serve.close()
+        cls.dir.cleanup()
+
+    def key(self, name):
+        return read_key_file(os.path.join(self.dir.name, name))
+
+    def connect(self, who):
+        return MockerClient.connect(self.serve.submit, self.serve.cancel,
+                                    curve_server_key=self.key("server.pub"),
+                                    curve_public_key=self.key(who + ".pub"),
+                                    curve_secret_key=self.key(who + ".key"))
+
+    def test_key_files_are_private_and_not_overwritten(self):
+        self.assertEqual(os.stat(os.path.join(self.dir.name, "alice.key")).st_mode & 0o777, 0o600)
+        self.assertEqual(os.stat(os.path.join(self.dir.name, "alice.pub")).st_mode & 0o777, 0o644)
+        again = subprocess.run([MOCKER_BIN, "keygen", os.path.join(self.dir.name, "alice")],
+                               capture_output=True)
+        self.assertEqual(again.returncode, 1)
+        self.assertIn(b"already exists (use --force", again.stderr)
+
+    def test_allowed_key_streams(self):
+        with self.connect("alice") as c:
+            c.submit("r", prompt=[1, 2, 3, 4, 5], max_tokens=6)
+            self.assertEqual(len(list(c.stream("r"))), 6)
+            self.assertEqual(c.stats()["clients"], [])
+
+    def test_unlisted_key_gets_nothing(self):
+        for c in (self.connect("mallory"), self.serve.client()):  # unlisted key; no CURVE at all
+            with c:
+                # Non-blocking: a refused handshake may leave the DEALER without any peer.
+                try:
+                    c._submit.send(encode_message("stats"), zmq.NOBLOCK)
+                except zmq.Again:
+                    pass
+                self.assertIsNone(c.recv(0.4))
+        poll_until(lambda: "is not in the allow-list" in self.serve.stderr_text(),
+                   "the refusal in the service's log")
+
+    def test_mocker_submit_with_keys(self):
+        d = self.dir.name
+        run = subprocess.run([MOCKER_BIN, "submit", "--prompt-len", "4", "--max-tokens", "3",
+                              "--submit-endpoint", self.serve.submit,
+                              "--cancel-endpoint", self.serve.cancel,
+                              "--curve-server-key-file", os.path.join(d, "server.pub"),
+                              "--curve-secret-key-file", os.path.join(d, "alice.key")],
+                             capture_output=True, timeout=WAIT_S)
+        self.assertEqual(run.returncode, 0, run.stderr)
+        self.assertEqual(run.stdout.decode().splitlines()[-1], "finish length")
 
 
 class DecoderTest(unittest.TestCase):

@@ -14,14 +14,16 @@
 #include <string>
 #include <string_view>
 #include <variant>
+#include <vector>
 
 #include "base/result.h"
 #include "service/config.h"
 
 namespace mocker::service::detail {
 
-/// A scalar from a TOML node or from command-line text.
-using ConfigValue = std::variant<std::int64_t, double, bool, std::string>;
+/// A scalar from a TOML node or from command-line text, or a list of strings (a TOML array of
+/// strings; on the command line, comma-separated text).
+using ConfigValue = std::variant<std::int64_t, double, bool, std::string, std::vector<std::string>>;
 
 /// One key of the table: its path, type and accessor. Opaque outside config_keys.cpp.
 struct ConfigKey;

@@ -7,7 +7,7 @@
 // (default 100,000) from a flooding DEALER; with max_submit_backlog (10,000) waiting requests the
 // service stops reading submits, so most of the flood sits in ZeroMQ queues — that is the point.
 // Meanwhile a second client measures K (default 1,000) cancel round trips on the cancel socket:
-// send a cancel naming one of the flood's requests (`client` = the flood's routing id), wait for
+// send a cancel naming one of the flood's requests (from the flood's routing id), wait for
 // the cancel_reply. Prints p50 / p99 / max and how many were applied; asserts nothing on timing.
 #include <spdlog/spdlog.h>
 
@@ -153,7 +153,12 @@ int main(int argc, char** argv) {
   std::thread flood_thread(flood, submit, opt.flood, std::cref(stop), std::ref(sent),
                            std::ref(received));
 
-  auto client = service::Client::connect({.submit_endpoint = submit, .cancel_endpoint = cancel});
+  // A cancel applies only to the sender's own requests, so the canceller speaks as the flood: its
+  // cancel socket carries the flood's routing id. Its submit socket is never used; it points
+  // nowhere so that it cannot take that routing id from the flood on the submit ROUTER.
+  auto client = service::Client::connect({.submit_endpoint = "inproc://cancel-latency-bench-unused",
+                                          .cancel_endpoint = cancel,
+                                          .routing_id = kFloodId});
   if (!client) {
     std::fprintf(stderr, "client: %s\n", client.error().message.c_str());
     return 1;
@@ -173,7 +178,7 @@ int main(int argc, char** argv) {
     // Spread over the first 10,000 (the ones the service has read; some may have finished).
     const std::string id = floodId((k * 7919) % std::max(1, std::min(opt.flood, 10000)));
     const auto t0 = Clock::now();
-    if (auto s = (*client)->cancel(id, std::string(kFloodId)); !s) {
+    if (auto s = (*client)->cancel(id); !s) {
       std::fprintf(stderr, "cancel: %s\n", s.error().message.c_str());
       ok = false;
       break;

@@ -116,6 +116,7 @@ class LiveService {
   }
 
   const BoundEndpoints& endpoints() const { return server_->endpoints(); }
+  const Server& server() const { return *server_; }
 
   std::unique_ptr<Client> client(ClientOptions options = {}) const {
     options.submit_endpoint = endpoints().submit;

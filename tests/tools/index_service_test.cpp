@@ -6,6 +6,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <array>
 #include <atomic>
 #include <sstream>
 #include <thread>
@@ -546,6 +547,97 @@ TEST(IndexCli, UsageErrors) {
   EXPECT_EQ(
       tools::runCli({"mocker", "index", "--worker", "1=tcp://127.0.0.1:1", "--once"}, out, err), 2);
   EXPECT_EQ(tools::runCli({"mocker", "index"}, out, err), 2);
+}
+
+// CURVE end to end: a CURVE worker (curve_publishers too) and an index that reaches it with its
+// own key pair (SUB, replay and snapshot DEALERs) and serves queries over CURVE to allow-listed
+// keys only.
+TEST(IndexCurveTest, IndexFollowsACurveWorkerAndAnswersOnlyAllowedQueriers) {
+  struct Keys {
+    std::string pub, sec;
+  };
+  const auto keys = [] {
+    std::array<char, 41> p{};
+    std::array<char, 41> k{};
+    EXPECT_EQ(zmq_curve_keypair(p.data(), k.data()), 0);
+    return Keys{p.data(), k.data()};
+  };
+  const Keys worker = keys(), idx = keys(), querier = keys(), stranger = keys();
+  ServiceConfig wc = eventsConfig(ReplayLayout::R1, 64, 10000);
+  wc.security.curve = true;
+  wc.security.curve_publishers = true;
+  wc.security.server_secret_key = worker.sec;
+  wc.security.client_public_keys = {idx.pub, querier.pub};
+  LiveService svc(wc);
+
+  // The load runs before the index starts: what it indexes comes through a CURVE replay.
+  auto client = svc.client({.curve_server_key = worker.pub,
+                            .curve_public_key = querier.pub,
+                            .curve_secret_key = querier.sec});
+  std::vector<std::string> ids;
+  for (std::uint32_t i = 0; i < 6; ++i) {
+    ids.push_back("c" + std::to_string(i));
+    ASSERT_TRUE(client->submit(
+        {.id = ids.back(), .prompt = service::testing::prompt(12, 100 * i), .max_tokens = 2}));
+  }
+  service::testing::collect(*client, ids);
+
+  IndexServiceConfig ic = indexConfig({endpointOf(svc, 7)});
+  ic.query_endpoint = "tcp://127.0.0.1:*";
+  ic.linger_ms = 0;
+  ic.query_curve_secret_key = idx.sec;
+  ic.query_curve_clients = {querier.pub};
+  ic.worker_curve_server_key = worker.pub;
+  ic.worker_curve_secret_key = idx.sec;
+  ic.worker_curve_publishers = true;
+  auto created = IndexService::create(ic);
+  ASSERT_TRUE(created) << created.error().message;
+  std::unique_ptr<IndexService> index = std::move(*created);
+  Status status;
+  std::thread runner([&] { status = index->run(); });
+
+  zmq::context_t ctx(1);
+  const auto dealer = [&](const Keys& who) {
+    zmq::socket_t d(ctx, zmq::socket_type::dealer);
+    d.set(zmq::sockopt::linger, 0);
+    d.set(zmq::sockopt::curve_serverkey, idx.pub);
+    d.set(zmq::sockopt::curve_publickey, who.pub);
+    d.set(zmq::sockopt::curve_secretkey, who.sec);
+    d.connect(index->queryEndpoint());
+    return d;
+  };
+  const auto askVerify = [&](zmq::socket_t& d) -> std::optional<QueryReply> {
+    const auto req = encodeQueryRequest(VerifyQuery{"v"});
+    if (!d.send(zmq::buffer(req.data(), req.size()), zmq::send_flags::dontwait)) return {};
+    zmq::pollitem_t item{d.handle(), 0, ZMQ_POLLIN, 0};
+    zmq::poll(&item, 1, 2000ms);
+    if (!(item.revents & ZMQ_POLLIN)) return std::nullopt;
+    zmq::message_t m;
+    (void)d.recv(m);
+    auto r = decodeQueryReply({static_cast<const std::byte*>(m.data()), m.size()});
+    return r ? std::optional<QueryReply>(*r) : std::nullopt;
+  };
+  zmq::socket_t allowed = dealer(querier);
+  bool ok = false;
+  std::string last;
+  const auto deadline = std::chrono::steady_clock::now() + 30s;
+  while (!ok && std::chrono::steady_clock::now() < deadline) {
+    if (auto r = askVerify(allowed)) {
+      if (const auto* v = std::get_if<VerifyReply>(&*r)) {
+        ok = v->ok && !v->sources.empty() && v->sources[0].worker_blocks > 0;
+        last = describe(*v);
+      }
+    }
+  }
+  EXPECT_TRUE(ok) << last;  // the replay and the snapshot came through CURVE
+  EXPECT_GT(index->stats().batches_applied, 0u);
+
+  zmq::socket_t refused = dealer(stranger);
+  EXPECT_FALSE(askVerify(refused).has_value());  // handshake refused: no reply
+
+  index->requestStop();
+  runner.join();
+  EXPECT_TRUE(status.has_value());
 }
 
 }  // namespace

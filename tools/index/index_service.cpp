@@ -20,7 +20,9 @@
 #include "protocol/kv_events.h"
 #include "protocol/limits.h"
 #include "publishers/endpoint.h"
+#include "service/security.h"
 #include "service/stop_event.h"
+#include "service/zap_handler.h"
 #include "service/zmq_io.h"
 #include "tools/index/sequencer.h"
 
@@ -210,7 +212,9 @@ class IndexService::Impl {
     VerifyReply reply;
   };
 
-  Result<zmq::socket_t> makeSocket(zmq::socket_type type, const std::string& endpoint, bool bind);
+  /// `to_worker`: a connection to a worker, CURVE when worker keys are configured.
+  Result<zmq::socket_t> makeSocket(zmq::socket_type type, const std::string& endpoint, bool bind,
+                                   bool to_worker = false);
   Status connectChannel(Channel& ch);
   WorkerRank source(const Conn& c) const { return {c.spec.worker_id, c.rank.value_or(0)}; }
 
@@ -249,6 +253,8 @@ class IndexService::Impl {
   IndexStats published_;
 
   zmq::context_t context_{1};
+  std::unique_ptr<service::ZapHandler> zap_;  // before the sockets: destroyed after them
+  service::CurveClientKeys worker_curve_;     // enabled() iff CURVE towards the workers
   zmq::socket_t query_;
   std::vector<Conn> conns_;
   std::vector<Channel> channels_;
@@ -258,10 +264,12 @@ class IndexService::Impl {
 };
 
 Result<zmq::socket_t> IndexService::Impl::makeSocket(zmq::socket_type type,
-                                                     const std::string& endpoint, bool bind) {
+                                                     const std::string& endpoint, bool bind,
+                                                     bool to_worker) {
   try {
     zmq::socket_t s(context_, type);
     s.set(zmq::sockopt::linger, config_.linger_ms);
+    if (to_worker) service::makeCurveClient(s, worker_curve_);
     if (bind) {
       s.bind(endpoint);
     } else {
@@ -279,6 +287,7 @@ Status IndexService::Impl::connectChannel(Channel& ch) {
     s.set(zmq::sockopt::linger, config_.linger_ms);
     s.set(zmq::sockopt::rcvhwm, 0);
     s.set(zmq::sockopt::maxmsgsize, static_cast<std::int64_t>(protocol::kMaxMessageBytes));
+    service::makeCurveClient(s, worker_curve_);
     s.connect(ch.endpoint);
     ch.dealer = std::move(s);
   } catch (const zmq::error_t& e) {
@@ -299,8 +308,34 @@ Status IndexService::Impl::init() {
                      " given twice");
     }
   }
-  if (!config_.query_endpoint.empty()) {
+  if (!config_.worker_curve_secret_key.empty() || !config_.worker_curve_server_key.empty()) {
+    worker_curve_ = {.server_public_key = config_.worker_curve_server_key,
+                     .public_key = service::curvePublicKey(config_.worker_curve_secret_key),
+                     .secret_key = config_.worker_curve_secret_key};
+    if (auto st = service::checkCurveClientKeys(worker_curve_); !st) {
+      return invalid("worker CURVE keys: " + st.error().message);
+    }
+  }
+  if (!config_.query_endpoint.empty() && !config_.query_curve_secret_key.empty()) {
+    service::SecurityConfig sec{.curve = true,
+                                .server_secret_key = config_.query_curve_secret_key,
+                                .client_public_keys = config_.query_curve_clients};
+    auto keys = service::loadCurveServerKeys(sec);
+    if (!keys) return invalid("query CURVE keys: " + keys.error().message);
+    MOCKER_TRY(zap_,
+               service::ZapHandler::start(context_, service::kZapDomain, keys->allowed_clients));
+    try {
+      query_ = zmq::socket_t(context_, zmq::socket_type::router);
+      query_.set(zmq::sockopt::linger, config_.linger_ms);
+      service::makeCurveServer(query_, *keys);
+      query_.bind(config_.query_endpoint);
+    } catch (const zmq::error_t& e) {
+      return Error{ErrorCode::IoError, "endpoint '" + config_.query_endpoint + "': " + e.what()};
+    }
+  } else if (!config_.query_endpoint.empty()) {
     MOCKER_TRY(query_, makeSocket(zmq::socket_type::router, config_.query_endpoint, true));
+  }
+  if (!config_.query_endpoint.empty()) {
     query_.set(zmq::sockopt::maxmsgsize, static_cast<std::int64_t>(kMaxQueryBytes));
     // Replies to a peer that is gone or not reading fail visibly instead of vanishing.
     query_.set(zmq::sockopt::router_mandatory, true);
@@ -316,7 +351,8 @@ Status IndexService::Impl::init() {
   }
   for (Conn& c : conns_) {
     if (c.rank) index_.registerSource(source(c));
-    MOCKER_TRY(c.sub, makeSocket(zmq::socket_type::sub, c.spec.events, false));
+    MOCKER_TRY(c.sub, makeSocket(zmq::socket_type::sub, c.spec.events, false,
+                                 config_.worker_curve_publishers));
     try {
       c.sub.set(zmq::sockopt::rcvhwm, config_.sub_rcvhwm);
       if (config_.sub_rcvbuf >= 0) c.sub.set(zmq::sockopt::rcvbuf, config_.sub_rcvbuf);
@@ -325,7 +361,7 @@ Status IndexService::Impl::init() {
       return Error{ErrorCode::IoError, "endpoint '" + c.spec.events + "': " + e.what()};
     }
     if (!c.spec.replay.empty()) {
-      MOCKER_TRY(c.replay, makeSocket(zmq::socket_type::dealer, c.spec.replay, false));
+      MOCKER_TRY(c.replay, makeSocket(zmq::socket_type::dealer, c.spec.replay, false, true));
       c.replay.set(zmq::sockopt::rcvhwm, 0);  // a replay is bounded by the worker's ring
       c.has_replay = true;
     }

@@ -95,7 +95,17 @@ struct IndexServiceConfig {
   int sub_rcvhwm = 100000;        ///< ZMQ_RCVHWM of each SUB (0 = unlimited)
   int sub_rcvbuf = -1;            ///< ZMQ_RCVBUF of each SUB (-1 = OS default)
   int linger_ms = 100;            ///< ZMQ_LINGER of every socket on close
-  bool replay_at_start = true;    ///< ask replay(0) at connect (slow-joiner window)
+  /// CURVE on the query ROUTER (service/README.md, "Security"): this index's secret key (Z85)
+  /// and the client public keys (Z85) allowed to query; an empty secret key = no CURVE.
+  std::string query_curve_secret_key;
+  std::vector<std::string> query_curve_clients;
+  /// CURVE towards CURVE workers: their public key and this index's secret key (Z85), used on
+  /// the replay and snapshot DEALERs and, with worker_curve_publishers, on the SUBs; empty = no
+  /// CURVE. This index's public key must be on the workers' allow-list.
+  std::string worker_curve_server_key;
+  std::string worker_curve_secret_key;
+  bool worker_curve_publishers = false;
+  bool replay_at_start = true;  ///< ask replay(0) at connect (slow-joiner window)
   std::chrono::milliseconds probe_interval{1000};  ///< idle catch-up probe; 0 = off
   std::chrono::milliseconds replay_timeout{2000};
   std::chrono::milliseconds snapshot_timeout{5000};

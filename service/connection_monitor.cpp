@@ -1,0 +1,50 @@
+// Connection-close events of a socket, for the serve loop (contract in connection_monitor.h).
+#include "service/connection_monitor.h"
+
+#include <cstdint>
+#include <cstring>
+
+#include "service/zmq_io.h"
+
+namespace mocker::service {
+
+Result<std::unique_ptr<ConnectionMonitor>> ConnectionMonitor::create(zmq::context_t& context,
+                                                                     zmq::socket_t& watched,
+                                                                     const std::string& name) {
+  const std::string endpoint = "inproc://mocker-monitor-" + name;
+  if (zmq_socket_monitor(watched.handle(), endpoint.c_str(), ZMQ_EVENT_DISCONNECTED) != 0) {
+    return Error{ErrorCode::IoError,
+                 "connection monitor '" + name + "': " + zmq_strerror(zmq_errno())};
+  }
+  try {
+    zmq::socket_t events(context, zmq::socket_type::pair);
+    events.set(zmq::sockopt::linger, 0);
+    events.connect(endpoint);
+    return std::unique_ptr<ConnectionMonitor>(new ConnectionMonitor(std::move(events)));
+  } catch (const zmq::error_t& e) {
+    return Error{ErrorCode::IoError, "connection monitor '" + name + "': " + e.what()};
+  }
+}
+
+void ConnectionMonitor::drainClosed(std::vector<int>& fds) {
+  std::vector<zmq::message_t> parts;
+  while (tryRecvMultipart(events_, parts) == RecvOutcome::Received) {
+    // Frame 0: u16 event, u32 value (the descriptor for DISCONNECTED), native byte order.
+    if (parts.size() != 2 || parts[0].size() != 6) continue;
+    std::uint16_t event = 0;
+    std::uint32_t value = 0;
+    std::memcpy(&event, parts[0].data(), sizeof event);
+    std::memcpy(&value, static_cast<const char*>(parts[0].data()) + 2, sizeof value);
+    if (event == ZMQ_EVENT_DISCONNECTED) fds.push_back(static_cast<int>(value));
+  }
+}
+
+int connectionFd(const zmq::message_t& message) { return zmq_msg_get(message.handle(), ZMQ_SRCFD); }
+
+std::optional<std::string> peerUserId(const zmq::message_t& message) {
+  const char* v = zmq_msg_gets(message.handle(), "User-Id");
+  if (v == nullptr || *v == '\0') return std::nullopt;
+  return std::string(v);
+}
+
+}  // namespace mocker::service
