@@ -221,14 +221,6 @@ def poll_until(predicate, what, timeout=WAIT_S, interval=0.005):
         time.sleep(interval)  # the poll interval, not a wait for an event
 
 
-def client_routes(stats, routing_id):
-    """Routes (live requests) the stats reply lists for `routing_id` (bytes), 0 when absent."""
-    for c in stats["clients"]:
-        if c["client"] == routing_id:
-            return c["routes"]
-    return 0
-
-
 def proc_status_kib(pid, key):
     """A `kB` figure of /proc/PID/status (VmRSS, VmHWM, ...)."""
     with open("/proc/%d/status" % pid, encoding="ascii") as f:

@@ -20,8 +20,8 @@ import zmq
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from damage_catalogue import catalogue, flood_cases  # noqa: E402
-from fault_harness import (LONG, WAIT_S, ClientProcess, Serve, client_routes,  # noqa: E402
-                           paced, percentile, poll_until, proc_status_kib)
+from fault_harness import (LONG, WAIT_S, ClientProcess, Serve, paced,  # noqa: E402
+                           percentile, poll_until, proc_status_kib)
 from mocker_client import decode_message, encode_message  # noqa: E402
 
 
@@ -89,9 +89,10 @@ class ClientKillTest(unittest.TestCase):
         try:
             victim.wait_event("streaming")
             survivor.wait_event("streaming")
+            # stats lists only the sender's own clients (protocol/README.md §1.3): the observer
+            # sees the service-wide figures, routes and client_entries.
             before = observer.stats()
-            victim_id = victim.routing_id.encode()
-            self.assertEqual(client_routes(before, victim_id), 6, before)
+            self.assertEqual((before["routes"], before["client_entries"]), (10, 2), before)
             rank = before["ranks"][0]
             self.assertGreaterEqual(rank["running"], 6, before)
             report("before SIGKILL: running %d, waiting %d, active blocks %d, routes %d"
@@ -104,17 +105,17 @@ class ClientKillTest(unittest.TestCase):
             stats_when(observer, lambda r: rank0(r)["running"] + rank0(r)["waiting"] <= 4,
                        "the killed client's requests to leave the engine")
             out_s = time.monotonic() - t_kill
-            # ... its routes go (the service drops an unroutable client's routes after 1 s) ...
-            after = stats_when(observer, lambda r: client_routes(r, victim_id) == 0,
+            # ... and its routes go with its connection (a closed submit connection ends its
+            # client's requests, protocol/README.md §1.3) ...
+            after = stats_when(observer, lambda r: r["routes"] <= 4 and r["client_entries"] <= 1,
                                "the killed client's routes to go")
             gone_s = time.monotonic() - t_kill
             # ... and by then the engine holds only the survivor's requests: the victim's never
             # finish on their own (max_tokens 10^7), so they were cancelled.
             rank = after["ranks"][0]
-            survivor_routes = client_routes(after, survivor.routing_id.encode())
+            survivor_routes = after["routes"]
             self.assertLessEqual(rank["running"] + rank["waiting"], survivor_routes, after)
-            self.assertEqual([c["client"] for c in after["clients"]],
-                             [survivor.routing_id.encode()] if survivor_routes else [], after)
+            self.assertEqual(after["client_entries"], 1 if survivor_routes else 0, after)
             report("killed client's requests out of the engine %.3f s after SIGKILL, its routes "
                    "gone after %.3f s; engine then: running %d, waiting %d, active blocks %d "
                    "(the survivor's %d open streams)"
@@ -141,11 +142,10 @@ class ClientKillTest(unittest.TestCase):
             survivor.close()
             serve.close()
 
-    def test_killed_client_waiting_requests_leave_once_admitted(self):
-        # NOTE: the service learns that a client is gone only when a send to it fails, so a
-        # killed client whose requests are all still waiting (they have produced nothing yet) is
-        # noticed when they are admitted and their first outputs cannot be delivered: here when
-        # the survivor's two requests, which hold both seats, have finished.
+    def test_killed_client_waiting_requests_leave_at_once(self):
+        # The service watches its submit connections: a killed client whose requests are all
+        # still waiting (they have produced nothing yet, so no send to it has failed) loses them
+        # when its connection closes, while the survivor's two requests still hold both seats.
         serve = Serve(*paced(1, 2), "--block-size", "4", "--max-num-seqs", "2")
         tag = unique_tag()
         survivor = ClientProcess(serve, "survivor-" + tag, "--requests", "2", "--max-tokens",
@@ -156,12 +156,16 @@ class ClientKillTest(unittest.TestCase):
             survivor.wait_event("streaming")
             victim = ClientProcess(serve, "victim-" + tag, "--requests", "3", "--max-tokens",
                                    str(LONG), "--prompt-base", "5")
-            victim_id = victim.routing_id.encode()
             stats_when(observer,
-                       lambda r: client_routes(r, victim_id) == 3 and rank0(r)["waiting"] == 3,
+                       lambda r: r["routes"] == 5 and rank0(r)["waiting"] == 3,
                        "the victim's 3 requests to wait")
             t_kill = time.monotonic()
             victim.kill()
+            gone = stats_when(observer,
+                              lambda r: rank0(r)["waiting"] == 0 and r["client_entries"] <= 1,
+                              "the killed client's waiting requests to leave the engine")
+            gone_s = time.monotonic() - t_kill
+            self.assertLessEqual(gone["routes"], 2, gone)
             summary = survivor.summary(timeout=60)
             for rid, st in summary["streams"].items():
                 self.assertEqual((st["tokens"], st["gaps"], st["finish"]), (1500, 0, "length"),
@@ -171,11 +175,11 @@ class ClientKillTest(unittest.TestCase):
             final = stats_when(
                 observer, lambda r: (r["routes"], rank0(r)["running"], rank0(r)["waiting"],
                                      rank0(r)["active_blocks"]) == (0, 0, 0, 0),
-                "the killed client's waiting requests to leave the engine")
+                "the service to be idle with every KV block free")
             self.assertEqual(final["clients"], [])
-            report("killed client with 3 waiting requests: survivor done %.3f s after SIGKILL, "
-                   "service idle with 0 active blocks %.3f s after SIGKILL"
-                   % (survivor_done_s, time.monotonic() - t_kill))
+            report("killed client with 3 waiting requests: they left the engine %.3f s after "
+                   "SIGKILL; survivor done %.3f s after SIGKILL"
+                   % (gone_s, survivor_done_s))
         finally:
             observer.close()
             if victim is not None:

@@ -94,7 +94,10 @@ TEST(ServerTest, DuplicateActiveIdRejectedThenReusable) {
 }
 
 TEST(ServerTest, InvalidSubmitsAreRejectedWithReason) {
-  LiveService svc(TestConfig().build());
+  ServiceConfig config = TestConfig().build();
+  // Above the protocol's own bound, so the 2^28 rule (not the configured limit) refuses "huge".
+  config.limits.max_request_tokens = 1u << 30;
+  LiveService svc(std::move(config));
   auto c = svc.client();
   ASSERT_TRUE(c->submit({.id = "rank", .prompt = prompt(4), .max_tokens = 1, .dp_rank = 3}));
   ASSERT_TRUE(c->submit({.id = "zero", .prompt = prompt(4), .max_tokens = 0}));
