@@ -165,7 +165,7 @@ class ClientKillTest(unittest.TestCase):
                               lambda r: rank0(r)["waiting"] == 0 and r["client_entries"] <= 1,
                               "the killed client's waiting requests to leave the engine")
             gone_s = time.monotonic() - t_kill
-            self.assertLessEqual(gone["routes"], 2, gone)
+            self.assertEqual(gone["routes"], 2, gone)  # the survivor still runs
             summary = survivor.summary(timeout=60)
             for rid, st in summary["streams"].items():
                 self.assertEqual((st["tokens"], st["gaps"], st["finish"]), (1500, 0, "length"),
