@@ -1,8 +1,12 @@
 // Replays the checked-in fuzz corpora through the fuzz checks in the ordinary build, so every
 // crash the fuzzers ever found (and every seed) stays a regression test without clang or
 // libFuzzer. A check that fails aborts this test with the property it broke.
+//
+// MOCKER_FUZZ_CORPUS_ROOT=DIR replays DIR/<target>/ instead (e.g. a fuzzer's working corpora
+// through the ASan build: tests/fuzz/README.md).
 #include <algorithm>
 #include <cstdint>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
@@ -26,8 +30,11 @@ std::vector<std::uint8_t> readFile(const fs::path& path) {
 class FuzzCorpusTest : public ::testing::TestWithParam<FuzzTarget> {};
 
 TEST_P(FuzzCorpusTest, EveryCorpusInputPassesTheCheck) {
+  const char* root = std::getenv("MOCKER_FUZZ_CORPUS_ROOT");
   const fs::path dir =
-      fs::path(MOCKER_SOURCE_DIR_FOR_TEST) / "tests/fuzz/corpus" / std::string(GetParam().name);
+      (root != nullptr ? fs::path(root)
+                       : fs::path(MOCKER_SOURCE_DIR_FOR_TEST) / "tests/fuzz/corpus") /
+      std::string(GetParam().name);
   ASSERT_TRUE(fs::is_directory(dir)) << dir << " is missing (every target keeps its seeds)";
   std::vector<fs::path> files;
   for (const auto& entry : fs::directory_iterator(dir)) {

@@ -8,6 +8,7 @@ namespace mocker::fuzz {
 std::span<const FuzzTarget> fuzzTargets() {
   static constexpr std::array kTargets{
       FuzzTarget{"azure_fuzz", &checkAzure},
+      FuzzTarget{"cli_text_fuzz", &checkCliText},
       FuzzTarget{"client_fuzz", &checkClientMessage},
       FuzzTarget{"config_toml_fuzz", &checkConfigToml},
       FuzzTarget{"flat_json_fuzz", &checkFlatJson},

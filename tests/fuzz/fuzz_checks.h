@@ -50,6 +50,11 @@ void checkFlatJson(Input input);
 /// Azure CSV traces (tools/replay/azure_trace.h): the workload invariants, as for Mooncake.
 void checkAzure(Input input);
 
+/// The text parsers of command-line values, chosen by byte 0 (byte 1 is their small argument):
+/// `--worker` specs, one config key set from flag text (valid → dump → parse equal), per-rank
+/// endpoints (rank 0 is the endpoint itself), Azure timestamps.
+void checkCliText(Input input);
+
 /// The targets by name (the fuzzer's binary name and the corpus directory name).
 struct FuzzTarget {
   std::string_view name;

@@ -109,6 +109,14 @@ def seeds(full):
                                                           "p12_batch2", "cleared_map"))]
     out["index_query_fuzz"] = list(index_query_seeds())
     out["kv_replay_fuzz"] = list(kv_replay_seeds())
+    # byte 0 picks the parser (0 worker spec, 1 config key, 2 endpoint, 3 azure timestamp)
+    out["cli_text_fuzz"] = [
+        ("worker", b"\x00\x00" + b"7=tcp://127.0.0.1:5557,replay=tcp://127.0.0.1:5558,dp=2"),
+        ("worker_rank", b"\x00\x00" + b"3/1=tcp://h:1,snapshot=tcp://h:2,topic=kv@a@b"),
+        ("config_key", b"\x01\x03" + b"4096"),
+        ("endpoint", b"\x02\x03" + b"tcp://127.0.0.1:5557"),
+        ("azure_ts", b"\x03\x00" + b"2023-11-16 18:17:03.9799600"),
+    ]
     out["sequencer_fuzz"] = list(sequencer_seeds())
     out["timing_profile_fuzz"] = [("example", TIMING_PROFILE)]
     out["config_toml_fuzz"] = [("small", CONFIG_SMALL),
