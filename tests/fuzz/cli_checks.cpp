@@ -1,6 +1,7 @@
 // Fuzz checks of the small text parsers behind command-line values: `mocker index --worker`,
 // config flags (setConfigValue), per-rank endpoints and Azure timestamps.
 #include <cstdint>
+#include <cstdio>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -43,7 +44,13 @@ void checkCliText(Input input) {
       config.timing_profile_path.clear();  // no file reads (see checkConfigToml)
       const auto finished = service::finishServiceConfig(config, {});
       if (!finished) break;
-      const auto again = service::parseServiceConfig(service::dumpServiceConfig(*finished), "d");
+      const std::string dumped = service::dumpServiceConfig(*finished);
+      const auto again = service::parseServiceConfig(dumped, "d");
+      if (!again) {
+        std::fprintf(stderr, "key %s: the dump does not parse back: %s\n%s\n",
+                     keys[arg % keys.size()].c_str(), again.error().message.c_str(),
+                     dumped.c_str());
+      }
       MOCKER_FUZZ_REQUIRE(again.has_value());
       MOCKER_FUZZ_REQUIRE(*again == *finished);
       break;
