@@ -44,7 +44,9 @@ Result<engine::TimingProfile> parseTimingProfile(std::string_view json_text,
   json root;
   try {
     root = json::parse(json_text);
-  } catch (const json::parse_error& e) {
+  } catch (const json::exception& e) {
+    // parse_error for bad syntax, out_of_range for a number beyond double ("1e999"): both are
+    // the file's fault, neither may escape.
     return fail(std::string("invalid JSON (") + e.what() + ")");
   }
   if (!root.is_object()) return fail(std::string("expected a JSON object, got ") + typeName(root));

@@ -796,6 +796,11 @@ const std::vector<BadProfile> kBadProfiles = {
      R"({"prefill_isl": [], "prefill_ttft_ms": [], "decode_active_kv_tokens": [1],
          "decode_context_length": [1], "decode_itl": [[1]]})",
      "prefill_isl must be a non-empty array"},
+    // Found by timing_profile_fuzz: nlohmann throws out_of_range, not parse_error, for this.
+    {"NumberBeyondDouble",
+     R"({"prefill_isl": [8, 1e999], "prefill_ttft_ms": [1, 2], "decode_active_kv_tokens": [1],
+         "decode_context_length": [1], "decode_itl": [[1]]})",
+     "invalid JSON ([json.exception.out_of_range.406] number overflow parsing '1e999')"},
 };
 
 class BadProfileTest : public ::testing::TestWithParam<BadProfile> {};
