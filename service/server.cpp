@@ -916,7 +916,8 @@ void Server::Impl::deliver() {
     ClientEntry& owner = *batch.owner;  // alive: the batch's routes are open
     const std::size_t n = batch.entries.size();
     std::size_t begin = 0;
-    while (owner.queue.empty() && begin < n) {
+    // `begin < n` first: once the last entry closed the client's last route, `owner` is gone.
+    while (begin < n && owner.queue.empty()) {
       // As many messages as the protocol's limits need (one, unless the client has very many
       // streams in this pass).
       const std::size_t end = batcher_.messageEnd(batch, begin);
