@@ -20,6 +20,7 @@
 
 #include "base/ascii.h"
 #include "base/enum_names.h"
+#include "protocol/detail/utf8.h"
 #include "service/logging.h"
 
 namespace mocker::service {
@@ -536,6 +537,13 @@ Status setConfigValue(ServiceConfig& config, std::string_view key_path, std::str
   if (key == nullptr) {
     if (auto why = detail::unsupportedKeyError(key_path)) return invalidArgument(*why);
     return invalidArgument("unknown key '" + std::string(key_path) + "'");
+  }
+  // A TOML file is UTF-8 by definition (toml++ refuses anything else); flag text is whatever
+  // bytes the shell passed, so it is checked here — otherwise `config --dump` could write a file
+  // that does not load.
+  if (const std::optional<std::size_t> bad = protocol::detail::findInvalidUtf8(text)) {
+    return invalidArgument(std::string(key_path) + ": the value is not valid UTF-8 (byte " +
+                           std::to_string(*bad) + ")");
   }
   MOCKER_TRY(const Value value, textValue(*key, text));
   return assignTo(*key, value, config);

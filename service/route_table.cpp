@@ -258,16 +258,16 @@ Status RouteTable::checkInvariants() const {
                     " that is not an open route of this client");
       }
       Seen& s = seen[p.route];
-      const std::string name = "route '" + r->second.id + "': ";
-      if (s.finished) return fail(name + "an item after its terminal");
+      const auto name = [&] { return "route '" + r->second.id + "': "; };  // only on failure
+      if (s.finished) return fail(name() + "an item after its terminal");
       if (p.kind == Pending::Kind::Ack) {
-        if (s.ack || s.output) return fail(name + "ack queued twice or after an output");
+        if (s.ack || s.output) return fail(name() + "ack queued twice or after an output");
         s.ack = true;
         continue;
       }
       if (!s.output) s.next_index = p.output.index;
       if (p.output.index != s.next_index || p.output.id != r->second.id) {
-        return fail(name + "queued outputs do not continue each other");
+        return fail(name() + "queued outputs do not continue each other");
       }
       s.output = true;
       s.next_index += static_cast<std::uint32_t>(p.output.tokens.size());

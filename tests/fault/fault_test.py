@@ -423,7 +423,13 @@ class HostileFloodTest(unittest.TestCase):
                        rss_before, rss_catalogue, rss_after,
                        100.0 * (rss_after - rss_before) / rss_before,
                        proc_status_kib(serve.pid, "VmHWM")))
-            self.assertLessEqual(rss_after, rss_before * 1.10)
+            if "address" in os.environ.get("MOCKER_SANITIZE", ""):
+                # ASan keeps freed memory in its quarantine (256 MiB by default) so that a use
+                # after free is caught: RSS grows with what was freed, by design. The leak check
+                # at exit and the empty route and client lists above stand in for the RSS bound.
+                report("ASan build: RSS bound not applied (allocator quarantine)")
+            else:
+                self.assertLessEqual(rss_after, rss_before * 1.10)
         finally:
             for sock in hostile.values():
                 sock.close(0)

@@ -678,6 +678,24 @@ TEST(ServiceConfigTest, EqualityNoticesAnyDifference) {
   EXPECT_FALSE(a == b);
 }
 
+TEST(ServiceConfigTest, FlagTextThatIsNotUtf8IsRefusedSoTheDumpReloads) {
+  // Found by cli_text_fuzz: `--kv-events-topic $'\xff'` was accepted and `config --dump` then
+  // wrote TOML that toml++ refuses. Every string key is checked, not only the topic.
+  for (const char* key : {"kv_events.topic", "fpm.worker_id", "endpoints.submit.endpoint",
+                          "security.server_secret_key_file"}) {
+    ServiceConfig c;
+    const auto bad = setConfigValue(c, key, std::string("kv\xff\xfe", 4));
+    ASSERT_FALSE(bad.has_value()) << key;
+    EXPECT_NE(bad.error().message.find("not valid UTF-8 (byte 2)"), std::string::npos)
+        << bad.error().message;
+  }
+  ServiceConfig c;
+  ASSERT_TRUE(setConfigValue(c, "kv_events.topic", "k\xc3\xa9y").has_value());  // "kéy"
+  const auto reloaded = parseServiceConfig(dumpServiceConfig(c), "dump.toml");
+  ASSERT_TRUE(reloaded.has_value()) << reloaded.error().message;
+  EXPECT_EQ(reloaded->kv_events.topic, "k\xc3\xa9y");
+}
+
 TEST(ServiceConfigTest, SetConfigValueUsesFileSpellings) {
   ServiceConfig c;
   ASSERT_TRUE(setConfigValue(c, "engine.max_num_seqs", "none").has_value());

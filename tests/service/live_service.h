@@ -15,6 +15,19 @@
 
 namespace mocker::service::testing {
 
+/// How many times slower than an optimised build this build runs the service: sanitizer builds
+/// (GCC and Clang define these macros under -fsanitize) check every access, and their invariant
+/// checks (no NDEBUG) run too. Volume tests scale their deadlines, and paces that must cover a
+/// client's whole submit burst, by it; nothing else changes.
+#if defined(__SANITIZE_THREAD__)
+inline constexpr int kSlowdown = 16;
+#elif defined(__SANITIZE_ADDRESS__)
+inline constexpr int kSlowdown = 8;
+#else
+inline constexpr int kSlowdown = 1;
+#endif
+inline constexpr bool kSanitized = kSlowdown > 1;
+
 using namespace std::chrono_literals;
 
 /// Small engine, no pacing, every endpoint ephemeral, publishers off unless a test turns them on.

@@ -14,6 +14,7 @@ namespace {
 
 using namespace std::chrono_literals;
 using protocol::FinishReason;
+using testing::kSlowdown;
 using testing::LiveService;
 using testing::prompt;
 using testing::TestConfig;
@@ -71,10 +72,11 @@ TEST(ServerBackpressureTest, ShutdownTerminalsOfMoreThan65536StreamsAreSplit) {
   }
   auto observer = svc.client();
   ASSERT_TRUE(testing::eventually(
-      *observer, [&](const protocol::StatsReply& r) { return r.routes == kStreams; }, 60s));
+      *observer, [&](const protocol::StatsReply& r) { return r.routes == kStreams; },
+      60s * kSlowdown));
   svc.stop();
   Receiver rx;
-  ASSERT_NO_FATAL_FAILURE(rx.until(*c, ids, 60s));
+  ASSERT_NO_FATAL_FAILURE(rx.until(*c, ids, 60s * kSlowdown));
   std::size_t shutdown = 0;
   for (const auto& id : ids) shutdown += rx.streams[id].finish == FinishReason::Shutdown;
   EXPECT_EQ(shutdown, kStreams);
@@ -86,10 +88,11 @@ TEST(ServerBackpressureTest, ShutdownTerminalsOfMoreThan65536StreamsAreSplit) {
 // One pass that produces more than 65,536 outputs for one client: the pass's batch is split.
 TEST(ServerBackpressureTest, OnePassWithMoreThan65536OutputsOfOneClientIsSplit) {
   constexpr std::uint32_t kRequests = 70000;
-  // The first request's prefill pass takes 3 s; every other request is read meanwhile and all
-  // of them are prefilled together in the next pass, each emitting its one token there.
+  // The first request's prefill pass takes 3 s (× kSlowdown); every other request is read
+  // meanwhile and all of them are prefilled together in the next pass, each emitting its one
+  // token there.
   LiveService svc(TestConfig()
-                      .paced(3000, 1)
+                      .paced(3000 * kSlowdown, 1)
                       .numGpuBlocks(2 * kRequests)
                       .maxNumSeqs(2 * kRequests)
                       .maxNumBatchedTokens(2 * kRequests)
@@ -103,7 +106,7 @@ TEST(ServerBackpressureTest, OnePassWithMoreThan65536OutputsOfOneClientIsSplit) 
     ASSERT_TRUE(c->submit({.id = ids.back(), .prompt = {i}, .max_tokens = 1}));
   }
   Receiver rx;
-  ASSERT_NO_FATAL_FAILURE(rx.until(*c, ids, 60s));
+  ASSERT_NO_FATAL_FAILURE(rx.until(*c, ids, 60s * kSlowdown));
   std::size_t complete = 0;
   for (const auto& id : ids) {
     complete += rx.streams[id].finish == FinishReason::Length && rx.streams[id].tokens.size() == 1;
@@ -130,7 +133,7 @@ TEST(ServerBackpressureTest, FloodedClientGetsEveryAckBeforeThatRequestsOutputs)
       ASSERT_TRUE(c->submit({.id = ids.back(), .prompt = prompt(4, i), .max_tokens = 3}));
     }
     Receiver rx;
-    ASSERT_NO_FATAL_FAILURE(rx.until(*c, ids, 120s));
+    ASSERT_NO_FATAL_FAILURE(rx.until(*c, ids, 120s * kSlowdown));
     std::size_t acked = 0, cancelled = 0, unacked_terminals = 0;
     for (const auto& id : ids) {
       const testing::Stream& s = rx.streams[id];
@@ -145,7 +148,10 @@ TEST(ServerBackpressureTest, FloodedClientGetsEveryAckBeforeThatRequestsOutputs)
     EXPECT_EQ(acked, kSubmits);
     EXPECT_EQ(rx.acks_after_output, 0u);
     EXPECT_EQ(unacked_terminals, 0u);
-    if (buffer == 1) {
+    // The premise that the flood overflows a buffer holds when the service outruns this
+    // client's reading; a sanitizer build slows the service more than the client, so there
+    // the ack rule is checked without it (the overflow path is SlowReaderOverItsBuffer's).
+    if (buffer == 1 && !testing::kSanitized) {
       EXPECT_GT(cancelled, 0u) << "the flood did not overflow any buffer";
     }
   }
@@ -169,16 +175,18 @@ TEST(ServerBackpressureTest, SlowReaderOverItsBufferIsCancelledOthersCompleteEve
   // The slow request runs, then is abandoned (its pipe and its 2-signal buffer are full):
   // nothing of it runs any more.
   ASSERT_TRUE(testing::eventually(
-      *observer, [](const protocol::StatsReply& r) { return r.ranks.at(0).running == 1; }, 60s));
+      *observer, [](const protocol::StatsReply& r) { return r.ranks.at(0).running == 1; },
+      60s * kSlowdown));
   ASSERT_TRUE(testing::eventually(
-      *observer, [](const protocol::StatsReply& r) { return r.ranks.at(0).running == 0; }, 60s));
+      *observer, [](const protocol::StatsReply& r) { return r.ranks.at(0).running == 0; },
+      60s * kSlowdown));
   ASSERT_TRUE(fast->submit({.id = "f", .prompt = prompt(8, 500), .max_tokens = 300}));
-  auto fs = testing::collect(*fast, {"f"}, nullptr, 30s);
+  auto fs = testing::collect(*fast, {"f"}, nullptr, 30s * kSlowdown);
   EXPECT_EQ(fs["f"].tokens.size(), 300u);
   EXPECT_EQ(fs["f"].finish, FinishReason::Length);
   EXPECT_EQ(fs["f"].indices.size(), 300u) << "the fast stream should get one token per pass";
   // The slow client reads now: its tokens, without a gap, then a backpressure cancel.
-  auto ss = testing::collect(*slow, {slow_id}, nullptr, 30s);
+  auto ss = testing::collect(*slow, {slow_id}, nullptr, 30s * kSlowdown);
   EXPECT_EQ(ss[slow_id].finish, FinishReason::Cancelled);
   EXPECT_NE(ss[slow_id].reason.find("backpressure"), std::string::npos) << ss[slow_id].reason;
 }
@@ -200,8 +208,8 @@ TEST(ServerBackpressureTest, ReaderThatFallsBehindWithinItsBufferLosesNothing) {
       [](const protocol::StatsReply& r) {
         return r.ranks.at(0).running == 0 && r.ranks.at(0).waiting == 0 && r.routes == 1;
       },
-      60s));
-  auto s = testing::collect(*slow, {id}, nullptr, 30s);
+      60s * kSlowdown));
+  auto s = testing::collect(*slow, {id}, nullptr, 30s * kSlowdown);
   EXPECT_EQ(s[id].tokens.size(), kTokens);
   EXPECT_EQ(s[id].finish, FinishReason::Length) << s[id].reason;
 }
@@ -220,7 +228,7 @@ TEST(ServerBackpressureTest, KvSnapshotOverTheMessageLimitIsRefusedPerRankFits) 
                            .dp_rank = r}));
   }
   Receiver rx;
-  ASSERT_NO_FATAL_FAILURE(rx.until(*c, {"big0", "big1"}, 120s));
+  ASSERT_NO_FATAL_FAILURE(rx.until(*c, {"big0", "big1"}, 120s * kSlowdown));
   ASSERT_TRUE(c->send(protocol::KvSnapshotRequest{}));
   std::vector<protocol::ClientMessage> skipped;
   auto err = testing::awaitMessage<protocol::ErrorReply>(*c, 30s, &skipped);
@@ -229,7 +237,7 @@ TEST(ServerBackpressureTest, KvSnapshotOverTheMessageLimitIsRefusedPerRankFits) 
   EXPECT_NE(err->message.find("16777216"), std::string::npos) << err->message;
   EXPECT_NE(err->message.find("dp_rank"), std::string::npos) << err->message;
   ASSERT_TRUE(c->send(protocol::KvSnapshotRequest{.dp_rank = 1}));
-  auto snap = testing::awaitMessage<protocol::KvSnapshotReply>(*c, 30s);
+  auto snap = testing::awaitMessage<protocol::KvSnapshotReply>(*c, 30s * kSlowdown);
   ASSERT_TRUE(snap);
   ASSERT_EQ(snap->ranks.size(), 1u);
   EXPECT_EQ(snap->ranks[0].block_hashes.size(), kTokens);
