@@ -1,4 +1,4 @@
-// BlockPool: the paged KV block pool of one DP rank (../shared/spec/engine.md §4).
+// BlockPool: the paged KV block pool of one DP rank (docs/engine.md, KV block pool).
 //
 // Every physical block is Free, Private (held by one request, content not cache-visible) or
 // Cached ({hash = s_i, refcount}). Active = Private or Cached with refcount > 0; Inactive =
@@ -41,7 +41,7 @@ class BlockPool final {
   std::uint32_t numInactive() const { return num_inactive_; }
   std::uint32_t numActive() const { return numBlocks() - numFree() - num_inactive_; }
 
-  /// Number of leading hashes that have at least one cached copy (§4.2). Side-effect free.
+  /// Number of leading hashes that have at least one cached copy (prefix lookup). No side effects.
   std::uint32_t countPrefixHits(std::span<const BlockHash> hashes) const;
   /// True if some copy of `hash` is cached with refcount > 0.
   bool hasActiveCopy(BlockHash hash) const;

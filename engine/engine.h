@@ -1,12 +1,12 @@
 // Engine: the deterministic simulation of one inference engine with `dp_size` independent
-// data-parallel ranks (../shared/spec/engine.md). Each rank owns a KV block pool, a scheduler
+// data-parallel ranks (docs/engine.md). Each rank owns a KV block pool, a scheduler
 // (vLLM, TRT-LLM or SGLang policy) and its own pass clock.
 //
 //   submit(Request)        → RequestId, or an error naming why the request is refused
 //   cancel(id)             → Applied | Noop
 //   step(rank, now_ms)     → PassResult of one modelled forward pass of that rank
 //
-// Time is a parameter (milliseconds as double, the spec's unit): the engine never reads a clock,
+// Time is a parameter (milliseconds as double): the engine never reads a clock,
 // sleeps, logs or does I/O. The live service turns PassResult::end_ms into a deadline; offline
 // tools advance a virtual clock (offline_driver.h, tools/replay/). Same config + inputs ⇒ same
 // results.
@@ -69,7 +69,7 @@ class Engine final {
   /// True while any rank has work.
   bool hasWork() const;
 
-  /// Current load metrics of a rank (§10).
+  /// Current load metrics of a rank ("Load metrics").
   LoadMetrics loadMetrics(std::uint32_t dp_rank) const;
 
   /// Sorted sequence hashes of every block currently cache-visible on `dp_rank` (active or
@@ -90,10 +90,10 @@ class Engine final {
   std::uint64_t next_id_ = 1;
 };
 
-/// Removes every output signal of `id` from `pass` (a cancel during the in-flight pass, §13.4).
+/// Removes every output signal of `id` from `pass` (a cancel during the in-flight pass).
 void discardOutputs(PassResult& pass, RequestId id);
 
-/// Output token k of a request without a plan (§2.2).
+/// Output token k of a request without a plan ("Output tokens").
 std::uint32_t syntheticToken(std::uint64_t token_seed, RequestId id, std::uint32_t k);
 
 }  // namespace mocker::engine

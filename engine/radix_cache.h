@@ -1,9 +1,9 @@
-// RadixCache: the SGLang-style prefix cache of one DP rank (../shared/spec/engine.md §7.1).
+// RadixCache: the SGLang-style prefix cache of one DP rank (docs/engine.md, Radix cache).
 //
 // The token pool has N pages of `page_size` tokens. A page is free, *private* (held by one
 // request, not cache-visible: uncomputed, partial, or prefix caching off) or a tree *node*. The
 // tree is a radix tree over pages: a node is one complete page, its parent the previous page of
-// the same sequence. Because a node's identity is its sequence hash s_i (§3), which already
+// the same sequence. Because a node's identity is its sequence hash s_i, which already
 // chains the whole prefix, nodes are found through one hash → node index instead of per-node
 // child maps; walking s_0, s_1, … while the index has them is the radix prefix match (edges are
 // never compressed, so no split is needed). There is exactly one node per hash: a request whose
@@ -51,7 +51,7 @@ class RadixCache final {
   std::uint32_t numNodes() const { return static_cast<std::uint32_t>(index_.size()); }
   /// Unlocked nodes (reclaimable by eviction).
   std::uint32_t numEvictable() const { return num_evictable_; }
-  /// Private pages plus locked nodes (§10 active_blocks).
+  /// Private pages plus locked nodes (active_blocks of "Load metrics").
   std::uint32_t numActive() const { return num_private_ + numNodes() - num_evictable_; }
 
   /// Number of leading hashes that form a path of nodes from the root. Side-effect free.

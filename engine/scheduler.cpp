@@ -1,4 +1,4 @@
-// vLLM v1-style scheduling of one DP rank (../shared/spec/engine.md §5, TRT-LLM variant §6).
+// vLLM v1-style scheduling of one DP rank, and the TRT-LLM variant (docs/engine.md).
 //
 // NOTE on the algorithm. There are no separate "prefill" and "decode" phases: every request has
 // `num_computed` tokens in KV and `len` = prompt + sampled tokens; a pass gives each request up
@@ -36,7 +36,7 @@ VllmScheduler::VllmScheduler(const EngineConfig& config, std::uint32_t dp_rank)
       block_size_(effectiveBlockSize(config)),
       timing_(config),
       pool_(config.num_gpu_blocks),
-      // §5.5: a sequence never outgrows the pool nor (chunking off) the token budget (vLLM
+      // Length limits: a sequence never outgrows the pool nor (chunking off) the token budget (vLLM
       // refuses to start when max_model_len does not fit either), so a lone request can never
       // preempt itself forever and a preempted one can always be readmitted.
       limit_(detail::vllmEffectiveLimit(config, block_size_)) {}
@@ -44,7 +44,7 @@ VllmScheduler::VllmScheduler(const EngineConfig& config, std::uint32_t dp_rank)
 void VllmScheduler::submit(detail::AcceptedRequest&& request) {
   Req r(std::move(request));
   if (isTrtllm() && r.prompt_len < limit_.tokens) {
-    // §6: the reservation never covers tokens the request can never generate (len stops at L).
+    // trtllm: the reservation never covers tokens the request can never generate (len stops at L).
     r.max_output = static_cast<std::uint32_t>(
         std::min<std::uint64_t>(r.max_output, limit_.tokens - r.prompt_len));
   }
@@ -105,8 +105,9 @@ VllmScheduler::PrefixMatch VllmScheduler::lookupPrefix(Req& r) {
   extendSequenceHashes(r.tokens, block_size_, HashSeeds{config_.hash_seed, config_.chain_seed},
                        r.hashes);
   std::uint32_t hits = pool_.countPrefixHits(r.hashes);
-  // §4.3: a request with tokens left to generate recomputes at least its last token, and
-  // allocation is whole-block, so at most floor((len − 1)/B) blocks may come from the cache.
+  // Recompute-the-last-block rule: a request with tokens left to generate recomputes at least its
+  // last token, and allocation is whole-block, so at most floor((len − 1)/B) blocks may come from
+  // the cache.
   if (!isTrtllm() && r.generated() < r.max_output) {
     hits = std::min(hits, (r.len() - 1) / block_size_);
   }
@@ -132,7 +133,7 @@ bool VllmScheduler::acquire(Req& r, std::uint32_t target_tokens, std::uint32_t h
     MOCKER_DCHECK(hit_blocks == 0 || held == 0);
   }
   const std::uint32_t new_blocks = needed > held + hit_blocks ? needed - held - hit_blocks : 0;
-  // Atomicity (§4.4): inactive hits are pinned by the claim, so they cannot also be evicted.
+  // Atomicity ("Acquire"): inactive hits are pinned by the claim, so they cannot also be evicted.
   std::uint32_t pinned_inactive = 0;
   for (std::uint32_t i = 0; i < hit_blocks; ++i) {
     if (!pool_.hasActiveCopy(r.hashes[i])) ++pinned_inactive;
@@ -174,9 +175,9 @@ void VllmScheduler::preempt(std::size_t running_index) {
 }
 
 std::optional<LengthLimit> VllmScheduler::rejectionReason(const Req& r) const {
-  if (r.admitted_before) return std::nullopt;  // only fresh requests are rejected (§5.5)
+  if (r.admitted_before) return std::nullopt;  // only fresh requests are rejected ("Length limits")
   if (r.prompt_len >= limit_.tokens) return limit_.binding;
-  // §6; unreachable after the submit clamp (prompt + max_output <= L <= N·B), kept as the rule.
+  // trtllm: unreachable after the submit clamp (prompt + max_output <= L <= N·B); kept as a rule.
   if (isTrtllm() &&
       blocksFor(std::uint64_t{r.prompt_len} + r.max_output) > config_.num_gpu_blocks) {
     return LengthLimit::KvCapacity;
@@ -308,7 +309,7 @@ void VllmScheduler::admitWaiting(Pass& pass) {
     }
     const std::uint32_t uncached = r.len() - cached;
     // Chunking off: everything uncached in one pass. len <= L <= budget, so an empty pass always
-    // has room (§5.5): the head waits, never forever.
+    // has room ("Length limits"): the head waits, never forever.
     if (!config_.enable_chunked_prefill && uncached > pass.budget) break;
     const auto n = static_cast<std::uint32_t>(std::min<std::uint64_t>(uncached, pass.budget));
     if (!acquire(r, cached + n, match.hit_blocks, pass.out.kv_events)) {
@@ -376,7 +377,7 @@ void VllmScheduler::timeDecode(Pass& pass) {
   for (const Scheduled& s : scheduled_) {
     if (s.computed_before < s.prompt_len) continue;
     if (!ended.empty() && std::find(ended.begin(), ended.end(), s.id) != ended.end()) {
-      continue;  // terminal right after scheduling: not decode work (§9.1)
+      continue;  // terminal right after scheduling: not decode work ("FPM fields")
     }
     ++fpm.num_decode_requests;
     fpm.sum_decode_kv_tokens += s.len_at_schedule;

@@ -1,6 +1,7 @@
 // VllmScheduler: one DP rank of a vLLM v1-style continuous-batching engine
-// (../shared/spec/engine.md §5) over a paged, prefix-cached BlockPool (§4), including the
-// TensorRT-LLM guaranteed-no-evict variant (§6) selected by engine_type = trtllm.
+// (docs/engine.md, vLLM scheduler) over a paged, prefix-cached BlockPool, including the
+// TensorRT-LLM guaranteed-no-evict variant (docs/engine.md, TensorRT-LLM scheduler) selected by
+// engine_type = trtllm.
 //
 // Owns its requests (stored once, keyed by RequestId; queues hold ids), its pool and its
 // counters. Per-pass cost is proportional to the requests scheduled in that pass, not to all
@@ -76,7 +77,7 @@ class VllmScheduler final : public detail::RankCore {
   };
 
   struct PrefixMatch {
-    std::uint32_t hit_blocks = 0;     // blocks claimed from the cache (after the §4.3 cap)
+    std::uint32_t hit_blocks = 0;     // blocks claimed from the cache (after the recompute cap)
     std::uint32_t active_blocks = 0;  // of those, blocks currently active
   };
 
@@ -121,8 +122,8 @@ class VllmScheduler final : public detail::RankCore {
   void preempt(std::size_t running_index);
   void removeFromWaitingStats(const Req& r);
   void addToWaitingStats(const Req& r);
-  /// The limit that makes a fresh head request impossible to run (§5.5, §6), or nullopt. Checked
-  /// every time a fresh request is at the head; a readmitted request is never rejected.
+  /// The limit that makes a fresh head request impossible to run ("Length limits"), or nullopt.
+  /// Checked every time a fresh head is considered; a readmitted request is never rejected.
   std::optional<LengthLimit> rejectionReason(const Req& r) const;
   void finish(RequestId id);
   bool reachedEnd(const Req& r) const;
@@ -132,7 +133,7 @@ class VllmScheduler final : public detail::RankCore {
   const std::uint32_t block_size_;
   const TimingModel timing_;
   BlockPool pool_;
-  const detail::EffectiveLimit limit_;  // L of §5.5: prompts >= L rejected, generation stops at L
+  const detail::EffectiveLimit limit_;  // L: prompts >= L rejected, generation stops at L
 
   ReqMap requests_;                // lookup only; order comes from the queues
   std::deque<RequestId> waiting_;  // may hold ids of cancelled requests (dropped at the head)

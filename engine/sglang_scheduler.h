@@ -1,5 +1,5 @@
-// SglangScheduler: one DP rank of an SGLang-style engine (../shared/spec/engine.md §7) over a
-// paged RadixCache (§7.1): fcfs/lpm ordering, prefill admission under SGLang's token budgets
+// SglangScheduler: one DP rank of an SGLang-style engine (docs/engine.md, SGLang scheduler) over a
+// paged RadixCache: fcfs/lpm ordering, prefill admission under SGLang's token budgets
 // and new-token ratio, chunked prefill, exclusive extend passes and decode retraction.
 //
 // Owns its requests (stored once, keyed by RequestId; queues hold ids), its radix cache and its
@@ -27,7 +27,7 @@ namespace mocker::engine {
 
 class SglangScheduler final : public detail::RankCore {
  public:
-  /// §7.2 constants.
+  /// "SGLang constants".
   static constexpr std::uint32_t kLpmFallbackWaiting = 128;
   static constexpr std::uint32_t kInBatchPrefixThreshold = 32;
   static constexpr double kInitRatioBase = 0.7;
@@ -121,7 +121,7 @@ class SglangScheduler final : public detail::RankCore {
   /// Token slots of free plus evictable pages.
   std::uint64_t reclaimableTokens() const;
 
-  /// Prefill admission (§7.3 step 2); fills prefills_, out.admissions and `rejected`.
+  /// Prefill admission ("SGLang pass" step 2); fills prefills_, out.admissions and `rejected`.
   bool admitPrefill(PassResult& out, std::vector<detail::Rejection>& rejected);
   /// Allocates KV for `r` up to `chunk_end` tokens; false (nothing changed) when out of memory.
   bool allocateChunk(Req& r, std::uint32_t chunk_end, std::uint32_t& cached,
@@ -130,7 +130,7 @@ class SglangScheduler final : public detail::RankCore {
   void publishPages(Req& r, std::vector<KvEvent>& events);
   /// Drops all of `r`'s KV (unlocks its path, frees private pages); materialized = 0.
   void releaseKv(Req& r);
-  /// Retracts a running request to the front of waiting (§7.3 step 5).
+  /// Retracts a running request to the front of waiting ("SGLang pass" step 5).
   void retract(Req& r);
   /// Releases the pages of waiting requests that hold a partial prefill, newest first, until
   /// `needed_pages` fit (all of them if needed_pages is nullopt). Returns true if any was released.

@@ -1,6 +1,6 @@
-// Forward-pass timing model (../shared/spec/engine.md §8): a pure function of the batch shape to
+// Forward-pass timing model (docs/engine.md, Timing model): a pure function of the batch shape to
 // a duration in milliseconds. Three kinds: polynomial (default, aisimulate's coefficients),
-// interpolated (a measured profile, §8.2) and fixed (tests, calibration). Scaling by
+// interpolated (a measured profile) and fixed (tests, calibration). Scaling by
 // speedup_ratio / decode_speedup_ratio is applied by the scheduler, not here.
 //
 // Immutable after construction; thread-safe.

@@ -1,6 +1,6 @@
-// Engine data model (../shared/spec/engine.md §2): requests in, and everything one pass produces
-// out — output signals, admissions, KV events, forward-pass metrics and load metrics. Plain value
-// types; the engine never holds pointers into them after returning them.
+// Engine data model (docs/engine.md, Requests and outputs): requests in, and everything one pass
+// produces out — output signals, admissions, KV events, forward-pass metrics and load metrics.
+// Plain value types; the engine never holds pointers into them after returning them.
 #pragma once
 
 #include <cstdint>
@@ -14,7 +14,7 @@
 
 namespace mocker::engine {
 
-/// Internal scheduler id: strictly increasing from 1 per engine, never reused (§2.1).
+/// Internal scheduler id: strictly increasing from 1 per engine, never reused ("Requests").
 using RequestId = StrongId<struct RequestIdTag>;
 
 /// Sequence hash s_i of a full block (block_hash.h): chains the whole prefix up to that block, so
@@ -22,11 +22,11 @@ using RequestId = StrongId<struct RequestIdTag>;
 /// The event types below carry the raw values, which is what the wire and the indexers use.
 using BlockHash = StrongId<struct BlockHashTag>;
 
-/// A request as submitted (§2.1). The engine assigns the RequestId.
+/// A request as submitted ("Requests"). The engine assigns the RequestId.
 struct Request {
   std::vector<std::uint32_t> tokens;  ///< prompt, length >= 1
   std::uint32_t max_output_tokens = 0;
-  /// Planned output token ids; when present its length is authoritative (§2.1).
+  /// Planned output token ids; when present its length is authoritative ("Requests").
   std::optional<std::vector<std::uint32_t>> output_token_ids;
   std::uint32_t dp_rank = 0;
   std::optional<double> arrival_ms;  ///< informational (replay arrival / live receive time)
@@ -34,12 +34,12 @@ struct Request {
 
 enum class Terminal : std::uint8_t { None, Completed, Rejected, Cancelled, Failed };
 
-/// The effective length limit that bound a request (§5.5): why a `Completed` stream stopped
-/// short of its max_output_tokens, or why a prompt was `Rejected`. None on every other signal,
-/// and on a stream that ended with its last requested token.
+/// The effective length limit that bound a request ("Length limits"): why a `Completed` stream
+/// stopped short of its max_output_tokens, or why a prompt was `Rejected`. None on every other
+/// signal, and on a stream that ended with its last requested token.
 enum class LengthLimit : std::uint8_t { None, MaxModelLen, KvCapacity, MaxNumBatchedTokens };
 
-/// "max_model_len", "kv capacity", "max_num_batched_tokens" (the spec's names); "" for None.
+/// "max_model_len", "kv capacity", "max_num_batched_tokens" (docs/engine.md); "" for None.
 constexpr std::string_view lengthLimitName(LengthLimit limit) {
   switch (limit) {
     case LengthLimit::None:
@@ -54,7 +54,7 @@ constexpr std::string_view lengthLimitName(LengthLimit limit) {
   return "";
 }
 
-/// One emitted token or terminal event (§2.3).
+/// One emitted token or terminal event ("Output signals").
 struct OutputSignal {
   RequestId id;
   std::optional<std::uint32_t> token;  ///< absent for terminal-without-token signals
@@ -62,7 +62,7 @@ struct OutputSignal {
   double time_ms = 0.0;                ///< the pass's end_ms
   Terminal terminal = Terminal::None;
   std::optional<std::uint32_t> cached_tokens;  ///< first token only: reused prompt tokens
-  /// Completed short of max_output_tokens, or Rejected: the limit that bound (§5.5).
+  /// Completed short of max_output_tokens, or Rejected: the limit that bound ("Length limits").
   LengthLimit limit = LengthLimit::None;
   friend bool operator==(const OutputSignal&, const OutputSignal&) = default;
 };
@@ -76,7 +76,7 @@ struct Admission {
   friend bool operator==(const Admission&, const Admission&) = default;
 };
 
-/// KV events (§4.6, wire.md §3). Hashes are sequence hashes s_i.
+/// KV events ("Stored events"; wire form in docs/wire.md). Hashes are sequence hashes s_i.
 struct BlockStored {
   std::vector<std::uint64_t> block_hashes;         ///< parent → child order
   std::optional<std::uint64_t> parent_block_hash;  ///< null when the run starts at block 0
@@ -84,8 +84,8 @@ struct BlockStored {
   std::uint32_t block_size = 0;
   friend bool operator==(const BlockStored&, const BlockStored&) = default;
 };
-/// One evicted hash per event, in eviction order (§4.5, like vLLM); the wire form wraps it in a
-/// one-element `block_hashes` array.
+/// One evicted hash per event, in eviction order ("Release and eviction", like vLLM); the wire
+/// form wraps it in a one-element `block_hashes` array.
 struct BlockRemoved {
   std::uint64_t block_hash = 0;
   friend bool operator==(const BlockRemoved&, const BlockRemoved&) = default;
@@ -95,7 +95,7 @@ struct AllBlocksCleared {
 };
 using KvEvent = std::variant<BlockStored, BlockRemoved, AllBlocksCleared>;
 
-/// Forward-pass metrics of one pass (§9.1). Identity fields are stamped by the publisher.
+/// Forward-pass metrics of one pass ("FPM fields"). Identity fields are stamped by the publisher.
 struct ScheduledStats {
   std::uint64_t num_prefill_requests = 0;
   std::uint64_t sum_prefill_tokens = 0;
@@ -123,7 +123,7 @@ struct ForwardPassMetrics {
   friend bool operator==(const ForwardPassMetrics&, const ForwardPassMetrics&) = default;
 };
 
-/// Load metrics of one rank (§10).
+/// Load metrics of one rank ("Load metrics").
 struct LoadMetrics {
   std::uint32_t dp_rank = 0;
   std::uint64_t active_blocks = 0;
@@ -138,7 +138,7 @@ struct LoadMetrics {
   friend bool operator==(const LoadMetrics&, const LoadMetrics&) = default;
 };
 
-/// Everything one pass of one rank produced (§2.4).
+/// Everything one pass of one rank produced ("Pass result").
 struct PassResult {
   std::uint32_t dp_rank = 0;
   double start_ms = 0.0;
@@ -147,8 +147,8 @@ struct PassResult {
   double decode_ms = 0.0;
   bool did_work = false;  ///< false ⇒ nothing scheduled and nothing emitted; wait for input
   std::vector<Admission> admissions;
-  std::vector<OutputSignal> outputs;  ///< order of §5.6
-  std::vector<KvEvent> kv_events;     ///< occurrence order (§4.8)
+  std::vector<OutputSignal> outputs;  ///< order of "Output order"
+  std::vector<KvEvent> kv_events;     ///< occurrence order ("KV event order")
   ForwardPassMetrics fpm;
   LoadMetrics load;
 };

@@ -1,5 +1,5 @@
-// Forward-pass metrics record in Dynamo's wire format, version 1 (spec wire.md §7): a msgpack
-// map with every standard key present, in the order of the spec, followed by our optional `x_`
+// Forward-pass metrics record in Dynamo's wire format, version 1 (docs/wire.md): a msgpack
+// map with every standard key present, in Dynamo's order, followed by our optional `x_`
 // extension keys (off unless set). Frame 2 of an FPM message.
 //
 // Pure functions on plain value types; thread-safe. Never throws.
@@ -19,7 +19,7 @@ namespace mocker::protocol {
 /// The only FPM schema version we write and accept.
 inline constexpr std::uint64_t kFpmVersion = 1;
 
-/// Work scheduled in the pass (engine.md §9.1).
+/// Work scheduled in the pass (docs/engine.md, FPM fields).
 struct FpmScheduled {
   std::uint64_t num_prefill_requests = 0;
   std::uint64_t sum_prefill_tokens = 0;
@@ -31,7 +31,7 @@ struct FpmScheduled {
   friend bool operator==(const FpmScheduled&, const FpmScheduled&) = default;
 };
 
-/// Work still queued after the pass (engine.md §9.1).
+/// Work still queued after the pass (docs/engine.md, FPM fields).
 struct FpmQueued {
   std::uint64_t num_prefill_requests = 0;
   std::uint64_t sum_prefill_tokens = 0;
@@ -42,7 +42,7 @@ struct FpmQueued {
   friend bool operator==(const FpmQueued&, const FpmQueued&) = default;
 };
 
-/// Our extension keys (wire.md §7.4), written after the standard keys only when set:
+/// Our extension keys (docs/wire.md, FPM extension keys), written after the standard keys when set:
 ///   x_pass_start_ms (float64)  modelled pass start on the engine clock, milliseconds
 ///   x_pass_end_ms   (float64)  modelled pass end on the engine clock, milliseconds
 ///   x_preemptions_total (uint) cumulative preemptions of the rank

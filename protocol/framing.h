@@ -1,4 +1,4 @@
-// Frame-level helpers shared by every ZeroMQ message we put on the wire (spec wire.md §2.1):
+// Frame-level helpers shared by every ZeroMQ message we put on the wire (docs/wire.md):
 // the 8-byte big-endian sequence-number frame of KV-event and forward-pass-metric messages.
 //
 // Pure functions; thread-safe. Never throws.

@@ -1,4 +1,4 @@
-// KV-cache event batches in vLLM's wire format (spec wire.md §1, §3): the msgpack payload of
+// KV-cache event batches in vLLM's wire format (docs/wire.md, KV events): the msgpack payload of
 // frame 2 of a KV-event message, `[ts, events, data_parallel_rank]`, with BlockStored /
 // BlockRemoved / AllBlocksCleared events in one of the positional layouts (p6, p7, p8 default,
 // p9, p12) or the tagged-map layouts (map, map26). The decoder accepts every layout (and any
@@ -55,10 +55,10 @@ struct KvEventBatch {
   friend bool operator==(const KvEventBatch&, const KvEventBatch&) = default;
 };
 
-/// Event layouts of wire.md §3.2/§3.3, named by BlockStored's element count.
+/// Event layouts (docs/wire.md, Event layouts), named by BlockStored's element count.
 enum class KvLayout { P6, P7, P8, P9, P12, Map, Map26 };
 
-/// What a Stored event whose run starts at block 0 carries as parent (wire.md §3.4).
+/// What a Stored event whose run starts at block 0 carries as parent (docs/wire.md, Field rules).
 enum class ParentRoot { Nil, Zero };
 
 struct KvEncodeOptions {
@@ -85,7 +85,7 @@ std::string_view toString(ParentRoot root);
 Result<ParentRoot> parseParentRoot(std::string_view s);
 
 /// Encodes a batch. Strings are the fields' values (nullopt → nil); layout-specific constants
-/// (extra_keys, group_idx, kv_cache_spec_kind, sliding window) are written per wire.md §3.2.
+/// (extra_keys, group_idx, kv_cache_spec_kind, sliding window) are written per layout.
 std::vector<std::byte> encodeKvEventBatch(const KvEventBatch& batch,
                                           const KvEncodeOptions& options = {});
 /// Same, appending to `out` (lets a hot loop reuse one buffer).

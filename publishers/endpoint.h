@@ -1,4 +1,4 @@
-// ZeroMQ endpoint arithmetic for data-parallel ranks (spec wire.md §2.4, vLLM
+// ZeroMQ endpoint arithmetic for data-parallel ranks (docs/wire.md, Endpoints; vLLM
 // `offset_endpoint_port`): rank 0 uses the endpoint unchanged; rank r > 0 gets `port + r` for
 // tcp:// endpoints and the suffix `_dp<r>` for ipc:// and inproc:// endpoints.
 //

@@ -1,5 +1,5 @@
 // FpmPublisher: forward-pass metrics of one DP rank as Dynamo-compatible FPM messages
-// (spec wire.md §7, engine.md §9.3): frames [<empty topic>, seq (8 B BE), payload] where the
+// (docs/wire.md, Forward-pass metrics): frames [<empty topic>, seq (8 B BE), payload] where the
 // payload's counter_id equals seq, per rank from 0.
 //
 // Emission rules, driven entirely by time parameters (milliseconds on the caller's clock):
@@ -30,7 +30,7 @@ struct FpmPublisherConfig {
   std::string worker_id = "0";  ///< decimal u64 (fpm.worker_id)
   std::uint32_t dp_rank = 0;
   double heartbeat_interval_s = 1.0;  ///< > 0 (fpm_heartbeat_interval_s)
-  bool extensions = false;            ///< write the x_ keys passed to onPass (wire.md §7.4)
+  bool extensions = false;            ///< write the x_ keys passed to onPass (docs/wire.md)
 };
 
 class FpmPublisher {

@@ -80,7 +80,7 @@ std::uint64_t KvEventPublisher::publishBatch(const protocol::KvEventBatch& batch
   std::vector<std::byte> payload = protocol::encodeKvEventBatch(batch, config_.encoding);
   const auto seq_frame = protocol::encodeSeqNo(seq);
   const std::array<Frame, 3> frames{bytesOf(config_.topic), Frame(seq_frame), Frame(payload)};
-  // Ring first (wire.md §2.2): a batch lost by the sink stays replayable.
+  // Ring first (docs/wire.md, Live message): a batch lost by the sink stays replayable.
   if (config_.buffer_steps > 0) {
     if (ring_.size() == config_.buffer_steps) ring_.pop_front();
     ring_.emplace_back(seq, std::move(payload));

@@ -1,12 +1,12 @@
 // KvEventPublisher: turns the KV events of one DP rank's passes into vLLM-compatible KV-event
-// messages (spec wire.md §2–§4) and keeps a replay ring buffer.
+// messages (docs/wire.md, KV events) and keeps a replay ring buffer.
 //
 //   * one batch per pass, only if the pass produced events; batches are never split or merged;
 //   * sequence numbers per publisher (= per rank) from 0, +1 per batch;
 //   * live message: [topic, seq (8 B BE), payload] to the FrameSink, non-blocking;
 //   * the batch is stored in the ring (last `buffer_steps` batches, oldest evicted) BEFORE it is
 //     sent, so a batch the sink drops stays replayable (consumers see a gap and replay it);
-//   * handleReplayRequest() answers the replay ROUTER protocol (wire.md §4) in layout r1 or r2.
+//   * handleReplayRequest() answers the replay ROUTER protocol (docs/wire.md) in layout r1 or r2.
 //
 // Not thread-safe: owned and used by the thread that owns the sink (the service loop). Never
 // starts threads, never reads a clock (timestamps are parameters).
@@ -31,7 +31,7 @@
 
 namespace mocker::publishers {
 
-/// Replay reply layouts (wire.md §4): r1 = [seq, payload], r2 = [topic, seq, payload].
+/// Replay reply layouts (docs/wire.md): r1 = [seq, payload], r2 = [topic, seq, payload].
 enum class ReplayLayout { R1, R2 };
 /// The replay layouts' names (the config file's and flags' spellings too).
 inline constexpr EnumNames<ReplayLayout, 2> kReplayLayoutNames{
@@ -60,7 +60,7 @@ class KvEventPublisher {
   KvEventPublisher(const KvEventPublisher&) = delete;
   KvEventPublisher& operator=(const KvEventPublisher&) = delete;
 
-  /// Publishes the events of one pass (engine.md §4.8 order) as one batch stamped `ts`
+  /// Publishes the events of one pass (in occurrence order) as one batch stamped `ts`
   /// (seconds). Returns the batch's sequence number, or nullopt if `events` is empty.
   std::optional<std::uint64_t> publishPass(std::span<const engine::KvEvent> events, double ts);
 

@@ -1,8 +1,8 @@
 // ZeroMQ adapters of the publishers: ZmqPubSink (a FrameSink over a PUB socket, for KV events
-// and forward-pass metrics) and ZmqReplayServer (the KV-event replay ROUTER, wire.md §4).
+// and forward-pass metrics) and ZmqReplayServer (the KV-event replay ROUTER, docs/wire.md).
 //
-// Endpoints: both sockets BIND unless `connect = true` is configured (issue #5: we do not copy
-// vLLM's guess-from-the-address rule; set connect for consumers that bind their SUB, such as
+// Endpoints: both sockets BIND unless `connect = true` is configured (we do not copy vLLM's
+// guess-from-the-address rule; set connect for consumers that bind their SUB, such as
 // llm-d's older indexer, or for a replay ROUTER that dials a fixed broker). The caller applies
 // the DP-rank offset (publishers/endpoint.h) first.
 //

@@ -1,5 +1,5 @@
 // loadTimingProfile / parseTimingProfile (declared in service/config.h): the JSON file format of
-// an interpolated timing profile (engine.md §8.2). The array checks themselves are the engine's
+// an interpolated timing profile (docs/engine.md). The array checks themselves are the engine's
 // (validateEngineConfig), so the loader and the engine cannot disagree.
 
 #include <nlohmann/json.hpp>

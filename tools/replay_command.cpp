@@ -99,7 +99,7 @@ Result<replay::Workload> loadWorkload(const ReplayFlags& f, bool closed_loop) {
     spec.inter_turn_delay.kind = replay::DelayKind::None;
   }
   MOCKER_TRY(replay::Workload workload, replay::generateSyntheticWorkload(spec));
-  // §2.4 step 3 applies to synthetic arrivals and delays too.
+  // The arrival speed-up (docs/traces.md, Normalisation) applies to synthetic workloads too.
   if (f.arrival_speedup_ratio != 1.0) {
     replay::normalizeArrivals(workload.sessions, f.arrival_speedup_ratio);
   }

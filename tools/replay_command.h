@@ -1,7 +1,7 @@
 // `mocker replay TRACE [options]`: loads a Mooncake JSONL or Azure CSV trace (or generates a
 // synthetic workload), replays it and prints the AIPerf-style report; optionally writes the JSON
 // report, per-request JSONL timelines and a self-contained HTML page
-// (../shared/spec/replay.md; tools/replay/README.md).
+// (docs/traces.md, docs/metrics.md; tools/replay/README.md).
 //
 // Modes: `offline` (default; in-process engines on a virtual clock, tools/replay/offline_replay.h)
 // and `live` (`--mode live --connect tcp://HOST:PORT …`: a wall-clock load driver against running

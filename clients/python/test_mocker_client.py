@@ -122,7 +122,7 @@ def recv_type(client, type_, timeout=WAIT_S):
 
 
 # ------------------------------------------------------------------------------------------------
-# engine.md §3 block hashing, recomputed independently
+# Block hashing (docs/engine.md, Block hashing), recomputed independently
 
 HASH_SEED = 1337
 CHAIN_SEED = 1337
@@ -583,7 +583,7 @@ class KvTest(unittest.TestCase):
             with serve.client() as c:
                 # Phase 1: no eviction (7 cached blocks of 16): the snapshot is exactly the
                 # recomputed hashes of every computed token (prompt + all outputs but the last,
-                # which is sampled but never computed — engine.md §4.6).
+                # which is sampled but never computed — docs/engine.md, Stored events).
                 runs = [
                     (list(range(1, 11)), None, 1),                        # 2 full blocks + 2
                     (list(range(1, 9)) + list(range(100, 108)), None, 1),  # shares 2 blocks

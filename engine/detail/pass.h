@@ -39,7 +39,7 @@ struct RequestRecord {
   RequestId id;
   std::vector<std::uint32_t> tokens;  // prompt followed by every sampled output token
   std::uint32_t prompt_len = 0;
-  std::uint32_t max_output = 0;        // may be clamped by the scheduler (TRT-LLM, §6)
+  std::uint32_t max_output = 0;        // may be clamped by the scheduler (trtllm)
   std::uint32_t requested_output = 0;  // as submitted: a stream ending before it says why
   std::optional<std::vector<std::uint32_t>> plan;
   std::vector<BlockHash> hashes;  // sequence hashes of full blocks, grown lazily
@@ -55,9 +55,9 @@ struct RequestRecord {
   std::uint32_t generated() const { return len() - prompt_len; }
 };
 
-/// The effective length limit L of §5.5 and the limit that binds (the first of max_model_len,
-/// kv capacity, max_num_batched_tokens equal to L). A prompt of >= L tokens is rejected and
-/// generation stops when len reaches L.
+/// The effective length limit L (docs/engine.md, Length limits) and the limit that binds (the
+/// first of max_model_len, kv capacity, max_num_batched_tokens equal to L). A prompt of >= L
+/// tokens is rejected and generation stops when len reaches L.
 struct EffectiveLimit {
   std::uint64_t tokens = kUnbounded;
   LengthLimit binding = LengthLimit::None;
@@ -68,7 +68,7 @@ struct EffectiveLimit {
   }
 };
 
-/// vLLM / TRT-LLM (§5.5): L = min(max_model_len, N·B, max_num_batched_tokens if chunked prefill
+/// vLLM / TRT-LLM: L = min(max_model_len, N·B, max_num_batched_tokens if chunked prefill
 /// is off), null terms ∞.
 EffectiveLimit vllmEffectiveLimit(const EngineConfig& config, std::uint32_t block_size);
 
@@ -115,7 +115,7 @@ inline bool passFailed(const PassResult& out) {
 /// admission event, the first admission's cached tokens and the prefix-cache counters.
 inline void recordAdmission(RequestRecord& r, std::uint32_t cached, PassResult& out,
                             PrefixCacheCounters& counters) {
-  // §2.4: generated tokens recomputed after a preemption are never reused *input*.
+  // "Pass result": generated tokens recomputed after a preemption are never reused *input*.
   out.admissions.push_back({r.id, std::min(cached, r.prompt_len), r.admitted_before});
   if (!r.admitted_before) r.first_cached_tokens = cached;
   r.admitted_before = true;

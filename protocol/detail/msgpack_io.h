@@ -51,7 +51,7 @@ class ByteSink {
 };
 
 /// msgpack-c packer plus packF64. NOTE: msgpack-c 4.x `pack_double` writes integral values as
-/// integers (0.0 → 0x00); wire.md §1 requires float64 (`cb`) for every float, so encoders must
+/// integers (0.0 → 0x00); docs/wire.md requires float64 (`cb`) for every float, so encoders must
 /// use packF64 and never pack_double.
 class Packer : public msgpack::packer<ByteSink> {
  public:

@@ -1,4 +1,4 @@
-// KvIndex apply and query throughput (issue #6: the index must keep up with >= 1 M blocks/s of
+// KvIndex apply and query throughput (the index must keep up with >= 1 M blocks/s of
 // KV events). Events are generated up front; the timed loop only applies or queries them.
 //
 //   cmake -DMOCKER_BUILD_BENCHMARKS=ON ... && build/tests/bench/kv_index_benchmark

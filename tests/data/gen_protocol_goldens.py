@@ -3,8 +3,8 @@
 
 Uses python3-msgpack (use_bin_type=True: ints in the smallest form, floats as float64, str for
 text, bin for bytes) and dicts in insertion order, so the bytes follow the key orders of
-protocol/README.md and wire.md without sharing any code with the C++ encoders. It also checks
-the worked examples of wire.md §5 and §7.3 byte for byte.
+protocol/README.md and docs/wire.md without sharing any code with the C++ encoders. It also
+checks the worked examples (docs/wire.md, Worked examples and FPM example) byte for byte.
 
   gen_protocol_goldens.py           rewrite the .hex files
   gen_protocol_goldens.py --check   exit 1 if any checked-in file differs (run by ctest)
@@ -37,7 +37,7 @@ def pack(o):
 
 
 # ---------------------------------------------------------------------------------------------
-# KV events (wire.md §3, §5)
+# KV events (docs/wire.md, KV events)
 S0, S1, S2 = 0xCB38E4D7FB2DCA5C, 0x44A2B2379D6D3C3D, 0xAEA1E67A6C80CF84
 TS0, TS1, TS2 = 1700000000.5, 1700000000.75, 1700000001.0
 
@@ -106,7 +106,7 @@ GOLDENS["kv_p8_force_u64"] = [
 GOLDENS["kv_p8_force_u64_parent_zero"] = [0.0, [stored_pos(8, [U64(5)], U64(0), T4)], 0]
 
 # ---------------------------------------------------------------------------------------------
-# Forward-pass metrics (wire.md §7)
+# Forward-pass metrics (docs/wire.md, Forward-pass metrics)
 
 
 def fpm(counter_id, wall_time, sched, queued, ext=None):
@@ -177,7 +177,7 @@ GOLDENS["client_kv_snapshot_reply"] = msg("kv_snapshot_reply", ranks=[
     {"dp_rank": 1, "block_hashes": []},
 ])
 
-# Worked examples of wire.md, byte for byte (checked before anything is written).
+# Worked examples (docs/wire.md), byte for byte (checked before anything is written).
 SPEC = {
     "kv_p8_batch0": "93cb41d954fc402000009198ab426c6f636b53746f72656492cfcb38e4d7fb2dca5ccf44a2b2379d6d3c3dc098010203040506070804c0a3475055c000",
     "kv_map_batch0": "93cb41d954fc402000009188a474797065ab426c6f636b53746f726564ac626c6f636b5f68617368657392cfcb38e4d7fb2dca5ccf44a2b2379d6d3c3db1706172656e745f626c6f636b5f68617368c0a9746f6b656e5f696473980102030405060708aa626c6f636b5f73697a6504a76c6f72615f6964c0a66d656469756da3475055a96c6f72615f6e616d65c000",
@@ -197,16 +197,16 @@ def check_spec(encoded):
     for name, text in SPEC.items():
         want = bytes.fromhex(text.replace(" ", ""))
         if encoded[name] != want:
-            sys.exit(f"{name}: python encoding differs from wire.md §5")
+            sys.exit(f"{name}: python encoding differs from the worked example")
     for name, size in SPEC_SIZES.items():
         if len(encoded[name]) != size:
-            sys.exit(f"{name}: {len(encoded[name])} bytes, wire.md says {size}")
+            sys.exit(f"{name}: {len(encoded[name])} bytes, the worked example has {size}")
     p12 = encoded["kv_p12_batch0"].hex()
     if not p12.startswith("93cb41d954fc40200000919c") or not p12.endswith(
             "04c0a3475055c0c000ae66756c6c5f617474656e74696f6ec000"):
-        sys.exit("kv_p12_batch0: differs from wire.md §5")
+        sys.exit("kv_p12_batch0: differs from the worked example")
     if "94ac426c6f636b52656d6f76656491cfaea1e67a6c80cf84a347505500" not in encoded["kv_p12_batch2"].hex():
-        sys.exit("kv_p12_batch2: BlockRemoved differs from wire.md §5")
+        sys.exit("kv_p12_batch2: BlockRemoved differs from the worked example")
 
 
 def main():

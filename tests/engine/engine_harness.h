@@ -16,7 +16,7 @@
 
 namespace mocker::engine::testing {
 
-/// The spec's test defaults (engine.md §14): vllm, block_size 4, 16 blocks.
+/// The reference test defaults: vllm, block_size 4, 16 blocks.
 inline EngineConfig specConfig() { return EngineConfig{.num_gpu_blocks = 16, .block_size = 4}; }
 
 /// The same defaults for any engine type: 16 blocks (SGLang: pages) of 4 tokens.
@@ -74,7 +74,7 @@ class Harness {
     const std::uint64_t scheduled_tokens =
         p.fpm.scheduled.sum_prefill_tokens + p.fpm.scheduled.num_decode_requests;
     if (c.engine_type == EngineType::Sglang) {
-      // max_num_batched_tokens does not apply; every chunk is charged against rem_chunk (§7.3).
+      // max_num_batched_tokens does not apply; every chunk is charged against rem_chunk.
       EXPECT_LE(p.fpm.scheduled.sum_prefill_tokens, c.sglang.chunked_prefill_size) << where;
     } else if (c.max_num_batched_tokens) {
       EXPECT_LE(scheduled_tokens, *c.max_num_batched_tokens) << where;

@@ -1,9 +1,9 @@
 #!/usr/bin/python3
-"""Independent cross-check of engine.md §3 hash vectors with python3-xxhash (Debian package).
+"""Independent cross-check of the block hash vectors with python3-xxhash (Debian package).
 
-Recomputes the content and chained sequence hashes from the spec's formula and compares them
-with the values pinned in block_hash_test.cpp, so those vectors are not our own output echoed
-back. Exits non-zero on any mismatch.
+Recomputes the content and chained sequence hashes from the formula of docs/engine.md (Block
+hashing) and compares them with the values pinned in block_hash_test.cpp, so those vectors are
+not our own output echoed back. Exits non-zero on any mismatch.
 """
 import struct
 import sys

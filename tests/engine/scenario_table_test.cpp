@@ -1,6 +1,6 @@
 // Table-driven scheduler scenarios (TensorRT-LLM capacitySchedulerTest style): a config, the
 // arrivals (submitted just before a given step), and expected rows that must hold for every step
-// in [first_step, last_step]. Rows were derived by hand from engine.md §4–§6 (the token
+// in [first_step, last_step]. Rows were derived by hand from docs/engine.md (the token
 // timelines above each table), not recorded from the implementation. Harness::step checks the
 // per-step invariants as usual.
 #include <gtest/gtest.h>
@@ -125,7 +125,7 @@ INSTANTIATE_TEST_SUITE_P(Scenarios, ScenarioTableTest, ::testing::ValuesIn(kScen
                            return std::string(param_info.param.name);
                          });
 
-// §5.5 / §14 items 38, 39 and 11: the effective length limit L = min(max_model_len, N·B,
+// Length limits (docs/engine.md): the effective length limit L = min(max_model_len, N·B,
 // max_num_batched_tokens if chunking is off) — SGLang: (N − 1)·B + 1 by our rule (SGLANG.md) —
 // rejects a prompt of >= L tokens and stops generation at L; a stream that ends short of its
 // max_output_tokens names the binding limit, one that ends with its last requested token does
@@ -158,7 +158,7 @@ constexpr auto kPool = LengthLimit::KvCapacity;
 constexpr auto kModel = LengthLimit::MaxModelLen;
 
 const LengthCase kLengthCases[] = {
-    // §14.38: budget 16, chunking off, 100 blocks ⇒ L = 16 (budget).
+    // Budget 16, chunking off, 100 blocks ⇒ L = 16 (budget).
     {"item38_vllm_prompt16_rejected", chunkingOff(EngineType::Vllm, 16, 100), 16, 1,
      Terminal::Rejected, 0, kBudget},
     {"item38_vllm_prompt12_stops_after4", chunkingOff(EngineType::Vllm, 16, 100), 12, 10,
@@ -170,7 +170,7 @@ const LengthCase kLengthCases[] = {
     // 12 + 4 = L exactly: the last requested token reaches L, the stream is complete.
     {"item38_vllm_tie_is_complete", chunkingOff(EngineType::Vllm, 16, 100), 12, 4,
      Terminal::Completed, 4, LengthLimit::None},
-    // §14.39: 4 blocks of 4, no max_model_len ⇒ L = 16 (kv capacity).
+    // 4 blocks of 4, no max_model_len ⇒ L = 16 (kv capacity).
     {"item39_vllm_prompt16_rejected", base({.num_gpu_blocks = 4}), 16, 1, Terminal::Rejected, 0,
      kPool},
     {"item39_vllm_prompt15_stops_after1", base({.num_gpu_blocks = 4}), 15, 3, Terminal::Completed,
@@ -181,7 +181,7 @@ const LengthCase kLengthCases[] = {
     {"item39_trtllm_prompt15_stops_after1",
      base({.engine_type = EngineType::Trtllm, .num_gpu_blocks = 4}), 15, 3, Terminal::Completed, 1,
      kPool},
-    // §14.11: max_model_len 16 (pool 64 tokens) ⇒ L = 16 (max_model_len).
+    // max_model_len 16 (pool 64 tokens) ⇒ L = 16 (max_model_len).
     {"item11_vllm_prompt16_rejected", base({.num_gpu_blocks = 16, .max_model_len = 16}), 16, 4,
      Terminal::Rejected, 0, kModel},
     {"item11_vllm_prompt10_stops_after6", base({.num_gpu_blocks = 16, .max_model_len = 16}), 10, 10,
@@ -222,7 +222,7 @@ INSTANTIATE_TEST_SUITE_P(Limits, LengthLimitTest, ::testing::ValuesIn(kLengthCas
                            return std::string(param_info.param.name);
                          });
 
-// §14.38, last clause: with chunking off, once the running queue is empty the waiting head is
+// With chunking off, once the running queue is empty the waiting head is
 // admitted or rejected in the next pass — for every prompt length and every output length,
 // including preempted requests (whose len includes generated tokens) being readmitted.
 TEST(LengthLimitTest, ChunkingOffNoRequestWaitsForeverOnceRunningIsEmpty) {

@@ -1,5 +1,5 @@
 // Behaviours every engine type shares, run once per type (TEST_P over vllm, trtllm, sglang) with
-// the spec's test defaults: 16 blocks (SGLang: pages) of 4 tokens, polynomial timing. Where the
+// small test defaults: 16 blocks (SGLang: pages) of 4 tokens, polynomial timing. Where the
 // engines model a case differently the expected value comes from the EngineCase, never from the
 // implementation. Every step goes through Harness::step, which checks the per-step invariants.
 #include <gtest/gtest.h>
@@ -36,7 +36,7 @@ struct EngineCase {
   /// blocks (3 blocks hold 9 and 10 tokens), SGLang by Σ len (8, 9, 10 tokens of 64).
   std::array<double, 3> decode_ms;
   /// Shortest prompt (with one output token) rejected outright by a 4-block pool: vLLM and
-  /// TRT-LLM reject a prompt that fills the pool (§5.5: prompt >= L = N·B), SGLang's strict budget
+  /// TRT-LLM reject a prompt that fills the pool (prompt >= L = N·B), SGLang's strict budget
   /// check fails once the prompt needs all N pages.
   std::uint32_t oversized_prompt_len;
 };

@@ -1,5 +1,5 @@
-// Scenario tests for the vLLM scheduler and KV pool: the behaviours engine.md §14 asks tests to
-// pin, with the spec's defaults (vllm, block_size 4, 16 blocks, polynomial timing). Behaviours
+// Scenario tests for the vLLM scheduler and KV pool: the behaviours of docs/engine.md, pinned
+// with small defaults (vllm, block_size 4, 16 blocks, polynomial timing). Behaviours
 // every engine type shares are in scheduler_shared_test.cpp. Every step goes through
 // Harness::step, which checks the per-step invariants.
 #include <gtest/gtest.h>
@@ -23,7 +23,7 @@ std::vector<std::uint64_t> hashesOf(const std::vector<std::uint32_t>& tokens) {
   return sequenceHashes(tokens, 4, HashSeeds{});
 }
 
-// §14.2: only full blocks are hashed; a 10-token prompt is stored as 2 blocks / 8 tokens.
+// Only full blocks are hashed; a 10-token prompt is stored as 2 blocks / 8 tokens.
 TEST(SchedulerTest, PartialBlockIsNeverStored) {
   Harness h(specConfig());
   h.submit(range(1, 10), 1);
@@ -51,7 +51,7 @@ TEST(SchedulerTest, SyntheticTokenVectors) {
   EXPECT_NE(syntheticToken(1, RequestId{1}, 0), 24979u);
 }
 
-// §14.4: max_output 1 ⇒ the token and `completed` in pass 1; the blocks stay cached, inactive.
+// max_output 1 ⇒ the token and `completed` in pass 1; the blocks stay cached, inactive.
 TEST(SchedulerTest, FirstTokenInPromptCompletionPass) {
   Harness h(specConfig());
   const RequestId id = h.submit(range(1, 8), 1);
@@ -65,8 +65,8 @@ TEST(SchedulerTest, FirstTokenInPromptCompletionPass) {
   EXPECT_TRUE(removedHashes(p).empty());
 }
 
-// §4.3 does not apply to a request with nothing to generate: a fully cached prompt reuses all
-// of it, and the only (terminal) signal carries the prefix hits.
+// The recompute rule does not apply to a request with nothing to generate: a fully cached prompt
+// reuses all of it, and the only (terminal) signal carries the prefix hits.
 TEST(SchedulerTest, ZeroOutputReportsCachedTokensOnItsTerminal) {
   auto cfg = specConfig();
   cfg.allow_empty_output = true;
@@ -90,7 +90,7 @@ TEST(SchedulerTest, ZeroOutputIsRefusedByDefault) {
   EXPECT_NE(r.error().message.find("max_output_tokens"), std::string::npos);
 }
 
-// §14.6: chunked prefill over three passes.
+// Chunked prefill over three passes.
 TEST(SchedulerTest, ChunkedPrefillSplitsPromptAcrossPasses) {
   auto cfg = specConfig();
   cfg.max_num_batched_tokens = 8;
@@ -110,7 +110,7 @@ TEST(SchedulerTest, ChunkedPrefillSplitsPromptAcrossPasses) {
   EXPECT_FALSE(h.engine().hasWork());
 }
 
-// §14.7: running requests spend the budget before waiting ones are admitted.
+// Running requests spend the budget before waiting ones are admitted.
 TEST(SchedulerTest, RunningRequestsSpendBudgetFirst) {
   auto cfg = specConfig();
   cfg.max_num_batched_tokens = 4;
@@ -134,7 +134,7 @@ TEST(SchedulerTest, RunningRequestsSpendBudgetFirst) {
   EXPECT_EQ(p4.fpm.scheduled.sum_prefill_tokens, 3u);
 }
 
-// §14.8: with chunking off a prompt runs in one pass or waits; one over the budget is rejected.
+// With chunking off a prompt runs in one pass or waits; one over the budget is rejected.
 TEST(SchedulerTest, ChunkingOffWaitsForBudgetAndRejectsOversizedPrompt) {
   auto cfg = specConfig();
   cfg.max_num_batched_tokens = 8;
@@ -157,7 +157,7 @@ TEST(SchedulerTest, ChunkingOffWaitsForBudgetAndRejectsOversizedPrompt) {
   EXPECT_FALSE(p.outputs[0].token.has_value());
 }
 
-// §14.9: a blocked head is never overtaken; nothing is preempted for admission.
+// A blocked head is never overtaken; nothing is preempted for admission.
 TEST(SchedulerTest, StrictHeadOfLineAdmission) {
   auto cfg = specConfig();
   cfg.num_gpu_blocks = 10;
@@ -182,7 +182,7 @@ TEST(SchedulerTest, StrictHeadOfLineAdmission) {
   EXPECT_EQ(h.passes().back().load.preemptions_total, 0u);
 }
 
-// §14.11: max_model_len rejects long prompts and stops generation at the limit.
+// max_model_len rejects long prompts and stops generation at the limit.
 TEST(SchedulerTest, MaxModelLenRejectsAndTruncates) {
   auto cfg = specConfig();
   cfg.max_model_len = 16;
@@ -198,7 +198,7 @@ TEST(SchedulerTest, MaxModelLenRejectsAndTruncates) {
   EXPECT_EQ(sig.back().terminal, Terminal::Completed);
 }
 
-// §14.13: a partial prefix hit stores only the new blocks, parented on the shared prefix.
+// A partial prefix hit stores only the new blocks, parented on the shared prefix.
 TEST(SchedulerTest, PartialPrefixReuseStoresSuffixWithParent) {
   Harness h(specConfig());
   h.submit(range(1, 16), 1);
@@ -215,7 +215,7 @@ TEST(SchedulerTest, PartialPrefixReuseStoresSuffixWithParent) {
   EXPECT_EQ(stored[0].token_ids, range(90, 97));
 }
 
-// §14.16: a block completed by generated tokens is stored in the pass that computes them.
+// A block completed by generated tokens is stored in the pass that computes them.
 TEST(SchedulerTest, DecodeFillsBlockStoredOnePassLater) {
   Harness h(specConfig());
   const RequestId id = h.submit(range(1, 6), 4);
@@ -233,7 +233,7 @@ TEST(SchedulerTest, DecodeFillsBlockStoredOnePassLater) {
   EXPECT_EQ(h.engine().cachedBlockHashes(0).size(), 2u);  // g3 never computed: no third block
 }
 
-// §14.17 + §14.27: LIFO preemption evicts the newest request, which waits at the head.
+// LIFO preemption evicts the newest request, which waits at the head.
 TEST(SchedulerTest, LifoPreemptsNewestRequest) {
   auto cfg = specConfig();
   cfg.num_gpu_blocks = 4;
@@ -261,7 +261,7 @@ TEST(SchedulerTest, LifoPreemptsNewestRequest) {
   EXPECT_EQ(sb.back().terminal, Terminal::Completed);
 }
 
-// §14.18: FIFO preempts the oldest running request (here the one being scheduled).
+// FIFO preempts the oldest running request (here the one being scheduled).
 TEST(SchedulerTest, FifoPreemptsOldestRequest) {
   auto cfg = specConfig();
   cfg.num_gpu_blocks = 4;
@@ -278,7 +278,7 @@ TEST(SchedulerTest, FifoPreemptsOldestRequest) {
   h.runUntilIdle();
 }
 
-// §14.19: a victim already scheduled in the pass gives its token back and emits nothing.
+// A victim already scheduled in the pass gives its token back and emits nothing.
 TEST(SchedulerTest, PreemptedVictimRefundsBudget) {
   auto cfg = specConfig();
   cfg.num_gpu_blocks = 4;
@@ -303,8 +303,8 @@ TEST(SchedulerTest, PreemptedVictimRefundsBudget) {
   EXPECT_EQ(h.signalsOf(a).size(), 8u);
 }
 
-// §14.20: eviction is leaf-first and LRU, one Removed per hash, before the Stored it enables.
-// The spec's X = [1..16] fills the 16-token pool and is now rejected (§5.5, §14.39), so X is
+// Eviction is leaf-first and LRU, one Removed per hash, before the Stored it enables.
+// X = [1..16] would fill the 16-token pool and be rejected (its prompt reaches L), so X is
 // [1..15]: it leaves s_0..s_2 inactive and its partial block free; Y (3 blocks) takes the free
 // block, then evicts s_2 and s_1 in that order.
 TEST(SchedulerTest, LeafFirstEviction) {
@@ -324,7 +324,7 @@ TEST(SchedulerTest, LeafFirstEviction) {
   EXPECT_FALSE(s.parent_block_hash.has_value());
 }
 
-// §14.21: with two copies of a hash, evicting one is silent; evicting the last one is Removed.
+// With two copies of a hash, evicting one is silent; evicting the last one is Removed.
 TEST(SchedulerTest, RemovedOnlyWhenLastCopyEvicted) {
   auto cfg = specConfig();
   cfg.num_gpu_blocks = 8;
@@ -341,7 +341,7 @@ TEST(SchedulerTest, RemovedOnlyWhenLastCopyEvicted) {
   EXPECT_EQ(removedHashes(p3), (std::vector<std::uint64_t>{hashesOf(range(1, 16))[3]}));
 }
 
-// §14.22: an admission that cannot be satisfied changes nothing.
+// An admission that cannot be satisfied changes nothing.
 TEST(SchedulerTest, BlockedAdmissionChangesNothing) {
   auto cfg = specConfig();
   cfg.num_gpu_blocks = 6;
@@ -358,7 +358,7 @@ TEST(SchedulerTest, BlockedAdmissionChangesNothing) {
   EXPECT_EQ(h.engine().cachedBlockHashes(0), before);
 }
 
-// §14.24: speedup ratios scale durations.
+// Speedup ratios scale durations.
 TEST(SchedulerTest, SpeedupRatioHalvesDurations) {
   auto cfg = specConfig();
   cfg.speedup_ratio = 2;
@@ -374,7 +374,7 @@ TEST(SchedulerTest, SpeedupRatioHalvesDurations) {
   EXPECT_DOUBLE_EQ(p.end_ms, kPrefill8 + 6.04453125);
 }
 
-// §14.25: speedup 0 leaves virtual time unscaled.
+// Speedup 0 leaves virtual time unscaled.
 TEST(SchedulerTest, SpeedupZeroKeepsVirtualTime) {
   auto cfg = specConfig();
   cfg.speedup_ratio = 0;
@@ -384,7 +384,7 @@ TEST(SchedulerTest, SpeedupZeroKeepsVirtualTime) {
   EXPECT_NEAR(h.now(), 58.6358832139296, 1e-9);
 }
 
-// §14.26: FPM prefill-length variance over one pass.
+// FPM prefill-length variance over one pass.
 TEST(SchedulerTest, FpmPrefillVariance) {
   Harness h(specConfig());
   h.submit(range(1, 4), 1);
@@ -396,7 +396,7 @@ TEST(SchedulerTest, FpmPrefillVariance) {
   EXPECT_DOUBLE_EQ(p.fpm.wall_time, (p.end_ms - p.start_ms) / 1000.0);
 }
 
-// §14.28: cancel semantics.
+// Cancel semantics.
 TEST(SchedulerTest, CancelWaitingRunningAndFinished) {
   auto cfg = specConfig();
   cfg.max_num_seqs = 1;
@@ -473,9 +473,9 @@ TEST(SchedulerTest, ReadmissionAfterPreemptionIsMarked) {
   EXPECT_GE(readmissions, 1);
 }
 
-// §14.40: a request preempted after generating tokens and readmitted on its own cached blocks
-// reuses more cached tokens than its prompt, but reports at most its prompt as reused input
-// (§2.4), so reuse ratios stay <= 1. X runs ahead of A (a 2-token prompt); when the pool runs
+// A request preempted after generating tokens and readmitted on its own cached blocks
+// reuses more cached tokens than its prompt, but reports at most its prompt as reused input,
+// so reuse ratios stay <= 1. X runs ahead of A (a 2-token prompt); when the pool runs
 // out, LIFO preempts A; A comes back after X completes and hits its own inactive blocks.
 TEST(SchedulerTest, ReusedInputNeverExceedsThePrompt) {
   auto cfg = specConfig();
@@ -504,7 +504,7 @@ TEST(SchedulerTest, ReusedInputNeverExceedsThePrompt) {
   EXPECT_EQ(sig.back().index, 23u);
 }
 
-// §14.37: DP ranks have their own pools, clocks and events; an out-of-range rank is refused.
+// DP ranks have their own pools, clocks and events; an out-of-range rank is refused.
 TEST(SchedulerTest, DpRanksAreIndependent) {
   auto cfg = specConfig();
   cfg.dp_size = 2;
@@ -520,7 +520,7 @@ TEST(SchedulerTest, DpRanksAreIndependent) {
   EXPECT_FALSE(h.engine().submit(Request{.tokens = {1}, .max_output_tokens = 1, .dp_rank = 2}));
 }
 
-// §14.34: TRT-LLM reserves prompt + max output up front and never preempts.
+// TRT-LLM reserves prompt + max output up front and never preempts.
 TEST(SchedulerTest, TrtllmReservesToCompletion) {
   auto cfg = specConfig();
   cfg.engine_type = EngineType::Trtllm;

@@ -1,5 +1,5 @@
-// Scenario tests for the SGLang scheduler and radix cache (engine.md §7, §14.35–36) and extra
-// TRT-LLM guaranteed-no-evict scenarios (§6). Behaviours every engine type shares are in
+// Scenario tests for the SGLang scheduler and radix cache (docs/engine.md) and extra TRT-LLM
+// guaranteed-no-evict scenarios. Behaviours every engine type shares are in
 // scheduler_shared_test.cpp. Engine-level scenarios go through Harness::step
 // (per-step invariants + KV events replayed into a set == the cache); scenarios that need the
 // scheduler's internal state (new_token_ratio, queue order) drive an SglangScheduler directly
@@ -23,7 +23,7 @@ using testing::storedEvents;
 
 constexpr double kPrefill8 = 16.6229144639296;  // T_prefill(1, 8, 0)
 
-/// The spec's test defaults adapted to SGLang: 16 pages of 4 tokens.
+/// The test defaults adapted to SGLang: 16 pages of 4 tokens.
 EngineConfig sgConfig() { return testing::specConfig(EngineType::Sglang); }
 
 std::vector<std::uint64_t> hashesOf(const std::vector<std::uint32_t>& tokens,
@@ -92,7 +92,7 @@ TEST(SglangSchedulerTest, EngineCreateAcceptsSglang) {
   EXPECT_EQ(Engine::create(c)->blockSize(), 1u);
 }
 
-// §14.35: ratio constants, linear decay to the minimum over 600 passes, then it stays there.
+// Ratio constants, linear decay to the minimum over 600 passes, then it stays there.
 TEST(SglangSchedulerTest, NewTokenRatioDecaysToMinimum) {
   EngineConfig c = sgConfig();
   c.num_gpu_blocks = 1024;
@@ -125,7 +125,7 @@ TEST(SglangSchedulerTest, IdleStepDoesNotDecayRatio) {
   EXPECT_DOUBLE_EQ(d.sched().newTokenRatio(), 0.7);
 }
 
-// §14.36: a pass that prefills decodes only the requests that completed their prompt in it.
+// A pass that prefills decodes only the requests that completed their prompt in it.
 TEST(SglangSchedulerTest, ExclusiveExtendPass) {
   Harness h(sgConfig());
   const RequestId a = h.submit(range(1, 8), 5);
@@ -485,7 +485,7 @@ TEST(SglangSchedulerTest, CancelReleasesLocksAndPages) {
   EXPECT_TRUE(h.engine().cachedBlockHashes(0).empty());
 }
 
-// ---- TRT-LLM guaranteed-no-evict (§6), beyond scheduler_test.cpp ----
+// ---- TRT-LLM guaranteed-no-evict, beyond scheduler_test.cpp ----
 
 EngineConfig trtConfig() { return testing::specConfig(EngineType::Trtllm); }
 
@@ -542,7 +542,7 @@ TEST(TrtllmSchedulerTest, ReservationCountsRunningRequestsRemainingBlocks) {
   EXPECT_EQ(h.signalsOf(b).size(), 4u);
 }
 
-// §4.3 does not apply: a prompt with a fully cached prefix reuses every full block.
+// The recompute rule does not apply: a prompt with a fully cached prefix reuses every full block.
 TEST(TrtllmSchedulerTest, NoRecomputeOfLastBlockOnPartialHit) {
   Harness h(trtConfig());
   h.submit(range(1, 16), 1);

@@ -2,7 +2,7 @@
 // tiny pool that forces preemption and eviction. The harness checks the invariants after every
 // step (pool accounting, budget, max_num_seqs, events replayed into a set == cached hashes);
 // here we also check that every request ends exactly once, that the pool drains, that a waiting
-// head never waits forever once the running queue is empty (§5.5), and that every stream ending
+// head never waits forever once the running queue is empty, and that every stream ending
 // short of its max_output_tokens names the limit that cut it (and no other stream names one).
 #include <gtest/gtest.h>
 

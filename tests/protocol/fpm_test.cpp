@@ -47,7 +47,7 @@ TEST(FpmGoldenTest, SpecExampleIs430Bytes) {
   const Bytes bytes = encodeFpm(example());
   EXPECT_EQ(bytes.size(), 430u);
   EXPECT_EQ(toHex(bytes), toHex(readGolden("fpm_example")));
-  // Spot checks against wire.md §7.3 independent of the golden file.
+  // Spot checks against the example of docs/wire.md independent of the golden file.
   EXPECT_EQ(toHex(prefix(bytes, 10)), "87a776657273696f6e01");
   EXPECT_NE(toHex(bytes).find("a977616c6c5f74696d65cb3f9999999999999a"), std::string::npos);
 }

@@ -58,7 +58,7 @@ constexpr KvLayout kAllLayouts[] = {KvLayout::P6,  KvLayout::P7,  KvLayout::P8, 
 
 // ------------------------------------------------------------------------------------------
 // Golden bytes: the C++ encoder must reproduce the independent python encoder (which itself
-// checks wire.md §5), and the decoder must read them back.
+// checks the worked examples), and the decoder must read them back.
 
 TEST(KvEventsGoldenTest, SpecWorkedExampleP8BatchZero) {
   const Bytes want = fromHex(

@@ -1,6 +1,6 @@
 #!/usr/bin/python3
 """Subscribes to a live KvEventPublisher (kv_publish_demo) with python3-zmq and decodes every
-batch strictly against the vLLM schema of wire.md §2–§4 for the given layout.
+batch strictly against the vLLM schema (docs/wire.md, KV events) for the given layout.
 
   kv_events_schema_test.py <path-to-kv_publish_demo> <layout>...
 

@@ -3,7 +3,7 @@
 //   kv_publish_demo [layout]      layout: p6 | p7 | p8 (default) | p9 | p12 | map | map26
 //
 // Binds a PUB and a replay ROUTER on ephemeral 127.0.0.1 ports, prints "PUB <endpoint>" and
-// "REPLAY <endpoint>", publishes four batches (the wire.md §5 worked examples plus an
+// "REPLAY <endpoint>", publishes four batches (the docs/wire.md worked examples plus an
 // AllBlocksCleared), then serves replay requests. Every "publish" line on stdin publishes one
 // more batch (the test repeats it until its SUB has joined); end of stdin exits with status 0.
 #include <poll.h>

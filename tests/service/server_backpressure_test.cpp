@@ -157,7 +157,7 @@ TEST(ServerBackpressureTest, FloodedClientGetsEveryAckBeforeThatRequestsOutputs)
   }
 }
 
-// engine.md §14 item 31: with max_buffered_outputs = 2, a client that never reads has its
+// With max_buffered_outputs = 2, a client that never reads has its
 // request cancelled once its buffer overflows; a concurrent request of another client completes
 // with all its tokens, one per pass, meanwhile.
 TEST(ServerBackpressureTest, SlowReaderOverItsBufferIsCancelledOthersCompleteEveryPass) {

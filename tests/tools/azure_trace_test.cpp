@@ -133,7 +133,9 @@ TEST(AzureTraceTest, SkipInvalidContinues) {
 }
 
 TEST(AzureTraceTest, CodeTraceFile) {
-  auto r = loadAzureTrace(testing::sampleTrace("azure_llm_inference_2023_code.csv"), {});
+  const std::string path = testing::sampleTrace("azure_llm_inference_2023_code.csv");
+  MOCKER_SKIP_UNLESS_SAMPLE_TRACE(path);
+  auto r = loadAzureTrace(path, {});
   ASSERT_TRUE(r) << r.error().toString();
   // 8,820 lines: the header plus 8,819 rows (Vidur's splitwise_code.csv count); no trailing \n.
   EXPECT_EQ(r->sessions.size(), 8'819u);

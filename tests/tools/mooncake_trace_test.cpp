@@ -270,7 +270,9 @@ TEST(MooncakeTraceTest, TinyTraceFixtureParses) {
 }
 
 TEST(MooncakeTraceTest, SyntheticTraceMatchesPublishedFigures) {
-  auto r = loadMooncakeTrace(testing::sampleTrace("mooncake_synthetic_trace.jsonl"), {});
+  const std::string path = testing::sampleTrace("mooncake_synthetic_trace.jsonl");
+  MOCKER_SKIP_UNLESS_SAMPLE_TRACE(path);
+  auto r = loadMooncakeTrace(path, {});
   ASSERT_TRUE(r) << r.error().toString();
   const Workload& w = *r;
   EXPECT_EQ(w.sessions.size(), 3993u);

@@ -40,7 +40,7 @@ ReplayCollector replayOrDie(const Workload& w, const OfflineReplayOptions& optio
   return collector;
 }
 
-// replay.md §9.4: turn 2 with delay 50 is submitted exactly 50 ms after turn 1's terminal.
+// Turn 2 with delay 50 is submitted exactly 50 ms after turn 1's terminal.
 TEST(OfflineReplayTest, LaterTurnArrivesExactlyDelayAfterPreviousTerminal) {
   const Workload w =
       parse(R"({"timestamp": 0, "output_length": 5, "hash_ids": [1, 2], "session_id": "s"})"
@@ -82,7 +82,7 @@ TEST(OfflineReplayTest, ArrivalDuringAPassWaitsForThePassBoundary) {
   EXPECT_EQ(c.requests()[1].first_admit_ms, first_pass_end);
 }
 
-// replay.md §9.7: concurrency 2 with four 1-token requests ⇒ requests 3 and 4 arrive at the
+// Concurrency 2 with four 1-token requests ⇒ requests 3 and 4 arrive at the
 // terminal times of requests 1 and 2, and their TTFT excludes the wait for a slot.
 TEST(OfflineReplayTest, ClosedLoopDispatchesOnTerminals) {
   const Workload w = parse(R"({"output_length": 1, "hash_ids": [1]})"
@@ -157,7 +157,7 @@ TEST(OfflineReplayTest, ZeroTokenOutputCompletesWithoutTokens) {
   EXPECT_TRUE(c.requests()[0].token_times_ms.empty());
 }
 
-// engine.md §5.5: with a 4-block pool of 16 tokens (L = 64), a 64-token prompt is rejected and a
+// Length limits: with a 4-block pool of 16 tokens (L = 64), a 64-token prompt is rejected and a
 // 48-token prompt asking for 20 tokens stops after 16; the report counts both by their limit and
 // the per-request rows name it. A request that gets all its tokens names none.
 TEST(OfflineReplayTest, LengthLimitedRequestsAreCountedPerLimit) {
@@ -255,7 +255,7 @@ Report replayWithRouter(const Workload& w, RouterKind router, OfflineReplayStats
 }
 
 // With 4 workers and a prefix-heavy trace, kv routing reuses more of the prefix cache than
-// round robin (issue #6).
+// round robin.
 TEST(OfflineReplayTest, KvRouterReusesMorePrefixThanRoundRobin) {
   const Workload w = prefixHeavy();
   OfflineReplayStats rr_stats, kv_stats, random_stats;

@@ -89,7 +89,7 @@ TEST(SyntheticWorkloadTest, PinnedFirstRowsForSeedOne) {
   const std::vector<Session>& s = r->sessions;
   ASSERT_EQ(s.size(), 5u);
   // Values pinned from this implementation and cross-checked with an independent Python
-  // SplitMix64 + polar-normal + exponential transcription of §4.
+  // SplitMix64 + polar-normal + exponential transcription of docs/traces.md.
   struct Row {
     double arrival_ms;
     std::uint32_t input_length;

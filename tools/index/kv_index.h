@@ -1,9 +1,9 @@
 // KvIndex: which (worker, dp_rank) holds which KV block — the prefix index a KV-aware router
-// keeps, rebuilt from the workers' KV events (../shared/spec/engine.md §4.6–§4.8, wire.md).
+// keeps, rebuilt from the workers' KV events (docs/engine.md, KV block pool; docs/wire.md).
 // Used in-process by the offline replay's `kv` router and by `mocker index` (ZMQ subscriber).
 //
 // Design: a hash-chain map. A block's identity is its sequence hash s_i, which already encodes
-// the whole prefix before it (engine.md §3), so a flat map hash → set of sources answers prefix
+// the whole prefix before it (docs/engine.md), so a flat map hash → set of sources answers prefix
 // queries without a tree: a request's overlap with a source is the number of leading hashes
 // s_0, s_1, … that the source holds. Sources are numbered densely in order of first sight; an
 // owner set is a 64-bit mask for the first 64 sources plus a sorted overflow list beyond.

@@ -1,4 +1,4 @@
-// Azure LLM inference CSV parser (../shared/spec/replay.md §3): header
+// Azure LLM inference CSV parser (docs/traces.md, Azure CSV): header
 // `TIMESTAMP,ContextTokens,GeneratedTokens`, one request per row, absolute timestamps
 // `YYYY-MM-DD HH:MM:SS[.fraction]` (≤ 7 fractional digits, no time zone, read as UTC). There is
 // no prefix information, so every request gets fresh hash ids (zero reuse by construction).

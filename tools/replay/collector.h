@@ -1,5 +1,5 @@
 // ReplayCollector — records what happened to every replayed request and engine-level samples,
-// and turns them into the Report of ../shared/spec/replay.md §6. The replay loop (offline,
+// and turns them into the Report of docs/metrics.md. The replay loop (offline,
 // live or closed-loop) feeds it per-request events in time order:
 //
 //   RequestHandle h = collector.onArrival({session_id, turn_index, ...}, arrival_ms);
@@ -32,7 +32,7 @@ enum class TerminalStatus : std::uint8_t { Incomplete, Completed, Rejected, Canc
 const char* terminalStatusName(TerminalStatus status);
 
 /// The length limit that cut a completed stream short of its requested output, or refused a
-/// prompt (engine.md §5.5); None for every other ending.
+/// prompt (docs/engine.md, Length limits); None for every other ending.
 enum class StopReason : std::uint8_t { None, MaxModelLen, KvCapacity, MaxNumBatchedTokens };
 
 /// "max_model_len", "kv_capacity", "max_num_batched_tokens"; "" for None (report key parts).
@@ -54,7 +54,7 @@ struct RequestInfo {
   std::uint32_t requested_output_length = 0;  ///< max_output_tokens
 };
 
-/// Everything recorded for one request (§6.1).
+/// Everything recorded for one request ("Per-request record").
 struct RequestRecord {
   RequestInfo info{};
   double arrival_ms = 0.0;
@@ -68,7 +68,7 @@ struct RequestRecord {
   std::optional<double> terminal_ms{};
 };
 
-/// Latencies of one request derived from its record (§6.2); absent when undefined.
+/// Latencies of one request derived from its record ("Latency"); absent when undefined.
 struct RequestLatencies {
   std::optional<double> ttft_ms{};  ///< τ_1 − arrival (n ≥ 1)
   std::optional<double> ttst_ms{};  ///< τ_2 − τ_1 (n ≥ 2)
@@ -87,7 +87,7 @@ struct EngineSample {
   std::uint64_t preemptions_total = 0;  ///< cumulative for this rank
 };
 
-/// Service-level objectives for goodput (§6.3); each bound is optional.
+/// Service-level objectives for goodput ("Throughput, goodput, reuse"); each bound is optional.
 struct SloSpec {
   std::optional<double> ttft_ms{};
   std::optional<double> tpot_ms{};  ///< skipped for requests with n <= 1
@@ -115,7 +115,7 @@ struct StopReasonCounts {
   void add(StopReason reason);
 };
 
-/// The replay report (§6.2–§6.5). Token totals and throughputs count completed requests only;
+/// The replay report (docs/metrics.md). Token totals and throughputs count completed requests only;
 /// latency distributions use completed requests only. Optional fields are null when undefined
 /// (no terminal yet, zero duration, no wall time, no input tokens).
 struct Report {
@@ -181,7 +181,7 @@ class ReplayCollector final {
   /// Every sample in arrival order; empty unless CollectorOptions::keep_engine_samples.
   const std::vector<EngineSample>& engineSamples() const { return samples_; }
 
-  /// Computes every §6 metric from what was recorded so far.
+  /// Computes every metric of docs/metrics.md from what was recorded so far.
   Report buildReport(const ReportOptions& options) const;
 
  private:

@@ -1,4 +1,4 @@
-// Live replay (../shared/spec/replay.md §5.2 live replay, §5.3 closed loop): a load driver that
+// Live replay (docs/traces.md, Live replay and Closed loop): a load driver that
 // sends a Workload's turns to one or more running `mocker serve` instances through the client
 // protocol (service::Client, protocol/README.md) and records what the client sees into a
 // ReplayCollector. Times are wall-clock milliseconds since the start of the run (taken after
@@ -65,7 +65,7 @@ struct LiveReplayOptions {
   std::vector<LiveTarget> targets{};  ///< >= 1
   LiveRouterKind router = LiveRouterKind::RoundRobin;
   std::uint64_t router_seed = 0;
-  /// Closed loop (§5.3) when set (>= 1): first-turn timestamps are ignored.
+  /// Closed loop when set (>= 1): first-turn timestamps are ignored.
   std::optional<std::uint32_t> concurrency{};
   /// A request still without a terminal this long after it was sent is cancelled (> 0).
   double request_timeout_ms = 600'000.0;

@@ -5,7 +5,7 @@
 // arrays) go through a small strict scanner (detail/flat_json.h); every other line, including
 // every malformed one, goes through nlohmann-json's SAX interface, which owns the error
 // messages. Neither builds a DOM. Per-session state remembers the previous accepted row's
-// timestamp so that a later turn without `delay` gets `timestamp − previous timestamp` (§2.3).
+// timestamp so that a later turn without `delay` gets `timestamp − previous timestamp`.
 #include "tools/replay/mooncake_trace.h"
 
 #include <cmath>
@@ -329,7 +329,7 @@ class Parser {
     if (in_field != nullptr) {
       MOCKER_TRY(input_length, nonNegativeInteger(*in_field, "input_length",
                                                   std::numeric_limits<std::uint64_t>::max()));
-      input_length = std::min(input_length, capacity);  // §2.2 step 3: clamp
+      input_length = std::min(input_length, capacity);  // clamp (docs/traces.md, Token synthesis)
     }
     if (input_length == 0) return invalidArgument("'input_length' is 0");
     if (input_length > kMaxU32) {

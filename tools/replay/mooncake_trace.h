@@ -1,6 +1,6 @@
-// Mooncake JSONL trace parser (../shared/spec/replay.md §2): one JSON object per line with
+// Mooncake JSONL trace parser (docs/traces.md, Mooncake JSONL): one JSON object per line with
 // timestamp/created_time, input_length/input_tokens, output_length/output_tokens, hash_ids,
-// optional session_id, delay/delay_ms and request_id. Produces a normalised Workload (§2.4).
+// optional session_id, delay/delay_ms and request_id. Produces a normalised Workload.
 //
 // Pure functions; thread-compatible. Every error names its 1-based line number.
 #pragma once

@@ -1,4 +1,4 @@
-// Offline replay (../shared/spec/replay.md §5.1 trace mode, §5.3 closed loop): replays a Workload
+// Offline replay (docs/traces.md, Offline replay and Closed loop): replays a Workload
 // through one or more in-process engines ("workers", each an Engine with the same config and
 // `dp_size` ranks) on a virtual clock, and feeds a ReplayCollector. No sockets, no sleeping, no
 // wall clock: the same workload + options give the same collector contents, bit for bit.
@@ -55,12 +55,12 @@ struct OfflineProgress {
 
 struct OfflineReplayOptions {
   /// Configuration of every worker. REQUIRES: valid (validateEngineConfig); the replay forces
-  /// allow_empty_output = true (0-token outputs are allowed in replay, engine.md §2.1).
+  /// allow_empty_output = true (0-token outputs are allowed in replay, docs/engine.md, Requests).
   engine::EngineConfig engine{};
   std::uint32_t num_workers = 1;  ///< >= 1
   RouterKind router = RouterKind::RoundRobin;
   std::uint64_t router_seed = 0;  ///< Random router only
-  /// Closed loop (§5.3) when set (>= 1): first-turn timestamps are ignored.
+  /// Closed loop when set (>= 1): first-turn timestamps are ignored.
   std::optional<std::uint32_t> concurrency{};
   /// Called on the replay thread; may be empty.
   std::function<void(const OfflineProgress&)> progress{};

@@ -1,4 +1,4 @@
-// Portable, specified random numbers for synthetic workloads (../shared/spec/replay.md §4).
+// Portable, specified random numbers for synthetic workloads (docs/traces.md).
 // std::*_distribution output is implementation-defined, so the samplers are written here and the
 // same seed gives the same sequence on every platform (up to libm's log/sqrt/pow, which are only
 // used on values that are rounded to integers or milliseconds afterwards).

@@ -1,4 +1,4 @@
-// Text outputs of a replay (../shared/spec/replay.md §6.5): the AIPerf-style table for stdout,
+// Text outputs of a replay (docs/metrics.md, Output formats): the AIPerf-style table for stdout,
 // the flat JSON report (Dynamo-compatible keys) and the per-request JSONL timelines. The HTML
 // page is in report_html.h.
 //

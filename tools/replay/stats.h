@@ -1,4 +1,4 @@
-// Distribution statistics for replay reports (../shared/spec/replay.md §6.4): count, mean, min,
+// Distribution statistics for replay reports (docs/metrics.md, Statistics): count, mean, min,
 // max, p50, p75, p90, p95, p99 and population std, computed exactly from all samples.
 //
 // Pure functions; thread-compatible.

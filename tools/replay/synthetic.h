@@ -1,4 +1,4 @@
-// Synthetic workload generator (../shared/spec/replay.md §4): request count, normal input/output
+// Synthetic workload generator (docs/traces.md): request count, normal input/output
 // length distributions, an arrival process, shared-prefix groups, turns per session and
 // inter-turn think time, all driven by one seeded SplitMix64 so that the same spec gives the
 // same Workload everywhere.

@@ -1,4 +1,4 @@
-// Replay workload model (../shared/spec/replay.md §1, §2.2, §2.4): every trace format and the
+// Replay workload model (docs/traces.md, Workload model): every trace format and the
 // synthetic generator produce a Workload — sessions of turns — and each turn becomes one engine
 // request whose prompt is synthesised from its hash ids.
 //
@@ -16,10 +16,10 @@
 
 namespace mocker::replay {
 
-/// Mooncake block size, the default `trace_block_size` (§2.2).
+/// Mooncake block size, the default `trace_block_size` ("Token synthesis").
 inline constexpr std::uint32_t kDefaultTraceBlockSize = 512;
 
-/// One turn of a session = one engine request (§1).
+/// One turn of a session = one engine request ("Workload model").
 /// Invariants (established by every parser/generator): input_length >= 1, input_length <=
 /// hash_ids.size() * trace_block_size, hash_ids non-empty, delay_after_previous_ms finite and
 /// >= 0, and 0 for the first turn of a session.
@@ -34,11 +34,11 @@ struct Turn {
   std::size_t line = 0;                     ///< 1-based source line; 0 for synthetic turns
 };
 
-/// A sequence of turns; a session never has two turns in flight (§2.3).
+/// A sequence of turns; a session never has two turns in flight ("Sessions and delays").
 struct Session {
   std::string session_id{};
-  /// Arrival of the first turn after normalisation (§2.4): the earliest session arrives at 0.
-  /// Absent only when the trace has no timestamps (allowed for closed-loop replay, §5.3).
+  /// Arrival of the first turn after normalisation: the earliest session arrives at 0.
+  /// Absent only when the trace has no timestamps (allowed for closed-loop replay, "Closed loop").
   std::optional<double> first_arrival_ms{};
   std::vector<Turn> turns{};  ///< non-empty
 };
@@ -68,7 +68,7 @@ struct TraceOptions {
   /// Collect per-line errors in Workload::skipped_lines and continue; otherwise the first bad
   /// line fails the whole parse.
   bool skip_invalid = false;
-  /// Trace mode needs a timestamp on every first turn; closed-loop mode does not (§2.4).
+  /// Trace mode needs a timestamp on every first turn; closed-loop mode does not ("Normalisation").
   bool require_timestamps = true;
 };
 
@@ -78,16 +78,16 @@ Result<std::string> readTextFile(const std::string& path);
 /// Checks trace_block_size >= 1 and a finite, positive arrival_speedup_ratio.
 Status validateTraceOptions(const TraceOptions& options);
 
-/// §2.4: stable-sorts sessions by first arrival, shifts so the earliest is 0, and divides first
-/// arrivals and every inter-turn delay by `arrival_speedup_ratio`. Sessions without an arrival
-/// keep file order and only their delays are scaled.
+/// Normalisation: stable-sorts sessions by first arrival, shifts so the earliest is 0, and divides
+/// first arrivals and every inter-turn delay by `arrival_speedup_ratio`. Sessions without an
+/// arrival keep file order and only their delays are scaled.
 /// REQUIRES: arrival_speedup_ratio finite and > 0.
 void normalizeArrivals(std::vector<Session>& sessions, double arrival_speedup_ratio);
 
-/// Largest hash id that maps to a distinct token (ids are reduced mod 2^32, §2.2).
+/// Largest hash id that maps to a distinct token (ids are reduced mod 2^32, "Token synthesis").
 inline constexpr std::uint64_t kMaxUnaliasedHashId = 0xFFFF'FFFFull;
 
-/// Token synthesis (§2.2): each hash id `h` becomes `trace_block_size` copies of token
+/// Token synthesis: each hash id `h` becomes `trace_block_size` copies of token
 /// `h mod 2^32`; the concatenation is truncated to min(input_length, capacity).
 /// Example: hash_ids [7, 9], input_length 700, block 512 ⇒ 512 × 7 then 188 × 9.
 /// `aliased_hash_id` is set when some id was >= 2^32 (and so may alias another id).
@@ -99,7 +99,7 @@ struct SynthesizedPrompt {
 };
 SynthesizedPrompt synthesizePrompt(const Turn& turn, std::uint32_t trace_block_size);
 
-/// Stateful wrapper that warns once per run about hash ids >= 2^32 (§2.2). One per replay.
+/// Stateful wrapper that warns once per run about hash ids >= 2^32. One per replay.
 /// Not thread-safe.
 class PromptSynthesizer {
  public:

@@ -1,5 +1,5 @@
 // EligibleTurn: a session turn waiting to be dispatched, shared by the offline and live replay
-// loops so both order dispatches identically (../shared/spec/replay.md §5): by eligibility time,
+// loops so both order dispatches identically (docs/traces.md, Replay modes): by eligibility time,
 // then trace order — source line (0 for synthetic turns), session index, turn index.
 //
 // Internal to tools/replay. Value type.
