@@ -19,7 +19,8 @@ set(MOCKER_INSTALLED_DOCS
   publishers/README.md        publishers.md
   tools/replay/README.md      replay.md
   tools/index/README.md       index.md
-  docs/benchmarks.md          benchmarks.md)
+  docs/benchmarks.md          benchmarks.md
+  deploy/kubernetes/README.md kubernetes.md)
 list(LENGTH MOCKER_INSTALLED_DOCS _n)
 math(EXPR _last "${_n} - 1")
 foreach(_i RANGE 0 ${_last} 2)

@@ -39,27 +39,35 @@ def endpoint_host(endpoint):
     return m.group(1)
 
 
-def _dpkg_owner(path):
-    done = subprocess.run(["dpkg-query", "-S", path], capture_output=True, text=True)
-    if done.returncode != 0:
-        return None
-    # "libzmq5:amd64: /usr/lib/x86_64-linux-gnu/libzmq.so.5.2.4"
-    return done.stdout.splitlines()[0].split(":")[0].split(",")[0].strip()
+def _candidates(path):
+    """path as given and resolved, each with and without the /usr prefix (merged /usr: dpkg
+    knows one of them)."""
+    out = []
+    for p in (path, os.path.realpath(path)):
+        out += [p, p[len("/usr"):] if p.startswith("/usr/") else "/usr" + p]
+    return out
+
+
+def packages_of(paths):
+    """{path: the Debian package that ships it}, with one dpkg-query call (each call reads
+    every package's file list)."""
+    wanted = {c: p for p in paths for c in _candidates(p)}
+    done = subprocess.run(["dpkg-query", "-S"] + sorted(wanted), capture_output=True, text=True)
+    owners = {}
+    for line in done.stdout.splitlines():
+        # "libzmq5:amd64: /usr/lib/x86_64-linux-gnu/libzmq.so.5.2.4"
+        pkgs, _, found = line.rpartition(": ")
+        if found in wanted and "," not in pkgs:
+            owners[wanted[found]] = pkgs.split(":")[0]
+    missing = [p for p in paths if p not in owners]
+    if missing:
+        raise AssertionError(f"no Debian package ships {missing}")
+    return owners
 
 
 def package_of(path):
-    """The Debian package that ships the shared library at path (merged /usr aware)."""
-    candidates = [path, os.path.realpath(path)]
-    for p in list(candidates):
-        if p.startswith("/usr/"):
-            candidates.append(p[len("/usr"):])
-        else:
-            candidates.append("/usr" + p)
-    for p in candidates:
-        owner = _dpkg_owner(p)
-        if owner:
-            return owner
-    raise AssertionError(f"no Debian package ships {path}")
+    """The Debian package that ships the file at path."""
+    return packages_of([path])[path]
 
 
 def needed_libraries(binary):
@@ -93,20 +101,37 @@ def ldd(binary):
 def depends_closure(packages):
     """packages and every installed package they depend on (Depends, Pre-Depends), recursively;
     an alternative (a | b) contributes each of its installed members."""
+    depends = {}
+    for line in run(["dpkg-query", "-W", "-f=${Package}\t${Depends}, ${Pre-Depends}\n"]).splitlines():
+        name, _, deps = line.partition("\t")
+        depends[name] = [alt.strip().split(" ")[0].split(":")[0]
+                         for clause in deps.split(",") for alt in clause.split("|") if alt.strip()]
     seen = set()
     todo = list(packages)
     while todo:
         pkg = todo.pop()
-        if pkg in seen:
-            continue
-        seen.add(pkg)
-        done = subprocess.run(["dpkg-query", "-W", "-f=${Depends}, ${Pre-Depends}", pkg],
-                              capture_output=True, text=True)
-        if done.returncode != 0:
-            continue  # not installed: contributes nothing
-        for clause in done.stdout.split(","):
-            for alt in clause.split("|"):
-                name = alt.strip().split(" ")[0].split(":")[0]
-                if name:
-                    todo.append(name)
+        if pkg not in seen:
+            seen.add(pkg)
+            todo += depends.get(pkg, [])  # not installed: contributes nothing
     return seen
+
+
+def start(cmd, log_path):
+    """Starts cmd with its stdout readable line by line and its stderr in log_path."""
+    log = open(log_path, "w")
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=log, text=True)
+    proc.log_path = log_path
+    log.close()  # the child has its own descriptor
+    return proc
+
+
+def stop(proc):
+    """SIGTERM, wait, close the pipe."""
+    if proc.poll() is None:
+        proc.terminate()
+    proc.communicate(timeout=30)
+
+
+def log_of(proc):
+    with open(proc.log_path) as f:
+        return f.read()[-4000:]

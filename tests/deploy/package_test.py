@@ -92,8 +92,10 @@ class DebianPackageTest(unittest.TestCase):
         print("Depends: " + depends.strip())
         named = {d.strip().split(" ")[0] for alt in depends.split(",") for d in alt.split("|")}
         binary = os.path.join(self.root, "usr/bin/mocker")
-        for soname, path in du.needed_libraries(binary).items():
-            pkg = du.package_of(path)
+        libs = du.needed_libraries(binary)
+        owners = du.packages_of(list(libs.values()))
+        for soname, path in libs.items():
+            pkg = owners[path]
             # Depends may name a virtual package that the library's package provides
             # (libspdlog1.10 provides libspdlog1.10-fmt9).
             provides = du.run(["dpkg-query", "-W", "-f=${Provides}", pkg])
