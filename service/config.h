@@ -46,6 +46,14 @@ struct EndpointConfig {
   friend bool operator==(const EndpointConfig&, const EndpointConfig&) = default;
 };
 
+/// `[endpoints.http]`: the HTTP server for /metrics, /health and /ready (service/README.md,
+/// "HTTP: metrics, health, readiness"). Not a ZeroMQ endpoint: plain HOST:PORT, always bound.
+struct HttpEndpointConfig {
+  std::string endpoint = "127.0.0.1:8000";  ///< HOST:PORT; port 0 = ephemeral
+  bool enabled = true;
+  friend bool operator==(const HttpEndpointConfig&, const HttpEndpointConfig&) = default;
+};
+
 /// `[endpoints.*]`. kv_events, kv_replay and fpm are per DP rank (offset by the rank).
 struct EndpointsConfig {
   EndpointConfig submit{"tcp://127.0.0.1:5555"};     ///< ROUTER
@@ -53,6 +61,7 @@ struct EndpointsConfig {
   EndpointConfig kv_events{"tcp://127.0.0.1:5557"};  ///< PUB
   EndpointConfig kv_replay{"tcp://127.0.0.1:5558"};  ///< ROUTER
   EndpointConfig fpm{"tcp://127.0.0.1:5559"};        ///< PUB
+  HttpEndpointConfig http;                           ///< HTTP (metrics, health, readiness)
   friend bool operator==(const EndpointsConfig&, const EndpointsConfig&) = default;
 };
 
@@ -89,6 +98,7 @@ struct LiveConfig {
   std::uint32_t max_buffered_outputs = 8;            ///< >= 1
   double fpm_heartbeat_interval_s = 1.0;             ///< finite, > 0
   std::optional<double> startup_time_s;              ///< null or finite >= 0
+  std::string served_model_name = "mocker";          ///< `model_name` label of the metrics
   friend bool operator==(const LiveConfig&, const LiveConfig&) = default;
 };
 
@@ -113,6 +123,9 @@ struct SecurityConfig {
   friend bool operator==(const SecurityConfig&, const SecurityConfig&) = default;
 };
 
+/// `[logging] format`: human-readable text lines or one JSON object per line.
+enum class LogFormat { Text, Json };
+
 struct ServiceConfig {
   /// `[engine]`, `[engine.sglang]`. engine.allow_empty_output is the `[service]` key
   /// allow_empty_output; engine.timing_profile is loaded from timing_profile_path.
@@ -126,7 +139,18 @@ struct ServiceConfig {
   LimitsConfig limits;
   SecurityConfig security;
   spdlog::level::level_enum log_level = spdlog::level::info;  ///< `[logging] level`
+  LogFormat log_format = LogFormat::Text;                     ///< `[logging] format`
+  /// `[logging] stats_interval_s`: the periodic "Running: N reqs, …" line; 0 = off.
+  double log_stats_interval_s = 10.0;
 };
+
+/// Splits an HTTP endpoint "HOST:PORT" (IPv6 as "[::1]:PORT") into host and port; errors say
+/// what is wrong. Port 0 asks for an ephemeral port.
+struct HttpHostPort {
+  std::string host;
+  std::uint16_t port = 0;
+};
+Result<HttpHostPort> parseHttpEndpoint(std::string_view endpoint);
 
 /// Field-by-field equality (EngineConfig has no operator==).
 bool operator==(const ServiceConfig& a, const ServiceConfig& b);

@@ -99,6 +99,13 @@ Result<protocol::ParentRoot> parseParentRoot(std::string_view s) {
   return enumParse(kParentRoots, "kv_events.parent_root", s);
 }
 
+constexpr EnumNames<LogFormat, 2> kLogFormats{
+    {{"text", LogFormat::Text}, {"json", LogFormat::Json}}};
+std::string_view logFormatName(LogFormat v) { return enumName(kLogFormats, v); }
+Result<LogFormat> parseLogFormat(std::string_view s) {
+  return enumParse(kLogFormats, "logging.format", s);
+}
+
 // ---------------------------------------------------------------------------------------------
 // Values.
 
@@ -331,6 +338,7 @@ const std::vector<ConfigKey>& keys() {
       {"service", "max_message_size", MOCKER_REF(I64Ref, service.max_message_size)},
       {"service", "max_submit_backlog", MOCKER_REF(U32Ref, service.max_submit_backlog)},
       {"service", "linger_ms", MOCKER_REF(U32Ref, service.linger_ms)},
+      {"service", "served_model_name", MOCKER_REF(StringRef, service.served_model_name)},
       {"limits", "max_requests_per_client", MOCKER_REF(U32Ref, limits.max_requests_per_client)},
       {"limits", "max_requests", MOCKER_REF(U32Ref, limits.max_requests)},
       {"limits", "max_clients", MOCKER_REF(U32Ref, limits.max_clients)},
@@ -345,6 +353,8 @@ const std::vector<ConfigKey>& keys() {
       {"endpoints.kv_replay", "connect", MOCKER_REF(BoolRef, endpoints.kv_replay.connect)},
       {"endpoints.fpm", "endpoint", MOCKER_REF(StringRef, endpoints.fpm.endpoint)},
       {"endpoints.fpm", "connect", MOCKER_REF(BoolRef, endpoints.fpm.connect)},
+      {"endpoints.http", "endpoint", MOCKER_REF(StringRef, endpoints.http.endpoint)},
+      {"endpoints.http", "enabled", MOCKER_REF(BoolRef, endpoints.http.enabled)},
       {"kv_events", "enabled", MOCKER_REF(BoolRef, kv_events.enabled)},
       {"kv_events", "replay_enabled", MOCKER_REF(BoolRef, kv_events.replay_enabled)},
       {"kv_events", "topic", MOCKER_REF(StringRef, kv_events.topic)},
@@ -368,6 +378,8 @@ const std::vector<ConfigKey>& keys() {
        MOCKER_REF(StringListRef, security.client_public_key_files)},
       {"security", "curve_publishers", MOCKER_REF(BoolRef, security.curve_publishers)},
       {"logging", "level", MOCKER_ENUM(log_level, levelName, parseLogLevel)},
+      {"logging", "format", MOCKER_ENUM(log_format, logFormatName, parseLogFormat)},
+      {"logging", "stats_interval_s", MOCKER_REF(DoubleRef, log_stats_interval_s)},
   };
   return kKeys;
 }

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <charconv>
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -220,6 +221,14 @@ std::optional<ConfigError> checkServiceConfig(const ServiceConfig& c, ConfigUse 
                  "must be a decimal unsigned 64-bit integer (got \"" + c.fpm.worker_id + "\")");
   }
 
+  if (c.service.served_model_name.empty()) {
+    return issue("service.served_model_name", "must not be empty");
+  }
+  if (!std::isfinite(c.log_stats_interval_s) || c.log_stats_interval_s < 0) {
+    return issue("logging.stats_interval_s", "must be finite and >= 0 (0 = off; got " +
+                                                 std::to_string(c.log_stats_interval_s) + ")");
+  }
+
   const LimitsConfig& lim = c.limits;
   for (const auto& [key, value] :
        {std::pair{"limits.max_requests_per_client", lim.max_requests_per_client},
@@ -308,7 +317,59 @@ std::optional<ConfigError> checkServiceConfig(const ServiceConfig& c, ConfigUse 
       bound.push_back({key, *address, r});
     }
   }
+  // The HTTP server binds HOST:PORT over TCP: the same address space as the tcp:// sockets.
+  if (c.endpoints.http.enabled) {
+    const std::string key = "endpoints.http.endpoint";
+    auto hp = parseHttpEndpoint(c.endpoints.http.endpoint);
+    if (!hp) return issue(key, hp.error().message);
+    if (hp->port != 0) {
+      const std::string address = "tcp://" + hp->host + ":" + std::to_string(hp->port);
+      for (const Bound& other : bound) {
+        if (collide(address, other.address)) {
+          return issue(key,
+                       "(" + c.endpoints.http.endpoint + ") collides with " + other.key + " (" +
+                           other.address + " for dp_rank " + std::to_string(other.rank) + ")",
+                       {other.key});
+        }
+      }
+    }
+  }
   return std::nullopt;
+}
+
+Result<HttpHostPort> parseHttpEndpoint(std::string_view endpoint) {
+  std::string shown(1, '\'');  // (built in steps: g++ 12 -Wrestrict misfires on "'" + s)
+  shown.append(endpoint);
+  shown += '\'';
+  if (endpoint.find("://") != std::string_view::npos) {
+    return invalidArgument(shown + " must be HOST:PORT without a scheme (e.g. 127.0.0.1:8000)");
+  }
+  const auto colon = endpoint.rfind(':');
+  if (colon == std::string_view::npos) {
+    return invalidArgument(shown + " must be HOST:PORT (e.g. 127.0.0.1:8000; port 0 = ephemeral)");
+  }
+  std::string_view host = endpoint.substr(0, colon);
+  const std::string_view port_text = endpoint.substr(colon + 1);
+  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') {
+    host = host.substr(1, host.size() - 2);
+    if (host.empty() || host.find_first_not_of("0123456789abcdefABCDEF:.") != host.npos) {
+      return invalidArgument(shown + ": the bracketed host is not an IPv6 address");
+    }
+  } else if (host.empty() ||
+             host.find_first_not_of("abcdefghijklmnopqrstuvwxyz"
+                                    "ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789.-") != host.npos) {
+    return invalidArgument(shown +
+                           ": the host must be an IPv4 address, a host name, * is not accepted "
+                           "(use 0.0.0.0), IPv6 goes in brackets ([::1]:8000)");
+  }
+  std::uint32_t port = 0;
+  const auto [end, ec] =
+      std::from_chars(port_text.data(), port_text.data() + port_text.size(), port);
+  if (port_text.empty() || ec != std::errc() || end != port_text.data() + port_text.size() ||
+      port > 65535) {
+    return invalidArgument(shown + ": the port must be a decimal number in [0, 65535]");
+  }
+  return HttpHostPort{std::string(host), static_cast<std::uint16_t>(port)};
 }
 
 Status validateServiceConfig(const ServiceConfig& config, ConfigUse use) {

@@ -3,11 +3,13 @@
 // Call from the main thread, while no other thread logs (at start-up, or between runs).
 #pragma once
 
+#include <string>
 #include <string_view>
 
 #include <spdlog/common.h>
 
 #include "base/result.h"
+#include "service/config.h"
 
 namespace mocker::service {
 
@@ -18,8 +20,14 @@ Result<spdlog::level::level_enum> parseLogLevel(std::string_view name);
 /// Lower-case canonical name of a level ("warn", ...).
 std::string_view logLevelName(spdlog::level::level_enum level);
 
-/// Points the default logger ("mocker") at stderr with a compact pattern and sets `level` on
-/// every registered logger. May be called again (it reconfigures; it never registers twice).
-void setupLogging(spdlog::level::level_enum level);
+/// Points the default logger ("mocker") at stderr and sets `level` on every registered logger.
+/// LogFormat::Text is a compact line ("2026-01-02T03:04:05.678 info [serve] message");
+/// LogFormat::Json one object per line: {"time":"2026-01-02T03:04:05.678+00:00","level":"info",
+/// "logger":"serve","message":"…"} (the message JSON-escaped). May be called again (it
+/// reconfigures every registered logger; it never registers twice).
+void setupLogging(spdlog::level::level_enum level, LogFormat format = LogFormat::Text);
+
+/// `text` as the inside of a JSON string (quotes, backslashes and control characters escaped).
+std::string jsonEscape(std::string_view text);
 
 }  // namespace mocker::service

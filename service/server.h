@@ -45,6 +45,7 @@ struct BoundEndpoints {
   std::vector<std::string> kv_events;  ///< per DP rank (empty when disabled)
   std::vector<std::string> kv_replay;
   std::vector<std::string> fpm;
+  std::string http;  ///< "http://HOST:PORT" (/metrics, /health, /ready); empty when disabled
 };
 
 /// Counters for tests and logs.

@@ -44,7 +44,7 @@ int runServeCommand(const ServeCommand& command, std::ostream& out, std::ostream
     err << "mocker: configuration error: " << config.error().message << "\n";
     return 2;
   }
-  service::setupLogging(config->log_level);
+  service::setupLogging(config->log_level, config->log_format);
   // NOTE: glibc raises its mmap threshold to the size of any mapped block it frees (up to
   // 32 MiB); from then on blocks of that size come from the heap and stay resident after free.
   // One client message over the protocol limit (16 MiB + 1, answered with an error) would pin
@@ -73,6 +73,7 @@ int runServeCommand(const ServeCommand& command, std::ostream& out, std::ostream
     out << "kv_replay[" << r << "] " << ep.kv_replay[r] << "\n";
   }
   for (std::size_t r = 0; r < ep.fpm.size(); ++r) out << "fpm[" << r << "] " << ep.fpm[r] << "\n";
+  if (!ep.http.empty()) out << "http " << ep.http << "\n";
   out.flush();
   spdlog::info("mocker serve: engine {} with {} rank(s), {} blocks of {} tokens each",
                engine::toString(config->engine.engine_type), config->engine.dp_size,

@@ -64,6 +64,7 @@ const std::initializer_list<Group> kGroups = {
     {"--max-message-size", "service.max_message_size", "ZMQ_MAXMSGSIZE in bytes (>= 1)"},
     {"--max-submit-backlog", "service.max_submit_backlog", "waiting requests before submit reads pause (>= 1)"},
     {"--linger-ms", "service.linger_ms", "ZMQ_LINGER on close (0..60000)"},
+    {"--served-model-name", "service.served_model_name", "model_name label of the HTTP /metrics series"},
   }},
   {"Limits ([limits]; a submit over one is answered with an error naming it)", {
     {"--max-requests-per-client", "limits.max_requests_per_client", "in-flight requests of one client (>= 1)"},
@@ -89,6 +90,8 @@ const std::initializer_list<Group> kGroups = {
     {"--kv-replay-connect,!--kv-replay-bind", "endpoints.kv_replay.connect", "connect the replay ROUTER", true},
     {"--fpm-endpoint", "endpoints.fpm.endpoint", "forward-pass-metrics PUB (+ dp_rank)"},
     {"--fpm-connect,!--fpm-bind", "endpoints.fpm.connect", "connect the FPM PUB", true},
+    {"--http-endpoint", "endpoints.http.endpoint", "HTTP /metrics, /health, /ready: HOST:PORT (port 0 = ephemeral)"},
+    {"--http,!--no-http", "endpoints.http.enabled", "serve the HTTP endpoint", true},
   }},
   {"KV events ([kv_events])", {
     {"--kv-events,!--no-kv-events", "kv_events.enabled", "publish KV events", true},
@@ -109,6 +112,8 @@ const std::initializer_list<Group> kGroups = {
   }},
   {"Logging ([logging])", {
     {"--log-level", "logging.level", "trace | debug | info | warn | error | critical | off"},
+    {"--log-format", "logging.format", "text | json (one JSON object per line)"},
+    {"--log-stats-interval", "logging.stats_interval_s", "seconds between \"Running: N reqs, ...\" lines; 0 = off"},
   }},
 };
 // clang-format on

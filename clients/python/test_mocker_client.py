@@ -32,7 +32,7 @@ WAIT_S = 10.0  # bound of any single wait; the whole file runs in a few seconds
 EPHEMERAL = "tcp://127.0.0.1:*"
 ENDPOINT_FLAGS = ["--submit-endpoint", EPHEMERAL, "--cancel-endpoint", EPHEMERAL,
                   "--kv-events-endpoint", EPHEMERAL, "--kv-replay-endpoint", EPHEMERAL,
-                  "--fpm-endpoint", EPHEMERAL]
+                  "--fpm-endpoint", EPHEMERAL, "--http-endpoint", "127.0.0.1:0"]
 # Real pacing with a fixed 2 ms pass: long requests stay active for as long as a test needs.
 PACED_FLAGS = ["--speedup-ratio", "1", "--timing-model", "fixed", "--fixed-prefill-ms", "2",
                "--fixed-decode-ms", "2"]

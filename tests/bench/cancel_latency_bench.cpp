@@ -137,6 +137,7 @@ int main(int argc, char** argv) {
   config.fpm.enabled = false;
   config.endpoints.submit.endpoint = "tcp://127.0.0.1:*";
   config.endpoints.cancel.endpoint = "tcp://127.0.0.1:*";
+  config.endpoints.http.endpoint = "127.0.0.1:0";
   auto server = service::Server::create(config);
   if (!server) {
     std::fprintf(stderr, "server: %s\n", server.error().message.c_str());

@@ -37,7 +37,7 @@ import zmq
 ENDPOINT_FLAGS = [
     f"--{name}-endpoint=tcp://127.0.0.1:*"
     for name in ("submit", "cancel", "kv-events", "kv-replay", "fpm")
-]
+] + ["--http-endpoint=127.0.0.1:0"]
 STARTUP_TIMEOUT_S = 120.0
 
 _children = []

@@ -335,6 +335,7 @@ std::optional<SideResult> runService(const Options& opt, bool events) {
         &config.endpoints.kv_replay, &config.endpoints.fpm}) {
     ep->endpoint = "tcp://127.0.0.1:*";
   }
+  config.endpoints.http.endpoint = "127.0.0.1:0";  // HTTP on: the metrics recording is measured too
   auto server = service::Server::create(config);
   if (!server) {
     std::fprintf(stderr, "server: %s\n", server.error().message.c_str());

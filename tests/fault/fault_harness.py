@@ -60,6 +60,7 @@ class Serve:
         self.endpoint_flags = []
         for name in ENDPOINT_NAMES:
             self.endpoint_flags += ["--%s-endpoint" % name, endpoints.get(name, EPHEMERAL)]
+        self.endpoint_flags += ["--http-endpoint", "127.0.0.1:0"]  # HTTP: ephemeral port
         self.stderr = tempfile.TemporaryFile()
         self.proc = subprocess.Popen([*ORPHAN_GUARD, mocker_bin(), "serve", *self.endpoint_flags,
                                       *flags],

@@ -927,6 +927,11 @@ TEST(ServiceConfigTest, EveryKeyHasAReader) {
       {"fpm.enabled", "server.cpp"},
       {"fpm.worker_id", "server.cpp → FpmPublisher"},
       {"logging.level", "mocker serve → setupLogging"},
+      {"logging.format", "mocker serve → setupLogging (LoggingTest.JsonFormat*)"},
+      {"logging.stats_interval_s", "server.cpp logStats (HttpServeTest.StatsLine*)"},
+      {"service.served_model_name", "metrics.cpp model_name label (MetricsTest)"},
+      {"endpoints.http.endpoint", "http_server.cpp bind (HttpServeTest)"},
+      {"endpoints.http.enabled", "server.cpp init (HttpServeTest.NoHttp*)"},
   };
   std::set<std::string> keys;
   for (const std::string& key : configKeys()) {

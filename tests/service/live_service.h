@@ -42,6 +42,8 @@ inline ServiceConfig testConfig() {
   }
   c.kv_events.enabled = false;
   c.fpm.enabled = false;
+  c.endpoints.http.enabled = false;  // on (ephemeral port) in the tests of /metrics
+  c.endpoints.http.endpoint = "127.0.0.1:0";
   c.service.linger_ms = 0;
   return c;
 }

@@ -38,7 +38,7 @@ MOCKER_BIN = os.environ.get("MOCKER_BIN")
 EPHEMERAL = "tcp://127.0.0.1:*"
 ENDPOINT_FLAGS = ["--submit-endpoint", EPHEMERAL, "--cancel-endpoint", EPHEMERAL,
                   "--kv-events-endpoint", EPHEMERAL, "--kv-replay-endpoint", EPHEMERAL,
-                  "--fpm-endpoint", EPHEMERAL]
+                  "--fpm-endpoint", EPHEMERAL, "--http-endpoint", "127.0.0.1:0"]
 # One running request at a time: everything else stays queued, which is what costs memory here.
 SERVE_FLAGS = ["--max-num-seqs", "1"]
 LIMIT_MARGIN_MIB = 512

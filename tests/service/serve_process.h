@@ -34,6 +34,8 @@ class ServeProcess {
       args.emplace_back(flag);
       args.emplace_back("tcp://127.0.0.1:*");
     }
+    args.emplace_back("--http-endpoint");
+    args.emplace_back("127.0.0.1:0");
     args.insert(args.end(), extra.begin(), extra.end());
     std::vector<char*> argv;
     for (std::string& a : args) argv.push_back(a.data());

@@ -1,0 +1,139 @@
+// The HTTP endpoint over cpp-httplib (http_server.h).
+#include "service/http_server.h"
+
+#include <httplib.h>
+
+#include <atomic>
+#include <chrono>
+#include <thread>
+#include <utility>
+
+namespace mocker::service {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+/// Worker threads serving connections (scrapes and probes are rare and small).
+constexpr std::size_t kWorkers = 2;
+/// A request's headers must arrive within this long; a connection idles this long at most.
+constexpr auto kReadTimeout = std::chrono::seconds(2);
+constexpr auto kWriteTimeout = std::chrono::seconds(2);
+constexpr time_t kKeepAliveSeconds = 2;
+constexpr std::size_t kKeepAliveRequests = 100;
+/// GET only: a body is never needed.
+constexpr std::size_t kMaxPayloadBytes = 1024;
+/// /health fails when the loop has not finished a turn for this long (it wakes at least once a
+/// second while HTTP is on, so this is a loop stuck in one step).
+constexpr auto kStalledAfter = std::chrono::seconds(10);
+
+std::string_view phaseName(LoopPhase p) {
+  switch (p) {
+    case LoopPhase::Starting:
+      return "starting";
+    case LoopPhase::Serving:
+      return "serving";
+    case LoopPhase::Draining:
+      return "draining";
+    case LoopPhase::Stopped:
+      return "stopped";
+  }
+  return "unknown";
+}
+
+void json(httplib::Response& res, int status, bool ok, LoopPhase phase, std::string_view extra) {
+  res.status = status;
+  std::string body = "{\"status\":\"";
+  body += ok ? "ok" : "unavailable";
+  body += "\",\"phase\":\"";
+  body += phaseName(phase);
+  body += "\"";
+  body += extra;
+  body += "}\n";
+  res.set_content(body, "application/json");
+}
+
+}  // namespace
+
+class HttpServer::Impl {
+ public:
+  explicit Impl(const MetricsBoard& board) : board_(board) {}
+  ~Impl() {
+    server_.stop();
+    if (thread_.joinable()) thread_.join();
+  }
+
+  Result<std::string> start(const HttpEndpointConfig& config) {
+    MOCKER_TRY(const HttpHostPort hp, parseHttpEndpoint(config.endpoint));
+    server_.new_task_queue = [] { return new httplib::ThreadPool(kWorkers); };
+    server_.set_read_timeout(kReadTimeout);
+    server_.set_write_timeout(kWriteTimeout);
+    server_.set_keep_alive_timeout(kKeepAliveSeconds);
+    server_.set_keep_alive_max_count(kKeepAliveRequests);
+    server_.set_payload_max_length(kMaxPayloadBytes);
+    server_.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
+      const MetricsSnapshot snapshot = board_.read();  // copied under the board's lock
+      res.set_content(renderPrometheus(snapshot), "text/plain; version=0.0.4; charset=utf-8");
+    });
+    server_.Get("/health", [this](const httplib::Request&, httplib::Response& res) {
+      const LoopPhase phase = board_.phase();
+      const auto since = board_.sinceLastTurn(Clock::now());
+      const double since_s = std::chrono::duration<double>(since).count();
+      const bool turning = phase == LoopPhase::Starting || since < kStalledAfter;
+      json(res, turning ? 200 : 503, turning, phase,
+           ",\"seconds_since_loop_turn\":" + std::to_string(since_s));
+    });
+    server_.Get("/ready", [this](const httplib::Request&, httplib::Response& res) {
+      const LoopPhase phase = board_.phase();
+      const bool ready = phase == LoopPhase::Serving;
+      json(res, ready ? 200 : 503, ready, phase, "");
+    });
+    server_.set_error_handler([](const httplib::Request&, httplib::Response& res) {
+      if (res.body.empty()) {
+        res.set_content("{\"error\":\"" + std::to_string(res.status) +
+                            "\",\"paths\":[\"/metrics\",\"/health\",\"/ready\"]}\n",
+                        "application/json");
+      }
+    });
+    int port = hp.port;
+    if (hp.port == 0) {
+      port = server_.bind_to_any_port(hp.host);
+      if (port < 0) return bindError(config);
+    } else if (!server_.bind_to_port(hp.host, hp.port)) {
+      return bindError(config);
+    }
+    thread_ = std::thread([this] {
+      server_.listen_after_bind();
+      done_.store(true);
+    });
+    // stop() only takes effect once the accept loop runs: wait for it, so that a destructor
+    // right after start() cannot miss it and join forever.
+    while (!server_.is_running() && !done_.load()) std::this_thread::yield();
+    if (done_.load()) return bindError(config);
+    const bool v6 = hp.host.find(':') != std::string::npos;
+    return "http://" + (v6 ? "[" + hp.host + "]" : hp.host) + ":" + std::to_string(port);
+  }
+
+ private:
+  static Error bindError(const HttpEndpointConfig& config) {
+    return Error{ErrorCode::IoError, "endpoints.http.endpoint '" + config.endpoint +
+                                         "': cannot bind (address in use or not local)"};
+  }
+
+  const MetricsBoard& board_;
+  httplib::Server server_;
+  std::atomic<bool> done_{false};
+  std::thread thread_;
+};
+
+HttpServer::HttpServer(std::unique_ptr<Impl> impl, std::string url)
+    : impl_(std::move(impl)), url_(std::move(url)) {}
+HttpServer::~HttpServer() = default;
+
+Result<std::unique_ptr<HttpServer>> HttpServer::start(const HttpEndpointConfig& config,
+                                                      const MetricsBoard& board) {
+  auto impl = std::make_unique<Impl>(board);
+  MOCKER_TRY(std::string url, impl->start(config));
+  return std::unique_ptr<HttpServer>(new HttpServer(std::move(impl), std::move(url)));
+}
+
+}  // namespace mocker::service
