@@ -1,4 +1,4 @@
-// Block hashing (spec engine.md §3): XXH3-64 content hash per full block over little-endian u32
+// Block hashing (README.md): XXH3-64 content hash per full block over little-endian u32
 // tokens, and the chained sequence hash that identifies a block in the pool and on the wire.
 //
 //   c_i = XXH3_64(LE32(t_0) ‖ … ‖ LE32(t_{B−1}), hash_seed)
@@ -20,7 +20,7 @@ inline constexpr std::uint64_t kDefaultHashSeed = 1337;
 /// Default seed of the chain step (the Dynamo mocker's; Dynamo's token crate uses 0).
 inline constexpr std::uint64_t kDefaultChainSeed = 1337;
 
-/// Seeds used for hashing; both are configuration values (engine.md §1.1).
+/// Seeds used for hashing; both are configuration values.
 struct HashSeeds {
   std::uint64_t hash_seed = kDefaultHashSeed;
   std::uint64_t chain_seed = kDefaultChainSeed;

@@ -1,4 +1,4 @@
-// BlockPool: the paged KV block pool of one DP rank (../shared/spec/engine.md §4).
+// BlockPool: the paged KV block pool of one DP rank (README.md "Block pool").
 //
 // Every physical block is Free, Private (held by one request, content not cache-visible) or
 // Cached ({hash = s_i, refcount}). Active = Private or Cached with refcount > 0; Inactive =

@@ -1,5 +1,5 @@
 // Engine: the deterministic simulation of one inference engine with `dp_size` independent
-// data-parallel ranks (../shared/spec/engine.md). Each rank owns a KV block pool, a scheduler
+// data-parallel ranks (README.md). Each rank owns a KV block pool, a scheduler
 // (vLLM, TRT-LLM or SGLang policy) and its own pass clock.
 //
 //   submit(Request)        → RequestId, or an error naming why the request is refused

@@ -1,4 +1,4 @@
-// RadixCache: the SGLang-style prefix cache of one DP rank (../shared/spec/engine.md §7.1).
+// RadixCache: the SGLang-style prefix cache of one DP rank (SGLANG.md "Radix cache").
 //
 // The token pool has N pages of `page_size` tokens. A page is free, *private* (held by one
 // request, not cache-visible: uncomputed, partial, or prefix caching off) or a tree *node*. The

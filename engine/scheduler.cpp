@@ -1,4 +1,4 @@
-// vLLM v1-style scheduling of one DP rank (../shared/spec/engine.md §5, TRT-LLM variant §6).
+// vLLM v1-style scheduling of one DP rank (README.md "vLLM pass", with the TRT-LLM variant).
 //
 // NOTE on the algorithm. There are no separate "prefill" and "decode" phases: every request has
 // `num_computed` tokens in KV and `len` = prompt + sampled tokens; a pass gives each request up

@@ -1,5 +1,5 @@
 // VllmScheduler: one DP rank of a vLLM v1-style continuous-batching engine
-// (../shared/spec/engine.md §5) over a paged, prefix-cached BlockPool (§4), including the
+// (README.md "vLLM pass") over a paged, prefix-cached BlockPool (§4), including the
 // TensorRT-LLM guaranteed-no-evict variant (§6) selected by engine_type = trtllm.
 //
 // Owns its requests (stored once, keyed by RequestId; queues hold ids), its pool and its

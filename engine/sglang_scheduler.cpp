@@ -1,4 +1,4 @@
-// SGLang-style scheduling of one DP rank (../shared/spec/engine.md §7).
+// SGLang-style scheduling of one DP rank (SGLANG.md).
 //
 // NOTE on the algorithm. Unlike the vLLM core there is no dangling token: a request's KV covers
 // all `len` tokens once it runs (a sampled token gets its slot when it is appended). One pass:

@@ -1,4 +1,4 @@
-// SglangScheduler: one DP rank of an SGLang-style engine (../shared/spec/engine.md §7) over a
+// SglangScheduler: one DP rank of an SGLang-style engine (SGLANG.md) over a
 // paged RadixCache (§7.1): fcfs/lpm ordering, prefill admission under SGLang's token budgets
 // and new-token ratio, chunked prefill, exclusive extend passes and decode retraction.
 //

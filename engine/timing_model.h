@@ -1,4 +1,4 @@
-// Forward-pass timing model (../shared/spec/engine.md §8): a pure function of the batch shape to
+// Forward-pass timing model (README.md "Timing"): a pure function of the batch shape to
 // a duration in milliseconds. Three kinds: polynomial (default, aisimulate's coefficients),
 // interpolated (a measured profile, §8.2) and fixed (tests, calibration). Scaling by
 // speedup_ratio / decode_speedup_ratio is applied by the scheduler, not here.

@@ -1,4 +1,4 @@
-// Engine data model (../shared/spec/engine.md §2): requests in, and everything one pass produces
+// Engine data model (README.md): requests in, and everything one pass produces
 // out — output signals, admissions, KV events, forward-pass metrics and load metrics. Plain value
 // types; the engine never holds pointers into them after returning them.
 #pragma once

@@ -1,4 +1,4 @@
-// Small statistics helpers for forward-pass metrics (../shared/spec/engine.md §9.2).
+// Small statistics helpers for forward-pass metrics.
 //
 // Internal to engine/. Value types.
 #pragma once

@@ -1,4 +1,4 @@
-// Pins the spec's hash vectors (engine.md §3, §14 behaviour 1). The same vectors are recomputed
+// Pins the reference hash vectors. The same vectors are recomputed
 // independently with python3-xxhash by tests/engine/hash_vectors.py (registered with ctest).
 #include "engine/block_hash.h"
 

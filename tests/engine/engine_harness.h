@@ -16,7 +16,7 @@
 
 namespace mocker::engine::testing {
 
-/// The spec's test defaults (engine.md §14): vllm, block_size 4, 16 blocks.
+/// The reference test defaults: vllm, block_size 4, 16 blocks.
 inline EngineConfig specConfig() { return EngineConfig{.num_gpu_blocks = 16, .block_size = 4}; }
 
 /// The same defaults for any engine type: 16 blocks (SGLang: pages) of 4 tokens.

@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""Independent cross-check of engine.md §3 hash vectors with python3-xxhash (Debian package).
+"""Independent cross-check of reference hash vectors with python3-xxhash (Debian package).
 
 Recomputes the content and chained sequence hashes from the spec's formula and compares them
 with the values pinned in block_hash_test.cpp, so those vectors are not our own output echoed

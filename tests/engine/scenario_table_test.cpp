@@ -1,6 +1,6 @@
 // Table-driven scheduler scenarios (TensorRT-LLM capacitySchedulerTest style): a config, the
 // arrivals (submitted just before a given step), and expected rows that must hold for every step
-// in [first_step, last_step]. Rows were derived by hand from engine.md §4–§6 (the token
+// in [first_step, last_step]. Rows were derived by hand from the rules in README.md (the token
 // timelines above each table), not recorded from the implementation. Harness::step checks the
 // per-step invariants as usual.
 #include <gtest/gtest.h>

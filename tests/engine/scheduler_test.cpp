@@ -1,4 +1,4 @@
-// Scenario tests for the vLLM scheduler and KV pool: the behaviours engine.md §14 asks tests to
+// Scenario tests for the vLLM scheduler and KV pool: the reference behaviours tests must
 // pin, with the spec's defaults (vllm, block_size 4, 16 blocks, polynomial timing). Behaviours
 // every engine type shares are in scheduler_shared_test.cpp. Every step goes through
 // Harness::step, which checks the per-step invariants.

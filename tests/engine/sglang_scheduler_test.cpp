@@ -1,4 +1,4 @@
-// Scenario tests for the SGLang scheduler and radix cache (engine.md §7, §14.35–36) and extra
+// Scenario tests for the SGLang scheduler and radix cache (SGLANG.md) and extra
 // TRT-LLM guaranteed-no-evict scenarios (§6). Behaviours every engine type shares are in
 // scheduler_shared_test.cpp. Engine-level scenarios go through Harness::step
 // (per-step invariants + KV events replayed into a set == the cache); scenarios that need the

@@ -7,7 +7,7 @@
 namespace mocker::engine {
 namespace {
 
-// engine.md §8.1 reference values.
+// Polynomial reference values.
 TEST(TimingModelTest, PolynomialReferenceValues) {
   const TimingModel m(EngineConfig{});
   EXPECT_DOUBLE_EQ(m.prefillMs(1, 8, 0), 16.6229144639296);
