@@ -29,6 +29,8 @@ constexpr EnumNames<TimingModelKind, 3> kTimingModels{
      {"fixed", TimingModelKind::Fixed}}};
 constexpr EnumNames<KvEventVisibility, 2> kVisibilities{
     {{"pass_end", KvEventVisibility::PassEnd}, {"pass_start", KvEventVisibility::PassStart}}};
+constexpr EnumNames<DecodeLoad, 2> kDecodeLoads{
+    {{"physical", DecodeLoad::Physical}, {"logical", DecodeLoad::Logical}}};
 constexpr EnumNames<SchedulePolicy, 3> kPolicies{
     {{"fcfs", SchedulePolicy::Fcfs}, {"fifo", SchedulePolicy::Fcfs}, {"lpm", SchedulePolicy::Lpm}}};
 
@@ -108,6 +110,7 @@ std::string_view toString(PreemptionMode v) { return enumName(kPreemptionModes, 
 std::string_view toString(TimingModelKind v) { return enumName(kTimingModels, v); }
 std::string_view toString(KvEventVisibility v) { return enumName(kVisibilities, v); }
 std::string_view toString(SchedulePolicy v) { return enumName(kPolicies, v); }
+std::string_view toString(DecodeLoad v) { return enumName(kDecodeLoads, v); }
 
 Result<EngineType> parseEngineType(std::string_view s) {
   return parseEnum("engine_type", s, kEngineTypes);
@@ -125,6 +128,10 @@ Result<SchedulePolicy> parseSchedulePolicy(std::string_view s) {
   return parseEnum("sglang.schedule_policy", s, kPolicies);
 }
 
+Result<DecodeLoad> parseDecodeLoad(std::string_view s) {
+  return parseEnum("decode_load", s, kDecodeLoads);
+}
+
 std::uint32_t effectiveBlockSize(const EngineConfig& config) {
   if (config.block_size != 0) return config.block_size;
   switch (config.engine_type) {
@@ -138,9 +145,17 @@ std::uint32_t effectiveBlockSize(const EngineConfig& config) {
   return 64;
 }
 
+std::uint32_t effectiveNumGpuBlocks(const EngineConfig& config) {
+  if (config.num_gpu_blocks) return *config.num_gpu_blocks;
+  const std::uint64_t block_size = std::max<std::uint32_t>(effectiveBlockSize(config), 1);
+  return static_cast<std::uint32_t>((kDefaultKvCapacityTokens + block_size - 1) / block_size);
+}
+
 std::optional<ConfigError> checkEngineConfig(const EngineConfig& c) {
   const auto u = [](std::uint64_t v) { return std::to_string(v); };
-  if (c.num_gpu_blocks < 1) return fieldError("num_gpu_blocks", ">= 1", u(c.num_gpu_blocks));
+  if (c.num_gpu_blocks && *c.num_gpu_blocks < 1) {
+    return fieldError("num_gpu_blocks", ">= 1", u(*c.num_gpu_blocks));
+  }
   const std::uint32_t block_size = effectiveBlockSize(c);
   if (block_size < 1) return fieldError("block_size", ">= 1", u(block_size));
   if (c.max_model_len && *c.max_model_len < 2) {
@@ -164,6 +179,28 @@ std::optional<ConfigError> checkEngineConfig(const EngineConfig& c) {
   }
   if (!std::isfinite(c.decode_speedup_ratio) || c.decode_speedup_ratio <= 0) {
     return fieldError("decode_speedup_ratio", "finite and > 0", num(c.decode_speedup_ratio));
+  }
+  if (c.spec_num_draft_tokens &&
+      (*c.spec_num_draft_tokens < 1 || *c.spec_num_draft_tokens > kMaxSpecDraftTokens)) {
+    return fieldError("spec_num_draft_tokens", "in 1..=5 or null (off)",
+                      u(*c.spec_num_draft_tokens));
+  }
+  if (c.spec_accept_rates.size() > kMaxSpecDraftTokens) {
+    return fieldError("spec_accept_rates", "at most 5 rates",
+                      u(c.spec_accept_rates.size()) + " rates");
+  }
+  for (std::size_t i = 0; i < c.spec_accept_rates.size(); ++i) {
+    const double p = c.spec_accept_rates[i];
+    if (!std::isfinite(p) || p < 0 || p > 1) {
+      return fieldError("spec_accept_rates", "finite and in [0, 1] each",
+                        "element " + u(i) + " = " + num(p));
+    }
+  }
+  if (c.spec_num_draft_tokens && c.decode_speedup_ratio != 1.0) {
+    return ruleError({"decode_speedup_ratio", "spec_num_draft_tokens"},
+                     "decode_speedup_ratio must be 1 when spec_num_draft_tokens is set (got " +
+                         num(c.decode_speedup_ratio) +
+                         "): speculative decoding models the decode speedup itself");
   }
   switch (c.timing_model) {
     case TimingModelKind::Polynomial:

@@ -22,6 +22,8 @@ enum class PreemptionMode { Lifo, Fifo };
 enum class TimingModelKind { Polynomial, Interpolated, Fixed };
 enum class KvEventVisibility { PassEnd, PassStart };
 enum class SchedulePolicy { Fcfs, Lpm };
+/// What the decode polynomial's load u = active_kv / total_kv measures (README "Timing").
+enum class DecodeLoad { Physical, Logical };
 
 /// An interpolated timing profile (file format: service/README.md). Loaded from a file outside the
 /// engine (tools/service); the engine only validates the arrays.
@@ -46,8 +48,10 @@ struct SglangConfig {
 
 struct EngineConfig {
   EngineType engine_type = EngineType::Vllm;
-  std::uint32_t num_gpu_blocks = 16384;  ///< per DP rank, >= 1
-  std::uint32_t block_size = 0;          ///< 0 = engine default (vllm 64, trtllm 32, sglang page)
+  /// Per DP rank, >= 1; null = ceil(1,048,576 / block_size), so every engine type holds 1 Mi
+  /// tokens of KV by default (effectiveNumGpuBlocks).
+  std::optional<std::uint32_t> num_gpu_blocks;
+  std::uint32_t block_size = 0;  ///< 0 = engine default (vllm 64, trtllm 32, sglang page)
   std::optional<std::uint32_t> max_model_len;                  ///< null = unlimited; else >= 2
   std::optional<std::uint32_t> max_num_seqs = 256;             ///< null = unbounded; else >= 1
   std::optional<std::uint32_t> max_num_batched_tokens = 8192;  ///< null = unbounded
@@ -67,7 +71,16 @@ struct EngineConfig {
   std::optional<double> fixed_prefill_ms;       ///< required iff timing_model = fixed
   std::optional<double> fixed_decode_ms;
   double speedup_ratio = 1.0;         ///< finite, >= 0; 0 = live mode does not wait
-  double decode_speedup_ratio = 1.0;  ///< finite, > 0
+  double decode_speedup_ratio = 1.0;  ///< finite, > 0; must be 1 with speculative decoding
+  DecodeLoad decode_load = DecodeLoad::Physical;  ///< vllm/trtllm decode load (README "Timing")
+
+  // Speculative decoding (README "Speculative decoding").
+  /// null = off; else 1..=5 draft tokens verified per pass.
+  std::optional<std::uint32_t> spec_num_draft_tokens;
+  /// Acceptance probability of draft position i (1-based) = spec_accept_rates[i - 1]; each in
+  /// [0, 1], at most 5 entries; missing positions accept with probability 0.
+  std::vector<double> spec_accept_rates = {0.85, 0.3, 0.0, 0.0, 0.0};
+  std::uint64_t spec_seed = 42;
 
   SglangConfig sglang;
 };
@@ -92,16 +105,28 @@ Status validateEngineConfig(const EngineConfig& config);
 /// block_size after applying the engine default (vllm 64, trtllm 32, sglang page_size).
 std::uint32_t effectiveBlockSize(const EngineConfig& config);
 
+/// Tokens of KV every engine type holds when num_gpu_blocks is not set (1 Mi).
+inline constexpr std::uint64_t kDefaultKvCapacityTokens = 1u << 20;
+
+/// num_gpu_blocks, or ceil(kDefaultKvCapacityTokens / effective block size) when it is null
+/// (vllm 16384, trtllm 32768, sglang page 1: 1,048,576). REQUIRES: block size >= 1.
+std::uint32_t effectiveNumGpuBlocks(const EngineConfig& config);
+
+/// Most draft tokens speculative decoding accepts (spec_num_draft_tokens, spec_accept_rates).
+inline constexpr std::uint32_t kMaxSpecDraftTokens = 5;
+
 /// Lower-case names used in config files and on the CLI, and their parsers (case-insensitive).
 std::string_view toString(EngineType v);
 std::string_view toString(PreemptionMode v);
 std::string_view toString(TimingModelKind v);
 std::string_view toString(KvEventVisibility v);
 std::string_view toString(SchedulePolicy v);
+std::string_view toString(DecodeLoad v);
 Result<EngineType> parseEngineType(std::string_view s);
 Result<PreemptionMode> parsePreemptionMode(std::string_view s);
 Result<TimingModelKind> parseTimingModelKind(std::string_view s);
 Result<KvEventVisibility> parseKvEventVisibility(std::string_view s);
 Result<SchedulePolicy> parseSchedulePolicy(std::string_view s);  ///< fcfs (alias fifo) | lpm
+Result<DecodeLoad> parseDecodeLoad(std::string_view s);          ///< physical | logical
 
 }  // namespace mocker::engine

@@ -9,7 +9,8 @@ namespace mocker::engine {
 
 RadixCache::RadixCache(std::uint32_t num_pages)
     : num_pages_(num_pages), num_free_(num_pages), index_(num_pages) {
-  nodes_.reserve(num_pages);
+  // Nothing is sized by num_pages: node slots and the hash index grow with the pages that are
+  // actually cached, so an idle pool of 1 Mi pages costs almost nothing.
 }
 
 std::uint32_t RadixCache::matchLength(std::span<const BlockHash> hashes) const {

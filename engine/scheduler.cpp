@@ -27,6 +27,7 @@
 
 #include "base/check.h"
 #include "engine/block_hash.h"
+#include "engine/speculative.h"
 
 namespace mocker::engine {
 
@@ -35,7 +36,7 @@ VllmScheduler::VllmScheduler(const EngineConfig& config, std::uint32_t dp_rank)
       dp_rank_(dp_rank),
       block_size_(effectiveBlockSize(config)),
       timing_(config),
-      pool_(config.num_gpu_blocks),
+      pool_(effectiveNumGpuBlocks(config)),
       // Length limits: a sequence never outgrows the pool nor (chunking off) the token budget (vLLM
       // refuses to start when max_model_len does not fit either), so a lone request can never
       // preempt itself forever and a preempted one can always be readmitted.
@@ -111,6 +112,9 @@ VllmScheduler::PrefixMatch VllmScheduler::lookupPrefix(Req& r) {
   if (!isTrtllm() && r.generated() < r.max_output) {
     hits = std::min(hits, (r.len() - 1) / block_size_);
   }
+  // Speculative decoding: the drafter needs the last cached block's hidden states, so a
+  // non-empty hit gives up one more block.
+  if (config_.spec_num_draft_tokens && hits > 0) --hits;
   m.hit_blocks = hits;
   for (std::uint32_t i = 0; i < hits; ++i) {
     if (pool_.hasActiveCopy(r.hashes[i])) ++m.active_blocks;
@@ -178,8 +182,7 @@ std::optional<LengthLimit> VllmScheduler::rejectionReason(const Req& r) const {
   if (r.admitted_before) return std::nullopt;  // only fresh requests are rejected ("Length limits")
   if (r.prompt_len >= limit_.tokens) return limit_.binding;
   // trtllm: unreachable after the submit clamp (prompt + max_output <= L <= N·B); kept as a rule.
-  if (isTrtllm() &&
-      blocksFor(std::uint64_t{r.prompt_len} + r.max_output) > config_.num_gpu_blocks) {
+  if (isTrtllm() && blocksFor(std::uint64_t{r.prompt_len} + r.max_output) > pool_.numBlocks()) {
     return LengthLimit::KvCapacity;
   }
   return std::nullopt;
@@ -224,7 +227,7 @@ void VllmScheduler::scheduleRunning(Pass& pass) {
       break;
     }
     const auto n = static_cast<std::uint32_t>(std::min<std::uint64_t>(remaining, pass.budget));
-    const Growth growth = growOrPreempt(pass, i, n);
+    const Growth growth = growOrPreempt(pass, i, n, r.num_computed + n == r.len() ? draftKv(r) : 0);
     if (growth == Growth::SelfPreempted) continue;  // running_[i] is now the next request
     if (growth == Growth::Allocated) computeTokens(pass, r, r.num_computed, n);
     ++i;
@@ -232,9 +235,9 @@ void VllmScheduler::scheduleRunning(Pass& pass) {
 }
 
 inline VllmScheduler::Growth VllmScheduler::growOrPreempt(Pass& pass, std::size_t& i,
-                                                          std::uint32_t n) {
+                                                          std::uint32_t n, std::uint32_t drafts) {
   Req& r = *running_[i];
-  while (!acquire(r, r.num_computed + n, 0, pass.out.kv_events)) {
+  while (!acquire(r, r.num_computed + n + drafts, 0, pass.out.kv_events)) {
     if (isTrtllm()) {
       // Guaranteed-no-evict admission makes this unreachable; no progress this pass.
       MOCKER_DCHECK(false);
@@ -298,21 +301,23 @@ void VllmScheduler::admitWaiting(Pass& pass) {
     }
     const PrefixMatch match = lookupPrefix(r);
     const std::uint32_t cached = match.hit_blocks * block_size_;
+    const std::uint32_t uncached = r.len() - cached;
+    const auto n = static_cast<std::uint32_t>(std::min<std::uint64_t>(uncached, pass.budget));
+    // Speculative decoding: a request that completes its prompt now draws a burst this pass.
+    const std::uint32_t target = cached + n + (cached + n == r.len() ? draftKv(r) : 0);
     const std::uint64_t available = pool_.numBlocks() - pool_.numActive();
     if (isTrtllm()) {
       const std::uint64_t needed =
           blocksFor(std::uint64_t{r.prompt_len} + r.max_output) - match.active_blocks;
       if (needed + reserved_blocks > available) break;
     } else {
-      const std::uint64_t needed = blocksFor(r.len()) - match.active_blocks;
+      const std::uint64_t needed = blocksFor(std::max(r.len(), target)) - match.active_blocks;
       if (needed > available) break;
     }
-    const std::uint32_t uncached = r.len() - cached;
     // Chunking off: everything uncached in one pass. len <= L <= budget, so an empty pass always
     // has room ("Length limits"): the head waits, never forever.
     if (!config_.enable_chunked_prefill && uncached > pass.budget) break;
-    const auto n = static_cast<std::uint32_t>(std::min<std::uint64_t>(uncached, pass.budget));
-    if (!acquire(r, cached + n, match.hit_blocks, pass.out.kv_events)) {
+    if (!acquire(r, target, match.hit_blocks, pass.out.kv_events)) {
       MOCKER_DCHECK(false);  // the capacity check above guarantees the allocation
       break;
     }
@@ -385,9 +390,14 @@ void VllmScheduler::timeDecode(Pass& pass) {
   }
   fpm.var_decode_kv_tokens = decode_len.variance();
   if (pass.ready.empty()) return;
-  const double raw_ms = timing_.decodeMs(
-      pass.ready.size(), std::uint64_t{pool_.numActive()} * block_size_,
-      pass.ready_len_sum / pass.ready.size(), std::uint64_t{pool_.numBlocks()} * block_size_);
+  // decode_load: physical = resident blocks after this pass's allocations; logical = Σ len of
+  // the ready requests before their new tokens (a shared prefix counts once per request).
+  const std::uint64_t active_kv = config_.decode_load == DecodeLoad::Logical
+                                      ? pass.ready_len_sum
+                                      : std::uint64_t{pool_.numActive()} * block_size_;
+  const double raw_ms =
+      timing_.decodeMs(pass.ready.size(), active_kv, pass.ready_len_sum / pass.ready.size(),
+                       std::uint64_t{pool_.numBlocks()} * block_size_);
   pass.out.decode_ms = detail::scaledDecodeMs(config_, raw_ms);
 }
 
@@ -407,17 +417,43 @@ void VllmScheduler::emitTokens(Pass& pass) {
       complete(r);
       continue;
     }
-    OutputSignal sig = detail::sampleToken(r, config_.token_seed);
-    if (reachedEnd(r)) {
-      sig.terminal = Terminal::Completed;
-      sig.limit = limit_.stopReason(r);
-      complete(r);
+    // One token, or a speculative burst: all share the pass's end time.
+    const std::uint32_t burst =
+        config_.spec_num_draft_tokens
+            ? specBurst(config_, dp_rank_, r.id, r.spec_steps++, limit_.remaining(r))
+            : 1;
+    for (std::uint32_t t = 0; t < burst; ++t) {
+      OutputSignal sig = detail::sampleToken(r, config_.token_seed);
+      if (reachedEnd(r)) {
+        sig.terminal = Terminal::Completed;
+        sig.limit = limit_.stopReason(r);
+        complete(r);
+      }
+      pass.out.outputs.push_back(sig);
+      if (r.state == ReqState::Finished) break;
     }
-    pass.out.outputs.push_back(sig);
+    if (config_.spec_num_draft_tokens && r.state != ReqState::Finished) acceptDrafts(pass, r);
   }
   if (!pass.completed.empty()) {
     std::erase_if(running_, [](const Req* r) { return r->state == ReqState::Finished; });
     for (RequestId id : pass.completed) requests_.erase(id);
+  }
+}
+
+std::uint32_t VllmScheduler::draftKv(const Req& r) const {
+  const std::uint32_t remaining = limit_.remaining(r);
+  return remaining == 0 ? 0 : specWorstCaseBurst(config_, remaining) - 1;
+}
+
+void VllmScheduler::acceptDrafts(Pass& pass, Req& r) {
+  // The accepted drafts' KV was computed by this pass; only the last token dangles. Blocks
+  // reserved for drafts that were not accepted go back to the pool.
+  r.num_computed = r.len() - 1;
+  finalizeBlocks(r, pass.out.kv_events);
+  const std::uint32_t keep = blocksFor(r.num_computed);
+  while (r.blocks.size() > keep) {
+    pool_.release(r.blocks.back());
+    r.blocks.pop_back();
   }
 }
 

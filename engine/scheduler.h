@@ -106,13 +106,20 @@ class VllmScheduler final : public detail::RankCore {
 
   /// Allocates blocks for `n` more tokens of running_[i], preempting victims until they fit.
   /// `i` keeps pointing at the same request when a victim before it leaves running_.
-  Growth growOrPreempt(Pass& pass, std::size_t& i, std::uint32_t n);
+  /// `drafts` more tokens of KV are acquired for a speculative burst in this pass.
+  Growth growOrPreempt(Pass& pass, std::size_t& i, std::uint32_t n, std::uint32_t drafts);
   /// Schedules `n` tokens of `r` after `computed_before` and finalizes the blocks they complete.
   void computeTokens(Pass& pass, Req& r, std::uint32_t computed_before, std::uint32_t n);
   /// Drops the waiting head `it` with a Rejected signal (naming `limit`) at the end of the pass.
   void rejectHead(Pass& pass, ReqMap::iterator it, LengthLimit limit);
   /// TRT-LLM: blocks `r` may still allocate before it completes.
   std::uint64_t blocksToCompletion(const Req& r) const;
+
+  /// Speculative decoding: KV tokens for the drafts of `r`'s worst-case burst (0 when off).
+  std::uint32_t draftKv(const Req& r) const;
+  /// After a burst of `r` that did not complete it: the accepted drafts count as computed
+  /// (finalised), unused draft blocks are released.
+  void acceptDrafts(Pass& pass, Req& r);
 
   PrefixMatch lookupPrefix(Req& r);
   bool acquire(Req& r, std::uint32_t target_tokens, std::uint32_t hit_blocks,

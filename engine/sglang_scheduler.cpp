@@ -37,6 +37,7 @@
 
 #include "base/check.h"
 #include "engine/block_hash.h"
+#include "engine/speculative.h"
 
 namespace mocker::engine {
 
@@ -46,9 +47,9 @@ SglangScheduler::SglangScheduler(const EngineConfig& config, std::uint32_t dp_ra
       dp_rank_(dp_rank),
       page_size_(effectiveBlockSize(config)),
       timing_(config),
-      cache_(config.num_gpu_blocks),
-      total_tokens_(std::uint64_t{config.num_gpu_blocks} * page_size_),
-      limit_{.tokens = std::uint64_t{config.num_gpu_blocks - 1} * page_size_ + 1,
+      cache_(effectiveNumGpuBlocks(config)),
+      total_tokens_(std::uint64_t{effectiveNumGpuBlocks(config)} * page_size_),
+      limit_{.tokens = std::uint64_t{effectiveNumGpuBlocks(config) - 1} * page_size_ + 1,
              .binding = LengthLimit::KvCapacity},
       init_ratio_(kInitRatioBase * config.sglang.schedule_conservativeness),
       min_ratio_(kMinRatioFactor * init_ratio_),
@@ -151,6 +152,8 @@ bool SglangScheduler::allocateChunk(Req& r, std::uint32_t chunk_end, std::uint32
       const std::uint32_t limit = std::min(chunk_end, r.len() - 1) / page_size_;
       ensureHashes(r, limit);
       matched = cache_.matchLength(std::span(r.hashes).first(limit));
+      // Speculative decoding: the drafter needs the last cached page's hidden states.
+      if (config_.spec_num_draft_tokens && matched > 0) --matched;
       prefix = std::span(r.hashes).first(matched);
     }
     const std::uint32_t newly_locked = matched > 0 ? cache_.countUnlocked(prefix) : 0;
@@ -392,7 +395,12 @@ void SglangScheduler::timePrefill(Pass& pass) {
 }
 
 std::uint64_t SglangScheduler::growthOf(const Req& r) const {
-  return pageTokens(pagesFor(std::uint64_t{r.len()} + 1)) - pageTokens(r.heldPages());
+  // One more token, or a speculative burst's worst case (its KV is reserved before the draws).
+  const std::uint32_t remaining = limit_.remaining(r);
+  const std::uint32_t tokens = remaining == 0 ? 1 : specWorstCaseBurst(config_, remaining);
+  const std::uint64_t needed = pageTokens(pagesFor(std::uint64_t{r.len()} + tokens));
+  const std::uint64_t held = pageTokens(r.heldPages());
+  return needed > held ? needed - held : 0;
 }
 
 std::uint64_t SglangScheduler::reclaimableTokens() const {
@@ -462,20 +470,34 @@ void SglangScheduler::emitTokens(Pass& pass) {
       continue;
     }
     const std::uint64_t before = overheadOf(r);
-    if (growthOf(r) > 0) {
-      cache_.allocatePrivate(1, pass.out.kv_events);
-      ++r.private_pages;
+    if (const std::uint64_t growth = growthOf(r); growth > 0) {
+      const auto pages = static_cast<std::uint32_t>(growth / page_size_);
+      cache_.allocatePrivate(pages, pass.out.kv_events);
+      r.private_pages += pages;
     }
-    OutputSignal sig = detail::sampleToken(r, config_.token_seed);
+    // One token, or a speculative burst: all share the pass's end time.
+    const std::uint32_t burst =
+        config_.spec_num_draft_tokens
+            ? specBurst(config_, dp_rank_, r.id, r.spec_steps++, limit_.remaining(r))
+            : 1;
+    for (std::uint32_t t = 0; t < burst; ++t) {
+      pass.out.outputs.push_back(detail::sampleToken(r, config_.token_seed));
+    }
     r.materialized = r.len();
     publishPages(r, pass.out.kv_events);
+    // Pages reserved for drafts that were not accepted go back to the pool.
+    if (const std::uint32_t keep = pagesFor(r.materialized); r.heldPages() > keep) {
+      const std::uint32_t unused = r.heldPages() - keep;
+      cache_.freePrivate(unused);
+      r.private_pages -= unused;
+    }
     page_overhead_ = page_overhead_ - before + overheadOf(r);
     if (reachedEnd(r)) {
-      sig.terminal = Terminal::Completed;
-      sig.limit = limit_.stopReason(r);
+      OutputSignal& last = pass.out.outputs.back();
+      last.terminal = Terminal::Completed;
+      last.limit = limit_.stopReason(r);
       finish(r);
     }
-    pass.out.outputs.push_back(sig);
   }
   // Drop finished and retracted requests from running (one compaction per pass).
   std::erase_if(running_, [&](RequestId id) {

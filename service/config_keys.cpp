@@ -36,13 +36,14 @@ using OptDoubleRef = std::optional<double>& (*)(ServiceConfig&);
 using BoolRef = bool& (*)(ServiceConfig&);
 using StringRef = std::string& (*)(ServiceConfig&);
 using StringListRef = std::vector<std::string>& (*)(ServiceConfig&);
+using DoubleListRef = std::vector<double>& (*)(ServiceConfig&);
 /// An enum (or fixed-value) key: read and written by name.
 struct EnumField {
   std::string_view (*get)(const ServiceConfig&);
   Status (*set)(ServiceConfig&, std::string_view);
 };
 using Field = std::variant<U32Ref, OptU32Ref, U64Ref, I64Ref, DoubleRef, OptDoubleRef, BoolRef,
-                           StringRef, EnumField, StringListRef>;
+                           StringRef, EnumField, StringListRef, DoubleListRef>;
 
 struct ConfigKey {
   std::string_view table;  ///< "engine.sglang"
@@ -57,6 +58,7 @@ namespace {
 
 using detail::BoolRef;
 using detail::ConfigKey;
+using detail::DoubleListRef;
 using detail::DoubleRef;
 using detail::EnumField;
 using detail::I64Ref;
@@ -199,6 +201,15 @@ Status assignTo(const ConfigKey& key, const Value& v, ServiceConfig& c) {
             return typeError("an array of strings", v);
           }
           f(c) = std::get<std::vector<std::string>>(v);
+        } else if constexpr (std::is_same_v<F, DoubleListRef>) {
+          if (const auto* items = std::get_if<std::vector<std::string>>(&v);
+              items != nullptr && items->empty()) {
+            f(c).clear();  // `[]` reads as an empty list of strings
+          } else if (const auto* numbers = std::get_if<std::vector<double>>(&v)) {
+            f(c) = *numbers;
+          } else {
+            return typeError("an array of numbers", v);
+          }
         } else {
           if (!std::holds_alternative<std::string>(v)) return typeError("a string", v);
           return f.set(c, std::get<std::string>(v));
@@ -255,6 +266,24 @@ Result<Value> textValue(const ConfigKey& key, std::string_view text) {
       }
       return Value{std::move(items)};
     }
+    case 10: {  // DoubleList: comma-separated numbers, empty text = empty list
+      std::vector<double> numbers;
+      std::size_t start = 0;
+      while (!text.empty() && start <= text.size()) {
+        const std::size_t comma = std::min(text.find(',', start), text.size());
+        const std::string_view item = text.substr(start, comma - start);
+        double d = 0;
+        const auto [end, ec] = std::from_chars(item.data(), item.data() + item.size(), d);
+        if (item.empty() || ec != std::errc{} || end != item.data() + item.size()) {
+          return invalidArgument("expected comma-separated numbers, element " +
+                                 std::to_string(numbers.size()) + " is \"" + std::string(item) +
+                                 "\"");
+        }
+        numbers.push_back(d);
+        start = comma + 1;
+      }
+      return Value{std::move(numbers)};
+    }
     default:
       return Value{std::string(text)};
   }
@@ -290,7 +319,7 @@ const std::vector<ConfigKey>& keys() {
   static const std::vector<ConfigKey> kKeys = {
       {"engine", "engine_type",
        MOCKER_ENUM(engine.engine_type, engine::toString, engine::parseEngineType)},
-      {"engine", "num_gpu_blocks", MOCKER_REF(U32Ref, engine.num_gpu_blocks)},
+      {"engine", "num_gpu_blocks", MOCKER_REF(OptU32Ref, engine.num_gpu_blocks)},
       {"engine", "block_size", MOCKER_REF(U32Ref, engine.block_size)},
       {"engine", "max_model_len", MOCKER_REF(OptU32Ref, engine.max_model_len)},
       {"engine", "max_num_seqs", MOCKER_REF(OptU32Ref, engine.max_num_seqs)},
@@ -315,6 +344,11 @@ const std::vector<ConfigKey>& keys() {
       {"engine", "fixed_decode_ms", MOCKER_REF(OptDoubleRef, engine.fixed_decode_ms)},
       {"engine", "speedup_ratio", MOCKER_REF(DoubleRef, engine.speedup_ratio)},
       {"engine", "decode_speedup_ratio", MOCKER_REF(DoubleRef, engine.decode_speedup_ratio)},
+      {"engine", "decode_load",
+       MOCKER_ENUM(engine.decode_load, engine::toString, engine::parseDecodeLoad)},
+      {"engine", "spec_num_draft_tokens", MOCKER_REF(OptU32Ref, engine.spec_num_draft_tokens)},
+      {"engine", "spec_accept_rates", MOCKER_REF(DoubleListRef, engine.spec_accept_rates)},
+      {"engine", "spec_seed", MOCKER_REF(U64Ref, engine.spec_seed)},
       {"engine", "startup_time_s", MOCKER_REF(OptDoubleRef, service.startup_time_s)},
       {"engine.sglang", "schedule_policy",
        MOCKER_ENUM(engine.sglang.schedule_policy, engine::toString, engine::parseSchedulePolicy)},
@@ -456,6 +490,10 @@ std::string formatValue(const ConfigKey& key, ServiceConfig& c) {
         } else if constexpr (std::is_same_v<F, StringListRef>) {
           std::string out = "[";
           for (const std::string& item : f(c)) out += (out.size() > 1 ? ", " : "") + quote(item);
+          return out + "]";
+        } else if constexpr (std::is_same_v<F, DoubleListRef>) {
+          std::string out = "[";
+          for (double d : f(c)) out += (out.size() > 1 ? ", " : "") + formatDouble(d);
           return out + "]";
         } else {
           return quote(f.get(c));

@@ -103,8 +103,21 @@ class TomlReader {
     if (auto v = node.value_exact<std::string>()) return detail::ConfigValue{*v};
     switch (node.type()) {
       case toml::node_type::array: {
+        const toml::array& array = *node.as_array();
+        if (!array.empty() && array.front().is_number()) {
+          std::vector<double> numbers;
+          for (const toml::node& item : array) {
+            auto number = item.value<double>();
+            if (!item.is_number() || !number) {
+              return invalidArgument("expected an array of numbers, element " +
+                                     std::to_string(numbers.size()) + " is not a number");
+            }
+            numbers.push_back(*number);
+          }
+          return detail::ConfigValue{std::move(numbers)};
+        }
         std::vector<std::string> items;
-        for (const toml::node& item : *node.as_array()) {
+        for (const toml::node& item : array) {
           auto text = item.value_exact<std::string>();
           if (!text) {
             return invalidArgument("expected an array of strings, element " +

@@ -77,7 +77,8 @@ int runServeCommand(const ServeCommand& command, std::ostream& out, std::ostream
   out.flush();
   spdlog::info("mocker serve: engine {} with {} rank(s), {} blocks of {} tokens each",
                engine::toString(config->engine.engine_type), config->engine.dp_size,
-               config->engine.num_gpu_blocks, engine::effectiveBlockSize(config->engine));
+               engine::effectiveNumGpuBlocks(config->engine),
+               engine::effectiveBlockSize(config->engine));
 
   g_server.store(server->get());
   struct sigaction action {};

@@ -26,7 +26,7 @@ struct Group {
 const std::initializer_list<Group> kGroups = {
   {"Engine ([engine])", {
     {"--engine-type", "engine.engine_type", "scheduler: vllm | sglang | trtllm"},
-    {"--num-gpu-blocks", "engine.num_gpu_blocks", "KV blocks per DP rank (>= 1)"},
+    {"--num-gpu-blocks", "engine.num_gpu_blocks", "KV blocks per DP rank (>= 1), or none = 1 Mi tokens (vllm 16384, trtllm 32768, sglang page 1: 1048576)"},
     {"--block-size", "engine.block_size", "tokens per block; 0 = engine default (vllm 64, trtllm 32, sglang page size)"},
     {"--max-model-len", "engine.max_model_len", "max prompt + output length (>= 2), or none"},
     {"--max-num-seqs", "engine.max_num_seqs", "max running requests (>= 1), or none = unbounded"},
@@ -45,7 +45,11 @@ const std::initializer_list<Group> kGroups = {
     {"--fixed-prefill-ms", "engine.fixed_prefill_ms", "prefill pass time with --timing-model fixed"},
     {"--fixed-decode-ms", "engine.fixed_decode_ms", "decode pass time with --timing-model fixed"},
     {"--speedup-ratio", "engine.speedup_ratio", "divide modelled time by this (>= 0; 0 = never wait)"},
-    {"--decode-speedup-ratio", "engine.decode_speedup_ratio", "extra divisor for decode time (> 0)"},
+    {"--decode-speedup-ratio", "engine.decode_speedup_ratio", "extra divisor for decode time (> 0; 1 with speculative decoding)"},
+    {"--decode-load", "engine.decode_load", "what the decode load measures (vllm/trtllm): physical (resident KV blocks) | logical (sum of context lengths)"},
+    {"--spec-num-draft-tokens", "engine.spec_num_draft_tokens", "speculative decoding: draft tokens per pass (1..5), or none = off"},
+    {"--spec-accept-rates", "engine.spec_accept_rates", "acceptance probability of each draft position, comma-separated, each in [0, 1]"},
+    {"--spec-seed", "engine.spec_seed", "u64 seed of the draft acceptance draws"},
   }},
   {"SGLang ([engine.sglang], engine type sglang)", {
     {"--sglang-schedule-policy", "engine.sglang.schedule_policy", "fcfs (alias fifo) | lpm"},

@@ -1,8 +1,9 @@
 // HashIndex<V>: an open-addressing map from 64-bit block hashes to small values, used by the
 // block pool for hash → copies. Block hashes are XXH3 outputs, i.e. already uniformly
 // distributed, so the slot is the hash's low bits; linear probing with backward-shift deletion
-// (no tombstones) keeps lookups short. Capacity is fixed at construction (a power of two at
-// least twice the maximum number of keys), so no rehash ever happens on the hot path.
+// (no tombstones) keeps lookups short. The table starts small and doubles whenever it would
+// become more than half full, so memory follows the keys actually present, not the pool size
+// (an idle 1 Mi-page pool costs a few hundred bytes, not 32 MiB); growth is amortised O(1).
 //
 // REQUIRES: V has a member `count`; a slot is occupied iff count > 0 (callers erase at 0).
 // Internal to engine/. Not thread-safe. Iteration order is unspecified: never use it for output.
@@ -20,8 +21,9 @@ namespace mocker::engine::detail {
 template <typename V>
 class HashIndex {
  public:
+  /// `max_keys` bounds the number of keys ever present at once (checked).
   explicit HashIndex(std::size_t max_keys)
-      : slots_(std::bit_ceil(std::max<std::size_t>(16, 2 * max_keys))), mask_(slots_.size() - 1) {}
+      : max_keys_(max_keys), slots_(kMinSlots), mask_(kMinSlots - 1) {}
 
   std::size_t size() const { return size_; }
 
@@ -37,10 +39,12 @@ class HashIndex {
   /// The value for `key`, default-constructed (count 0) if absent; the caller must set count > 0
   /// before any other call. Second: true if it was inserted.
   std::pair<V*, bool> findOrInsert(std::uint64_t key) {
+    if (V* v = find(key)) return {v, false};
+    MOCKER_CHECK(size_ < max_keys_);
+    if (2 * (size_ + 1) > slots_.size()) grow();
     for (std::size_t i = key & mask_;; i = (i + 1) & mask_) {
       Slot& s = slots_[i];
       if (s.value.count == 0) {
-        MOCKER_CHECK(size_ + 1 < slots_.size());
         ++size_;
         s.key = key;
         s.value = V{};
@@ -68,8 +72,10 @@ class HashIndex {
     slots_[i].value = V{};
   }
 
+  /// Removes every key and gives the table's memory back.
   void clear() {
-    for (Slot& s : slots_) s.value = V{};
+    std::vector<Slot>(kMinSlots).swap(slots_);
+    mask_ = kMinSlots - 1;
     size_ = 0;
   }
 
@@ -82,10 +88,27 @@ class HashIndex {
   }
 
  private:
+  static constexpr std::size_t kMinSlots = 16;
   struct Slot {
     std::uint64_t key = 0;
     V value{};
   };
+
+  /// Doubles the table and reinserts every entry (the callers' V* are invalidated; none is held
+  /// across an insert).
+  void grow() {
+    std::vector<Slot> old(slots_.size() * 2);
+    old.swap(slots_);
+    mask_ = slots_.size() - 1;
+    for (const Slot& s : old) {
+      if (s.value.count == 0) continue;
+      std::size_t i = s.key & mask_;
+      while (slots_[i].value.count != 0) i = (i + 1) & mask_;
+      slots_[i] = s;
+    }
+  }
+
+  std::size_t max_keys_;
   std::vector<Slot> slots_;
   std::size_t mask_;
   std::size_t size_ = 0;

@@ -19,7 +19,7 @@ EffectiveLimit vllmEffectiveLimit(const EngineConfig& config, std::uint32_t bloc
     if (tokens < limit.tokens) limit = {tokens, name};  // ties keep the earlier name
   };
   if (config.max_model_len) consider(*config.max_model_len, LengthLimit::MaxModelLen);
-  consider(std::uint64_t{config.num_gpu_blocks} * block_size, LengthLimit::KvCapacity);
+  consider(std::uint64_t{effectiveNumGpuBlocks(config)} * block_size, LengthLimit::KvCapacity);
   if (!config.enable_chunked_prefill && config.max_num_batched_tokens) {
     consider(*config.max_num_batched_tokens, LengthLimit::MaxNumBatchedTokens);
   }

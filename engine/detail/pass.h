@@ -45,6 +45,7 @@ struct RequestRecord {
   std::vector<BlockHash> hashes;  // sequence hashes of full blocks, grown lazily
   bool admitted_before = false;
   std::uint32_t first_cached_tokens = 0;  // reused prompt tokens at the first admission
+  std::uint32_t spec_steps = 0;           // speculative bursts drawn so far (the draws' step j)
 
   RequestRecord() = default;
   /// Takes the prompt and plan. Reserves nothing for output: memory follows the tokens actually
@@ -61,6 +62,13 @@ struct RequestRecord {
 struct EffectiveLimit {
   std::uint64_t tokens = kUnbounded;
   LengthLimit binding = LengthLimit::None;
+
+  /// Tokens `r` may still generate: up to its max_output and until len reaches the limit.
+  std::uint32_t remaining(const RequestRecord& r) const {
+    const std::uint64_t by_output = r.max_output > r.generated() ? r.max_output - r.generated() : 0;
+    const std::uint64_t by_limit = tokens > r.len() ? tokens - r.len() : 0;
+    return static_cast<std::uint32_t>(std::min(by_output, by_limit));
+  }
 
   /// The limit that stopped `r`'s generation, or None when it ended at its requested output.
   LengthLimit stopReason(const RequestRecord& r) const {

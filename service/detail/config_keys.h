@@ -21,9 +21,11 @@
 
 namespace mocker::service::detail {
 
-/// A scalar from a TOML node or from command-line text, or a list of strings (a TOML array of
-/// strings; on the command line, comma-separated text).
-using ConfigValue = std::variant<std::int64_t, double, bool, std::string, std::vector<std::string>>;
+/// A scalar from a TOML node or from command-line text, a list of strings (a TOML array of
+/// strings; on the command line, comma-separated text) or a list of numbers (a TOML array of
+/// numbers; on the command line, comma-separated numbers).
+using ConfigValue = std::variant<std::int64_t, double, bool, std::string, std::vector<std::string>,
+                                 std::vector<double>>;
 
 /// One key of the table: its path, type and accessor. Opaque outside config_keys.cpp.
 struct ConfigKey;

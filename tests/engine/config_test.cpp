@@ -12,8 +12,13 @@ namespace {
 TEST(EngineConfigTest, DefaultsFollowTheSpec) {
   const EngineConfig c;
   EXPECT_EQ(c.engine_type, EngineType::Vllm);
-  EXPECT_EQ(c.num_gpu_blocks, 16384u);
+  EXPECT_FALSE(c.num_gpu_blocks.has_value());  // 1 Mi tokens: 16384 blocks of 64
+  EXPECT_EQ(effectiveNumGpuBlocks(c), 16384u);
   EXPECT_EQ(effectiveBlockSize(c), 64u);
+  EXPECT_EQ(c.decode_load, DecodeLoad::Physical);
+  EXPECT_FALSE(c.spec_num_draft_tokens.has_value());
+  EXPECT_EQ(c.spec_accept_rates, (std::vector<double>{0.85, 0.3, 0, 0, 0}));
+  EXPECT_EQ(c.spec_seed, 42u);
   EXPECT_EQ(c.max_num_seqs, 256u);
   EXPECT_EQ(c.max_num_batched_tokens, 8192u);
   EXPECT_TRUE(c.enable_prefix_caching);

@@ -2,10 +2,14 @@
 // tiny pool that forces preemption and eviction. The harness checks the invariants after every
 // step (pool accounting, budget, max_num_seqs, events replayed into a set == cached hashes);
 // here we also check that every request ends exactly once, that the pool drains, that a waiting
-// head never waits forever once the running queue is empty, and that every stream ending
-// short of its max_output_tokens names the limit that cut it (and no other stream names one).
+// head never waits forever once the running queue is empty, that every stream ending
+// short of its max_output_tokens names the limit that cut it (and no other stream names one),
+// that reuse stays within [0, 1] (an admission never reports more reused input than its prompt,
+// even when a preempted request is readmitted on its own generated blocks), and that every
+// request's tokens arrive exactly once, in index order (speculative bursts included).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <map>
 #include <ostream>
 #include <random>
@@ -38,6 +42,9 @@ TEST_P(SoakTest, InvariantsHoldAndPoolDrains) {
   }
   std::map<RequestId, int> terminals;
   std::map<RequestId, std::uint32_t> max_output;
+  std::map<RequestId, std::uint32_t> prompt_len;
+  std::map<RequestId, std::uint32_t> next_index;
+  std::uint64_t readmissions = 0;
   std::vector<RequestId> live;
   std::uint32_t submitted = 0;
   constexpr std::uint32_t kRequests = 3000;
@@ -54,6 +61,7 @@ TEST_P(SoakTest, InvariantsHoldAndPoolDrains) {
       const std::uint32_t max_out = rng() % 16 == 0 ? uniform(13, 48) : uniform(1, 12);
       const RequestId id = h.submit(tokens, max_out);
       max_output[id] = max_out;
+      prompt_len[id] = static_cast<std::uint32_t>(tokens.size());
       live.push_back(id);
       terminals[id] = 0;
     }
@@ -71,8 +79,27 @@ TEST_P(SoakTest, InvariantsHoldAndPoolDrains) {
       ASSERT_FALSE(::testing::Test::HasFailure()) << "invariant broken";
       if (before.running_requests == 0 && before.waiting_requests > 0) {
         ASSERT_TRUE(p.did_work) << "pass " << guard << ": the waiting head is stuck";
+        // vLLM / TRT-LLM: the head itself moves — admitted or rejected — in that very pass
+        // (SGLang may instead continue a partial prefill, which re-queues the request).
+        const bool head_moved =
+            !p.admissions.empty() ||
+            std::any_of(p.outputs.begin(), p.outputs.end(),
+                        [](const OutputSignal& s) { return s.terminal == Terminal::Rejected; });
+        if (cfg.engine_type != EngineType::Sglang) {
+          ASSERT_TRUE(head_moved) << "pass " << guard << ": the waiting head was not admitted";
+        }
       }
+      for (const Admission& a : p.admissions) {
+        EXPECT_LE(a.reused_input_tokens, prompt_len[a.id]) << "request " << a.id.value();
+        readmissions += a.is_readmission ? 1 : 0;
+      }
+      EXPECT_GE(p.load.prefix_cache_hit_rate, 0.0);
+      EXPECT_LE(p.load.prefix_cache_hit_rate, 1.0);
       for (const auto& s : p.outputs) {
+        if (s.token) {
+          EXPECT_EQ(s.index, next_index[s.id]++) << "request " << s.id.value();
+          EXPECT_EQ(s.time_ms, p.end_ms);
+        }
         if (s.terminal != Terminal::None) ++terminals[s.id];
         if (s.terminal == Terminal::Completed) {
           const std::uint32_t emitted = s.token ? s.index + 1 : s.index;
@@ -99,6 +126,7 @@ TEST_P(SoakTest, InvariantsHoldAndPoolDrains) {
   EXPECT_GT(short_streams, 0u) << "no stream reached the length limit";
   if (cfg.engine_type != EngineType::Trtllm) {
     EXPECT_GT(m.preemptions_total, 0u) << "pool was not small enough to force preemption";
+    EXPECT_GT(readmissions, 0u);
   }
   if (cfg.enable_prefix_caching) {
     EXPECT_GT(m.prefix_cache_hits_tokens, 0u);
@@ -135,17 +163,30 @@ EngineConfig tinySglangPage1() {
   return c;
 }
 
+// Speculative decoding: 3 drafts, often accepted, so bursts of up to 4 tokens need worst-case KV
+// up front in a pool that is already tight.
+EngineConfig speculative(EngineConfig c) {
+  c.spec_num_draft_tokens = 3;
+  c.spec_accept_rates = {0.8, 0.6, 0.5};
+  return c;
+}
+
 INSTANTIATE_TEST_SUITE_P(
     Engines, SoakTest,
-    ::testing::Values(SoakCase{"vllm_lifo", tiny({})},
-                      SoakCase{"vllm_fifo", tiny({.preemption_mode = PreemptionMode::Fifo})},
-                      SoakCase{"vllm_no_chunking", tiny({.enable_chunked_prefill = false})},
-                      SoakCase{"vllm_no_prefix_cache", tiny({.enable_prefix_caching = false})},
-                      SoakCase{"trtllm", tiny({.engine_type = EngineType::Trtllm})},
-                      SoakCase{"sglang_fcfs", tinySglang(SchedulePolicy::Fcfs, true)},
-                      SoakCase{"sglang_lpm", tinySglang(SchedulePolicy::Lpm, true)},
-                      SoakCase{"sglang_no_prefix_cache", tinySglang(SchedulePolicy::Fcfs, false)},
-                      SoakCase{"sglang_page1_lpm", tinySglangPage1()}),
+    ::testing::Values(
+        SoakCase{"vllm_lifo", tiny({})},
+        SoakCase{"vllm_fifo", tiny({.preemption_mode = PreemptionMode::Fifo})},
+        SoakCase{"vllm_no_chunking", tiny({.enable_chunked_prefill = false})},
+        SoakCase{"vllm_no_prefix_cache", tiny({.enable_prefix_caching = false})},
+        SoakCase{"trtllm", tiny({.engine_type = EngineType::Trtllm})},
+        SoakCase{"sglang_fcfs", tinySglang(SchedulePolicy::Fcfs, true)},
+        SoakCase{"sglang_lpm", tinySglang(SchedulePolicy::Lpm, true)},
+        SoakCase{"sglang_no_prefix_cache", tinySglang(SchedulePolicy::Fcfs, false)},
+        SoakCase{"sglang_page1_lpm", tinySglangPage1()},
+        SoakCase{"vllm_spec", speculative(tiny({}))},
+        SoakCase{"vllm_spec_no_chunking", speculative(tiny({.enable_chunked_prefill = false}))},
+        SoakCase{"trtllm_spec", speculative(tiny({.engine_type = EngineType::Trtllm}))},
+        SoakCase{"sglang_spec", speculative(tinySglang(SchedulePolicy::Fcfs, true))}),
     [](const ::testing::TestParamInfo<SoakCase>& param_info) {
       return std::string(param_info.param.name);
     });

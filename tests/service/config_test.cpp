@@ -56,8 +56,14 @@ TEST(ServiceConfigTest, DefaultsEqualTheSpec) {
   const ServiceConfig c;
   // Engine and SGLang defaults.
   EXPECT_EQ(c.engine.engine_type, engine::EngineType::Vllm);
-  EXPECT_EQ(c.engine.num_gpu_blocks, 16384u);
+  // num_gpu_blocks null: 1 Mi tokens of KV whatever the engine type.
+  EXPECT_FALSE(c.engine.num_gpu_blocks.has_value());
+  EXPECT_EQ(engine::effectiveNumGpuBlocks(c.engine), 16384u);
   EXPECT_EQ(c.engine.block_size, 0u);
+  EXPECT_EQ(c.engine.decode_load, engine::DecodeLoad::Physical);
+  EXPECT_FALSE(c.engine.spec_num_draft_tokens.has_value());
+  EXPECT_EQ(c.engine.spec_accept_rates, (std::vector<double>{0.85, 0.3, 0.0, 0.0, 0.0}));
+  EXPECT_EQ(c.engine.spec_seed, 42u);
   EXPECT_FALSE(c.engine.max_model_len.has_value());
   EXPECT_EQ(c.engine.max_num_seqs, 256u);
   EXPECT_EQ(c.engine.max_num_batched_tokens, 8192u);
@@ -581,6 +587,10 @@ ServiceConfig nonDefaultConfig() {
   c.engine.max_num_seqs.reset();
   c.engine.max_num_batched_tokens = 123;
   c.engine.enable_chunked_prefill = false;
+  c.engine.decode_load = engine::DecodeLoad::Logical;
+  // spec_num_draft_tokens stays none: it requires decode_speedup_ratio 1 (set to 2.5 below).
+  c.engine.spec_accept_rates = {0.5, 0.25};
+  c.engine.spec_seed = 0xFFFFFFFFFFFFFFF0ull;
   // preemption_mode stays lifo: fifo applies to vllm only (DumpRoundTripsNonDefaultValues).
   c.engine.hash_seed = 0xFFFFFFFFFFFFFFFFull;
   c.engine.chain_seed = 42;
@@ -718,6 +728,57 @@ TEST(ServiceConfigTest, SetConfigValueUsesFileSpellings) {
   const auto unknown = setConfigValue(c, "engine.nope", "1");
   ASSERT_FALSE(unknown.has_value());
   EXPECT_NE(unknown.error().message.find("engine.nope"), std::string::npos);
+}
+
+// spec_accept_rates is an array of numbers in a file (integers allowed) and comma-separated
+// numbers on the command line; anything else is refused with the element that is wrong.
+TEST(ServiceConfigTest, NumberListsFromFilesAndFlags) {
+  KeyOrigins origins;
+  auto c = parseServiceConfigOver(
+      ServiceConfig{},
+      "[engine]\nspec_num_draft_tokens = 3\nspec_accept_rates = [0.9, 1, 0.25]\n"
+      "num_gpu_blocks = \"none\"\n",
+      "f.toml", origins);
+  ASSERT_TRUE(c.has_value()) << c.error().message;
+  EXPECT_EQ(c->engine.spec_num_draft_tokens, 3u);
+  EXPECT_EQ(c->engine.spec_accept_rates, (std::vector<double>{0.9, 1.0, 0.25}));
+  EXPECT_FALSE(c->engine.num_gpu_blocks.has_value());
+  EXPECT_TRUE(finishServiceConfig(*c, origins).has_value());
+
+  auto empty = parseServiceConfigOver(ServiceConfig{}, "[engine]\nspec_accept_rates = []\n",
+                                      "f.toml", origins);
+  ASSERT_TRUE(empty.has_value());
+  EXPECT_TRUE(empty->engine.spec_accept_rates.empty());
+
+  for (const char* text :
+       {"[engine]\nspec_accept_rates = [0.5, \"x\"]\n", "[engine]\nspec_accept_rates = [\"x\"]\n",
+        "[engine]\nspec_accept_rates = 0.5\n"}) {
+    const auto bad = parseServiceConfigOver(ServiceConfig{}, text, "f.toml", origins);
+    ASSERT_FALSE(bad.has_value()) << text;
+    EXPECT_NE(bad.error().message.find("engine.spec_accept_rates"), std::string::npos)
+        << bad.error().message;
+  }
+
+  ServiceConfig flags;
+  ASSERT_TRUE(setConfigValue(flags, "engine.spec_accept_rates", "1,0.5").has_value());
+  EXPECT_EQ(flags.engine.spec_accept_rates, (std::vector<double>{1.0, 0.5}));
+  ASSERT_TRUE(setConfigValue(flags, "engine.spec_accept_rates", "").has_value());
+  EXPECT_TRUE(flags.engine.spec_accept_rates.empty());
+  const auto bad = setConfigValue(flags, "engine.spec_accept_rates", "0.5,,1");
+  ASSERT_FALSE(bad.has_value());
+  EXPECT_NE(bad.error().message.find("element 1"), std::string::npos) << bad.error().message;
+  // Out of range is the engine's rule, reported with the key.
+  ASSERT_TRUE(setConfigValue(flags, "engine.spec_accept_rates", "0.5,2").has_value());
+  const auto range = finishServiceConfig(flags, {{"engine.spec_accept_rates", "--flag"}});
+  ASSERT_FALSE(range.has_value());
+  EXPECT_EQ(range.error().message.rfind("--flag: engine.spec_accept_rates must be finite and in "
+                                        "[0, 1] each",
+                                        0),
+            0u)
+      << range.error().message;
+  ASSERT_TRUE(setConfigValue(flags, "engine.decode_load", "Logical").has_value());
+  EXPECT_EQ(flags.engine.decode_load, engine::DecodeLoad::Logical);
+  EXPECT_FALSE(setConfigValue(flags, "engine.decode_load", "virtual").has_value());
 }
 
 TEST(ServiceConfigTest, LaterLayerOverridesEarlierAndOriginsFollow) {
@@ -874,6 +935,10 @@ TEST(ServiceConfigTest, EveryKeyHasAReader) {
       {"engine.fixed_decode_ms", "engine (timing_model fixed)"},
       {"engine.speedup_ratio", "engine (durations), server.cpp (pacing)"},
       {"engine.decode_speedup_ratio", "engine"},
+      {"engine.decode_load", "engine (vllm/trtllm decode time)"},
+      {"engine.spec_num_draft_tokens", "engine (speculative bursts)"},
+      {"engine.spec_accept_rates", "engine (speculative bursts)"},
+      {"engine.spec_seed", "engine (speculative bursts)"},
       {"engine.startup_time_s", "server.cpp (submits not read before it)"},
       {"engine.sglang.schedule_policy", "engine (sglang)"},
       {"engine.sglang.page_size", "engine (sglang)"},
