@@ -47,6 +47,9 @@ using protocol::FinishReason;
 
 /// Submits read per loop iteration before cancels are looked at again (cancel latency bound).
 constexpr int kSubmitsPerIteration = 64;
+/// Submits read per iteration even when a pass end is due (the rest wait for the next iteration,
+/// after the pass is published): progress for submits, bounded delay for passes.
+constexpr int kSubmitsPastDeadline = 8;
 /// How often a client owed a terminal message is retried while nothing else wakes the loop.
 constexpr auto kOwedRetryInterval = std::chrono::milliseconds(5);
 /// ZMQ_MAXMSGSIZE of the replay ROUTER: a request is 9 bytes; larger frames drop the peer. With
@@ -185,7 +188,10 @@ class Server::Impl {
   void drainCancels();
   std::optional<ClientMessage> decodeRequest(zmq::socket_t& socket, const RoutedEnvelope& from);
   void handleCancelSocketMessage(std::vector<zmq::message_t>& parts);
-  int drainSubmits(int budget);
+  /// Reads up to `budget` submit-socket messages, stopping early (after kSubmitsPastDeadline)
+  /// once `until` (the next pass end) has passed: a burst of large submits must not make the
+  /// pass late.
+  int drainSubmits(int budget, std::optional<Clock::time_point> until = std::nullopt);
   void handleSubmitSocketMessage(std::vector<zmq::message_t>& parts);
   /// Accepts one submit. Throws std::bad_alloc (engine and route table unchanged) when it runs
   /// out of memory; drainSubmits turns that into a `resource_exhausted` error.
@@ -460,12 +466,13 @@ void Server::Impl::handleCancelSocketMessage(std::vector<zmq::message_t>& parts)
   }
 }
 
-int Server::Impl::drainSubmits(int budget) {
+int Server::Impl::drainSubmits(int budget, std::optional<Clock::time_point> until) {
   std::vector<zmq::message_t> parts;
   std::string error;
   int n = 0;
   // One message at a time: a submit may pause further submits (backlog limit).
-  while (n < budget && !submitsPaused()) {
+  while (n < budget && !submitsPaused() &&
+         !(until && n >= kSubmitsPastDeadline && Clock::now() >= *until)) {
     const RecvOutcome got = tryRecvMultipart(submit_, parts, &error);
     if (got == RecvOutcome::Failed) log_->warn("submit socket receive failed: {}", error);
     if (got != RecvOutcome::Received) break;
@@ -1163,7 +1170,7 @@ Status Server::Impl::run() {
     // libzmq two system calls (getpid, poll) for nothing.
     if (readable(4)) endClosedConnections();
     if (readable(2)) drainCancels();  // always first: a cancel never waits behind submits
-    if (readable(3)) drainSubmits(kSubmitsPerIteration);
+    if (readable(3)) drainSubmits(kSubmitsPerIteration, next_end);
     if (std::any_of(items.begin() + 5, items.end(),
                     [](const zmq::pollitem_t& i) { return (i.revents & ZMQ_POLLIN) != 0; })) {
       serviceReplays();
