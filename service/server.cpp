@@ -209,7 +209,8 @@ class Server::Impl {
   /// Whether passes wait for their modelled end (speedup_ratio > 0).
   bool paced() const { return config_.engine.speedup_ratio > 0; }
   void completeDuePasses(bool force);
-  void completePass(std::uint32_t r);
+  /// Publishes rank r's in-flight pass; `timed`: record its lateness (when its outputs go out).
+  void completePass(std::uint32_t r, bool timed);
   void deliver();
   void heartbeats();
   void serviceReplays();
@@ -918,15 +919,11 @@ void Server::Impl::completeDuePasses(bool force) {
   for (std::uint32_t r = 0; r < ranks_.size(); ++r) {
     Rank& rank = ranks_[r];
     if (!rank.in_flight || (!force && rank.deadline > now)) continue;
-    if (paced() && !force) {
-      lateness_.record(
-          std::chrono::duration<double, std::milli>(Clock::now() - rank.deadline).count());
-    }
-    completePass(r);
+    completePass(r, /*timed=*/paced() && !force);
   }
 }
 
-void Server::Impl::completePass(std::uint32_t r) {
+void Server::Impl::completePass(std::uint32_t r, bool timed) {
   Rank& rank = ranks_[r];
   engine::PassResult pass = std::move(*rank.in_flight);
   rank.in_flight.reset();
@@ -937,6 +934,11 @@ void Server::Impl::completePass(std::uint32_t r) {
   if (rank.fpm) rank.fpm->onPass(pass.fpm, engineNowMs());
   for (publishers::ZmqPubSink* sink : {rank.kv_sink.get(), rank.fpm_sink.get()}) {
     if (auto error = sink ? sink->takeError() : std::nullopt) log_->warn("{}", *error);
+  }
+  // Lateness: when the outputs go out (after the KV events and FPM) against the modelled end.
+  if (timed) {
+    lateness_.record(
+        std::chrono::duration<double, std::milli>(Clock::now() - rank.deadline).count());
   }
   // 2. Outputs, one message per client. This runs for every token: one route lookup by engine
   //    id, the rest is the batcher's reused scratch.

@@ -177,6 +177,20 @@ def e2e_by_output_quartile(offline, live):
     return out
 
 
+def wakeup_latency_ms(seconds=1.0, period_s=0.002):
+    """The machine's wake-up latency floor: how late 2 ms sleeps end (p50, p99, max), measured
+    by this process (Python adds some tens of microseconds). Lateness of the service's passes
+    cannot be below what the scheduler gives any sleeping thread."""
+    late = []
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        due = time.monotonic() + period_s
+        time.sleep(period_s)
+        late.append((time.monotonic() - due) * 1000.0)
+    late.sort()
+    return late[len(late) // 2], late[min(len(late) - 1, int(0.99 * len(late)))], late[-1]
+
+
 def ratio(live, offline, key):
     o = offline.get(key) or 0.0
     return live.get(key, 0.0) / o if o > 0 else float("nan")
@@ -185,7 +199,7 @@ def ratio(live, offline, key):
 def run_one(args, name, workload_args, r, tmp):
     flags = ["--speedup-ratio", str(r), "--arrival-speedup-ratio", str(r)]
     offline, off_req, _ = replay(args.mocker, workload_args, flags, tmp, f"{name}-{r}-offline")
-    serve = start_serve(args.mocker, ["--speedup-ratio", str(r)])
+    serve = start_serve(args.mocker, ["--speedup-ratio", str(r), *args.serve_flag])
     try:
         idle0 = cpu_seconds(serve.pid)
         time.sleep(args.idle_seconds)
@@ -242,6 +256,8 @@ def main():
     parser.add_argument("--synthetic-requests", type=int, default=2000)
     parser.add_argument("--streams", type=int, default=1000,
                         help="concurrent streams of the `streams` workload (speedup 1)")
+    parser.add_argument("--serve-flag", action="append", default=[],
+                        help="extra `mocker serve` flag (repeat), e.g. --serve-flag=--no-kv-events")
     parser.add_argument("--idle-seconds", type=float, default=2.0,
                         help="idle CPU sample before each live run")
     args = parser.parse_args()
@@ -255,6 +271,9 @@ def main():
             parser.error(f"unknown workload '{w}'")
     print(f"load average before: {os.getloadavg()[0]:.2f} {os.getloadavg()[1]:.2f} "
           f"{os.getloadavg()[2]:.2f} ({os.cpu_count()} CPUs)")
+    p50, p99, worst = wakeup_latency_ms()
+    print(f"machine wake-up latency (2 ms sleeps, 1 s): p50 {p50:.3f} ms, p99 {p99:.3f} ms, "
+          f"max {worst:.3f} ms")
     with tempfile.TemporaryDirectory(prefix="live_fidelity.") as tmp:
         for name in names:
             if name == "mooncake":
