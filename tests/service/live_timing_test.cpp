@@ -31,10 +31,11 @@ std::optional<protocol::StatsReply> statsOf(Client& c) {
 // Streams of N tokens, one pass each, every pass 1 ms modelled at speedup 10: 0.1 ms of wall time
 // per pass. A schedule that starts each pass when the loop reaches it adds the loop's work
 // between passes (tens of microseconds) to every pass: the old loop took 410-720 ms for 3,000
-// such passes instead of 300. Anchored to the modelled timeline, a stream ends at its modelled
-// end plus at most one pass's lateness (and the transit to the client), whatever its length.
-// A machine that starves the loop for over 100 ms makes it resync (counted): then the bound
-// cannot hold and the test is skipped, saying so.
+// such passes instead of 300, and this loop with passes started "now" 339 ms. Anchored to the
+// modelled timeline, a stream ends at its modelled end plus at most one pass's lateness (and
+// the transit to the client), whatever its length. A machine that starves the loop for over
+// 100 ms makes it resync (counted): then the bound cannot hold and the test is skipped, saying
+// so.
 TEST(LiveTimingTest, StreamsEndAtTheirModelledTimeWhateverTheirLength) {
   constexpr double kSpeedup = 10;
   auto config = TestConfig().paced(/*prefill_ms=*/1, /*decode_ms=*/1).numGpuBlocks(4096).build();
@@ -61,7 +62,9 @@ TEST(LiveTimingTest, StreamsEndAtTheirModelledTimeWhateverTheirLength) {
     }
     const double modelled_ms = tokens * 1.0 / kSpeedup;
     EXPECT_GE(wall_ms, modelled_ms * 0.999) << "passes ran ahead of the modelled timeline";
-    EXPECT_LE(wall_ms, modelled_ms + t.lateness_max_ms + 5.0)
+    // Beyond one pass's lateness: the submit's and the outputs' transit and the client's own
+    // wake-ups (15 ms of slack for a loaded machine); passes started "now" added ~40 ms here.
+    EXPECT_LE(wall_ms, modelled_ms + t.lateness_max_ms + 15.0)
         << tokens << " passes: lateness accumulated (max single-pass lateness " << t.lateness_max_ms
         << " ms)";
   }
