@@ -1,6 +1,7 @@
 #include "protocol/client.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include "protocol/detail/msgpack_io.h"
 #include "protocol/detail/output_fast_path.h"
@@ -215,6 +216,27 @@ Result<std::vector<T>> decodeList(const MapView& m, std::string_view field, std:
   return out;
 }
 
+Result<PassTiming> decodePassTiming(const msgpack::object& o) {
+  MOCKER_TRY(const MapView m, MapView::create(o, "timing"));
+  PassTiming t;
+  MOCKER_TRY(t.passes, uintKey(m, "passes"));
+  MOCKER_TRY(t.resyncs, uintKey(m, "resyncs"));
+  const auto ms = [&m](std::string_view key) -> Result<double> {
+    MOCKER_TRY(const msgpack::object* v, m.require(key));
+    MOCKER_TRY(const double d, detail::getNumber(*v, key));
+    if (!std::isfinite(d) || d < 0) {
+      return Error{ErrorCode::Corruption,
+                   "timing." + std::string(key) + ": expected a finite number >= 0"};
+    }
+    return d;
+  };
+  MOCKER_TRY(t.lateness_mean_ms, ms("lateness_mean_ms"));
+  MOCKER_TRY(t.lateness_p50_ms, ms("lateness_p50_ms"));
+  MOCKER_TRY(t.lateness_p99_ms, ms("lateness_p99_ms"));
+  MOCKER_TRY(t.lateness_max_ms, ms("lateness_max_ms"));
+  return t;
+}
+
 Result<ClientMessage> decodeStatsReply(const MapView& m) {
   StatsReply r;
   MOCKER_TRY(r.ranks, decodeList<RankStats>(m, "ranks", kMaxRanks, decodeRankStats));
@@ -223,6 +245,9 @@ Result<ClientMessage> decodeStatsReply(const MapView& m) {
              decodeList<ClientRoutes>(m, "clients", kMaxStatsClients, decodeClientRoutes));
   if (m.findNonNil("client_entries") != nullptr) {
     MOCKER_TRY(r.client_entries, uintKey(m, "client_entries"));
+  }
+  if (const msgpack::object* t = m.findNonNil("timing")) {
+    MOCKER_TRY(r.timing, decodePassTiming(*t));
   }
   return ClientMessage{std::move(r)};
 }
@@ -401,7 +426,7 @@ std::vector<std::byte> encodeClientMessage(const StatsRequest& /*m*/) {
 
 std::vector<std::byte> encodeClientMessage(const StatsReply& m) {
   return encodeMap(
-      "stats_reply", m.client_entries ? 4 : 3,
+      "stats_reply", 3u + (m.client_entries ? 1u : 0u) + (m.timing ? 1u : 0u),
       [&](Packer& pk) {
         packStr(pk, "ranks");
         pk.pack_array(static_cast<std::uint32_t>(m.ranks.size()));
@@ -441,8 +466,24 @@ std::vector<std::byte> encodeClientMessage(const StatsReply& m) {
           packStr(pk, "client_entries");
           pk.pack_uint64(*m.client_entries);
         }
+        if (m.timing) {
+          packStr(pk, "timing");
+          pk.pack_map(6);
+          packStr(pk, "passes");
+          pk.pack_uint64(m.timing->passes);
+          packStr(pk, "resyncs");
+          pk.pack_uint64(m.timing->resyncs);
+          packStr(pk, "lateness_mean_ms");
+          pk.packF64(m.timing->lateness_mean_ms);
+          packStr(pk, "lateness_p50_ms");
+          pk.packF64(m.timing->lateness_p50_ms);
+          packStr(pk, "lateness_p99_ms");
+          pk.packF64(m.timing->lateness_p99_ms);
+          packStr(pk, "lateness_max_ms");
+          pk.packF64(m.timing->lateness_max_ms);
+        }
       },
-      256 + 200 * m.ranks.size() + 32 * m.clients.size());
+      384 + 200 * m.ranks.size() + 32 * m.clients.size());
 }
 
 std::vector<std::byte> encodeClientMessage(const KvSnapshotRequest& m) {

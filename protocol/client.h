@@ -133,6 +133,19 @@ struct ClientRoutes {
   friend bool operator==(const ClientRoutes&, const ClientRoutes&) = default;
 };
 
+/// How late the service published its passes against their modelled ends (wall time, since the
+/// service started; service/README.md "Live timing"). Percentiles are histogram bounds, within
+/// 1/16 of the value.
+struct PassTiming {
+  std::uint64_t passes = 0;   ///< passes timed (none with speedup_ratio 0)
+  std::uint64_t resyncs = 0;  ///< passes that started "now": the loop was too far behind
+  double lateness_mean_ms = 0.0;
+  double lateness_p50_ms = 0.0;
+  double lateness_p99_ms = 0.0;
+  double lateness_max_ms = 0.0;
+  friend bool operator==(const PassTiming&, const PassTiming&) = default;
+};
+
 struct StatsReply {
   std::vector<RankStats> ranks;
   std::uint64_t routes = 0;  ///< live requests across all clients
@@ -140,6 +153,8 @@ struct StatsReply {
   /// Client entries the service holds (per-client state: a client with an open route or a
   /// message it is still owed). Absent in replies of services that predate it.
   std::optional<std::uint64_t> client_entries;
+  /// Pass lateness. Absent in replies of services that predate it.
+  std::optional<PassTiming> timing;
   friend bool operator==(const StatsReply&, const StatsReply&) = default;
 };
 

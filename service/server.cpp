@@ -49,6 +49,9 @@ using protocol::FinishReason;
 
 /// Submits read per loop iteration before cancels are looked at again (cancel latency bound).
 constexpr int kSubmitsPerIteration = 64;
+/// Submits read per iteration even when a pass end is due (the rest wait for the next iteration,
+/// after the pass is published): progress for submits, bounded delay for passes.
+constexpr int kSubmitsPastDeadline = 8;
 /// How often a client owed a terminal message is retried while nothing else wakes the loop.
 constexpr auto kOwedRetryInterval = std::chrono::milliseconds(5);
 /// ZMQ_MAXMSGSIZE of the replay ROUTER: a request is 9 bytes; larger frames drop the peer. With
@@ -57,6 +60,10 @@ const std::int64_t kReplayMaxMessageBytes = publishers::ZmqReplayConfig{}.max_re
 constexpr std::int64_t kCurveReplayMaxMessageBytes = 1024;
 /// A client whose sends keep failing with EHOSTUNREACH this long is considered gone.
 constexpr auto kGoneAfter = std::chrono::milliseconds(1000);
+/// How far behind the modelled timeline a rank's next pass may start (catching up by running
+/// passes back to back) before the schedule gives up and starts it now (a resync: lateness is
+/// then inherited, and counted).
+constexpr double kMaxCatchUpMs = 100.0;
 /// After client traffic, free heap memory is handed back to the OS at most this often.
 constexpr auto kTrimInterval = std::chrono::milliseconds(1000);
 /// Address space a submit must leave unused: what the passes running the already queued work
@@ -151,6 +158,9 @@ class Server::Impl {
     std::optional<engine::PassResult> in_flight;
     Clock::time_point deadline{};
     bool stalled = false;  // a pass made no progress: wait for input before stepping again
+    // Where the next pass starts on the engine clock: the previous pass's modelled end while the
+    // rank stays busy, the arrival of the submit that woke it when it was idle (none: now).
+    std::optional<double> anchor_ms;
     std::unique_ptr<publishers::ZmqPubSink> kv_sink;
     std::unique_ptr<publishers::KvEventPublisher> kv;
     std::unique_ptr<publishers::ZmqReplayServer> replay;
@@ -185,7 +195,10 @@ class Server::Impl {
   void drainCancels();
   std::optional<ClientMessage> decodeRequest(zmq::socket_t& socket, const RoutedEnvelope& from);
   void handleCancelSocketMessage(std::vector<zmq::message_t>& parts);
-  int drainSubmits(int budget);
+  /// Reads up to `budget` submit-socket messages, stopping early (after kSubmitsPastDeadline)
+  /// once `until` (the next pass end) has passed: a burst of large submits must not make the
+  /// pass late.
+  int drainSubmits(int budget, std::optional<Clock::time_point> until = std::nullopt);
   void handleSubmitSocketMessage(std::vector<zmq::message_t>& parts);
   /// Accepts one submit. Throws std::bad_alloc (engine and route table unchanged) when it runs
   /// out of memory; drainSubmits turns that into a `resource_exhausted` error.
@@ -200,8 +213,11 @@ class Server::Impl {
 
   // Passes: start, complete, deliver outputs.
   void startPasses();
+  /// Whether passes wait for their modelled end (speedup_ratio > 0).
+  bool paced() const { return config_.engine.speedup_ratio > 0; }
   void completeDuePasses(bool force);
-  void completePass(std::uint32_t r);
+  /// Publishes rank r's in-flight pass; `timed`: record its lateness (when its outputs go out).
+  void completePass(std::uint32_t r, bool timed);
   void deliver();
   void heartbeats();
   void serviceReplays();
@@ -234,6 +250,9 @@ class Server::Impl {
   engine::Engine engine_;
   std::shared_ptr<spdlog::logger> log_;
   StopEvent stop_event_;
+  PassTimer pass_timer_;  // fires at the earliest pass end
+  LatenessStats lateness_;
+  std::uint64_t resyncs_ = 0;
   bool stopping_ = false;
   Clock::time_point start_ = Clock::now();
   LoopClock clock_{start_};
@@ -317,6 +336,7 @@ void Server::Impl::warnIfExposed(const std::string& what, const std::string& end
 
 Status Server::Impl::init() {
   if (!stop_event_.valid()) return Error{ErrorCode::IoError, "eventfd failed"};
+  if (!pass_timer_.valid()) return Error{ErrorCode::IoError, "timerfd_create failed"};
   MOCKER_TRY_VOID(startSecurity());
   MOCKER_TRY(submit_, makeRouter(config_.endpoints.submit, endpoints.submit));
   MOCKER_TRY(cancel_, makeRouter(config_.endpoints.cancel, endpoints.cancel));
@@ -472,12 +492,13 @@ void Server::Impl::handleCancelSocketMessage(std::vector<zmq::message_t>& parts)
   }
 }
 
-int Server::Impl::drainSubmits(int budget) {
+int Server::Impl::drainSubmits(int budget, std::optional<Clock::time_point> until) {
   std::vector<zmq::message_t> parts;
   std::string error;
   int n = 0;
   // One message at a time: a submit may pause further submits (backlog limit).
-  while (n < budget && !submitsPaused()) {
+  while (n < budget && !submitsPaused() &&
+         !(until && n >= kSubmitsPastDeadline && Clock::now() >= *until)) {
     const RecvOutcome got = tryRecvMultipart(submit_, parts, &error);
     if (got == RecvOutcome::Failed) log_->warn("submit socket receive failed: {}", error);
     if (got != RecvOutcome::Received) break;
@@ -596,6 +617,12 @@ protocol::StatsReply Server::Impl::statsReply(const RoutedEnvelope& from, const 
   }
   s.routes = routes_.numRoutes();
   s.client_entries = routes_.numClients();
+  s.timing = protocol::PassTiming{.passes = lateness_.count(),
+                                  .resyncs = resyncs_,
+                                  .lateness_mean_ms = lateness_.meanMs(),
+                                  .lateness_p50_ms = lateness_.quantileMs(0.5),
+                                  .lateness_p99_ms = lateness_.quantileMs(0.99),
+                                  .lateness_max_ms = lateness_.maxMs()};
   // Only the sender's own entries: its routing id, or with CURVE every routing id of its key.
   for (protocol::ClientRoutes& c : routes_.routesPerClient()) {
     const bool own = peer.principal.empty() ? c.client == from.routing_id
@@ -698,13 +725,14 @@ void Server::Impl::handleSubmit(const RoutedEnvelope& from, const Peer& peer,
   const auto prompt_tokens = static_cast<std::uint32_t>(req.prompt.size());
   const std::uint64_t output_len =
       req.output_tokens ? req.output_tokens->size() : std::uint64_t{req.max_tokens};
+  const double er_arrival_ms = engineNowMs();
   engine::Request er{.tokens = std::move(req.prompt),
                      .max_output_tokens = req.max_tokens,
                      .output_token_ids = std::move(req.output_tokens),
                      .dp_rank = rank,
                      // The client's arrival_ms is informational: the engine's clock starts
                      // when the service receives the request.
-                     .arrival_ms = engineNowMs()};
+                     .arrival_ms = er_arrival_ms};
   auto id = engine_.submit(std::move(er));
   if (!id) {
     ++counters.rejected_submits;
@@ -732,7 +760,11 @@ void Server::Impl::handleSubmit(const RoutedEnvelope& from, const Peer& peer,
   owner.principal = peer.principal;
   owner.connection_fd = peer.connection_fd;
   unprobed_bytes_ += cost;
-  ranks_[rank].stalled = false;
+  Rank& woken = ranks_[rank];
+  woken.stalled = false;
+  // An idle rank starts its next pass at this arrival on the modelled timeline (a busy one at
+  // its current pass's end, which it already holds).
+  if (!woken.in_flight && !woken.anchor_ms) woken.anchor_ms = er_arrival_ms;
   // The ack goes before anything else of this request: sent now if nothing older waits for
   // the client, else queued behind what does (and then sent first of this request's items).
   if (owner.queue.empty()) {
@@ -883,11 +915,21 @@ void Server::Impl::retryOwed() {
 void Server::Impl::startPasses() {
   for (std::uint32_t r = 0; r < ranks_.size(); ++r) {
     Rank& rank = ranks_[r];
-    if (rank.in_flight || rank.stalled || !engine_.hasWork(r)) continue;
+    if (rank.in_flight) continue;
+    if (rank.stalled || !engine_.hasWork(r)) {
+      rank.anchor_ms.reset();  // idle: the next pass starts when work arrives
+      continue;
+    }
+    // Anchored to the modelled timeline: the time the loop took to get here since the previous
+    // pass's modelled end (publishing it, reading, waking up) is caught up, not inherited.
     const double now_ms = engineNowMs();
-    engine::PassResult pass = engine_.step(r, now_ms);
+    const PassStart at =
+        paced() ? passStart(rank.anchor_ms, now_ms, kMaxCatchUpMs) : PassStart{now_ms, false};
+    if (at.resynced) ++resyncs_;
+    engine::PassResult pass = engine_.step(r, at.start_ms);
     if (!pass.did_work) {
       rank.stalled = true;  // nothing can progress until a submit or cancel arrives
+      rank.anchor_ms.reset();
       continue;
     }
     ++counters.passes;
@@ -896,7 +938,8 @@ void Server::Impl::startPasses() {
       pass.kv_events.clear();
     }
     // Durations are already divided by speedup_ratio; 0 means "do not wait".
-    rank.deadline = config_.engine.speedup_ratio > 0 ? clock_.wallAt(pass.end_ms) : Clock::now();
+    rank.deadline = paced() ? clock_.wallAt(pass.end_ms) : Clock::now();
+    rank.anchor_ms = pass.end_ms;
     rank.in_flight = std::move(pass);
   }
 }
@@ -904,11 +947,13 @@ void Server::Impl::startPasses() {
 void Server::Impl::completeDuePasses(bool force) {
   const auto now = Clock::now();
   for (std::uint32_t r = 0; r < ranks_.size(); ++r) {
-    if (ranks_[r].in_flight && (force || ranks_[r].deadline <= now)) completePass(r);
+    Rank& rank = ranks_[r];
+    if (!rank.in_flight || (!force && rank.deadline > now)) continue;
+    completePass(r, /*timed=*/paced() && !force);
   }
 }
 
-void Server::Impl::completePass(std::uint32_t r) {
+void Server::Impl::completePass(std::uint32_t r, bool timed) {
   Rank& rank = ranks_[r];
   engine::PassResult pass = std::move(*rank.in_flight);
   rank.in_flight.reset();
@@ -919,6 +964,11 @@ void Server::Impl::completePass(std::uint32_t r) {
   if (rank.fpm) rank.fpm->onPass(pass.fpm, engineNowMs());
   for (publishers::ZmqPubSink* sink : {rank.kv_sink.get(), rank.fpm_sink.get()}) {
     if (auto error = sink ? sink->takeError() : std::nullopt) log_->warn("{}", *error);
+  }
+  // Lateness: when the outputs go out (after the KV events and FPM) against the modelled end.
+  if (timed) {
+    lateness_.record(
+        std::chrono::duration<double, std::milli>(Clock::now() - rank.deadline).count());
   }
   // 2. Outputs, one message per client. This runs for every token: one route lookup by engine
   //    id, the rest is the batcher's reused scratch.
@@ -936,12 +986,13 @@ void Server::Impl::completePass(std::uint32_t r) {
 
 void Server::Impl::deliver() {
   gone_.clear();
+  // A closed connection's routing id may be taken by a new peer, which must not get these
+  // outputs: the connections that closed are looked up once per pass, right before its sends
+  // (one receive on the monitor per client batch cost two system calls each).
+  submit_monitor_->drainClosed(closed_fds_);
   for (OutputBatcher::ClientBatch& batch : batcher_.batches()) {
-    // Checked right before each send: a closed connection's routing id may be taken by a new
-    // peer at any moment, and that peer must not get these outputs.
-    submit_monitor_->drainClosed(closed_fds_);
-    if (std::find(closed_fds_.begin(), closed_fds_.end(), batch.owner->connection_fd) !=
-        closed_fds_.end()) {
+    if (!closed_fds_.empty() && std::find(closed_fds_.begin(), closed_fds_.end(),
+                                          batch.owner->connection_fd) != closed_fds_.end()) {
       gone_.push_back(batch.client);
       continue;
     }
@@ -1180,8 +1231,9 @@ Status Server::Impl::run() {
 
     const auto now = Clock::now();
     PollTimeout timeout(now);
+    std::optional<Clock::time_point> next_end;
     for (const Rank& rank : ranks_) {
-      if (rank.in_flight) timeout.wakeForPassEnd(rank.deadline);
+      if (rank.in_flight && (!next_end || rank.deadline < *next_end)) next_end = rank.deadline;
       if (rank.fpm) {
         if (auto due = rank.fpm->nextHeartbeatDue()) timeout.wakeBy(clock_.wallAt(*due));
       }
@@ -1189,10 +1241,21 @@ Status Server::Impl::run() {
     if (routes_.anyOwed()) timeout.wakeBy(now + kOwedRetryInterval);
     if (reads_since_trim_ > 0) timeout.wakeBy(last_trim_ + kTrimInterval);
     publishMetrics(now, timeout);
+    // The next pass end: a timerfd in the poll set wakes the loop at it, precisely and without
+    // spinning (zmq_poll's timeout has whole milliseconds only).
+    if (!next_end) {
+      pass_timer_.disarm();
+    } else if (*next_end <= now) {
+      timeout.wakeNow();
+    } else {
+      pass_timer_.armAt(*next_end);
+      if (!pass_timer_.armedAt()) timeout.wakeBy(*next_end);  // timerfd_settime failed
+    }
     const bool submit_readable = !submitsPaused();
 
     items.clear();
     items.push_back({nullptr, stop_event_.fd(), ZMQ_POLLIN, 0});
+    items.push_back({nullptr, pass_timer_.fd(), ZMQ_POLLIN, 0});
     items.push_back({cancel_.handle(), 0, ZMQ_POLLIN, 0});
     items.push_back({submit_.handle(), 0, static_cast<short>(submit_readable ? ZMQ_POLLIN : 0), 0});
     items.push_back({submit_monitor_->pollHandle(), 0, ZMQ_POLLIN, 0});
@@ -1204,7 +1267,9 @@ Status Server::Impl::run() {
     } catch (const zmq::error_t& e) {
       if (e.num() != EINTR) return Error{ErrorCode::IoError, std::string("poll: ") + e.what()};
     }
-    if (items[0].revents & ZMQ_POLLIN) {
+    const auto readable = [&items](std::size_t i) { return (items[i].revents & ZMQ_POLLIN) != 0; };
+    if (readable(1)) pass_timer_.acknowledge();
+    if (readable(0)) {
       stop_event_.drain();
       if (!stopping_) {
         stopping_ = true;
@@ -1214,11 +1279,16 @@ Status Server::Impl::run() {
         log_->info("draining {} open request(s) before exit", routes_.numRoutes());
       }
     }
-    endClosedConnections();
-    drainCancels();  // always first: a cancel never waits behind submits
-    drainSubmits(kSubmitsPerIteration);
-    serviceReplays();
-    retryOwed();
+    // Only the sockets zmq_poll found readable are read: a receive on an empty socket costs
+    // libzmq two system calls (getpid, poll) for nothing.
+    if (readable(4)) endClosedConnections();
+    if (readable(2)) drainCancels();  // always first: a cancel never waits behind submits
+    if (readable(3)) drainSubmits(kSubmitsPerIteration, next_end);
+    if (std::any_of(items.begin() + 5, items.end(),
+                    [](const zmq::pollitem_t& i) { return (i.revents & ZMQ_POLLIN) != 0; })) {
+      serviceReplays();
+    }
+    if (routes_.anyOwed()) retryOwed();
     heartbeats();
     trimHeap();
 #ifndef NDEBUG

@@ -480,6 +480,9 @@ int ReplayCommand::run(std::ostream& out, std::ostream& err) {
     line << "; max in flight " << stats->max_in_flight;
     if (!closed_loop) line << "; max dispatch lag " << stats->max_dispatch_lag_ms << " ms";
     line << "\n";
+    const replay::LiveTimingSummary timing = replay::summarizeLiveTiming(*stats, closed_loop);
+    line << timing.text;
+    for (const std::string& w : timing.warnings) err << "mocker replay: warning: " << w << "\n";
     if (stats->submit_rejects + stats->timeouts + stats->send_failures + stats->error_replies +
             stats->undecodable + stats->index_gaps >
         0) {

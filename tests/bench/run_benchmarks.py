@@ -219,6 +219,25 @@ def bench_fleet(ctx):
              show(cmd, ctx.build))]
 
 
+def bench_live_fidelity(ctx):
+    """Live vs offline at speedups 10 and 50 (tests/bench/live_fidelity.py, its defaults)."""
+    script = os.path.join(ROOT, "tests", "bench", "live_fidelity.py")
+    cmd = ["/usr/bin/python3", script, "--mocker", os.path.join(ctx.build, "tools", "mocker")]
+    rows = []
+    for r in json_lines(run(cmd)):
+        t = r.get("timing") or {}
+        rows.append((
+            f"live/offline, {r['workload']} ({r['requests']} requests), speedup {r['speedup']:g}",
+            f"TTFT p50 {r['ttft_p50_ratio']:.3f} p99 {r['ttft_p99_ratio']:.3f}, ITL p50 "
+            f"{r['itl_p50_ratio']:.3f} p99 {r['itl_p99_ratio']:.3f}, E2E p50 "
+            f"{r['e2e_p50_ratio']:.3f} p99 {r['e2e_p99_ratio']:.3f}; pass lateness mean "
+            f"{t.get('lateness_mean_ms', float('nan')):.3f} ms, p99 "
+            f"{t.get('lateness_p99_ms', float('nan')):.3f} ms; serve CPU "
+            f"{r['serve_cpu_pct']:.1f} % (idle {r['serve_idle_cpu_pct']:.2f} %)",
+            show(cmd, ctx.build)))
+    return rows
+
+
 BENCHES = {
     "replay": bench_replay,
     "live": bench_live_wide,
@@ -227,6 +246,7 @@ BENCHES = {
     "index": bench_index,
     "queued": bench_queued_rss,
     "fleet": bench_fleet,
+    "live_fidelity": bench_live_fidelity,
 }
 
 

@@ -111,6 +111,28 @@ TEST(ClientGoldenTest, StatsReplyWithoutClientEntriesStillDecodes) {
   EXPECT_FALSE(std::get<StatsReply>(*decoded).client_entries.has_value());
 }
 
+// stats_reply gained `timing` (optional, after client_entries): it round-trips, and a damaged
+// one is refused naming the key.
+TEST(ClientGoldenTest, StatsReplyTimingRoundTripsAndIsChecked) {
+  StatsReply r{.routes = 1,
+               .client_entries = 1,
+               .timing = PassTiming{.passes = 12345,
+                                    .resyncs = 2,
+                                    .lateness_mean_ms = 0.0125,
+                                    .lateness_p50_ms = 0.011,
+                                    .lateness_p99_ms = 0.9,
+                                    .lateness_max_ms = 7.5}};
+  const auto decoded = decodeClientMessage(encodeClientMessage(r));
+  ASSERT_TRUE(decoded.has_value()) << decoded.error().toString();
+  EXPECT_EQ(*decoded, ClientMessage{r});
+
+  r.timing->lateness_p99_ms = -1.0;
+  const auto negative = decodeClientMessage(encodeClientMessage(r));
+  ASSERT_FALSE(negative.has_value());
+  EXPECT_NE(negative.error().message.find("timing.lateness_p99_ms"), std::string::npos)
+      << negative.error().message;
+}
+
 TEST(ClientGoldenTest, EveryMessageTypeIsCovered) {
   std::vector<bool> seen(std::variant_size_v<ClientMessage>, false);
   for (const auto& [name, message] : clientGoldens()) seen[message.index()] = true;

@@ -1,7 +1,9 @@
 #include "service/loop_clock.h"
 
 #include <gtest/gtest.h>
+#include <poll.h>
 
+#include <optional>
 #include <vector>
 
 namespace mocker::service {
@@ -19,39 +21,104 @@ TEST(LoopClockTest, EngineTimeAndWallTimeRoundTrip) {
   EXPECT_EQ(clock.wallAt(clock.engineMs(start + 123456us)), start + 123456us);
 }
 
-TEST(PollTimeoutTest, EarliestWakeUpWithPassEndsRoundedDownAndTheRestUp) {
+TEST(PollTimeoutTest, EarliestWakeUpRoundedUp) {
   const Clock::time_point now = Clock::time_point{} + 1h;
-  struct Wake {
-    bool pass_end;
-    Clock::duration after_now;
-  };
   struct Row {
     const char* name;
-    std::vector<Wake> wakes;
+    std::vector<Clock::duration> wakes;  // wakeBy(now + each)
+    bool wake_now;
     std::chrono::milliseconds expected;
   };
   const std::vector<Row> rows = {
-      {"nothing to wait for: block", {}, -1ms},
-      {"heartbeat rounds up", {{false, 2300us}}, 3ms},
-      {"pass end rounds down", {{true, 2300us}}, 2ms},
-      {"a pass shorter than 1 ms polls without waiting", {{true, 400us}}, 0ms},
-      {"overdue is 0, not negative", {{false, -5ms}}, 0ms},
-      {"overdue pass end", {{true, -1us}}, 0ms},
-      {"the earliest wins", {{false, 9ms}, {true, 4700us}, {false, 6ms}}, 4ms},
-      {"a later request does not extend", {{true, 1ms}, {false, 50ms}}, 1ms},
-      {"exact milliseconds are kept", {{false, 5ms}, {true, 7ms}}, 5ms},
+      {"nothing to wait for: block", {}, false, -1ms},
+      {"rounds up", {2300us}, false, 3ms},
+      {"less than 1 ms rounds up to 1 ms", {400us}, false, 1ms},
+      {"overdue is 0, not negative", {-5ms}, false, 0ms},
+      {"the earliest wins", {9ms, 4700us, 6ms}, false, 5ms},
+      {"exact milliseconds are kept", {5ms, 7ms}, false, 5ms},
+      {"wakeNow beats everything", {2ms}, true, 0ms},
   };
   for (const Row& row : rows) {
     PollTimeout t(now);
-    for (const Wake& w : row.wakes) {
-      if (w.pass_end) {
-        t.wakeForPassEnd(now + w.after_now);
-      } else {
-        t.wakeBy(now + w.after_now);
-      }
-    }
+    for (const auto w : row.wakes) t.wakeBy(now + w);
+    if (row.wake_now) t.wakeNow();
     EXPECT_EQ(t.value(), row.expected) << row.name;
   }
+}
+
+TEST(PassStartTest, AnchoredToTheModelledTimelineWithinTheCatchUpBound) {
+  struct Row {
+    const char* name;
+    std::optional<double> anchor;
+    double now;
+    double start;
+    bool resynced;
+  };
+  const std::vector<Row> rows = {
+      {"no anchor (idle rank, no arrival): now", std::nullopt, 50.0, 50.0, false},
+      {"late by 0.3 ms: starts at the modelled end, not now", 49.7, 50.0, 49.7, false},
+      {"late by exactly the bound: still caught up", 0.0, 100.0, 0.0, false},
+      {"late by more than the bound: resync to now", 0.0, 100.5, 100.5, true},
+      {"an anchor ahead of now (rounding) is kept", 50.001, 50.0, 50.001, false},
+  };
+  for (const Row& row : rows) {
+    const PassStart s = passStart(row.anchor, row.now, /*max_catch_up_ms=*/100.0);
+    EXPECT_EQ(s.start_ms, row.start) << row.name;
+    EXPECT_EQ(s.resynced, row.resynced) << row.name;
+  }
+}
+
+TEST(LatenessStatsTest, CountMeanMaxAndQuantilesWithinABucket) {
+  LatenessStats empty;
+  EXPECT_EQ(empty.count(), 0u);
+  EXPECT_EQ(empty.meanMs(), 0.0);
+  EXPECT_EQ(empty.quantileMs(0.99), 0.0);
+
+  LatenessStats s;
+  // 98 passes 0.010 ms late, one 2.5 ms, one 40 ms; a negative lateness counts as 0.
+  for (int i = 0; i < 97; ++i) s.record(0.010);
+  s.record(-1.0);
+  s.record(2.5);
+  s.record(40.0);
+  EXPECT_EQ(s.count(), 100u);
+  EXPECT_NEAR(s.meanMs(), (97 * 0.010 + 2.5 + 40.0) / 100, 1e-12);
+  EXPECT_EQ(s.maxMs(), 40.0);
+  EXPECT_NEAR(s.quantileMs(0.5), 0.011, 1e-12);  // the 10 µs bucket's upper bound
+  const double p99 = s.quantileMs(0.99);         // the 99th value: 2.5 ms
+  EXPECT_GE(p99, 2.5);
+  EXPECT_LE(p99, 2.5 * (1 + 1.0 / 16));
+  EXPECT_EQ(s.quantileMs(1.0), 40.0);  // never above the maximum
+  LatenessStats huge;
+  huge.record(1e12);  // beyond the last bucket: counted there, the maximum stays exact
+  EXPECT_EQ(huge.quantileMs(0.5), 1e12);
+}
+
+bool readableWithin(int fd, std::chrono::milliseconds timeout) {
+  pollfd p{fd, POLLIN, 0};
+  return ::poll(&p, 1, static_cast<int>(timeout.count())) == 1 && (p.revents & POLLIN) != 0;
+}
+
+TEST(PassTimerTest, FiresAtTheArmedTimeAndNotBefore) {
+  PassTimer timer;
+  ASSERT_TRUE(timer.valid());
+  EXPECT_FALSE(readableWithin(timer.fd(), 0ms));  // unarmed
+  const auto at = Clock::now() + 30ms;
+  timer.armAt(at);
+  EXPECT_EQ(timer.armedAt(), at);
+  EXPECT_FALSE(readableWithin(timer.fd(), 0ms));
+  ASSERT_TRUE(readableWithin(timer.fd(), 10s));
+  EXPECT_GE(Clock::now(), at);  // never early
+  timer.acknowledge();
+  EXPECT_FALSE(timer.armedAt().has_value());
+  EXPECT_FALSE(readableWithin(timer.fd(), 0ms));
+
+  timer.armAt(Clock::now() - 1s);  // in the past: readable at once
+  EXPECT_TRUE(readableWithin(timer.fd(), 1s));
+  timer.armAt(Clock::now() + 1h);  // re-arming clears the pending expiry
+  EXPECT_FALSE(readableWithin(timer.fd(), 0ms));
+  timer.disarm();
+  EXPECT_FALSE(timer.armedAt().has_value());
+  EXPECT_FALSE(readableWithin(timer.fd(), 0ms));
 }
 
 }  // namespace

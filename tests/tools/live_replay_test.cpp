@@ -166,6 +166,65 @@ TEST(LiveReplayTest, TinyTraceCompletesWithTheTraceTimeline) {
   EXPECT_FALSE(run.collector.engineSamples().empty());
 }
 
+// The driver records its dispatch lag, and the servers' pass timing at the handshake and after
+// the run (a paced server: every pass is timed).
+TEST(LiveReplayTest, ReportsDriverLagAndServicePassTiming) {
+  LiveService server(serverConfig());
+  const Workload w = tinyTrace(10.0);
+  const LiveRun run = runLive(w, {.targets = {targetOf(server)}, .stats_interval_ms = 0});
+  ASSERT_EQ(run.stats.timing_start.size(), 1u);
+  ASSERT_EQ(run.stats.timing_end.size(), 1u);
+  ASSERT_TRUE(run.stats.timing_start[0] && run.stats.timing_end[0]);
+  EXPECT_EQ(run.stats.timing_start[0]->passes, 0u);
+  // Every request of the tiny trace needs at least one pass.
+  EXPECT_GE(run.stats.timing_end[0]->passes, 8u);
+  EXPECT_GE(run.stats.p99_dispatch_lag_ms, 0.0);
+  EXPECT_LE(run.stats.mean_dispatch_lag_ms, run.stats.max_dispatch_lag_ms);
+  EXPECT_LE(run.stats.p99_dispatch_lag_ms, run.stats.max_dispatch_lag_ms);
+  const LiveTimingSummary s = summarizeLiveTiming(run.stats, /*closed_loop=*/false);
+  EXPECT_NE(s.text.find("Live timing: driver dispatch lag mean"), std::string::npos) << s.text;
+  EXPECT_NE(s.text.find("Live timing: server 0 published"), std::string::npos) << s.text;
+}
+
+// What is printed and when it warns: lateness over the run from the start and end figures;
+// warnings for a late driver, a late server or a resync, none when everything is on time.
+TEST(LiveTimingSummaryTest, RunFiguresAndFidelityWarnings) {
+  LiveReplayStats stats;
+  stats.mean_dispatch_lag_ms = 0.05;
+  stats.p99_dispatch_lag_ms = 0.2;
+  stats.max_dispatch_lag_ms = 0.9;
+  stats.timing_start = {protocol::PassTiming{.passes = 100, .lateness_mean_ms = 1.0}, std::nullopt};
+  stats.timing_end = {protocol::PassTiming{.passes = 300,
+                                           .lateness_mean_ms = 0.5,  // 150 ms over 300 passes
+                                           .lateness_p50_ms = 0.01,
+                                           .lateness_p99_ms = 0.4,
+                                           .lateness_max_ms = 2.0},
+                      std::nullopt};
+  LiveTimingSummary s = summarizeLiveTiming(stats, false);
+  EXPECT_TRUE(s.warnings.empty()) << s.warnings.front();
+  // (150 - 100) ms over 200 passes.
+  EXPECT_NE(s.text.find("server 0 published 200 passes, lateness mean 0.250 ms"), std::string::npos)
+      << s.text;
+  EXPECT_NE(s.text.find("server 1 reports no pass timing"), std::string::npos) << s.text;
+  EXPECT_EQ(summarizeLiveTiming(stats, true).text.find("dispatch lag"), std::string::npos);
+
+  stats.p99_dispatch_lag_ms = 3.0;
+  stats.timing_end[0]->lateness_p99_ms = 1.5;
+  s = summarizeLiveTiming(stats, false);
+  ASSERT_EQ(s.warnings.size(), 2u);
+  EXPECT_NE(s.warnings[0].find("dispatch lag p99 3.000 ms"), std::string::npos) << s.warnings[0];
+  EXPECT_NE(s.warnings[1].find("server 0 published passes late (lateness p99 1.500 ms"),
+            std::string::npos)
+      << s.warnings[1];
+
+  stats.p99_dispatch_lag_ms = 0.2;
+  stats.timing_end[0]->lateness_p99_ms = 0.4;
+  stats.timing_end[0]->resyncs = 1;
+  s = summarizeLiveTiming(stats, false);
+  ASSERT_EQ(s.warnings.size(), 1u);
+  EXPECT_NE(s.warnings[0].find("1 resyncs"), std::string::npos) << s.warnings[0];
+}
+
 // Offline vs live in trace mode. Arrivals are slowed 10× (the closest two are 50 ms apart) while
 // the server runs 1000× faster than the model, so each request normally ends long before the
 // next one arrives, exactly as offline; then the prefix cache sees the same history at every
@@ -416,6 +475,7 @@ TEST(LiveReplayCliTest, ReplaysTheTinyTraceAgainstAServer) {
   EXPECT_EQ(code, 0) << err.str();
   EXPECT_NE(out.str().find("Replay report"), std::string::npos) << out.str();
   EXPECT_NE(out.str().find("Live: 1 server(s)"), std::string::npos) << out.str();
+  EXPECT_NE(out.str().find("Live timing: server 0 published"), std::string::npos) << out.str();
   std::ifstream in(json);
   const nlohmann::json report = nlohmann::json::parse(in);
   EXPECT_EQ(report["num_requests"], 8);

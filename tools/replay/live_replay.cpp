@@ -8,6 +8,7 @@
 #include <limits>
 #include <memory>
 #include <queue>
+#include <sstream>
 #include <string>
 #include <utility>
 #include <variant>
@@ -25,6 +26,8 @@ constexpr double kInf = std::numeric_limits<double>::infinity();
 /// Messages drained from one server before the loop looks at its timers again.
 constexpr int kMaxDrainPerWake = 256;
 constexpr double kProgressEveryMs = 100.0;
+/// How long the final stats round trip may take (pass timing of every server).
+constexpr int kFinalStatsWaitMs = 2000;
 /// Distinct reject / error reasons kept as warnings.
 constexpr std::size_t kMaxReasonWarnings = 5;
 
@@ -85,6 +88,7 @@ class LiveReplay {
         stats_(std::move(stats)),
         stats_pending_(clients_.size(), false) {
     for (const auto& c : clients_) client_ptrs_.push_back(c.get());
+    stats_.timing_end = stats_.timing_start;
     stats_.per_target.assign(clients_.size(), 0);
     total_turns_ = workload.numTurns();
     sent_.reserve(total_turns_);
@@ -125,6 +129,8 @@ class LiveReplay {
       for (const std::size_t t : *ready) drain(static_cast<std::uint32_t>(t));
     }
     stats_.wall_ms = now;
+    finalStats();
+    summarizeDispatchLag();
     stats_.warnings.insert(stats_.warnings.end(), synth_.warnings().begin(),
                            synth_.warnings().end());
     if (options_.progress) reportProgress(now);
@@ -132,6 +138,43 @@ class LiveReplay {
   }
 
  private:
+  /// One last stats round trip per server (their pass timing over the whole run); waits at most
+  /// kFinalStatsWaitMs, reading whatever else arrives meanwhile.
+  void finalStats() {
+    std::vector<bool> asked(clients_.size(), false);
+    for (std::uint32_t t = 0; t < clients_.size(); ++t) {
+      if (clients_[t]->send(protocol::StatsRequest{})) {
+        asked[t] = true;
+        stats_pending_[t] = true;
+      }
+    }
+    const auto deadline = Clock::now() + std::chrono::milliseconds(kFinalStatsWaitMs);
+    const auto waiting = [&] {
+      for (std::size_t t = 0; t < asked.size(); ++t) {
+        if (asked[t] && stats_pending_[t]) return true;
+      }
+      return false;
+    };
+    while (waiting() && Clock::now() < deadline) {
+      const auto left = std::chrono::ceil<std::chrono::milliseconds>(deadline - Clock::now());
+      const auto ready = service::Client::waitReadable(client_ptrs_, left);
+      if (!ready) break;
+      for (const std::size_t t : *ready) drain(static_cast<std::uint32_t>(t));
+    }
+  }
+
+  void summarizeDispatchLag() {
+    if (dispatch_lags_.empty()) return;
+    double sum = 0.0;
+    for (const double l : dispatch_lags_) sum += l;
+    stats_.mean_dispatch_lag_ms = sum / static_cast<double>(dispatch_lags_.size());
+    const auto k =
+        static_cast<std::size_t>(std::ceil(0.99 * static_cast<double>(dispatch_lags_.size()))) - 1;
+    std::nth_element(dispatch_lags_.begin(),
+                     dispatch_lags_.begin() + static_cast<std::ptrdiff_t>(k), dispatch_lags_.end());
+    stats_.p99_dispatch_lag_ms = dispatch_lags_[k];
+  }
+
   double nowMs() const {
     return std::chrono::duration<double, std::milli>(Clock::now() - start_).count();
   }
@@ -199,7 +242,9 @@ class LiveReplay {
     ++in_flight_;
     stats_.max_in_flight = std::max(stats_.max_in_flight, in_flight_);
     if (!options_.concurrency) {
-      stats_.max_dispatch_lag_ms = std::max(stats_.max_dispatch_lag_ms, send_ms - next.time_ms);
+      const double lag = std::max(0.0, send_ms - next.time_ms);
+      stats_.max_dispatch_lag_ms = std::max(stats_.max_dispatch_lag_ms, lag);
+      dispatch_lags_.push_back(lag);
     }
     const Status status = clients_[target]->submit(request);
     if (!status) {
@@ -304,6 +349,7 @@ class LiveReplay {
       }
     } else if (const auto* reply = std::get_if<protocol::StatsReply>(&msg)) {
       stats_pending_[target] = false;
+      stats_.timing_end[target] = reply->timing;
       const std::uint32_t ranks = stats_.ranks_per_target[target];
       for (const protocol::RankStats& rs : reply->ranks) {
         if (rs.dp_rank >= ranks) continue;
@@ -373,6 +419,7 @@ class LiveReplay {
   std::priority_queue<EligibleTurn, std::vector<EligibleTurn>, std::greater<>> eligible_;
   std::priority_queue<Deadline, std::vector<Deadline>, std::greater<>> deadlines_;
   std::vector<Sent> sent_;
+  std::vector<double> dispatch_lags_;
   std::uint32_t in_flight_ = 0;
   std::uint64_t ended_ = 0;
   std::uint64_t total_turns_ = 0;
@@ -402,6 +449,7 @@ Result<std::vector<std::unique_ptr<service::Client>>> connectAll(const LiveRepla
   std::vector<service::Client*> ptrs;
   for (const auto& c : clients) ptrs.push_back(c.get());
   std::vector<std::optional<std::uint32_t>> ranks(clients.size());
+  stats.timing_start.assign(clients.size(), std::nullopt);
   const auto deadline =
       Clock::now() + std::chrono::duration_cast<Clock::duration>(
                          std::chrono::duration<double, std::milli>(options.connect_timeout_ms));
@@ -433,6 +481,7 @@ Result<std::vector<std::unique_ptr<service::Client>>> connectAll(const LiveRepla
         if (!*msg) break;
         if (const auto* reply = std::get_if<protocol::StatsReply>(&**msg)) {
           ranks[t] = static_cast<std::uint32_t>(reply->ranks.size());
+          stats.timing_start[t] = reply->timing;
         }
       }
     }
@@ -470,6 +519,63 @@ Result<std::string> defaultCancelEndpoint(std::string_view submit_endpoint) {
                            "endpoint is PORT + 1)");
   }
   return std::string(submit_endpoint.substr(0, colon + 1)) + std::to_string(port + 1);
+}
+
+LiveTimingSummary summarizeLiveTiming(const LiveReplayStats& stats, bool closed_loop) {
+  // Beyond these the live timelines drift measurably from the model (service/README.md,
+  // "Live timing").
+  constexpr double kMaxDispatchLagP99Ms = 1.0;
+  constexpr double kMaxLatenessP99Ms = 1.0;
+  LiveTimingSummary summary;
+  std::vector<std::string>& warnings = summary.warnings;
+  std::ostringstream fmt;
+  fmt.setf(std::ios::fixed);
+  fmt.precision(3);
+  if (!closed_loop) {
+    fmt << "Live timing: driver dispatch lag mean " << stats.mean_dispatch_lag_ms << " ms, p99 "
+        << stats.p99_dispatch_lag_ms << " ms, max " << stats.max_dispatch_lag_ms << " ms\n";
+    if (stats.p99_dispatch_lag_ms > kMaxDispatchLagP99Ms) {
+      std::ostringstream w;
+      w.setf(std::ios::fixed);
+      w.precision(3);
+      w << "live timing not faithful: the driver sent requests late (dispatch lag p99 "
+        << stats.p99_dispatch_lag_ms << " ms > " << kMaxDispatchLagP99Ms
+        << " ms): this machine does not keep up with the arrival rate";
+      warnings.push_back(w.str());
+    }
+  }
+  for (std::size_t t = 0; t < stats.timing_end.size(); ++t) {
+    const std::string who = "server " + std::to_string(t);
+    const auto& end = stats.timing_end[t];
+    if (!end) {
+      fmt << "Live timing: " << who << " reports no pass timing\n";
+      continue;
+    }
+    const protocol::PassTiming start = t < stats.timing_start.size() && stats.timing_start[t]
+                                           ? *stats.timing_start[t]
+                                           : protocol::PassTiming{};
+    const std::uint64_t passes = end->passes >= start.passes ? end->passes - start.passes : 0;
+    const std::uint64_t resyncs = end->resyncs >= start.resyncs ? end->resyncs - start.resyncs : 0;
+    const double mean = passes == 0 ? 0.0
+                                    : (end->lateness_mean_ms * static_cast<double>(end->passes) -
+                                       start.lateness_mean_ms * static_cast<double>(start.passes)) /
+                                          static_cast<double>(passes);
+    fmt << "Live timing: " << who << " published " << passes << " passes, lateness mean "
+        << std::max(mean, 0.0) << " ms during the run; since it started: p50 "
+        << end->lateness_p50_ms << " ms, p99 " << end->lateness_p99_ms << " ms, max "
+        << end->lateness_max_ms << " ms; " << resyncs << " resyncs\n";
+    if (resyncs > 0 || end->lateness_p99_ms > kMaxLatenessP99Ms) {
+      std::ostringstream w;
+      w.setf(std::ios::fixed);
+      w.precision(3);
+      w << "live timing not faithful: " << who << " published passes late (lateness p99 "
+        << end->lateness_p99_ms << " ms, " << resyncs
+        << " resyncs): its timelines are stretched against the model";
+      warnings.push_back(w.str());
+    }
+  }
+  summary.text = fmt.str();
+  return summary;
 }
 
 Result<LiveReplayStats> runLiveReplay(const Workload& workload, const LiveReplayOptions& options,

@@ -20,6 +20,9 @@
 // shutdown → failed) or of a submit_reject (rejected) or an `error` naming the request (failed).
 // A request without a terminal after `request_timeout_ms` is cancelled on the server and recorded
 // as cancelled at that moment; whatever arrives for it later is ignored.
+// Timing fidelity: the driver records how late it sent each request (dispatch lag), and asks
+// every server for its pass lateness (stats_reply.timing) at the handshake and once more when
+// the workload is done (waiting at most 2 s for the answers); see LiveReplayStats.
 // Request ids are "r<dispatch index>" (unique per run). Routing: round-robin over the servers in
 // dispatch order, or uniform random (SplitMix64(router_seed)); the server picks the DP rank.
 //
@@ -34,6 +37,7 @@
 #include <vector>
 
 #include "base/result.h"
+#include "protocol/client.h"
 #include "tools/replay/collector.h"
 #include "tools/replay/workload.h"
 
@@ -89,17 +93,35 @@ struct LiveReplayStats {
   std::uint64_t submit_rejects = 0;   ///< submit_reject received
   std::uint64_t finish_rejected = 0;  ///< `finish: rejected` (refused by the scheduler)
   std::uint64_t finish_cancelled = 0;
-  std::uint64_t finish_failed = 0;      ///< `error` / `shutdown` finishes
-  std::uint64_t error_replies = 0;      ///< `error` messages (with or without a request id)
-  std::uint64_t timeouts = 0;           ///< requests cancelled by the request timeout
-  std::uint64_t send_failures = 0;      ///< submits that could not be sent (recorded failed)
-  std::uint64_t undecodable = 0;        ///< messages that did not decode (ignored)
-  std::uint64_t index_gaps = 0;         ///< output entries whose index skipped tokens
-  std::uint64_t late_messages = 0;      ///< messages for requests that had already ended
-  std::uint32_t max_in_flight = 0;      ///< most requests sent and not yet ended at once
-  double max_dispatch_lag_ms = 0.0;     ///< latest send relative to its due time
+  std::uint64_t finish_failed = 0;   ///< `error` / `shutdown` finishes
+  std::uint64_t error_replies = 0;   ///< `error` messages (with or without a request id)
+  std::uint64_t timeouts = 0;        ///< requests cancelled by the request timeout
+  std::uint64_t send_failures = 0;   ///< submits that could not be sent (recorded failed)
+  std::uint64_t undecodable = 0;     ///< messages that did not decode (ignored)
+  std::uint64_t index_gaps = 0;      ///< output entries whose index skipped tokens
+  std::uint64_t late_messages = 0;   ///< messages for requests that had already ended
+  std::uint32_t max_in_flight = 0;   ///< most requests sent and not yet ended at once
+  double max_dispatch_lag_ms = 0.0;  ///< latest send relative to its due time
+  /// The driver's own lag (trace mode): how long after its due time each request was sent.
+  double mean_dispatch_lag_ms = 0.0;
+  double p99_dispatch_lag_ms = 0.0;
+  /// Each server's pass timing (stats_reply.timing) at the start-up handshake and at the end of
+  /// the run (a final stats round trip); nullopt from a server that does not report it.
+  std::vector<std::optional<protocol::PassTiming>> timing_start{};
+  std::vector<std::optional<protocol::PassTiming>> timing_end{};
   std::vector<std::string> warnings{};  ///< e.g. the first reject/error reasons, aliasing
 };
+
+/// What `mocker replay --mode live` prints about timing fidelity: `text` holds one line for the
+/// driver's dispatch lag (trace mode only) and one per server (passes published during the run,
+/// their mean lateness over the run — from the start and end stats — and the p50 / p99 / max
+/// and resyncs since the server started); `warnings` says when the results stopped being
+/// faithful: dispatch lag p99 over 1 ms, a server's lateness p99 over 1 ms, or a resync.
+struct LiveTimingSummary {
+  std::string text;
+  std::vector<std::string> warnings;
+};
+LiveTimingSummary summarizeLiveTiming(const LiveReplayStats& stats, bool closed_loop);
 
 /// Runs the whole workload against the servers. Errors: no target, concurrency 0, a
 /// non-positive timeout, a session without a first arrival in trace mode, a socket that cannot
