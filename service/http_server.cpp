@@ -85,7 +85,8 @@ class HttpServer::Impl {
       const LoopPhase phase = board_.phase();
       const auto since = board_.sinceLastTurn(Clock::now());
       const double since_s = std::chrono::duration<double>(since).count();
-      const bool turning = phase == LoopPhase::Starting || since < kStalledAfter;
+      const bool turning =
+          phase == LoopPhase::Starting || (phase != LoopPhase::Stopped && since < kStalledAfter);
       json(res, turning ? 200 : 503, turning, phase,
            ",\"seconds_since_loop_turn\":" + std::to_string(since_s));
     });
