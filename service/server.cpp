@@ -136,7 +136,8 @@ class Server::Impl {
         engine_(std::move(engine)),
         log_(serveLogger()),
         routes_(kGoneAfter),
-        metrics_(config_.service.served_model_name, config_.engine.dp_size) {}
+        metrics_(config_.service.served_model_name, config_.engine.dp_size,
+                 config_.service.worker_label) {}
 
   Status init();
   Status run();

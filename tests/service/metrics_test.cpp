@@ -152,6 +152,29 @@ TEST(PrometheusTextTest, EverySeriesHasHelpTypeAndLabels) {
   EXPECT_EQ(text.back(), '\n');
 }
 
+TEST(PrometheusTextTest, WorkerLabelIsOnEverySeriesWhenSet) {
+  MetricsRecorder rec("m", 1, "w-7");
+  const std::string text = renderPrometheus(rec.snapshot({}, {}));
+  EXPECT_EQ(sample(text, R"(vllm:generation_tokens_total{model_name="m",worker="w-7",engine="0"})"),
+            0);
+  EXPECT_EQ(sample(text, R"(mocker:passes_total{model_name="m",worker="w-7"})"), 0);
+  std::size_t series = 0;
+  std::size_t with_worker = 0;
+  std::size_t at = 0;
+  while ((at = text.find('\n', at)) != std::string::npos) {
+    ++at;
+    if (at < text.size() && text[at] != '#') {
+      ++series;
+      with_worker += text.compare(text.find('{', at), 26, R"({model_name="m",worker="w-)") == 0;
+    }
+  }
+  EXPECT_GT(series, 100u);
+  EXPECT_EQ(with_worker, series);
+  // Without it, vLLM's label set exactly.
+  MetricsRecorder plain("m", 1);
+  EXPECT_EQ(renderPrometheus(plain.snapshot({}, {})).find("worker="), std::string::npos);
+}
+
 TEST(StatsLineTest, ReadsLikeVllms) {
   EXPECT_EQ(formatStatsLine({.engine = 1,
                              .seconds = 2.0,

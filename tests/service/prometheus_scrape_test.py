@@ -38,6 +38,7 @@ QUERY_S = 30.0     # a value to reach Prometheus after the workload (scrape inte
 PROMPTS = [16, 24, 40, 8, 64]
 MAX_TOKENS = [5, 9, 17, 1, 33]
 MODEL = "scrape-test-model"
+WORKER = "w0"
 
 
 def http_get(url, timeout=5.0):
@@ -79,6 +80,7 @@ class PrometheusScrapeTest(unittest.TestCase):
         for name in ("submit", "cancel", "kv-events", "kv-replay", "fpm"):
             flags += ["--%s-endpoint" % name, EPHEMERAL]
         flags += ["--http-endpoint", "127.0.0.1:0", "--served-model-name", MODEL,
+                  "--worker-label", WORKER,
                   "--num-gpu-blocks", "512", "--block-size", "16", "--speedup-ratio", "1",
                   "--timing-model", "fixed", "--fixed-prefill-ms", "2", "--fixed-decode-ms", "2"]
         self.mocker_err = open(os.path.join(self.tmp, "mocker.err"), "wb")
@@ -175,7 +177,7 @@ class PrometheusScrapeTest(unittest.TestCase):
                 received += len(list(client.stream("r%d" % i, timeout=20.0)))
         self.assertEqual(received, sum(MAX_TOKENS))
 
-        sel = '{job="mocker",model_name="%s",engine="0"}' % MODEL
+        sel = '{job="mocker",model_name="%s",worker="%s",engine="0"}' % (MODEL, WORKER)
         self.poll("generation tokens in Prometheus",
                   lambda: self.query(prom, "vllm:generation_tokens_total" + sel)
                   and self.one(prom, "vllm:generation_tokens_total" + sel) == received,
@@ -219,7 +221,8 @@ class PrometheusScrapeTest(unittest.TestCase):
         gen = [s for s in families["vllm:generation_tokens"].samples
                if s.name == "vllm:generation_tokens_total"]
         self.assertEqual([(s.labels, s.value) for s in gen],
-                         [({"model_name": MODEL, "engine": "0"}, float(received))])
+                         [({"model_name": MODEL, "worker": WORKER, "engine": "0"},
+                           float(received))])
         ttft = families["vllm:time_to_first_token_seconds"].samples
         inf = [s for s in ttft if s.name.endswith("_bucket") and s.labels["le"] == "+Inf"]
         self.assertEqual([s.value for s in inf], [float(len(PROMPTS))])
