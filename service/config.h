@@ -99,6 +99,7 @@ struct LiveConfig {
   double fpm_heartbeat_interval_s = 1.0;             ///< finite, > 0
   std::optional<double> startup_time_s;              ///< null or finite >= 0
   std::string served_model_name = "mocker";          ///< `model_name` label of the metrics
+  std::string worker_label;  ///< `worker` label of the metrics (a fleet); "" = no such label
   friend bool operator==(const LiveConfig&, const LiveConfig&) = default;
 };
 

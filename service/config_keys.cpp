@@ -373,6 +373,7 @@ const std::vector<ConfigKey>& keys() {
       {"service", "max_submit_backlog", MOCKER_REF(U32Ref, service.max_submit_backlog)},
       {"service", "linger_ms", MOCKER_REF(U32Ref, service.linger_ms)},
       {"service", "served_model_name", MOCKER_REF(StringRef, service.served_model_name)},
+      {"service", "worker_label", MOCKER_REF(StringRef, service.worker_label)},
       {"limits", "max_requests_per_client", MOCKER_REF(U32Ref, limits.max_requests_per_client)},
       {"limits", "max_requests", MOCKER_REF(U32Ref, limits.max_requests)},
       {"limits", "max_clients", MOCKER_REF(U32Ref, limits.max_clients)},

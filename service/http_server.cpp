@@ -2,6 +2,7 @@
 #include "service/http_server.h"
 
 #include <httplib.h>
+#include <sys/socket.h>
 
 #include <atomic>
 #include <chrono>
@@ -70,6 +71,12 @@ class HttpServer::Impl {
     server_.set_keep_alive_timeout(kKeepAliveSeconds);
     server_.set_keep_alive_max_count(kKeepAliveRequests);
     server_.set_payload_max_length(kMaxPayloadBytes);
+    // cpp-httplib's default also sets SO_REUSEPORT, which lets a second process bind the same
+    // port and take half the scrapes: only SO_REUSEADDR here, so a busy port is an error.
+    server_.set_socket_options([](socket_t sock) {
+      int yes = 1;
+      setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes);
+    });
     server_.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
       const MetricsSnapshot snapshot = board_.read();  // copied under the board's lock
       res.set_content(renderPrometheus(snapshot), "text/plain; version=0.0.4; charset=utf-8");
@@ -78,7 +85,8 @@ class HttpServer::Impl {
       const LoopPhase phase = board_.phase();
       const auto since = board_.sinceLastTurn(Clock::now());
       const double since_s = std::chrono::duration<double>(since).count();
-      const bool turning = phase == LoopPhase::Starting || since < kStalledAfter;
+      const bool turning =
+          phase == LoopPhase::Starting || (phase != LoopPhase::Stopped && since < kStalledAfter);
       json(res, turning ? 200 : 503, turning, phase,
            ",\"seconds_since_loop_turn\":" + std::to_string(since_s));
     });

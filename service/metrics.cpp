@@ -64,7 +64,10 @@ std::string escapeLabel(std::string_view v) {
 
 class Exposition {
  public:
-  explicit Exposition(const MetricsSnapshot& s) : s_(s), model_(escapeLabel(s.model_name)) {}
+  explicit Exposition(const MetricsSnapshot& s)
+      : s_(s),
+        labels_("model_name=\"" + escapeLabel(s.model_name) + "\"" +
+                (s.worker.empty() ? "" : ",worker=\"" + escapeLabel(s.worker) + "\"")) {}
 
   void header(std::string_view name, std::string_view type, std::string_view help) {
     out_ += "# HELP ";
@@ -131,7 +134,7 @@ class Exposition {
   void service(std::string_view name, std::string_view help, std::uint64_t value) {
     header(name, "counter", help);
     out_ += name;
-    out_ += "{model_name=\"" + model_ + "\"} ";
+    out_ += "{" + labels_ + "} ";
     appendNumber(out_, value);
     out_ += '\n';
   }
@@ -141,11 +144,11 @@ class Exposition {
  private:
   void series(std::string_view name, std::size_t rank, const std::string& extra) {
     out_ += name;
-    out_ += "{model_name=\"" + model_ + "\",engine=\"" + std::to_string(rank) + "\"" + extra + "} ";
+    out_ += "{" + labels_ + ",engine=\"" + std::to_string(rank) + "\"" + extra + "} ";
   }
 
   const MetricsSnapshot& s_;
-  std::string model_;
+  std::string labels_;  // model_name, and worker when set
   std::string out_;
 };
 
@@ -167,8 +170,10 @@ RankMetrics::RankMetrics()
       request_prefill_time(kRequestLatencyBuckets),
       request_decode_time(kRequestLatencyBuckets) {}
 
-MetricsRecorder::MetricsRecorder(std::string model_name, std::uint32_t dp_size) {
+MetricsRecorder::MetricsRecorder(std::string model_name, std::uint32_t dp_size,
+                                 std::string worker) {
   snapshot_.model_name = std::move(model_name);
+  snapshot_.worker = std::move(worker);
   snapshot_.ranks.resize(dp_size);
 }
 

@@ -85,6 +85,7 @@ struct ServiceMetrics {
 /// What the loop publishes: one copy per publish, read by the HTTP thread.
 struct MetricsSnapshot {
   std::string model_name;
+  std::string worker;  ///< the `worker` label on every series; "" = no such label
   std::vector<RankMetrics> ranks;
   ServiceMetrics service;
 };
@@ -111,7 +112,7 @@ std::string renderPrometheus(const MetricsSnapshot& snapshot);
 /// Per-request timelines and counters. Loop thread only.
 class MetricsRecorder final {
  public:
-  MetricsRecorder(std::string model_name, std::uint32_t dp_size);
+  MetricsRecorder(std::string model_name, std::uint32_t dp_size, std::string worker = {});
 
   /// A request was accepted at engine time `now_ms` with `prompt_tokens` prompt tokens.
   void onSubmit(engine::RequestId id, std::uint32_t rank, double now_ms,

@@ -30,9 +30,8 @@
 #include "publishers/kv_event_publisher.h"
 #include "publishers/zmq_sinks.h"
 #include "service/connection_monitor.h"
-#include "service/http_server.h"
 #include "service/loop_clock.h"
-#include "service/metrics.h"
+#include "service/metrics_publisher.h"
 #include "service/output_batcher.h"
 #include "service/route_table.h"
 #include "service/security.h"
@@ -74,10 +73,6 @@ constexpr std::size_t kSubmitHeadroomBytes = std::size_t{64} << 20;
 constexpr std::size_t kProbeEveryBytes = std::size_t{1} << 20;
 /// What a queued request costs besides its token ids (engine record, queue slot, route).
 constexpr std::size_t kRequestOverheadBytes = 640;
-/// After something changed, /metrics sees it within this long (the loop publishes a snapshot).
-constexpr auto kMetricsPublishInterval = std::chrono::milliseconds(100);
-/// With HTTP on, an idle loop still turns this often, so /health sees it alive.
-constexpr auto kLivenessInterval = std::chrono::milliseconds(1000);
 
 /// True if `bytes` more of address space can still be mapped (RLIMIT_AS, overcommit): maps and
 /// unmaps them without touching a page (~10 µs on this 2-core VM under load).
@@ -143,7 +138,10 @@ class Server::Impl {
         engine_(std::move(engine)),
         log_(serveLogger()),
         routes_(kGoneAfter),
-        metrics_(config_.service.served_model_name, config_.engine.dp_size) {}
+        metrics_(config_, log_, start_,
+                 [this](std::vector<engine::LoadMetrics>& load, ServiceMetrics& service) {
+                   collectMetrics(load, service);
+                 }) {}
 
   Status init();
   Status run();
@@ -222,10 +220,8 @@ class Server::Impl {
   void heartbeats();
   void serviceReplays();
   void trimHeap();
-  /// Metrics: publishes a snapshot for the HTTP thread when due (never waits for it) and writes
-  /// the periodic stats line; wakes `timeout` for the next of either.
-  void publishMetrics(Clock::time_point now, PollTimeout& timeout);
-  void logStats(const MetricsSnapshot& snapshot, Clock::time_point now);
+  /// The gauges and counters of a metrics snapshot (MetricsPublisher calls it when due).
+  void collectMetrics(std::vector<engine::LoadMetrics>& load, ServiceMetrics& service) const;
   /// Waits until the startup delay is over; false if a stop came first.
   bool awaitStartup();
 
@@ -276,14 +272,7 @@ class Server::Impl {
   std::size_t iterations_since_check_ = 0;  // debug builds: loop turns since the routes' check
   std::size_t unprobed_bytes_ = 0;          // request bytes accepted since the last headroom probe
 
-  MetricsRecorder metrics_;
-  MetricsBoard board_;  // shared with the HTTP thread: declared before http_, outlives it
-  std::unique_ptr<HttpServer> http_;
-  bool metrics_dirty_ = true;         // changed since the last publish
-  bool metrics_unpublished_ = false;  // a publish found the board busy: retry soon
-  Clock::time_point last_publish_ = start_;
-  Clock::time_point last_stats_log_ = start_;
-  std::vector<std::pair<std::uint64_t, std::uint64_t>> stats_tokens_;  // prompt, generation
+  MetricsPublisher metrics_;  // after log_ and start_, which it is built from
 };
 
 Result<zmq::socket_t> Server::Impl::makeRouter(const EndpointConfig& ep, std::string& resolved) {
@@ -413,8 +402,7 @@ Status Server::Impl::init() {
     }
   }
   if (config_.endpoints.http.enabled) {
-    MOCKER_TRY(http_, HttpServer::start(config_.endpoints.http, board_));
-    endpoints.http = http_->url();
+    MOCKER_TRY(endpoints.http, metrics_.startHttp(config_.endpoints.http));
   }
   if (config_.service.startup_time_s) {
     accept_from_ = start_ + std::chrono::duration_cast<Clock::duration>(
@@ -744,7 +732,6 @@ void Server::Impl::handleSubmit(const RoutedEnvelope& from, const Peer& peer,
     return;
   }
   metrics_.onSubmit(*id, rank, engineNowMs(), prompt_tokens);
-  metrics_dirty_ = true;
   // At most max_buffered_outputs undelivered signals, capped at the request's output length
   // (Dynamo's min(output_len, 8)), at least 1.
   const auto cap = static_cast<std::uint32_t>(std::max<std::uint64_t>(
@@ -817,7 +804,6 @@ void Server::Impl::handleCancel(zmq::socket_t& reply_socket, const RoutedEnvelop
 void Server::Impl::cancelInEngine(engine::RequestId id, std::uint32_t rank) {
   engine_.cancel(id);
   metrics_.onAbort(id, engineNowMs());
-  metrics_dirty_ = true;
   ranks_[rank].stalled = false;
   if (auto& in_flight = ranks_[rank].in_flight) engine::discardOutputs(*in_flight, id);
 }
@@ -974,7 +960,6 @@ void Server::Impl::completePass(std::uint32_t r, bool timed) {
   //    id, the rest is the batcher's reused scratch.
   batcher_.beginPass();
   metrics_.onAdmissions(pass);
-  metrics_dirty_ = true;
   for (const engine::OutputSignal& s : pass.outputs) {
     Route* route = routes_.find(s.id);
     const bool active = route && route->state == RouteState::Active;
@@ -1095,71 +1080,22 @@ void Server::Impl::trimHeap() {
   last_trim_ = now;
 }
 
-// --- Metrics: the snapshot for /metrics, the stats line -----------------------------------
+// --- Metrics: what a snapshot shows besides the recorded requests ------------------------
 
-void Server::Impl::publishMetrics(Clock::time_point now, PollTimeout& timeout) {
-  board_.noteTurn(now);
-  const bool stats_on = config_.log_stats_interval_s > 0;
-  const auto stats_every = std::chrono::duration_cast<Clock::duration>(
-      std::chrono::duration<double>(config_.log_stats_interval_s));
-  const bool stats_due = stats_on && now - last_stats_log_ >= stats_every;
-  const bool publish_due = http_ && (metrics_dirty_ || metrics_unpublished_) &&
-                           now - last_publish_ >= kMetricsPublishInterval;
-  if (publish_due || stats_due) {
-    std::vector<engine::LoadMetrics> load;
-    load.reserve(engine_.dpSize());
-    for (std::uint32_t r = 0; r < engine_.dpSize(); ++r) load.push_back(engine_.loadMetrics(r));
-    ServiceMetrics service{.backpressure_cancels = counters.backpressure_cancels,
-                           .disconnect_cancels = counters.disconnect_cancels,
-                           .malformed_messages = counters.malformed_messages,
-                           .rejected_submits = counters.rejected_submits,
-                           .limit_rejections = counters.limit_rejections,
-                           .output_messages = counters.output_messages,
-                           .passes = counters.passes};
-    for (const Rank& rank : ranks_) {
-      if (!rank.kv) continue;
-      service.kv_event_batches_published += rank.kv->numBatchesSent();
-      service.replay_requests_served += rank.kv->numReplayRequests();
-    }
-    const MetricsSnapshot& snapshot = metrics_.snapshot(load, service);
-    if (publish_due) {
-      // try_lock: if a scrape is copying the previous snapshot, retry on a later turn.
-      metrics_unpublished_ = !board_.tryPublish(snapshot);
-      metrics_dirty_ = false;
-      last_publish_ = now;
-    }
-    if (stats_due) logStats(snapshot, now);
-  }
-  if (http_) {
-    timeout.wakeBy(now + kLivenessInterval);
-    if (metrics_dirty_ || metrics_unpublished_)
-      timeout.wakeBy(last_publish_ + kMetricsPublishInterval);
-  }
-  if (stats_on) timeout.wakeBy(last_stats_log_ + stats_every);
-}
-
-void Server::Impl::logStats(const MetricsSnapshot& snapshot, Clock::time_point now) {
-  const double seconds = std::chrono::duration<double>(now - last_stats_log_).count();
-  last_stats_log_ = now;
-  stats_tokens_.resize(snapshot.ranks.size());
-  for (std::size_t r = 0; r < snapshot.ranks.size(); ++r) {
-    const RankMetrics& m = snapshot.ranks[r];
-    auto& [prompt_before, generation_before] = stats_tokens_[r];
-    const StatsLine line{.engine = static_cast<std::uint32_t>(r),
-                         .seconds = seconds,
-                         .prompt_tokens = m.prompt_tokens - prompt_before,
-                         .generation_tokens = m.generation_tokens - generation_before,
-                         .running = m.num_requests_running,
-                         .waiting = m.num_requests_waiting,
-                         .kv_cache_usage = m.kv_cache_usage,
-                         .prefix_cache_queries = m.prefix_cache_queries,
-                         .prefix_cache_hits = m.prefix_cache_hits};
-    prompt_before = m.prompt_tokens;
-    generation_before = m.generation_tokens;
-    // Like vLLM: an idle engine logs at debug level only, not to fill the log.
-    const bool idle = line.prompt_tokens == 0 && line.generation_tokens == 0 && line.running == 0 &&
-                      line.waiting == 0;
-    log_->log(idle ? spdlog::level::debug : spdlog::level::info, "{}", formatStatsLine(line));
+void Server::Impl::collectMetrics(std::vector<engine::LoadMetrics>& load,
+                                  ServiceMetrics& service) const {
+  for (std::uint32_t r = 0; r < engine_.dpSize(); ++r) load.push_back(engine_.loadMetrics(r));
+  service = {.backpressure_cancels = counters.backpressure_cancels,
+             .disconnect_cancels = counters.disconnect_cancels,
+             .malformed_messages = counters.malformed_messages,
+             .rejected_submits = counters.rejected_submits,
+             .limit_rejections = counters.limit_rejections,
+             .output_messages = counters.output_messages,
+             .passes = counters.passes};
+  for (const Rank& rank : ranks_) {
+    if (!rank.kv) continue;
+    service.kv_event_batches_published += rank.kv->numBatchesSent();
+    service.replay_requests_served += rank.kv->numReplayRequests();
   }
 }
 
@@ -1185,11 +1121,8 @@ void Server::Impl::shutdown() {
   }
   routes_.clear();
   heartbeats();
-  metrics_dirty_ = true;
-  metrics_unpublished_ = true;
-  PollTimeout unused(Clock::now());
-  publishMetrics(Clock::now(), unused);
-  board_.setPhase(LoopPhase::Stopped);
+  metrics_.publishFinal();
+  metrics_.setPhase(LoopPhase::Stopped);
 }
 
 bool Server::Impl::awaitStartup() {
@@ -1219,7 +1152,7 @@ Status Server::Impl::run() {
   } catch (const zmq::error_t& e) {
     return Error{ErrorCode::IoError, std::string("poll: ") + e.what()};
   }
-  board_.setPhase(LoopPhase::Serving);
+  metrics_.setPhase(LoopPhase::Serving);
   if (options_.on_ready) options_.on_ready();
   std::vector<zmq::pollitem_t> items;
   bool draining = false;
@@ -1240,7 +1173,7 @@ Status Server::Impl::run() {
     }
     if (routes_.anyOwed()) timeout.wakeBy(now + kOwedRetryInterval);
     if (reads_since_trim_ > 0) timeout.wakeBy(last_trim_ + kTrimInterval);
-    publishMetrics(now, timeout);
+    if (const auto wake = metrics_.onTurn(now)) timeout.wakeBy(*wake);
     // The next pass end: a timerfd in the poll set wakes the loop at it, precisely and without
     // spinning (zmq_poll's timeout has whole milliseconds only).
     if (!next_end) {
@@ -1275,7 +1208,7 @@ Status Server::Impl::run() {
         stopping_ = true;
         if (!options_.drain) break;
         draining = true;
-        board_.setPhase(LoopPhase::Draining);
+        metrics_.setPhase(LoopPhase::Draining);
         log_->info("draining {} open request(s) before exit", routes_.numRoutes());
       }
     }

@@ -35,6 +35,8 @@ void addServeCommand(CLI::App& app, ServeCommand& command) {
   addServeFlags(*command.cmd, command.flags);
   command.cmd->footer(
       "Stops on SIGINT/SIGTERM. Prints one line per endpoint: `<name> <endpoint>`.\n"
+      "HTTP (`http http://HOST:PORT`, unless --no-http): GET /metrics (Prometheus, vLLM's metric\n"
+      "names), /health, /ready.\n"
       "`mocker config --dump [flags]` shows the effective configuration.");
 }
 

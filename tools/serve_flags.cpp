@@ -69,6 +69,7 @@ const std::initializer_list<Group> kGroups = {
     {"--max-submit-backlog", "service.max_submit_backlog", "waiting requests before submit reads pause (>= 1)"},
     {"--linger-ms", "service.linger_ms", "ZMQ_LINGER on close (0..60000)"},
     {"--served-model-name", "service.served_model_name", "model_name label of the HTTP /metrics series"},
+    {"--worker-label", "service.worker_label", "worker label of every /metrics series (fleets); empty = none"},
   }},
   {"Limits ([limits]; a submit over one is answered with an error naming it)", {
     {"--max-requests-per-client", "limits.max_requests_per_client", "in-flight requests of one client (>= 1)"},

@@ -995,6 +995,7 @@ TEST(ServiceConfigTest, EveryKeyHasAReader) {
       {"logging.format", "mocker serve → setupLogging (LoggingTest.JsonFormat*)"},
       {"logging.stats_interval_s", "server.cpp logStats (HttpServeTest.StatsLine*)"},
       {"service.served_model_name", "metrics.cpp model_name label (MetricsTest)"},
+      {"service.worker_label", "metrics.cpp worker label (PrometheusTextTest.WorkerLabel*)"},
       {"endpoints.http.endpoint", "http_server.cpp bind (HttpServeTest)"},
       {"endpoints.http.enabled", "server.cpp init (HttpServeTest.NoHttp*)"},
   };

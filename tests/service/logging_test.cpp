@@ -1,7 +1,11 @@
 #include "service/logging.h"
 
 #include <gtest/gtest.h>
+#include <spdlog/sinks/ostream_sink.h>
 #include <spdlog/spdlog.h>
+#include <nlohmann/json.hpp>
+
+#include <sstream>
 
 namespace mocker::service {
 namespace {
@@ -34,6 +38,36 @@ TEST(LoggingTest, SetupTwiceInOneProcessReconfiguresInsteadOfThrowing) {
   EXPECT_EQ(spdlog::default_logger()->level(), spdlog::level::debug);
   EXPECT_EQ(component->level(), spdlog::level::debug);
   spdlog::drop("logging-test-component");
+}
+
+TEST(LoggingTest, JsonFormatWritesOneParseableObjectPerLine) {
+  std::ostringstream text;
+  auto logger = std::make_shared<spdlog::logger>(
+      "logging-test-json", std::make_shared<spdlog::sinks::ostream_sink_mt>(text));
+  spdlog::register_logger(logger);
+  setupLogging(spdlog::level::info, LogFormat::Json);
+  logger->info("say \"hi\"\\ to {}\n\tand\x01 bye", "you");
+  logger->warn("second");
+  setupLogging(spdlog::level::info, LogFormat::Text);
+  logger->info("plain");
+  spdlog::drop("logging-test-json");
+
+  std::istringstream lines(text.str());
+  std::string line;
+  ASSERT_TRUE(std::getline(lines, line));
+  const auto first = nlohmann::json::parse(line);  // throws (fails the test) if not JSON
+  EXPECT_EQ(first["message"], "say \"hi\"\\ to you\n\tand\x01 bye");
+  EXPECT_EQ(first["level"], "info");
+  EXPECT_EQ(first["logger"], "logging-test-json");
+  EXPECT_EQ(first["time"].get<std::string>().size(), 29u) << first["time"];  // ISO 8601, +hh:mm
+  ASSERT_TRUE(std::getline(lines, line));
+  EXPECT_EQ(nlohmann::json::parse(line)["level"], "warning");
+  ASSERT_TRUE(std::getline(lines, line));
+  EXPECT_NE(line.find("info [logging-test-json] plain"), std::string::npos) << line;
+}
+
+TEST(LoggingTest, JsonEscapeEscapesQuotesBackslashesAndControls) {
+  EXPECT_EQ(jsonEscape("a\"b\\c\nd\x7f"), "a\\\"b\\\\c\\nd\\u007f");
 }
 
 }  // namespace

@@ -132,6 +132,28 @@ enabled = false
   EXPECT_EQ(c.engine.dp_size, 2u);
 }
 
+TEST(CliConfigTest, HttpAndLoggingFlagsSetTheirKeys) {
+  auto r = run({"config", "--dump", "--http-endpoint", "0.0.0.0:9100", "--log-format", "JSON",
+                "--log-stats-interval", "2.5", "--served-model-name", "llama", "--worker-label",
+                "pod-3"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  auto c = parseDump(r.out);
+  EXPECT_EQ(c.endpoints.http, (service::HttpEndpointConfig{"0.0.0.0:9100", true}));
+  EXPECT_EQ(c.log_format, service::LogFormat::Json);
+  EXPECT_EQ(c.log_stats_interval_s, 2.5);
+  EXPECT_EQ(c.service.served_model_name, "llama");
+  EXPECT_EQ(c.service.worker_label, "pod-3");
+  r = run({"config", "--dump", "--no-http"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_FALSE(parseDump(r.out).endpoints.http.enabled);
+  r = run({"config", "--http-endpoint", "http://127.0.0.1:8000"});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find("--http-endpoint: endpoints.http.endpoint"), std::string::npos) << r.err;
+  r = run({"config", "--log-stats-interval", "-1"});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find("logging.stats_interval_s"), std::string::npos) << r.err;
+}
+
 TEST(CliConfigTest, NegatedFlagsTurnOptionsOff) {
   const auto r =
       run({"config", "--dump", "--no-enable-prefix-caching", "--no-enable-chunked-prefill",
