@@ -213,6 +213,15 @@ Result<ServiceConfig> finishServiceConfig(ServiceConfig config, const KeyOrigins
 /// Every key path, in dump order ("engine.engine_type", …, "logging.level").
 std::vector<std::string> configKeys();
 
+/// The kind of value a key takes, as `--help` shows it: "UINT", "INT", "UINT|none", "FLOAT",
+/// "FLOAT|none", "BOOL", "TEXT", "LIST" (comma-separated on the command line) or "NAME" (one of
+/// a set of names). nullopt for an unknown key.
+std::optional<std::string> configKeyType(std::string_view key);
+
+/// A key's value in `config` as the dump writes it, without the quotes of a string
+/// ("tcp://127.0.0.1:5555", "none", "true", "64"). nullopt for an unknown key.
+std::optional<std::string> configValueText(const ServiceConfig& config, std::string_view key);
+
 /// Loads an interpolated timing profile (JSON object with the arrays prefill_isl, prefill_ttft_ms,
 /// decode_active_kv_tokens, decode_context_length, decode_itl). Errors name the file and what is
 /// wrong (missing array, wrong type, lengths, ordering).

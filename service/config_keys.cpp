@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "base/ascii.h"
+#include "base/closest_name.h"
 #include "base/enum_names.h"
 #include "protocol/detail/utf8.h"
 #include "service/logging.h"
@@ -538,6 +539,22 @@ std::optional<std::string> unsupportedKeyError(std::string_view path) {
   return std::nullopt;
 }
 
+std::string unknownKeySuggestion(std::string_view path) {
+  std::vector<std::string> names;
+  for (const ConfigKey& k : keys()) {
+    names.push_back(k.path());
+    // The tables and their parents ("engine", "engine.sglang"): a misspelt table name.
+    for (std::string_view table = k.table; !table.empty();) {
+      if (std::find(names.begin(), names.end(), table) == names.end()) {
+        names.emplace_back(table);
+      }
+      const std::size_t dot = table.rfind('.');
+      table = dot == std::string_view::npos ? std::string_view() : table.substr(0, dot);
+    }
+  }
+  return didYouMean(path, names);
+}
+
 bool isKnownTable(std::string_view path) {
   for (const ConfigKey& k : keys()) {
     if (k.table == path) return true;
@@ -587,7 +604,8 @@ Status setConfigValue(ServiceConfig& config, std::string_view key_path, std::str
   const ConfigKey* key = detail::findKey(key_path);
   if (key == nullptr) {
     if (auto why = detail::unsupportedKeyError(key_path)) return invalidArgument(*why);
-    return invalidArgument("unknown key '" + std::string(key_path) + "'");
+    return invalidArgument("unknown key '" + std::string(key_path) + "'" +
+                           detail::unknownKeySuggestion(key_path));
   }
   // A TOML file is UTF-8 by definition (toml++ refuses anything else); flag text is whatever
   // bytes the shell passed, so it is checked here — otherwise `config --dump` could write a file
@@ -604,6 +622,46 @@ std::vector<std::string> configKeys() {
   std::vector<std::string> out;
   for (const ConfigKey& k : keys()) out.push_back(k.path());
   return out;
+}
+
+std::optional<std::string> configKeyType(std::string_view key_path) {
+  const ConfigKey* key = detail::findKey(key_path);
+  if (key == nullptr) return std::nullopt;
+  return std::visit(
+      [](const auto& f) -> std::string {
+        using F = std::decay_t<decltype(f)>;
+        if constexpr (std::is_same_v<F, U32Ref> || std::is_same_v<F, U64Ref>) {
+          return "UINT";
+        } else if constexpr (std::is_same_v<F, I64Ref>) {
+          return "INT";
+        } else if constexpr (std::is_same_v<F, OptU32Ref>) {
+          return "UINT|none";
+        } else if constexpr (std::is_same_v<F, DoubleRef>) {
+          return "FLOAT";
+        } else if constexpr (std::is_same_v<F, OptDoubleRef>) {
+          return "FLOAT|none";
+        } else if constexpr (std::is_same_v<F, BoolRef>) {
+          return "BOOL";
+        } else if constexpr (std::is_same_v<F, StringRef>) {
+          return "TEXT";
+        } else if constexpr (std::is_same_v<F, StringListRef>) {
+          return "LIST";
+        } else {
+          return "NAME";
+        }
+      },
+      key->field);
+}
+
+std::optional<std::string> configValueText(const ServiceConfig& config, std::string_view key_path) {
+  const ConfigKey* key = detail::findKey(key_path);
+  if (key == nullptr) return std::nullopt;
+  ServiceConfig c = config;  // accessors take a mutable config
+  std::string text = formatValue(*key, c);
+  if (text.size() >= 2 && text.front() == '"' && text.back() == '"') {
+    text = text.substr(1, text.size() - 2);
+  }
+  return text;
 }
 
 std::string dumpServiceConfig(const ServiceConfig& config) {

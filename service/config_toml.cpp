@@ -43,7 +43,8 @@ class TomlReader {
         } else if (detail::findKey(key_path) != nullptr) {
           fail(node, key_path, "expected a value, got a table");
         } else {
-          fail(raw_key.source(), key_path, "unknown table");
+          fail(raw_key.source(), key_path,
+               "unknown table" + detail::unknownKeySuggestion(key_path));
         }
         continue;
       }
@@ -53,7 +54,9 @@ class TomlReader {
           fail(raw_key.source(), key_path, *why);
         } else {
           fail(raw_key.source(), key_path,
-               detail::isKnownTable(key_path) ? "expected a table, got a value" : "unknown key");
+               detail::isKnownTable(key_path)
+                   ? "expected a table, got a value"
+                   : "unknown key" + detail::unknownKeySuggestion(key_path));
         }
         continue;
       }

@@ -4,7 +4,9 @@
 
 #include <algorithm>
 
+#include "engine/config.h"
 #include "service/config.h"
+#include "tools/cli_options.h"
 #include "tools/index_command.h"
 #include "tools/keygen_command.h"
 #include "tools/replay_command.h"
@@ -21,6 +23,8 @@ int runCli(const std::vector<std::string>& args, std::ostream& out, std::ostream
       "mocker — a GPU-free stand-in for an LLM inference engine (vLLM / SGLang / "
       "TRT-LLM scheduling, paged KV cache, KV events) over ZeroMQ",
       "mocker"};
+  // Before any subcommand is added: each copies its parent's formatter.
+  app.formatter(std::make_shared<HelpFormatter>());
   app.set_version_flag("--version", versionString());
   app.require_subcommand(0, 1);
   app.footer("Run `mocker <command> --help` for a command's options.");
@@ -29,7 +33,9 @@ int runCli(const std::vector<std::string>& args, std::ostream& out, std::ostream
   CLI::App* config_cmd = app.add_subcommand(
       "config", "Validate the effective configuration (file + flags); --dump prints it as TOML");
   bool dump = false;
-  config_cmd->add_flag("--dump", dump, "print the effective configuration as TOML (every key)");
+  config_cmd->add_flag("--dump", dump,
+                       "print the effective configuration as TOML (every key; block_size "
+                       "resolved to the engine's default when it is 0)");
   ServeFlags config_flags;
   addServeFlags(*config_cmd, config_flags);
 
@@ -51,7 +57,9 @@ int runCli(const std::vector<std::string>& args, std::ostream& out, std::ostream
   } catch (const CLI::ParseError& e) {
     // Help and version exit 0; every other parse error is a usage error (2), whatever CLI11's
     // own code for it (105 for a failed validator, 109 for extras, ...).
-    return app.exit(e, out, err) == 0 ? 0 : 2;
+    if (e.get_exit_code() == 0) return app.exit(e, out, err);
+    err << parseErrorMessage(app, e);
+    return 2;
   }
   if (app.get_subcommands().empty()) {
     out << app.help();
@@ -69,7 +77,11 @@ int runCli(const std::vector<std::string>& args, std::ostream& out, std::ostream
       return 2;
     }
     if (dump) {
-      out << service::dumpServiceConfig(*config);
+      // Effective values: block_size 0 means "the engine's default", which the dump spells out
+      // (the file it makes configures the same engine).
+      service::ServiceConfig effective = *config;
+      effective.engine.block_size = engine::effectiveBlockSize(effective.engine);
+      out << service::dumpServiceConfig(effective);
     } else {
       out << "configuration OK\n";
     }

@@ -12,6 +12,7 @@
 
 #include "service/logging.h"
 #include "service/security.h"
+#include "tools/cli_options.h"
 #include "tools/index/index_service.h"
 
 namespace mocker::tools {
@@ -83,7 +84,7 @@ IndexCommand::IndexCommand(CLI::App& app) {
       ->capture_default_str();
   cmd_->add_option("--block-size", f.block_size, "default block size of token queries")
       ->capture_default_str()
-      ->check(CLI::Range(1u, index::kMaxQueryBlockSize));
+      ->check(between(1, index::kMaxQueryBlockSize));
   cmd_->add_option("--hash-seed", f.hash_seed, "default content-hash seed of token queries")
       ->capture_default_str();
   cmd_->add_option("--chain-seed", f.chain_seed, "default chain-hash seed of token queries")
@@ -95,26 +96,26 @@ IndexCommand::IndexCommand(CLI::App& app) {
   cmd_->add_option("--stats-interval-s", f.stats_interval_s,
                    "print stats on stderr every S seconds (0 = never)")
       ->capture_default_str()
-      ->check(CLI::Range(0.0, 86400.0));
+      ->check(between(0, 86400));
   cmd_->add_option("--stats-json", f.stats_json,
                    "write stats as JSON to FILE every interval and at exit");
   cmd_->add_option("--rcvhwm", f.rcvhwm, "ZMQ_RCVHWM of each SUB (0 = unlimited)")
       ->capture_default_str()
-      ->check(CLI::NonNegativeNumber);
+      ->check(atLeast(0));
   cmd_->add_option("--probe-interval-ms", f.probe_interval_ms,
                    "ask an idle rank for a replay from its next seq this often (0 = never)")
       ->capture_default_str();
   cmd_->add_option("--replay-timeout-ms", f.replay_timeout_ms, "replay end-marker timeout")
       ->capture_default_str()
-      ->check(CLI::Range(1u, 3600000u));
+      ->check(between(1, 3600000));
   cmd_->add_option("--snapshot-timeout-ms", f.snapshot_timeout_ms, "kv_snapshot reply timeout")
       ->capture_default_str()
-      ->check(CLI::Range(1u, 3600000u));
+      ->check(between(1, 3600000));
   cmd_->add_flag("--no-replay-at-start", f.no_replay_at_start,
                  "do not ask replay(0) at connect; start at the first live seq");
   cmd_->add_option("--linger-ms", f.linger_ms, "ZMQ_LINGER on close")
       ->capture_default_str()
-      ->check(CLI::Range(0, 60000));
+      ->check(between(0, 60000));
   cmd_->add_option("--log-level", f.log_level, "trace|debug|info|warn|error|off")
       ->capture_default_str();
   auto* query_key = cmd_->add_option("--query-curve-secret-key-file", f.query_curve_secret_key_file,

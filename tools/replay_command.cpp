@@ -3,6 +3,7 @@
 #include <unistd.h>
 #include <CLI/CLI.hpp>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -20,6 +21,8 @@
 #include "tools/replay/report_output.h"
 #include "tools/replay/synthetic.h"
 
+#include "tools/cli_options.h"
+
 namespace mocker::tools {
 namespace {
 
@@ -29,8 +32,9 @@ double msSince(Clock::time_point start) {
   return std::chrono::duration<double, std::milli>(Clock::now() - start).count();
 }
 
-/// The workload from the trace file or the synthetic flags.
-Result<replay::Workload> loadWorkload(const ReplayFlags& f, bool closed_loop) {
+/// The workload format from --format or the TRACE extension, checking that the command line
+/// describes a workload: errors here are usage errors (exit 2), before any file is read.
+Result<std::string> workloadFormat(const ReplayFlags& f) {
   std::string format = f.format;
   if (format.empty()) {
     if (f.trace.empty()) {
@@ -47,25 +51,31 @@ Result<replay::Workload> loadWorkload(const ReplayFlags& f, bool closed_loop) {
                              "--format");
     }
   }
-  const replay::TraceOptions options{.trace_block_size = f.trace_block_size,
-                                     .arrival_speedup_ratio = f.arrival_speedup_ratio,
-                                     .skip_invalid = f.skip_invalid,
-                                     .require_timestamps = !closed_loop};
-  if (format == "mooncake") {
-    if (f.trace.empty()) return invalidArgument("--format mooncake needs a TRACE file");
-    return replay::loadMooncakeTrace(f.trace, options);
+  if (format != "synthetic") {
+    if (f.trace.empty()) return invalidArgument("--format " + format + " needs a TRACE file");
+    return format;
   }
-  if (format == "azure") {
-    if (f.trace.empty()) return invalidArgument("--format azure needs a TRACE file");
-    return replay::loadAzureTrace(f.trace, options);
-  }
-  // synthetic
   if (!f.trace.empty()) {
     return invalidArgument("--format synthetic takes no TRACE file (got '" + f.trace + "')");
   }
   if (f.num_requests == 0) return invalidArgument("--num-requests: required (>= 1)");
   if (f.input_mean <= 0) return invalidArgument("--input-tokens-mean: required (> 0)");
-  if (f.output_mean < 0) return invalidArgument("--output-tokens-mean: must be >= 0");
+  // Lengths are sampled, rounded and raised to at least 1: without a mean every output would
+  // silently be one token long.
+  if (f.output_mean <= 0) return invalidArgument("--output-tokens-mean: required (> 0)");
+  return format;
+}
+
+/// The workload from the trace file or the synthetic flags (`format` from workloadFormat).
+/// Errors here are about the input (exit 1).
+Result<replay::Workload> loadWorkload(const ReplayFlags& f, const std::string& format,
+                                      bool closed_loop) {
+  const replay::TraceOptions options{.trace_block_size = f.trace_block_size,
+                                     .arrival_speedup_ratio = f.arrival_speedup_ratio,
+                                     .skip_invalid = f.skip_invalid,
+                                     .require_timestamps = !closed_loop};
+  if (format == "mooncake") return replay::loadMooncakeTrace(f.trace, options);
+  if (format == "azure") return replay::loadAzureTrace(f.trace, options);
   replay::SyntheticSpec spec{
       .request_count = f.num_requests,
       .turns_per_session = f.turns_per_session,
@@ -162,24 +172,44 @@ ReplayCommand::ReplayCommand(CLI::App& app) {
       ->group(input);
   cmd_->add_option("--trace-block-size", f.trace_block_size,
                    "tokens per trace hash id (Mooncake 512)")
+      ->check(atLeast(1))
       ->capture_default_str()
       ->group(input);
   cmd_->add_option("--arrival-speedup-ratio", f.arrival_speedup_ratio,
-                   "divide arrival times and inter-turn delays by this (> 0)")
+                   "divide arrival times and inter-turn delays by this")
+      ->check(greaterThan(0))
       ->capture_default_str()
       ->group(input);
   cmd_->add_flag("--skip-invalid", f.skip_invalid,
-                 "skip malformed trace lines (reported on stderr) instead of stopping")
+                 std::string("skip malformed trace lines (reported on stderr) instead of "
+                             "stopping") +
+                     flagDefault(false))
       ->group(input);
 
   const char* synth = "Synthetic workload (--format synthetic)";
-  cmd_->add_option("--num-requests", f.num_requests, "sessions to generate (>= 1)")->group(synth);
-  cmd_->add_option("--input-tokens-mean", f.input_mean, "prompt length mean")->group(synth);
+  auto* num_requests =
+      cmd_->add_option("--num-requests", f.num_requests, "sessions to generate (required)")
+          ->check(atLeast(1))
+          ->group(synth);
+  cmd_->add_option("--num-prompts", f.num_prompts,
+                   "vLLM bench's name: requests to generate, as single-turn sessions (= "
+                   "--num-requests with --turns-per-session 1)")
+      ->check(atLeast(1))
+      ->excludes(num_requests)
+      ->group(synth);
+  cmd_->add_option("--input-tokens-mean", f.input_mean, "prompt length mean (required)")
+      ->check(greaterThan(0))
+      ->group(synth);
   cmd_->add_option("--input-tokens-stddev", f.input_stddev, "prompt length stddev")
+      ->check(atLeast(0))
       ->capture_default_str()
       ->group(synth);
-  cmd_->add_option("--output-tokens-mean", f.output_mean, "output length mean")->group(synth);
+  cmd_->add_option("--output-tokens-mean", f.output_mean,
+                   "output length mean (required; samples are rounded, at least 1)")
+      ->check(greaterThan(0))
+      ->group(synth);
   cmd_->add_option("--output-tokens-stddev", f.output_stddev, "output length stddev")
+      ->check(atLeast(0))
       ->capture_default_str()
       ->group(synth);
   cmd_->add_option("--arrival", f.arrival, "burst | constant | poisson | gamma | interval")
@@ -187,22 +217,34 @@ ReplayCommand::ReplayCommand(CLI::App& app) {
       ->capture_default_str()
       ->group(synth);
   cmd_->add_option("--request-rate", f.request_rate, "sessions/s (constant, poisson, gamma)")
+      ->check(greaterThan(0))
       ->capture_default_str()
       ->group(synth);
-  cmd_->add_option("--gamma-smoothness", f.gamma_smoothness, "gamma shape (1 = Poisson)")
-      ->capture_default_str()
+  auto* smoothness =
+      cmd_->add_option("--gamma-smoothness", f.gamma_smoothness, "gamma shape (1 = Poisson)")
+          ->check(greaterThan(0))
+          ->capture_default_str()
+          ->group(synth);
+  cmd_->add_option("--burstiness", f.burstiness,
+                   "vLLM bench's name: gamma arrivals of this shape at --request-rate (= "
+                   "--arrival gamma --gamma-smoothness X; 1 = Poisson, < 1 burstier)")
+      ->check(greaterThan(0))
+      ->excludes(smoothness)
       ->group(synth);
   cmd_->add_option("--arrival-interval-ms", f.arrival_interval_ms, "gap for --arrival interval")
+      ->check(atLeast(0))
       ->capture_default_str()
       ->group(synth);
   cmd_->add_option("--shared-prefix-ratio", f.shared_prefix_ratio,
-                   "fraction of each prompt taken from its group's shared prefix, [0, 1]")
+                   "fraction of each prompt taken from its group's shared prefix")
+      ->check(between(0, 1))
       ->capture_default_str()
       ->group(synth);
   cmd_->add_option("--num-prefix-groups", f.num_prefix_groups, "prefix groups (0 = no sharing)")
       ->capture_default_str()
       ->group(synth);
   cmd_->add_option("--turns-per-session", f.turns_per_session, "turns per session")
+      ->check(atLeast(1))
       ->capture_default_str()
       ->group(synth);
   cmd_->add_option("--inter-turn-delay", f.inter_turn_delay, "none | constant | exponential")
@@ -211,6 +253,7 @@ ReplayCommand::ReplayCommand(CLI::App& app) {
       ->group(synth);
   cmd_->add_option("--inter-turn-delay-ms", f.inter_turn_delay_ms,
                    "constant delay, or exponential mean")
+      ->check(atLeast(0))
       ->capture_default_str()
       ->group(synth);
   cmd_->add_option("--seed", f.seed, "RNG seed of the synthetic workload")
@@ -225,7 +268,7 @@ ReplayCommand::ReplayCommand(CLI::App& app) {
       ->capture_default_str()
       ->group(run_group);
   cmd_->add_option("--num-workers", f.num_workers, "in-process workers (offline)")
-      ->check(CLI::PositiveNumber)
+      ->check(atLeast(1))
       ->capture_default_str()
       ->group(run_group);
   cmd_->add_option("--router", f.router,
@@ -239,7 +282,7 @@ ReplayCommand::ReplayCommand(CLI::App& app) {
       ->group(run_group);
   cmd_->add_option("--concurrency", f.concurrency,
                    "closed loop: keep N requests in flight, ignoring first-turn timestamps")
-      ->check(CLI::PositiveNumber)
+      ->check(atLeast(1))
       ->group(run_group);
   const char* live_group = "Live replay (--mode live)";
   cmd_->add_option("--connect", f.connect,
@@ -254,22 +297,23 @@ ReplayCommand::ReplayCommand(CLI::App& app) {
       ->group(live_group);
   cmd_->add_option("--request-timeout-s", f.request_timeout_s,
                    "cancel a request (counted cancelled) that has not ended after this long")
-      ->check(CLI::PositiveNumber)
+      ->check(greaterThan(0))
       ->capture_default_str()
       ->group(live_group);
   cmd_->add_option("--connect-timeout-s", f.connect_timeout_s,
                    "every server must answer a start-up `stats` request within this long")
-      ->check(CLI::PositiveNumber)
+      ->check(greaterThan(0))
       ->capture_default_str()
       ->group(live_group);
   cmd_->add_option("--stats-interval-ms", f.stats_interval_ms,
                    "poll each server's `stats` this often for KV usage / batch size (0 = off)")
-      ->check(CLI::NonNegativeNumber)
+      ->check(atLeast(0))
       ->capture_default_str()
       ->group(live_group);
 
   cmd_->add_flag("--progress,!--no-progress", f.progress,
-                 "progress bar on stderr (only on a terminal, after one second)")
+                 std::string("progress bar on stderr (only on a terminal, after one second)") +
+                     flagDefault(true))
       ->group(run_group);
 
   const char* out_group = "Report";
@@ -282,17 +326,27 @@ ReplayCommand::ReplayCommand(CLI::App& app) {
   cmd_->add_option("--report-html", f.report_html, "write a self-contained HTML report")
       ->option_text("FILE")
       ->group(out_group);
-  cmd_->add_option("--slo-ttft-ms", f.slo_ttft_ms, "goodput SLO on TTFT")
-      ->check(CLI::NonNegativeNumber)
-      ->group(out_group);
-  cmd_->add_option("--slo-tpot-ms", f.slo_tpot_ms, "goodput SLO on TPOT")
-      ->check(CLI::NonNegativeNumber)
-      ->group(out_group);
-  cmd_->add_option("--slo-e2e-ms", f.slo_e2e_ms, "goodput SLO on end-to-end latency")
-      ->check(CLI::NonNegativeNumber)
+  auto* slo_ttft = cmd_->add_option("--slo-ttft-ms", f.slo_ttft_ms,
+                                    "goodput SLO on TTFT (a good request has TTFT <= this)")
+                       ->check(atLeast(0))
+                       ->group(out_group);
+  auto* slo_tpot = cmd_->add_option("--slo-tpot-ms", f.slo_tpot_ms, "goodput SLO on TPOT")
+                       ->check(atLeast(0))
+                       ->group(out_group);
+  auto* slo_e2e =
+      cmd_->add_option("--slo-e2e-ms", f.slo_e2e_ms, "goodput SLO on end-to-end latency")
+          ->check(atLeast(0))
+          ->group(out_group);
+  cmd_->add_option("--goodput", f.goodput,
+                   "vLLM bench's form of the SLOs: KEY:MS pairs, keys ttft, tpot, e2el (= "
+                   "--slo-ttft-ms / --slo-tpot-ms / --slo-e2e-ms)")
+      ->option_text("KEY:MS ...")
+      ->excludes(slo_ttft)
+      ->excludes(slo_tpot)
+      ->excludes(slo_e2e)
       ->group(out_group);
 
-  addServeFlags(*cmd_, f.serve);
+  addServeFlags(*cmd_, f.serve, ConfigUse::EngineOnly);
   cmd_->footer(
       "Offline mode runs the engines in-process with the --config / [engine] settings above. "
       "Live mode (--mode live --connect tcp://HOST:PORT ...) drives running `mocker serve` "
@@ -330,7 +384,55 @@ Result<std::vector<replay::LiveTarget>> liveTargets(const ReplayFlags& f) {
 
 }  // namespace
 
+Status ReplayCommand::applyAliases() {
+  ReplayFlags& f = flags_;
+  if (cmd_->count("--num-prompts") > 0) {
+    if (f.turns_per_session != 1) {
+      return invalidArgument(
+          "--num-prompts counts single-turn requests; with --turns-per-session " +
+          std::to_string(f.turns_per_session) + " give the number of sessions with --num-requests");
+    }
+    f.num_requests = f.num_prompts;
+  }
+  if (cmd_->count("--burstiness") > 0) {
+    if (cmd_->count("--arrival") > 0 && f.arrival != "gamma") {
+      return invalidArgument(
+          "--burstiness sets gamma arrivals; it does not combine with --arrival " + f.arrival);
+    }
+    f.arrival = "gamma";
+    f.gamma_smoothness = f.burstiness;
+  }
+  std::vector<std::string> seen;
+  for (const std::string& item : f.goodput) {
+    const std::size_t colon = item.find(':');
+    const std::string key = item.substr(0, colon);
+    double* slo = key == "ttft"   ? &f.slo_ttft_ms
+                  : key == "tpot" ? &f.slo_tpot_ms
+                  : key == "e2el" ? &f.slo_e2e_ms
+                                  : nullptr;
+    if (colon == std::string::npos || slo == nullptr) {
+      return invalidArgument(
+          "--goodput: expected KEY:MS with KEY one of ttft, tpot, e2el, got '" + item + "'" +
+          (colon == std::string::npos ? " (it takes every following word: put TRACE first)" : ""));
+    }
+    if (std::find(seen.begin(), seen.end(), key) != seen.end()) {
+      return invalidArgument("--goodput: " + key + " given twice");
+    }
+    seen.push_back(key);
+    std::string ms = item.substr(colon + 1);
+    if (const std::string problem = atLeast(0)(ms); !problem.empty()) {
+      return invalidArgument("--goodput: " + key + ": " + problem);
+    }
+    *slo = std::stod(ms);
+  }
+  return {};
+}
+
 int ReplayCommand::run(std::ostream& out, std::ostream& err) {
+  if (const Status s = applyAliases(); !s) {
+    err << "mocker replay: " << s.error().message << "\n";
+    return 2;
+  }
   const ReplayFlags& f = flags_;
   const bool mode_given = cmd_->count("--mode") > 0;
   if (mode_given && f.mode == "offline" && !f.connect.empty()) {
@@ -387,7 +489,12 @@ int ReplayCommand::run(std::ostream& out, std::ostream& err) {
     targets = std::move(*t);
   }
 
-  Result<replay::Workload> workload = loadWorkload(f, closed_loop);
+  const Result<std::string> trace_format = workloadFormat(f);
+  if (!trace_format) {
+    err << "mocker replay: " << trace_format.error().message << "\n";
+    return 2;
+  }
+  Result<replay::Workload> workload = loadWorkload(f, *trace_format, closed_loop);
   if (!workload) {
     err << "mocker replay: " << workload.error().message << "\n";
     return 1;
@@ -397,9 +504,13 @@ int ReplayCommand::run(std::ostream& out, std::ostream& err) {
   }
 
   replay::SloSpec slo;
-  if (cmd_->count("--slo-ttft-ms") > 0) slo.ttft_ms = f.slo_ttft_ms;
-  if (cmd_->count("--slo-tpot-ms") > 0) slo.tpot_ms = f.slo_tpot_ms;
-  if (cmd_->count("--slo-e2e-ms") > 0) slo.e2e_ms = f.slo_e2e_ms;
+  const auto goodput_has = [&f](const char* key) {
+    return std::any_of(f.goodput.begin(), f.goodput.end(),
+                       [key](const std::string& item) { return item.starts_with(key); });
+  };
+  if (cmd_->count("--slo-ttft-ms") > 0 || goodput_has("ttft:")) slo.ttft_ms = f.slo_ttft_ms;
+  if (cmd_->count("--slo-tpot-ms") > 0 || goodput_has("tpot:")) slo.tpot_ms = f.slo_tpot_ms;
+  if (cmd_->count("--slo-e2e-ms") > 0 || goodput_has("e2el:")) slo.e2e_ms = f.slo_e2e_ms;
 
   const bool tty = &err == &std::cerr && ::isatty(STDERR_FILENO) == 1 && f.progress;
   ProgressBar bar(err);

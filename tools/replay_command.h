@@ -20,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "base/result.h"
 #include "tools/serve_flags.h"
 
 namespace CLI {
@@ -47,6 +48,7 @@ struct ReplayFlags {
   bool skip_invalid = false;
   // Synthetic workload.
   std::uint32_t num_requests = 0;
+  std::uint32_t num_prompts = 0;  ///< vLLM's --num-prompts: num_requests single-turn sessions
   double input_mean = 0.0;
   double input_stddev = 0.0;
   double output_mean = 0.0;
@@ -54,6 +56,7 @@ struct ReplayFlags {
   std::string arrival = "poisson";
   double request_rate = 1.0;
   double gamma_smoothness = 1.0;
+  double burstiness = 1.0;  ///< vLLM's --burstiness: gamma arrivals with this shape
   double arrival_interval_ms = 0.0;
   double shared_prefix_ratio = 0.0;
   std::uint32_t num_prefix_groups = 0;
@@ -73,6 +76,7 @@ struct ReplayFlags {
   double slo_ttft_ms = 0.0;  ///< 0 = not given (checked through the option's count)
   double slo_tpot_ms = 0.0;
   double slo_e2e_ms = 0.0;
+  std::vector<std::string> goodput;  ///< vLLM's --goodput KEY:MS pairs (ttft, tpot, e2el)
   bool progress = true;
   ServeFlags serve;
 };
@@ -94,6 +98,9 @@ class ReplayCommand final {
   int run(std::ostream& out, std::ostream& err);
 
  private:
+  /// Folds vLLM's spellings (--num-prompts, --burstiness, --goodput) into the native flags.
+  Status applyAliases();
+
   CLI::App* cmd_ = nullptr;
   ReplayFlags flags_;
 };

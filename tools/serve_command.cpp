@@ -4,8 +4,11 @@
 #include <spdlog/spdlog.h>
 #include <CLI/CLI.hpp>
 
+#include <algorithm>
 #include <atomic>
 #include <csignal>
+#include <optional>
+#include <string>
 
 #include "service/logging.h"
 #include "service/server.h"
@@ -20,6 +23,37 @@ constexpr int kMmapThresholdBytes = 1 << 20;
 
 extern "C" void onStopSignal(int /*signal*/) {
   if (service::Server* s = g_server.load()) s->requestStop();  // async-signal-safe (eventfd)
+}
+
+/// For a start-up error about an endpoint ("cannot bind PUB to 'tcp://…': Address already in
+/// use"), the flag that sets that endpoint, found through the configuration: the first endpoint
+/// key whose value (or the value of one of its per-rank sockets) is the endpoint in the message.
+std::optional<std::string> flagOfFailedEndpoint(const ServeFlags& flags,
+                                                const service::ServiceConfig& config,
+                                                const std::string& message) {
+  // The endpoint is the first quoted text with a scheme ("… to 'tcp://127.0.0.1:5557': …").
+  std::string failed;
+  for (std::size_t open = message.find('\''); open != std::string::npos;) {
+    const std::size_t close = message.find('\'', open + 1);
+    if (close == std::string::npos) break;
+    const std::string quoted = message.substr(open + 1, close - open - 1);
+    if (quoted.find("://") != std::string::npos) {
+      failed = quoted;
+      break;
+    }
+    open = message.find('\'', close + 1);
+  }
+  if (failed.empty()) return std::nullopt;
+  for (const ServeFlags::Binding& b : flags.bindings) {
+    if (b.boolean || !b.key.starts_with("endpoints.") || !b.key.ends_with(".endpoint")) continue;
+    const auto value = service::configValueText(config, b.key);
+    if (!value) continue;
+    for (std::uint32_t rank = 0; rank < std::max(1u, config.engine.dp_size); ++rank) {
+      const auto resolved = service::rankEndpoint({.endpoint = *value}, rank);
+      if (resolved && *resolved == failed) return b.flag;
+    }
+  }
+  return std::nullopt;
 }
 
 }  // namespace
@@ -62,7 +96,15 @@ int runServeCommand(const ServeCommand& command, std::ostream& out, std::ostream
   };
   auto server = service::Server::create(*config, {.drain = command.drain, .on_ready = on_ready});
   if (!server) {
-    err << "mocker: cannot start: " << server.error().message << "\n";
+    const std::string& message = server.error().message;
+    err << "mocker: cannot start: " << message;
+    if (message.find("Address already in use") != std::string::npos) {
+      const auto flag = flagOfFailedEndpoint(command.flags, *config, message);
+      err << " (another process, perhaps another `mocker serve`, is bound there: stop it, or "
+          << (flag ? "give " + *flag + " another address" : std::string("change that endpoint"))
+          << "; `tcp://127.0.0.1:*` picks a free port)";
+    }
+    err << "\n";
     return 1;
   }
   const service::BoundEndpoints& ep = (*server)->endpoints();

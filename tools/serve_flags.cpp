@@ -1,8 +1,13 @@
 #include "tools/serve_flags.h"
 
 #include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
 
 #include <utility>
+#include <vector>
+
+#include "base/closest_name.h"
+#include "tools/cli_options.h"
 
 namespace mocker::tools {
 namespace {
@@ -26,7 +31,7 @@ struct Group {
 const std::initializer_list<Group> kGroups = {
   {"Engine ([engine])", {
     {"--engine-type", "engine.engine_type", "scheduler: vllm | sglang | trtllm"},
-    {"--num-gpu-blocks", "engine.num_gpu_blocks", "KV blocks per DP rank (>= 1), or none = 1 Mi tokens (vllm 16384, trtllm 32768, sglang page 1: 1048576)"},
+    {"--num-gpu-blocks,--num-gpu-blocks-override", "engine.num_gpu_blocks", "KV blocks per DP rank (>= 1), or none = 1 Mi tokens (vllm 16384, trtllm 32768, sglang page 1: 1048576)"},
     {"--block-size", "engine.block_size", "tokens per block; 0 = engine default (vllm 64, trtllm 32, sglang page size)"},
     {"--max-model-len", "engine.max_model_len", "max prompt + output length (>= 2), or none"},
     {"--max-num-seqs", "engine.max_num_seqs", "max running requests (>= 1), or none = unbounded"},
@@ -52,7 +57,7 @@ const std::initializer_list<Group> kGroups = {
     {"--spec-seed", "engine.spec_seed", "u64 seed of the draft acceptance draws"},
   }},
   {"SGLang ([engine.sglang], engine type sglang)", {
-    {"--sglang-schedule-policy", "engine.sglang.schedule_policy", "fcfs (alias fifo) | lpm"},
+    {"--sglang-schedule-policy,--schedule-policy", "engine.sglang.schedule_policy", "fcfs (alias fifo) | lpm"},
     {"--page-size,--sglang-page-size", "engine.sglang.page_size", "tokens per page (>= 1)"},
     {"--max-prefill-tokens", "engine.sglang.max_prefill_tokens", "per-pass prefill budget (>= 1)"},
     {"--chunked-prefill-size", "engine.sglang.chunked_prefill_size", "prefill chunk (multiple of the block size)"},
@@ -123,13 +128,112 @@ const std::initializer_list<Group> kGroups = {
 };
 // clang-format on
 
+/// vLLM's KVEventsConfig fields that mean the same here, and the key each one sets.
+struct VllmKvEventsField {
+  const char* name;
+  const char* key;
+};
+constexpr VllmKvEventsField kVllmKvEventsFields[] = {
+    {"enable_kv_cache_events", "kv_events.enabled"},
+    {"publisher", "kv_events.enabled"},  // "zmq" | "null" (no publishing)
+    {"endpoint", "endpoints.kv_events.endpoint"},
+    {"replay_endpoint", "endpoints.kv_replay.endpoint"},
+    {"buffer_steps", "kv_events.buffer_steps"},
+    {"hwm", "kv_events.hwm"},
+    {"max_queue_size", "kv_events.max_queue_size"},  // refused, with the reason
+    {"topic", "kv_events.topic"},
+};
+
+/// A JSON scalar as command-line text for setConfigValue.
+Result<std::string> jsonText(const nlohmann::json& v) {
+  if (v.is_boolean()) return std::string(v.get<bool>() ? "true" : "false");
+  if (v.is_number_unsigned()) return std::to_string(v.get<std::uint64_t>());
+  if (v.is_number_integer()) return std::to_string(v.get<std::int64_t>());
+  if (v.is_string()) return v.get<std::string>();
+  return invalidArgument(std::string("expected a boolean, integer or string, got ") +
+                         v.type_name());
+}
+
+/// Applies vLLM's `--kv-events-config` JSON (KVEventsConfig) to `config`: the fields that mean
+/// the same here, recorded as set by that flag; any other field is refused.
+Status applyVllmKvEventsConfig(const std::string& text, service::ServiceConfig& config,
+                               service::KeyOrigins& origins) {
+  constexpr const char* kFlag = "--kv-events-config";
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(text);
+  } catch (const nlohmann::json::exception& e) {
+    return invalidArgument(std::string(kFlag) + ": not JSON: " + e.what());
+  }
+  if (!j.is_object()) return invalidArgument(std::string(kFlag) + ": expected a JSON object");
+  std::vector<std::string> names;
+  for (const VllmKvEventsField& f : kVllmKvEventsFields) names.emplace_back(f.name);
+  const auto set = [&](const std::string& field, const char* key,
+                       const std::string& value) -> Status {
+    if (auto st = service::setConfigValue(config, key, value); !st) {
+      return invalidArgument(std::string(kFlag) + ": " + field + " (" + key +
+                             "): " + st.error().message);
+    }
+    origins[key] = kFlag;
+    return {};
+  };
+  for (const auto& [field, value] : j.items()) {
+    const auto* spec = std::find_if(std::begin(kVllmKvEventsFields), std::end(kVllmKvEventsFields),
+                                    [&](const VllmKvEventsField& f) { return field == f.name; });
+    if (spec == std::end(kVllmKvEventsFields)) {
+      return invalidArgument(std::string(kFlag) + ": unknown or unsupported field '" + field + "'" +
+                             didYouMean(field, names) + "; mocker takes " +
+                             "enable_kv_cache_events, publisher, endpoint, replay_endpoint, "
+                             "buffer_steps, hwm and topic");
+    }
+    if (field == "replay_endpoint" && value.is_null()) {  // vLLM: no replay socket
+      MOCKER_TRY_VOID(set(field, "kv_events.replay_enabled", "false"));
+      continue;
+    }
+    MOCKER_TRY(const std::string v, jsonText(value));
+    if (field == "publisher") {
+      if (v != "zmq" && v != "null") {
+        return invalidArgument(std::string(kFlag) +
+                               ": publisher: expected \"zmq\" or \"null\", got '" + v + "'");
+      }
+      if (v == "null") MOCKER_TRY_VOID(set(field, spec->key, "false"));
+      continue;
+    }
+    MOCKER_TRY_VOID(set(field, spec->key, v));
+    if (field == "endpoint") {
+      // vLLM binds a wildcard, IPC or inproc endpoint and connects to any other.
+      const bool bind = v.find('*') != std::string::npos || v.find("::") != std::string::npos ||
+                        v.starts_with("ipc://") || v.starts_with("inproc://");
+      MOCKER_TRY_VOID(set(field, "endpoints.kv_events.connect", bind ? "false" : "true"));
+    }
+    if (field == "replay_endpoint") {
+      MOCKER_TRY_VOID(set(field, "kv_events.replay_enabled", "true"));
+    }
+  }
+  return {};
+}
+
 }  // namespace
 
-void addServeFlags(CLI::App& app, ServeFlags& flags) {
+void addServeFlags(CLI::App& app, ServeFlags& flags, ConfigUse use) {
   app.add_option("--config", flags.config_path,
-                 "TOML configuration file (see docs/mocker.example.toml); flags override it")
+                 use == ConfigUse::EngineOnly
+                     ? "TOML configuration file (see docs/mocker.example.toml); only its [engine] "
+                       "table is read; flags override it"
+                     : "TOML configuration file (see docs/mocker.example.toml); flags override it")
       ->group("Configuration")
       ->option_text("FILE");
+  flags.kv_events_config_option =
+      app.add_option(
+             "--kv-events-config", flags.kv_events_config,
+             "vLLM's KV-events JSON, e.g. '{\"enable_kv_cache_events\": true, "
+             "\"publisher\": \"zmq\", \"endpoint\": \"tcp://*:5557\"}': enable_kv_cache_events, "
+             "publisher (zmq | null), endpoint (bound if it has * or is ipc/inproc, else "
+             "connected, as vLLM does), replay_endpoint (null = no replay), buffer_steps, "
+             "hwm, topic; absent fields keep their value; the flags below override it")
+          ->option_text("JSON")
+          ->group(use == ConfigUse::Serve ? "KV events ([kv_events])" : "");
+  const service::ServiceConfig defaults;
   for (const Group& group : kGroups) {
     for (const FlagSpec& spec : group.flags) {
       ServeFlags::Binding& b = flags.bindings.emplace_back();
@@ -137,13 +241,20 @@ void addServeFlags(CLI::App& app, ServeFlags& flags) {
       b.flag = names.substr(0, names.find(','));
       b.key = spec.key;
       b.boolean = spec.boolean;
-      const std::string help = std::string(spec.help) + "  [" + spec.key + "]";
+      // Type and default come from the key table, so every flag's help shows them.
+      const std::string value = service::configValueText(defaults, spec.key).value_or("");
+      std::string help = std::string(spec.help) + "  [" + spec.key + "]";
       if (spec.boolean) {
-        b.option = app.add_flag(names, b.value, help);
+        b.option = app.add_flag(names, b.value, help + flagDefault(value == "true"));
       } else {
-        b.option = app.add_option(names, b.text, help);
+        b.option = app.add_option(names, b.text, help)
+                       ->option_text(service::configKeyType(spec.key).value_or("TEXT"))
+                       ->default_str(value);  // "" (an unset path or key) shows none
       }
-      b.option->group(spec.hidden ? "" : group.name);  // CLI11: an empty group is hidden
+      // CLI11: an empty group is hidden. A flag that has no effect for `use` stays registered
+      // (using it gets the reason from resolveServeConfig) but is left out of --help.
+      const bool applies = use == ConfigUse::Serve || isEngineKey(spec.key);
+      b.option->group(spec.hidden || !applies ? "" : group.name);
     }
   }
 }
@@ -154,6 +265,14 @@ Result<service::ServiceConfig> resolveServeConfig(const ServeFlags& flags, Confi
   if (!flags.config_path.empty()) {
     MOCKER_TRY(config,
                service::loadServiceConfigOver(std::move(config), flags.config_path, origins));
+  }
+  if (flags.kv_events_config_option != nullptr && flags.kv_events_config_option->count() > 0) {
+    if (use == ConfigUse::EngineOnly) {
+      return invalidArgument(
+          "--kv-events-config has no effect here: only the engine runs (no sockets or "
+          "publishers), so only [engine] keys apply");
+    }
+    MOCKER_TRY_VOID(applyVllmKvEventsConfig(flags.kv_events_config, config, origins));
   }
   for (const ServeFlags::Binding& b : flags.bindings) {
     if (b.option->count() == 0) continue;
@@ -179,6 +298,9 @@ bool isEngineKey(std::string_view key) {
 
 std::optional<std::string> firstGivenServeFlag(const ServeFlags& flags) {
   if (!flags.config_path.empty()) return "--config";
+  if (flags.kv_events_config_option != nullptr && flags.kv_events_config_option->count() > 0) {
+    return "--kv-events-config";
+  }
   for (const ServeFlags::Binding& b : flags.bindings) {
     if (b.option->count() > 0) return b.flag;
   }

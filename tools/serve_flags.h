@@ -40,19 +40,24 @@ struct ServeFlags {
   ServeFlags& operator=(const ServeFlags&) = delete;
 
   std::string config_path;
+  std::string kv_events_config;  ///< vLLM's --kv-events-config JSON (applied before the flags)
+  CLI::Option* kv_events_config_option = nullptr;
   std::deque<Binding> bindings;  // deque: stable addresses for CLI11
 };
-
-/// Registers --config and every configuration flag on `app`, in help groups.
-void addServeFlags(CLI::App& app, ServeFlags& flags);
 
 /// What the configuration is for (service::ConfigUse). EngineOnly (offline tools such as
 /// `mocker replay`) skips the endpoint rules, which only matter for sockets such a tool never
 /// opens; every other rule, the engine's included, still applies.
 using ConfigUse = service::ConfigUse;
 
-/// defaults → --config file (if given) → flags given on the command line → profile load →
-/// validation. Errors are prefixed with the origin of the offending key ("f.toml:3:5: " or
+/// Registers --config and every configuration flag on `app`, in help groups, each with its type
+/// and default (from the key table). With EngineOnly the flags of non-engine keys are left out
+/// of --help (still registered, so that using one says why it has no effect).
+void addServeFlags(CLI::App& app, ServeFlags& flags, ConfigUse use = ConfigUse::Serve);
+
+/// defaults → --config file (if given) → --kv-events-config JSON → flags given on the command
+/// line → profile load → validation. Errors are prefixed with the origin of the offending key
+/// ("f.toml:3:5: " or
 /// "--flag: "). With EngineOnly a flag whose key only configures the live service (sockets,
 /// publishers, logging, start-up delay, empty-output policy) is refused: it would have no effect.
 /// (A --config file may hold such keys: a service's file can be reused; only [engine] is read.)

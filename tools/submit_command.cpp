@@ -1,16 +1,21 @@
 #include "tools/submit_command.h"
 
 #include <unistd.h>
+#include <zmq.h>
 #include <CLI/CLI.hpp>
+#include <zmq.hpp>
 
 #include <atomic>
 #include <chrono>
 #include <csignal>
+#include <cstdio>
+#include <cstring>
 #include <numeric>
 #include <variant>
 
 #include "service/client.h"
 #include "service/security.h"
+#include "tools/cli_options.h"
 
 namespace mocker::tools {
 namespace {
@@ -40,6 +45,53 @@ class InterruptGuard {
 };
 
 constexpr auto kPollInterval = std::chrono::milliseconds(50);
+/// How long a peer has to accept the connection, and to answer the submit, before we say so.
+constexpr auto kAnswerWait = std::chrono::milliseconds(1000);
+
+/// Whether anything accepts a connection at `endpoint` within `wait`: a throwaway DEALER with a
+/// socket monitor waits for ZMQ_EVENT_CONNECTED. (A ZeroMQ connect succeeds at once whether or
+/// not anything listens, and a DEALER queues what it sends, so without this a submit to a
+/// service that is not running would wait for the whole --timeout-s.)
+Result<bool> somethingAccepts(const std::string& endpoint, std::chrono::milliseconds wait) {
+  try {
+    zmq::context_t context;
+    zmq::socket_t probe(context, zmq::socket_type::dealer);
+    probe.set(zmq::sockopt::linger, 0);
+    char monitor_endpoint[64];
+    std::snprintf(monitor_endpoint, sizeof monitor_endpoint, "inproc://submit-probe-%d",
+                  static_cast<int>(getpid()));
+    if (zmq_socket_monitor(probe.handle(), monitor_endpoint, ZMQ_EVENT_CONNECTED) != 0) {
+      throw zmq::error_t();
+    }
+    zmq::socket_t events(context, zmq::socket_type::pair);
+    events.set(zmq::sockopt::linger, 0);
+    events.connect(monitor_endpoint);
+    probe.connect(endpoint);
+    const auto deadline = Clock::now() + wait;
+    for (auto now = Clock::now(); now < deadline; now = Clock::now()) {
+      zmq::pollitem_t item{events.handle(), 0, ZMQ_POLLIN, 0};
+      zmq::poll(&item, 1, std::chrono::duration_cast<std::chrono::milliseconds>(deadline - now));
+      if ((item.revents & ZMQ_POLLIN) == 0) continue;
+      zmq::message_t event;
+      if (!events.recv(event)) continue;
+      std::uint16_t id = 0;
+      if (event.size() >= sizeof id) std::memcpy(&id, event.data(), sizeof id);
+      zmq::message_t address;
+      if (event.more()) (void)events.recv(address);
+      if (id == ZMQ_EVENT_CONNECTED) return true;
+    }
+    return false;
+  } catch (const zmq::error_t& e) {
+    return invalidArgument("--submit-endpoint '" + endpoint + "': " + e.what());
+  }
+}
+/// "12.3": a wall-clock duration in ms with one decimal.
+std::string formatMs(double ms) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.1f", ms);
+  return buf;
+}
+
 constexpr int kExitOk = 0;
 constexpr int kExitFailed = 1;
 constexpr int kExitInterrupted = 130;
@@ -54,7 +106,7 @@ void addSubmitCommand(CLI::App& app, SubmitCommand& command) {
       c.add_option("--tokens", command.tokens, "prompt token ids, e.g. 1,2,3")->delimiter(',');
   auto* prompt_len =
       c.add_option("--prompt-len", command.prompt_len, "synthetic prompt of N tokens (1, 2, …, N)")
-          ->check(CLI::Range(1u, 1u << 20));
+          ->check(between(1, 1u << 20));
   tokens->excludes(prompt_len);
   prompt_len->excludes(tokens);
   c.add_option("--max-tokens", command.max_tokens, "output tokens to generate")
@@ -78,12 +130,14 @@ void addSubmitCommand(CLI::App& app, SubmitCommand& command) {
   secret_key->needs(server_key);
   c.add_option("--timeout-s", command.timeout_s,
                "give up when the service sends nothing for this long (seconds)")
-      ->check(CLI::PositiveNumber)
+      ->check(greaterThan(0))
       ->capture_default_str();
   c.footer(
-      "Prints `<index> <token>…` per output message, then `finish <reason>`. Ctrl-C cancels the "
-      "request and waits for its end.\nExit codes: 0 finished (length), 1 error, rejected or "
-      "timeout, 130 cancelled by Ctrl-C.");
+      "Prints `<index> <token>…` per output message, then `finish <reason>`; on stderr, the "
+      "tokens, time, TTFT and prefix-cache hits. Ctrl-C cancels the request and waits for its "
+      "end. If nothing accepts a connection at --submit-endpoint within a second, says so and "
+      "exits.\nExit codes: 0 finished (length), 1 error, rejected, nothing listening or timeout, "
+      "2 usage error, 130 cancelled by Ctrl-C.");
 }
 
 int runSubmitCommand(const SubmitCommand& command, std::ostream& out, std::ostream& err) {
@@ -119,6 +173,20 @@ int runSubmitCommand(const SubmitCommand& command, std::ostream& out, std::ostre
     options.curve_secret_key = *secret_key;
     options.curve_public_key = service::curvePublicKey(*secret_key);
   }
+  const Result<bool> listening = somethingAccepts(command.submit_endpoint, kAnswerWait);
+  if (!listening) {
+    err << "mocker submit: " << listening.error().message << "\n";
+    return kExitFailed;
+  }
+  if (!*listening) {
+    err << "mocker submit: nothing answers at " << command.submit_endpoint
+        << " (no connection within " << kAnswerWait.count()
+        << " ms): is `mocker serve` running there? Start one with `mocker serve "
+           "--submit-endpoint "
+        << command.submit_endpoint
+        << "`, or point --submit-endpoint at the `submit` line a running one printed\n";
+    return kExitFailed;
+  }
   auto client = service::Client::connect(std::move(options));
   if (!client) {
     err << "mocker submit: " << client.error().message << "\n";
@@ -131,8 +199,16 @@ int runSubmitCommand(const SubmitCommand& command, std::ostream& out, std::ostre
   }
   const auto timeout =
       std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(command.timeout_s));
-  auto last_heard = Clock::now();
+  const auto sent_at = Clock::now();
+  auto last_heard = sent_at;
   bool cancel_sent = false;
+  bool heard_anything = false;
+  std::optional<double> ttft_ms;
+  std::optional<std::uint32_t> cached_tokens;
+  std::uint64_t num_tokens = 0;
+  const auto ms_since_sent = [&sent_at] {
+    return std::chrono::duration<double, std::milli>(Clock::now() - sent_at).count();
+  };
   while (true) {
     const int interrupts = g_interrupts.load();
     if (interrupts >= 2) {
@@ -148,6 +224,13 @@ int runSubmitCommand(const SubmitCommand& command, std::ostream& out, std::ostre
       last_heard = Clock::now();
       err << "mocker submit: cancelling '" << request.id << "'\n";
     }
+    if (!heard_anything && Clock::now() - sent_at > kAnswerWait) {
+      heard_anything = true;  // say it once
+      err << "mocker submit: connected to " << command.submit_endpoint
+          << " but no answer yet (a `mocker serve` in its start-up delay answers once ready; "
+             "anything else never will); waiting up to "
+          << command.timeout_s << " s\n";
+    }
     if (Clock::now() - last_heard > timeout) {
       err << "mocker submit: timed out: nothing from the service for " << command.timeout_s
           << " s\n";
@@ -160,6 +243,7 @@ int runSubmitCommand(const SubmitCommand& command, std::ostream& out, std::ostre
     }
     if (!*received) continue;
     last_heard = Clock::now();
+    heard_anything = true;
     const protocol::ClientMessage& message = **received;
     if (const auto* ack = std::get_if<protocol::SubmitAck>(&message)) {
       if (ack->id == request.id) {
@@ -181,6 +265,9 @@ int runSubmitCommand(const SubmitCommand& command, std::ostream& out, std::ostre
     } else if (const auto* batch = std::get_if<protocol::OutputBatch>(&message)) {
       for (const protocol::RequestOutput& o : batch->outputs) {
         if (o.id != request.id) continue;
+        if (o.cached_tokens) cached_tokens = o.cached_tokens;
+        if (!o.tokens.empty() && !ttft_ms) ttft_ms = ms_since_sent();
+        num_tokens += o.tokens.size();
         if (!o.tokens.empty()) {
           out << o.index;
           for (std::uint32_t t : o.tokens) out << ' ' << t;
@@ -191,6 +278,11 @@ int runSubmitCommand(const SubmitCommand& command, std::ostream& out, std::ostre
         if (!o.reason.empty()) out << " (" << o.reason << ")";
         out << '\n';
         out.flush();
+        err << "mocker submit: " << num_tokens << " tokens in " << formatMs(ms_since_sent())
+            << " ms; TTFT " << (ttft_ms ? formatMs(*ttft_ms) + " ms" : std::string("-"))
+            << "; prefix-cache hits "
+            << (cached_tokens ? std::to_string(*cached_tokens) : std::string("-")) << " of "
+            << request.prompt.size() << " prompt tokens\n";
         if (*o.finish == protocol::FinishReason::Length) return kExitOk;
         if (*o.finish == protocol::FinishReason::Cancelled && cancel_sent) {
           return kExitInterrupted;

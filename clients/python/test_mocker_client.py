@@ -413,7 +413,9 @@ class StreamingTest(unittest.TestCase):
                             "--cancel-endpoint", "tcp://127.0.0.1:2"],
                            capture_output=True, text=True, timeout=WAIT_S)
         self.assertEqual(r.returncode, 1)
-        self.assertIn("timed out", r.stderr)
+        # Nothing listens there: said after the one-second connection wait, with how to start one.
+        self.assertIn("nothing answers at tcp://127.0.0.1:1", r.stderr)
+        self.assertIn("mocker serve --submit-endpoint tcp://127.0.0.1:1", r.stderr)
 
 
 class PacedTest(unittest.TestCase):

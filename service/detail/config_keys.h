@@ -37,6 +37,10 @@ const ConfigKey* findKey(std::string_view path);
 /// kv_events.max_queue_size): why, as "not supported: <reason>". nullopt for any other path.
 std::optional<std::string> unsupportedKeyError(std::string_view path);
 
+/// " (did you mean 'engine.num_gpu_blocks'?)" for an unknown key or table path: the nearest key
+/// or table path by edit distance, or "" when none is near.
+std::string unknownKeySuggestion(std::string_view path);
+
 /// Whether `path` is a table that may appear in a file: a key's table or one of its parents
 /// ("engine", "engine.sglang", "endpoints").
 bool isKnownTable(std::string_view path);

@@ -1,15 +1,25 @@
 #include "tools/cli.h"
 
+#include <arpa/inet.h>
+#include <fcntl.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <spawn.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
 #include <unistd.h>
+#include <zmq.hpp>
 
 #include <algorithm>
-
+#include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <sstream>
 
 #include "service/config.h"
+#include "tests/service/serve_process.h"
+#include "tools/serve_flags.h"
 
 namespace mocker::tools {
 namespace {
@@ -78,7 +88,32 @@ TEST(CliConfigTest, DumpWithoutArgumentsPrintsTheDefaults) {
   const auto r = run({"config", "--dump"});
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_TRUE(r.err.empty());
-  EXPECT_TRUE(parseDump(r.out) == service::ServiceConfig{});
+  // The defaults, with block_size 0 ("the engine's default") written as what it means.
+  service::ServiceConfig expected;
+  expected.engine.block_size = 64;
+  EXPECT_TRUE(parseDump(r.out) == expected);
+}
+
+TEST(CliConfigTest, DumpShowsTheEffectiveBlockSizeOfEachEngine) {
+  for (const auto& [args, block_size] :
+       std::vector<std::pair<std::vector<std::string>, std::string>>{
+           {{}, "64"},
+           {{"--engine-type", "trtllm"}, "32"},
+           {{"--engine-type", "sglang", "--page-size", "16", "--chunked-prefill-size", "8192"},
+            "16"},
+           {{"--engine-type", "trtllm", "--block-size", "8"}, "8"},
+       }) {
+    std::vector<std::string> argv{"config", "--dump"};
+    argv.insert(argv.end(), args.begin(), args.end());
+    const auto r = run(argv);
+    ASSERT_EQ(r.code, 0) << r.err;
+    EXPECT_NE(r.out.find("\nblock_size = " + block_size + "\n"), std::string::npos)
+        << block_size << "\n"
+        << r.out;
+    // The dump is a configuration file that passes validation as it is.
+    const TempFile file("dump.toml", r.out);
+    EXPECT_EQ(run({"config", "--config", file.path()}).code, 0) << r.out;
+  }
 }
 
 TEST(CliConfigTest, WithoutDumpOnlyValidates) {
@@ -273,6 +308,476 @@ TEST(CliConfigTest, HelpCoversEveryConfigurationKey) {
   // A refused key is not advertised (it used to be listed as if it worked).
   EXPECT_EQ(r.out.find("max-queue-size"), std::string::npos);
   EXPECT_EQ(run({"serve", "--help"}).out.find("max-queue-size"), std::string::npos);
+}
+
+// --- --help: types, defaults, what applies ------------------------------------------------------
+
+/// The help line of `flag` (the line that starts with it, and the next one when the names fill
+/// the first).
+std::string helpEntry(const std::string& help, const std::string& flag) {
+  const std::size_t at = help.find("\n  " + flag);
+  if (at == std::string::npos) return "";
+  std::size_t end = help.find('\n', at + 1);
+  if (end != std::string::npos && help.compare(end + 1, 4, "    ") == 0) {
+    end = help.find('\n', end + 1);
+  }
+  return help.substr(at + 1, end == std::string::npos ? std::string::npos : end - at - 1);
+}
+
+TEST(CliHelpTest, ServeOptionsShowTheirTypeAndDefault) {
+  const auto r = run({"serve", "--help"});
+  ASSERT_EQ(r.code, 0);
+  for (const auto& [flag, fragments] :
+       std::vector<std::pair<std::string, std::vector<std::string>>>{
+           {"--num-gpu-blocks", {"UINT|none", "(default: none)", "1 Mi tokens"}},
+           {"--max-num-seqs", {"UINT|none", "(default: 256)"}},
+           {"--max-model-len", {"UINT|none", "(default: none)"}},
+           {"--speedup-ratio", {"FLOAT", "(default: 1.0)"}},
+           {"--engine-type", {"NAME", "(default: vllm)"}},
+           {"--submit-endpoint", {"TEXT", "(default: tcp://127.0.0.1:5555)"}},
+           {"--client-public-keys", {"LIST"}},
+       }) {
+    const std::string entry = helpEntry(r.out, flag);
+    ASSERT_FALSE(entry.empty()) << flag;
+    for (const std::string& f : fragments) {
+      EXPECT_NE(entry.find(f), std::string::npos) << flag << ": " << entry;
+    }
+  }
+  EXPECT_EQ(r.out.find(" TEXT          scheduler"), std::string::npos);  // no more TEXT for all
+}
+
+TEST(CliHelpTest, BooleanPairsShowTheirRealDefault) {
+  const auto r = run({"serve", "--help"});
+  ASSERT_EQ(r.code, 0);
+  // CLI11 printed "--x,--no-x{false}", which reads as "default false".
+  EXPECT_EQ(r.out.find("{false}"), std::string::npos) << r.out;
+  EXPECT_NE(helpEntry(r.out, "--enable-prefix-caching").find("(default: on)"), std::string::npos)
+      << helpEntry(r.out, "--enable-prefix-caching");
+  EXPECT_NE(helpEntry(r.out, "--allow-empty-output").find("(default: off)"), std::string::npos)
+      << helpEntry(r.out, "--allow-empty-output");
+  EXPECT_NE(helpEntry(r.out, "--kv-events,--no-kv-events").find("(default: on)"),
+            std::string::npos);
+}
+
+TEST(CliHelpTest, ReplayHelpShowsOnlyTheFlagsThatApply) {
+  const auto replay = run({"replay", "--help"});
+  const auto serve = run({"serve", "--help"});
+  ASSERT_EQ(replay.code, 0);
+  for (const std::string& key : service::configKeys()) {
+    const bool shown = replay.out.find("[" + key + "]") != std::string::npos;
+    if (isEngineKey(key)) {
+      if (serve.out.find("[" + key + "]") != std::string::npos) {
+        EXPECT_TRUE(shown) << key << " configures the offline engines";
+      }
+    } else {
+      EXPECT_FALSE(shown) << key << " has no effect in a replay";
+    }
+  }
+  for (const char* group : {"Live service", "Endpoints", "Security", "Logging"}) {
+    EXPECT_EQ(replay.out.find(group), std::string::npos) << group;
+  }
+  // Typed, with defaults, and range-checked options say so.
+  EXPECT_NE(helpEntry(replay.out, "--num-workers").find("UINT:>= 1"), std::string::npos)
+      << helpEntry(replay.out, "--num-workers");
+  EXPECT_NE(helpEntry(replay.out, "--num-workers").find("(default: 1)"), std::string::npos);
+  EXPECT_NE(helpEntry(replay.out, "--progress,--no-progress").find("(default: on)"),
+            std::string::npos);
+}
+
+// --- usage errors: wording, "did you mean", exit code 2 ------------------------------------------
+
+TEST(CliErrorTest, UnknownOptionsAndCommandsGetTheNearestName) {
+  for (const auto& [args, expected] : std::vector<std::pair<std::vector<std::string>, std::string>>{
+           {{"serve", "--num-gpu-block", "5"},
+            "mocker serve: unknown option '--num-gpu-block' (did you mean '--num-gpu-blocks'?)"},
+           {{"serve", "--enable-prefix-cashing"},
+            "unknown option '--enable-prefix-cashing' (did you mean '--enable-prefix-caching'?)"},
+           {{"replay", "x.jsonl", "--num-request", "3"},
+            "mocker replay: unknown option '--num-request' (did you mean '--num-requests'?)"},
+           {{"config", "--dmup"},
+            "mocker config: unknown option '--dmup' (did you mean '--dump'?)"},
+           {{"submit", "--prompt-length=3"},
+            "unknown option '--prompt-length' (did you mean '--prompt-len'?)"},
+           {{"serv"}, "mocker: unknown command 'serv' (did you mean 'serve'?)"},
+       }) {
+    std::vector<std::string> argv = args;
+    const auto r = run(argv);
+    EXPECT_EQ(r.code, 2) << args[0];
+    EXPECT_NE(r.err.find(expected), std::string::npos) << r.err;
+  }
+  // Nothing near: no suggestion.
+  const auto far = run({"serve", "--frobnicate"});
+  EXPECT_EQ(far.code, 2);
+  EXPECT_EQ(far.err.find("did you mean"), std::string::npos) << far.err;
+  // A flag replay hides (no effect there) is not suggested.
+  const auto hidden = run({"replay", "x.jsonl", "--submit-endpoin", "x"});
+  EXPECT_EQ(hidden.err.find("--submit-endpoint'"), std::string::npos) << hidden.err;
+}
+
+TEST(CliErrorTest, RangesAreWordedForPeople) {
+  for (const auto& [args, expected] : std::vector<std::pair<std::vector<std::string>, std::string>>{
+           {{"replay", "x.jsonl", "--num-workers", "0"}, "--num-workers: must be >= 1 (got 0)"},
+           {{"replay", "x.jsonl", "--arrival-speedup-ratio", "0"},
+            "--arrival-speedup-ratio: must be > 0 (got 0)"},
+           {{"replay", "--format", "synthetic", "--request-rate", "0"},
+            "--request-rate: must be > 0 (got 0)"},
+           {{"replay", "--format", "synthetic", "--shared-prefix-ratio", "1.5"},
+            "--shared-prefix-ratio: must be in 0..1 (got 1.5)"},
+           {{"replay", "x.jsonl", "--arrival-speedup-ratio", "inf"},
+            "--arrival-speedup-ratio: expected a finite number, got 'inf'"},
+           {{"submit", "--prompt-len", "0"}, "--prompt-len: must be in 1..1048576 (got 0)"},
+           {{"submit", "--prompt-len", "4", "--timeout-s", "0"},
+            "--timeout-s: must be > 0 (got 0)"},
+       }) {
+    const auto r = run(args);
+    EXPECT_EQ(r.code, 2) << args[1];
+    EXPECT_NE(r.err.find(expected), std::string::npos) << r.err;
+    EXPECT_EQ(r.err.find("not in range"), std::string::npos) << r.err;
+  }
+}
+
+TEST(CliErrorTest, ConfigKeyTyposGetTheNearestKey) {
+  const TempFile file("typo.toml", "[engine]\nnum_gpu_block = 5\n");
+  const auto r = run({"config", "--config", file.path()});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find("engine.num_gpu_block: unknown key (did you mean 'engine.num_gpu_blocks'?)"),
+            std::string::npos)
+      << r.err;
+  const TempFile table("table.toml", "[kv_event]\nhwm = 5\n");
+  const auto t = run({"config", "--config", table.path()});
+  EXPECT_NE(t.err.find("unknown table (did you mean 'kv_events'?)"), std::string::npos) << t.err;
+}
+
+TEST(CliErrorTest, SyntheticWorkloadNeedsAnOutputLength) {
+  // Without it every output used to be one token long (lengths are raised to at least 1).
+  const auto r =
+      run({"replay", "--format", "synthetic", "--num-requests", "3", "--input-tokens-mean", "64"});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_EQ(r.err, "mocker replay: --output-tokens-mean: required (> 0)\n");
+  const auto zero = run({"replay", "--format", "synthetic", "--num-requests", "3",
+                         "--input-tokens-mean", "64", "--output-tokens-mean", "0"});
+  EXPECT_EQ(zero.code, 2);
+  EXPECT_NE(zero.err.find("--output-tokens-mean: must be > 0 (got 0)"), std::string::npos)
+      << zero.err;
+}
+
+// --- aliases: names users already type -----------------------------------------------------------
+
+TEST(CliAliasTest, VllmAndSglangEngineFlagNames) {
+  const auto r = run({"config", "--dump", "--num-gpu-blocks-override", "77", "--engine-type",
+                      "sglang", "--schedule-policy", "lpm"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  const auto c = parseDump(r.out);
+  EXPECT_EQ(c.engine.num_gpu_blocks, 77u);
+  EXPECT_NE(r.out.find("schedule_policy = \"lpm\""), std::string::npos) << r.out;
+  // A policy SGLang has but mocker does not model is refused, naming the accepted ones.
+  const auto bad = run({"config", "--engine-type", "sglang", "--schedule-policy", "dfs-weight"});
+  EXPECT_EQ(bad.code, 2);
+  EXPECT_NE(bad.err.find("--sglang-schedule-policy: engine.sglang.schedule_policy"),
+            std::string::npos)
+      << bad.err;
+}
+
+TEST(CliAliasTest, VllmKvEventsConfigJsonSetsTheMatchingKeys) {
+  const auto r = run({"config", "--dump", "--kv-events-config",
+                      R"({"enable_kv_cache_events": true, "publisher": "zmq",
+                          "endpoint": "tcp://*:6557", "replay_endpoint": "tcp://*:6558",
+                          "buffer_steps": 500, "hwm": 1000, "topic": "kv@pod@model"})"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  const auto c = parseDump(r.out);
+  EXPECT_TRUE(c.kv_events.enabled);
+  // vLLM binds a wildcard endpoint.
+  EXPECT_EQ(c.endpoints.kv_events, (service::EndpointConfig{"tcp://*:6557", false}));
+  EXPECT_EQ(c.endpoints.kv_replay.endpoint, "tcp://*:6558");
+  EXPECT_TRUE(c.kv_events.replay_enabled);
+  EXPECT_EQ(c.kv_events.buffer_steps, 500u);
+  EXPECT_EQ(c.kv_events.hwm, 1000u);
+  EXPECT_EQ(c.kv_events.topic, "kv@pod@model");
+
+  // A host name is connected to, as vLLM does; a null replay endpoint means no replay; a later
+  // flag overrides the JSON.
+  const auto connect = run({"config", "--dump", "--kv-events-config",
+                            R"({"endpoint": "tcp://indexer:5557", "replay_endpoint": null,
+                                "hwm": 5})",
+                            "--kv-events-hwm", "9"});
+  ASSERT_EQ(connect.code, 0) << connect.err;
+  const auto cc = parseDump(connect.out);
+  EXPECT_EQ(cc.endpoints.kv_events, (service::EndpointConfig{"tcp://indexer:5557", true}));
+  EXPECT_FALSE(cc.kv_events.replay_enabled);
+  EXPECT_EQ(cc.kv_events.hwm, 9u);
+  const auto off = run({"config", "--dump", "--kv-events-config", R"({"publisher": "null"})"});
+  ASSERT_EQ(off.code, 0) << off.err;
+  EXPECT_FALSE(parseDump(off.out).kv_events.enabled);
+}
+
+TEST(CliAliasTest, VllmKvEventsConfigRefusesWhatItCannotMap) {
+  for (const auto& [json, expected] : std::vector<std::pair<std::string, std::string>>{
+           {R"({"max_queue_size": 10})", "kv_events.max_queue_size): not supported"},
+           {R"({"hwmm": 10})",
+            "unknown or unsupported field 'hwmm' (did you mean 'hwm'?); mocker takes"},
+           {R"({"publisher": "nats"})", "publisher: expected \"zmq\" or \"null\", got 'nats'"},
+           {R"({"hwm": "lots"})", "--kv-events-config: hwm (kv_events.hwm): expected"},
+           {R"({"hwm": [1]})", "expected a boolean, integer or string, got array"},
+           {R"([1, 2])", "--kv-events-config: expected a JSON object"},
+           {R"({"hwm": )", "--kv-events-config: not JSON"},
+       }) {
+    const auto r = run({"config", "--kv-events-config", json});
+    EXPECT_EQ(r.code, 2) << json;
+    EXPECT_NE(r.err.find(expected), std::string::npos) << json << "\n" << r.err;
+  }
+  // An offline replay opens no socket: the flag has no effect there.
+  const auto replay = run({"replay", "x.jsonl", "--kv-events-config", "{}"});
+  EXPECT_EQ(replay.code, 2);
+  EXPECT_NE(replay.err.find("--kv-events-config has no effect here"), std::string::npos)
+      << replay.err;
+}
+
+/// The report of a synthetic replay with `extra` flags, as JSON text (wall-clock fields removed).
+std::string syntheticReport(const std::vector<std::string>& extra, int* code = nullptr) {
+  const TempFile report("report.json", "");
+  std::vector<std::string> argv{"replay",     "--format",
+                                "synthetic",  "--input-tokens-mean",
+                                "200",        "--output-tokens-mean",
+                                "20",         "--request-rate",
+                                "50",         "--seed",
+                                "7",          "--report-json",
+                                report.path()};
+  argv.insert(argv.end(), extra.begin(), extra.end());
+  const auto r = run(argv);
+  if (code != nullptr) *code = r.code;
+  EXPECT_EQ(r.code, 0) << r.err;
+  std::ifstream in(report.path());
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  // Wall-clock figures (and processed tokens per wall second) differ between runs; everything
+  // simulated is deterministic.
+  std::string kept;
+  std::istringstream lines(text);
+  for (std::string line; std::getline(lines, line);) {
+    if (line.find("wall") == std::string::npos && line.find("speedup") == std::string::npos &&
+        line.find("processed_tokens_per_s") == std::string::npos) {
+      kept += line + "\n";
+    }
+  }
+  return kept;
+}
+
+TEST(CliAliasTest, VllmBenchWorkloadFlagsMeanTheNativeOnes) {
+  const std::string native =
+      syntheticReport({"--num-requests", "30", "--arrival", "gamma", "--gamma-smoothness", "0.5",
+                       "--slo-ttft-ms", "40", "--slo-tpot-ms", "15", "--slo-e2e-ms", "400"});
+  ASSERT_FALSE(native.empty());
+  EXPECT_NE(native.find("goodput_completed_requests"), std::string::npos) << native;
+  const std::string vllm = syntheticReport({"--num-prompts", "30", "--burstiness", "0.5",
+                                            "--goodput", "ttft:40", "tpot:15", "e2el:400"});
+  EXPECT_EQ(vllm, native);
+  // Not the same as a different SLO (the comparison can fail).
+  EXPECT_NE(syntheticReport({"--num-prompts", "30", "--burstiness", "0.5", "--goodput", "ttft:1"}),
+            native);
+}
+
+TEST(CliAliasTest, VllmBenchWorkloadFlagsRefuseWhatTheyCannotMean) {
+  for (const auto& [args, expected] : std::vector<std::pair<std::vector<std::string>, std::string>>{
+           {{"--num-prompts", "3", "--turns-per-session", "2"},
+            "--num-prompts counts single-turn requests"},
+           {{"--num-prompts", "3", "--burstiness", "2", "--arrival", "poisson"},
+            "--burstiness sets gamma arrivals; it does not combine with --arrival poisson"},
+           {{"--num-prompts", "3", "--goodput", "itl:5"}, "--goodput: expected KEY:MS"},
+           {{"--num-prompts", "3", "--goodput", "ttft:-1"}, "--goodput: ttft: must be >= 0"},
+           {{"--num-prompts", "3", "--goodput", "ttft:5", "ttft:6"}, "--goodput: ttft given twice"},
+           {{"--num-prompts", "3", "--goodput", "ttft:5", "--slo-ttft-ms", "5"}, "excludes"},
+       }) {
+    std::vector<std::string> argv{
+        "replay", "--format", "synthetic", "--input-tokens-mean", "10", "--output-tokens-mean",
+        "2"};
+    argv.insert(argv.end(), args.begin(), args.end());
+    const auto r = run(argv);
+    EXPECT_EQ(r.code, 2) << args[2];
+    EXPECT_NE(r.err.find(expected), std::string::npos) << r.err;
+  }
+}
+
+// --- the real binary: exit codes
+// ------------------------------------------------------------------
+
+/// A fresh directory under the temp dir (mkdtemp), removed at scope exit.
+class TempDir {
+ public:
+  TempDir() {
+    std::string pattern = (std::filesystem::temp_directory_path() / "mocker_cli_XXXXXX").string();
+    if (mkdtemp(pattern.data()) == nullptr) ADD_FAILURE() << "mkdtemp failed";
+    path_ = pattern;
+  }
+  ~TempDir() {
+    std::error_code ec;
+    std::filesystem::remove_all(path_, ec);
+  }
+  std::filesystem::path path() const { return path_; }
+
+ private:
+  std::filesystem::path path_;
+};
+
+struct ProcessRun {
+  int code = -1;
+  std::string out;
+  std::string err;
+  double seconds = 0.0;
+};
+
+std::string readAll(const std::filesystem::path& path) {
+  std::ifstream in(path);
+  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+}
+
+/// Runs build/tools/mocker with `args` to completion (stdout and stderr through files).
+ProcessRun runBinary(const std::vector<std::string>& args) {
+  const TempDir dir;
+  std::vector<std::string> all{MOCKER_BINARY_FOR_TEST};
+  all.insert(all.end(), args.begin(), args.end());
+  std::vector<char*> argv;
+  for (std::string& a : all) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  const std::string out_path = (dir.path() / "out").string();
+  const std::string err_path = (dir.path() / "err").string();
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_addopen(&actions, STDOUT_FILENO, out_path.c_str(),
+                                   O_WRONLY | O_CREAT | O_TRUNC, 0600);
+  posix_spawn_file_actions_addopen(&actions, STDERR_FILENO, err_path.c_str(),
+                                   O_WRONLY | O_CREAT | O_TRUNC, 0600);
+  ProcessRun r;
+  const auto start = std::chrono::steady_clock::now();
+  pid_t pid = -1;
+  const int rc = posix_spawn(&pid, argv[0], &actions, nullptr, argv.data(), environ);
+  posix_spawn_file_actions_destroy(&actions);
+  if (rc != 0) {
+    ADD_FAILURE() << "cannot start " << argv[0];
+    return r;
+  }
+  int status = 0;
+  waitpid(pid, &status, 0);
+  r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  r.out = readAll(out_path);
+  r.err = readAll(err_path);
+  return r;
+}
+
+TEST(CliExitCodeTest, UsageErrorsExit2AndInputErrorsExit1) {
+  const TempDir dir;
+  const std::string bad_trace = (dir.path() / "bad.jsonl").string();
+  std::ofstream(bad_trace) << "{\"timestamp\": \n";
+  const std::string other = (dir.path() / "trace.txt").string();
+  std::ofstream(other) << "x\n";
+  for (const auto& [args, code] : std::vector<std::pair<std::vector<std::string>, int>>{
+           {{"replay"}, 2},                                             // no trace
+           {{"replay", other}, 2},                                      // unknown extension
+           {{"replay", bad_trace, "--arrival-speedup-ratio", "0"}, 2},  // before reading it
+           {{"replay", "--format", "synthetic", "--num-requests", "2", "--input-tokens-mean", "4",
+             "--output-tokens-mean", "2", "--request-rate", "0"},
+            2},
+           {{"replay", "--format", "mooncake"}, 2},  // format without a file
+           {{"serve", "--no-such-flag"}, 2},
+           {{"config", "--num-gpu-blocks", "0"}, 2},
+           {{"submit"}, 2},             // no prompt
+           {{"replay", bad_trace}, 1},  // malformed input: not a usage error
+           {{"replay", (dir.path() / "missing.jsonl").string()}, 1},
+           {{"replay", "--help"}, 0},
+       }) {
+    const ProcessRun r = runBinary(args);
+    EXPECT_EQ(r.code, code) << (args.size() > 1 ? args[1] : args[0]) << ": " << r.err;
+    if (code == 2) {
+      EXPECT_FALSE(r.err.empty());
+    }
+  }
+}
+
+// --- mocker submit against nothing, a silent peer and a real service
+// ------------------------------
+
+/// A loopback TCP port that nothing listens on: bound, read back, closed.
+int unusedPort() {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = 0;
+  EXPECT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
+  socklen_t len = sizeof addr;
+  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  close(fd);
+  return ntohs(addr.sin_port);
+}
+
+TEST(CliSubmitTest, NothingListeningIsReportedWithinAboutASecond) {
+  const std::string endpoint = "tcp://127.0.0.1:" + std::to_string(unusedPort());
+  const ProcessRun r = runBinary({"submit", "--prompt-len", "4", "--submit-endpoint", endpoint,
+                                  "--cancel-endpoint", endpoint, "--timeout-s", "30"});
+  EXPECT_EQ(r.code, 1);
+  EXPECT_LT(r.seconds, 5.0);  // generous: the wait is one second, --timeout-s is 30
+  EXPECT_NE(r.err.find("nothing answers at " + endpoint), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("mocker serve --submit-endpoint " + endpoint), std::string::npos) << r.err;
+}
+
+TEST(CliSubmitTest, APeerThatNeverAnswersIsNamedBeforeTheTimeout) {
+  zmq::context_t context;
+  zmq::socket_t silent(context, zmq::socket_type::router);
+  silent.bind("tcp://127.0.0.1:*");
+  const std::string endpoint = silent.get(zmq::sockopt::last_endpoint);
+  const ProcessRun r = runBinary({"submit", "--prompt-len", "4", "--submit-endpoint", endpoint,
+                                  "--cancel-endpoint", endpoint, "--timeout-s", "2"});
+  EXPECT_EQ(r.code, 1);
+  EXPECT_NE(r.err.find("connected to " + endpoint + " but no answer yet"), std::string::npos)
+      << r.err;
+  EXPECT_NE(r.err.find("timed out"), std::string::npos) << r.err;
+}
+
+TEST(CliSubmitTest, ShowsTtftAndPrefixCacheHits) {
+  service::testing::ServeProcess serve({"--no-kv-events", "--no-fpm", "--no-kv-replay"});
+  ASSERT_TRUE(serve.awaitReady());
+  const std::vector<std::string> base{"submit",
+                                      "--prompt-len",
+                                      "200",
+                                      "--max-tokens",
+                                      "3",
+                                      "--submit-endpoint",
+                                      serve.endpoints["submit"],
+                                      "--cancel-endpoint",
+                                      serve.endpoints["cancel"]};
+  const ProcessRun first = runBinary(base);
+  ASSERT_EQ(first.code, 0) << first.err;
+  EXPECT_NE(first.out.find("finish length"), std::string::npos) << first.out;
+  EXPECT_NE(first.err.find("3 tokens in "), std::string::npos) << first.err;
+  EXPECT_NE(first.err.find("; TTFT "), std::string::npos) << first.err;
+  EXPECT_NE(first.err.find("prefix-cache hits 0 of 200 prompt tokens"), std::string::npos)
+      << first.err;
+  // The same prompt again: its full blocks (3 of 64 tokens) come from the prefix cache.
+  const ProcessRun second = runBinary(base);
+  ASSERT_EQ(second.code, 0) << second.err;
+  EXPECT_NE(second.err.find("prefix-cache hits 192 of 200 prompt tokens"), std::string::npos)
+      << second.err;
+  EXPECT_EQ(serve.stop(), 0);
+}
+
+// --- mocker serve: address already in use
+// ---------------------------------------------------------
+
+TEST(CliServeTest, AddressInUseNamesTheFlagToChange) {
+  zmq::context_t context;
+  zmq::socket_t holder(context, zmq::socket_type::pub);
+  holder.bind("tcp://127.0.0.1:*");
+  const std::string taken = holder.get(zmq::sockopt::last_endpoint);
+  std::vector<std::string> args{"serve"};
+  for (const char* flag :
+       {"--submit-endpoint", "--cancel-endpoint", "--kv-events-endpoint", "--kv-replay-endpoint"}) {
+    args.emplace_back(flag);
+    args.emplace_back("tcp://127.0.0.1:*");
+  }
+  args.insert(args.end(), {"--fpm-endpoint", taken});
+  const ProcessRun r = runBinary(args);
+  EXPECT_EQ(r.code, 1);
+  EXPECT_NE(r.err.find("Address already in use"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("give --fpm-endpoint another address"), std::string::npos) << r.err;
 }
 
 }  // namespace

@@ -533,11 +533,12 @@ TEST(IndexCli, DefaultQueryBlockSizeIsTheServiceDefault) {
   std::ostringstream out, err;
   EXPECT_EQ(tools::runCli({"mocker", "index", "--help"}, out, err), 0);
   const std::string expected =
-      "=" + std::to_string(engine::effectiveBlockSize(service::ServiceConfig{}.engine)) + "\n";
+      "(default: " + std::to_string(engine::effectiveBlockSize(service::ServiceConfig{}.engine)) +
+      ")\n";
   const std::string help = out.str();
   const auto line = help.find("--block-size");
   ASSERT_NE(line, std::string::npos) << help;
-  EXPECT_EQ(help.substr(help.find('=', line), expected.size()), expected) << help;
+  EXPECT_EQ(help.substr(help.find("(default: ", line), expected.size()), expected) << help;
 }
 
 TEST(IndexCli, UsageErrors) {

@@ -264,13 +264,13 @@ TEST(ReplayCliTest, FormatErrorsNameTheProblem) {
   TempDir dir;
   const std::string odd = dir.write("trace.txt", "x\n");
   CliRun r = run({"replay", odd});
-  EXPECT_EQ(r.code, 1);
+  EXPECT_EQ(r.code, 2);  // usage: the command line does not say what the file is
   EXPECT_NE(r.err.find("--format"), std::string::npos) << r.err;
   r = run({"replay", dir.file("missing.jsonl")});
-  EXPECT_EQ(r.code, 1);
+  EXPECT_EQ(r.code, 1);  // input: the file named is not there
   EXPECT_NE(r.err.find("missing.jsonl"), std::string::npos) << r.err;
   r = run({"replay", "--format", "synthetic", "--input-tokens-mean", "10"});
-  EXPECT_EQ(r.code, 1);
+  EXPECT_EQ(r.code, 2);
   EXPECT_NE(r.err.find("--num-requests"), std::string::npos) << r.err;
   r = run({"replay", sourceDir() + "/tests/data/tiny_trace.jsonl", "--num-gpu-blocks", "0"});
   EXPECT_EQ(r.code, 2);

@@ -1,0 +1,71 @@
+// "Did you mean …?" for names typed by people: the candidate nearest to a misspelt name by edit
+// distance (Levenshtein, with an adjacent transposition counting as one edit), if it is near
+// enough to be a plausible typo. Used for unknown command-line flags (tools/cli_options.h) and
+// unknown configuration keys (service/config_toml.cpp, service/config_keys.cpp).
+//
+//   closestName("--num-gpu-block", {"--num-gpu-blocks", "--block-size"}) == "--num-gpu-blocks"
+//
+// Pure functions; thread-safe.
+#pragma once
+
+#include <algorithm>
+#include <cstddef>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace mocker {
+
+/// Optimal string alignment distance between `a` and `b`: insertions, deletions, substitutions
+/// and swaps of two adjacent characters each cost one.
+inline std::size_t editDistance(std::string_view a, std::string_view b) {
+  const std::size_t n = a.size();
+  const std::size_t m = b.size();
+  // Three rows: i - 2, i - 1 and i.
+  std::vector<std::size_t> prev2(m + 1), prev(m + 1), cur(m + 1);
+  for (std::size_t j = 0; j <= m; ++j) prev[j] = j;
+  for (std::size_t i = 1; i <= n; ++i) {
+    cur[0] = i;
+    for (std::size_t j = 1; j <= m; ++j) {
+      const std::size_t cost = a[i - 1] == b[j - 1] ? 0 : 1;
+      cur[j] = std::min({prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + cost});
+      if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1]) {
+        cur[j] = std::min(cur[j], prev2[j - 2] + 1);
+      }
+    }
+    std::swap(prev2, prev);
+    std::swap(prev, cur);
+  }
+  return prev[m];
+}
+
+/// The candidate nearest to `name`, if at most max(2, |name| / 3) edits away (ties: the first
+/// in `candidates`). A candidate that starts with `name` (a truncated name: "--num-gpu") also
+/// counts when `name` has at least 4 characters.
+inline std::optional<std::string> closestName(std::string_view name,
+                                              const std::vector<std::string>& candidates) {
+  const std::size_t limit = std::max<std::size_t>(2, name.size() / 3);
+  std::optional<std::string> best;
+  std::size_t best_distance = limit + 1;
+  for (const std::string& c : candidates) {
+    if (c == name) continue;
+    std::size_t d = editDistance(name, c);
+    if (name.size() >= 4 && c.size() > name.size() && c.compare(0, name.size(), name) == 0) {
+      d = std::min(d, limit);  // a prefix: as plausible as the furthest typo we accept
+    }
+    if (d < best_distance) {
+      best_distance = d;
+      best = c;
+    }
+  }
+  return best;
+}
+
+/// " (did you mean 'X'?)" for the closest candidate, or "" when none is close.
+inline std::string didYouMean(std::string_view name, const std::vector<std::string>& candidates) {
+  const auto best = closestName(name, candidates);
+  return best ? " (did you mean '" + *best + "'?)" : std::string();
+}
+
+}  // namespace mocker
