@@ -72,6 +72,16 @@ Result<std::string> readKeyFile(const std::string& path, std::string_view what) 
   return key;
 }
 
+Result<CurveClientKeys> loadCurveClientKeys(const std::string& server_key_file,
+                                            const std::string& secret_key_file) {
+  MOCKER_TRY(std::string server, readKeyFile(server_key_file, "--curve-server-key-file"));
+  MOCKER_TRY(std::string secret, readKeyFile(secret_key_file, "--curve-secret-key-file"));
+  std::string pub = curvePublicKey(secret);
+  return CurveClientKeys{.server_public_key = std::move(server),
+                         .public_key = std::move(pub),
+                         .secret_key = std::move(secret)};
+}
+
 std::string curvePublicKey(const std::string& secret) {
   std::array<char, kZ85KeyChars + 1> pub{};
   const int rc = zmq_curve_public(pub.data(), secret.c_str());

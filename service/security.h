@@ -60,6 +60,12 @@ Status checkCurveClientKeys(const CurveClientKeys& keys);
 /// Makes `socket` a CURVE client (before connect). No-op when !keys.enabled().
 void makeCurveClient(zmq::socket_t& socket, const CurveClientKeys& keys);
 
+/// Reads the server's public key file and this client's secret key file (`mocker keygen`'s
+/// NAME.pub and NAME.key) and derives the client's public key. Errors name the file and the
+/// flag that gave it (--curve-server-key-file, --curve-secret-key-file).
+Result<CurveClientKeys> loadCurveClientKeys(const std::string& server_key_file,
+                                            const std::string& secret_key_file);
+
 /// Writes a new key pair: `prefix`.key (secret, mode 0600) and `prefix`.pub (public, 0644).
 /// Refuses to overwrite an existing file unless `force`. Returns the public key.
 Result<std::string> writeKeyPair(const std::string& prefix, bool force);

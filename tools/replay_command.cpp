@@ -295,6 +295,20 @@ ReplayCommand::ReplayCommand(CLI::App& app) {
                    "submit port + 1)")
       ->option_text("EP")
       ->group(live_group);
+  auto* curve_server =
+      cmd_->add_option("--curve-server-key-file", f.curve_server_key_file,
+                       "CURVE: the servers' public key file (NAME.pub of their key pair; every "
+                       "--connect server uses it)")
+          ->option_text("FILE")
+          ->group(live_group);
+  auto* curve_secret =
+      cmd_->add_option("--curve-secret-key-file", f.curve_secret_key_file,
+                       "CURVE: this client's secret key file (NAME.key of `mocker keygen`; its "
+                       "public key must be on every server's allow-list)")
+          ->option_text("FILE")
+          ->group(live_group);
+  curve_server->needs(curve_secret);
+  curve_secret->needs(curve_server);
   cmd_->add_option("--request-timeout-s", f.request_timeout_s,
                    "cancel a request (counted cancelled) that has not ended after this long")
       ->check(greaterThan(0))
@@ -447,10 +461,14 @@ int ReplayCommand::run(std::ostream& out, std::ostream& err) {
   std::optional<service::ServiceConfig> config;
   std::optional<replay::RouterKind> router;
   std::vector<replay::LiveTarget> targets;
+  std::optional<service::CurveClientKeys> curve;
   if (mode == ReplayMode::Offline) {
-    if (!f.connect_cancel.empty()) {
-      err << "mocker replay: --connect-cancel is for --mode live\n";
-      return 2;
+    for (const char* flag :
+         {"--connect-cancel", "--curve-server-key-file", "--curve-secret-key-file"}) {
+      if (cmd_->count(flag) > 0) {
+        err << "mocker replay: " << flag << " is for --mode live\n";
+        return 2;
+      }
     }
     auto resolved = resolveServeConfig(f.serve, ConfigUse::EngineOnly);
     if (!resolved) {
@@ -487,6 +505,14 @@ int ReplayCommand::run(std::ostream& out, std::ostream& err) {
       return 2;
     }
     targets = std::move(*t);
+    if (!f.curve_secret_key_file.empty()) {
+      auto keys = service::loadCurveClientKeys(f.curve_server_key_file, f.curve_secret_key_file);
+      if (!keys) {
+        err << "mocker replay: " << keys.error().message << "\n";
+        return 1;
+      }
+      curve = std::move(*keys);
+    }
   }
 
   const Result<std::string> trace_format = workloadFormat(f);
@@ -566,6 +592,7 @@ int ReplayCommand::run(std::ostream& out, std::ostream& err) {
         .request_timeout_ms = f.request_timeout_s * 1000.0,
         .connect_timeout_ms = f.connect_timeout_s * 1000.0,
         .stats_interval_ms = f.stats_interval_ms,
+        .curve = curve,
     };
     if (closed_loop) options.concurrency = f.concurrency;
     if (tty) {

@@ -159,19 +159,15 @@ int runSubmitCommand(const SubmitCommand& command, std::ostream& out, std::ostre
   service::ClientOptions options{.submit_endpoint = command.submit_endpoint,
                                  .cancel_endpoint = command.cancel_endpoint};
   if (!command.curve_secret_key_file.empty()) {
-    auto server_key =
-        service::readKeyFile(command.curve_server_key_file, "--curve-server-key-file");
-    auto secret_key =
-        service::readKeyFile(command.curve_secret_key_file, "--curve-secret-key-file");
-    for (const auto* key : {&server_key, &secret_key}) {
-      if (!*key) {
-        err << "mocker submit: " << key->error().message << "\n";
-        return kExitFailed;
-      }
+    auto keys =
+        service::loadCurveClientKeys(command.curve_server_key_file, command.curve_secret_key_file);
+    if (!keys) {
+      err << "mocker submit: " << keys.error().message << "\n";
+      return kExitFailed;
     }
-    options.curve_server_key = *server_key;
-    options.curve_secret_key = *secret_key;
-    options.curve_public_key = service::curvePublicKey(*secret_key);
+    options.curve_server_key = keys->server_public_key;
+    options.curve_secret_key = keys->secret_key;
+    options.curve_public_key = keys->public_key;
   }
   const Result<bool> listening = somethingAccepts(command.submit_endpoint, kAnswerWait);
   if (!listening) {

@@ -10,6 +10,7 @@
 #include <zmq.hpp>
 
 #include <algorithm>
+#include <array>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -164,6 +165,43 @@ TEST(LiveReplayTest, TinyTraceCompletesWithTheTraceTimeline) {
   }
   // Stats polling produced engine samples of rank 0.
   EXPECT_FALSE(run.collector.engineSamples().empty());
+}
+
+// CURVE: with the servers' public key and an allow-listed key pair the run completes; with a key
+// pair the server does not list, the handshake gets no answer and the run fails.
+TEST(LiveReplayTest, CurveServerIsReachedWithAnAllowListedKeyPairOnly) {
+  const auto keyPair = [] {
+    std::array<char, 41> pub{};
+    std::array<char, 41> sec{};
+    EXPECT_EQ(zmq_curve_keypair(pub.data(), sec.data()), 0);
+    return std::pair<std::string, std::string>{pub.data(), sec.data()};
+  };
+  const auto [server_pub, server_sec] = keyPair();
+  const auto [client_pub, client_sec] = keyPair();
+  const auto [other_pub, other_sec] = keyPair();
+  service::ServiceConfig c = serverConfig();
+  c.security.curve = true;
+  c.security.server_secret_key = server_sec;
+  c.security.client_public_keys = {client_pub};
+  LiveService server(c);
+  const Workload w = tinyTrace(10.0);
+  const LiveRun run = runLive(w, {.targets = {targetOf(server)},
+                                  .curve = service::CurveClientKeys{.server_public_key = server_pub,
+                                                                    .public_key = client_pub,
+                                                                    .secret_key = client_sec}});
+  EXPECT_EQ(run.collector.buildReport({}).completed_requests, 8u);
+
+  ReplayCollector refused;
+  const auto stats =
+      runLiveReplay(w,
+                    {.targets = {targetOf(server)},
+                     .connect_timeout_ms = 500.0,
+                     .curve = service::CurveClientKeys{.server_public_key = server_pub,
+                                                       .public_key = other_pub,
+                                                       .secret_key = other_sec}},
+                    refused);
+  EXPECT_FALSE(stats.has_value());
+  EXPECT_TRUE(refused.requests().empty());
 }
 
 // The driver records its dispatch lag, and the servers' pass timing at the handshake and after

@@ -434,11 +434,17 @@ Result<std::vector<std::unique_ptr<service::Client>>> connectAll(const LiveRepla
                                                                  LiveReplayStats& stats) {
   std::vector<std::unique_ptr<service::Client>> clients;
   for (const LiveTarget& target : options.targets) {
-    auto client = service::Client::connect({.submit_endpoint = target.submit_endpoint,
-                                            .cancel_endpoint = target.cancel_endpoint,
-                                            .rcvhwm = 0,  // never make the server drop streams
-                                            .sndhwm = 0,  // an open loop never blocks on a send
-                                            .nonblocking_send = true});
+    service::ClientOptions client_options{.submit_endpoint = target.submit_endpoint,
+                                          .cancel_endpoint = target.cancel_endpoint,
+                                          .rcvhwm = 0,  // never make the server drop streams
+                                          .sndhwm = 0,  // an open loop never blocks on a send
+                                          .nonblocking_send = true};
+    if (options.curve) {
+      client_options.curve_server_key = options.curve->server_public_key;
+      client_options.curve_public_key = options.curve->public_key;
+      client_options.curve_secret_key = options.curve->secret_key;
+    }
+    auto client = service::Client::connect(client_options);
     if (!client) {
       return Error{client.error().code, "cannot connect to " + target.submit_endpoint + " / " +
                                             target.cancel_endpoint + ": " + client.error().message};

@@ -38,6 +38,7 @@
 
 #include "base/result.h"
 #include "protocol/client.h"
+#include "service/security.h"
 #include "tools/replay/collector.h"
 #include "tools/replay/workload.h"
 
@@ -80,6 +81,8 @@ struct LiveReplayOptions {
   double stats_interval_ms = 1000.0;
   /// Called on the replay thread about ten times a second; may be empty.
   std::function<void(const LiveProgress&)> progress{};
+  /// CURVE to every server (submit and cancel sockets); none = plain TCP.
+  std::optional<service::CurveClientKeys> curve{};
 };
 
 /// What one run did besides what the collector recorded.
