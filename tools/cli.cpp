@@ -66,7 +66,7 @@ int runCli(const std::vector<std::string>& args, std::ostream& out, std::ostream
     return 0;
   }
   if (serve.cmd->parsed()) return runServeCommand(serve, out, err);
-  if (replay.parsed()) return replay.run(out, err);
+  if (replay.parsed()) return replay.run(out, err, args);
   if (submit.cmd->parsed()) return runSubmitCommand(submit, out, err);
   if (index.parsed()) return index.run(out, err);
   if (keygen.cmd->parsed()) return runKeygenCommand(keygen, out, err);

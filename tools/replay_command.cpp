@@ -4,8 +4,10 @@
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -19,8 +21,12 @@
 #include "tools/replay/offline_replay.h"
 #include "tools/replay/report_html.h"
 #include "tools/replay/report_output.h"
+#include "tools/replay/run_identity.h"
 #include "tools/replay/synthetic.h"
 
+#include "engine/config.h"
+#include "service/config.h"
+#include "tools/build_info.h"
 #include "tools/cli_options.h"
 
 namespace mocker::tools {
@@ -123,6 +129,80 @@ Status writeFile(const std::string& path, const std::string& text) {
   file.close();
   if (!file) return Error{ErrorCode::IoError, "cannot write '" + path + "'"};
   return {};
+}
+
+/// The sidecar that carries the run identity next to the per-request JSONL.
+std::string identitySidecarPath(const std::string& jsonl_path) { return jsonl_path + ".run.json"; }
+
+/// Can `path` be created or overwritten? Checked before the run, so that a typo in an output
+/// path costs nothing: the directory must exist and be writable, and an existing `path` must be
+/// a writable regular file (not a directory).
+Status checkWritable(const std::string& option, const std::string& path) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  const fs::path p(path);
+  if (fs::is_directory(p, ec)) return invalidArgument(option + ": '" + path + "' is a directory");
+  const fs::path dir = p.has_parent_path() ? p.parent_path() : fs::path(".");
+  if (!fs::is_directory(dir, ec)) {
+    return invalidArgument(option + ": cannot write '" + path + "': directory '" + dir.string() +
+                           "' does not exist");
+  }
+  if (fs::exists(p, ec)) {
+    if (::access(path.c_str(), W_OK) != 0) {
+      return invalidArgument(option + ": cannot write '" + path + "': " + std::strerror(errno));
+    }
+  } else if (::access(dir.c_str(), W_OK | X_OK) != 0) {
+    return invalidArgument(option + ": cannot create '" + path + "' in '" + dir.string() +
+                           "': " + std::strerror(errno));
+  }
+  return {};
+}
+
+/// Every output path of the run, checked before any work: writable, and no two the same file.
+Status checkOutputPaths(const ReplayFlags& f) {
+  namespace fs = std::filesystem;
+  std::vector<std::pair<std::string, std::string>> outputs;  // option, path
+  if (!f.report_json.empty()) outputs.emplace_back("--report-json", f.report_json);
+  if (!f.requests_jsonl.empty()) {
+    outputs.emplace_back("--requests-jsonl", f.requests_jsonl);
+    outputs.emplace_back("--requests-jsonl (its run identity sidecar)",
+                         identitySidecarPath(f.requests_jsonl));
+  }
+  if (!f.report_html.empty()) outputs.emplace_back("--report-html", f.report_html);
+  for (std::size_t i = 0; i < outputs.size(); ++i) {
+    MOCKER_TRY_VOID(checkWritable(outputs[i].first, outputs[i].second));
+    for (std::size_t k = 0; k < i; ++k) {
+      if (fs::weakly_canonical(outputs[k].second) == fs::weakly_canonical(outputs[i].second)) {
+        return invalidArgument(outputs[k].first + " and " + outputs[i].first +
+                               " name the same file '" + outputs[i].second + "'");
+      }
+    }
+  }
+  return {};
+}
+
+/// The effective [engine] settings as `mocker config --dump` prints them.
+std::vector<replay::ConfigSetting> engineSettings(const service::ServiceConfig& config) {
+  service::ServiceConfig effective = config;
+  effective.engine.block_size = engine::effectiveBlockSize(effective.engine);
+  std::vector<replay::ConfigSetting> out;
+  constexpr std::string_view kPrefix = "engine.";
+  for (const std::string& key : service::configKeys()) {
+    if (!key.starts_with(kPrefix)) continue;
+    const std::optional<std::string> text = service::configValueText(effective, key);
+    const std::string type = service::configKeyType(key).value_or("TEXT");
+    if (!text) continue;
+    replay::ConfigSetting setting{.key = key.substr(kPrefix.size()), .text = *text};
+    if (*text == "none" && type.ends_with("|none")) {
+      setting.kind = replay::ConfigSetting::Kind::Null;
+    } else if (type.starts_with("UINT") || type.starts_with("INT") || type.starts_with("FLOAT")) {
+      setting.kind = replay::ConfigSetting::Kind::Number;
+    } else if (type == "BOOL") {
+      setting.kind = replay::ConfigSetting::Kind::Bool;
+    }
+    out.push_back(std::move(setting));
+  }
+  return out;
 }
 
 /// A one-line progress bar on a terminal's stderr, drawn only once the run has lasted a second,
@@ -331,10 +411,13 @@ ReplayCommand::ReplayCommand(CLI::App& app) {
       ->group(run_group);
 
   const char* out_group = "Report";
-  cmd_->add_option("--report-json", f.report_json, "write the JSON report")
+  cmd_->add_option("--report-json", f.report_json,
+                   "write the JSON report (with the run identity: version, git revision, trace "
+                   "SHA-256, engine config, date, command line)")
       ->option_text("FILE")
       ->group(out_group);
-  cmd_->add_option("--requests-jsonl", f.requests_jsonl, "write per-request timelines (JSONL)")
+  cmd_->add_option("--requests-jsonl", f.requests_jsonl,
+                   "write per-request timelines (JSONL), and the run identity to FILE.run.json")
       ->option_text("FILE")
       ->group(out_group);
   cmd_->add_option("--report-html", f.report_html, "write a self-contained HTML report")
@@ -442,7 +525,9 @@ Status ReplayCommand::applyAliases() {
   return {};
 }
 
-int ReplayCommand::run(std::ostream& out, std::ostream& err) {
+int ReplayCommand::run(std::ostream& out, std::ostream& err,
+                       const std::vector<std::string>& command_line) {
+  const std::string date_utc = replay::currentUtcIso8601();
   if (const Status s = applyAliases(); !s) {
     err << "mocker replay: " << s.error().message << "\n";
     return 2;
@@ -520,10 +605,36 @@ int ReplayCommand::run(std::ostream& out, std::ostream& err) {
     err << "mocker replay: " << trace_format.error().message << "\n";
     return 2;
   }
+  if (const Status s = checkOutputPaths(f); !s) {
+    err << "mocker replay: " << s.error().message << "\n";
+    return 1;
+  }
   Result<replay::Workload> workload = loadWorkload(f, *trace_format, closed_loop);
   if (!workload) {
     err << "mocker replay: " << workload.error().message << "\n";
     return 1;
+  }
+  replay::RunIdentity identity{
+      .mocker_version = buildVersion(),
+      .git_revision = buildGitRevision(),
+      .mode = mode == ReplayMode::Live ? "live" : "offline",
+      .format = *trace_format,
+      .num_workers =
+          mode == ReplayMode::Live ? static_cast<std::uint32_t>(targets.size()) : f.num_workers,
+      .router = f.router,
+      .servers = mode == ReplayMode::Live ? f.connect : std::vector<std::string>{},
+      .engine_config = config ? engineSettings(*config) : std::vector<replay::ConfigSetting>{},
+      .date_utc = date_utc,
+      .command_line = replay::shellQuotedCommandLine(command_line),
+  };
+  if (*trace_format != "synthetic") {
+    identity.trace_path = f.trace;
+    Result<std::string> sha = replay::fileSha256(f.trace);
+    if (!sha) {
+      err << "mocker replay: " << sha.error().message << "\n";
+      return 1;
+    }
+    identity.trace_sha256 = std::move(*sha);
   }
   for (const replay::LineError& e : workload->skipped_lines) {
     err << "mocker replay: skipped line " << e.line << ": " << e.message << "\n";
@@ -639,7 +750,8 @@ int ReplayCommand::run(std::ostream& out, std::ostream& err) {
     }
   }
 
-  const replay::Report report = collector.buildReport({.slo = slo, .wall_time_ms = wall_ms});
+  replay::Report report = collector.buildReport({.slo = slo, .wall_time_ms = wall_ms});
+  report.identity = std::move(identity);
   out << replay::formatReportTable(report) << footer;
 
   // Each output is formatted only when it is asked for: the per-request JSONL of a large trace
@@ -652,8 +764,25 @@ int ReplayCommand::run(std::ostream& out, std::ostream& err) {
   };
   bool ok = write(f.report_json, [&] { return replay::formatReportJson(report); });
   ok = write(f.requests_jsonl, [&] { return replay::formatRequestsJsonl(collector); }) && ok;
+  if (!f.requests_jsonl.empty()) {
+    ok = write(identitySidecarPath(f.requests_jsonl),
+               [&] { return replay::formatRunIdentityJson(*report.identity); }) &&
+         ok;
+  }
   ok =
       write(f.report_html, [&] { return replay::renderHtmlReport(report, collector, html); }) && ok;
+  if (report.num_requests > 0 && report.rejected_requests == report.num_requests) {
+    // Nothing was served: a report of zeros must not pass for a result.
+    const replay::StopReasonCounts& by = report.rejected_by;
+    const std::uint64_t other =
+        report.rejected_requests - by.max_model_len - by.kv_capacity - by.max_num_batched_tokens;
+    err << "mocker replay: every request was rejected (" << report.rejected_requests
+        << "): max_model_len " << by.max_model_len << ", kv capacity " << by.kv_capacity
+        << ", max_num_batched_tokens " << by.max_num_batched_tokens;
+    if (other > 0) err << ", other " << other;
+    err << " (per request: terminal_reason in --requests-jsonl)\n";
+    return 1;
+  }
   return ok ? 0 : 1;
 }
 

@@ -94,10 +94,12 @@ class ReplayCommand final {
   bool parsed() const;
 
   /// Runs the parsed command. Returns the exit code: 0 ok, 1 bad input or runtime error
-  /// (unreadable/malformed trace, unwritable output), 2 configuration/usage error. The report
-  /// table goes to `out`; errors, warnings and the progress bar (only when `err` is std::cerr on
-  /// a terminal and the run lasts more than a second) go to `err`.
-  int run(std::ostream& out, std::ostream& err);
+  /// (unreadable/malformed trace, an output path that cannot be written — checked before the
+  /// run —, or a run in which every request was rejected), 2 configuration/usage error. The
+  /// report table goes to `out`; errors, warnings and the progress bar (only when `err` is
+  /// std::cerr on a terminal and the run lasts more than a second) go to `err`. `command_line`
+  /// (argv, program name first) is recorded in the reports' run identity.
+  int run(std::ostream& out, std::ostream& err, const std::vector<std::string>& command_line = {});
 
  private:
   /// Folds vLLM's spellings (--num-prompts, --burstiness, --goodput) into the native flags.

@@ -520,6 +520,13 @@ TEST(LiveReplayCliTest, ReplaysTheTinyTraceAgainstAServer) {
   EXPECT_EQ(report["completed_requests"], 8);
   EXPECT_EQ(report["total_output_tokens"], 20);
   EXPECT_TRUE(report["wall_time_ms"].is_number());
+  // Live identity: the servers, no engine configuration (each server has its own).
+  EXPECT_EQ(report["identity"]["mode"], "live");
+  EXPECT_EQ(report["identity"]["servers"], nlohmann::json::array({server.endpoints().submit}));
+  EXPECT_EQ(report["identity"]["num_workers"], 1);
+  EXPECT_TRUE(report["identity"]["engine_config"].is_null());
+  EXPECT_EQ(report["identity"]["trace_sha256"].get<std::string>().size(), 64U);
+  EXPECT_NE(out.str().find("each server's own"), std::string::npos) << out.str();
   std::ifstream lines(jsonl);
   std::string line;
   int n = 0;

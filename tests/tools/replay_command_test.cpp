@@ -74,11 +74,23 @@ class TempDir {
   fs::path path_;
 };
 
-/// The JSON report with the wall-time dependent fields nulled.
+/// The JSON report with the fields that differ between two runs of the same command nulled:
+/// the wall-time dependent ones and the "run" object (date, command line).
 ordered_json withoutWallTime(const std::string& text) {
   ordered_json j = ordered_json::parse(text);
   j["wall_time_ms"] = nullptr;
   j["processed_tokens_per_s"] = nullptr;
+  j["run"] = nullptr;
+  return j;
+}
+
+/// Also the identity fields that depend on the build and the checkout's location, for the
+/// golden file (the engine configuration and the trace's SHA-256 stay pinned).
+ordered_json withoutMachineFields(const std::string& text) {
+  ordered_json j = withoutWallTime(text);
+  for (const char* k : {"mocker_version", "git_revision", "trace_path"}) {
+    j["identity"][k] = nullptr;
+  }
   return j;
 }
 
@@ -95,7 +107,7 @@ TEST(ReplayGoldenTest, TinyTraceReportMatchesGoldenFieldByField) {
   const CliRun r = run({"replay", trace, "--report-json", dir.file("report.json"),
                         "--requests-jsonl", dir.file("requests.jsonl")});
   ASSERT_EQ(r.code, 0) << r.err;
-  const ordered_json actual = withoutWallTime(readAll(dir.file("report.json")));
+  const ordered_json actual = withoutMachineFields(readAll(dir.file("report.json")));
   const std::string requests = readAll(dir.file("requests.jsonl"));
   const fs::path golden_report = sourceDir() + "/tests/data/tiny_trace.report.json";
   const fs::path golden_requests = sourceDir() + "/tests/data/tiny_trace.requests.jsonl";
@@ -300,6 +312,106 @@ TEST(ReplayCliTest, ClosedLoopAndSloOptionsReachTheReport) {
     ++n;
   }
   EXPECT_EQ(n, 8);
+}
+
+// Every report names the build, the workload, the configuration and the run.
+TEST(ReplayCliTest, ReportsCarryTheRunIdentity) {
+  TempDir dir;
+  const std::string trace = sourceDir() + "/tests/data/tiny_trace.jsonl";
+  const CliRun r = run({"replay", trace, "--block-size", "32", "--num-workers", "2", "--router",
+                        "random", "--report-json", dir.file("r.json"), "--requests-jsonl",
+                        dir.file("r.jsonl"), "--report-html", dir.file("r.html")});
+  ASSERT_EQ(r.code, 0) << r.err;
+  const ordered_json j = ordered_json::parse(readAll(dir.file("r.json")));
+  const ordered_json& id = j["identity"];
+  EXPECT_EQ(id["mode"], "offline");
+  EXPECT_EQ(id["format"], "mooncake");
+  EXPECT_EQ(id["trace_path"], trace);
+  // sha256sum tests/data/tiny_trace.jsonl
+  EXPECT_EQ(id["trace_sha256"], "ddd16623f186e848be175b28ea47ad57e0deea7262d5bedbf3c364d7f99bdb77");
+  EXPECT_EQ(id["num_workers"], 2);
+  EXPECT_EQ(id["router"], "random");
+  EXPECT_EQ(id["engine_config"]["block_size"], 32);
+  EXPECT_EQ(id["engine_config"]["engine_type"], "vllm");
+  EXPECT_FALSE(id["git_revision"].get<std::string>().empty());
+  EXPECT_EQ(j["run"]["command_line"],
+            "mocker replay " + trace +
+                " --block-size 32 --num-workers 2 --router random --report-json " +
+                dir.file("r.json") + " --requests-jsonl " + dir.file("r.jsonl") +
+                " --report-html " + dir.file("r.html"));
+  EXPECT_EQ(j["run"]["date_utc"].get<std::string>().size(), 20U);
+  // The JSONL's sidecar, the table and the HTML page carry the same identity.
+  const ordered_json side = ordered_json::parse(readAll(dir.file("r.jsonl.run.json")));
+  EXPECT_EQ(side["identity"], id);
+  EXPECT_EQ(side["run"], j["run"]);
+  for (const std::string& text : {r.out, readAll(dir.file("r.html"))}) {
+    EXPECT_NE(text.find(id["trace_sha256"].get<std::string>()), std::string::npos);
+    EXPECT_NE(text.find("block_size=32"), std::string::npos);
+    EXPECT_NE(text.find(j["run"]["date_utc"].get<std::string>()), std::string::npos);
+  }
+  // A synthetic workload has no trace file.
+  const CliRun s =
+      run({"replay", "--format", "synthetic", "--num-requests", "3", "--input-tokens-mean", "50",
+           "--output-tokens-mean", "2", "--report-json", dir.file("s.json")});
+  ASSERT_EQ(s.code, 0) << s.err;
+  const ordered_json sj = ordered_json::parse(readAll(dir.file("s.json")));
+  EXPECT_EQ(sj["identity"]["format"], "synthetic");
+  EXPECT_TRUE(sj["identity"]["trace_path"].is_null());
+  EXPECT_TRUE(sj["identity"]["trace_sha256"].is_null());
+}
+
+// An output that cannot be written is found before the replay, not after it.
+TEST(ReplayCliTest, UnwritableOutputPathsFailBeforeTheRun) {
+  TempDir dir;
+  const std::string trace = sourceDir() + "/tests/data/tiny_trace.jsonl";
+  // Each case also asks for a writable output (ok.*), which must not be written either.
+  const struct {
+    std::vector<std::string> args;
+    std::string message;
+  } cases[] = {
+      {{"--report-json", dir.file("ok.json"), "--report-html", dir.file("missing/r.html")},
+       "--report-html: cannot write"},
+      {{"--requests-jsonl", dir.file("ok.jsonl"), "--report-json", dir.file("")}, "is a directory"},
+      {{"--report-json", dir.file("ok.json"), "--requests-jsonl", dir.file("nodir/r.jsonl")},
+       "does not exist"},
+      {{"--requests-jsonl", dir.file("ok.jsonl"), "--report-json", dir.file("same"),
+        "--report-html", dir.file("same")},
+       "same file"},
+  };
+  for (const auto& c : cases) {
+    std::vector<std::string> args = {"replay", trace};
+    args.insert(args.end(), c.args.begin(), c.args.end());
+    const CliRun r = run(args);
+    EXPECT_EQ(r.code, 1) << c.message;
+    EXPECT_NE(r.err.find(c.message), std::string::npos) << r.err;
+    EXPECT_TRUE(r.out.empty()) << "nothing may be simulated: " << r.out;
+    EXPECT_FALSE(fs::exists(dir.file("ok.json")));
+    EXPECT_FALSE(fs::exists(dir.file("ok.jsonl")));
+  }
+}
+
+// A run that served nothing fails, naming why the requests were rejected.
+TEST(ReplayCliTest, EveryRequestRejectedExitsOneWithTheReasons) {
+  TempDir dir;
+  const CliRun r =
+      run({"replay", sourceDir() + "/tests/data/tiny_trace.jsonl", "--max-model-len", "8",
+           "--report-json", dir.file("r.json"), "--requests-jsonl", dir.file("r.jsonl")});
+  EXPECT_EQ(r.code, 1);
+  EXPECT_NE(r.err.find("every request was rejected (8): max_model_len 8, kv capacity 0"),
+            std::string::npos)
+      << r.err;
+  // The reports are still written, with the reason per request.
+  EXPECT_EQ(ordered_json::parse(readAll(dir.file("r.json")))["rejected_requests"], 8);
+  std::istringstream lines(readAll(dir.file("r.jsonl")));
+  int n = 0;
+  for (std::string line; std::getline(lines, line); ++n) {
+    const ordered_json req = ordered_json::parse(line);
+    EXPECT_EQ(req["terminal_status"], "rejected");
+    EXPECT_EQ(req["terminal_reason"], "max_model_len");
+  }
+  EXPECT_EQ(n, 8);
+  // One request served is enough for success.
+  EXPECT_EQ(run({"replay", sourceDir() + "/tests/data/tiny_trace.jsonl"}).code, 0);
 }
 
 TEST(ReplayCliTest, SyntheticWorkloadRunsWithTheEngineFlags) {

@@ -88,7 +88,35 @@ std::vector<std::string> expectedKeys(bool goodput) {
       keys.push_back(k);
     }
   }
+  // vllm bench serve's names.
+  for (const char* k : {"duration", "completed", "failed", "request_throughput",
+                        "output_throughput", "total_token_throughput"}) {
+    keys.push_back(k);
+  }
+  for (const std::string s : {"mean", "median", "p75", "p90", "p95", "p99", "std"}) {
+    keys.push_back(s + "_e2el_ms");
+  }
   return keys;
+}
+
+RunIdentity sampleIdentity() {
+  return {
+      .mocker_version = "0.1.0",
+      .git_revision = "abc1234-dirty",
+      .mode = "offline",
+      .format = "mooncake",
+      .trace_path = "traces/t.jsonl",
+      .trace_sha256 = std::string(64, 'a'),
+      .num_workers = 2,
+      .router = "kv",
+      .engine_config =
+          {{.key = "engine_type", .text = "vllm"},
+           {.key = "num_gpu_blocks", .text = "none", .kind = ConfigSetting::Kind::Null},
+           {.key = "block_size", .text = "16", .kind = ConfigSetting::Kind::Number},
+           {.key = "gpu_memory_utilization", .text = "0.9", .kind = ConfigSetting::Kind::Number},
+           {.key = "enable_prefix_caching", .text = "true", .kind = ConfigSetting::Kind::Bool}},
+      .date_utc = "2026-11-30T18:21:20Z",
+      .command_line = "mocker replay traces/t.jsonl --router kv 'a b'"};
 }
 
 std::vector<std::string> keysOf(const nlohmann::ordered_json& j) {
@@ -105,6 +133,101 @@ TEST(ReportJsonTest, HasExactlyTheFlatKeysInOrder) {
       nlohmann::ordered_json::parse(formatReportJson(c.buildReport({.slo = {.e2e_ms = 20.0}})));
   EXPECT_EQ(keysOf(g), expectedKeys(true));
   EXPECT_EQ(g["goodput_completed_requests"], 1);  // E2E: A 40 (too slow), B 10
+}
+
+TEST(ReportJsonTest, VllmBenchNamesCarryTheSameQuantities) {
+  const auto j = nlohmann::json::parse(formatReportJson(smallRun().buildReport({})));
+  EXPECT_EQ(j["duration"], 0.04);  // seconds
+  EXPECT_EQ(j["completed"], 2);
+  EXPECT_EQ(j["failed"], 1);  // every request that did not complete (here: the rejected one)
+  EXPECT_EQ(j["request_throughput"], j["request_throughput_rps"]);
+  EXPECT_EQ(j["output_throughput"], j["output_throughput_tok_s"]);
+  EXPECT_EQ(j["total_token_throughput"], j["total_throughput_tok_s"]);
+  for (const char* s : {"mean", "median", "p75", "p90", "p95", "p99", "std"}) {
+    EXPECT_EQ(j[std::string(s) + "_e2el_ms"], j[std::string(s) + "_e2e_latency_ms"]) << s;
+  }
+  EXPECT_EQ(j["median_e2el_ms"], 25.0);  // A 40, B 10
+}
+
+TEST(ReportJsonTest, IdentityAndRunObjectsComeLast) {
+  Report r = smallRun().buildReport({});
+  EXPECT_FALSE(nlohmann::json::parse(formatReportJson(r)).contains("identity"));
+  r.identity = sampleIdentity();
+  const auto j = nlohmann::ordered_json::parse(formatReportJson(r));
+  std::vector<std::string> keys = expectedKeys(false);
+  keys.push_back("identity");
+  keys.push_back("run");
+  EXPECT_EQ(keysOf(j), keys);
+  const auto& id = j["identity"];
+  EXPECT_EQ(keysOf(id), (std::vector<std::string>{
+                            "mocker_version", "git_revision", "mode", "format", "trace_path",
+                            "trace_sha256", "num_workers", "router", "servers", "engine_config"}));
+  EXPECT_EQ(id["git_revision"], "abc1234-dirty");
+  EXPECT_EQ(id["trace_sha256"], std::string(64, 'a'));
+  EXPECT_EQ(id["num_workers"], 2);
+  EXPECT_EQ(id["router"], "kv");
+  // Typed values: text, null, integer, float, bool.
+  EXPECT_EQ(id["engine_config"]["engine_type"], "vllm");
+  EXPECT_TRUE(id["engine_config"]["num_gpu_blocks"].is_null());
+  EXPECT_TRUE(id["engine_config"]["block_size"].is_number_unsigned());
+  EXPECT_EQ(id["engine_config"]["block_size"], 16);
+  EXPECT_EQ(id["engine_config"]["gpu_memory_utilization"], 0.9);
+  EXPECT_EQ(id["engine_config"]["enable_prefix_caching"], true);
+  EXPECT_EQ(j["run"], (nlohmann::ordered_json{{"date_utc", "2026-11-30T18:21:20Z"},
+                                              {"command_line", sampleIdentity().command_line}}));
+  // The JSONL sidecar holds the same two objects.
+  const auto side = nlohmann::ordered_json::parse(formatRunIdentityJson(*r.identity));
+  EXPECT_EQ(side["identity"], j["identity"]);
+  EXPECT_EQ(side["run"], j["run"]);
+}
+
+TEST(RunIdentityTest, ShellQuotingAndDate) {
+  EXPECT_EQ(shellQuotedCommandLine({"mocker", "replay", "a b.jsonl", "it's", "", "--x=1"}),
+            "mocker replay 'a b.jsonl' 'it'\\''s' '' --x=1");
+  const std::string d = currentUtcIso8601();
+  ASSERT_EQ(d.size(), 20U) << d;
+  EXPECT_EQ(d[4], '-');
+  EXPECT_EQ(d[10], 'T');
+  EXPECT_EQ(d[19], 'Z');
+}
+
+TEST(ReportTableTest, ShowsTheRunIdentity) {
+  Report r = smallRun().buildReport({});
+  r.identity = sampleIdentity();
+  const std::string t = formatReportTable(r);
+  EXPECT_THAT(t, HasSubstr("0.1.0 (git abc1234-dirty)"));
+  EXPECT_THAT(t, HasSubstr("2026-11-30T18:21:20Z"));
+  EXPECT_THAT(t, HasSubstr("mocker replay traces/t.jsonl --router kv 'a b'"));
+  EXPECT_THAT(t, HasSubstr("mooncake traces/t.jsonl"));
+  EXPECT_THAT(t, HasSubstr(std::string(64, 'a')));
+  EXPECT_THAT(t, HasSubstr("offline, 2 worker(s), router kv"));
+  EXPECT_THAT(t, HasSubstr("engine_type=vllm num_gpu_blocks=none block_size=16"));
+  // The HTML page carries it through its summary.
+  EXPECT_THAT(renderHtmlReport(r, smallRun()), HasSubstr("abc1234-dirty"));
+}
+
+// A value wider than its column keeps a space before it instead of running into its neighbour.
+TEST(ReportTableTest, WideValuesStaySeparated) {
+  ReplayCollector c;
+  const RequestHandle h = c.onArrival({.session_id = "s", .input_length = 1}, 0);
+  c.onToken(h, 123456789012.0);
+  c.onToken(h, 2 * 123456789012.0);
+  c.onTerminal(h, 2 * 123456789012.0, TerminalStatus::Completed);
+  const std::string t = formatReportTable(c.buildReport({}));
+  std::istringstream lines(t);
+  std::string line;
+  bool seen = false;
+  while (std::getline(lines, line)) {
+    if (!line.starts_with("Request latency (ms)")) continue;
+    seen = true;
+    // Every value parses on its own: 8 numbers separated by whitespace.
+    std::istringstream cells(line.substr(38));
+    std::vector<std::string> values;
+    for (std::string v; cells >> v;) values.push_back(v);
+    ASSERT_EQ(values.size(), 8U) << line;
+    EXPECT_EQ(values[0], "246913578024.00") << line;
+  }
+  EXPECT_TRUE(seen) << t;
 }
 
 TEST(ReportJsonTest, ValuesAndNulls) {

@@ -21,6 +21,7 @@
 #include <utility>
 #include <vector>
 
+#include "tools/replay/run_identity.h"
 #include "tools/replay/stats.h"
 
 namespace mocker::replay {
@@ -147,6 +148,9 @@ struct Report {
   StopReasonCounts cut_short_by{};        ///< completed before the requested output, per limit
   StopReasonCounts rejected_by{};         ///< rejected, per limit
   std::optional<Goodput> goodput{};       ///< only when slo.any()
+  /// Who ran what, with which build and configuration (run_identity.h); set by the caller after
+  /// buildReport, printed by every report writer when present.
+  std::optional<RunIdentity> identity{};
 };
 
 /// What a collector keeps beyond the report's inputs.

@@ -53,14 +53,121 @@ std::size_t displayWidth(const std::string& s) {
   return n;
 }
 
+/// `s` right-aligned in a column of `width`; a value as wide as the column or wider still gets
+/// one leading space, so that it never runs into the column before it.
 std::string padLeft(const std::string& s, std::size_t width) {
   const std::size_t w = displayWidth(s);
-  return w >= width ? s : std::string(width - w, ' ') + s;
+  std::string out(w >= width ? 1 : width - w, ' ');
+  out += s;
+  return out;
 }
 
+/// `s` left-aligned in a column of `width`; a label as wide as the column or wider still gets one
+/// trailing space before the value that follows it.
 std::string padRight(const std::string& s, std::size_t width) {
   const std::size_t w = displayWidth(s);
-  return w >= width ? s : s + std::string(width - w, ' ');
+  std::string out = s;
+  out.append(w >= width ? 1 : width - w, ' ');
+  return out;
+}
+
+ordered_json settingJson(const ConfigSetting& c) {
+  switch (c.kind) {
+    case ConfigSetting::Kind::Null:
+      return nullptr;
+    case ConfigSetting::Kind::Bool:
+      return c.text == "true";
+    case ConfigSetting::Kind::Number: {
+      // The dump prints integers without a point; keep them integers in the JSON.
+      const ordered_json n = ordered_json::parse(c.text, nullptr, /*allow_exceptions=*/false);
+      return n.is_number() ? n : ordered_json(c.text);
+    }
+    case ConfigSetting::Kind::Text:
+      break;
+  }
+  return c.text;
+}
+
+ordered_json identityJson(const RunIdentity& id) {
+  ordered_json j;
+  j["mocker_version"] = id.mocker_version;
+  j["git_revision"] = id.git_revision;
+  j["mode"] = id.mode;
+  j["format"] = id.format;
+  j["trace_path"] = id.trace_path ? ordered_json(*id.trace_path) : ordered_json(nullptr);
+  j["trace_sha256"] = id.trace_sha256 ? ordered_json(*id.trace_sha256) : ordered_json(nullptr);
+  j["num_workers"] = id.num_workers;
+  j["router"] = id.router;
+  j["servers"] = id.servers;
+  if (id.engine_config.empty()) {
+    j["engine_config"] = nullptr;
+  } else {
+    ordered_json engine = ordered_json::object();
+    for (const ConfigSetting& c : id.engine_config) engine[c.key] = settingJson(c);
+    j["engine_config"] = std::move(engine);
+  }
+  return j;
+}
+
+ordered_json runJson(const RunIdentity& id) {
+  ordered_json j;
+  j["date_utc"] = id.date_utc;
+  j["command_line"] = id.command_line;
+  return j;
+}
+
+constexpr std::size_t kLabel = 38;
+constexpr std::size_t kTableWidth = 110;
+
+/// "key=value" words after a label, wrapped to kTableWidth with continuation lines indented.
+std::string wrappedWords(const std::string& label, const std::vector<std::string>& words) {
+  std::string out = padRight(label, kLabel);
+  std::size_t column = displayWidth(out);
+  bool first = true;
+  for (const std::string& w : words) {
+    const std::size_t width = displayWidth(w);
+    if (!first && column + 1 + width > kTableWidth) {
+      out += '\n';
+      out.append(kLabel, ' ');
+      column = kLabel;
+      first = true;
+    }
+    if (!first) {
+      out += ' ';
+      ++column;
+    }
+    out += w;
+    column += width;
+    first = false;
+  }
+  return out + "\n";
+}
+
+std::string identityTable(const RunIdentity& id) {
+  std::string out;
+  const auto line = [&](const std::string& label, const std::string& value) {
+    out += padRight(label, kLabel) + value + "\n";
+  };
+  line("mocker", id.mocker_version + " (git " + id.git_revision + ")");
+  line("Date (UTC)", id.date_utc);
+  line("Command", id.command_line);
+  line("Workload", id.format + (id.trace_path ? " " + *id.trace_path : std::string()));
+  if (id.trace_sha256) line("Trace SHA-256", *id.trace_sha256);
+  if (id.mode == "live") {
+    std::string servers;
+    for (const std::string& s : id.servers) servers += (servers.empty() ? "" : " ") + s;
+    line("Mode", "live, " + std::to_string(id.servers.size()) + " server(s), router " + id.router);
+    line("Servers", servers);
+    line("Engine config", "each server's own");
+  } else {
+    line("Mode",
+         id.mode + ", " + std::to_string(id.num_workers) + " worker(s), router " + id.router);
+    std::vector<std::string> words;
+    words.reserve(id.engine_config.size());
+    for (const ConfigSetting& c : id.engine_config) words.push_back(c.key + "=" + c.text);
+    out += wrappedWords("Engine config", words);
+  }
+  return out;
 }
 
 }  // namespace
@@ -68,9 +175,10 @@ std::string padRight(const std::string& s, std::size_t width) {
 std::string formatReportTable(const Report& r) {
   std::string out;
   const auto line = [&](const std::string& label, const std::string& value) {
-    out += padRight(label, 38) + value + "\n";
+    out += padRight(label, kLabel) + value + "\n";
   };
   out += "Replay report\n";
+  if (r.identity) out += identityTable(*r.identity) + "\n";
   line("Requests",
        std::to_string(r.num_requests) + " (completed " + std::to_string(r.completed_requests) +
            ", rejected " + std::to_string(r.rejected_requests) + ", cancelled " +
@@ -112,7 +220,6 @@ std::string formatReportTable(const Report& r) {
   }
   out += "\n";
 
-  constexpr std::size_t kLabel = 38;
   constexpr std::size_t kCol = 11;
   out += padRight("Metric", kLabel);
   for (const char* c : {"avg", "min", "max", "p99", "p90", "p75", "p50", "std"}) {
@@ -176,6 +283,33 @@ std::string formatReportJson(const Report& r) {
     j["goodput_request_throughput_rps"] = orNull(r.goodput->request_throughput_rps);
     j["goodput_output_throughput_tok_s"] = orNull(r.goodput->output_throughput_tok_s);
   }
+  // `vllm bench serve --save-result` names for the same quantities (docs/metrics.md). Its
+  // total_input_tokens, total_output_tokens and {mean,median,std,p99}_{ttft,tpot,itl}_ms are the
+  // keys above already.
+  j["duration"] = r.duration_ms ? ordered_json(*r.duration_ms / 1000.0) : ordered_json(nullptr);
+  j["completed"] = r.completed_requests;
+  j["failed"] = r.num_requests - r.completed_requests;
+  j["request_throughput"] = orNull(r.request_throughput_rps);
+  j["output_throughput"] = orNull(r.output_throughput_tok_s);
+  j["total_token_throughput"] = orNull(r.total_throughput_tok_s);
+  {
+    ordered_json e2el;
+    addDistribution(e2el, "e2el", "_ms", r.e2e_latency);
+    for (auto& [key, value] : e2el.items()) {
+      if (!key.starts_with("min_") && !key.starts_with("max_")) j[key] = value;
+    }
+  }
+  if (r.identity) {
+    j["identity"] = identityJson(*r.identity);
+    j["run"] = runJson(*r.identity);
+  }
+  return j.dump(2) + "\n";
+}
+
+std::string formatRunIdentityJson(const RunIdentity& identity) {
+  ordered_json j;
+  j["identity"] = identityJson(identity);
+  j["run"] = runJson(identity);
   return j.dump(2) + "\n";
 }
 

@@ -12,9 +12,9 @@
 
 namespace mocker::replay {
 
-/// Human-readable table: header lines (requests, tokens, durations, throughputs, reuse,
-/// preemptions, goodput) and one row per latency metric with columns
-/// avg, min, max, p99, p90, p75, p50, std ("–" when a metric has no samples).
+/// Human-readable table: the run identity (when report.identity is set), header lines (requests,
+/// tokens, durations, throughputs, reuse, preemptions, goodput) and one row per latency metric with
+/// columns avg, min, max, p99, p90, p75, p50, std ("–" when a metric has no samples).
 std::string formatReportTable(const Report& report);
 
 /// The JSON report, pretty-printed with 2-space indent and a trailing newline. Keys, in order:
@@ -26,9 +26,17 @@ std::string formatReportTable(const Report& report);
 /// {mean,min,max,median,p75,p90,p95,p99,std}_<m>_ms; the same nine for
 /// output_token_throughput_per_user without "_ms"; then failed_requests, incomplete_requests,
 /// total_preemptions, peak_kv_usage; then (only when SLOs were given)
-/// goodput_completed_requests, goodput_request_throughput_rps, goodput_output_throughput_tok_s.
+/// goodput_completed_requests, goodput_request_throughput_rps, goodput_output_throughput_tok_s;
+/// then `vllm bench serve`'s names: duration (s), completed, failed, request_throughput,
+/// output_throughput, total_token_throughput, {mean,median,p75,p90,p95,p99,std}_e2el_ms; then,
+/// when report.identity is set, the objects "identity" and "run" (run_identity.h). Only
+/// wall_time_ms, processed_tokens_per_s and "run" differ between runs of the same command.
 /// Undefined values (empty distributions, zero durations) are null.
 std::string formatReportJson(const Report& report);
+
+/// The sidecar of the per-request JSONL (`FILE.run.json`): {"identity": …, "run": …} exactly as
+/// in the JSON report.
+std::string formatRunIdentityJson(const RunIdentity& identity);
 
 /// One JSON object per request, in arrival order, with keys session_id, turn_index,
 /// request_id, arrival_time_ms, first_admit_ms, first_token_ms, last_token_ms,
