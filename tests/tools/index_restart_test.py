@@ -114,6 +114,29 @@ class Index:
         self.stderr.close()
 
 
+def replayed_batches(endpoint, start_seq=0):
+    """Everything the replay ROUTER at `endpoint` holds from start_seq: [(seq, batch), ...]
+    (r1 replies `["", seq, payload]`, end marker seq ff*8)."""
+    context = zmq.Context()
+    sock = context.socket(zmq.DEALER)
+    sock.setsockopt(zmq.LINGER, 0)
+    try:
+        sock.connect(endpoint)
+        sock.send_multipart([b"", start_seq.to_bytes(8, "big")])
+        batches = []
+        while True:
+            if not sock.poll(int(WAIT_S * 1000)):
+                raise AssertionError("no replay end marker from %s" % endpoint)
+            frames = sock.recv_multipart()
+            if frames[1] == b"\xff" * 8:
+                return batches
+            batches.append((int.from_bytes(frames[1], "big"),
+                            msgpack.unpackb(frames[2], raw=False, strict_map_key=False)))
+    finally:
+        sock.close()
+        context.term()
+
+
 def clean_verify(index):
     """Polls the verify query until the index equals the worker's kv_snapshot; returns the
     reply (fails with the last difference at the deadline)."""
@@ -141,7 +164,8 @@ class IndexRestartTest(unittest.TestCase):
             close()
         shutil.rmtree(self.workdir, ignore_errors=True)
 
-    def run_restart(self, *serve_flags):
+    def run_restart(self, clear_on_start):
+        serve_flags = ["--kv-events-clear-on-start"] if clear_on_start else []
         old = Serve(*serve_flags)
         self.closers.append(old.close)
         index = Index(old, self.workdir)
@@ -163,6 +187,12 @@ class IndexRestartTest(unittest.TestCase):
         old.kill()
         new = Serve(*serve_flags, endpoints=old.endpoint_by_flag())
         self.closers.append(new.close)
+        if clear_on_start:
+            # Batch 0 of the new process, before any work: AllBlocksCleared (vLLM layout p8:
+            # [ts, [event, ...], dp_rank], the event ["AllBlocksCleared"]).
+            seq, batch = replayed_batches(new.endpoints["kv_replay[0]"])[0]
+            self.assertEqual(seq, 0)
+            self.assertEqual(batch[1], [["AllBlocksCleared"]])
         client2 = new.client()
         self.closers.append(client2.close)
         for n in range(100, 103):
@@ -188,10 +218,10 @@ class IndexRestartTest(unittest.TestCase):
                  stats["gaps_detected"], stats["gaps_healed"], stats["resyncs"]))
 
     def test_restart_without_clear_on_start(self):
-        self.run_restart()
+        self.run_restart(clear_on_start=False)
 
     def test_restart_with_clear_on_start(self):
-        self.run_restart("--kv-events-clear-on-start")
+        self.run_restart(clear_on_start=True)
 
 
 if __name__ == "__main__":
