@@ -509,8 +509,9 @@ void IndexService::Impl::perform(std::size_t i, SeqTime now) {
       case SeqActionKind::Restarted:
         ++s_.restarts;
         spdlog::warn(
-            "index: {}: the publisher restarted (live seq {} after seq {}); dropping this rank's "
-            "blocks and starting over from seq 0",
+            "index: {}: the publisher restarted (its seq {} does not continue the stream this "
+            "index applied up to seq {}); dropping this rank's blocks and starting over from "
+            "seq 0",
             rankName(c.spec.worker_id, c.rank), a.seq, a.seq_end == 0 ? 0 : a.seq_end - 1);
         if (c.rank) index_.applyCleared(source(c));
         break;
