@@ -159,6 +159,10 @@ void checkSequencer(Input input) {
           any_applied = false;  // the snapshot replaces what was applied
           if ((in.byte() & 1u) != 0) sequencer.onResyncResult(false, now, actions);  // unsent
           break;
+        case index::SeqActionKind::Restarted:
+          // A new publisher process: its batches are numbered from 0 again.
+          any_applied = false;
+          break;
         case index::SeqActionKind::Duplicate:
         case index::SeqActionKind::GapHealed:
         case index::SeqActionKind::ReplayTimedOut:

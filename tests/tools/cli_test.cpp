@@ -346,6 +346,19 @@ TEST(CliHelpTest, ServeOptionsShowTheirTypeAndDefault) {
   EXPECT_EQ(r.out.find(" TEXT          scheduler"), std::string::npos);  // no more TEXT for all
 }
 
+// `mocker index --block-size` is the default of token queries: it must be mocker serve's own
+// default (vllm, 64 tokens per block), or an index next to a default worker hashes every query
+// into the wrong blocks. tests/tools/index_restart_test.py checks the same through a real query.
+TEST(CliHelpTest, IndexBlockSizeDefaultIsServesDefault) {
+  const auto r = run({"index", "--help"});
+  ASSERT_EQ(r.code, 0);
+  const std::string entry = helpEntry(r.out, "--block-size");
+  EXPECT_NE(entry.find("(default: 64)"), std::string::npos) << entry;
+  const auto serve = run({"config", "--dump"});  // a default worker's effective config
+  ASSERT_EQ(serve.code, 0) << serve.err;
+  EXPECT_NE(serve.out.find("\nblock_size = 64\n"), std::string::npos);
+}
+
 TEST(CliHelpTest, BooleanPairsShowTheirRealDefault) {
   const auto r = run({"serve", "--help"});
   ASSERT_EQ(r.code, 0);

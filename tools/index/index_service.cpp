@@ -145,6 +145,7 @@ std::vector<std::pair<std::string, std::uint64_t>> statsCounters(const IndexStat
       {"gaps_unhealed", s.gaps_unhealed},
       {"resyncs", s.resyncs},
       {"resync_failures", s.resync_failures},
+      {"restarts", s.restarts},
       {"replay_requests", s.replay_requests},
       {"replay_timeouts", s.replay_timeouts},
       {"requests_unsent", s.requests_unsent},
@@ -457,7 +458,7 @@ void IndexService::Impl::onBatch(std::size_t i, std::uint64_t seq,
   const SeqTime now = Clock::now();
   protocol::KvEventBatch batch;
   // A duplicate is dropped by the sequencer anyway: do not pay for decoding it.
-  if (!c.sequencer.isDuplicate(seq)) batch = decodeBatch(c, seq, payload);
+  if (!c.sequencer.isDuplicate(seq, /*live=*/!replayed)) batch = decodeBatch(c, seq, payload);
   if (replayed) {
     c.sequencer.onReplayBatch(seq, std::move(batch), now, actions_);
   } else {
@@ -504,6 +505,15 @@ void IndexService::Impl::perform(std::size_t i, SeqTime now) {
             "from the worker's kv_snapshot",
             rankName(c.spec.worker_id, c.rank), a.seq, a.seq_end - 1, lossText(a));
         sendResyncRequest(i, now);
+        break;
+      case SeqActionKind::Restarted:
+        ++s_.restarts;
+        spdlog::warn(
+            "index: {}: the publisher restarted (its seq {} does not continue the stream this "
+            "index applied up to seq {}); dropping this rank's blocks and starting over from "
+            "seq 0",
+            rankName(c.spec.worker_id, c.rank), a.seq, a.seq_end == 0 ? 0 : a.seq_end - 1);
+        if (c.rank) index_.applyCleared(source(c));
         break;
       case SeqActionKind::SkipLost:
         ++s_.gaps_unhealed;

@@ -71,6 +71,7 @@ struct IndexStats {
   std::uint64_t gaps_unhealed = 0;  ///< ring overrun or no replay endpoint
   std::uint64_t resyncs = 0;        ///< sources rebuilt from kv_snapshot
   std::uint64_t resync_failures = 0;
+  std::uint64_t restarts = 0;  ///< publisher restarts seen (live seq went back): blocks dropped
   std::uint64_t replay_requests = 0;
   std::uint64_t replay_timeouts = 0;
   std::uint64_t requests_unsent = 0;  ///< replay / kv_snapshot requests that could not be sent

@@ -56,12 +56,74 @@ void Sequencer::start(SeqTime now, bool replay_from_zero, SeqActions& out) {
 
 void Sequencer::onLiveBatch(std::uint64_t seq, protocol::KvEventBatch&& batch, SeqTime now,
                             SeqActions& out) {
+  if (isRestart(seq)) {
+    restart(seq, std::move(batch), now, out);
+    last_live_ = seq;
+    return;
+  }
+  last_live_ = seq;
   onBatch(seq, std::move(batch), now, out);
+}
+
+void Sequencer::restart(std::uint64_t seq, protocol::KvEventBatch&& batch, SeqTime now,
+                        SeqActions& out) {
+  restartStream(seq, now, out);
+  if (resyncing_) {
+    // The resync result still comes (or fails); the stream goes on from 0 after it.
+    pending_.emplace(seq, std::move(batch));
+    return;
+  }
+  if (seq == 0) {
+    applied_ts_ = batch.ts;
+    out.push_back({.kind = SeqActionKind::Apply, .seq = 0, .batch = std::move(batch)});
+    next_ = 1;
+    return;
+  }
+  pending_.emplace(seq, std::move(batch));
+  gap_open_ = true;
+  out.push_back({.kind = SeqActionKind::GapDetected, .seq = 0, .seq_end = seq});
+  if (num_outstanding_ == 0) onGap(now, out);
+}
+
+void Sequencer::restartStream(std::uint64_t seq, SeqTime now, SeqActions& out) {
+  MOCKER_CHECK(!awaiting_send_result_);
+  last_activity_ = now;
+  out.push_back({.kind = SeqActionKind::Restarted, .seq = seq, .seq_end = next_});
+  // Everything known about the old process's stream is void. An outstanding replay still ends
+  // (or times out) and is counted as usual; where it started says nothing about the new
+  // numbering, so it cannot show a ring overrun (first = 0).
+  pending_.clear();
+  gap_open_ = false;
+  replay_retries_ = 0;
+  want_replay_ = false;
+  if (num_outstanding_ > 0) replay_first_ = 0;
+  identity_seq_.reset();
+  applied_ts_.reset();
+  last_live_.reset();  // the new process's live stream numbers from 0 again
+  started_ = true;
+  any_seen_ = true;
+  max_seen_ = seq;
+  next_ = 0;
 }
 
 void Sequencer::onReplayBatch(std::uint64_t seq, protocol::KvEventBatch&& batch, SeqTime now,
                               SeqActions& out) {
   if (!replay_first_) replay_first_ = seq;
+  if (identity_seq_ && seq == *identity_seq_) {
+    // The batch this stream applied last, as the publisher's ring has it now: another
+    // timestamp means another process numbered this seq.
+    const bool same = batch.ts == identity_ts_;
+    identity_seq_.reset();
+    if (!same) {
+      restartStream(seq, now, out);
+      pending_.emplace(seq, std::move(batch));
+      if (resyncing_) return;
+      gap_open_ = true;
+      out.push_back({.kind = SeqActionKind::GapDetected, .seq = 0, .seq_end = seq});
+      if (num_outstanding_ == 0) onGap(now, out);
+      return;
+    }
+  }
   onBatch(seq, std::move(batch), now, out);
 }
 
@@ -69,7 +131,7 @@ void Sequencer::onBatch(std::uint64_t seq, protocol::KvEventBatch&& batch, SeqTi
                         SeqActions& out) {
   MOCKER_CHECK(!awaiting_send_result_);
   last_activity_ = now;
-  if (isDuplicate(seq)) {
+  if (started_ && seq < next_) {
     out.push_back({.kind = SeqActionKind::Duplicate, .seq = seq});
     return;
   }
@@ -97,6 +159,7 @@ void Sequencer::onBatch(std::uint64_t seq, protocol::KvEventBatch&& batch, SeqTi
     return;
   }
   if (seq == next_) {
+    applied_ts_ = batch.ts;
     out.push_back({.kind = SeqActionKind::Apply, .seq = seq, .batch = std::move(batch)});
     ++next_;
     drainPending(out);
@@ -114,6 +177,7 @@ void Sequencer::drainPending(SeqActions& out) {
   while (!pending_.empty() && pending_.begin()->first <= next_) {
     auto node = pending_.extract(pending_.begin());
     if (node.key() == next_) {
+      applied_ts_ = node.mapped().ts;
       out.push_back(
           {.kind = SeqActionKind::Apply, .seq = node.key(), .batch = std::move(node.mapped())});
       ++next_;
@@ -137,7 +201,15 @@ void Sequencer::onGap(SeqTime now, SeqActions& out) {
 }
 
 void Sequencer::requestReplay(SeqTime now, SeqActions& out) {
-  out.push_back({.kind = SeqActionKind::RequestReplay, .seq = next_});
+  std::uint64_t from = next_;
+  if (next_ > 0 && applied_ts_) {
+    // One batch of overlap: the replayed copy of the last applied batch checks that the
+    // publisher is still the process that sent it.
+    from = next_ - 1;
+    identity_seq_ = from;
+    identity_ts_ = *applied_ts_;
+  }
+  out.push_back({.kind = SeqActionKind::RequestReplay, .seq = from});
   awaiting_send_result_ = true;
   last_attempt_ = now;
 }
@@ -169,6 +241,16 @@ void Sequencer::endReplay(bool timed_out, SeqTime now, SeqActions& out) {
   initial_done_ = true;
   const std::optional<std::uint64_t> first = replay_first_;
   replay_first_.reset();
+  const std::optional<std::uint64_t> identity = identity_seq_;
+  identity_seq_.reset();
+  if (!timed_out && identity && !first && !resyncing_) {
+    // Asked from the last applied seq and got nothing: the publisher's ring has nothing from
+    // it on, which the process that published it always has (its ring holds its newest
+    // batches). A new process has published fewer batches: start over from 0.
+    restartStream(*identity, now, out);
+    requestReplay(now, out);
+    return;
+  }
   if (resyncing_ || pending_.empty()) return;
   // Still missing [next_, pending_.begin()): gone from the ring (the replay started after it),
   // or published after the ring was copied (ask again).
@@ -199,10 +281,12 @@ void Sequencer::unhealable(LossReason reason, std::uint64_t replay_start, SeqAct
     want_replay_ = false;
     pending_.clear();
     next_ = max_seen_ + 1;
+    applied_ts_.reset();
     return;
   }
   out.push_back(std::move(lost));
   next_ = upto;
+  applied_ts_.reset();
   drainPending(out);
 }
 

@@ -8,14 +8,18 @@
 // or logs. Each input appends what happened to an `Actions` vector, in order:
 //
 //   input                          actions (one table row of tests/tools/index_sequencer_test)
-//   live 0, live 1, live 3         apply 0, apply 1, gap@2, replay(2)
-//   replay 2, replay 3, end        apply 2, apply 3, healed, dup 3
+//   live 0, live 1, live 3         apply 0, apply 1, gap@2, replay(1)
+//   replay 1, 2, 3, end            dup 1, apply 2, apply 3, healed, dup 3
 //
 // States (derived from the fields below, see state()):
 //   Joining   → no batch and no replay(0) yet: the first live batch sets the start.
 //   InOrder   → every batch up to next()-1 applied, nothing buffered.
 //   Gap       → batches after a missing seq are buffered; a replay from next() is asked for
 //               (again when its end marker leaves the gap open, up to max_replay_retries).
+//   (any)     → a live batch whose seq is not after the previous live one, or a replay that
+//               does not return the last applied batch with its timestamp (every replay asks
+//               from that seq): the publisher restarted (Restarted); the stream starts over
+//               at 0 with a gap from 0, replayed from the new process (or resynced).
 //   Resyncing → the gap could not be healed (the replay ring overran, the retries ran out, no
 //               replay endpoint): the caller asks the worker for a kv_snapshot and reports
 //               the result through onResyncResult(); batches newer than every seq seen so
@@ -77,6 +81,11 @@ enum class SeqActionKind {
   ReplayTimedOut,  ///< the outstanding replays got no end marker within replay_timeout
   Resync,          ///< [seq, seq_end) lost: send a kv_snapshot request, then onResyncResult()
   SkipLost,        ///< [seq, seq_end) lost and skipped (no resync possible)
+  /// The publisher restarted: live batch `seq` is not after the previous live batch (a PUB's
+  /// stream only goes forward, so a new process is numbering from 0 again); seq_end = the seq
+  /// the old stream expected next. Drop the source's blocks; the stream starts over at 0
+  /// (apply 0, or a gap from 0 that is replayed from the new process or resynced).
+  Restarted,
 };
 
 struct SeqAction {
@@ -138,8 +147,14 @@ class Sequencer {
   bool caughtUp() const {
     return (!config_.has_replay || initial_done_) && !resyncing_ && pending_.empty();
   }
-  /// seq would be dropped as a duplicate (lets the caller skip decoding it).
-  bool isDuplicate(std::uint64_t seq) const { return started_ && seq < next_; }
+  /// seq would be dropped as a duplicate (lets the caller skip decoding it). A live batch at or
+  /// before the previous live one is a restart, never a duplicate.
+  bool isDuplicate(std::uint64_t seq, bool live) const {
+    return started_ && seq < next_ &&
+           !(live ? isRestart(seq) : identity_seq_ && seq == *identity_seq_);
+  }
+  /// Live batch seq would reveal a publisher restart.
+  bool isRestart(std::uint64_t seq) const { return last_live_ && seq <= *last_live_; }
 
   StreamState state() const;
   std::uint64_t next() const { return next_; }
@@ -149,6 +164,8 @@ class Sequencer {
 
  private:
   void onBatch(std::uint64_t seq, protocol::KvEventBatch&& batch, SeqTime now, SeqActions& out);
+  void restart(std::uint64_t seq, protocol::KvEventBatch&& batch, SeqTime now, SeqActions& out);
+  void restartStream(std::uint64_t seq, SeqTime now, SeqActions& out);
   void drainPending(SeqActions& out);
   void onGap(SeqTime now, SeqActions& out);
   void requestReplay(SeqTime now, SeqActions& out);
@@ -160,6 +177,11 @@ class Sequencer {
   bool started_ = false;  // next_ is meaningful
   std::uint64_t next_ = 0;
   bool any_seen_ = false;
+  std::optional<std::uint64_t> last_live_;  // seq of the previous live batch
+  std::optional<double> applied_ts_;        // timestamp of batch next_ - 1, applied here
+  // A replay was asked from identity_seq_ (= the last applied seq, timestamp identity_ts_).
+  std::optional<std::uint64_t> identity_seq_;
+  double identity_ts_ = 0.0;
   std::uint64_t max_seen_ = 0;
   std::map<std::uint64_t, protocol::KvEventBatch> pending_;  // seq > next_, not yet applied
   bool resyncing_ = false;
