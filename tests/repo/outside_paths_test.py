@@ -106,11 +106,12 @@ def scan(root):
 def self_test():
     """The scanner must name file:line for each kind of outside reference, and nothing else."""
     up = ".." + "/"
+    shared = "sha" + "red"  # split so that no grep for outside paths finds this file
     bad = {
-        "a.md": "See `" + up + "shared/spec/engine.md` for details.\n",
+        "a.md": "See `" + up + shared + "/spec/engine.md` for details.\n",
         "sub/b.h": "// ok: " + up + "b.h stays inside\n// spec in " + up * 3 + "outside/x.md\n",
-        "sub/deeper/c.cpp": "// rule of engine.md " + "§5.5 applies; " + up + "shared too\n",
-        "d.py": "# from /" + "work/shared/data\npath = '/" + "home/alice/x'\n",
+        "sub/deeper/c.cpp": "// rule of engine.md " + "§5.5 applies; " + up + shared + " too\n",
+        "d.py": "# from /" + "work/" + shared + "/data\npath = '/" + "home/alice/x'\n",
         "e.txt": "fixed by issue " + "#5; vllm-project/vllm issue " + "#45174 is upstream\n",
         "f.md": "docs/engine.md, Length limits; protocol/README.md §1.2; https://example.com/"
                 "home/x; /root is fine without a slash\n",
