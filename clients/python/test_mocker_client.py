@@ -577,8 +577,23 @@ class KvTest(unittest.TestCase):
                 seq = min(live) if index.next_seq is None else index.next_seq
                 index.apply(seq, live.pop(seq), self)
 
+        healed = []  # seqs applied from the replay socket after the live stream had begun
+
+        def heal():
+            # PUB/SUB may drop a batch (protocol/README.md: consumers heal gaps from the replay
+            # socket): apply what the ring holds from the next expected seq on, in order. A batch
+            # the service never published is in no ring either, so this hides no engine bug.
+            for seq, payload in replay_from(ctx, serve.endpoints["kv_replay[0]"], index.next_seq):
+                if seq == index.next_seq:
+                    index.apply(seq, payload, self)
+                    live.pop(seq, None)
+                    healed.append(seq)
+
         def converged(snapshot):
             catch_up()
+            if index.hashes != set(snapshot) and index.next_seq is not None:
+                heal()
+                catch_up()
             return index.hashes == set(snapshot)
 
         try:
@@ -617,6 +632,9 @@ class KvTest(unittest.TestCase):
                 poll_until(lambda: converged(snapshot), "the KV events to match the snapshot")
                 self.assertGreater(index.removed, 0)
                 self.assertEqual(index.stored - index.removed, len(snapshot))
+                if healed:
+                    print("KvTest: %d batch(es) healed from the replay socket: %s"
+                          % (len(healed), healed[:10]), file=sys.stderr)
         finally:
             sub.close(0)
             ctx.term()
