@@ -49,15 +49,7 @@ void VllmScheduler::submit(detail::AcceptedRequest&& request) {
     r.max_output = static_cast<std::uint32_t>(
         std::min<std::uint64_t>(r.max_output, limit_.tokens - r.prompt_len));
   }
-  // Strong guarantee: an allocation failure (std::bad_alloc) leaves the scheduler unchanged.
-  const RequestId id = r.id;
-  const auto it = requests_.try_emplace(id, std::move(r)).first;
-  try {
-    waiting_.push_back(id);
-  } catch (...) {
-    requests_.erase(it);
-    throw;
-  }
+  const auto it = detail::enqueueWaiting(requests_, waiting_, std::move(r));
   addToWaitingStats(it->second);
   ++num_waiting_;
 }

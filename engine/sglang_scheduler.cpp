@@ -58,15 +58,7 @@ SglangScheduler::SglangScheduler(const EngineConfig& config, std::uint32_t dp_ra
 
 void SglangScheduler::submit(detail::AcceptedRequest&& request) {
   Req r(std::move(request));
-  // Strong guarantee: an allocation failure (std::bad_alloc) leaves the scheduler unchanged.
-  const RequestId id = r.id;
-  const auto it = requests_.try_emplace(id, std::move(r)).first;
-  try {
-    waiting_.push_back(id);
-  } catch (...) {
-    requests_.erase(it);
-    throw;
-  }
+  const auto it = detail::enqueueWaiting(requests_, waiting_, std::move(r));
   addToWaitingStats(it->second);
   ++num_waiting_;
 }

@@ -5,7 +5,9 @@
 #pragma once
 
 #include <cstdint>
+#include <deque>
 #include <optional>
+#include <utility>
 #include <vector>
 
 #include "base/result.h"
@@ -20,6 +22,23 @@ struct AcceptedRequest {
   std::uint32_t max_output_tokens = 0;  // effective (plan length when planned)
   std::optional<std::vector<std::uint32_t>> output_token_ids;
 };
+
+/// Adds `request` to a scheduler's lookup map and the back of its waiting queue with the strong
+/// guarantee: if either allocation throws (std::bad_alloc), both are left unchanged. Returns the
+/// map entry. REQUIRES: `request.id` is not in `requests`.
+template <typename ReqMap, typename Req>
+typename ReqMap::iterator enqueueWaiting(ReqMap& requests, std::deque<RequestId>& waiting,
+                                         Req&& request) {
+  const RequestId id = request.id;
+  const auto it = requests.try_emplace(id, std::forward<Req>(request)).first;
+  try {
+    waiting.push_back(id);
+  } catch (...) {
+    requests.erase(it);
+    throw;
+  }
+  return it;
+}
 
 class RankCore {
  public:
