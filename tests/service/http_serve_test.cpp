@@ -17,6 +17,7 @@
 
 #include "service/config.h"
 #include "service/server.h"
+#include "tests/service/http_probe.h"
 #include "tests/service/live_service.h"
 
 namespace mocker::service {
@@ -24,48 +25,15 @@ namespace {
 
 using namespace std::chrono_literals;
 using testing::collect;
+using testing::httpClient;
 using testing::LiveService;
+using testing::pollUntil;
 using testing::prompt;
+using testing::sample;
 using testing::TestConfig;
-
-ServiceConfig withHttp(ServiceConfig c) {
-  c.endpoints.http.enabled = true;
-  c.endpoints.http.endpoint = "127.0.0.1:0";
-  return c;
-}
-
-/// "http://127.0.0.1:PORT" → a client with short timeouts.
-httplib::Client httpClient(const std::string& url) {
-  httplib::Client client(url);
-  client.set_connection_timeout(2s);
-  client.set_read_timeout(5s);
-  return client;
-}
+using testing::withHttp;
 
 int port(const std::string& url) { return std::stoi(url.substr(url.rfind(':') + 1)); }
-
-/// The value of the sample line that starts with `series` (name{labels}), or -1.
-double sample(const std::string& text, const std::string& series) {
-  const std::size_t at = text.find("\n" + series + " ");
-  if (at == std::string::npos) return -1;
-  const std::size_t value = at + series.size() + 2;
-  return std::stod(text.substr(value, text.find('\n', value) - value));
-}
-
-/// Polls GET `path` until `pred(status, body)` holds or `timeout` passes; the last body.
-template <typename Pred>
-bool pollUntil(httplib::Client& client, const std::string& path, Pred pred,
-               std::chrono::milliseconds timeout, std::string* last = nullptr) {
-  const auto deadline = std::chrono::steady_clock::now() + timeout;
-  do {
-    if (auto res = client.Get(path)) {
-      if (last) *last = res->body;
-      if (pred(res->status, res->body)) return true;
-    }
-    std::this_thread::sleep_for(20ms);  // poll interval, not a wait for an event
-  } while (std::chrono::steady_clock::now() < deadline);
-  return false;
-}
 
 TEST(HttpServeTest, MetricsCountWhatTheClientsReceived) {
   LiveService svc(withHttp(TestConfig().build()));

@@ -26,7 +26,6 @@ inline constexpr int kSlowdown = 8;
 #else
 inline constexpr int kSlowdown = 1;
 #endif
-inline constexpr bool kSanitized = kSlowdown > 1;
 
 using namespace std::chrono_literals;
 

@@ -174,8 +174,10 @@ std::string describe(const VerifyReply& r) {
 void waitLive(const LiveService& svc, const RunningIndex& index) {
   auto client = svc.client();
   const auto deadline = std::chrono::steady_clock::now() + 20s;
+  // Counted from now, so that with several workers each call proves its own SUB is connected.
+  const std::uint64_t before = index.stats().live_messages;
   std::uint32_t i = 0;
-  while (index.stats().live_messages == 0 && std::chrono::steady_clock::now() < deadline) {
+  while (index.stats().live_messages == before && std::chrono::steady_clock::now() < deadline) {
     std::string id = std::to_string(i);
     id.insert(0, "warm");
     ASSERT_TRUE(client
@@ -185,7 +187,7 @@ void waitLive(const LiveService& svc, const RunningIndex& index) {
                     .has_value());
     service::testing::collect(*client, {id});
   }
-  ASSERT_GT(index.stats().live_messages, 0u) << "the SUB never received a live batch";
+  ASSERT_GT(index.stats().live_messages, before) << "the SUB never received a live batch";
 }
 
 /// Polls `pred` until it holds or 20 s pass (the caller's assertions then report the failure).
@@ -353,6 +355,10 @@ TEST(IndexLive, OverlapQueryNamesTheWorkerThatServedThePrompt) {
   LiveService a(eventsConfig(ReplayLayout::R1, 256, 10000));
   LiveService b(eventsConfig(ReplayLayout::R2, 256, 10000));
   RunningIndex index(indexConfig({endpointOf(a, 7), endpointOf(b, 8)}));
+  // Both SUBs connected first: a batch published before a SUB joins is never seen live, and
+  // nothing after it would reveal the gap.
+  waitLive(a, index);
+  waitLive(b, index);
   const std::vector<std::uint32_t> served = service::testing::prompt(22, 5000);  // 5 full blocks
   {
     auto client = a.client();
@@ -389,12 +395,13 @@ TEST(IndexLive, OverlapQueryNamesTheWorkerThatServedThePrompt) {
 
   // By hashes (same seeds as the engine): worker 8's prompt.
   const auto hashes = engine::sequenceHashes(other, 4, engine::HashSeeds{});
-  r = index.ask(OverlapQuery{.block_hashes = hashes});
-  ASSERT_TRUE(r.has_value());
-  const auto& by_hash = std::get<OverlapReply>(*r);
-  EXPECT_EQ(by_hash.num_blocks, 4u);
-  EXPECT_EQ(by_hash.workers.at(0).blocks, 0u);
-  EXPECT_EQ(by_hash.workers.at(1).blocks, 4u);
+  const auto by_hash = index.overlapEventually(
+      OverlapQuery{.block_hashes = hashes},
+      [](const OverlapReply& o) { return o.workers.size() == 2 && o.workers[1].blocks == 4; });
+  ASSERT_TRUE(by_hash.has_value());
+  EXPECT_EQ(by_hash->num_blocks, 4u);
+  EXPECT_EQ(by_hash->workers.at(0).blocks, 0u);
+  EXPECT_EQ(by_hash->workers.at(1).blocks, 4u);
 
   // Other seeds give other hashes: nothing matches.
   r = index.ask(OverlapQuery{.tokens = served, .hash_seed = 1});
