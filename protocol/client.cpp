@@ -274,6 +274,7 @@ Result<RankBlocks> decodeRankBlocks(const msgpack::object& o) {
     }
     r.block_hashes.push_back(h);
   }
+  MOCKER_TRY(r.last_seq, optU64Key(m, "last_seq"));
   return r;
 }
 
@@ -497,7 +498,7 @@ std::vector<std::byte> encodeClientMessage(const KvSnapshotRequest& m) {
 
 std::vector<std::byte> encodeClientMessage(const KvSnapshotReply& m) {
   std::size_t reserve = 64;
-  for (const RankBlocks& r : m.ranks) reserve += 32 + 9 * r.block_hashes.size();
+  for (const RankBlocks& r : m.ranks) reserve += 48 + 9 * r.block_hashes.size();
   return encodeMap(
       "kv_snapshot_reply", 1,
       [&](Packer& pk) {
@@ -507,12 +508,16 @@ std::vector<std::byte> encodeClientMessage(const KvSnapshotReply& m) {
           // REQUIRES: strictly ascending hashes (the decoder refuses anything else).
           MOCKER_DCHECK(std::adjacent_find(r.block_hashes.begin(), r.block_hashes.end(),
                                            std::greater_equal<>()) == r.block_hashes.end());
-          pk.pack_map(2);
+          pk.pack_map(r.last_seq ? 3 : 2);
           packStr(pk, "dp_rank");
           pk.pack_uint32(r.dp_rank);
           packStr(pk, "block_hashes");
           pk.pack_array(static_cast<std::uint32_t>(r.block_hashes.size()));
           for (std::uint64_t h : r.block_hashes) pk.pack_uint64(h);
+          if (r.last_seq) {
+            packStr(pk, "last_seq");
+            pk.pack_uint64(*r.last_seq);
+          }
         }
       },
       reserve);

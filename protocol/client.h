@@ -167,6 +167,11 @@ struct KvSnapshotRequest {
 struct RankBlocks {
   std::uint32_t dp_rank = 0;
   std::vector<std::uint64_t> block_hashes;  ///< strictly ascending
+  /// The hashes are the rank's cache right after its KV-event batch with this sequence number
+  /// (which may still be in flight: published at the end of the pass that is running). Absent:
+  /// before the rank's first batch, the rank publishes no KV events, or a service that predates
+  /// the field.
+  std::optional<std::uint64_t> last_seq;
   friend bool operator==(const RankBlocks&, const RankBlocks&) = default;
 };
 

@@ -227,6 +227,9 @@ class Server::Impl {
 
   // Streams that end early: cancel in the engine, owe the client its terminal.
   void cancelInEngine(engine::RequestId id, std::uint32_t rank);
+  /// The KV-event batch whose state the engine's cache of rank `r` is in now: the last one
+  /// published, or the next one when a running pass has events still to publish at its end.
+  std::optional<std::uint64_t> lastKvSeq(std::uint32_t r) const;
   void abandon(engine::RequestId id, std::string why);
   /// Forgets `client`, cancelling its active requests (counted in `cancelled`).
   void dropClient(const std::string& client, std::uint64_t& cancelled);
@@ -555,7 +558,7 @@ void Server::Impl::handleSubmitSocketMessage(std::vector<zmq::message_t>& parts)
           std::size_t most = 0;
           for (std::uint32_t r = 0; r < engine_.dpSize(); ++r) {
             if (m.dp_rank && *m.dp_rank != r) continue;
-            s.ranks.push_back({r, engine_.cachedBlockHashes(r)});
+            s.ranks.push_back({r, engine_.cachedBlockHashes(r), lastKvSeq(r)});
             bytes += 32 + 9 * s.ranks.back().block_hashes.size();
             most = std::max(most, s.ranks.back().block_hashes.size());
           }
@@ -806,6 +809,16 @@ void Server::Impl::cancelInEngine(engine::RequestId id, std::uint32_t rank) {
   metrics_.onAbort(id, engineNowMs());
   ranks_[rank].stalled = false;
   if (auto& in_flight = ranks_[rank].in_flight) engine::discardOutputs(*in_flight, id);
+}
+
+std::optional<std::uint64_t> Server::Impl::lastKvSeq(std::uint32_t r) const {
+  const Rank& rank = ranks_[r];
+  if (!rank.kv) return std::nullopt;
+  const std::uint64_t next = rank.kv->nextSeq();
+  // step() has already changed the cache; the pass's events go out when it completes.
+  if (rank.in_flight && !rank.in_flight->kv_events.empty()) return next;
+  if (next == 0) return std::nullopt;
+  return next - 1;
 }
 
 void Server::Impl::abandon(engine::RequestId id, std::string why) {

@@ -234,6 +234,7 @@ def _validate_body(m):
                 _check_uint(h, "%sblock_hashes[%d]" % (w, j))
                 if j and h <= hashes[j - 1]:
                     raise ProtocolError("%sblock_hashes[%d]: not strictly ascending" % (w, j))
+            _field(r, "last_seq", w, _check_uint, optional=True)
 
 
 def read_key_file(path):
@@ -429,7 +430,9 @@ class MockerClient:
     def kv_snapshot(self, dp_rank=None, timeout=5.0):
         """Asks for the cached block hashes; returns {dp_rank: [hashes ascending]}.
 
-        The full `kv_snapshot_reply` dict is kept in `self.last_kv_snapshot`."""
+        The full `kv_snapshot_reply` dict is kept in `self.last_kv_snapshot`: each rank's
+        `last_seq`, when present, is the KV-event batch its hashes are at (compare an index
+        with it once the index has applied that batch)."""
         self._submit.send(encode_message("kv_snapshot", dp_rank=dp_rank))
         reply = self._wait_for(lambda m: m["type"] == "kv_snapshot_reply", timeout,
                                "kv_snapshot_reply", anonymous_errors=True)

@@ -176,6 +176,10 @@ GOLDENS["client_kv_snapshot_reply"] = msg("kv_snapshot_reply", ranks=[
     {"dp_rank": 0, "block_hashes": [S1, S2, S0]},  # sorted: 0x44.. < 0xae.. < 0xcb..
     {"dp_rank": 1, "block_hashes": []},
 ])
+GOLDENS["client_kv_snapshot_reply_seq"] = msg("kv_snapshot_reply", ranks=[
+    {"dp_rank": 0, "block_hashes": [S1, S2], "last_seq": 41},
+    {"dp_rank": 1, "block_hashes": []},
+])
 
 # Worked examples (docs/wire.md), byte for byte (checked before anything is written).
 SPEC = {

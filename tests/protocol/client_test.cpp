@@ -83,12 +83,17 @@ std::vector<std::pair<std::string, ClientMessage>> clientGoldens() {
                                   .block_hashes = {0x44a2b2379d6d3c3dull, 0xaea1e67a6c80cf84ull,
                                                    0xcb38e4d7fb2dca5cull}},
                                  {.dp_rank = 1, .block_hashes = {}}}}},
+      {"client_kv_snapshot_reply_seq",
+       KvSnapshotReply{.ranks = {{.dp_rank = 0,
+                                  .block_hashes = {0x44a2b2379d6d3c3dull, 0xaea1e67a6c80cf84ull},
+                                  .last_seq = 41},
+                                 {.dp_rank = 1, .block_hashes = {}}}}},
   };
 }
 
 TEST(ClientGoldenTest, EncodersMatchPythonGoldensAndDecodeBack) {
   const auto goldens = clientGoldens();
-  EXPECT_EQ(goldens.size(), 16u);
+  EXPECT_EQ(goldens.size(), 17u);
   for (const auto& [name, message] : goldens) {
     SCOPED_TRACE(name);
     const Bytes golden = readGolden(name);
@@ -330,6 +335,10 @@ std::vector<DamageCase> clientDamageCatalogue() {
       {"kv_snapshot_reply hash is a str",
        mp(msg("kv_snapshot_reply", {{"ranks", {{{"dp_rank", 0}, {"block_hashes", {"h"}}}}}})), E,
        "ranks[0]: block_hashes[0]: expected unsigned integer"},
+      {"kv_snapshot_reply last_seq is a str",
+       mp(msg("kv_snapshot_reply",
+              {{"ranks", {{{"dp_rank", 0}, {"block_hashes", Json::array()}, {"last_seq", "s"}}}}})),
+       E, "ranks[0]: last_seq: expected unsigned integer"},
       {"duplicate key", fromHex("83 a1 76 01 a4 74797065 a5 7374617473 a1 76 01"), E,
        "duplicate key 'v'"},
       {"too many keys", mp(wide), I, "message: map of 75 entries exceeds the limit of 64"},

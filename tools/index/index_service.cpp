@@ -188,6 +188,20 @@ class IndexService::Impl {
     bool warned_mismatch = false;
     std::size_t channel = kNoChannel;
     Sequencer sequencer;
+    std::optional<std::uint64_t> last_applied;  // seq of the last batch applied
+    // Verify under load: a kv_snapshot is the worker's cache after batch `last_seq`, which this
+    // index may have passed or not reached when the reply arrives. The batches applied since the
+    // request was sent are logged, so that the snapshot can be carried forward to the index's
+    // seq; a snapshot ahead of the index waits here until the index applies that seq.
+    bool logging = false;
+    bool log_broken = false;  // a restart or lost range while logging: compare as is
+    std::vector<std::pair<std::uint64_t, protocol::KvEventBatch>> log;
+    struct Deferred {
+      std::vector<std::uint64_t> hashes;
+      std::uint64_t seq = 0;
+      Clock::time_point deadline{};
+    };
+    std::optional<Deferred> deferred;
   };
   enum class SnapKind { Resync, Verify };
   struct SnapRequest {
@@ -238,6 +252,13 @@ class IndexService::Impl {
   void beginVerify();
   void stepVerify();
   void finishVerify();
+  void compareAt(std::size_t ch, const protocol::RankBlocks& r);
+  void compareNow(WorkerRank src, const std::vector<std::uint64_t>& worker_hashes);
+  void resolveDeferred(Conn& c, std::optional<std::string> error);
+  void stopLogging(Conn& c);
+  /// A restart, resync or skipped range: the index's position in the stream is unknown until
+  /// the next batch (or the resync's snapshot) sets it; a pending comparison fails.
+  void streamJumped(Conn& c);
   void sendQueryReply(const std::string& identity, bool delimiter, const QueryReply& reply);
   OverlapReply overlap(const OverlapQuery& q);
   bool caughtUp() const;
@@ -260,6 +281,7 @@ class IndexService::Impl {
   std::vector<Conn> conns_;
   std::vector<Channel> channels_;
   std::deque<VerifyJob> verifies_;
+  bool verify_done_ = false;  // the front verify's last deferred comparison was made
   std::vector<zmq::message_t> parts_;
   SeqActions actions_;  // what the sequencer last decided; performed and cleared by perform()
 };
@@ -476,6 +498,11 @@ void IndexService::Impl::perform(std::size_t i, SeqTime now) {
     switch (a.kind) {
       case SeqActionKind::Apply:
         apply(c, a.batch);
+        // After a resync the index is at the snapshot's seq; a buffered batch at or before it
+        // is applied again without changing anything (set semantics), so the position stays.
+        c.last_applied = std::max(c.last_applied.value_or(a.seq), a.seq);
+        if (c.logging) c.log.emplace_back(a.seq, std::move(a.batch));
+        if (c.deferred && a.seq == c.deferred->seq) resolveDeferred(c, std::nullopt);
         break;
       case SeqActionKind::Duplicate:
         ++s_.duplicate_batches;
@@ -499,6 +526,7 @@ void IndexService::Impl::perform(std::size_t i, SeqTime now) {
         break;
       case SeqActionKind::Resync:
         ++s_.gaps_unhealed;
+        streamJumped(c);
         ++s_.resyncs;
         spdlog::warn(
             "index: {}: batches {}..{} were lost and cannot be replayed ({}); resyncing "
@@ -508,6 +536,7 @@ void IndexService::Impl::perform(std::size_t i, SeqTime now) {
         break;
       case SeqActionKind::Restarted:
         ++s_.restarts;
+        streamJumped(c);
         spdlog::warn(
             "index: {}: the publisher restarted (its seq {} does not continue the stream this "
             "index applied up to seq {}); dropping this rank's blocks and starting over from "
@@ -517,6 +546,7 @@ void IndexService::Impl::perform(std::size_t i, SeqTime now) {
         break;
       case SeqActionKind::SkipLost:
         ++s_.gaps_unhealed;
+        streamJumped(c);
         spdlog::warn(
             "index: {}: batches {}..{} were lost and cannot be replayed ({}); no snapshot "
             "endpoint, so the index for this rank may stay wrong (give snapshot=EP)",
@@ -602,6 +632,7 @@ void IndexService::Impl::onSnapshot(std::size_t chi, const SnapRequest& req,
     } else {
       index_.applyCleared(src);
       index_.applyStored(src, blocks->block_hashes, std::nullopt);
+      c.last_applied = blocks->last_seq;
       spdlog::warn("index: {}: resynced from kv_snapshot ({} blocks); continuing at seq {}",
                    rankName(c.spec.worker_id, c.rank), blocks->block_hashes.size(),
                    c.sequencer.next());
@@ -619,15 +650,8 @@ void IndexService::Impl::onSnapshot(std::size_t chi, const SnapRequest& req,
   } else {
     std::set<std::uint32_t> ranks;
     for (const auto& r : snap->ranks) {
-      const WorkerRank src{ch.worker_id, r.dp_rank};
       ranks.insert(r.dp_rank);
-      SnapshotDiff diff = diffSnapshot(index_, src, r.block_hashes);
-      job.reply.sources.push_back({.worker_id = src.worker_id,
-                                   .dp_rank = src.dp_rank,
-                                   .index_blocks = index_.numBlocks(src),
-                                   .worker_blocks = r.block_hashes.size(),
-                                   .missing = std::move(diff.missing_in_index),
-                                   .extra = std::move(diff.extra_in_index)});
+      compareAt(chi, r);
     }
     for (const WorkerRank& src : index_.sources()) {
       if (src.worker_id != ch.worker_id || ranks.contains(src.dp_rank)) continue;
@@ -639,7 +663,104 @@ void IndexService::Impl::onSnapshot(std::size_t chi, const SnapRequest& req,
                                    .extra = index_.snapshot(src)});
     }
   }
+  for (Conn& c : conns_) {
+    if (c.channel == chi && !c.deferred) stopLogging(c);
+  }
   if (job.awaiting > 0 && --job.awaiting == 0) finishVerify();
+}
+
+void IndexService::Impl::compareNow(WorkerRank src,
+                                    const std::vector<std::uint64_t>& worker_hashes) {
+  SnapshotDiff diff = diffSnapshot(index_, src, worker_hashes);
+  verifies_.front().reply.sources.push_back({.worker_id = src.worker_id,
+                                             .dp_rank = src.dp_rank,
+                                             .index_blocks = index_.numBlocks(src),
+                                             .worker_blocks = worker_hashes.size(),
+                                             .missing = std::move(diff.missing_in_index),
+                                             .extra = std::move(diff.extra_in_index)});
+}
+
+void IndexService::Impl::compareAt(std::size_t chi, const protocol::RankBlocks& r) {
+  const WorkerRank src{channels_[chi].worker_id, r.dp_rank};
+  Conn* conn = nullptr;
+  for (Conn& c : conns_) {
+    if (c.channel == chi && c.rank == r.dp_rank) conn = &c;
+  }
+  // Without the seq (an older service, no KV events) or after the stream jumped, the snapshot
+  // is compared as it is: exact only while the worker is idle.
+  if (conn == nullptr || !r.last_seq || conn->log_broken) {
+    compareNow(src, r.block_hashes);
+    return;
+  }
+  const std::uint64_t at = *r.last_seq;
+  if (conn->last_applied == at) {
+    compareNow(src, r.block_hashes);
+    return;
+  }
+  if (conn->last_applied && *conn->last_applied > at) {
+    // The index is ahead: carry the snapshot forward through the batches logged since the
+    // request was sent (it was sent before the worker published `at + 1`, so they cover it).
+    const auto first = std::find_if(conn->log.begin(), conn->log.end(),
+                                    [&](const auto& e) { return e.first > at; });
+    if (first == conn->log.end() || first->first != at + 1) {
+      verifies_.front().reply.errors.push_back(
+          rankName(src.worker_id, src.dp_rank) + ": the kv_snapshot is at seq " +
+          std::to_string(at) + ", but the batches after it were not logged (index at seq " +
+          std::to_string(*conn->last_applied) + ")");
+      return;
+    }
+    KvIndex worker;
+    worker.applyStored(src, r.block_hashes, std::nullopt);
+    for (auto it = first; it != conn->log.end(); ++it) {
+      for (const protocol::KvEvent& ev : it->second.events) {
+        if (const auto* st = std::get_if<protocol::BlockStoredEvent>(&ev)) {
+          worker.applyStored(src, st->block_hashes, st->parent_block_hash);
+        } else if (const auto* rm = std::get_if<protocol::BlockRemovedEvent>(&ev)) {
+          worker.applyRemoved(src, rm->block_hashes);
+        } else {
+          worker.applyCleared(src);
+        }
+      }
+    }
+    compareNow(src, worker.snapshot(src));
+    return;
+  }
+  // The index has not reached the snapshot's seq yet: compare when it applies it.
+  conn->deferred = Conn::Deferred{
+      .hashes = r.block_hashes, .seq = at, .deadline = Clock::now() + config_.snapshot_timeout};
+  ++verifies_.front().awaiting;
+}
+
+void IndexService::Impl::resolveDeferred(Conn& c, std::optional<std::string> error) {
+  Conn::Deferred d = std::move(*c.deferred);
+  c.deferred.reset();
+  stopLogging(c);
+  if (verifies_.empty()) return;
+  const WorkerRank src = source(c);
+  if (error) {
+    verifies_.front().reply.errors.push_back(rankName(src.worker_id, src.dp_rank) + ": " + *error);
+  } else {
+    compareNow(src, d.hashes);
+  }
+  // Finished by the loop, not here: perform() may be iterating its actions.
+  if (VerifyJob& job = verifies_.front(); job.awaiting > 0 && --job.awaiting == 0) {
+    verify_done_ = true;
+  }
+}
+
+void IndexService::Impl::streamJumped(Conn& c) {
+  c.last_applied.reset();
+  c.log_broken = c.logging;
+  if (c.deferred) {
+    resolveDeferred(c, "the stream restarted or lost batches before the index reached seq " +
+                           std::to_string(c.deferred->seq) + " of the worker's kv_snapshot");
+  }
+}
+
+void IndexService::Impl::stopLogging(Conn& c) {
+  c.logging = false;
+  c.log_broken = false;
+  c.log.clear();
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -858,6 +979,12 @@ void IndexService::Impl::stepVerify() {
     if (outcome == service::SendOutcome::Sent) {
       ch.waiting.push_back({SnapKind::Verify, 0, Clock::now()});
       ++job.awaiting;
+      const auto chi = static_cast<std::size_t>(&ch - channels_.data());
+      for (Conn& c : conns_) {
+        if (c.channel != chi) continue;
+        stopLogging(c);
+        c.logging = true;
+      }
     } else {
       ++s_.requests_unsent;
       job.reply.errors.push_back("worker " + std::to_string(ch.worker_id) +
@@ -930,6 +1057,20 @@ void IndexService::Impl::timers() {
           Error{ErrorCode::IoError, "no kv_snapshot reply from " + ch.endpoint + " within " +
                                         std::to_string(config_.snapshot_timeout.count()) + " ms"});
     }
+  }
+  for (Conn& c : conns_) {
+    if (!c.deferred || now < c.deferred->deadline) continue;
+    const std::uint64_t at = c.deferred->seq;
+    resolveDeferred(c, "the index did not reach seq " + std::to_string(at) +
+                           " of the worker's kv_snapshot within " +
+                           std::to_string(config_.snapshot_timeout.count()) + " ms (it is at " +
+                           (c.last_applied ? "seq " + std::to_string(*c.last_applied)
+                                           : std::string("no batch")) +
+                           ")");
+  }
+  if (verify_done_) {
+    verify_done_ = false;
+    finishVerify();
   }
   stepVerify();
   if (config_.stats_interval.count() > 0 && now >= next_stats_) {
