@@ -218,6 +218,22 @@ void BM_OutputDecodeGeneral(benchmark::State& state) {
 }
 BENCHMARK(BM_OutputDecodeGeneral);
 
+// A submit with a prompt of range(0) tokens (ids up to 2^17, as a real vocabulary's), as the
+// service reads it: decodeClientMessage (no fast path for submits; the general decoder).
+void BM_SubmitDecode(benchmark::State& state) {
+  protocol::SubmitRequest submit{.id = "request-000123", .max_tokens = 256};
+  for (std::int64_t i = 0; i < state.range(0); ++i) {
+    submit.prompt.push_back(static_cast<std::uint32_t>((i * 7919) % 131072));
+  }
+  const auto bytes = protocol::encodeClientMessage(submit);
+  for (auto _ : state) {
+    auto m = protocol::decodeClientMessage(bytes);
+    benchmark::DoNotOptimize(m.has_value());
+  }
+  state.SetItemsProcessed(state.iterations() * state.range(0));
+}
+BENCHMARK(BM_SubmitDecode)->Arg(16)->Arg(512)->Arg(8192);
+
 }  // namespace
 
 BENCHMARK_MAIN();
