@@ -11,7 +11,9 @@ nobody subscribed) driven by `mocker replay --mode live --arrival-speedup-ratio 
 per R, the live/offline ratio of TTFT, ITL and E2E p50 and p99, the service's per-pass lateness
 (wall time a pass was published after its modelled end: mean, p50, p99, max, resyncs; from the
 service's `stats_reply.timing`), the driver's own lag (from the live replay's footer), the
-service's CPU during the live run and when idle (/proc/PID/stat, % of one core), and the E2E
+service's CPU during the live run and when idle (/proc/PID/stat, % of one core), how long the
+service's threads waited on a run queue during the live run (ready to run, no CPU free:
+/proc/PID/task/TID/schedstat: time the machine, not the server, cost), and the E2E
 error per output-length quartile (live − offline, mean over the requests of the quartile, in
 % of the quartile's offline mean: it must not grow with the output length).
 
@@ -110,6 +112,23 @@ def cpu_seconds(pid):
     return (int(fields[11]) + int(fields[12])) / CLK_TCK  # utime, stime
 
 
+def run_queue_ms(pid):
+    """Run-queue wait so far (ms, /proc/PID/task/TID/schedstat field 2): of the main thread
+    (`mocker serve` runs its loop there) and of all the process's threads (libzmq's I/O threads
+    and the HTTP threads too). Time a thread was ready to run but had no CPU."""
+    main, total = 0.0, 0.0
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{tid}/schedstat", encoding="ascii") as f:
+                waited = int(f.read().split()[1]) / 1e6
+        except (OSError, IndexError, ValueError):
+            continue  # the thread ended meanwhile
+        total += waited
+        if int(tid) == pid:
+            main = waited
+    return main, total
+
+
 def stats(endpoint, timeout_s=10.0):
     ctx = zmq.Context.instance()
     sock = ctx.socket(zmq.DEALER)
@@ -205,18 +224,22 @@ def run_one(args, name, workload_args, r, tmp):
         time.sleep(args.idle_seconds)
         idle_pct = 100.0 * (cpu_seconds(serve.pid) - idle0) / args.idle_seconds
         cpu0, t0 = cpu_seconds(serve.pid), time.monotonic()
+        rq0 = run_queue_ms(serve.pid)
         live, live_req, footer = replay(
             args.mocker, workload_args,
             ["--arrival-speedup-ratio", str(r), "--connect", serve.endpoints["submit"],
              "--connect-cancel", serve.endpoints["cancel"]], tmp, f"{name}-{r}-live")
         busy_pct = 100.0 * (cpu_seconds(serve.pid) - cpu0) / (time.monotonic() - t0)
+        rq1 = run_queue_ms(serve.pid)
+        rq_main, rq_all = rq1[0] - rq0[0], rq1[1] - rq0[1]
         timing = stats(serve.endpoints["submit"]).get("timing", {})
     finally:
         stop(serve)
     lag = next((line for line in footer.splitlines() if line.startswith("Live")), "")
     row = {"workload": name, "speedup": r, "requests": offline["num_requests"],
            "live_completed": live["completed_requests"], "timing": timing,
-           "serve_cpu_pct": round(busy_pct, 1), "serve_idle_cpu_pct": round(idle_pct, 2)}
+           "serve_cpu_pct": round(busy_pct, 1), "serve_idle_cpu_pct": round(idle_pct, 2),
+           "serve_run_queue_ms": {"loop_thread": round(rq_main, 1), "all_threads": round(rq_all, 1)}}
     for metric, stem in (("ttft", "ttft_ms"), ("itl", "itl_ms"), ("e2e", "e2e_latency_ms")):
         for p, prefix in (("p50", "median_"), ("p99", "p99_")):
             row[f"{metric}_{p}_ratio"] = round(ratio(live, offline, prefix + stem), 4)
@@ -234,6 +257,10 @@ def run_one(args, name, workload_args, r, tmp):
               f"{timing['lateness_mean_ms']:.3f} ms, p50 {timing['lateness_p50_ms']:.3f}, p99 "
               f"{timing['lateness_p99_ms']:.3f}, max {timing['lateness_max_ms']:.3f} ms; "
               f"{timing['resyncs']} resyncs")
+        if timing["passes"]:
+            print(f"{'':9s}        run-queue wait (ready, no CPU) during the live run: loop "
+                  f"thread {rq_main:.1f} ms = {rq_main / timing['passes']:.3f} ms per pass, all "
+                  f"threads {rq_all:.1f} ms")
     else:
         print(f"{'':9s}        pass lateness: the service reports none (no stats timing)")
     print(f"{'':9s}        serve CPU {busy_pct:.1f} % of a core while live, {idle_pct:.2f} % "
