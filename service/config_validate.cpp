@@ -8,6 +8,7 @@
 #include <charconv>
 #include <cmath>
 #include <cstdint>
+#include <filesystem>
 #include <limits>
 #include <optional>
 #include <string>
@@ -377,6 +378,19 @@ Status validateServiceConfig(const ServiceConfig& config, ConfigUse use) {
   return {};
 }
 
+namespace {
+
+/// `path` made absolute against the working directory; empty, absolute or unresolvable (no
+/// working directory) paths are returned as they are.
+std::string absolutePath(const std::string& path) {
+  if (path.empty() || std::filesystem::path(path).is_absolute()) return path;
+  std::error_code error;
+  std::filesystem::path absolute = std::filesystem::absolute(path, error);
+  return error ? path : absolute.string();
+}
+
+}  // namespace
+
 Result<ServiceConfig> finishServiceConfig(ServiceConfig config, const KeyOrigins& origins,
                                           ConfigUse use) {
   const auto origin = [&](const std::string& key) -> std::string {
@@ -391,6 +405,13 @@ Result<ServiceConfig> finishServiceConfig(ServiceConfig config, const KeyOrigins
   };
   // Before the profile is loaded: a profile path with another timing model is refused, not read.
   if (auto found = checkKeysApply(config)) return located(std::move(*found));
+  // File paths become absolute (against the working directory; a file's relative paths are
+  // already relative to that file): the effective configuration, and `config --dump` of it,
+  // then names the same files wherever it is loaded from.
+  for (std::string* path : {&config.timing_profile_path, &config.security.server_secret_key_file}) {
+    *path = absolutePath(*path);
+  }
+  for (std::string& path : config.security.client_public_key_files) path = absolutePath(path);
   if (!config.timing_profile_path.empty()) {
     auto profile = loadTimingProfile(config.timing_profile_path);
     if (!profile) {

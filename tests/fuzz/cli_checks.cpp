@@ -52,6 +52,11 @@ void checkCliText(Input input) {
                      dumped.c_str());
       }
       MOCKER_FUZZ_REQUIRE(again.has_value());
+      if (!(*again == *finished)) {
+        std::fprintf(stderr, "key %s = '%.*s': the dump parses back different:\n%s\n",
+                     keys[arg % keys.size()].c_str(), static_cast<int>(text.size()), text.data(),
+                     dumped.c_str());
+      }
       MOCKER_FUZZ_REQUIRE(*again == *finished);
       break;
     }

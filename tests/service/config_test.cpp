@@ -843,6 +843,26 @@ TEST(TimingProfileTest, LoadsAGoodProfileRelativeToTheConfigFile) {
   EXPECT_TRUE(*again == *r);
 }
 
+// A path given relative to the working directory (a flag) becomes absolute in the effective
+// configuration, so that its dump names the same file when loaded from another directory.
+TEST(TimingProfileTest, AFlagsRelativePathIsMadeAbsoluteSoTheDumpLoadsFromAnywhere) {
+  TempDir dir;
+  const std::string file = dir.write("profile.json", kGoodProfile);
+  const std::string relative = std::filesystem::relative(file).string();
+  ASSERT_TRUE(std::filesystem::path(relative).is_relative()) << relative;
+  ServiceConfig c;
+  ASSERT_TRUE(setConfigValue(c, "engine.timing_model", "interpolated").has_value());
+  ASSERT_TRUE(setConfigValue(c, "engine.timing_profile_path", relative).has_value());
+  const auto r = finishServiceConfig(c, {});
+  ASSERT_TRUE(r.has_value()) << r.error().toString();
+  EXPECT_TRUE(std::filesystem::path(r->timing_profile_path).is_absolute())
+      << r->timing_profile_path;
+  EXPECT_TRUE(std::filesystem::equivalent(r->timing_profile_path, file));
+  const auto again = parseServiceConfig(dumpServiceConfig(*r), "elsewhere/dump.toml");
+  ASSERT_TRUE(again.has_value()) << again.error().toString();
+  EXPECT_TRUE(*again == *r);
+}
+
 struct BadProfile {
   const char* name;
   const char* json;
