@@ -1,6 +1,6 @@
 // The page: summary table, then the plots (svg_plot.h). Large series are reduced so the page
 // stays small for long runs: CDFs to evenly spaced ranks, time series to the maximum per bucket
-// (a peak is never averaged away), the scatter to every k-th request.
+// (a peak is never averaged away), the scatter to one request in k.
 #include "tools/replay/report_html.h"
 
 #include <algorithm>
@@ -123,7 +123,7 @@ std::string renderHtmlReport(const Report& report, const ReplayCollector& collec
     Plot p{
         .id = "ttft_vs_arrival",
         .title = "TTFT against arrival time" +
-                 (stride > 1 ? " (every " + std::to_string(stride) + "th request)" : std::string()),
+                 (stride > 1 ? " (one request in " + std::to_string(stride) + ")" : std::string()),
         .x_label = "arrival since the first request",
         .y_label = "TTFT",
         .series = {{.name = "completed request",
