@@ -7,6 +7,7 @@
 #include "engine/config.h"
 #include "service/config.h"
 #include "tools/cli_options.h"
+#include "tools/compare_command.h"
 #include "tools/index_command.h"
 #include "tools/keygen_command.h"
 #include "tools/replay_command.h"
@@ -49,6 +50,8 @@ int runCli(const std::vector<std::string>& args, std::ostream& out, std::ostream
   IndexCommand index(app);
   KeygenCommand keygen;
   addKeygenCommand(app, keygen);
+  CompareCommand compare;
+  addCompareCommand(app, compare);
 
   std::vector<std::string> argv_rest(args.begin() + (args.empty() ? 0 : 1), args.end());
   std::reverse(argv_rest.begin(), argv_rest.end());
@@ -70,6 +73,7 @@ int runCli(const std::vector<std::string>& args, std::ostream& out, std::ostream
   if (submit.cmd->parsed()) return runSubmitCommand(submit, out, err);
   if (index.parsed()) return index.run(out, err);
   if (keygen.cmd->parsed()) return runKeygenCommand(keygen, out, err);
+  if (compare.cmd->parsed()) return runCompareCommand(compare, out, err);
   if (config_cmd->parsed()) {
     const auto config = resolveServeConfig(config_flags);
     if (!config) {

@@ -684,6 +684,7 @@ int ReplayCommand::run(std::ostream& out, std::ostream& err,
       line << "Requests per worker (" << replay::toString(*router) << "):";
       for (const std::uint64_t n : stats->per_worker) line << " " << n;
       footer = line.str() + "\n";
+      html.requests_per_worker = stats->per_worker;
     }
     const std::uint32_t dp_size = config->engine.dp_size;
     if (f.num_workers > 1) {
@@ -741,6 +742,7 @@ int ReplayCommand::run(std::ostream& out, std::ostream& err,
            << " undecodable messages, " << stats->index_gaps << " output index gaps\n";
     }
     footer = line.str();
+    if (targets.size() > 1) html.requests_per_worker = stats->per_target;
     for (std::size_t t = 0; t < targets.size(); ++t) {
       for (std::uint32_t r = 0; r < stats->ranks_per_target[t]; ++r) {
         html.rank_labels.push_back(

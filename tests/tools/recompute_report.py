@@ -188,6 +188,12 @@ def main():
         for field in ("mean", "min", "max", "median", "p75", "p90", "p95", "p99", "std"):
             check.equal(f"{field}_{metric}{suffix}", report[f"{field}_{metric}{suffix}"],
                         s.get(field))
+        if metric in ("ttft", "ttst", "tpot", "itl", "e2e_latency"):
+            # report_version 2: p0..p100 of each latency distribution (null when empty).
+            xs_sorted = sorted(xs)
+            want = [percentile_linear(xs_sorted, p) for p in range(101)] if xs else None
+            check.equal(f"quantiles.{metric}_ms", report["quantiles"][f"{metric}_ms"], want)
+    check.equal("report_version", report["report_version"], 2)
 
     if check.failures:
         print(f"{len(check.failures)} of {check.checked} checks failed:", file=sys.stderr)

@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "tools/replay/report_html.h"
+#include "tools/replay/svg_plot.h"
 
 namespace mocker::replay {
 namespace {
@@ -48,7 +49,7 @@ ReplayCollector smallRun() {
   return c;
 }
 
-std::vector<std::string> expectedKeys(bool goodput) {
+std::vector<std::string> expectedKeys(bool goodput, bool identity = false) {
   std::vector<std::string> keys = {"num_requests",
                                    "completed_requests",
                                    "rejected_requests",
@@ -96,6 +97,12 @@ std::vector<std::string> expectedKeys(bool goodput) {
   for (const std::string s : {"mean", "median", "p75", "p90", "p95", "p99", "std"}) {
     keys.push_back(s + "_e2el_ms");
   }
+  if (identity) {
+    keys.push_back("identity");
+    keys.push_back("run");
+  }
+  keys.push_back("report_version");
+  keys.push_back("quantiles");
   return keys;
 }
 
@@ -154,10 +161,7 @@ TEST(ReportJsonTest, IdentityAndRunObjectsComeLast) {
   EXPECT_FALSE(nlohmann::json::parse(formatReportJson(r)).contains("identity"));
   r.identity = sampleIdentity();
   const auto j = nlohmann::ordered_json::parse(formatReportJson(r));
-  std::vector<std::string> keys = expectedKeys(false);
-  keys.push_back("identity");
-  keys.push_back("run");
-  EXPECT_EQ(keysOf(j), keys);
+  EXPECT_EQ(keysOf(j), expectedKeys(false, /*identity=*/true));
   const auto& id = j["identity"];
   EXPECT_EQ(keysOf(id), (std::vector<std::string>{
                             "mocker_version", "git_revision", "mode", "format", "trace_path",
@@ -179,6 +183,29 @@ TEST(ReportJsonTest, IdentityAndRunObjectsComeLast) {
   const auto side = nlohmann::ordered_json::parse(formatRunIdentityJson(*r.identity));
   EXPECT_EQ(side["identity"], j["identity"]);
   EXPECT_EQ(side["run"], j["run"]);
+}
+
+TEST(ReportJsonTest, QuantilesAreEveryWholePercentile) {
+  const auto j = nlohmann::ordered_json::parse(formatReportJson(smallRun().buildReport({})));
+  EXPECT_EQ(j["report_version"], kReportVersion);
+  const auto& q = j["quantiles"];
+  EXPECT_EQ(keysOf(q), (std::vector<std::string>{"ttft_ms", "ttst_ms", "tpot_ms", "itl_ms",
+                                                 "e2e_latency_ms"}));
+  // TTFT samples: A 10, B 10 → every quantile 10. E2E: B 10, A 40 → p_k = 10 + 30·k/100.
+  ASSERT_EQ(q["ttft_ms"].size(), kQuantilePoints);
+  for (const auto& v : q["ttft_ms"]) EXPECT_EQ(v, 10.0);
+  ASSERT_EQ(q["e2e_latency_ms"].size(), kQuantilePoints);
+  EXPECT_EQ(q["e2e_latency_ms"][0], 10.0);
+  EXPECT_EQ(q["e2e_latency_ms"][50], j["median_e2e_latency_ms"]);
+  EXPECT_EQ(q["e2e_latency_ms"][90], j["p90_e2e_latency_ms"]);
+  EXPECT_EQ(q["e2e_latency_ms"][99], j["p99_e2e_latency_ms"]);
+  EXPECT_EQ(q["e2e_latency_ms"][100], 40.0);
+  // TTST / TPOT: only A has two tokens (gaps 10): one sample. ITL pooled: 10, 10, 10.
+  EXPECT_EQ(q["tpot_ms"][0], 10.0);
+  EXPECT_EQ(q["itl_ms"][100], 10.0);
+  // An empty distribution is null.
+  const auto empty = nlohmann::json::parse(formatReportJson(ReplayCollector().buildReport({})));
+  EXPECT_TRUE(empty["quantiles"]["ttft_ms"].is_null());
 }
 
 TEST(RunIdentityTest, ShellQuotingAndDate) {
@@ -358,18 +385,71 @@ TEST(ReportHtmlTest, SelfContainedPageWithSvgPlots) {
   const std::string html = renderHtmlReport(c.buildReport({}), c, {.title = "t <1>"});
   EXPECT_THAT(html, HasSubstr("<!DOCTYPE html>"));
   EXPECT_THAT(html, HasSubstr("<title>t &lt;1&gt;</title>"));
-  EXPECT_EQ(countOf(html, "<svg "), 5u);
-  EXPECT_EQ(countOf(html, "</svg>"), 5u);
-  EXPECT_GE(countOf(html, "<polyline "), 5u);  // TTFT, E2E, throughput, KV, running + waiting
-  EXPECT_THAT(html, HasSubstr("TTFT CDF"));
+  // TTFT, TPOT, E2E CDFs, TTFT vs arrival, throughput, prefix hit rate, preemptions, KV, batch;
+  // one rank: no per-worker section.
+  EXPECT_EQ(countOf(html, "<svg "), 9u);
+  EXPECT_EQ(countOf(html, "</svg>"), 9u);
+  EXPECT_EQ(countOf(html, "class=\"series\""), 10u);  // batch: running + waiting
+  for (const char* id : {"ttft_cdf", "tpot_cdf", "e2e_cdf", "ttft_vs_arrival", "throughput",
+                         "prefix_hit_rate", "preemptions", "kv_usage", "batch"}) {
+    EXPECT_THAT(html, HasSubstr("data-chart=\"" + std::string(id) + "\"")) << id;
+  }
+  EXPECT_THAT(html, Not(HasSubstr("data-empty=\"1\"")));
   EXPECT_THAT(html, HasSubstr("KV cache usage"));
   EXPECT_THAT(html, HasSubstr("Time to first token (ms)"));
-  // Nothing external: no scripts, stylesheets, images or links.
-  EXPECT_THAT(html, Not(HasSubstr("<script")));
+  EXPECT_THAT(html, Not(HasSubstr("Per worker")));
+  // Plots scale with the window; legends sit below the frame.
+  EXPECT_THAT(html, HasSubstr("width=\"100%\" viewBox="));
+  // Nothing external: no stylesheets, images, links or script sources (the one inline script
+  // only checks the drawing).
+  EXPECT_EQ(countOf(html, "<script"), 2u);
   EXPECT_THAT(html, Not(HasSubstr("<link")));
   EXPECT_THAT(html, Not(HasSubstr("src=")));
   EXPECT_THAT(html, Not(HasSubstr("href=")));
+  EXPECT_THAT(html, Not(HasSubstr("url(")));
   EXPECT_EQ(html, renderHtmlReport(c.buildReport({}), c, {.title = "t <1>"}));
+}
+
+TEST(ReportHtmlTest, SloBoundsAreDrawn) {
+  const ReplayCollector c = smallRun();
+  const std::string none = renderHtmlReport(c.buildReport({}), c);
+  EXPECT_EQ(countOf(none, "class=\"marker\""), 0u);
+  const std::string html =
+      renderHtmlReport(c.buildReport({.slo = {.ttft_ms = 12, .e2e_ms = 30}}), c);
+  // TTFT: its CDF and the arrival scatter; E2E: its CDF.
+  EXPECT_EQ(countOf(html, "class=\"marker\""), 3u);
+  EXPECT_THAT(html, HasSubstr("TTFT SLO"));
+  EXPECT_THAT(html, HasSubstr("E2E SLO"));
+}
+
+TEST(ReportHtmlTest, UnitsFollowTheMagnitude) {
+  ReplayCollector c;
+  for (int i = 0; i < 3; ++i) {
+    const RequestHandle h = c.onArrival(
+        {.session_id = std::to_string(i), .input_length = 8, .requested_output_length = 1}, 0);
+    c.onToken(h, 20000.0 * (i + 1));  // TTFTs of 20, 40, 60 s
+    c.onTerminal(h, 20000.0 * (i + 1), TerminalStatus::Completed);
+  }
+  const std::string html = renderHtmlReport(c.buildReport({}), c);
+  EXPECT_THAT(html, HasSubstr("time to first token (s)"));
+  EXPECT_THAT(html, Not(HasSubstr("time to first token (ms)")));
+  EXPECT_THAT(html, Not(HasSubstr("log scale")));
+}
+
+TEST(ReportHtmlTest, LongTailedCdfUsesLogX) {
+  ReplayCollector c;
+  for (int i = 0; i < 20; ++i) {
+    const RequestHandle h = c.onArrival(
+        {.session_id = std::to_string(i), .input_length = 8, .requested_output_length = 1}, 0);
+    const double ttft = i == 19 ? 5000.0 : 10.0 + i;  // one request 300× the median
+    c.onToken(h, ttft);
+    c.onTerminal(h, ttft, TerminalStatus::Completed);
+  }
+  const std::string html = renderHtmlReport(c.buildReport({}), c);
+  EXPECT_THAT(html, HasSubstr("time to first token (ms), log scale"));
+  EXPECT_THAT(wantsLogX({1, 2, 3}), false);
+  EXPECT_THAT(wantsLogX({0, 2, 300}), false);  // a zero cannot go on a log axis
+  EXPECT_THAT(wantsLogX({1, 2, 100}), true);
 }
 
 TEST(ReportHtmlTest, RankLabelsNameTheSeries) {
@@ -384,22 +464,41 @@ TEST(ReportHtmlTest, RankLabelsNameTheSeries) {
   EXPECT_THAT(html, HasSubstr("running (batch size) (rank 2)"));  // no label given
 }
 
-TEST(ReportHtmlTest, ManyRanksArePlottedAsTotals) {
+TEST(ReportHtmlTest, ManyRanksShowTheBusiestRankAndOneSmallPlotEach) {
+  // 50 ranks; only rank 37 is ever busy. The mean KV usage stays near 0, but the busiest-rank
+  // series and rank 37's own plot show its peak.
   ReplayCollector c;
-  for (std::uint32_t r = 0; r < 3; ++r) {
-    c.onEngineSample(
-        {.time_ms = 1.0 + r, .dp_rank = r, .kv_usage = 0.5, .num_running = 2, .num_waiting = 1});
+  for (std::uint32_t r = 0; r < 50; ++r) {
+    const bool busy = r == 37;
+    c.onEngineSample({.time_ms = 1.0 + r,
+                      .dp_rank = r,
+                      .kv_usage = busy ? 0.9 : 0.0,
+                      .num_running = busy ? 12u : 0u,
+                      .num_waiting = busy ? 3u : 0u});
   }
-  const std::string html = renderHtmlReport(c.buildReport({}), c, {.max_ranks_per_plot = 2});
-  EXPECT_THAT(html, HasSubstr("running (batch size), total (3 ranks)"));
-  EXPECT_THAT(html, HasSubstr("KV usage %, mean (3 ranks)"));
-  EXPECT_THAT(html, Not(HasSubstr("(rank 0)")));
+  std::vector<std::string> labels;
+  for (int r = 0; r < 50; ++r) labels.push_back(std::string("worker ").append(std::to_string(r)));
+  const std::string html = renderHtmlReport(
+      c.buildReport({}), c,
+      {.rank_labels = labels, .requests_per_worker = std::vector<std::uint64_t>(50, 2)});
+  EXPECT_THAT(html, HasSubstr("KV usage %, busiest rank (50 ranks)"));
+  EXPECT_THAT(html, HasSubstr("KV usage %, mean (50 ranks)"));
+  EXPECT_THAT(html, HasSubstr("running (batch size), total (50 ranks)"));
+  EXPECT_THAT(html, Not(HasSubstr("(worker 0)")));  // no per-rank lines in the overview
+  EXPECT_THAT(html, HasSubstr("Per worker"));
+  EXPECT_THAT(html, HasSubstr("data-chart=\"requests_per_worker\""));
+  EXPECT_EQ(countOf(html, "data-chart=\"kv_rank_"), 50u);
+  EXPECT_EQ(countOf(html, "data-chart=\"batch_rank_"), 50u);
+  EXPECT_THAT(html, HasSubstr("worker 37: KV peak 90 %"));
+  EXPECT_THAT(html, HasSubstr("worker 37: peak running 12, waiting 3"));
+  EXPECT_THAT(html, HasSubstr("worker 36: KV peak 0 %"));
 }
 
 TEST(ReportHtmlTest, EmptyRunRendersNoDataPlots) {
   const ReplayCollector c;
   const std::string html = renderHtmlReport(c.buildReport({}), c);
-  EXPECT_EQ(countOf(html, "<svg "), 5u);
+  EXPECT_EQ(countOf(html, "<svg "), 9u);
+  EXPECT_EQ(countOf(html, "data-empty=\"1\""), 9u);
   EXPECT_THAT(html, HasSubstr("no data"));
   EXPECT_THAT(html, Not(HasSubstr("nan")));
   EXPECT_THAT(html, Not(HasSubstr("inf")));

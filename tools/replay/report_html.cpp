@@ -1,7 +1,6 @@
-// Plots are hand-written SVG: a fixed-size frame, "nice" axis ticks (1/2/5 × 10^k), one
-// polyline per series and a legend. Large series are reduced to at most max_points_per_series
-// points (CDFs by evenly spaced ranks, time series by the maximum per bucket) so the page stays
-// small for long runs.
+// The page: summary table, then the plots (svg_plot.h). Large series are reduced so the page
+// stays small for long runs: CDFs to evenly spaced ranks, time series to the maximum per bucket
+// (a peak is never averaged away), the scatter to one request in k.
 #include "tools/replay/report_html.h"
 
 #include <algorithm>
@@ -14,187 +13,63 @@
 #include <vector>
 
 #include "tools/replay/report_output.h"
+#include "tools/replay/svg_plot.h"
 
 namespace mocker::replay {
 namespace {
 
-struct Series {
-  std::string name;
-  std::vector<std::pair<double, double>> points;  // (x, y), x ascending
-};
+using Points = std::vector<std::pair<double, double>>;
 
-struct Chart {
-  std::string title;
-  std::string x_label;
-  std::string y_label;
-  std::vector<Series> series;
-  std::optional<double> y_max;  // fixed upper bound (e.g. 1 for CDFs)
-};
-
-constexpr const char* kColors[] = {"#1f77b4", "#d62728", "#2ca02c", "#ff7f0e",
-                                   "#9467bd", "#8c564b", "#e377c2", "#17becf"};
-
-std::string escapeHtml(const std::string& s) {
-  std::string out;
-  out.reserve(s.size());
-  for (const char c : s) {
-    switch (c) {
-      case '&':
-        out += "&amp;";
-        break;
-      case '<':
-        out += "&lt;";
-        break;
-      case '>':
-        out += "&gt;";
-        break;
-      case '"':
-        out += "&quot;";
-        break;
-      default:
-        out += c;
-    }
+/// Empirical CDF (x = value, y = fraction ≤ x) of sorted values, reduced to at most
+/// `max_points` ranks.
+Points cdfPoints(const std::vector<double>& sorted, std::size_t max_points) {
+  Points out;
+  const std::size_t n = sorted.size();
+  if (n == 0) return out;
+  const std::size_t m = std::max<std::size_t>(2, std::min(n, max_points));
+  for (std::size_t k = 0; k < m; ++k) {
+    const std::size_t i = n == 1 ? 0 : (k * (n - 1) + (m - 1) / 2) / (m - 1);
+    out.emplace_back(sorted[i], static_cast<double>(i + 1) / static_cast<double>(n));
+    if (n == 1) break;
   }
   return out;
 }
 
-std::string num(double v, int decimals = 1) {
-  char buf[64];
-  std::snprintf(buf, sizeof buf, "%.*f", decimals, v);
-  return buf;
-}
-
-/// Tick label: compact, no trailing zeros beyond what the step needs.
-std::string tickLabel(double v, double step) {
-  const int decimals = step >= 1.0 ? 0 : static_cast<int>(std::ceil(-std::log10(step)));
-  return num(v, std::min(decimals, 6));
-}
-
-double niceStep(double range, int target_ticks) {
-  if (!(range > 0.0)) return 1.0;
-  const double raw = range / target_ticks;
-  const double mag = std::pow(10.0, std::floor(std::log10(raw)));
-  for (const double m : {1.0, 2.0, 5.0, 10.0}) {
-    if (raw <= m * mag) return m * mag;
-  }
-  return 10.0 * mag;
-}
-
-std::string renderChart(const Chart& chart) {
-  constexpr double kW = 720, kH = 320, kLeft = 70, kRight = 20, kTop = 34, kBottom = 50;
-  const double pw = kW - kLeft - kRight;
-  const double ph = kH - kTop - kBottom;
-  std::string svg = "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" + num(kW, 0) +
-                    "\" height=\"" + num(kH, 0) + "\" viewBox=\"0 0 " + num(kW, 0) + " " +
-                    num(kH, 0) + "\" role=\"img\" font-family=\"sans-serif\" font-size=\"11\">\n";
-  svg += "<title>" + escapeHtml(chart.title) + "</title>\n";
-  svg += "<text x=\"" + num(kW / 2) + "\" y=\"18\" text-anchor=\"middle\" font-size=\"14\">" +
-         escapeHtml(chart.title) + "</text>\n";
-
-  bool any = false;
-  double x0 = 0, x1 = 0, y1 = 0;
-  for (const Series& s : chart.series) {
-    for (const auto& [x, y] : s.points) {
-      if (!any) {
-        x0 = x1 = x;
-        any = true;
-      }
-      x0 = std::min(x0, x);
-      x1 = std::max(x1, x);
-      y1 = std::max(y1, y);
-    }
-  }
-  if (!any) {
-    svg += "<text x=\"" + num(kW / 2) + "\" y=\"" + num(kH / 2) +
-           "\" text-anchor=\"middle\" fill=\"#888\">no data</text>\n</svg>\n";
-    return svg;
-  }
-  x0 = std::min(x0, 0.0);
-  if (chart.y_max) y1 = *chart.y_max;
-  const double x_step = niceStep(x1 - x0, 8);
-  const double y_step = niceStep(y1, 5);
-  x1 = x1 > x0 ? std::ceil(x1 / x_step) * x_step : x0 + x_step;
-  y1 = y1 > 0 ? std::ceil(y1 / y_step - 1e-9) * y_step : y_step;
-  const auto px = [&](double x) { return kLeft + (x - x0) / (x1 - x0) * pw; };
-  const auto py = [&](double y) { return kTop + ph - y / y1 * ph; };
-
-  svg += "<g stroke=\"#ddd\">\n";
-  std::string labels;
-  for (double y = 0; y <= y1 + y_step * 1e-6; y += y_step) {
-    svg += "<line x1=\"" + num(kLeft) + "\" y1=\"" + num(py(y)) + "\" x2=\"" + num(kLeft + pw) +
-           "\" y2=\"" + num(py(y)) + "\"/>\n";
-    labels += "<text x=\"" + num(kLeft - 6) + "\" y=\"" + num(py(y) + 4) +
-              "\" text-anchor=\"end\">" + tickLabel(y, y_step) + "</text>\n";
-  }
-  for (double x = std::ceil(x0 / x_step) * x_step; x <= x1 + x_step * 1e-6; x += x_step) {
-    svg += "<line x1=\"" + num(px(x)) + "\" y1=\"" + num(kTop) + "\" x2=\"" + num(px(x)) +
-           "\" y2=\"" + num(kTop + ph) + "\"/>\n";
-    labels += "<text x=\"" + num(px(x)) + "\" y=\"" + num(kTop + ph + 16) +
-              "\" text-anchor=\"middle\">" + tickLabel(x, x_step) + "</text>\n";
-  }
-  svg += "</g>\n" + labels;
-  svg += "<rect x=\"" + num(kLeft) + "\" y=\"" + num(kTop) + "\" width=\"" + num(pw) +
-         "\" height=\"" + num(ph) + "\" fill=\"none\" stroke=\"#333\"/>\n";
-  svg += "<text x=\"" + num(kLeft + pw / 2) + "\" y=\"" + num(kH - 10) +
-         "\" text-anchor=\"middle\">" + escapeHtml(chart.x_label) + "</text>\n";
-  svg += "<text transform=\"translate(16," + num(kTop + ph / 2) +
-         ") rotate(-90)\" text-anchor=\"middle\">" + escapeHtml(chart.y_label) + "</text>\n";
-
-  // Polylines first, then the legend on a translucent box so it stays readable over data.
-  for (std::size_t i = 0; i < chart.series.size(); ++i) {
-    svg += "<polyline fill=\"none\" stroke-width=\"1.5\" stroke=\"" +
-           std::string(kColors[i % std::size(kColors)]) + "\" points=\"";
-    for (const auto& [x, y] : chart.series[i].points) svg += num(px(x)) + "," + num(py(y)) + " ";
-    svg += "\"/>\n";
-  }
-  std::size_t longest = 0;
-  for (const Series& s : chart.series) longest = std::max(longest, s.name.size());
-  svg += "<rect x=\"" + num(kLeft + 4) + "\" y=\"" + num(kTop + 2) + "\" width=\"" +
-         num(34 + 6.5 * static_cast<double>(longest)) + "\" height=\"" +
-         num(6 + 14 * static_cast<double>(chart.series.size())) +
-         "\" fill=\"#fff\" fill-opacity=\"0.85\" stroke=\"#ccc\"/>\n";
-  for (std::size_t i = 0; i < chart.series.size(); ++i) {
-    const Series& s = chart.series[i];
-    const char* color = kColors[i % std::size(kColors)];
-    const double ly = kTop + 12 + 14 * static_cast<double>(i);
-    svg += "<line x1=\"" + num(kLeft + 10) + "\" y1=\"" + num(ly - 4) + "\" x2=\"" +
-           num(kLeft + 28) + "\" y2=\"" + num(ly - 4) + "\" stroke=\"" + color +
-           "\" stroke-width=\"2\"/>\n<text x=\"" + num(kLeft + 32) + "\" y=\"" + num(ly) + "\">" +
-           escapeHtml(s.name) + "</text>\n";
-  }
-  svg += "</svg>\n";
-  return svg;
-}
-
-/// Empirical CDF (x = value, y = fraction ≤ x), reduced to at most `max_points` ranks.
-Series cdfSeries(std::string name, std::vector<double> values, std::size_t max_points) {
-  Series s{std::move(name), {}};
-  std::sort(values.begin(), values.end());
-  const std::size_t n = values.size();
-  if (n == 0) return s;
-  const std::size_t m = std::max<std::size_t>(2, std::min(n, max_points));
-  for (std::size_t k = 0; k < m; ++k) {
-    const std::size_t i = n == 1 ? 0 : (k * (n - 1) + (m - 1) / 2) / (m - 1);
-    s.points.emplace_back(values[i], static_cast<double>(i + 1) / static_cast<double>(n));
-    if (n == 1) break;
-  }
-  return s;
-}
-
 /// Reduces a time series to at most `max_points` by keeping the maximum y per bucket of ranks.
-void reduceByMax(Series& s, std::size_t max_points) {
-  if (s.points.size() <= max_points || max_points == 0) return;
-  std::vector<std::pair<double, double>> out;
-  const std::size_t n = s.points.size();
+void reduceByMax(Points& points, std::size_t max_points) {
+  if (points.size() <= max_points || max_points == 0) return;
+  Points out;
+  const std::size_t n = points.size();
   for (std::size_t b = 0; b < max_points; ++b) {
     const std::size_t lo = b * n / max_points;
     const std::size_t hi = (b + 1) * n / max_points;
     if (lo >= hi) continue;
-    double y = s.points[lo].second;
-    for (std::size_t i = lo; i < hi; ++i) y = std::max(y, s.points[i].second);
-    out.emplace_back(s.points[lo].first, y);
+    double y = points[lo].second;
+    for (std::size_t i = lo; i < hi; ++i) y = std::max(y, points[i].second);
+    out.emplace_back(points[lo].first, y);
   }
-  s.points = std::move(out);
+  points = std::move(out);
+}
+
+std::string percent(double fraction) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.0f %%", 100.0 * fraction);
+  return buf;
+}
+
+Plot cdfPlot(std::string id, std::string title, std::string x_label, std::vector<double> values,
+             std::size_t max_points, std::optional<double> slo, const std::string& slo_name) {
+  std::sort(values.begin(), values.end());
+  Plot p{.id = std::move(id),
+         .title = std::move(title),
+         .x_label = std::move(x_label),
+         .y_label = "fraction of requests",
+         .series = {{.name = "completed requests", .points = cdfPoints(values, max_points)}},
+         .y_max = 1.0,
+         .x_is_ms = true,
+         .log_x = wantsLogX(values)};
+  if (slo) p.markers.push_back({.vertical = true, .value = *slo, .label = slo_name});
+  return p;
 }
 
 }  // namespace
@@ -202,76 +77,162 @@ void reduceByMax(Series& s, std::size_t max_points) {
 std::string renderHtmlReport(const Report& report, const ReplayCollector& collector,
                              const HtmlReportOptions& options) {
   const auto& requests = collector.requests();
-  std::vector<double> ttft, e2e;
+  const std::optional<SloSpec> slo =
+      report.goodput ? std::optional<SloSpec>(report.goodput->slo) : std::nullopt;
+  std::vector<double> ttft, tpot, e2e;
   double t0 = 0.0;
   double t_end = 0.0;
   bool have_time = false;
   for (const RequestRecord& r : requests) {
     if (!have_time || r.arrival_ms < t0) t0 = r.arrival_ms;
     have_time = true;
-    if (r.status != TerminalStatus::Completed) continue;
-    const RequestLatencies l = latenciesOf(r);
-    if (l.ttft_ms) ttft.push_back(*l.ttft_ms);
-    if (l.e2e_ms) e2e.push_back(*l.e2e_ms);
   }
+  Points scatter;  // (arrival since t0 ms, TTFT ms), completed requests
   for (const RequestRecord& r : requests) {
     if (!r.token_times_ms.empty()) t_end = std::max(t_end, r.token_times_ms.back());
     if (r.terminal_ms) t_end = std::max(t_end, *r.terminal_ms);
+    if (r.status != TerminalStatus::Completed) continue;
+    const RequestLatencies l = latenciesOf(r);
+    if (l.ttft_ms) {
+      ttft.push_back(*l.ttft_ms);
+      scatter.emplace_back(r.arrival_ms - t0, *l.ttft_ms);
+    }
+    if (l.tpot_ms) tpot.push_back(*l.tpot_ms);
+    if (l.e2e_ms) e2e.push_back(*l.e2e_ms);
   }
 
-  std::vector<Chart> charts;
-  charts.push_back(Chart{"TTFT CDF (completed requests)",
-                         "time to first token (ms)",
-                         "fraction of requests",
-                         {cdfSeries("TTFT", std::move(ttft), options.max_points_per_series)},
-                         1.0});
-  charts.push_back(Chart{"End-to-end latency CDF (completed requests)",
-                         "request latency (ms)",
-                         "fraction of requests",
-                         {cdfSeries("E2E", std::move(e2e), options.max_points_per_series)},
-                         1.0});
+  std::vector<Plot> plots;
+  plots.push_back(cdfPlot("ttft_cdf", "TTFT CDF (completed requests)", "time to first token",
+                          std::move(ttft), options.max_points_per_series,
+                          slo ? slo->ttft_ms : std::nullopt, "TTFT SLO"));
+  plots.push_back(cdfPlot("tpot_cdf", "TPOT CDF (completed requests, >= 2 tokens)",
+                          "time per output token", std::move(tpot), options.max_points_per_series,
+                          slo ? slo->tpot_ms : std::nullopt, "TPOT SLO"));
+  plots.push_back(cdfPlot("e2e_cdf", "End-to-end latency CDF (completed requests)",
+                          "request latency", std::move(e2e), options.max_points_per_series,
+                          slo ? slo->e2e_ms : std::nullopt, "E2E SLO"));
 
-  // Output-token throughput: all emitted tokens (any outcome) counted per time bucket.
-  Series throughput{"output tokens/s", {}};
-  const std::size_t buckets = std::max<std::size_t>(1, options.throughput_buckets);
+  {
+    const std::size_t stride =
+        options.max_scatter_points == 0
+            ? 1
+            : std::max<std::size_t>(1, (scatter.size() + options.max_scatter_points - 1) /
+                                           options.max_scatter_points);
+    Points kept;
+    for (std::size_t i = 0; i < scatter.size(); i += stride) kept.push_back(scatter[i]);
+    Plot p{
+        .id = "ttft_vs_arrival",
+        .title = "TTFT against arrival time" +
+                 (stride > 1 ? " (one request in " + std::to_string(stride) + ")" : std::string()),
+        .x_label = "arrival since the first request",
+        .y_label = "TTFT",
+        .series = {{.name = "completed request",
+                    .points = std::move(kept),
+                    .style = PlotSeries::Style::Dots}},
+        .x_is_ms = true,
+        .y_is_ms = true};
+    if (slo && slo->ttft_ms) {
+      p.markers.push_back({.vertical = false, .value = *slo->ttft_ms, .label = "TTFT SLO"});
+    }
+    plots.push_back(std::move(p));
+  }
+
+  // Output-token throughput (every emitted token, any outcome) and prefix-cache hit rate
+  // (reused / input tokens of the requests first admitted in the bucket) per time bucket.
+  Points throughput, hit_rate;
+  const std::size_t buckets = std::max<std::size_t>(1, options.time_buckets);
   if (have_time && t_end > t0) {
     const double width = (t_end - t0) / static_cast<double>(buckets);
-    std::vector<std::uint64_t> counts(buckets, 0);
+    const auto bucketOf = [&](double t) {
+      const auto b = static_cast<std::size_t>(std::max(0.0, (t - t0) / width));
+      return std::min(b, buckets - 1);
+    };
+    std::vector<std::uint64_t> counts(buckets, 0), input(buckets, 0), reused(buckets, 0);
     for (const RequestRecord& r : requests) {
-      for (const double t : r.token_times_ms) {
-        auto b = static_cast<std::size_t>(std::max(0.0, (t - t0) / width));
-        counts[std::min(b, buckets - 1)]++;
+      for (const double t : r.token_times_ms) counts[bucketOf(t)]++;
+      if (r.first_admit_ms) {
+        input[bucketOf(*r.first_admit_ms)] += r.info.input_length;
+        reused[bucketOf(*r.first_admit_ms)] += r.first_reused_input_tokens;
       }
     }
     for (std::size_t b = 0; b < buckets; ++b) {
       const double rate = static_cast<double>(counts[b]) / (width / 1000.0);
-      throughput.points.emplace_back((static_cast<double>(b) * width) / 1000.0, rate);
-      throughput.points.emplace_back((static_cast<double>(b + 1) * width) / 1000.0, rate);
+      const double lo = static_cast<double>(b) * width;
+      const double hi = static_cast<double>(b + 1) * width;
+      throughput.emplace_back(lo, rate);
+      throughput.emplace_back(hi, rate);
+      if (input[b] > 0) {
+        hit_rate.emplace_back(
+            (lo + hi) / 2, 100.0 * static_cast<double>(reused[b]) / static_cast<double>(input[b]));
+      }
     }
   }
-  charts.push_back(Chart{"Output token throughput over time",
-                         "time since first arrival (s)",
-                         "tokens/s",
-                         {std::move(throughput)},
-                         std::nullopt});
+  plots.push_back(Plot{.id = "throughput",
+                       .title = "Output token throughput over time",
+                       .x_label = "time since the first arrival",
+                       .y_label = "tokens/s",
+                       .series = {{.name = "output tokens/s", .points = std::move(throughput)}},
+                       .x_is_ms = true});
+  plots.push_back(Plot{.id = "prefix_hit_rate",
+                       .title = "Prefix cache hit rate over time (by first admission)",
+                       .x_label = "time since the first arrival",
+                       .y_label = "reused input tokens (%)",
+                       .series = {{.name = "reused / input tokens", .points = std::move(hit_rate)}},
+                       .y_max = 100.0,
+                       .x_is_ms = true});
 
-  // Engine samples: one series per rank, or — beyond max_ranks_per_plot ranks, where per-rank
-  // lines and legends would bury the plot — totals over every rank (the value each rank last
-  // reported, summed; KV usage averaged), stepped at every sample in time order.
-  std::map<std::uint32_t, Series> kv, running, waiting;
-  std::map<std::uint32_t, bool> ranks;
-  for (const EngineSample& s : collector.engineSamples()) ranks[s.dp_rank] = true;
-  if (ranks.size() > options.max_ranks_per_plot) {
-    std::vector<const EngineSample*> order;
-    order.reserve(collector.engineSamples().size());
-    for (const EngineSample& s : collector.engineSamples()) order.push_back(&s);
-    std::stable_sort(order.begin(), order.end(),
-                     [](const auto* a, const auto* b) { return a->time_ms < b->time_ms; });
-    const std::string all = " (" + std::to_string(ranks.size()) + " ranks)";
-    Series& k = kv[0];
-    k.name = "KV usage %, mean" + all;
-    running[0].name = "running (batch size), total" + all;
-    waiting[0].name = "waiting, total" + all;
+  // Engine samples, grouped per rank in time order.
+  std::map<std::uint32_t, std::vector<const EngineSample*>> by_rank;
+  std::vector<const EngineSample*> order;
+  order.reserve(collector.engineSamples().size());
+  for (const EngineSample& s : collector.engineSamples()) {
+    by_rank[s.dp_rank].push_back(&s);
+    order.push_back(&s);
+  }
+  std::stable_sort(order.begin(), order.end(),
+                   [](const auto* a, const auto* b) { return a->time_ms < b->time_ms; });
+  const auto rankLabel = [&](std::uint32_t rank) {
+    return rank < options.rank_labels.size() ? options.rank_labels[rank]
+                                             : "rank " + std::to_string(rank);
+  };
+
+  // Preemptions: the cumulative count summed over ranks (each rank's last report), stepped at
+  // every sample.
+  {
+    Points preempted;
+    std::map<std::uint32_t, std::uint64_t> last;
+    std::uint64_t total = 0;
+    for (const EngineSample* s : order) {
+      std::uint64_t& prev = last[s->dp_rank];
+      total = total - prev + s->preemptions_total;
+      prev = s->preemptions_total;
+      preempted.emplace_back(s->time_ms - t0, static_cast<double>(total));
+    }
+    reduceByMax(preempted, options.max_points_per_series);
+    plots.push_back(Plot{.id = "preemptions",
+                         .title = "Preemptions over time (cumulative, all ranks)",
+                         .x_label = "time since the first arrival",
+                         .y_label = "preemptions",
+                         .series = {{.name = "preemptions", .points = std::move(preempted)}},
+                         .x_is_ms = true});
+  }
+
+  Plot kv_plot{.id = "kv_usage",
+               .title = "KV cache usage over time (max per bucket)",
+               .x_label = "time since the first arrival",
+               .y_label = "KV blocks in use (%)",
+               .y_max = 100.0,
+               .x_is_ms = true};
+  Plot batch_plot{.id = "batch",
+                  .title = "Batch size and queue over time (max per bucket)",
+                  .x_label = "time since the first arrival",
+                  .y_label = "requests",
+                  .x_is_ms = true};
+  if (by_rank.size() > options.max_ranks_per_plot) {
+    // Across many ranks: the largest rank value next to the mean (KV) or the total (batch), from
+    // each rank's last report at every sample — a mean alone would hide a saturated rank.
+    const std::string all = " (" + std::to_string(by_rank.size()) + " ranks)";
+    Points kv_max, kv_mean, run_max, run_total, wait_total;
     std::map<std::uint32_t, const EngineSample*> last;
     double kv_sum = 0.0, run_sum = 0.0, wait_sum = 0.0;
     for (const EngineSample* s : order) {
@@ -285,66 +246,118 @@ std::string renderHtmlReport(const Report& report, const ReplayCollector& collec
       kv_sum += s->kv_usage;
       run_sum += static_cast<double>(s->num_running);
       wait_sum += static_cast<double>(s->num_waiting);
-      const double x = (s->time_ms - t0) / 1000.0;
-      k.points.emplace_back(x, 100.0 * kv_sum / static_cast<double>(ranks.size()));
-      running[0].points.emplace_back(x, run_sum);
-      waiting[0].points.emplace_back(x, wait_sum);
-    }
-  } else {
-    for (const EngineSample& s : collector.engineSamples()) {
-      const double x = (s.time_ms - t0) / 1000.0;
-      auto& k = kv[s.dp_rank];
-      if (k.name.empty()) {
-        const std::string rank =
-            " (" +
-            (s.dp_rank < options.rank_labels.size() ? options.rank_labels[s.dp_rank]
-                                                    : "rank " + std::to_string(s.dp_rank)) +
-            ")";
-        k.name = "KV usage %" + rank;
-        running[s.dp_rank].name = "running (batch size)" + rank;
-        waiting[s.dp_rank].name = "waiting" + rank;
+      double kv_hi = 0.0, run_hi = 0.0;
+      for (const auto& [rank, sample] : last) {
+        kv_hi = std::max(kv_hi, sample->kv_usage);
+        run_hi = std::max(run_hi, static_cast<double>(sample->num_running));
       }
-      k.points.emplace_back(x, 100.0 * s.kv_usage);
-      running[s.dp_rank].points.emplace_back(x, static_cast<double>(s.num_running));
-      waiting[s.dp_rank].points.emplace_back(x, static_cast<double>(s.num_waiting));
+      const double x = s->time_ms - t0;
+      kv_max.emplace_back(x, 100.0 * kv_hi);
+      kv_mean.emplace_back(x, 100.0 * kv_sum / static_cast<double>(by_rank.size()));
+      run_max.emplace_back(x, run_hi);
+      run_total.emplace_back(x, run_sum);
+      wait_total.emplace_back(x, wait_sum);
+    }
+    for (Points* p : {&kv_max, &kv_mean, &run_max, &run_total, &wait_total}) {
+      reduceByMax(*p, options.max_points_per_series);
+    }
+    kv_plot.series.push_back({.name = "KV usage %, busiest rank" + all, .points = kv_max});
+    kv_plot.series.push_back({.name = "KV usage %, mean" + all, .points = kv_mean});
+    batch_plot.series.push_back({.name = "running, busiest rank" + all, .points = run_max});
+    batch_plot.series.push_back({.name = "running (batch size), total" + all, .points = run_total});
+    batch_plot.series.push_back({.name = "waiting, total" + all, .points = wait_total});
+  } else {
+    for (const auto& [rank, samples] : by_rank) {
+      Points kv, running, waiting;
+      for (const EngineSample* s : samples) {
+        const double x = s->time_ms - t0;
+        kv.emplace_back(x, 100.0 * s->kv_usage);
+        running.emplace_back(x, static_cast<double>(s->num_running));
+        waiting.emplace_back(x, static_cast<double>(s->num_waiting));
+      }
+      for (Points* p : {&kv, &running, &waiting}) reduceByMax(*p, options.max_points_per_series);
+      const std::string name = " (" + rankLabel(rank) + ")";
+      kv_plot.series.push_back({.name = "KV usage %" + name, .points = std::move(kv)});
+      batch_plot.series.push_back(
+          {.name = "running (batch size)" + name, .points = std::move(running)});
+      batch_plot.series.push_back({.name = "waiting" + name, .points = std::move(waiting)});
     }
   }
-  Chart kv_chart{"KV cache usage over time (max per bucket)",
-                 "time since first arrival (s)",
-                 "KV blocks in use (%)",
-                 {},
-                 100.0};
-  Chart batch_chart{"Batch size and queue over time (max per bucket)",
-                    "time since first arrival (s)",
-                    "requests",
-                    {},
-                    std::nullopt};
-  for (auto& [rank, s] : kv) {
-    reduceByMax(s, options.max_points_per_series);
-    kv_chart.series.push_back(std::move(s));
+  plots.push_back(std::move(kv_plot));
+  plots.push_back(std::move(batch_plot));
+
+  // Per worker: requests dispatched, and one small KV plot and one small batch plot per rank
+  // with that rank's peaks in the title.
+  std::string per_worker;
+  if (options.requests_per_worker.size() > 1) {
+    Points counts;
+    for (std::size_t w = 0; w < options.requests_per_worker.size(); ++w) {
+      counts.emplace_back(static_cast<double>(w),
+                          static_cast<double>(options.requests_per_worker[w]));
+    }
+    per_worker += renderSvgPlot(Plot{
+        .id = "requests_per_worker",
+        .title = "Requests per worker",
+        .x_label = "worker",
+        .y_label = "requests dispatched",
+        .series = {
+            {.name = "requests", .points = std::move(counts), .style = PlotSeries::Style::Dots}}});
   }
-  for (auto& [rank, s] : running) {
-    reduceByMax(s, options.max_points_per_series);
-    batch_chart.series.push_back(std::move(s));
+  if (by_rank.size() > 1) {
+    std::string kv_grid, batch_grid;
+    for (const auto& [rank, samples] : by_rank) {
+      Points kv, running, waiting;
+      double kv_peak = 0.0;
+      std::uint64_t run_peak = 0, wait_peak = 0;
+      for (const EngineSample* s : samples) {
+        const double x = s->time_ms - t0;
+        kv.emplace_back(x, 100.0 * s->kv_usage);
+        running.emplace_back(x, static_cast<double>(s->num_running));
+        waiting.emplace_back(x, static_cast<double>(s->num_waiting));
+        kv_peak = std::max(kv_peak, s->kv_usage);
+        run_peak = std::max(run_peak, s->num_running);
+        wait_peak = std::max(wait_peak, s->num_waiting);
+      }
+      for (Points* p : {&kv, &running, &waiting}) reduceByMax(*p, options.max_points_small);
+      const std::string label = rankLabel(rank);
+      kv_grid += renderSvgPlot(Plot{.id = "kv_rank_" + std::to_string(rank),
+                                    .title = label + ": KV peak " + percent(kv_peak),
+                                    .x_label = "time",
+                                    .y_label = "KV %",
+                                    .series = {{.name = "KV usage %", .points = std::move(kv)}},
+                                    .y_max = 100.0,
+                                    .x_is_ms = true,
+                                    .small = true});
+      batch_grid +=
+          renderSvgPlot(Plot{.id = "batch_rank_" + std::to_string(rank),
+                             .title = label + ": peak running " + std::to_string(run_peak) +
+                                      ", waiting " + std::to_string(wait_peak),
+                             .x_label = "time",
+                             .y_label = "requests",
+                             .series = {{.name = "running", .points = std::move(running)},
+                                        {.name = "waiting", .points = std::move(waiting)}},
+                             .x_is_ms = true,
+                             .small = true});
+    }
+    per_worker += "<h3>KV cache usage per rank (max per bucket)</h3>\n<div class=\"grid\">\n" +
+                  kv_grid + "</div>\n";
+    per_worker +=
+        "<h3>Batch size and queue per rank (max per bucket)</h3>\n<div class=\"grid\">\n" +
+        batch_grid + "</div>\n";
   }
-  for (auto& [rank, s] : waiting) {
-    reduceByMax(s, options.max_points_per_series);
-    batch_chart.series.push_back(std::move(s));
-  }
-  charts.push_back(std::move(kv_chart));
-  charts.push_back(std::move(batch_chart));
 
   std::string html;
-  html += "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n<title>" +
-          escapeHtml(options.title) + "</title>\n";
-  html +=
-      "<style>body{font-family:sans-serif;margin:24px;color:#222}pre{background:#f6f6f6;"
-      "padding:12px;overflow-x:auto}svg{display:block;margin:16px 0;border:1px solid #eee}"
-      "</style>\n</head>\n<body>\n";
+  html += "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n";
+  html += "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n<title>" +
+          escapeHtml(options.title) + "</title>\n" + pageHead() + "</head>\n<body>\n";
   html += "<h1>" + escapeHtml(options.title) + "</h1>\n";
   html += "<h2>Summary</h2>\n<pre>" + escapeHtml(formatReportTable(report)) + "</pre>\n";
-  html += "<h2>Plots</h2>\n";
-  for (const Chart& c : charts) html += renderChart(c);
+  html += "<h2>Latency</h2>\n";
+  for (std::size_t i = 0; i < 4; ++i) html += renderSvgPlot(plots[i]);
+  html += "<h2>Over time</h2>\n";
+  for (std::size_t i = 4; i < plots.size(); ++i) html += renderSvgPlot(plots[i]);
+  if (!per_worker.empty()) html += "<h2>Per worker</h2>\n" + per_worker;
+  html += pageCheckScript();
   html += "</body>\n</html>\n";
   return html;
 }

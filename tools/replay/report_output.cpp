@@ -303,6 +303,16 @@ std::string formatReportJson(const Report& r) {
     j["identity"] = identityJson(*r.identity);
     j["run"] = runJson(*r.identity);
   }
+  // Added in report version 2, after every older key: the shape of each latency distribution
+  // (p0..p100), which `mocker compare` plots as CDFs.
+  j["report_version"] = kReportVersion;
+  ordered_json quantiles = ordered_json::object();
+  for (const auto& [key, d] :
+       {std::pair{"ttft_ms", &r.ttft}, std::pair{"ttst_ms", &r.ttst}, std::pair{"tpot_ms", &r.tpot},
+        std::pair{"itl_ms", &r.itl}, std::pair{"e2e_latency_ms", &r.e2e_latency}}) {
+    quantiles[key] = d->count == 0 ? ordered_json(nullptr) : ordered_json(d->quantiles);
+  }
+  j["quantiles"] = std::move(quantiles);
   return j.dump(2) + "\n";
 }
 

@@ -12,6 +12,10 @@
 
 namespace mocker::replay {
 
+/// The JSON report's "report_version". 2: "quantiles" added. Reports without the key are
+/// version 1 (the same keys, no quantiles).
+inline constexpr int kReportVersion = 2;
+
 /// Human-readable table: the run identity (when report.identity is set), header lines (requests,
 /// tokens, durations, throughputs, reuse, preemptions, goodput) and one row per latency metric with
 /// columns avg, min, max, p99, p90, p75, p50, std ("–" when a metric has no samples).
@@ -29,7 +33,9 @@ std::string formatReportTable(const Report& report);
 /// goodput_completed_requests, goodput_request_throughput_rps, goodput_output_throughput_tok_s;
 /// then `vllm bench serve`'s names: duration (s), completed, failed, request_throughput,
 /// output_throughput, total_token_throughput, {mean,median,p75,p90,p95,p99,std}_e2el_ms; then,
-/// when report.identity is set, the objects "identity" and "run" (run_identity.h). Only
+/// when report.identity is set, the objects "identity" and "run" (run_identity.h); then
+/// report_version (kReportVersion) and "quantiles": {ttft_ms, ttst_ms, tpot_ms, itl_ms,
+/// e2e_latency_ms}, each the distribution's p0..p100 (101 numbers) or null when empty. Only
 /// wall_time_ms, processed_tokens_per_s and "run" differ between runs of the same command.
 /// Undefined values (empty distributions, zero durations) are null.
 std::string formatReportJson(const Report& report);

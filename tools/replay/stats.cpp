@@ -158,6 +158,10 @@ Distribution summarizeSorted(std::span<const double> sorted) {
   d.p90 = percentileLinear(sorted, 90);
   d.p95 = percentileLinear(sorted, 95);
   d.p99 = percentileLinear(sorted, 99);
+  d.quantiles.reserve(kQuantilePoints);
+  for (std::size_t p = 0; p < kQuantilePoints; ++p) {
+    d.quantiles.push_back(percentileLinear(sorted, static_cast<double>(p)));
+  }
   return d;
 }
 

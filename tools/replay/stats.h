@@ -23,7 +23,13 @@ struct Distribution {
   double p95 = 0.0;
   double p99 = 0.0;
   double std = 0.0;  ///< population standard deviation (divide by n), like numpy.std
+  /// p0, p1, …, p100 (kQuantilePoints values, percentileLinear; p0 = min, p100 = max): the
+  /// distribution's shape for CDF plots and `mocker compare`. Empty when count == 0.
+  std::vector<double> quantiles{};
 };
+
+/// Number of entries of Distribution::quantiles: every whole percentile from 0 to 100.
+inline constexpr std::size_t kQuantilePoints = 101;
 
 /// numpy's default percentile ("linear"): for sorted x_0..x_{n−1}, h = (n − 1)·p/100,
 /// value = x_⌊h⌋ + (h − ⌊h⌋)·(x_⌈h⌉ − x_⌊h⌋). [10, 20, 30, 40]: p50 = 25, p90 = 37, p99 = 39.7.
