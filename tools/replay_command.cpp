@@ -352,12 +352,26 @@ ReplayCommand::ReplayCommand(CLI::App& app) {
       ->capture_default_str()
       ->group(run_group);
   cmd_->add_option("--router", f.router,
-                   "round_robin | kv | random (between workers, or servers in live mode; kv is "
-                   "offline only)")
-      ->check(CLI::IsMember({"round_robin", "kv", "random"}))
+                   "round_robin | kv | kv_prefix | random (between workers, or servers in live "
+                   "mode; kv: Dynamo's KV-router cost, overlap weight x blocks to prefill + "
+                   "active blocks; kv_prefix: longest cached prefix, offline only)")
+      ->check(CLI::IsMember({"round_robin", "kv", "kv_prefix", "random"}))
       ->capture_default_str()
       ->group(run_group);
-  cmd_->add_option("--router-seed", f.router_seed, "seed of the random router")
+  cmd_->add_option("--router-seed", f.router_seed,
+                   "seed of the random router and of the kv router's tie-breaks and sampling")
+      ->capture_default_str()
+      ->group(run_group);
+  cmd_->add_option("--router-overlap-weight", f.router_overlap_weight,
+                   "kv router: weight of the blocks to prefill against the active blocks "
+                   "(Dynamo's default)")
+      ->check(CLI::Range(0.0, 1e9))
+      ->capture_default_str()
+      ->group(run_group);
+  cmd_->add_option("--router-temperature", f.router_temperature,
+                   "kv router: 0 = lowest cost wins; > 0 = softmax sampling over the normalised "
+                   "costs (Dynamo's default 0)")
+      ->check(CLI::Range(0.0, 1e9))
       ->capture_default_str()
       ->group(run_group);
   cmd_->add_option("--concurrency", f.concurrency,
@@ -369,6 +383,22 @@ ReplayCommand::ReplayCommand(CLI::App& app) {
                    "submit endpoint of a running `mocker serve` (tcp://HOST:PORT); repeat for "
                    "several servers; implies --mode live")
       ->option_text("EP")
+      ->group(live_group);
+  cmd_->add_option("--connect-kv-events", f.connect_kv_events,
+                   "--router kv: KV-event PUB endpoint of each --connect server's rank 0, in the "
+                   "same order (default: the submit port + 2; rank r at port + r)")
+      ->option_text("EP")
+      ->group(live_group);
+  cmd_->add_option("--connect-kv-replay", f.connect_kv_replay,
+                   "--router kv: KV replay ROUTER endpoint of each --connect server's rank 0, in "
+                   "the same order (default: the submit port + 3; rank r at port + r)")
+      ->option_text("EP")
+      ->group(live_group);
+  cmd_->add_option("--router-block-size", f.router_block_size,
+                   "--router kv: the servers' KV block size, for hashing prompts the way their "
+                   "KV events do (default hash seeds)")
+      ->check(atLeast(1))
+      ->capture_default_str()
       ->group(live_group);
   cmd_->add_option("--connect-cancel", f.connect_cancel,
                    "cancel endpoint of each --connect server, in the same order (default: the "
@@ -542,6 +572,15 @@ int ReplayCommand::run(std::ostream& out, std::ostream& err,
       f.mode == "live" || !f.connect.empty() ? ReplayMode::Live : ReplayMode::Offline;
   const bool closed_loop = cmd_->count("--concurrency") > 0;
 
+  if (f.router != "kv") {
+    for (const char* flag : {"--router-overlap-weight", "--router-temperature",
+                             "--connect-kv-events", "--connect-kv-replay", "--router-block-size"}) {
+      if (cmd_->count(flag) > 0) {
+        err << "mocker replay: " << flag << " is for --router kv\n";
+        return 2;
+      }
+    }
+  }
   // Validate the mode-specific configuration before reading the trace.
   std::optional<service::ServiceConfig> config;
   std::optional<replay::RouterKind> router;
@@ -549,7 +588,8 @@ int ReplayCommand::run(std::ostream& out, std::ostream& err,
   std::optional<service::CurveClientKeys> curve;
   if (mode == ReplayMode::Offline) {
     for (const char* flag :
-         {"--connect-cancel", "--curve-server-key-file", "--curve-secret-key-file"}) {
+         {"--connect-cancel", "--curve-server-key-file", "--curve-secret-key-file",
+          "--connect-kv-events", "--connect-kv-replay", "--router-block-size"}) {
       if (cmd_->count(flag) > 0) {
         err << "mocker replay: " << flag << " is for --mode live\n";
         return 2;
@@ -662,6 +702,8 @@ int ReplayCommand::run(std::ostream& out, std::ostream& err,
         .num_workers = f.num_workers,
         .router = *router,
         .router_seed = f.router_seed,
+        .kv_router = {.overlap_weight = f.router_overlap_weight,
+                      .temperature = f.router_temperature},
     };
     if (closed_loop) options.concurrency = f.concurrency;
     if (tty) {
