@@ -13,6 +13,7 @@
 #include <iostream>
 #include <optional>
 #include <sstream>
+#include <tuple>
 
 #include "tools/replay/azure_trace.h"
 #include "tools/replay/collector.h"
@@ -25,6 +26,7 @@
 #include "tools/replay/synthetic.h"
 
 #include "engine/config.h"
+#include "publishers/endpoint.h"
 #include "service/config.h"
 #include "tools/build_info.h"
 #include "tools/cli_options.h"
@@ -486,6 +488,43 @@ bool ReplayCommand::parsed() const { return cmd_->parsed(); }
 
 namespace {
 
+/// The endpoint `offset` ports after a tcp://HOST:PORT submit endpoint (the `mocker serve`
+/// default layout: cancel + 1, kv_events + 2, kv_replay + 3).
+Result<std::string> defaultEndpointAfter(const std::string& submit, std::uint32_t offset,
+                                         const char* flag) {
+  auto cancel = replay::defaultCancelEndpoint(submit);  // checks the form, gives port + 1
+  if (!cancel) {
+    return invalidArgument(std::string(flag) + ": cannot derive it from '" + submit +
+                           "' (give it explicitly): " + cancel.error().message);
+  }
+  auto shifted = publishers::offsetEndpoint(*cancel, offset - 1);
+  if (!shifted) return invalidArgument(std::string(flag) + ": " + shifted.error().message);
+  return *shifted;
+}
+
+/// --connect-kv-events / --connect-kv-replay: one per server, or none (the default layout).
+Status addKvEndpoints(const ReplayFlags& f, std::vector<replay::LiveTarget>& targets) {
+  for (const auto& [list, flag, offset] :
+       {std::tuple{&f.connect_kv_events, "--connect-kv-events", 2u},
+        std::tuple{&f.connect_kv_replay, "--connect-kv-replay", 3u}}) {
+    if (!list->empty() && list->size() != targets.size()) {
+      return invalidArgument(std::string(flag) + ": give one per --connect (got " +
+                             std::to_string(list->size()) + " for " +
+                             std::to_string(targets.size()) + " servers), or none");
+    }
+    for (std::size_t i = 0; i < targets.size(); ++i) {
+      std::string ep;
+      if (list->empty()) {
+        MOCKER_TRY(ep, defaultEndpointAfter(targets[i].submit_endpoint, offset, flag));
+      } else {
+        ep = (*list)[i];
+      }
+      (offset == 2 ? targets[i].kv_events : targets[i].kv_replay).push_back(std::move(ep));
+    }
+  }
+  return {};
+}
+
 /// The live targets from --connect / --connect-cancel.
 Result<std::vector<replay::LiveTarget>> liveTargets(const ReplayFlags& f) {
   if (f.connect.empty()) {
@@ -608,9 +647,9 @@ int ReplayCommand::run(std::ostream& out, std::ostream& err,
     }
     router = *r;
   } else {
-    if (f.router == "kv") {
-      err << "mocker replay: --router kv is offline only (live mode routes round_robin or "
-             "random between the --connect servers; each server picks its own DP rank)\n";
+    if (f.router == "kv_prefix") {
+      err << "mocker replay: --router kv_prefix is offline only (live mode routes kv, "
+             "round_robin or random between the --connect servers)\n";
       return 2;
     }
     if (cmd_->count("--num-workers") > 0) {
@@ -630,6 +669,17 @@ int ReplayCommand::run(std::ostream& out, std::ostream& err,
       return 2;
     }
     targets = std::move(*t);
+    if (f.router == "kv") {
+      if (!f.curve_secret_key_file.empty()) {
+        err << "mocker replay: --router kv with CURVE servers is not supported (the KV-event "
+               "subscription would need the CURVE keys too)\n";
+        return 2;
+      }
+      if (const Status s = addKvEndpoints(f, targets); !s) {
+        err << "mocker replay: " << s.error().message << "\n";
+        return 2;
+      }
+    }
     if (!f.curve_secret_key_file.empty()) {
       auto keys = service::loadCurveClientKeys(f.curve_server_key_file, f.curve_secret_key_file);
       if (!keys) {
@@ -740,8 +790,12 @@ int ReplayCommand::run(std::ostream& out, std::ostream& err,
     replay::LiveReplayOptions options{
         .targets = targets,
         .router = f.router == "random" ? replay::LiveRouterKind::Random
+                  : f.router == "kv"   ? replay::LiveRouterKind::Kv
                                        : replay::LiveRouterKind::RoundRobin,
         .router_seed = f.router_seed,
+        .kv_router = {.overlap_weight = f.router_overlap_weight,
+                      .temperature = f.router_temperature},
+        .kv_block_size = f.router_block_size,
         .request_timeout_ms = f.request_timeout_s * 1000.0,
         .connect_timeout_ms = f.connect_timeout_s * 1000.0,
         .stats_interval_ms = f.stats_interval_ms,
@@ -771,6 +825,13 @@ int ReplayCommand::run(std::ostream& out, std::ostream& err,
     line << "; max in flight " << stats->max_in_flight;
     if (!closed_loop) line << "; max dispatch lag " << stats->max_dispatch_lag_ms << " ms";
     line << "\n";
+    if (f.router == "kv") {
+      line << "Live kv router: " << stats->kv_routed_hits << " requests routed to a cached prefix; "
+           << stats->kv_query_failures << " overlap queries unanswered; index applied "
+           << stats->kv_batches_applied << " KV-event batches, " << stats->kv_gaps_detected
+           << " gaps (" << stats->kv_gaps_healed << " healed by replay), " << stats->kv_resyncs
+           << " resyncs\n";
+    }
     const replay::LiveTimingSummary timing = replay::summarizeLiveTiming(*stats, closed_loop);
     line << timing.text;
     for (const std::string& w : timing.warnings) err << "mocker replay: warning: " << w << "\n";
