@@ -91,6 +91,7 @@ Result<replay::Workload> loadWorkload(const ReplayFlags& f, const std::string& f
       .output_tokens = {f.output_mean, f.output_stddev},
       .shared_prefix_ratio = f.shared_prefix_ratio,
       .num_prefix_groups = f.num_prefix_groups,
+      .session_context = f.session_context,
       .block_size = f.trace_block_size,
       .seed = f.seed,
   };
@@ -337,6 +338,10 @@ ReplayCommand::ReplayCommand(CLI::App& app) {
                    "constant delay, or exponential mean")
       ->check(atLeast(0))
       ->capture_default_str()
+      ->group(synth);
+  cmd_->add_flag("--session-context", f.session_context,
+                 "multi-turn sessions: each turn's prompt is the previous turn's prompt followed "
+                 "by its own new input (the conversation so far)")
       ->group(synth);
   cmd_->add_option("--seed", f.seed, "RNG seed of the synthetic workload")
       ->capture_default_str()

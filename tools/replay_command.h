@@ -65,6 +65,7 @@ struct ReplayFlags {
   std::uint32_t turns_per_session = 1;
   std::string inter_turn_delay = "none";
   double inter_turn_delay_ms = 0.0;
+  bool session_context = false;
   std::uint64_t seed = 0;
   // Replay.
   std::uint32_t num_workers = 1;
