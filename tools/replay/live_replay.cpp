@@ -123,16 +123,20 @@ class LiveKvIndex {
     }
   }
 
-  /// Leading cached blocks of `hashes` per (server, rank) source, into `overlaps` (by global
-  /// rank index rank_offset[server] + rank). Errors: no answer in time, an error reply.
+  /// Leading cached blocks of `hashes` per (server, rank) source, into `overlaps`, and the
+  /// blocks the index holds for each, into `cached` (both by global rank index
+  /// rank_offset[server] + rank). An empty `hashes` (a prompt shorter than a block) is still
+  /// asked: the cache sizes break ties. Errors: no answer in time, an error reply.
   Status overlaps(std::span<const std::uint64_t> hashes,
                   const std::vector<std::uint32_t>& rank_offset,
-                  const std::vector<std::uint32_t>& ranks, std::vector<std::uint32_t>& overlaps) {
+                  const std::vector<std::uint32_t>& ranks, std::vector<std::uint32_t>& overlaps,
+                  std::vector<std::uint64_t>& cached) {
     std::fill(overlaps.begin(), overlaps.end(), 0);
-    if (hashes.empty()) return {};
+    std::fill(cached.begin(), cached.end(), 0);
     MOCKER_TRY(const index::QueryReply reply,
-               ask(index::OverlapQuery{.block_hashes = std::vector<std::uint64_t>(hashes.begin(),
-                                                                                  hashes.end())},
+               ask(index::OverlapQuery{.block_hashes =
+                                           std::vector<std::uint64_t>(hashes.begin(), hashes.end()),
+                                       .with_cached = true},
                    Clock::now() + kKvQueryTimeout));
     const auto* overlap = std::get_if<index::OverlapReply>(&reply);
     if (!overlap) return Error{ErrorCode::Internal, "the KV index did not answer an overlap"};
@@ -140,7 +144,9 @@ class LiveKvIndex {
       if (w.worker_id >= rank_offset.size()) continue;
       const auto t = static_cast<std::size_t>(w.worker_id);
       for (const index::RankOverlap& r : w.ranks) {
-        if (r.dp_rank < ranks[t]) overlaps[rank_offset[t] + r.dp_rank] = r.blocks;
+        if (r.dp_rank >= ranks[t]) continue;
+        overlaps[rank_offset[t] + r.dp_rank] = r.blocks;
+        cached[rank_offset[t] + r.dp_rank] = r.cached.value_or(0);
       }
     }
     return {};
@@ -255,6 +261,7 @@ class LiveReplay {
       kv_router_.emplace(candidates_.size(), options.kv_block_size, options.kv_router,
                          options.router_seed);
       overlaps_.assign(candidates_.size(), 0);
+      cached_.assign(candidates_.size(), 0);
     }
     stats_.timing_end = stats_.timing_start;
     stats_.per_target.assign(clients_.size(), 0);
@@ -379,15 +386,16 @@ class LiveReplay {
   std::pair<std::uint32_t, std::uint32_t> routeKv(const std::vector<std::uint32_t>& prompt) {
     hashes_.clear();
     engine::extendSequenceHashes(prompt, options_.kv_block_size, options_.kv_hash_seeds, hashes_);
-    if (const Status s =
-            kv_index_->overlaps(hashes_, stats_.rank_offset, stats_.ranks_per_target, overlaps_);
+    if (const Status s = kv_index_->overlaps(hashes_, stats_.rank_offset, stats_.ranks_per_target,
+                                             overlaps_, cached_);
         !s) {
       ++stats_.kv_query_failures;
       warnOnce("kv router: " + s.error().message + " (routed as if nothing were cached)");
       std::fill(overlaps_.begin(), overlaps_.end(), 0);
+      std::fill(cached_.begin(), cached_.end(), 0);
     }
     const std::uint32_t g =
-        kv_router_->select(hashes_, static_cast<std::uint32_t>(prompt.size()), overlaps_, {});
+        kv_router_->select(hashes_, static_cast<std::uint32_t>(prompt.size()), overlaps_, cached_);
     if (overlaps_[g] > 0) ++stats_.kv_routed_hits;
     return candidates_[g];
   }
@@ -637,6 +645,7 @@ class LiveReplay {
   std::vector<std::pair<std::uint32_t, std::uint32_t>> candidates_;  // g → (server, rank)
   std::vector<std::uint64_t> hashes_;                                // scratch
   std::vector<std::uint32_t> overlaps_;                              // scratch, by g
+  std::vector<std::uint64_t> cached_;  // scratch, by g: blocks the index holds (tie-break)
 };
 
 /// Connects to every target and waits for each one's answer to a `stats` request (which also
