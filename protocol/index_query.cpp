@@ -131,6 +131,12 @@ Result<OverlapQuery> decodeOverlap(const MapView& m) {
   }
   MOCKER_TRY(q.hash_seed, optU64Key(m, "hash_seed"));
   MOCKER_TRY(q.chain_seed, optU64Key(m, "chain_seed"));
+  if (const msgpack::object* with_cached = m.find("with_cached")) {
+    if (with_cached->type != msgpack::type::BOOLEAN) {
+      return invalidArgument("with_cached: expected a boolean");
+    }
+    q.with_cached = with_cached->via.boolean;
+  }
   return q;
 }
 
@@ -138,6 +144,7 @@ Result<RankOverlap> decodeRankOverlap(const MapView& m) {
   RankOverlap r;
   MOCKER_TRY(r.dp_rank, u32Key(m, "dp_rank"));
   MOCKER_TRY(r.blocks, u32Key(m, "blocks"));
+  MOCKER_TRY(r.cached, optU64Key(m, "cached"));
   return r;
 }
 
@@ -198,8 +205,9 @@ std::vector<std::byte> encodeQueryRequest(const QueryRequest& request) {
         [&](const auto& r) {
           using T = std::decay_t<decltype(r)>;
           if constexpr (std::is_same_v<T, OverlapQuery>) {
-            const auto n = static_cast<std::uint32_t>(
-                1 + (r.block_size ? 1 : 0) + (r.hash_seed ? 1 : 0) + (r.chain_seed ? 1 : 0));
+            const auto n =
+                static_cast<std::uint32_t>(1 + (r.block_size ? 1 : 0) + (r.hash_seed ? 1 : 0) +
+                                           (r.chain_seed ? 1 : 0) + (r.with_cached ? 1 : 0));
             beginMap(pk, "overlap", r.id, n);
             if (r.tokens) {
               packStr(pk, "tokens");
@@ -219,6 +227,10 @@ std::vector<std::byte> encodeQueryRequest(const QueryRequest& request) {
             if (r.chain_seed) {
               packStr(pk, "chain_seed");
               pk.pack(*r.chain_seed);
+            }
+            if (r.with_cached) {
+              packStr(pk, "with_cached");
+              pk.pack(true);
             }
           } else if constexpr (std::is_same_v<T, StatsQuery>) {
             beginMap(pk, "stats", r.id, 0);
@@ -250,11 +262,15 @@ std::vector<std::byte> encodeQueryReply(const QueryReply& reply) {
               packStr(pk, "ranks");
               pk.pack_array(static_cast<std::uint32_t>(w.ranks.size()));
               for (const RankOverlap& ro : w.ranks) {
-                pk.pack_map(2);
+                pk.pack_map(ro.cached ? 3 : 2);
                 packStr(pk, "dp_rank");
                 pk.pack(ro.dp_rank);
                 packStr(pk, "blocks");
                 pk.pack(ro.blocks);
+                if (ro.cached) {
+                  packStr(pk, "cached");
+                  pk.pack(*ro.cached);
+                }
               }
             }
           } else if constexpr (std::is_same_v<T, StatsReply>) {

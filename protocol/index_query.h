@@ -41,6 +41,9 @@ struct OverlapQuery {
   std::optional<std::uint32_t> block_size;  ///< tokens only; default: the index's --block-size
   std::optional<std::uint64_t> hash_seed;   ///< tokens only; default: the index's seeds
   std::optional<std::uint64_t> chain_seed;
+  /// "with_cached": true — each rank entry of the reply also says how many blocks the index
+  /// holds for it (RankOverlap::cached; a router's tie-break by cache size).
+  bool with_cached = false;
   friend bool operator==(const OverlapQuery&, const OverlapQuery&) = default;
 };
 
@@ -59,6 +62,7 @@ using QueryRequest = std::variant<OverlapQuery, StatsQuery, VerifyQuery>;
 struct RankOverlap {
   std::uint32_t dp_rank = 0;
   std::uint32_t blocks = 0;
+  std::optional<std::uint64_t> cached;  ///< blocks the index holds for it (with_cached only)
   friend bool operator==(const RankOverlap&, const RankOverlap&) = default;
 };
 

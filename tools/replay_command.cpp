@@ -13,6 +13,7 @@
 #include <iostream>
 #include <optional>
 #include <sstream>
+#include <tuple>
 
 #include "tools/replay/azure_trace.h"
 #include "tools/replay/collector.h"
@@ -25,6 +26,7 @@
 #include "tools/replay/synthetic.h"
 
 #include "engine/config.h"
+#include "publishers/endpoint.h"
 #include "service/config.h"
 #include "tools/build_info.h"
 #include "tools/cli_options.h"
@@ -89,6 +91,7 @@ Result<replay::Workload> loadWorkload(const ReplayFlags& f, const std::string& f
       .output_tokens = {f.output_mean, f.output_stddev},
       .shared_prefix_ratio = f.shared_prefix_ratio,
       .num_prefix_groups = f.num_prefix_groups,
+      .session_context = f.session_context,
       .block_size = f.trace_block_size,
       .seed = f.seed,
   };
@@ -336,6 +339,10 @@ ReplayCommand::ReplayCommand(CLI::App& app) {
       ->check(atLeast(0))
       ->capture_default_str()
       ->group(synth);
+  cmd_->add_flag("--session-context", f.session_context,
+                 "multi-turn sessions: each turn's prompt is the previous turn's prompt followed "
+                 "by its own new input (the conversation so far)")
+      ->group(synth);
   cmd_->add_option("--seed", f.seed, "RNG seed of the synthetic workload")
       ->capture_default_str()
       ->group(synth);
@@ -352,12 +359,26 @@ ReplayCommand::ReplayCommand(CLI::App& app) {
       ->capture_default_str()
       ->group(run_group);
   cmd_->add_option("--router", f.router,
-                   "round_robin | kv | random (between workers, or servers in live mode; kv is "
-                   "offline only)")
-      ->check(CLI::IsMember({"round_robin", "kv", "random"}))
+                   "round_robin | kv | kv_prefix | random (between workers, or servers in live "
+                   "mode; kv: Dynamo's KV-router cost, overlap weight x blocks to prefill + "
+                   "active blocks; kv_prefix: longest cached prefix, offline only)")
+      ->check(CLI::IsMember({"round_robin", "kv", "kv_prefix", "random"}))
       ->capture_default_str()
       ->group(run_group);
-  cmd_->add_option("--router-seed", f.router_seed, "seed of the random router")
+  cmd_->add_option("--router-seed", f.router_seed,
+                   "seed of the random router and of the kv router's tie-breaks and sampling")
+      ->capture_default_str()
+      ->group(run_group);
+  cmd_->add_option("--router-overlap-weight", f.router_overlap_weight,
+                   "kv router: weight of the blocks to prefill against the active blocks "
+                   "(Dynamo's default)")
+      ->check(CLI::Range(0.0, 1e9))
+      ->capture_default_str()
+      ->group(run_group);
+  cmd_->add_option("--router-temperature", f.router_temperature,
+                   "kv router: 0 = lowest cost wins; > 0 = softmax sampling over the normalised "
+                   "costs (Dynamo's default 0)")
+      ->check(CLI::Range(0.0, 1e9))
       ->capture_default_str()
       ->group(run_group);
   cmd_->add_option("--concurrency", f.concurrency,
@@ -369,6 +390,22 @@ ReplayCommand::ReplayCommand(CLI::App& app) {
                    "submit endpoint of a running `mocker serve` (tcp://HOST:PORT); repeat for "
                    "several servers; implies --mode live")
       ->option_text("EP")
+      ->group(live_group);
+  cmd_->add_option("--connect-kv-events", f.connect_kv_events,
+                   "--router kv: KV-event PUB endpoint of each --connect server's rank 0, in the "
+                   "same order (default: the submit port + 2; rank r at port + r)")
+      ->option_text("EP")
+      ->group(live_group);
+  cmd_->add_option("--connect-kv-replay", f.connect_kv_replay,
+                   "--router kv: KV replay ROUTER endpoint of each --connect server's rank 0, in "
+                   "the same order (default: the submit port + 3; rank r at port + r)")
+      ->option_text("EP")
+      ->group(live_group);
+  cmd_->add_option("--router-block-size", f.router_block_size,
+                   "--router kv: the servers' KV block size, for hashing prompts the way their "
+                   "KV events do (default hash seeds)")
+      ->check(atLeast(1))
+      ->capture_default_str()
       ->group(live_group);
   cmd_->add_option("--connect-cancel", f.connect_cancel,
                    "cancel endpoint of each --connect server, in the same order (default: the "
@@ -456,6 +493,43 @@ bool ReplayCommand::parsed() const { return cmd_->parsed(); }
 
 namespace {
 
+/// The endpoint `offset` ports after a tcp://HOST:PORT submit endpoint (the `mocker serve`
+/// default layout: cancel + 1, kv_events + 2, kv_replay + 3).
+Result<std::string> defaultEndpointAfter(const std::string& submit, std::uint32_t offset,
+                                         const char* flag) {
+  auto cancel = replay::defaultCancelEndpoint(submit);  // checks the form, gives port + 1
+  if (!cancel) {
+    return invalidArgument(std::string(flag) + ": cannot derive it from '" + submit +
+                           "' (give it explicitly): " + cancel.error().message);
+  }
+  auto shifted = publishers::offsetEndpoint(*cancel, offset - 1);
+  if (!shifted) return invalidArgument(std::string(flag) + ": " + shifted.error().message);
+  return *shifted;
+}
+
+/// --connect-kv-events / --connect-kv-replay: one per server, or none (the default layout).
+Status addKvEndpoints(const ReplayFlags& f, std::vector<replay::LiveTarget>& targets) {
+  for (const auto& [list, flag, offset] :
+       {std::tuple{&f.connect_kv_events, "--connect-kv-events", 2u},
+        std::tuple{&f.connect_kv_replay, "--connect-kv-replay", 3u}}) {
+    if (!list->empty() && list->size() != targets.size()) {
+      return invalidArgument(std::string(flag) + ": give one per --connect (got " +
+                             std::to_string(list->size()) + " for " +
+                             std::to_string(targets.size()) + " servers), or none");
+    }
+    for (std::size_t i = 0; i < targets.size(); ++i) {
+      std::string ep;
+      if (list->empty()) {
+        MOCKER_TRY(ep, defaultEndpointAfter(targets[i].submit_endpoint, offset, flag));
+      } else {
+        ep = (*list)[i];
+      }
+      (offset == 2 ? targets[i].kv_events : targets[i].kv_replay).push_back(std::move(ep));
+    }
+  }
+  return {};
+}
+
 /// The live targets from --connect / --connect-cancel.
 Result<std::vector<replay::LiveTarget>> liveTargets(const ReplayFlags& f) {
   if (f.connect.empty()) {
@@ -542,6 +616,15 @@ int ReplayCommand::run(std::ostream& out, std::ostream& err,
       f.mode == "live" || !f.connect.empty() ? ReplayMode::Live : ReplayMode::Offline;
   const bool closed_loop = cmd_->count("--concurrency") > 0;
 
+  if (f.router != "kv") {
+    for (const char* flag : {"--router-overlap-weight", "--router-temperature",
+                             "--connect-kv-events", "--connect-kv-replay", "--router-block-size"}) {
+      if (cmd_->count(flag) > 0) {
+        err << "mocker replay: " << flag << " is for --router kv\n";
+        return 2;
+      }
+    }
+  }
   // Validate the mode-specific configuration before reading the trace.
   std::optional<service::ServiceConfig> config;
   std::optional<replay::RouterKind> router;
@@ -549,7 +632,8 @@ int ReplayCommand::run(std::ostream& out, std::ostream& err,
   std::optional<service::CurveClientKeys> curve;
   if (mode == ReplayMode::Offline) {
     for (const char* flag :
-         {"--connect-cancel", "--curve-server-key-file", "--curve-secret-key-file"}) {
+         {"--connect-cancel", "--curve-server-key-file", "--curve-secret-key-file",
+          "--connect-kv-events", "--connect-kv-replay", "--router-block-size"}) {
       if (cmd_->count(flag) > 0) {
         err << "mocker replay: " << flag << " is for --mode live\n";
         return 2;
@@ -568,9 +652,9 @@ int ReplayCommand::run(std::ostream& out, std::ostream& err,
     }
     router = *r;
   } else {
-    if (f.router == "kv") {
-      err << "mocker replay: --router kv is offline only (live mode routes round_robin or "
-             "random between the --connect servers; each server picks its own DP rank)\n";
+    if (f.router == "kv_prefix") {
+      err << "mocker replay: --router kv_prefix is offline only (live mode routes kv, "
+             "round_robin or random between the --connect servers)\n";
       return 2;
     }
     if (cmd_->count("--num-workers") > 0) {
@@ -590,6 +674,17 @@ int ReplayCommand::run(std::ostream& out, std::ostream& err,
       return 2;
     }
     targets = std::move(*t);
+    if (f.router == "kv") {
+      if (!f.curve_secret_key_file.empty()) {
+        err << "mocker replay: --router kv with CURVE servers is not supported (the KV-event "
+               "subscription would need the CURVE keys too)\n";
+        return 2;
+      }
+      if (const Status s = addKvEndpoints(f, targets); !s) {
+        err << "mocker replay: " << s.error().message << "\n";
+        return 2;
+      }
+    }
     if (!f.curve_secret_key_file.empty()) {
       auto keys = service::loadCurveClientKeys(f.curve_server_key_file, f.curve_secret_key_file);
       if (!keys) {
@@ -662,6 +757,8 @@ int ReplayCommand::run(std::ostream& out, std::ostream& err,
         .num_workers = f.num_workers,
         .router = *router,
         .router_seed = f.router_seed,
+        .kv_router = {.overlap_weight = f.router_overlap_weight,
+                      .temperature = f.router_temperature},
     };
     if (closed_loop) options.concurrency = f.concurrency;
     if (tty) {
@@ -699,8 +796,12 @@ int ReplayCommand::run(std::ostream& out, std::ostream& err,
     replay::LiveReplayOptions options{
         .targets = targets,
         .router = f.router == "random" ? replay::LiveRouterKind::Random
+                  : f.router == "kv"   ? replay::LiveRouterKind::Kv
                                        : replay::LiveRouterKind::RoundRobin,
         .router_seed = f.router_seed,
+        .kv_router = {.overlap_weight = f.router_overlap_weight,
+                      .temperature = f.router_temperature},
+        .kv_block_size = f.router_block_size,
         .request_timeout_ms = f.request_timeout_s * 1000.0,
         .connect_timeout_ms = f.connect_timeout_s * 1000.0,
         .stats_interval_ms = f.stats_interval_ms,
@@ -730,6 +831,13 @@ int ReplayCommand::run(std::ostream& out, std::ostream& err,
     line << "; max in flight " << stats->max_in_flight;
     if (!closed_loop) line << "; max dispatch lag " << stats->max_dispatch_lag_ms << " ms";
     line << "\n";
+    if (f.router == "kv") {
+      line << "Live kv router: " << stats->kv_routed_hits << " requests routed to a cached prefix; "
+           << stats->kv_query_failures << " overlap queries unanswered; index applied "
+           << stats->kv_batches_applied << " KV-event batches, " << stats->kv_gaps_detected
+           << " gaps (" << stats->kv_gaps_healed << " healed by replay), " << stats->kv_resyncs
+           << " resyncs\n";
+    }
     const replay::LiveTimingSummary timing = replay::summarizeLiveTiming(*stats, closed_loop);
     line << timing.text;
     for (const std::string& w : timing.warnings) err << "mocker replay: warning: " << w << "\n";

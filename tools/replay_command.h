@@ -65,12 +65,18 @@ struct ReplayFlags {
   std::uint32_t turns_per_session = 1;
   std::string inter_turn_delay = "none";
   double inter_turn_delay_ms = 0.0;
+  bool session_context = false;
   std::uint64_t seed = 0;
   // Replay.
   std::uint32_t num_workers = 1;
   std::string router = "round_robin";
   std::uint64_t router_seed = 0;
-  std::uint32_t concurrency = 0;  ///< 0 = trace mode (timestamps)
+  double router_overlap_weight = 1.0;          ///< kv: Dynamo's overlap_score_weight default
+  double router_temperature = 0.0;             ///< kv: Dynamo's router_temperature default
+  std::uint32_t router_block_size = 64;        ///< live kv: the servers' block size
+  std::vector<std::string> connect_kv_events;  ///< live kv: KV-event PUBs (default: port + 2)
+  std::vector<std::string> connect_kv_replay;  ///< live kv: replay ROUTERs (default: port + 3)
+  std::uint32_t concurrency = 0;               ///< 0 = trace mode (timestamps)
   // Outputs.
   std::string report_json;
   std::string requests_jsonl;

@@ -58,6 +58,32 @@ TEST(QueryProtocol, DocumentedExamplesRoundTrip) {
   }
 }
 
+// "with_cached" asks for each rank's cache size; replies carry it as "cached" only then, so
+// the documented bytes above stay what they were.
+TEST(QueryProtocol, WithCachedRoundTrips) {
+  const OverlapQuery q{.block_hashes = std::vector<std::uint64_t>{1, 2}, .with_cached = true};
+  const auto bytes = encodeQueryRequest(q);
+  // Last key: ab"with_cached" c3 (true).
+  EXPECT_TRUE(toHex(bytes).ends_with("ab776974685f636163686564c3")) << toHex(bytes);
+  auto back = decodeQueryRequest(bytes);
+  ASSERT_TRUE(back.has_value()) << back.error().message;
+  EXPECT_EQ(*back, QueryRequest{q});
+  const OverlapReply reply{.num_blocks = 2,
+                           .workers = {{.worker_id = 3,
+                                        .blocks = 1,
+                                        .ranks = {{.dp_rank = 0, .blocks = 1, .cached = 40},
+                                                  {.dp_rank = 1, .blocks = 0, .cached = 0}}}}};
+  auto reply_back = decodeQueryReply(encodeQueryReply(reply));
+  ASSERT_TRUE(reply_back.has_value()) << reply_back.error().message;
+  EXPECT_EQ(*reply_back, QueryReply{reply});
+  // Not a boolean: an error naming the key.
+  std::vector<std::byte> not_bool = bytes;
+  not_bool.back() = std::byte{0x01};  // "with_cached": 1
+  auto bad = decodeQueryRequest(not_bool);
+  ASSERT_FALSE(bad.has_value());
+  EXPECT_NE(bad.error().message.find("with_cached"), std::string::npos) << bad.error().message;
+}
+
 TEST(QueryProtocol, MalformedRequestsAreErrors) {
   const std::vector<std::vector<std::byte>> bad = {
       {},

@@ -446,6 +446,17 @@ TEST(IndexLive, OverlapQueryNamesTheWorkerThatServedThePrompt) {
   r = index.ask(OverlapQuery{.tokens = served, .hash_seed = 1});
   ASSERT_TRUE(r.has_value());
   EXPECT_EQ(std::get<OverlapReply>(*r).workers.at(0).blocks, 0u);
+  EXPECT_FALSE(std::get<OverlapReply>(*r).workers.at(0).ranks.at(0).cached.has_value());
+
+  // with_cached: every rank entry also says how many blocks the index holds for it (the served
+  // prompts' full blocks at least), whatever the query's overlap.
+  r = index.ask(OverlapQuery{.tokens = partial, .hash_seed = 1, .with_cached = true});
+  ASSERT_TRUE(r.has_value());
+  const OverlapReply& cached = std::get<OverlapReply>(*r);
+  ASSERT_EQ(cached.workers.size(), 2u);
+  EXPECT_EQ(cached.workers[0].blocks, 0u);
+  EXPECT_GE(cached.workers[0].ranks.at(0).cached.value_or(0), 5u);
+  EXPECT_GE(cached.workers[1].ranks.at(0).cached.value_or(0), 4u);
 }
 
 std::vector<std::byte> raw(std::string_view s) {

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -225,7 +226,8 @@ TEST(OfflineReplayTest, RejectsBadOptionsBeforeSimulating) {
 }
 
 TEST(OfflineReplayTest, RouterNamesRoundTrip) {
-  for (const RouterKind k : {RouterKind::RoundRobin, RouterKind::Kv, RouterKind::Random}) {
+  for (const RouterKind k :
+       {RouterKind::RoundRobin, RouterKind::Kv, RouterKind::Random, RouterKind::KvPrefix}) {
     EXPECT_EQ(*parseRouterKind(toString(k)), k);
   }
   EXPECT_FALSE(parseRouterKind("nearest").has_value());
@@ -280,7 +282,7 @@ TEST(OfflineReplayTest, KvRouterReusesMorePrefixThanRoundRobin) {
   }
 }
 
-TEST(OfflineReplayTest, KvRouterTieBreaksByLoadThenLowestWorker) {
+TEST(OfflineReplayTest, KvPrefixRouterTieBreaksByLoadThenLowestWorker) {
   // Nothing cached anywhere: the first request goes to worker 0, the second (while the first is
   // in flight) to worker 1, and so on; once request 0 has ended, its prefix pulls request 4 back.
   const Workload w = parse(R"({"timestamp": 0, "output_length": 1, "hash_ids": [1, 2]})"
@@ -294,10 +296,95 @@ TEST(OfflineReplayTest, KvRouterTieBreaksByLoadThenLowestWorker) {
                            R"({"timestamp": 2000, "output_length": 1, "hash_ids": [3, 4, 9]})"
                            "\n");
   OfflineReplayStats stats;
-  replayOrDie(w, {.engine = smallEngine(), .num_workers = 3, .router = RouterKind::Kv}, &stats);
+  replayOrDie(w, {.engine = smallEngine(), .num_workers = 3, .router = RouterKind::KvPrefix},
+              &stats);
   // Workers: r0 → 0, r1 → 1, r2 → 2, r3 (all idle, no overlap) → 0, r4 (prefix on 1) → 1.
   EXPECT_EQ(stats.per_worker, (std::vector<std::uint64_t>{2, 2, 1}));
   EXPECT_EQ(stats.kv_routed_hits, 1u);
+}
+
+/// `n` single-turn requests with nothing in common, 1 s apart: each ends long before the next.
+Workload lowLoad(int n) {
+  std::string text;
+  for (int i = 0; i < n; ++i) {
+    text += R"({"timestamp": )" + std::to_string(i * 1000) +
+            R"(, "output_length": 2, "hash_ids": [)" + std::to_string(2 * i + 1) + ", " +
+            std::to_string(2 * i + 2) + "]}\n";
+  }
+  return parse(text);
+}
+
+// At low load every request meets the same cost everywhere (no overlap, no load): Dynamo's
+// random tie-break spreads them, where the prefix-only rule sent all of them to worker 0.
+TEST(OfflineReplayTest, KvRouterAtLowLoadGivesEveryWorkerRequests) {
+  const Workload w = lowLoad(64);
+  OfflineReplayStats kv, prefix;
+  replayOrDie(w, {.engine = smallEngine(), .num_workers = 8, .router = RouterKind::Kv}, &kv);
+  replayOrDie(w, {.engine = smallEngine(), .num_workers = 8, .router = RouterKind::KvPrefix},
+              &prefix);
+  for (const std::uint64_t n : kv.per_worker) EXPECT_GT(n, 0u);
+  EXPECT_EQ(prefix.per_worker[0], 64u);
+}
+
+// Same seed ⇒ the same routing (temperature 0 and > 0); another seed ⇒ another one.
+TEST(OfflineReplayTest, KvRouterIsDeterministicPerSeed) {
+  const Workload w = prefixHeavy();
+  for (const double temperature : {0.0, 0.5}) {
+    const auto run = [&](std::uint64_t seed) {
+      OfflineReplayStats stats;
+      const ReplayCollector c = replayOrDie(w,
+                                            {.engine = {.num_gpu_blocks = 160, .max_num_seqs = 8},
+                                             .num_workers = 4,
+                                             .router = RouterKind::Kv,
+                                             .router_seed = seed,
+                                             .kv_router = {.temperature = temperature}},
+                                            &stats);
+      return std::make_pair(stats.per_worker, c.buildReport({}).prefix_cache_reused_ratio);
+    };
+    const auto a = run(1);
+    EXPECT_EQ(a, run(1)) << "temperature " << temperature;
+    EXPECT_NE(a.first, run(2).first) << "temperature " << temperature;
+  }
+}
+
+// A follow-up sharing a prompt's prefix goes back to the worker that served it (its overlap
+// saves more prefill than the idle workers' empty load), and unrelated prompts arriving while
+// it is busy go elsewhere (its active blocks make it dearer).
+TEST(OfflineReplayTest, KvRouterFollowsThePrefixAndAvoidsTheLoad) {
+  const Workload w = parse(R"({"timestamp": 0, "output_length": 50, "hash_ids": [1, 2, 3, 4]})"
+                           "\n"
+                           R"({"timestamp": 1, "output_length": 1, "hash_ids": [5, 6]})"
+                           "\n"
+                           R"({"timestamp": 2, "output_length": 1, "hash_ids": [7, 8]})"
+                           "\n"
+                           R"({"timestamp": 1000, "output_length": 1, "hash_ids": [1, 2, 3, 4, 9]})"
+                           "\n");
+  OfflineReplayStats stats;
+  const ReplayCollector c = replayOrDie(
+      w, {.engine = smallEngine(), .num_workers = 2, .router = RouterKind::Kv, .router_seed = 3},
+      &stats);
+  // r0 lands on some worker A; r1 and r2 (no overlap) avoid A's 4 active blocks; r3 reuses A.
+  EXPECT_EQ(stats.per_worker[0] + stats.per_worker[1], 4u);
+  EXPECT_EQ(stats.kv_routed_hits, 1u);
+  const Report report = c.buildReport({});
+  // r3 reused the 4 blocks (64 tokens) of r0's prompt.
+  ASSERT_TRUE(report.prefix_cache_reused_ratio);
+  EXPECT_GT(*report.prefix_cache_reused_ratio, 0.0);
+  EXPECT_EQ(std::max(stats.per_worker[0], stats.per_worker[1]), 2u);
+}
+
+TEST(OfflineReplayTest, KvRouterRejectsBadWeights) {
+  ReplayCollector c;
+  const Workload w = lowLoad(1);
+  auto r = runOfflineReplay(
+      w, {.engine = smallEngine(), .router = RouterKind::Kv, .kv_router = {.overlap_weight = -1}},
+      c);
+  ASSERT_FALSE(r.has_value());
+  EXPECT_NE(r.error().message.find("overlap weight"), std::string::npos);
+  r = runOfflineReplay(
+      w, {.engine = smallEngine(), .router = RouterKind::Kv, .kv_router = {.temperature = NAN}}, c);
+  ASSERT_FALSE(r.has_value());
+  EXPECT_NE(r.error().message.find("temperature"), std::string::npos);
 }
 
 }  // namespace

@@ -3,6 +3,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <set>
@@ -293,6 +294,46 @@ TEST(SyntheticWorkloadTest, InvalidSpecsNameTheParameter) {
   s = baseSpec();
   s.inter_turn_delay = {.kind = DelayKind::Constant, .ms = -1};
   EXPECT_THAT(err(s), HasSubstr("inter_turn_delay"));
+}
+
+}  // namespace
+}  // namespace mocker::replay
+
+namespace mocker::replay {
+namespace {
+
+// With session_context each turn's ids start with the whole previous prompt, its length counts
+// the previous ids as full blocks, and the sampled lengths (the RNG draws) are unchanged.
+TEST(SyntheticSessionContext, EachTurnExtendsThePreviousPrompt) {
+  SyntheticSpec spec{.request_count = 5,
+                     .turns_per_session = 3,
+                     .input_tokens = {100, 30},
+                     .output_tokens = {10, 0},
+                     .shared_prefix_ratio = 0.5,
+                     .num_prefix_groups = 2,
+                     .block_size = 16,
+                     .seed = 9};
+  const auto plain = generateSyntheticWorkload(spec);
+  spec.session_context = true;
+  const auto ctx = generateSyntheticWorkload(spec);
+  ASSERT_TRUE(plain && ctx);
+  ASSERT_EQ(ctx->sessions.size(), 5u);
+  for (std::size_t s = 0; s < 5; ++s) {
+    const auto& turns = ctx->sessions[s].turns;
+    const auto& plain_turns = plain->sessions[s].turns;
+    // Turn 0 as without the option (its fresh ids are numbered later: earlier sessions' later
+    // turns took other ids).
+    EXPECT_EQ(turns[0].input_length, plain_turns[0].input_length);
+    EXPECT_EQ(turns[0].hash_ids.size(), plain_turns[0].hash_ids.size());
+    for (std::size_t t = 1; t < 3; ++t) {
+      const auto& prev = turns[t - 1].hash_ids;
+      ASSERT_GT(turns[t].hash_ids.size(), prev.size());
+      EXPECT_TRUE(std::equal(prev.begin(), prev.end(), turns[t].hash_ids.begin()));
+      EXPECT_EQ(turns[t].input_length, prev.size() * 16 + plain_turns[t].input_length);
+      EXPECT_EQ(turns[t].hash_ids.size(), prev.size() + (plain_turns[t].input_length + 15) / 16);
+      EXPECT_EQ(turns[t].output_length, plain_turns[t].output_length);
+    }
+  }
 }
 
 }  // namespace

@@ -876,6 +876,7 @@ OverlapReply IndexService::Impl::overlap(const OverlapQuery& q) {
     w.worker_id = o.source.worker_id;
     w.blocks = std::max(w.blocks, o.blocks);
     w.ranks.push_back({o.source.dp_rank, o.blocks});
+    if (q.with_cached) w.ranks.back().cached = index_.numBlocks(o.source);
   }
   for (auto& [id, w] : by_worker) {
     std::sort(w.ranks.begin(), w.ranks.end(),

@@ -13,8 +13,16 @@
 #include <utility>
 #include <variant>
 
+#include <thread>
+
+#include <zmq.hpp>
+#include <zmq_addon.hpp>
+
 #include "base/check.h"
+#include "protocol/index_query.h"
+#include "publishers/endpoint.h"
 #include "service/client.h"
+#include "tools/index/index_service.h"
 #include "tools/replay/detail/eligible_turn.h"
 #include "tools/replay/random.h"
 
@@ -53,6 +61,159 @@ struct Deadline {
   }
 };
 
+/// How long one overlap query may take before the dispatch goes ahead with no overlap.
+constexpr auto kKvQueryTimeout = std::chrono::milliseconds(1000);
+
+/// The kv router's view of the servers' caches: `mocker index`'s IndexService (KvIndex +
+/// per-rank sequencer with gap healing and resync) running on its own thread, subscribed to every
+/// (server, rank), and a DEALER that asks its query ROUTER for overlaps. Source (worker_id,
+/// dp_rank) = (server index, rank).
+class LiveKvIndex {
+ public:
+  static Result<std::unique_ptr<LiveKvIndex>> start(const LiveReplayOptions& options,
+                                                    const std::vector<std::uint32_t>& ranks) {
+    index::IndexServiceConfig config;
+    config.query_endpoint = "tcp://127.0.0.1:*";
+    config.block_size = options.kv_block_size;
+    config.seeds = options.kv_hash_seeds;
+    config.linger_ms = 0;
+    for (std::uint32_t t = 0; t < options.targets.size(); ++t) {
+      const LiveTarget& target = options.targets[t];
+      for (std::uint32_t r = 0; r < ranks[t]; ++r) {
+        index::WorkerEndpoint w{.worker_id = t, .dp_rank = r, .snapshot = target.submit_endpoint};
+        MOCKER_TRY(w.events, rankOf(target.kv_events, r, "KV-event", target.submit_endpoint));
+        MOCKER_TRY(w.replay, rankOf(target.kv_replay, r, "KV replay", target.submit_endpoint));
+        config.workers.push_back(std::move(w));
+      }
+    }
+    MOCKER_TRY(auto service, index::IndexService::create(std::move(config)));
+    auto self = std::unique_ptr<LiveKvIndex>(new LiveKvIndex(std::move(service)));
+    self->socket_.set(zmq::sockopt::linger, 0);
+    self->socket_.connect(self->service_->queryEndpoint());
+    self->thread_ = std::thread([raw = self.get()] { raw->status_ = raw->service_->run(); });
+    return self;
+  }
+
+  ~LiveKvIndex() {
+    service_->requestStop();
+    if (thread_.joinable()) thread_.join();
+  }
+  LiveKvIndex(const LiveKvIndex&) = delete;
+  LiveKvIndex& operator=(const LiveKvIndex&) = delete;
+
+  /// Waits until every subscription finished its initial replay (what the servers published
+  /// before the run is in the index), at most until `deadline`.
+  Status waitCaughtUp(Clock::time_point deadline) {
+    while (true) {
+      Result<index::QueryReply> reply = ask(index::StatsQuery{}, deadline);
+      if (!reply) return reply.error();
+      if (const auto* stats = std::get_if<index::StatsReply>(&*reply)) {
+        for (const auto& [name, value] : stats->counters) {
+          if (name == "caught_up" && value == 1) return {};
+        }
+      }
+      // Not yet: look again in a few milliseconds (a poll on the idle socket, bounded).
+      zmq::pollitem_t item{socket_.handle(), 0, ZMQ_POLLIN, 0};
+      zmq::poll(&item, 1, std::chrono::milliseconds(5));
+      if (Clock::now() >= deadline) {
+        return Error{ErrorCode::IoError,
+                     "the KV index did not catch up with the servers' KV events in time (are "
+                     "their kv_events / kv_replay endpoints right?)"};
+      }
+    }
+  }
+
+  /// Leading cached blocks of `hashes` per (server, rank) source, into `overlaps`, and the
+  /// blocks the index holds for each, into `cached` (both by global rank index
+  /// rank_offset[server] + rank). An empty `hashes` (a prompt shorter than a block) is still
+  /// asked: the cache sizes break ties. Errors: no answer in time, an error reply.
+  Status overlaps(std::span<const std::uint64_t> hashes,
+                  const std::vector<std::uint32_t>& rank_offset,
+                  const std::vector<std::uint32_t>& ranks, std::vector<std::uint32_t>& overlaps,
+                  std::vector<std::uint64_t>& cached) {
+    std::fill(overlaps.begin(), overlaps.end(), 0);
+    std::fill(cached.begin(), cached.end(), 0);
+    MOCKER_TRY(const index::QueryReply reply,
+               ask(index::OverlapQuery{.block_hashes =
+                                           std::vector<std::uint64_t>(hashes.begin(), hashes.end()),
+                                       .with_cached = true},
+                   Clock::now() + kKvQueryTimeout));
+    const auto* overlap = std::get_if<index::OverlapReply>(&reply);
+    if (!overlap) return Error{ErrorCode::Internal, "the KV index did not answer an overlap"};
+    for (const index::WorkerOverlap& w : overlap->workers) {
+      if (w.worker_id >= rank_offset.size()) continue;
+      const auto t = static_cast<std::size_t>(w.worker_id);
+      for (const index::RankOverlap& r : w.ranks) {
+        if (r.dp_rank >= ranks[t]) continue;
+        overlaps[rank_offset[t] + r.dp_rank] = r.blocks;
+        cached[rank_offset[t] + r.dp_rank] = r.cached.value_or(0);
+      }
+    }
+    return {};
+  }
+
+  index::IndexStats stats() const { return service_->stats(); }
+
+ private:
+  explicit LiveKvIndex(std::unique_ptr<index::IndexService> service)
+      : service_(std::move(service)) {}
+
+  static Result<std::string> rankOf(const std::vector<std::string>& endpoints, std::uint32_t rank,
+                                    const char* what, const std::string& server) {
+    if (endpoints.empty()) {
+      return invalidArgument(std::string("the kv router needs the ") + what +
+                             " endpoint of server " + server);
+    }
+    if (rank < endpoints.size()) return endpoints[rank];
+    if (endpoints.size() == 1) return publishers::offsetEndpoint(endpoints.front(), rank);
+    return invalidArgument("server " + server + " has more DP ranks than " + what +
+                           " endpoints given");
+  }
+
+  /// One request, one reply (matched by id; stale replies of an earlier timed-out request are
+  /// skipped).
+  Result<index::QueryReply> ask(index::QueryRequest request, Clock::time_point deadline) {
+    const std::string id = "q" + std::to_string(next_id_++);
+    std::visit([&id](auto& q) { q.id = id; }, request);
+    const std::vector<std::byte> frame = index::encodeQueryRequest(request);
+    if (!socket_.send(zmq::buffer(frame.data(), frame.size()), zmq::send_flags::dontwait)) {
+      return Error{ErrorCode::IoError, "cannot send a query to the KV index"};
+    }
+    while (true) {
+      const auto left = std::chrono::ceil<std::chrono::milliseconds>(deadline - Clock::now());
+      if (left <= std::chrono::milliseconds::zero()) {
+        return Error{ErrorCode::IoError, "no answer from the KV index in time"};
+      }
+      zmq::pollitem_t item{socket_.handle(), 0, ZMQ_POLLIN, 0};
+      zmq::poll(&item, 1, left);
+      if (!(item.revents & ZMQ_POLLIN)) continue;
+      std::vector<zmq::message_t> parts;
+      if (!zmq::recv_multipart(socket_, std::back_inserter(parts), zmq::recv_flags::dontwait) ||
+          parts.empty()) {
+        continue;
+      }
+      const zmq::message_t& p = parts.back();
+      Result<index::QueryReply> reply =
+          index::decodeQueryReply({static_cast<const std::byte*>(p.data()), p.size()});
+      if (!reply) return reply.error();
+      const std::optional<std::string> reply_id =
+          std::visit([](const auto& r) { return r.id; }, *reply);
+      if (reply_id != id) continue;
+      if (const auto* err = std::get_if<index::QueryError>(&*reply)) {
+        return Error{ErrorCode::Internal, "the KV index answered: " + err->message};
+      }
+      return reply;
+    }
+  }
+
+  std::unique_ptr<index::IndexService> service_;
+  std::thread thread_;
+  Status status_;
+  zmq::context_t context_{1};
+  zmq::socket_t socket_{context_, zmq::socket_type::dealer};
+  std::uint64_t next_id_ = 0;
+};
+
 /// "r<index>". (Built by appending: GCC 12 reports a false -Wrestrict on "r" + to_string.)
 std::string requestId(std::size_t index) {
   std::string id(1, 'r');
@@ -78,7 +239,8 @@ TerminalStatus statusOf(protocol::FinishReason reason) {
 class LiveReplay {
  public:
   LiveReplay(const Workload& workload, const LiveReplayOptions& options, ReplayCollector& collector,
-             std::vector<std::unique_ptr<service::Client>> clients, LiveReplayStats stats)
+             std::vector<std::unique_ptr<service::Client>> clients, LiveReplayStats stats,
+             std::unique_ptr<LiveKvIndex> kv_index)
       : workload_(workload),
         options_(options),
         collector_(collector),
@@ -86,8 +248,21 @@ class LiveReplay {
         synth_(workload.trace_block_size),
         rng_(options.router_seed),
         stats_(std::move(stats)),
-        stats_pending_(clients_.size(), false) {
+        stats_pending_(clients_.size(), false),
+        kv_index_(std::move(kv_index)) {
     for (const auto& c : clients_) client_ptrs_.push_back(c.get());
+    if (kv_index_) {
+      for (std::uint32_t t = 0; t < clients_.size(); ++t) {
+        for (std::uint32_t r = 0; r < stats_.ranks_per_target[t]; ++r) {
+          candidates_.emplace_back(t, r);
+        }
+      }
+      MOCKER_CHECK(!candidates_.empty());
+      kv_router_.emplace(candidates_.size(), options.kv_block_size, options.kv_router,
+                         options.router_seed);
+      overlaps_.assign(candidates_.size(), 0);
+      cached_.assign(candidates_.size(), 0);
+    }
     stats_.timing_end = stats_.timing_start;
     stats_.per_target.assign(clients_.size(), 0);
     total_turns_ = workload.numTurns();
@@ -130,6 +305,13 @@ class LiveReplay {
     }
     stats_.wall_ms = now;
     finalStats();
+    if (kv_index_) {
+      const index::IndexStats s = kv_index_->stats();
+      stats_.kv_batches_applied = s.batches_applied;
+      stats_.kv_gaps_detected = s.gaps_detected;
+      stats_.kv_gaps_healed = s.gaps_healed;
+      stats_.kv_resyncs = s.resyncs;
+    }
     summarizeDispatchLag();
     stats_.warnings.insert(stats_.warnings.end(), synth_.warnings().begin(),
                            synth_.warnings().end());
@@ -200,6 +382,24 @@ class LiveReplay {
     stats_.warnings.push_back(std::move(message));
   }
 
+  /// The kv router's pick for a prompt: (server, rank); the prompt's hashes stay in hashes_.
+  std::pair<std::uint32_t, std::uint32_t> routeKv(const std::vector<std::uint32_t>& prompt) {
+    hashes_.clear();
+    engine::extendSequenceHashes(prompt, options_.kv_block_size, options_.kv_hash_seeds, hashes_);
+    if (const Status s = kv_index_->overlaps(hashes_, stats_.rank_offset, stats_.ranks_per_target,
+                                             overlaps_, cached_);
+        !s) {
+      ++stats_.kv_query_failures;
+      warnOnce("kv router: " + s.error().message + " (routed as if nothing were cached)");
+      std::fill(overlaps_.begin(), overlaps_.end(), 0);
+      std::fill(cached_.begin(), cached_.end(), 0);
+    }
+    const std::uint32_t g =
+        kv_router_->select(hashes_, static_cast<std::uint32_t>(prompt.size()), overlaps_, cached_);
+    if (overlaps_[g] > 0) ++stats_.kv_routed_hits;
+    return candidates_[g];
+  }
+
   std::uint32_t route() {
     const auto n = static_cast<std::uint32_t>(clients_.size());
     if (options_.router == LiveRouterKind::Random) {
@@ -221,12 +421,23 @@ class LiveReplay {
     const Session& session = workload_.sessions[next.session];
     const Turn& turn = session.turns[next.turn];
     const std::size_t index = sent_.size();
-    const std::uint32_t target = route();
     // No `arrival_ms` on the wire: the service stamps a request with its own receive time on
     // its engine clock, so a driver-clock value would only be decoded and then discarded.
     protocol::SubmitRequest request{.id = requestId(index),
                                     .prompt = synth_.synthesize(turn),
                                     .max_tokens = turn.output_length};
+    std::uint32_t target = 0;
+    if (kv_router_) {
+      const auto [t, rank] = routeKv(request.prompt);
+      target = t;
+      request.dp_rank = rank;
+      const std::uint32_t g = stats_.rank_offset[t] + rank;
+      kv_router_->load().add(index, g, hashes_,
+                             newPrefillTokens(static_cast<std::uint32_t>(request.prompt.size()),
+                                              overlaps_[g], options_.kv_block_size));
+    } else {
+      target = route();
+    }
     const double send_ms = nowMs();
     const RequestHandle handle =
         collector_.onArrival({.session_id = session.session_id,
@@ -262,6 +473,7 @@ class LiveReplay {
     Sent& r = sent_[index];
     MOCKER_CHECK(r.live);
     r.live = false;
+    if (kv_router_) kv_router_->load().remove(index);
     collector_.onTerminal(r.handle, time_ms, status, reason);
     --in_flight_;
     ++ended_;
@@ -377,6 +589,7 @@ class LiveReplay {
       collector_.onAdmission(r->handle, r->ack_ms.value_or(now), reused, false);
       r->admitted = true;
     }
+    if (kv_router_ && !o.tokens.empty()) kv_router_->load().prefillDone(indexOf(*r));
     if (o.index != r->tokens) ++stats_.index_gaps;
     for (std::size_t k = 0; k < o.tokens.size(); ++k) collector_.onToken(r->handle, now);
     r->tokens = o.index + static_cast<std::uint32_t>(o.tokens.size());
@@ -426,6 +639,13 @@ class LiveReplay {
   double next_stats_ms_ = kInf;
   double last_progress_ms_ = 0.0;
   std::size_t reason_warnings_ = 0;
+  // Kv router.
+  std::unique_ptr<LiveKvIndex> kv_index_;
+  std::optional<KvCostRouter> kv_router_;
+  std::vector<std::pair<std::uint32_t, std::uint32_t>> candidates_;  // g → (server, rank)
+  std::vector<std::uint64_t> hashes_;                                // scratch
+  std::vector<std::uint32_t> overlaps_;                              // scratch, by g
+  std::vector<std::uint64_t> cached_;  // scratch, by g: blocks the index holds (tie-break)
 };
 
 /// Connects to every target and waits for each one's answer to a `stats` request (which also
@@ -608,13 +828,25 @@ Result<LiveReplayStats> runLiveReplay(const Workload& workload, const LiveReplay
       }
     }
   }
+  if (options.router == LiveRouterKind::Kv) {
+    MOCKER_TRY_VOID(validateKvRouterConfig(options.kv_router));
+    if (options.kv_block_size == 0) return invalidArgument("kv block size must be >= 1 (got 0)");
+  }
   LiveReplayStats stats;
   MOCKER_TRY(auto clients, connectAll(options, stats));
   if (workload.sessions.empty()) {
     stats.per_target.assign(clients.size(), 0);
     return stats;
   }
-  LiveReplay replay(workload, options, collector, std::move(clients), std::move(stats));
+  std::unique_ptr<LiveKvIndex> kv_index;
+  if (options.router == LiveRouterKind::Kv) {
+    MOCKER_TRY(kv_index, LiveKvIndex::start(options, stats.ranks_per_target));
+    MOCKER_TRY_VOID(kv_index->waitCaughtUp(
+        Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                           std::chrono::duration<double, std::milli>(options.connect_timeout_ms))));
+  }
+  LiveReplay replay(workload, options, collector, std::move(clients), std::move(stats),
+                    std::move(kv_index));
   return replay.run();
 }
 

@@ -24,7 +24,12 @@
 // every server for its pass lateness (stats_reply.timing) at the handshake and once more when
 // the workload is done (waiting at most 2 s for the answers); see LiveReplayStats.
 // Request ids are "r<dispatch index>" (unique per run). Routing: round-robin over the servers in
-// dispatch order, or uniform random (SplitMix64(router_seed)); the server picks the DP rank.
+// dispatch order, or uniform random (SplitMix64(router_seed)) — the server picks the DP rank —,
+// or kv: Dynamo's KV-router cost (kv_router.h) over every (server, rank), with the overlaps from
+// an in-process `mocker index` (IndexService on its own thread, subscribed to every rank's KV
+// events with gap healing through its replay ROUTER, asked over its query socket before each
+// dispatch) and the load from what this driver dispatched (prefill done at the first output,
+// released at the terminal); the request names the chosen rank.
 //
 // Not thread-safe; runs on the calling thread.
 #pragma once
@@ -37,17 +42,23 @@
 #include <vector>
 
 #include "base/result.h"
+#include "engine/block_hash.h"
 #include "protocol/client.h"
 #include "service/security.h"
 #include "tools/replay/collector.h"
+#include "tools/replay/kv_router.h"
 #include "tools/replay/workload.h"
 
 namespace mocker::replay {
 
-/// One running `mocker serve`: its submit and cancel ROUTER endpoints.
+/// One running `mocker serve`: its submit and cancel ROUTER endpoints, and for the kv router its
+/// KV-event PUB and replay ROUTER endpoints (one per DP rank, or only rank 0's: rank r then
+/// uses port + r).
 struct LiveTarget {
   std::string submit_endpoint;
   std::string cancel_endpoint;
+  std::vector<std::string> kv_events{};
+  std::vector<std::string> kv_replay{};
 };
 
 /// The cancel endpoint of a server whose submit endpoint is `submit_endpoint` when none is
@@ -56,8 +67,8 @@ struct LiveTarget {
 /// port, or port 65535.
 Result<std::string> defaultCancelEndpoint(std::string_view submit_endpoint);
 
-/// How a dispatch picks its server (KV-aware routing is offline only).
-enum class LiveRouterKind : std::uint8_t { RoundRobin, Random };
+/// How a dispatch picks its server.
+enum class LiveRouterKind : std::uint8_t { RoundRobin, Random, Kv };
 
 struct LiveProgress {
   std::uint64_t dispatched = 0;
@@ -70,6 +81,9 @@ struct LiveReplayOptions {
   std::vector<LiveTarget> targets{};  ///< >= 1
   LiveRouterKind router = LiveRouterKind::RoundRobin;
   std::uint64_t router_seed = 0;
+  KvRouterConfig kv_router{};         ///< Kv only
+  std::uint32_t kv_block_size = 64;   ///< Kv: the servers' block size (>= 1)
+  engine::HashSeeds kv_hash_seeds{};  ///< Kv: the servers' hash seeds
   /// Closed loop when set (>= 1): first-turn timestamps are ignored.
   std::optional<std::uint32_t> concurrency{};
   /// A request still without a terminal this long after it was sent is cancelled (> 0).
@@ -113,6 +127,13 @@ struct LiveReplayStats {
   std::vector<std::optional<protocol::PassTiming>> timing_start{};
   std::vector<std::optional<protocol::PassTiming>> timing_end{};
   std::vector<std::string> warnings{};  ///< e.g. the first reject/error reasons, aliasing
+  // Kv router.
+  std::uint64_t kv_routed_hits = 0;      ///< dispatches routed where overlap > 0
+  std::uint64_t kv_query_failures = 0;   ///< overlap queries without an answer (overlap 0 used)
+  std::uint64_t kv_batches_applied = 0;  ///< the index's counters at the end of the run
+  std::uint64_t kv_gaps_detected = 0;
+  std::uint64_t kv_gaps_healed = 0;
+  std::uint64_t kv_resyncs = 0;
 };
 
 /// What `mocker replay --mode live` prints about timing fidelity: `text` holds one line for the

@@ -12,6 +12,7 @@
 #include "engine/engine.h"
 #include "tools/index/kv_index.h"
 #include "tools/replay/detail/eligible_turn.h"
+#include "tools/replay/kv_router.h"
 #include "tools/replay/random.h"
 
 namespace mocker::replay {
@@ -28,6 +29,21 @@ struct Tracked {
   std::uint32_t session = 0;
   std::uint32_t turn = 0;
   bool live = false;
+  bool first_token = false;  ///< the kv router's load saw its prefill end
+};
+
+/// A change of the kv router's load, effective from `time_ms` (a pass's outputs carry times up
+/// to its end, which can be after a dispatch that the loop handles later).
+struct LoadChange {
+  double time_ms = 0.0;
+  std::uint64_t seq = 0;
+  RequestHandle handle = 0;
+  bool ended = false;  ///< false: first token (prefill done)
+};
+struct LoadChangeLater {
+  bool operator()(const LoadChange& a, const LoadChange& b) const {
+    return a.time_ms != b.time_ms ? a.time_ms > b.time_ms : a.seq > b.seq;
+  }
 };
 
 /// One (worker, rank) pair: a global rank.
@@ -97,7 +113,9 @@ class OfflineReplay {
         block_size_(workers_.front().blockSize()),
         seeds_{options.engine.hash_seed, options.engine.chain_seed},
         tracked_(workers_.size()),
-        next_rank_(workers_.size(), 0) {
+        next_rank_(workers_.size(), 0),
+        cost_router_(workers_.size() * dp_size_, block_size_, options.kv_router,
+                     options.router_seed) {
     for (std::uint32_t w = 0; w < workers_.size(); ++w) {
       for (std::uint32_t r = 0; r < dp_size_; ++r) {
         Slot& s = slots_.emplace_back();
@@ -175,6 +193,19 @@ class OfflineReplay {
     }
   }
 
+  /// Applies the kv router's load changes that happened at or before `now`.
+  void flushLoad(double now) {
+    while (!load_changes_.empty() && load_changes_.top().time_ms <= now) {
+      const LoadChange& c = load_changes_.top();
+      if (c.ended) {
+        cost_router_.load().remove(c.handle);
+      } else {
+        cost_router_.load().prefillDone(c.handle);
+      }
+      load_changes_.pop();
+    }
+  }
+
   /// Settles terminals that happened at or before `now` into the in-flight counts.
   void settleTerminals(double now) {
     for (Slot& s : slots_) {
@@ -198,13 +229,25 @@ class OfflineReplay {
         return w * dp_size_ + r;
       }
       case RouterKind::Kv:
+      case RouterKind::KvPrefix:
         break;
     }
     flushEvents(now);
-    settleTerminals(now);
     hashes_.clear();  // reuses the scratch vector's capacity
     engine::extendSequenceHashes(tokens, block_size_, seeds_, hashes_);
     index_.overlapBlocks(hashes_, overlap_);
+    if (options_.router == RouterKind::Kv) {
+      flushLoad(now);
+      tree_sizes_.resize(slots_.size());
+      for (std::uint32_t g = 0; g < slots_.size(); ++g) {
+        tree_sizes_[g] = index_.numBlocks({slots_[g].worker, slots_[g].rank});
+      }
+      const std::uint32_t best = cost_router_.select(
+          hashes_, static_cast<std::uint32_t>(tokens.size()), overlap_, tree_sizes_);
+      if (overlap_[best] > 0) ++stats_.kv_routed_hits;
+      return best;
+    }
+    settleTerminals(now);
     std::uint32_t best = 0;
     for (std::uint32_t g = 1; g < slots_.size(); ++g) {
       if (overlap_[g] > overlap_[best] ||
@@ -227,6 +270,7 @@ class OfflineReplay {
     request.tokens = synth_.synthesize(turn);
     request.max_output_tokens = turn.output_length;
     request.arrival_ms = now;
+    const std::size_t input_tokens = request.tokens.size();
     const RequestHandle handle =
         collector_.onArrival({.session_id = session.session_id,
                               .turn_index = next.turn,
@@ -251,6 +295,11 @@ class OfflineReplay {
     const auto index = static_cast<std::size_t>(id->value());
     if (tracked.size() <= index) tracked.resize(std::max(index + 1, tracked.size() * 2));
     tracked[index] = {handle, next.session, next.turn, true};
+    if (options_.router == RouterKind::Kv) {
+      cost_router_.load().add(
+          handle, g, hashes_,
+          newPrefillTokens(static_cast<std::uint32_t>(input_tokens), overlap_[g], block_size_));
+    }
     ++slot.in_flight;
     slot.blocked = false;
     if (slot.clock_ms < now) slot.clock_ms = now;  // an idle rank wakes up at the arrival
@@ -293,8 +342,15 @@ class OfflineReplay {
       Tracked& t = tracked[static_cast<std::size_t>(sig.id.value())];
       MOCKER_CHECK(t.live);
       if (sig.token) collector_.onToken(t.handle, sig.time_ms);
+      if (options_.router == RouterKind::Kv && sig.token && !t.first_token) {
+        t.first_token = true;
+        load_changes_.push({sig.time_ms, next_load_seq_++, t.handle, false});
+      }
       if (sig.terminal != engine::Terminal::None) {
         t.live = false;
+        if (options_.router == RouterKind::Kv) {
+          load_changes_.push({sig.time_ms, next_load_seq_++, t.handle, true});
+        }
         slot.pending_terminals.push(sig.time_ms);
         end(t.handle, t.session, t.turn, sig.time_ms, toStatus(sig.terminal), toReason(sig.limit));
       }
@@ -306,7 +362,8 @@ class OfflineReplay {
                                .num_waiting = pass.load.waiting_requests,
                                .preemptions_total = pass.load.preemptions_total});
     stats_.kv_events += pass.kv_events.size();
-    if (options_.router == RouterKind::Kv && !pass.kv_events.empty()) {
+    if ((options_.router == RouterKind::Kv || options_.router == RouterKind::KvPrefix) &&
+        !pass.kv_events.empty()) {
       const bool at_start =
           options_.engine.kv_event_visibility == engine::KvEventVisibility::PassStart;
       pending_events_.push({at_start ? pass.start_ms : pass.end_ms, next_event_seq_++, g,
@@ -344,8 +401,12 @@ class OfflineReplay {
       pending_events_;
   std::uint64_t next_event_seq_ = 0;
   index::KvIndex index_;
-  std::vector<std::uint64_t> hashes_;   // scratch
-  std::vector<std::uint32_t> overlap_;  // scratch
+  std::vector<std::uint64_t> hashes_;      // scratch
+  std::vector<std::uint32_t> overlap_;     // scratch
+  std::vector<std::uint64_t> tree_sizes_;  // scratch
+  KvCostRouter cost_router_;
+  std::priority_queue<LoadChange, std::vector<LoadChange>, LoadChangeLater> load_changes_;
+  std::uint64_t next_load_seq_ = 0;
   std::uint64_t dispatches_ = 0;
   std::uint64_t ended_ = 0;
   std::uint64_t total_turns_ = 0;
@@ -362,6 +423,8 @@ std::string_view toString(RouterKind kind) {
       return "kv";
     case RouterKind::Random:
       return "random";
+    case RouterKind::KvPrefix:
+      return "kv_prefix";
   }
   return "round_robin";
 }
@@ -370,14 +433,16 @@ Result<RouterKind> parseRouterKind(std::string_view text) {
   if (text == "round_robin" || text == "round-robin") return RouterKind::RoundRobin;
   if (text == "kv") return RouterKind::Kv;
   if (text == "random") return RouterKind::Random;
-  return invalidArgument("router: expected round_robin | kv | random (got '" + std::string(text) +
-                         "')");
+  if (text == "kv_prefix") return RouterKind::KvPrefix;
+  return invalidArgument("router: expected round_robin | kv | kv_prefix | random (got '" +
+                         std::string(text) + "')");
 }
 
 Result<OfflineReplayStats> runOfflineReplay(const Workload& workload,
                                             const OfflineReplayOptions& options,
                                             ReplayCollector& collector) {
   if (options.num_workers == 0) return invalidArgument("num_workers must be >= 1 (got 0)");
+  MOCKER_TRY_VOID(validateKvRouterConfig(options.kv_router));
   if (options.concurrency && *options.concurrency == 0) {
     return invalidArgument("concurrency must be >= 1 (got 0)");
   }

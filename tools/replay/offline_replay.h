@@ -27,6 +27,7 @@
 #include "base/result.h"
 #include "engine/config.h"
 #include "tools/replay/collector.h"
+#include "tools/replay/kv_router.h"
 #include "tools/replay/workload.h"
 
 namespace mocker::replay {
@@ -34,15 +35,20 @@ namespace mocker::replay {
 /// How a dispatch picks its (worker, dp_rank).
 ///   RoundRobin: worker = dispatch number mod num_workers; rank round-robin per worker.
 ///   Random:     worker uniform from SplitMix64(router_seed); rank round-robin per worker.
-///   Kv:         every (worker, rank) is scored by the number of leading blocks of the
+///   Kv:         Dynamo's KV-router cost (tools/replay/kv_router.h) over every (worker, rank):
+///               overlap_weight × blocks to prefill + active blocks, with the overlap from the
+///               KV index fed by the workers' own KV events and the load from what was
+///               dispatched (prefill done at the first token, released at the terminal, each at
+///               its own time); lowest cost wins, ties to the smallest index tree, then seeded
+///               random (router_seed); temperature > 0 samples a softmax.
+///   KvPrefix:   every (worker, rank) is scored by the number of leading blocks of the
 ///               request's sequence hashes (engine block size and hash seeds) that the KV
-///               index — fed by the workers' own KV events — says it holds. Highest overlap
-///               wins; ties go to the fewest requests in flight on that (worker, rank) (dispatched
-///               and not yet ended at the dispatch instant); then to the lowest worker index,
-///               then the lowest rank.
-enum class RouterKind : std::uint8_t { RoundRobin, Kv, Random };
+///               index says it holds. Highest overlap wins; ties go to the fewest requests in
+///               flight on that (worker, rank) (dispatched and not yet ended at the dispatch
+///               instant); then to the lowest worker index, then the lowest rank.
+enum class RouterKind : std::uint8_t { RoundRobin, Kv, Random, KvPrefix };
 
-std::string_view toString(RouterKind kind);  ///< "round_robin", "kv", "random"
+std::string_view toString(RouterKind kind);  ///< "round_robin", "kv", "random", "kv_prefix"
 Result<RouterKind> parseRouterKind(std::string_view text);
 
 /// Progress, reported every few thousand passes and once at the end.
@@ -59,7 +65,8 @@ struct OfflineReplayOptions {
   engine::EngineConfig engine{};
   std::uint32_t num_workers = 1;  ///< >= 1
   RouterKind router = RouterKind::RoundRobin;
-  std::uint64_t router_seed = 0;  ///< Random router only
+  std::uint64_t router_seed = 0;  ///< Random and Kv routers
+  KvRouterConfig kv_router{};     ///< Kv router only (validated by runOfflineReplay)
   /// Closed loop when set (>= 1): first-turn timestamps are ignored.
   std::optional<std::uint32_t> concurrency{};
   /// Called on the replay thread; may be empty.
@@ -74,7 +81,7 @@ struct OfflineReplayStats {
   std::uint64_t refused_at_submit = 0;      ///< recorded as rejected at arrival
   std::uint64_t kv_events = 0;              ///< KV events produced, all ranks
   std::uint64_t kv_index_blocks = 0;        ///< Kv router: (hash, rank) pairs indexed at end
-  std::uint64_t kv_routed_hits = 0;         ///< Kv router: dispatches with overlap > 0
+  std::uint64_t kv_routed_hits = 0;         ///< Kv routers: dispatches with overlap > 0
   std::vector<std::string> warnings{};      ///< e.g. the hash-id aliasing warning
 };
 

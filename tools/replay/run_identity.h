@@ -32,7 +32,7 @@ struct RunIdentity {
   std::optional<std::string> trace_path{};    ///< as given; none for a synthetic workload
   std::optional<std::string> trace_sha256{};  ///< lowercase hex of the trace file's bytes
   std::uint32_t num_workers = 1;              ///< offline workers; live: the servers
-  std::string router;                         ///< "round_robin" | "kv" | "random"
+  std::string router;                         ///< "round_robin" | "kv" | "kv_prefix" | "random"
   std::vector<std::string> servers{};         ///< live: the --connect endpoints
   /// Offline: every effective [engine] key in dump order. Live: empty (each server has its own).
   std::vector<ConfigSetting> engine_config{};

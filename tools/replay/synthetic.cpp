@@ -124,6 +124,21 @@ Result<Workload> generateSyntheticWorkload(const SyntheticSpec& spec) {
       const std::uint64_t n =
           (std::uint64_t{turn.input_length} + spec.block_size - 1) / spec.block_size;
       std::uint64_t p = 0;
+      if (spec.session_context && t > 0) {
+        const Turn& previous = session.turns.back();
+        const std::uint64_t context = previous.hash_ids.size();
+        const std::uint64_t length = context * spec.block_size + turn.input_length;
+        if (length > std::numeric_limits<std::uint32_t>::max() ||
+            next_fresh_id + n > kSharedIdBase) {
+          return invalidArgument("session " + std::to_string(i) +
+                                 ": the session context grows too long");
+        }
+        turn.input_length = static_cast<std::uint32_t>(length);
+        turn.hash_ids = previous.hash_ids;
+        for (std::uint64_t b = 0; b < n; ++b) turn.hash_ids.push_back(next_fresh_id++);
+        session.turns.push_back(std::move(turn));
+        continue;
+      }
       if (group) {
         p = std::min<std::uint64_t>(n, static_cast<std::uint64_t>(std::round(
                                            static_cast<double>(n) * spec.shared_prefix_ratio)));

@@ -48,6 +48,9 @@ struct SyntheticSpec {
   double shared_prefix_ratio = 0.0;     ///< in [0, 1]
   std::uint32_t num_prefix_groups = 0;  ///< <= kMaxPrefixGroups; 0 ⇒ no sharing
   InterTurnDelay inter_turn_delay{};
+  /// Multi-turn conversations: turn t > 0's prompt is the whole previous prompt (all its ids)
+  /// followed by the ids of its own sampled input, so each turn extends the session's context.
+  bool session_context = false;
   std::uint32_t block_size = kDefaultTraceBlockSize;  ///< trace block size for hash ids, >= 1
   std::uint64_t seed = 0;
 };
@@ -63,7 +66,9 @@ inline constexpr std::uint64_t kSharedIdsPerGroup = 1ull << 20;
 ///   2. the prefix group (when num_prefix_groups > 0): uniformIndex(num_prefix_groups),
 ///   3. per turn: input length, output length, then the delay (turns 2.., Exponential only).
 /// Each turn has n = ceil(input/block_size) ids; the first p = min(n, round(n · ratio)) are its
-/// group's shared ids, the rest fresh. Sessions are named session_<i> (0-based); turns have
+/// group's shared ids, the rest fresh. With session_context, turn t > 0 instead takes the previous
+/// turn's ids followed by n fresh ids, and its input_length = previous ids · block_size + its
+/// sampled input (no extra randomness). Sessions are named session_<i> (0-based); turns have
 /// line 0 and no request_id. Errors name the offending parameter.
 Result<Workload> generateSyntheticWorkload(const SyntheticSpec& spec);
 

@@ -1,0 +1,163 @@
+#include "tools/replay/kv_router.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <string>
+
+#include "base/check.h"
+
+namespace mocker::replay {
+
+Status validateKvRouterConfig(const KvRouterConfig& config) {
+  if (!std::isfinite(config.overlap_weight) || config.overlap_weight < 0) {
+    return invalidArgument("router overlap weight must be finite and >= 0 (got " +
+                           std::to_string(config.overlap_weight) + ")");
+  }
+  if (!std::isfinite(config.temperature) || config.temperature < 0) {
+    return invalidArgument("router temperature must be finite and >= 0 (got " +
+                           std::to_string(config.temperature) + ")");
+  }
+  return {};
+}
+
+std::uint64_t newPrefillTokens(std::uint32_t prompt_tokens, std::uint32_t overlap_blocks,
+                               std::uint32_t block_size) {
+  const std::uint64_t cached = std::uint64_t{overlap_blocks} * block_size;
+  return cached >= prompt_tokens ? 0 : prompt_tokens - cached;
+}
+
+double kvCost(double overlap_weight, const KvCostInputs& in) {
+  MOCKER_CHECK(in.block_size >= 1);
+  const std::uint64_t prefill_tokens =
+      in.queued_prefill_tokens +
+      newPrefillTokens(in.prompt_tokens, in.overlap_blocks, in.block_size);
+  const double prefill_blocks =
+      static_cast<double>(prefill_tokens) / static_cast<double>(in.block_size);
+  return overlap_weight * prefill_blocks + static_cast<double>(in.decode_blocks);
+}
+
+std::size_t selectByCost(std::span<const double> costs, std::span<const std::uint64_t> tree_sizes,
+                         double temperature, SplitMix64& rng) {
+  MOCKER_CHECK(!costs.empty());
+  MOCKER_CHECK(tree_sizes.empty() || tree_sizes.size() == costs.size());
+  const auto [lo_it, hi_it] = std::minmax_element(costs.begin(), costs.end());
+  const double lo = *lo_it;
+  const double hi = *hi_it;
+  if (temperature == 0.0) {
+    // The cheapest; ties to the smallest index tree, then uniformly at random.
+    std::uint64_t best_tree = std::numeric_limits<std::uint64_t>::max();
+    std::size_t tied = 0;
+    for (std::size_t c = 0; c < costs.size(); ++c) {
+      if (costs[c] != lo) continue;
+      const std::uint64_t tree = tree_sizes.empty() ? 0 : tree_sizes[c];
+      if (tree < best_tree) {
+        best_tree = tree;
+        tied = 1;
+      } else if (tree == best_tree) {
+        ++tied;
+      }
+    }
+    std::size_t pick = tied > 1 ? static_cast<std::size_t>(rng.uniformIndex(tied)) : 0;
+    for (std::size_t c = 0; c < costs.size(); ++c) {
+      if (costs[c] != lo || (tree_sizes.empty() ? 0 : tree_sizes[c]) != best_tree) continue;
+      if (pick == 0) return c;
+      --pick;
+    }
+    MOCKER_CHECK(false);
+  }
+  const double u = rng.uniform();
+  if (lo == hi) {
+    return std::min(costs.size() - 1,
+                    static_cast<std::size_t>(u * static_cast<double>(costs.size())));
+  }
+  // Softmax over −(cost − lo) / (hi − lo) / T: the cheapest has weight 1, the dearest e^(−1/T).
+  double sum = 0.0;
+  for (const double c : costs) sum += std::exp(-(c - lo) / (hi - lo) / temperature);
+  double cumulative = 0.0;
+  for (std::size_t c = 0; c < costs.size(); ++c) {
+    cumulative += std::exp(-(costs[c] - lo) / (hi - lo) / temperature) / sum;
+    if (u <= cumulative) return c;
+  }
+  return costs.size() - 1;
+}
+
+ActiveLoad::ActiveLoad(std::size_t candidates)
+    : blocks_(candidates), queued_prefill_(candidates, 0) {}
+
+void ActiveLoad::add(std::uint64_t request, std::uint32_t candidate,
+                     std::span<const std::uint64_t> hashes, std::uint64_t prefill_tokens) {
+  MOCKER_CHECK(candidate < blocks_.size());
+  auto [it, inserted] = requests_.try_emplace(request);
+  MOCKER_CHECK(inserted);
+  Active& a = it->second;
+  a.candidate = candidate;
+  a.hashes.assign(hashes.begin(), hashes.end());
+  a.prefill_tokens = prefill_tokens;
+  for (const std::uint64_t h : hashes) ++blocks_[candidate][h];
+  queued_prefill_[candidate] += prefill_tokens;
+}
+
+void ActiveLoad::prefillDone(std::uint64_t request) {
+  const auto it = requests_.find(request);
+  if (it == requests_.end() || !it->second.prefill_queued) return;
+  it->second.prefill_queued = false;
+  queued_prefill_[it->second.candidate] -= it->second.prefill_tokens;
+}
+
+void ActiveLoad::remove(std::uint64_t request) {
+  const auto it = requests_.find(request);
+  if (it == requests_.end()) return;
+  prefillDone(request);
+  auto& blocks = blocks_[it->second.candidate];
+  for (const std::uint64_t h : it->second.hashes) {
+    const auto b = blocks.find(h);
+    MOCKER_CHECK(b != blocks.end());
+    if (--b->second == 0) blocks.erase(b);
+  }
+  requests_.erase(it);
+}
+
+std::uint64_t ActiveLoad::activeBlocks(std::uint32_t candidate) const {
+  return blocks_[candidate].size();
+}
+
+std::uint64_t ActiveLoad::newBlocks(std::uint32_t candidate,
+                                    std::span<const std::uint64_t> hashes) const {
+  const auto& blocks = blocks_[candidate];
+  if (blocks.empty()) return hashes.size();
+  std::uint64_t n = 0;
+  for (const std::uint64_t h : hashes) {
+    if (!blocks.contains(h)) ++n;
+  }
+  return n;
+}
+
+std::uint64_t ActiveLoad::queuedPrefillTokens(std::uint32_t candidate) const {
+  return queued_prefill_[candidate];
+}
+
+KvCostRouter::KvCostRouter(std::size_t candidates, std::uint32_t block_size, KvRouterConfig config,
+                           std::uint64_t seed)
+    : block_size_(block_size), config_(config), rng_(seed), load_(candidates) {
+  MOCKER_CHECK(candidates >= 1 && block_size >= 1);
+  costs_.resize(candidates);
+}
+
+std::uint32_t KvCostRouter::select(std::span<const std::uint64_t> hashes,
+                                   std::uint32_t prompt_tokens,
+                                   std::span<const std::uint32_t> overlaps,
+                                   std::span<const std::uint64_t> tree_sizes) {
+  MOCKER_CHECK(overlaps.size() == costs_.size());
+  for (std::uint32_t c = 0; c < costs_.size(); ++c) {
+    costs_[c] = kvCost(config_.overlap_weight,
+                       {.prompt_tokens = prompt_tokens,
+                        .block_size = block_size_,
+                        .overlap_blocks = overlaps[c],
+                        .queued_prefill_tokens = load_.queuedPrefillTokens(c),
+                        .decode_blocks = load_.activeBlocks(c) + load_.newBlocks(c, hashes)});
+  }
+  return static_cast<std::uint32_t>(selectByCost(costs_, tree_sizes, config_.temperature, rng_));
+}
+
+}  // namespace mocker::replay

@@ -1,0 +1,112 @@
+// KV-aware routing with load (tools/replay/README.md, "Routers"): the cost model of Dynamo's KV
+// router, shared by the offline and the live replay. A candidate is one (worker, DP rank).
+//
+//   cost(c) = overlap_weight · prefill_blocks(c) + decode_blocks(c)
+//   prefill_blocks(c) = (queued prefill tokens of c + prompt tokens − overlap(c) · block_size)
+//                       / block_size                     (fractional; the new part ≥ 0)
+//   decode_blocks(c)  = |active blocks of c ∪ the request's full blocks|
+//
+// "Queued prefill tokens" are the uncached prompt tokens of requests routed to c that have not
+// produced their first token yet; "active blocks" are the distinct full-block sequence hashes of
+// the prompts routed to c and not yet ended (ActiveLoad). overlap(c) comes from the KV index.
+// Temperature 0: the lowest cost wins; ties go to the candidate whose index holds the fewest
+// blocks (when known), then uniformly at random. Temperature T > 0: costs are normalised to
+// [0, 1] by (cost − min) / (max − min) and candidate c is drawn with probability ∝
+// exp(−normalised(c) / T) (uniform when all costs are equal). Every random draw comes from one
+// SplitMix64 seeded by the run, so a run is deterministic per seed.
+//
+// Not thread-safe.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <unordered_map>
+#include <vector>
+
+#include "base/result.h"
+#include "tools/replay/random.h"
+
+namespace mocker::replay {
+
+/// Dynamo's defaults: overlap_score_weight 1.0, router_temperature 0.0.
+struct KvRouterConfig {
+  double overlap_weight = 1.0;  ///< finite, >= 0
+  double temperature = 0.0;     ///< finite, >= 0
+};
+Status validateKvRouterConfig(const KvRouterConfig& config);
+
+/// The inputs of one candidate's cost.
+struct KvCostInputs {
+  std::uint32_t prompt_tokens = 0;
+  std::uint32_t block_size = 1;  ///< >= 1
+  std::uint32_t overlap_blocks = 0;
+  std::uint64_t queued_prefill_tokens = 0;
+  std::uint64_t decode_blocks = 0;  ///< active blocks ∪ the request's blocks
+};
+double kvCost(double overlap_weight, const KvCostInputs& in);
+
+/// Uncached prompt tokens: prompt_tokens − overlap_blocks · block_size, at least 0.
+std::uint64_t newPrefillTokens(std::uint32_t prompt_tokens, std::uint32_t overlap_blocks,
+                               std::uint32_t block_size);
+
+/// Picks a candidate from `costs` (non-empty) with the rule above. `tree_sizes` is empty or one
+/// entry per candidate. Draws from `rng` only for a tie at temperature 0 or at temperature > 0.
+std::size_t selectByCost(std::span<const double> costs, std::span<const std::uint64_t> tree_sizes,
+                         double temperature, SplitMix64& rng);
+
+/// Each candidate's in-flight load as Dynamo's router counts it: the distinct block hashes of
+/// its active prompts (reference-counted) and the prefill tokens not yet done.
+class ActiveLoad {
+ public:
+  explicit ActiveLoad(std::size_t candidates);
+  /// A request (key unique among active ones) was routed to `candidate`.
+  void add(std::uint64_t request, std::uint32_t candidate, std::span<const std::uint64_t> hashes,
+           std::uint64_t prefill_tokens);
+  /// Its first token arrived: its prefill tokens leave the queue. Unknown keys are ignored.
+  void prefillDone(std::uint64_t request);
+  /// It ended: its blocks (and prefill tokens, if still queued) are released. Unknown: ignored.
+  void remove(std::uint64_t request);
+  std::uint64_t activeBlocks(std::uint32_t candidate) const;
+  /// How many of `hashes` the candidate's active blocks do not hold.
+  std::uint64_t newBlocks(std::uint32_t candidate, std::span<const std::uint64_t> hashes) const;
+  std::uint64_t queuedPrefillTokens(std::uint32_t candidate) const;
+  std::size_t activeRequests() const { return requests_.size(); }
+
+ private:
+  struct Active {
+    std::uint32_t candidate = 0;
+    std::vector<std::uint64_t> hashes;
+    std::uint64_t prefill_tokens = 0;
+    bool prefill_queued = true;
+  };
+  std::unordered_map<std::uint64_t, Active> requests_;
+  std::vector<std::unordered_map<std::uint64_t, std::uint32_t>> blocks_;  // hash → refcount
+  std::vector<std::uint64_t> queued_prefill_;
+};
+
+/// Costs every candidate and picks one; owns the load and the RNG.
+class KvCostRouter {
+ public:
+  KvCostRouter(std::size_t candidates, std::uint32_t block_size, KvRouterConfig config,
+               std::uint64_t seed);
+  /// `hashes`: the prompt's full-block sequence hashes; `overlaps`: leading cached blocks per
+  /// candidate; `tree_sizes`: blocks each candidate's index holds (empty: unknown). Does not
+  /// add the request to the load (call load().add with the chosen candidate).
+  std::uint32_t select(std::span<const std::uint64_t> hashes, std::uint32_t prompt_tokens,
+                       std::span<const std::uint32_t> overlaps,
+                       std::span<const std::uint64_t> tree_sizes);
+  /// The costs of the last select(), by candidate.
+  const std::vector<double>& lastCosts() const { return costs_; }
+  ActiveLoad& load() { return load_; }
+  const ActiveLoad& load() const { return load_; }
+  std::uint32_t blockSize() const { return block_size_; }
+
+ private:
+  std::uint32_t block_size_;
+  KvRouterConfig config_;
+  SplitMix64 rng_;
+  ActiveLoad load_;
+  std::vector<double> costs_;
+};
+
+}  // namespace mocker::replay
