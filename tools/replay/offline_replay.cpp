@@ -109,8 +109,15 @@ class OfflineReplay {
     next_pass_ms_.assign(slots_.size(), kInf);
     stats_.per_worker.assign(workers_.size(), 0);
     total_turns_ = workload.numTurns();
+    waiting_on_.assign(workload.sessions.size(), 0);
+    released_at_.assign(workload.sessions.size(), 0.0);
+    dependents_.resize(workload.sessions.size());
+    if (workload.cumulative_prompts) history_.resize(workload.sessions.size());
     for (std::uint32_t s = 0; s < workload.sessions.size(); ++s) {
       const Session& session = workload.sessions[s];
+      for (std::uint32_t d : session.wait_for) dependents_[d].push_back(s);
+      waiting_on_[s] = static_cast<std::uint32_t>(session.wait_for.size());
+      if (!session.wait_for.empty()) continue;  // released when its dependencies end
       const double at = options.concurrency ? 0.0 : *session.first_arrival_ms;
       eligible_.push({at, session.turns.front().line, s, 0});
     }
@@ -225,6 +232,18 @@ class OfflineReplay {
 
     engine::Request request;
     request.tokens = synth_.synthesize(turn);
+    if (workload_.cumulative_prompts) {
+      // mooncake-delta: the earlier prompt and its emitted tokens, then this turn's delta. The
+      // history keeps this prompt (the tokens it emits are appended) while turns remain.
+      std::vector<std::uint32_t>& history = history_[next.session];
+      history.insert(history.end(), request.tokens.begin(), request.tokens.end());
+      if (next.turn + 1 < session.turns.size()) {
+        request.tokens = history;
+      } else {
+        request.tokens = std::move(history);
+        history = {};
+      }
+    }
     request.max_output_tokens = turn.output_length;
     request.arrival_ms = now;
     const RequestHandle handle =
@@ -268,6 +287,15 @@ class OfflineReplay {
     if (turn + 1 < s.turns.size()) {
       const Turn& next = s.turns[turn + 1];
       eligible_.push({time_ms + next.delay_after_previous_ms, next.line, session, turn + 1});
+      return;
+    }
+    // The session ended: release the sessions waiting for it once all their dependencies ended.
+    for (std::uint32_t d : dependents_[session]) {
+      released_at_[d] = std::max(released_at_[d], time_ms);
+      if (--waiting_on_[d] > 0) continue;
+      const Session& dependent = workload_.sessions[d];
+      eligible_.push(
+          {released_at_[d] + dependent.dependency_delay_ms, dependent.turns.front().line, d, 0});
     }
   }
 
@@ -292,7 +320,13 @@ class OfflineReplay {
     for (const engine::OutputSignal& sig : pass.outputs) {
       Tracked& t = tracked[static_cast<std::size_t>(sig.id.value())];
       MOCKER_CHECK(t.live);
-      if (sig.token) collector_.onToken(t.handle, sig.time_ms);
+      if (sig.token) {
+        collector_.onToken(t.handle, sig.time_ms);
+        if (workload_.cumulative_prompts &&
+            t.turn + 1 < workload_.sessions[t.session].turns.size()) {
+          history_[t.session].push_back(*sig.token);
+        }
+      }
       if (sig.terminal != engine::Terminal::None) {
         t.live = false;
         slot.pending_terminals.push(sig.time_ms);
@@ -346,6 +380,13 @@ class OfflineReplay {
   index::KvIndex index_;
   std::vector<std::uint64_t> hashes_;   // scratch
   std::vector<std::uint32_t> overlap_;  // scratch
+  // Dependencies (agentic): per session, the sessions waiting for it, how many of its own
+  // dependencies have not ended yet, and the latest terminal among those that have.
+  std::vector<std::vector<std::uint32_t>> dependents_;
+  std::vector<std::uint32_t> waiting_on_;
+  std::vector<double> released_at_;
+  // Cumulative prompts (mooncake-delta): per session, the last prompt plus its emitted tokens.
+  std::vector<std::vector<std::uint32_t>> history_;
   std::uint64_t dispatches_ = 0;
   std::uint64_t ended_ = 0;
   std::uint64_t total_turns_ = 0;
@@ -383,7 +424,7 @@ Result<OfflineReplayStats> runOfflineReplay(const Workload& workload,
   }
   if (!options.concurrency) {
     for (const Session& s : workload.sessions) {
-      if (!s.first_arrival_ms) {
+      if (!s.first_arrival_ms && s.wait_for.empty()) {
         return invalidArgument("session '" + s.session_id +
                                "' has no arrival time: trace mode needs a timestamp on every "
                                "first turn (closed-loop replay with a concurrency does not)");
