@@ -195,6 +195,22 @@ TEST(AgenticTraceTest, SkipInvalidAlsoSkipsRowsWaitingForSkippedOnes) {
   EXPECT_THAT(w.skipped_lines[3].message, HasSubstr("dependency cycle"));
 }
 
+TEST(AgenticTraceTest, SkippedLinesStayInFileOrderWhenACascadeReachesBackwards) {
+  const Workload w =
+      agentic(std::string(kRoot) +
+                  "\n"
+                  R"({"request_id": "c", "output_length": 1, "hash_ids": [1], "wait_for": ["d"]})"
+                  "\n"
+                  R"({"request_id": "b", "output_length": 1})"
+                  "\n"
+                  R"({"request_id": "d", "output_length": 1, "hash_ids": [1], "wait_for": ["b"]})",
+              {.skip_invalid = true});
+  ASSERT_EQ(w.sessions.size(), 1u);
+  std::vector<std::size_t> lines;
+  for (const LineError& e : w.skipped_lines) lines.push_back(e.line);
+  EXPECT_EQ(lines, (std::vector<std::size_t>{2, 3, 4}));
+}
+
 // Hand-computed with fixed timing: a pass that computes prompt tokens costs 10 ms, plus 2 ms when
 // any request decodes (the first pass does both), so a lone request's tokens come at 12, 14, …
 //   a: root at 0, 3 tokens → 12, 14, 16; ends 16.

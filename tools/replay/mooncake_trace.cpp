@@ -598,10 +598,11 @@ class Parser {
           dead[i] = true;
         }
       }
-      std::sort(skipped.begin(), skipped.end(),
-                [](const LineError& a, const LineError& b) { return a.line < b.line; });
       break;
     }
+    // Line errors, rows skipped for their dependencies and cycle members: back to file order.
+    std::stable_sort(skipped.begin(), skipped.end(),
+                     [](const LineError& a, const LineError& b) { return a.line < b.line; });
 
     std::vector<std::uint32_t> session_of(n, 0);
     std::vector<Session> sessions;
