@@ -59,12 +59,19 @@ Result<std::string> workloadFormat(const ReplayFlags& f) {
                              "--format");
     }
   }
-  if (format != "synthetic") {
+  if (format == "mooncake_delta") format = "mooncake-delta";
+  if (format == "agentic-mooncake" || format == "agentic_mooncake") format = "agentic";
+  if (format != "synthetic" && format != "synthetic-agentic") {
     if (f.trace.empty()) return invalidArgument("--format " + format + " needs a TRACE file");
     return format;
   }
   if (!f.trace.empty()) {
-    return invalidArgument("--format synthetic takes no TRACE file (got '" + f.trace + "')");
+    return invalidArgument("--format " + format + " takes no TRACE file (got '" + f.trace + "')");
+  }
+  if (format == "synthetic-agentic" && f.tool_output_mean <= 0) {
+    return invalidArgument(
+        "--tool-output-tokens-mean: required with --format synthetic-agentic "
+        "(> 0)");
   }
   if (f.num_requests == 0) return invalidArgument("--num-requests: required (>= 1)");
   if (f.input_mean <= 0) return invalidArgument("--input-tokens-mean: required (> 0)");
@@ -72,6 +79,25 @@ Result<std::string> workloadFormat(const ReplayFlags& f) {
   // silently be one token long.
   if (f.output_mean <= 0) return invalidArgument("--output-tokens-mean: required (> 0)");
   return format;
+}
+
+/// The arrival process of the synthetic generators from --arrival and its parameters.
+replay::ArrivalProcess syntheticArrival(const ReplayFlags& f) {
+  replay::ArrivalProcess a{.rate_per_s = f.request_rate,
+                           .smoothness = f.gamma_smoothness,
+                           .interval_ms = f.arrival_interval_ms};
+  if (f.arrival == "burst") {
+    a.kind = replay::ArrivalKind::Burst;
+  } else if (f.arrival == "constant") {
+    a.kind = replay::ArrivalKind::Constant;
+  } else if (f.arrival == "gamma") {
+    a.kind = replay::ArrivalKind::Gamma;
+  } else if (f.arrival == "interval") {
+    a.kind = replay::ArrivalKind::Interval;
+  } else {
+    a.kind = replay::ArrivalKind::Poisson;
+  }
+  return a;
 }
 
 /// The workload from the trace file or the synthetic flags (`format` from workloadFormat).
@@ -83,7 +109,39 @@ Result<replay::Workload> loadWorkload(const ReplayFlags& f, const std::string& f
                                      .skip_invalid = f.skip_invalid,
                                      .require_timestamps = !closed_loop};
   if (format == "mooncake") return replay::loadMooncakeTrace(f.trace, options);
+  if (format == "mooncake-delta") {
+    return replay::loadMooncakeTrace(f.trace, options, replay::TraceFormat::MooncakeDelta);
+  }
+  if (format == "agentic") {
+    return replay::loadMooncakeTrace(f.trace, options, replay::TraceFormat::Agentic);
+  }
   if (format == "azure") return replay::loadAzureTrace(f.trace, options);
+  const auto delayKind = [](const std::string& name) {
+    return name == "constant"      ? replay::DelayKind::Constant
+           : name == "exponential" ? replay::DelayKind::Exponential
+                                   : replay::DelayKind::None;
+  };
+  if (format == "synthetic-agentic") {
+    replay::SyntheticAgenticSpec spec{
+        .sessions = f.num_requests,
+        .calls_per_session = f.turns_per_session,
+        .system_prompt_tokens = f.system_prompt_tokens,
+        .user_prompt_tokens = {f.input_mean, f.input_stddev},
+        .output_tokens = {f.output_mean, f.output_stddev},
+        .tool_output_tokens = {f.tool_output_mean, f.tool_output_stddev},
+        .tool_wait = {delayKind(f.tool_wait), f.tool_wait_ms},
+        .subagent_probability = f.subagent_probability,
+        .subagent_fanout = f.subagent_fanout,
+        .block_size = f.trace_block_size,
+        .seed = f.seed,
+    };
+    spec.arrival = syntheticArrival(f);
+    MOCKER_TRY(replay::Workload workload, replay::generateSyntheticAgenticWorkload(spec));
+    if (f.arrival_speedup_ratio != 1.0) {
+      replay::normalizeArrivals(workload.sessions, f.arrival_speedup_ratio);
+    }
+    return workload;
+  }
   replay::SyntheticSpec spec{
       .request_count = f.num_requests,
       .turns_per_session = f.turns_per_session,
@@ -95,28 +153,8 @@ Result<replay::Workload> loadWorkload(const ReplayFlags& f, const std::string& f
       .block_size = f.trace_block_size,
       .seed = f.seed,
   };
-  spec.arrival.rate_per_s = f.request_rate;
-  spec.arrival.smoothness = f.gamma_smoothness;
-  spec.arrival.interval_ms = f.arrival_interval_ms;
-  if (f.arrival == "burst") {
-    spec.arrival.kind = replay::ArrivalKind::Burst;
-  } else if (f.arrival == "constant") {
-    spec.arrival.kind = replay::ArrivalKind::Constant;
-  } else if (f.arrival == "gamma") {
-    spec.arrival.kind = replay::ArrivalKind::Gamma;
-  } else if (f.arrival == "interval") {
-    spec.arrival.kind = replay::ArrivalKind::Interval;
-  } else {
-    spec.arrival.kind = replay::ArrivalKind::Poisson;
-  }
-  spec.inter_turn_delay.ms = f.inter_turn_delay_ms;
-  if (f.inter_turn_delay == "constant") {
-    spec.inter_turn_delay.kind = replay::DelayKind::Constant;
-  } else if (f.inter_turn_delay == "exponential") {
-    spec.inter_turn_delay.kind = replay::DelayKind::Exponential;
-  } else {
-    spec.inter_turn_delay.kind = replay::DelayKind::None;
-  }
+  spec.arrival = syntheticArrival(f);
+  spec.inter_turn_delay = {delayKind(f.inter_turn_delay), f.inter_turn_delay_ms};
   MOCKER_TRY(replay::Workload workload, replay::generateSyntheticWorkload(spec));
   // The arrival speed-up (docs/traces.md, Normalisation) applies to synthetic workloads too.
   if (f.arrival_speedup_ratio != 1.0) {
@@ -250,8 +288,12 @@ ReplayCommand::ReplayCommand(CLI::App& app) {
   cmd_->add_option("trace", f.trace, "trace file (.jsonl = Mooncake, .csv = Azure)")
       ->option_text("TRACE");
   const char* input = "Input";
-  cmd_->add_option("--format", f.format, "mooncake | azure | synthetic (default: by extension)")
-      ->check(CLI::IsMember({"mooncake", "azure", "synthetic"}))
+  cmd_->add_option("--format", f.format,
+                   "mooncake | mooncake-delta | agentic | azure | synthetic | synthetic-agentic "
+                   "(default: by extension)")
+      ->check(CLI::IsMember({"mooncake", "mooncake-delta", "mooncake_delta", "agentic",
+                             "agentic-mooncake", "agentic_mooncake", "azure", "synthetic",
+                             "synthetic-agentic"}))
       ->group(input);
   cmd_->add_option("--trace-block-size", f.trace_block_size,
                    "tokens per trace hash id (Mooncake 512)")
@@ -346,6 +388,42 @@ ReplayCommand::ReplayCommand(CLI::App& app) {
   cmd_->add_option("--seed", f.seed, "RNG seed of the synthetic workload")
       ->capture_default_str()
       ->group(synth);
+  const char* agentic =
+      "Synthetic agentic sessions (--format synthetic-agentic: --num-requests sessions of "
+      "--turns-per-session LLM calls; --input-tokens-* is the user prompt, --output-tokens-* "
+      "each call's output; the arrival flags and --seed apply)";
+  cmd_->add_option("--system-prompt-tokens", f.system_prompt_tokens,
+                   "system prompt shared by every call of every session")
+      ->capture_default_str()
+      ->group(agentic);
+  cmd_->add_option("--tool-output-tokens-mean", f.tool_output_mean,
+                   "tokens each tool result adds to the context (required)")
+      ->check(greaterThan(0))
+      ->group(agentic);
+  cmd_->add_option("--tool-output-tokens-stddev", f.tool_output_stddev, "its stddev")
+      ->check(atLeast(0))
+      ->capture_default_str()
+      ->group(agentic);
+  cmd_->add_option("--tool-wait", f.tool_wait,
+                   "none | constant | exponential: time a tool call takes between a call's end "
+                   "and the next call")
+      ->check(CLI::IsMember({"none", "constant", "exponential"}))
+      ->capture_default_str()
+      ->group(agentic);
+  cmd_->add_option("--tool-wait-ms", f.tool_wait_ms, "constant tool wait, or exponential mean")
+      ->check(atLeast(0))
+      ->capture_default_str()
+      ->group(agentic);
+  cmd_->add_option("--subagent-probability", f.subagent_probability,
+                   "chance that a call (not the last) spawns sub-agents, which the next call "
+                   "waits for")
+      ->check(between(0, 1))
+      ->capture_default_str()
+      ->group(agentic);
+  cmd_->add_option("--subagent-fanout", f.subagent_fanout, "sub-agent requests per spawn (1..64)")
+      ->check(CLI::Range(1, 64))
+      ->capture_default_str()
+      ->group(agentic);
 
   const char* run_group = "Replay";
   cmd_->add_option("--mode", f.mode,
@@ -722,7 +800,7 @@ int ReplayCommand::run(std::ostream& out, std::ostream& err,
       .date_utc = date_utc,
       .command_line = replay::shellQuotedCommandLine(command_line),
   };
-  if (*trace_format != "synthetic") {
+  if (*trace_format != "synthetic" && *trace_format != "synthetic-agentic") {
     identity.trace_path = f.trace;
     Result<std::string> sha = replay::fileSha256(f.trace);
     if (!sha) {

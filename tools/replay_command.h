@@ -67,6 +67,14 @@ struct ReplayFlags {
   double inter_turn_delay_ms = 0.0;
   bool session_context = false;
   std::uint64_t seed = 0;
+  // Synthetic agentic sessions (--format synthetic-agentic; also uses the flags above).
+  std::uint32_t system_prompt_tokens = 0;
+  double tool_output_mean = 0.0;
+  double tool_output_stddev = 0.0;
+  std::string tool_wait = "none";
+  double tool_wait_ms = 0.0;
+  double subagent_probability = 0.0;
+  std::uint32_t subagent_fanout = 1;
   // Replay.
   std::uint32_t num_workers = 1;
   std::string router = "round_robin";

@@ -47,6 +47,14 @@ void checkMooncake(Input input);
 /// The fast Mooncake line scanner (tools/replay/detail/flat_json.h) against nlohmann's parser:
 /// whatever the scanner accepts is valid JSON with exactly the members and values it reports.
 void checkFlatJson(Input input);
+
+/// mooncake-delta JSONL (parseMooncakeTrace, TraceFormat::MooncakeDelta): as checkMooncake, plus
+/// every delta fills exactly its blocks and every cumulative prompt fits in 32 bits.
+void checkMooncakeDelta(Input input);
+
+/// Agentic JSONL (TraceFormat::Agentic): as checkMooncake, plus one turn per session, dependency
+/// indices in range and acyclic, dependents without an arrival of their own.
+void checkAgentic(Input input);
 /// Azure CSV traces (tools/replay/azure_trace.h): the workload invariants, as for Mooncake.
 void checkAzure(Input input);
 

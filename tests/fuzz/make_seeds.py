@@ -128,6 +128,10 @@ def seeds(full):
     out["flat_json_fuzz"] = [(f"tiny_line{i + 1}", line.rstrip(b"\n"))
                              for i, line in enumerate(tiny.splitlines(keepends=True))]
     out["azure_fuzz"] = []
+    for target, name in (("agentic_fuzz", "agentic_sample.jsonl"),
+                         ("mooncake_delta_fuzz", "mooncake_delta_sample.jsonl")):
+        sample = ROOT / "data/traces" / name
+        out[target] = [("sample", sample.read_bytes())] if sample.exists() else []
     # data/traces/ is optional: without a sample trace its seeds are skipped, never an error.
     if mooncake.exists():
         out["mooncake_fuzz"].append(("synthetic_head", b"".join(lines_of(mooncake, 3))))

@@ -1,5 +1,6 @@
-// Fuzz checks of the trace readers of tools/replay: Mooncake JSONL (and its fast line scanner)
-// and Azure CSV.
+// Fuzz checks of the trace readers of tools/replay: Mooncake JSONL (and its fast line scanner),
+// its mooncake-delta and agentic dialects, and Azure CSV.
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <optional>
@@ -37,7 +38,8 @@ bool sameWorkload(const replay::Workload& a, const replay::Workload& b) {
     const auto& sa = a.sessions[i];
     const auto& sb = b.sessions[i];
     if (sa.session_id != sb.session_id || sa.first_arrival_ms != sb.first_arrival_ms ||
-        sa.turns.size() != sb.turns.size()) {
+        sa.turns.size() != sb.turns.size() || sa.wait_for != sb.wait_for ||
+        sa.dependency_delay_ms != sb.dependency_delay_ms) {
       return false;
     }
     for (std::size_t t = 0; t < sa.turns.size(); ++t) {
@@ -48,13 +50,27 @@ bool sameWorkload(const replay::Workload& a, const replay::Workload& b) {
 }
 
 /// The invariants every parser promises (workload.h: Turn, Session, Workload).
-void requireWorkloadInvariants(const replay::Workload& w, const replay::TraceOptions& options) {
+/// `sorted`: sessions come sorted by first arrival (every format but agentic, which keeps file
+/// order because wait_for holds session indices).
+void requireWorkloadInvariants(const replay::Workload& w, const replay::TraceOptions& options,
+                               bool sorted) {
   MOCKER_FUZZ_REQUIRE(!w.sessions.empty());
   MOCKER_FUZZ_REQUIRE(w.trace_block_size == options.trace_block_size);
   bool all_arrive = true;
+  bool has_dependencies = false;
   double min_arrival = INFINITY;
-  for (const replay::Session& s : w.sessions) {
+  for (std::size_t i = 0; i < w.sessions.size(); ++i) {
+    const replay::Session& s = w.sessions[i];
     MOCKER_FUZZ_REQUIRE(!s.turns.empty());
+    MOCKER_FUZZ_REQUIRE(std::isfinite(s.dependency_delay_ms) && s.dependency_delay_ms >= 0.0);
+    if (!s.wait_for.empty()) {
+      // Agentic: a dependent session has no arrival of its own; its dependencies are others.
+      has_dependencies = true;
+      MOCKER_FUZZ_REQUIRE(!s.first_arrival_ms.has_value());
+      for (const std::uint32_t d : s.wait_for) MOCKER_FUZZ_REQUIRE(d < w.sessions.size() && d != i);
+    } else {
+      MOCKER_FUZZ_REQUIRE(s.dependency_delay_ms == 0.0);
+    }
     if (s.first_arrival_ms) {
       MOCKER_FUZZ_REQUIRE(std::isfinite(*s.first_arrival_ms) && *s.first_arrival_ms >= 0.0);
       min_arrival = std::min(min_arrival, *s.first_arrival_ms);
@@ -72,7 +88,7 @@ void requireWorkloadInvariants(const replay::Workload& w, const replay::TraceOpt
       MOCKER_FUZZ_REQUIRE(t > 0 || turn.delay_after_previous_ms == 0.0);
     }
   }
-  if (all_arrive) {
+  if (all_arrive && sorted && !has_dependencies) {
     MOCKER_FUZZ_REQUIRE(min_arrival == 0.0);
     for (std::size_t i = 1; i < w.sessions.size(); ++i) {
       MOCKER_FUZZ_REQUIRE(*w.sessions[i - 1].first_arrival_ms <= *w.sessions[i].first_arrival_ms);
@@ -80,18 +96,45 @@ void requireWorkloadInvariants(const replay::Workload& w, const replay::TraceOpt
   }
 }
 
+/// Agentic workloads: one turn per session with its request_id, the earliest root arrives at 0,
+/// and the dependencies form no cycle (Kahn's algorithm orders every session).
+void requireAgenticInvariants(const replay::Workload& w) {
+  std::vector<std::uint32_t> pending(w.sessions.size(), 0);
+  std::vector<std::vector<std::uint32_t>> dependents(w.sessions.size());
+  std::vector<std::uint32_t> ready;
+  double min_root = INFINITY;
+  for (std::uint32_t i = 0; i < w.sessions.size(); ++i) {
+    const replay::Session& s = w.sessions[i];
+    MOCKER_FUZZ_REQUIRE(s.turns.size() == 1 && s.turns[0].request_id.has_value());
+    pending[i] = static_cast<std::uint32_t>(s.wait_for.size());
+    for (const std::uint32_t d : s.wait_for) dependents[d].push_back(i);
+    if (s.wait_for.empty()) {
+      ready.push_back(i);
+      MOCKER_FUZZ_REQUIRE(s.first_arrival_ms.has_value());
+      min_root = std::min(min_root, *s.first_arrival_ms);
+    }
+  }
+  MOCKER_FUZZ_REQUIRE(min_root == 0.0);
+  for (std::size_t q = 0; q < ready.size(); ++q) {
+    for (const std::uint32_t i : dependents[ready[q]]) {
+      if (--pending[i] == 0) ready.push_back(i);
+    }
+  }
+  MOCKER_FUZZ_REQUIRE(ready.size() == w.sessions.size());
+}
+
 /// Strict and skip_invalid parses of the same text: both keep the invariants, and on a trace
 /// the strict parse accepts, skip_invalid skips nothing and yields the same workload.
 template <typename Parse>
-void checkTraceParser(Input input, Parse parse) {
+void checkTraceParser(Input input, Parse parse, bool sorted = true) {
   const std::string_view text = textOf(input);
   const replay::TraceOptions strict{};
   const replay::TraceOptions lenient{.skip_invalid = true};
   const auto a = parse(text, strict);
   const auto b = parse(text, lenient);
-  if (a) requireWorkloadInvariants(*a, strict);
+  if (a) requireWorkloadInvariants(*a, strict, sorted);
   if (!a) MOCKER_FUZZ_REQUIRE(!a.error().message.empty());
-  if (b) requireWorkloadInvariants(*b, lenient);
+  if (b) requireWorkloadInvariants(*b, lenient, sorted);
   if (!b) MOCKER_FUZZ_REQUIRE(!b.error().message.empty());
   if (a) {
     MOCKER_FUZZ_REQUIRE(b.has_value());
@@ -195,6 +238,39 @@ void checkMooncake(Input input) {
   checkTraceParser(input, [](std::string_view text, const replay::TraceOptions& options) {
     return replay::parseMooncakeTrace(text, options);
   });
+}
+
+void checkMooncakeDelta(Input input) {
+  checkTraceParser(input, [](std::string_view text, const replay::TraceOptions& options) {
+    auto w = replay::parseMooncakeTrace(text, options, replay::TraceFormat::MooncakeDelta);
+    if (w) {
+      MOCKER_FUZZ_REQUIRE(w->cumulative_prompts);
+      for (const replay::Session& s : w->sessions) {
+        std::uint64_t cumulative = 0;
+        for (const replay::Turn& t : s.turns) {
+          // A delta fills exactly its blocks, and every cumulative prompt fits in 32 bits.
+          MOCKER_FUZZ_REQUIRE((t.input_length + std::uint64_t{w->trace_block_size} - 1) /
+                                  w->trace_block_size ==
+                              t.hash_ids.size());
+          cumulative += t.input_length;
+          MOCKER_FUZZ_REQUIRE(cumulative <= 0xFFFF'FFFFull);
+          cumulative += t.output_length;
+        }
+      }
+    }
+    return w;
+  });
+}
+
+void checkAgentic(Input input) {
+  checkTraceParser(
+      input,
+      [](std::string_view text, const replay::TraceOptions& options) {
+        auto w = replay::parseMooncakeTrace(text, options, replay::TraceFormat::Agentic);
+        if (w) requireAgenticInvariants(*w);
+        return w;
+      },
+      /*sorted=*/false);
 }
 
 void checkAzure(Input input) {

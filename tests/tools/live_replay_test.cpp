@@ -340,6 +340,67 @@ TEST(LiveReplayTest, ClosedLoopOfOneAgreesExactlyWithOffline) {
 
 // Closed loop, concurrency 2: never more than two in flight (the tool's accounting and an
 // independent sweep over the recorded arrival/terminal times); the first two go out at once.
+// Agentic wait_for live: a dependent request is sent only after the terminal of every request
+// it waits for arrived, plus its delay + tool wait; the roots go out at once.
+TEST(LiveReplayTest, DependentRequestIsSentOnlyAfterItsDependenciesEnded) {
+  auto w = parseMooncakeTrace(
+      R"({"request_id": "a", "timestamp": 0, "output_length": 40, "hash_ids": [1, 2]})"
+      "\n"
+      R"({"request_id": "s", "timestamp": 0, "output_length": 20, "hash_ids": [7]})"
+      "\n"
+      R"({"request_id": "b", "output_length": 2, "hash_ids": [1, 2, 3], "wait_for": ["a", "s"], "delay": 5, "tool_wait_ms": 25})",
+      {.trace_block_size = 16}, TraceFormat::Agentic);
+  ASSERT_TRUE(w) << w.error().toString();
+  LiveService server(serverConfig());
+  const LiveRun run = runLive(*w, {.targets = {targetOf(server)}, .stats_interval_ms = 0});
+  ASSERT_EQ(run.collector.requests().size(), 3u);
+  std::map<std::string, const RequestRecord*> by_id;
+  for (const RequestRecord& r : run.collector.requests()) by_id[*r.info.request_id] = &r;
+  const RequestRecord& a = *by_id.at("a");
+  const RequestRecord& s = *by_id.at("s");
+  const RequestRecord& b = *by_id.at("b");
+  for (const RequestRecord* r : {&a, &s, &b}) {
+    EXPECT_EQ(r->status, TerminalStatus::Completed) << *r->info.request_id;
+  }
+  // b is the last one sent, at least 30 ms after the later of a's and s's terminals.
+  EXPECT_EQ(run.collector.requests().back().info.request_id, "b");
+  EXPECT_GE(b.arrival_ms, std::max(a.terminal_ms.value(), s.terminal_ms.value()) + 30.0);
+  // The roots do not wait: both went out in the first dispatch round, before any reply was read.
+  EXPECT_LE(s.arrival_ms, a.terminal_ms.value());
+  EXPECT_LE(a.arrival_ms, s.terminal_ms.value());
+  EXPECT_EQ(b.token_times_ms.size(), 2u);
+}
+
+// mooncake-delta live: each later prompt is the previous prompt plus the tokens the server sent
+// for it plus the delta, exactly as offline (closed loop of one, so the cache sees the same
+// history), and the received output tokens are reused from the cache.
+TEST(LiveReplayTest, DeltaTurnsCarryTheReceivedOutputsLikeOffline) {
+  auto w = parseMooncakeTrace(
+      R"({"session_id": "s", "input_length": 128, "output_length": 65, "hash_ids": [1, 2, 3, 4, 5, 6, 7, 8]})"
+      "\n"
+      R"({"session_id": "s", "input_length": 10, "output_length": 2, "hash_ids": [9]})"
+      "\n"
+      R"({"session_id": "s", "input_length": 16, "output_length": 4, "hash_ids": [10]})",
+      {.trace_block_size = 16, .require_timestamps = false}, TraceFormat::MooncakeDelta);
+  ASSERT_TRUE(w) << w.error().toString();
+  const ReplayCollector offline = runOffline(*w, 1);
+  LiveService server(serverConfig());
+  const LiveRun live = runLive(*w, {.targets = {targetOf(server)}, .concurrency = 1});
+  ASSERT_EQ(live.collector.requests().size(), 3u);
+  ASSERT_EQ(offline.requests().size(), 3u);
+  EXPECT_EQ(live.collector.requests()[1].info.input_length, 128u + 65u + 10u);
+  EXPECT_EQ(live.collector.requests()[2].info.input_length, 203u + 2u + 16u);
+  for (std::size_t i = 0; i < 3; ++i) {
+    EXPECT_EQ(live.collector.requests()[i].info.input_length,
+              offline.requests()[i].info.input_length);
+    EXPECT_EQ(live.collector.requests()[i].first_reused_input_tokens,
+              offline.requests()[i].first_reused_input_tokens)
+        << i;
+  }
+  // 128 prompt + 64 of the 65 outputs have KV: 3 blocks of 64 = 192 > the first prompt.
+  EXPECT_EQ(live.collector.requests()[1].first_reused_input_tokens, 192u);
+}
+
 TEST(LiveReplayTest, ClosedLoopKeepsAtMostConcurrencyInFlight) {
   const Workload w = tinyTrace(1.0, /*require_timestamps=*/false);
   LiveService server(serverConfig());

@@ -427,5 +427,83 @@ TEST(ReplayCliTest, SyntheticWorkloadRunsWithTheEngineFlags) {
   EXPECT_NE(r.out.find("Requests per worker (round_robin): 10 10"), std::string::npos) << r.out;
 }
 
+TEST(ReplayCliTest, AgenticAndDeltaFormatsAreNamedAndTheirLineErrorsStopTheRun) {
+  TempDir dir;
+  const CliRun ok = run({"replay", sourceDir() + "/data/traces/agentic_sample.jsonl", "--format",
+                         "agentic", "--report-json", dir.file("a.json")});
+  if (fs::exists(sourceDir() + "/data/traces/agentic_sample.jsonl")) {
+    ASSERT_EQ(ok.code, 0) << ok.err;
+    EXPECT_EQ(ordered_json::parse(readAll(dir.file("a.json")))["completed_requests"], 10);
+  }
+  const std::string cycle =
+      dir.write("cycle.jsonl",
+                "{\"request_id\": \"a\", \"timestamp\": 0, \"output_length\": 1, \"hash_ids\": "
+                "[1]}\n"
+                "{\"request_id\": \"b\", \"output_length\": 1, \"hash_ids\": [1], \"wait_for\": "
+                "[\"a\", \"c\"]}\n"
+                "{\"request_id\": \"c\", \"output_length\": 1, \"hash_ids\": [1], \"wait_for\": "
+                "[\"b\"]}\n");
+  const CliRun bad = run({"replay", cycle, "--format", "agentic_mooncake"});
+  EXPECT_EQ(bad.code, 1);
+  EXPECT_NE(bad.err.find("line 2: 'wait_for' forms a cycle"), std::string::npos) << bad.err;
+  EXPECT_TRUE(bad.out.empty()) << bad.out;
+  // The same file read as plain Mooncake ignores the agentic keys (closed loop: its rows 2 and 3
+  // have no timestamp).
+  const CliRun plain = run({"replay", cycle, "--format", "mooncake", "--concurrency", "1"});
+  EXPECT_EQ(plain.code, 0) << plain.err;
+  const std::string delta = dir.write(
+      "delta.jsonl",
+      "{\"session_id\": \"s\", \"timestamp\": 0, \"input_length\": 10, \"output_length\": 3, "
+      "\"hash_ids\": [1, 2]}\n");
+  const CliRun d = run({"replay", delta, "--format", "mooncake-delta", "--trace-block-size", "16"});
+  EXPECT_EQ(d.code, 1);
+  EXPECT_NE(d.err.find("line 1: 'hash_ids' has 2 ids but a delta of 10 tokens fills 1 blocks"),
+            std::string::npos)
+      << d.err;
+}
+
+TEST(ReplayCliTest, SyntheticAgenticIsDeterministicAndNeedsAToolOutputLength) {
+  TempDir dir;
+  const std::vector<std::string> args = {"replay",
+                                         "--format",
+                                         "synthetic-agentic",
+                                         "--num-requests",
+                                         "6",
+                                         "--turns-per-session",
+                                         "4",
+                                         "--system-prompt-tokens",
+                                         "200",
+                                         "--input-tokens-mean",
+                                         "100",
+                                         "--output-tokens-mean",
+                                         "20",
+                                         "--tool-output-tokens-mean",
+                                         "60",
+                                         "--tool-wait",
+                                         "exponential",
+                                         "--tool-wait-ms",
+                                         "40",
+                                         "--subagent-probability",
+                                         "0.5",
+                                         "--subagent-fanout",
+                                         "2",
+                                         "--seed",
+                                         "5"};
+  std::vector<std::string> first = args;
+  first.insert(first.end(), {"--requests-jsonl", dir.file("1.jsonl")});
+  std::vector<std::string> second = args;
+  second.insert(second.end(), {"--requests-jsonl", dir.file("2.jsonl")});
+  const CliRun a = run(first);
+  ASSERT_EQ(a.code, 0) << a.err;
+  ASSERT_EQ(run(second).code, 0);
+  EXPECT_EQ(readAll(dir.file("1.jsonl")), readAll(dir.file("2.jsonl")));
+  EXPECT_NE(readAll(dir.file("1.jsonl")).find("\"request_id\":\"agent_0.1\""), std::string::npos);
+
+  const CliRun missing = run({"replay", "--format", "synthetic-agentic", "--num-requests", "2",
+                              "--input-tokens-mean", "10", "--output-tokens-mean", "5"});
+  EXPECT_EQ(missing.code, 2);
+  EXPECT_NE(missing.err.find("--tool-output-tokens-mean"), std::string::npos) << missing.err;
+}
+
 }  // namespace
 }  // namespace mocker::tools

@@ -267,8 +267,15 @@ class LiveReplay {
     stats_.per_target.assign(clients_.size(), 0);
     total_turns_ = workload.numTurns();
     sent_.reserve(total_turns_);
+    waiting_on_.assign(workload.sessions.size(), 0);
+    released_at_.assign(workload.sessions.size(), 0.0);
+    dependents_.resize(workload.sessions.size());
+    if (workload.cumulative_prompts) history_.resize(workload.sessions.size());
     for (std::uint32_t s = 0; s < workload.sessions.size(); ++s) {
       const Session& session = workload.sessions[s];
+      for (std::uint32_t d : session.wait_for) dependents_[d].push_back(s);
+      waiting_on_[s] = static_cast<std::uint32_t>(session.wait_for.size());
+      if (!session.wait_for.empty()) continue;  // released when its dependencies end
       const double at = options.concurrency ? 0.0 : *session.first_arrival_ms;
       eligible_.push({at, session.turns.front().line, s, 0});
     }
@@ -426,6 +433,17 @@ class LiveReplay {
     protocol::SubmitRequest request{.id = requestId(index),
                                     .prompt = synth_.synthesize(turn),
                                     .max_tokens = turn.output_length};
+    if (workload_.cumulative_prompts) {
+      // mooncake-delta: the earlier prompt and the tokens it received, then this turn's delta.
+      std::vector<std::uint32_t>& history = history_[next.session];
+      history.insert(history.end(), request.prompt.begin(), request.prompt.end());
+      if (next.turn + 1 < session.turns.size()) {
+        request.prompt = history;
+      } else {
+        request.prompt = std::move(history);
+        history = {};
+      }
+    }
     std::uint32_t target = 0;
     if (kv_router_) {
       const auto [t, rank] = routeKv(request.prompt);
@@ -481,6 +499,15 @@ class LiveReplay {
     if (r.turn + 1 < s.turns.size()) {
       const Turn& next = s.turns[r.turn + 1];
       eligible_.push({time_ms + next.delay_after_previous_ms, next.line, r.session, r.turn + 1});
+      return;
+    }
+    // The session ended: release the sessions waiting for it once all their dependencies ended.
+    for (std::uint32_t d : dependents_[r.session]) {
+      released_at_[d] = std::max(released_at_[d], time_ms);
+      if (--waiting_on_[d] > 0) continue;
+      const Session& dependent = workload_.sessions[d];
+      eligible_.push(
+          {released_at_[d] + dependent.dependency_delay_ms, dependent.turns.front().line, d, 0});
     }
   }
 
@@ -592,6 +619,10 @@ class LiveReplay {
     if (kv_router_ && !o.tokens.empty()) kv_router_->load().prefillDone(indexOf(*r));
     if (o.index != r->tokens) ++stats_.index_gaps;
     for (std::size_t k = 0; k < o.tokens.size(); ++k) collector_.onToken(r->handle, now);
+    if (workload_.cumulative_prompts && r->turn + 1 < workload_.sessions[r->session].turns.size()) {
+      std::vector<std::uint32_t>& history = history_[r->session];
+      history.insert(history.end(), o.tokens.begin(), o.tokens.end());
+    }
     r->tokens = o.index + static_cast<std::uint32_t>(o.tokens.size());
     if (!o.finish) return;
     const TerminalStatus status = statusOf(*o.finish);
@@ -631,6 +662,11 @@ class LiveReplay {
   Clock::time_point start_{};
   std::priority_queue<EligibleTurn, std::vector<EligibleTurn>, std::greater<>> eligible_;
   std::priority_queue<Deadline, std::vector<Deadline>, std::greater<>> deadlines_;
+  // Dependencies (agentic) and cumulative prompts (mooncake-delta), as in the offline loop.
+  std::vector<std::vector<std::uint32_t>> dependents_;
+  std::vector<std::uint32_t> waiting_on_;
+  std::vector<double> released_at_;
+  std::vector<std::vector<std::uint32_t>> history_;
   std::vector<Sent> sent_;
   std::vector<double> dispatch_lags_;
   std::uint32_t in_flight_ = 0;
@@ -821,7 +857,7 @@ Result<LiveReplayStats> runLiveReplay(const Workload& workload, const LiveReplay
   }
   if (!options.concurrency) {
     for (const Session& s : workload.sessions) {
-      if (!s.first_arrival_ms) {
+      if (!s.first_arrival_ms && s.wait_for.empty()) {
         return invalidArgument("session '" + s.session_id +
                                "' has no arrival time: trace mode needs a timestamp on every "
                                "first turn (closed-loop replay with a concurrency does not)");

@@ -127,8 +127,15 @@ class OfflineReplay {
     next_pass_ms_.assign(slots_.size(), kInf);
     stats_.per_worker.assign(workers_.size(), 0);
     total_turns_ = workload.numTurns();
+    waiting_on_.assign(workload.sessions.size(), 0);
+    released_at_.assign(workload.sessions.size(), 0.0);
+    dependents_.resize(workload.sessions.size());
+    if (workload.cumulative_prompts) history_.resize(workload.sessions.size());
     for (std::uint32_t s = 0; s < workload.sessions.size(); ++s) {
       const Session& session = workload.sessions[s];
+      for (std::uint32_t d : session.wait_for) dependents_[d].push_back(s);
+      waiting_on_[s] = static_cast<std::uint32_t>(session.wait_for.size());
+      if (!session.wait_for.empty()) continue;  // released when its dependencies end
       const double at = options.concurrency ? 0.0 : *session.first_arrival_ms;
       eligible_.push({at, session.turns.front().line, s, 0});
     }
@@ -268,6 +275,18 @@ class OfflineReplay {
 
     engine::Request request;
     request.tokens = synth_.synthesize(turn);
+    if (workload_.cumulative_prompts) {
+      // mooncake-delta: the earlier prompt and its emitted tokens, then this turn's delta. The
+      // history keeps this prompt (the tokens it emits are appended) while turns remain.
+      std::vector<std::uint32_t>& history = history_[next.session];
+      history.insert(history.end(), request.tokens.begin(), request.tokens.end());
+      if (next.turn + 1 < session.turns.size()) {
+        request.tokens = history;
+      } else {
+        request.tokens = std::move(history);
+        history = {};
+      }
+    }
     request.max_output_tokens = turn.output_length;
     request.arrival_ms = now;
     const std::size_t input_tokens = request.tokens.size();
@@ -317,6 +336,15 @@ class OfflineReplay {
     if (turn + 1 < s.turns.size()) {
       const Turn& next = s.turns[turn + 1];
       eligible_.push({time_ms + next.delay_after_previous_ms, next.line, session, turn + 1});
+      return;
+    }
+    // The session ended: release the sessions waiting for it once all their dependencies ended.
+    for (std::uint32_t d : dependents_[session]) {
+      released_at_[d] = std::max(released_at_[d], time_ms);
+      if (--waiting_on_[d] > 0) continue;
+      const Session& dependent = workload_.sessions[d];
+      eligible_.push(
+          {released_at_[d] + dependent.dependency_delay_ms, dependent.turns.front().line, d, 0});
     }
   }
 
@@ -341,7 +369,13 @@ class OfflineReplay {
     for (const engine::OutputSignal& sig : pass.outputs) {
       Tracked& t = tracked[static_cast<std::size_t>(sig.id.value())];
       MOCKER_CHECK(t.live);
-      if (sig.token) collector_.onToken(t.handle, sig.time_ms);
+      if (sig.token) {
+        collector_.onToken(t.handle, sig.time_ms);
+        if (workload_.cumulative_prompts &&
+            t.turn + 1 < workload_.sessions[t.session].turns.size()) {
+          history_[t.session].push_back(*sig.token);
+        }
+      }
       if (options_.router == RouterKind::Kv && sig.token && !t.first_token) {
         t.first_token = true;
         load_changes_.push({sig.time_ms, next_load_seq_++, t.handle, false});
@@ -407,6 +441,13 @@ class OfflineReplay {
   KvCostRouter cost_router_;
   std::priority_queue<LoadChange, std::vector<LoadChange>, LoadChangeLater> load_changes_;
   std::uint64_t next_load_seq_ = 0;
+  // Dependencies (agentic): per session, the sessions waiting for it, how many of its own
+  // dependencies have not ended yet, and the latest terminal among those that have.
+  std::vector<std::vector<std::uint32_t>> dependents_;
+  std::vector<std::uint32_t> waiting_on_;
+  std::vector<double> released_at_;
+  // Cumulative prompts (mooncake-delta): per session, the last prompt plus its emitted tokens.
+  std::vector<std::vector<std::uint32_t>> history_;
   std::uint64_t dispatches_ = 0;
   std::uint64_t ended_ = 0;
   std::uint64_t total_turns_ = 0;
@@ -448,7 +489,7 @@ Result<OfflineReplayStats> runOfflineReplay(const Workload& workload,
   }
   if (!options.concurrency) {
     for (const Session& s : workload.sessions) {
-      if (!s.first_arrival_ms) {
+      if (!s.first_arrival_ms && s.wait_for.empty()) {
         return invalidArgument("session '" + s.session_id +
                                "' has no arrival time: trace mode needs a timestamp on every "
                                "first turn (closed-loop replay with a concurrency does not)");

@@ -162,4 +162,132 @@ Result<Workload> generateSyntheticWorkload(const SyntheticSpec& spec) {
   return workload;
 }
 
+namespace {
+
+Status validateAgentic(const SyntheticAgenticSpec& spec) {
+  if (spec.sessions == 0) return invalidArgument("sessions must be >= 1");
+  if (spec.calls_per_session == 0) return invalidArgument("calls_per_session must be >= 1");
+  for (const auto& [d, name] : {std::pair{&spec.user_prompt_tokens, "user_prompt_tokens"},
+                                std::pair{&spec.output_tokens, "output_tokens"},
+                                std::pair{&spec.tool_output_tokens, "tool_output_tokens"}}) {
+    if (!std::isfinite(d->mean) || !finiteNonNegative(d->stddev)) {
+      return invalidArgument(std::string(name) + " needs a finite mean and a finite stddev >= 0");
+    }
+  }
+  if (spec.tool_wait.kind != DelayKind::None && !finiteNonNegative(spec.tool_wait.ms)) {
+    return invalidArgument("tool_wait must be finite and >= 0");
+  }
+  if (!(spec.subagent_probability >= 0.0 && spec.subagent_probability <= 1.0)) {
+    return invalidArgument("subagent_probability must be in [0, 1]");
+  }
+  if (spec.subagent_fanout == 0 || spec.subagent_fanout > 64) {
+    return invalidArgument("subagent_fanout must be in 1..64 (got " +
+                           std::to_string(spec.subagent_fanout) + ")");
+  }
+  if (spec.block_size == 0) return invalidArgument("block_size must be >= 1");
+  SyntheticSpec arrival_only;
+  arrival_only.request_count = 1;
+  arrival_only.arrival = spec.arrival;
+  return validate(arrival_only);
+}
+
+/// Hash ids of a context of `tokens` tokens whose first `ids.size()` blocks are already known:
+/// appends fresh ids for the new blocks (a partly filled last block keeps its id).
+Status growContext(std::vector<std::uint64_t>& ids, std::uint64_t tokens, std::uint32_t block,
+                   std::uint64_t& next_fresh_id) {
+  const std::uint64_t blocks = (tokens + block - 1) / block;
+  if (next_fresh_id + (blocks - std::min<std::uint64_t>(blocks, ids.size())) > kSharedIdBase) {
+    return invalidArgument("synthetic agentic workload needs more than 2^31 - 1 fresh block ids");
+  }
+  while (ids.size() < blocks) ids.push_back(next_fresh_id++);
+  return {};
+}
+
+}  // namespace
+
+Result<Workload> generateSyntheticAgenticWorkload(const SyntheticAgenticSpec& spec) {
+  MOCKER_TRY_VOID(validateAgentic(spec));
+  const std::uint32_t block = spec.block_size;
+  const std::uint64_t system_blocks =
+      (std::uint64_t{spec.system_prompt_tokens} + block - 1) / block;
+  if (system_blocks > kSharedIdsPerGroup) {
+    return invalidArgument("the system prompt needs " + std::to_string(system_blocks) +
+                           " blocks; at most 2^20");
+  }
+  std::vector<std::uint64_t> system_ids;
+  for (std::uint64_t b = 0; b < system_blocks; ++b) system_ids.push_back(kSharedIdBase + b);
+
+  SplitMix64 rng(spec.seed);
+  Workload workload;
+  workload.trace_block_size = block;
+  std::uint64_t next_fresh_id = 1;
+  double arrival_ms = 0.0;
+  const auto length = [&rng](const LengthDistribution& d) {
+    return toLength(sampleNormal(rng, d.mean, d.stddev));
+  };
+  const auto makeCall = [&](std::string session_id, std::string request_id,
+                            std::vector<std::uint64_t> ids, std::uint64_t tokens,
+                            std::uint32_t output) -> Result<Session> {
+    if (tokens > std::numeric_limits<std::uint32_t>::max()) {
+      return invalidArgument("call " + request_id + " would have a prompt of " +
+                             std::to_string(tokens) + " tokens (at most 2^32 - 1)");
+    }
+    Session s;
+    s.session_id = std::move(session_id);
+    Turn t;
+    t.input_length = static_cast<std::uint32_t>(tokens);
+    t.output_length = output;
+    t.hash_ids = std::move(ids);
+    t.request_id = std::move(request_id);
+    s.turns.push_back(std::move(t));
+    return s;
+  };
+
+  for (std::uint32_t i = 0; i < spec.sessions; ++i) {
+    if (i > 0) arrival_ms += arrivalGapMs(rng, spec.arrival);
+    const std::string name = "agent_" + std::to_string(i);
+    std::vector<std::uint64_t> context = system_ids;
+    std::uint64_t context_tokens = spec.system_prompt_tokens;
+    std::vector<std::uint32_t> previous;  // sessions the next call waits for
+    for (std::uint32_t c = 0; c < spec.calls_per_session; ++c) {
+      context_tokens += length(c == 0 ? spec.user_prompt_tokens : spec.tool_output_tokens);
+      const std::uint32_t output = length(spec.output_tokens);
+      double wait_ms = 0.0;
+      if (c > 0 && spec.tool_wait.kind == DelayKind::Constant) wait_ms = spec.tool_wait.ms;
+      if (c > 0 && spec.tool_wait.kind == DelayKind::Exponential) {
+        wait_ms = sampleExponential(rng, spec.tool_wait.ms);
+      }
+      MOCKER_TRY_VOID(growContext(context, context_tokens, block, next_fresh_id));
+      const std::string request = name + "." + std::to_string(c);
+      MOCKER_TRY(Session call, makeCall(name, request, context, context_tokens, output));
+      if (c == 0) {
+        call.first_arrival_ms = arrival_ms;
+      } else {
+        call.wait_for = previous;
+        call.dependency_delay_ms = wait_ms;
+      }
+      const auto call_index = static_cast<std::uint32_t>(workload.sessions.size());
+      workload.sessions.push_back(std::move(call));
+      previous.assign(1, call_index);
+      context_tokens += output;  // the next call's prompt carries this call's answer
+
+      if (c + 1 == spec.calls_per_session || spec.subagent_probability == 0.0) continue;
+      if (!(rng.uniform() < spec.subagent_probability)) continue;
+      for (std::uint32_t k = 0; k < spec.subagent_fanout; ++k) {
+        const std::uint32_t task = length(spec.tool_output_tokens);
+        const std::uint32_t sub_output = length(spec.output_tokens);
+        std::vector<std::uint64_t> ids = system_ids;
+        const std::uint64_t tokens = std::uint64_t{spec.system_prompt_tokens} + task;
+        MOCKER_TRY_VOID(growContext(ids, tokens, block, next_fresh_id));
+        MOCKER_TRY(Session sub, makeCall(name, request + ".sub" + std::to_string(k), std::move(ids),
+                                         tokens, sub_output));
+        sub.wait_for.assign(1, call_index);
+        previous.push_back(static_cast<std::uint32_t>(workload.sessions.size()));
+        workload.sessions.push_back(std::move(sub));
+      }
+    }
+  }
+  return workload;
+}
+
 }  // namespace mocker::replay

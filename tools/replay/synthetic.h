@@ -72,4 +72,36 @@ inline constexpr std::uint64_t kSharedIdsPerGroup = 1ull << 20;
 /// line 0 and no request_id. Errors name the offending parameter.
 Result<Workload> generateSyntheticWorkload(const SyntheticSpec& spec);
 
+/// Synthetic agentic sessions (docs/traces.md, Synthetic agentic sessions): each session is a
+/// chain of LLM calls separated by tool calls. Every call is its own single-turn Session; call
+/// c + 1 waits (Session::wait_for) for call c — and for the sub-agents call c spawned — and is
+/// then released after a tool wait. Its prompt extends the previous call's context: shared system
+/// prompt ++ user prompt ++ (output ++ tool output) per earlier call, so consecutive calls share
+/// their prefix blocks.
+struct SyntheticAgenticSpec {
+  std::uint32_t sessions = 0;               ///< >= 1
+  std::uint32_t calls_per_session = 1;      ///< LLM calls per session, >= 1
+  std::uint32_t system_prompt_tokens = 0;   ///< shared by every call of every session
+  LengthDistribution user_prompt_tokens{};  ///< first call's own input
+  LengthDistribution output_tokens{};       ///< every call's output
+  LengthDistribution tool_output_tokens{};  ///< input each tool result adds to the context
+  InterTurnDelay tool_wait{};               ///< between a call's end and the next call
+  double subagent_probability = 0.0;        ///< per call except the last, in [0, 1]
+  std::uint32_t subagent_fanout = 1;        ///< sub-agent requests per spawn, 1..64
+  ArrivalProcess arrival{};                 ///< of the sessions' first calls
+  std::uint32_t block_size = kDefaultTraceBlockSize;  ///< >= 1
+  std::uint64_t seed = 0;
+};
+
+/// Generates the agentic workload. Randomness per session i, in this order: the arrival gap
+/// (i > 0), then per call c: its own input length (c = 0: user prompt; c > 0: tool output),
+/// output length, tool wait (c > 0, Exponential only), and for c < calls − 1 the sub-agent
+/// draw (uniform < probability; only when probability > 0) followed, when it spawns, by each
+/// sub-agent's task length (tool-output distribution) and output length.
+/// Ids: the system prompt's blocks are kSharedIdBase + b (shared by everyone), the rest fresh
+/// from 1. Call c of session i is session `agent_<i>` with request_id `agent_<i>.<c>`; sub-agent k
+/// spawned after call c is `agent_<i>.<c>.sub<k>` (prompt: system prompt ++ its task; it waits
+/// for call c with no delay). Sessions appear in generation order (wait_for points backwards).
+Result<Workload> generateSyntheticAgenticWorkload(const SyntheticAgenticSpec& spec);
+
 }  // namespace mocker::replay

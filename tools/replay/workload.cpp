@@ -50,7 +50,10 @@ void normalizeArrivals(std::vector<Session>& sessions, double arrival_speedup_ra
   const bool all_timed = std::all_of(sessions.begin(), sessions.end(), [](const Session& s) {
     return s.first_arrival_ms.has_value();
   });
-  if (all_timed && !sessions.empty()) {
+  // Dependencies (Session::wait_for) are session indices: such workloads keep their order.
+  const bool has_dependencies = std::any_of(sessions.begin(), sessions.end(),
+                                            [](const Session& s) { return !s.wait_for.empty(); });
+  if (all_timed && !sessions.empty() && !has_dependencies) {
     std::stable_sort(sessions.begin(), sessions.end(), [](const Session& a, const Session& b) {
       return *a.first_arrival_ms < *b.first_arrival_ms;
     });
@@ -66,6 +69,7 @@ void normalizeArrivals(std::vector<Session>& sessions, double arrival_speedup_ra
       s.first_arrival_ms = (*s.first_arrival_ms - *origin) / arrival_speedup_ratio;
     }
     for (Turn& t : s.turns) t.delay_after_previous_ms /= arrival_speedup_ratio;
+    s.dependency_delay_ms /= arrival_speedup_ratio;
   }
 }
 

@@ -41,6 +41,13 @@ struct Session {
   /// Absent only when the trace has no timestamps (allowed for closed-loop replay, "Closed loop").
   std::optional<double> first_arrival_ms{};
   std::vector<Turn> turns{};  ///< non-empty
+  /// Agentic traces ("Dependencies"): indices into Workload::sessions whose last turn must reach
+  /// its terminal (any outcome) before this session's first turn becomes eligible, at
+  /// (latest such terminal) + dependency_delay_ms. Such a session has no first_arrival_ms.
+  /// Empty for every other format.
+  std::vector<std::uint32_t> wait_for{};
+  /// `delay` + `tool_wait_ms` of an agentic row, already divided by arrival_speedup_ratio.
+  double dependency_delay_ms = 0.0;
 };
 
 /// A line that was skipped (skip_invalid) or that stopped parsing.
@@ -57,6 +64,10 @@ struct Workload {
   std::uint32_t trace_block_size = kDefaultTraceBlockSize;
   /// Lines dropped because TraceOptions::skip_invalid was set, in file order.
   std::vector<LineError> skipped_lines{};
+  /// mooncake-delta ("Cumulative prompts"): a turn's hash_ids/input_length are only its new
+  /// input; the replay sends turn k of a session as (the prompt of turn k−1) ++ (the tokens that
+  /// turn emitted) ++ (turn k's own tokens). The first turn is sent as is.
+  bool cumulative_prompts = false;
 
   std::size_t numTurns() const;
 };
