@@ -71,6 +71,12 @@ struct ReplayFlags {
   std::string router = "round_robin";
   std::uint64_t router_seed = 0;
   std::uint32_t concurrency = 0;  ///< 0 = trace mode (timestamps)
+  // Disaggregated prefill/decode (offline): both counts 0 = aggregated.
+  std::uint32_t num_prefill_workers = 0;
+  std::uint32_t num_decode_workers = 0;
+  std::string prefill_config;  ///< TOML whose [engine] keys override the base for prefill workers
+  std::string decode_config;   ///< the same for decode workers
+  std::string decode_router = "round_robin";
   // Outputs.
   std::string report_json;
   std::string requests_jsonl;
