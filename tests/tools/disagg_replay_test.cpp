@@ -207,5 +207,60 @@ TEST(DisaggReplayTest, Deterministic) {
   EXPECT_EQ(json(), json());
 }
 
+// Dynamo's published offline-replay fixture (ai-dynamo/dynamo,
+// lib/mocker/src/replay/offline/parity/offline_replay.json, case "disagg_kv_trace": one prefill
+// and one decode worker, kv router, two 8-token requests at 0 and 0.5 ms sharing their first
+// 4-token block, outputs 3 and 2, no transfer cost). Its prefill passes are our polynomial
+// divided by speedup_ratio 1000 (8 tokens: 16.6229144639296 / 1000; 4 of them cached:
+// 16.5621604959824 / 1000), recorded to 1 ns. Its decode model is not ours (9–11 ns per pass),
+// so the decode workers here take 0 ms per pass and the first token lands at the activation:
+// what is pinned is the prefill side, the zero-cost handoff (reserved = activated = held) and
+// the counts. Fixture values: source_held_ms 0.016623 and 0.516562, reused_input_tokens 0 and 4,
+// output 3 and 2, both on prefill worker 0 and decode worker 0.
+TEST(DisaggReplayTest, DynamoDisaggFixturePrefillSideMatches) {
+  auto w = parseMooncakeTrace(R"({"timestamp": 0, "output_length": 3, "hash_ids": [1, 2]})"
+                              "\n"
+                              R"({"timestamp": 0.5, "output_length": 2, "hash_ids": [1, 3]})"
+                              "\n",
+                              {.trace_block_size = 4, .require_timestamps = true});
+  ASSERT_TRUE(w.has_value()) << w.error().toString();
+  engine::EngineConfig prefill{.num_gpu_blocks = 64,
+                               .block_size = 4,
+                               .speedup_ratio = 1000.0,
+                               .kv_bytes_per_token = 1,
+                               .kv_transfer_bandwidth_gbps = 1e300};
+  engine::EngineConfig decode = prefill;
+  decode.timing_model = engine::TimingModelKind::Fixed;
+  decode.fixed_prefill_ms = 0.0;
+  decode.fixed_decode_ms = 0.0;
+  OfflineReplayOptions o = disagg(1, 1, prefill, decode);
+  o.router = RouterKind::Kv;
+  o.disagg->decode_router = RouterKind::Kv;
+  const ReplayRun r = runOrDie(*w, o);
+  ASSERT_EQ(r.collector.requests().size(), 2u);
+  const double held[] = {0.016623, 0.516562};
+  const std::uint32_t reused[] = {0, 4};
+  const std::size_t outputs[] = {3, 2};
+  for (std::size_t i = 0; i < 2; ++i) {
+    const RequestRecord& req = r.collector.requests()[i];
+    EXPECT_EQ(req.status, TerminalStatus::Completed);
+    EXPECT_EQ(req.first_admit_ms, req.arrival_ms) << i;
+    EXPECT_EQ(req.first_reused_input_tokens, reused[i]) << i;
+    ASSERT_EQ(req.token_times_ms.size(), outputs[i]) << i;
+    EXPECT_NEAR(req.token_times_ms.front(), held[i], 5e-7) << i;  // the fixture's 1 ns grid
+  }
+  const HandoffStats& h = *r.stats.handoff;
+  EXPECT_EQ(h.per_prefill_worker, std::vector<std::uint64_t>{2});
+  EXPECT_EQ(h.per_decode_worker, std::vector<std::uint64_t>{2});
+  for (const auto* v : {&h.transfer_ms, &h.queue_ms, &h.wait_ms}) {
+    ASSERT_EQ(v->size(), 2u);
+    for (double x : *v) EXPECT_LT(x, 1e-12);  // reserved = activated = held
+  }
+  Report report = r.collector.buildReport({});
+  EXPECT_EQ(report.total_input_tokens, 16u);
+  EXPECT_EQ(report.total_output_tokens, 5u);
+  EXPECT_EQ(report.first_admission_prefix_cache_reused_ratio, 0.25);
+}
+
 }  // namespace
 }  // namespace mocker::replay
