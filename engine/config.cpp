@@ -31,6 +31,12 @@ constexpr EnumNames<KvEventVisibility, 2> kVisibilities{
     {{"pass_end", KvEventVisibility::PassEnd}, {"pass_start", KvEventVisibility::PassStart}}};
 constexpr EnumNames<DecodeLoad, 2> kDecodeLoads{
     {{"physical", DecodeLoad::Physical}, {"logical", DecodeLoad::Logical}}};
+constexpr EnumNames<WorkerType, 3> kWorkerTypes{{{"aggregated", WorkerType::Aggregated},
+                                                 {"prefill", WorkerType::Prefill},
+                                                 {"decode", WorkerType::Decode}}};
+constexpr EnumNames<KvTransferCharge, 2> kTransferCharges{
+    {{"full_prompt", KvTransferCharge::FullPrompt},
+     {"missing_blocks", KvTransferCharge::MissingBlocks}}};
 constexpr EnumNames<SchedulePolicy, 3> kPolicies{
     {{"fcfs", SchedulePolicy::Fcfs}, {"fifo", SchedulePolicy::Fcfs}, {"lpm", SchedulePolicy::Lpm}}};
 
@@ -111,6 +117,8 @@ std::string_view toString(TimingModelKind v) { return enumName(kTimingModels, v)
 std::string_view toString(KvEventVisibility v) { return enumName(kVisibilities, v); }
 std::string_view toString(SchedulePolicy v) { return enumName(kPolicies, v); }
 std::string_view toString(DecodeLoad v) { return enumName(kDecodeLoads, v); }
+std::string_view toString(WorkerType v) { return enumName(kWorkerTypes, v); }
+std::string_view toString(KvTransferCharge v) { return enumName(kTransferCharges, v); }
 
 Result<EngineType> parseEngineType(std::string_view s) {
   return parseEnum("engine_type", s, kEngineTypes);
@@ -130,6 +138,20 @@ Result<SchedulePolicy> parseSchedulePolicy(std::string_view s) {
 
 Result<DecodeLoad> parseDecodeLoad(std::string_view s) {
   return parseEnum("decode_load", s, kDecodeLoads);
+}
+
+Result<WorkerType> parseWorkerType(std::string_view s) {
+  return parseEnum("worker_type", s, kWorkerTypes);
+}
+
+Result<KvTransferCharge> parseKvTransferCharge(std::string_view s) {
+  return parseEnum("kv_transfer_charge", s, kTransferCharges);
+}
+
+double kvTransferMs(const EngineConfig& config, std::uint64_t tokens) {
+  const double speedup = config.speedup_ratio > 0.0 ? config.speedup_ratio : 1.0;
+  const double bytes = static_cast<double>(tokens) * static_cast<double>(config.kv_bytes_per_token);
+  return bytes / (config.kv_transfer_bandwidth_gbps * 1e9) * 1000.0 / speedup;
 }
 
 std::uint32_t effectiveBlockSize(const EngineConfig& config) {
@@ -201,6 +223,23 @@ std::optional<ConfigError> checkEngineConfig(const EngineConfig& c) {
                      "decode_speedup_ratio must be 1 when spec_num_draft_tokens is set (got " +
                          num(c.decode_speedup_ratio) +
                          "): speculative decoding models the decode speedup itself");
+  }
+  if (c.kv_bytes_per_token < 1) {
+    return fieldError("kv_bytes_per_token", ">= 1", u(c.kv_bytes_per_token));
+  }
+  if (!std::isfinite(c.kv_transfer_bandwidth_gbps) || c.kv_transfer_bandwidth_gbps <= 0) {
+    return fieldError("kv_transfer_bandwidth_gbps", "finite and > 0",
+                      num(c.kv_transfer_bandwidth_gbps));
+  }
+  if (c.kv_hold_timeout_ms &&
+      (!std::isfinite(*c.kv_hold_timeout_ms) || *c.kv_hold_timeout_ms < 0)) {
+    return fieldError("kv_hold_timeout_ms", "finite and >= 0, or null (hold forever)",
+                      num(*c.kv_hold_timeout_ms));
+  }
+  if (c.worker_type != WorkerType::Aggregated && c.engine_type == EngineType::Sglang) {
+    return ruleError({"worker_type", "engine_type"},
+                     "worker_type " + std::string(toString(c.worker_type)) +
+                         " is supported with engine_type vllm or trtllm only (not sglang)");
   }
   switch (c.timing_model) {
     case TimingModelKind::Polynomial:

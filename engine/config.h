@@ -24,6 +24,10 @@ enum class KvEventVisibility { PassEnd, PassStart };
 enum class SchedulePolicy { Fcfs, Lpm };
 /// What the decode polynomial's load u = active_kv / total_kv measures (README "Timing").
 enum class DecodeLoad { Physical, Logical };
+/// Role in a disaggregated deployment (README "Disaggregated prefill/decode").
+enum class WorkerType { Aggregated, Prefill, Decode };
+/// Which tokens a KV handoff pays transfer time for.
+enum class KvTransferCharge { FullPrompt, MissingBlocks };
 
 /// An interpolated timing profile (file format: service/README.md). Loaded from a file outside the
 /// engine (tools/service); the engine only validates the arrays.
@@ -82,6 +86,14 @@ struct EngineConfig {
   std::vector<double> spec_accept_rates = {0.85, 0.3, 0.0, 0.0, 0.0};
   std::uint64_t spec_seed = 42;
 
+  // Disaggregated prefill/decode (README "Disaggregated prefill/decode").
+  WorkerType worker_type = WorkerType::Aggregated;
+  std::uint64_t kv_bytes_per_token = 131072;  ///< >= 1; KV bytes per token moved in a handoff
+  double kv_transfer_bandwidth_gbps = 25.0;   ///< finite, > 0; decimal GB/s (1e9 B/s)
+  KvTransferCharge kv_transfer_charge = KvTransferCharge::FullPrompt;
+  /// >= 0 or null (hold forever): modelled ms a prefill worker holds handed-off KV unreleased.
+  std::optional<double> kv_hold_timeout_ms = 60000.0;
+
   SglangConfig sglang;
 };
 
@@ -122,11 +134,20 @@ std::string_view toString(TimingModelKind v);
 std::string_view toString(KvEventVisibility v);
 std::string_view toString(SchedulePolicy v);
 std::string_view toString(DecodeLoad v);
+std::string_view toString(WorkerType v);
+std::string_view toString(KvTransferCharge v);
 Result<EngineType> parseEngineType(std::string_view s);
 Result<PreemptionMode> parsePreemptionMode(std::string_view s);
 Result<TimingModelKind> parseTimingModelKind(std::string_view s);
 Result<KvEventVisibility> parseKvEventVisibility(std::string_view s);
 Result<SchedulePolicy> parseSchedulePolicy(std::string_view s);  ///< fcfs (alias fifo) | lpm
 Result<DecodeLoad> parseDecodeLoad(std::string_view s);          ///< physical | logical
+Result<WorkerType> parseWorkerType(std::string_view s);          ///< aggregated | prefill | decode
+Result<KvTransferCharge> parseKvTransferCharge(
+    std::string_view s);  ///< full_prompt | missing_blocks
+
+/// Modelled KV transfer time of `tokens` tokens of a handoff: tokens · kv_bytes_per_token /
+/// (kv_transfer_bandwidth_gbps · 1e9) · 1000 ms, divided by speedup_ratio (0 counts as 1).
+double kvTransferMs(const EngineConfig& config, std::uint64_t tokens);
 
 }  // namespace mocker::engine

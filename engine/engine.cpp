@@ -4,9 +4,11 @@
 
 #include <algorithm>
 #include <array>
+#include <cmath>
 #include <new>
 #include <string>
 
+#include "engine/detail/pass.h"
 #include "engine/scheduler.h"
 #include "engine/sglang_scheduler.h"
 
@@ -92,6 +94,62 @@ Result<RequestId> Engine::submit(Request request) {
                  "out of memory: the engine could not queue the request"};
   }
   return id;
+}
+
+Result<RequestId> Engine::submitHandoff(HandoffTicket ticket, std::uint32_t dp_rank,
+                                        double now_ms) {
+  if (config_->worker_type != WorkerType::Decode) {
+    return invalidArgument("handoff: this worker's worker_type is " +
+                           std::string(toString(config_->worker_type)) +
+                           ", only a decode worker accepts handoffs");
+  }
+  if (ticket.block_size != blockSize()) {
+    return invalidArgument("handoff: block_size " + std::to_string(ticket.block_size) +
+                           " of the prefill worker differs from this decode worker's " +
+                           std::to_string(blockSize()) + " (both must use the same block size)");
+  }
+  if (ticket.tokens.empty()) return invalidArgument("handoff: the prompt must not be empty");
+  if (dp_rank >= config_->dp_size) {
+    return invalidArgument("dp_rank " + std::to_string(dp_rank) + " is out of range (dp_size " +
+                           std::to_string(config_->dp_size) + ")");
+  }
+  if (!std::isfinite(ticket.ready_ms) || !std::isfinite(ticket.prefill_end_ms)) {
+    return invalidArgument("handoff: ready_ms and prefill_end_ms must be finite");
+  }
+  const std::uint64_t output =
+      ticket.output_token_ids ? ticket.output_token_ids->size() : ticket.max_output_tokens;
+  if (ticket.tokens.size() + output > kMaxRequestTokens) {
+    return invalidArgument("request too large: prompt + output tokens exceed " +
+                           std::to_string(kMaxRequestTokens));
+  }
+  const detail::EffectiveLimit limit = detail::vllmEffectiveLimit(*config_, blockSize());
+  if (ticket.tokens.size() >= limit.tokens) {
+    return invalidArgument("handoff: a prompt of " + std::to_string(ticket.tokens.size()) +
+                           " tokens reaches this decode worker's " +
+                           std::string(lengthLimitName(limit.binding)) + " limit (" +
+                           std::to_string(limit.tokens) + " tokens)");
+  }
+  const RequestId id{next_id_++};
+  detail::AcceptedRequest accepted{id, ticket.tokens, static_cast<std::uint32_t>(output),
+                                   ticket.output_token_ids};
+  try {
+    ranks_[dp_rank]->submitHandoff(std::move(accepted), ticket, now_ms);
+  } catch (const std::bad_alloc&) {
+    return Error{ErrorCode::ResourceExhausted,
+                 "out of memory: the engine could not queue the handoff"};
+  }
+  return id;
+}
+
+CancelResult Engine::releaseHandoff(RequestId source_id) {
+  for (auto& rank : ranks_) {
+    if (rank->releaseHeld(source_id)) return CancelResult::Applied;
+  }
+  return CancelResult::Noop;
+}
+
+std::optional<double> Engine::nextTimerMs(std::uint32_t dp_rank) const {
+  return ranks_.at(dp_rank)->nextTimerMs();
 }
 
 CancelResult Engine::cancel(RequestId id) {

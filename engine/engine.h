@@ -60,6 +60,22 @@ class Engine final {
   /// cancelled request's signals from an in-flight PassResult.
   CancelResult cancel(RequestId id);
 
+  /// Disaggregation, decode worker: queues `ticket` (from a prefill worker's PassResult::handoffs)
+  /// on `dp_rank`'s FIFO reservation queue at `now_ms`; the request is activated by a later pass
+  /// at max(ready, reserved) and then generates every output token. Refused (InvalidArgument) on a
+  /// worker that is not a decode worker, for a block size that differs from this worker's, an
+  /// empty prompt, a rank out of range, or a prompt at or beyond the effective length limit.
+  Result<RequestId> submitHandoff(HandoffTicket ticket, std::uint32_t dp_rank, double now_ms);
+
+  /// Disaggregation, prefill worker: the decode worker has the KV of held request `source_id`;
+  /// its blocks are released (they stay cached). Applied once; Noop for an unknown, released,
+  /// expired or cancelled id. cancel() also drops a held request.
+  CancelResult releaseHandoff(RequestId source_id);
+
+  /// The earliest modelled time at which step(dp_rank) has work that needs no new input (a
+  /// handoff activation or a hold timeout), even if hasWork(dp_rank) is false; nullopt if none.
+  std::optional<double> nextTimerMs(std::uint32_t dp_rank) const;
+
   /// Runs one pass of `dp_rank` starting at `now_ms`. A pass with nothing to do returns
   /// did_work = false and end_ms = now_ms.
   PassResult step(std::uint32_t dp_rank, double now_ms);

@@ -44,6 +44,9 @@ VllmScheduler::VllmScheduler(const EngineConfig& config, std::uint32_t dp_rank)
 
 void VllmScheduler::submit(detail::AcceptedRequest&& request) {
   Req r(std::move(request));
+  // A prefill worker samples only the first token, internally; the requested output travels in
+  // the handoff (requested_output keeps it).
+  if (isPrefillWorker()) r.max_output = std::min<std::uint32_t>(r.max_output, 1);
   if (isTrtllm() && r.prompt_len < limit_.tokens) {
     // trtllm: the reservation never covers tokens the request can never generate (len stops at L).
     r.max_output = static_cast<std::uint32_t>(
@@ -74,15 +77,37 @@ bool VllmScheduler::cancel(RequestId id) {
   const auto it = requests_.find(id);
   if (it == requests_.end()) return false;
   Req& r = it->second;
+  bool reserve_next = false;  // capacity or the reservation head changed
   if (r.state == ReqState::Running) {
     running_.erase(std::find(running_.begin(), running_.end(), &r));
     releaseBlocks(r);
+    reserve_next = true;
+  } else if (r.state == ReqState::Held) {
+    releaseBlocks(r);
+    --num_held_;
+  } else if (r.state == ReqState::Reserving) {
+    reserve_queue_.erase(std::find(reserve_queue_.begin(), reserve_queue_.end(), id));
+    reserve_next = true;
+  } else if (r.state == ReqState::Reserved) {
+    reserved_.erase(std::find(reserved_.begin(), reserved_.end(), id));
+    releaseBlocks(r);
+    reserve_next = true;
+  } else if (r.state == ReqState::Activated) {
+    activated_.erase(std::find(activated_.begin(), activated_.end(), id));
+    queued_decode_.remove(r.len());
+    --num_waiting_;
+    releaseBlocks(r);
+    reserve_next = true;
   } else {
     // Stays in waiting_ as a stale id until it reaches the head (O(1) cancel).
     removeFromWaitingStats(r);
     --num_waiting_;
   }
   requests_.erase(it);
+  handoffs_.erase(id);
+  dropStaleDeadlines();
+  // The next reservation head is tried at once (its events go out with the next pass).
+  if (reserve_next && isDecodeWorker()) tryReserve(clock_ms_, carry_events_);
   return true;
 }
 
@@ -191,9 +216,17 @@ void VllmScheduler::finish(RequestId id) {
 }
 
 PassResult VllmScheduler::step(double now_ms) {
+  clock_ms_ = std::max(clock_ms_, now_ms);
   Pass pass{.out = detail::beginPass(dp_rank_, now_ms),
             .budget = detail::limitOrUnbounded(config_.max_num_batched_tokens)};
+  pass.out.kv_events = std::move(carry_events_);
+  carry_events_.clear();
   scheduled_.clear();
+  if (isPrefillWorker()) expireHolds(pass, now_ms);
+  if (isDecodeWorker()) {
+    tryReserve(now_ms, pass.out.kv_events);
+    activateReserved(pass, now_ms);
+  }
   scheduleRunning(pass);
   if (!pass.preempted) admitWaiting(pass);
   timePrefill(pass);
@@ -202,7 +235,23 @@ PassResult VllmScheduler::step(double now_ms) {
   emitTokens(pass);
   detail::finishPass(pass.out, now_ms, pass.rejected, queued_prefill_, queued_decode_,
                      loadMetrics());
-  pass.out.did_work = !scheduled_.empty() || !pass.out.outputs.empty();
+  for (HandoffTicket& t : pass.out.handoffs) {
+    t.prefill_end_ms = pass.out.end_ms;
+    t.transfer_ms = kvTransferMs(config_, t.tokens.size());
+    t.ready_ms = t.prefill_end_ms + t.transfer_ms;
+    if (config_.kv_hold_timeout_ms) {
+      hold_deadlines_.emplace_back(pass.out.end_ms + *config_.kv_hold_timeout_ms, t.source_id);
+    }
+  }
+  if (isDecodeWorker()) {
+    // The pass released blocks: the reservation head is tried again at the pass end.
+    clock_ms_ = std::max(clock_ms_, pass.out.end_ms);
+    tryReserve(pass.out.end_ms, pass.out.kv_events);
+    pass.out.load = loadMetrics();
+  }
+  pass.out.did_work = !scheduled_.empty() || !pass.out.outputs.empty() ||
+                      !pass.out.handoffs.empty() || !pass.out.activations.empty() ||
+                      !pass.out.expired_holds.empty() || !pass.out.kv_events.empty();
   return std::move(pass.out);
 }
 
@@ -280,6 +329,7 @@ void VllmScheduler::admitWaiting(Pass& pass) {
   if (isTrtllm()) {
     for (const Req* q : running_) reserved_blocks += blocksToCompletion(*q);
   }
+  if (!activated_.empty()) admitActivated(pass, max_seqs, reserved_blocks);
   while (running_.size() < max_seqs && pass.budget > 0 && !waiting_.empty()) {
     const auto it = requests_.find(waiting_.front());
     if (it == requests_.end()) {  // cancelled while waiting
@@ -287,6 +337,8 @@ void VllmScheduler::admitWaiting(Pass& pass) {
       continue;
     }
     Req& r = it->second;
+    // Decode worker: a queued reservation blocks every fresh admission (not readmissions).
+    if (!reserve_queue_.empty() && !r.admitted_before) break;
     if (const auto limit = rejectionReason(r)) {
       rejectHead(pass, it, *limit);
       continue;
@@ -390,7 +442,8 @@ void VllmScheduler::timeDecode(Pass& pass) {
   const double raw_ms =
       timing_.decodeMs(pass.ready.size(), active_kv, pass.ready_len_sum / pass.ready.size(),
                        std::uint64_t{pool_.numBlocks()} * block_size_);
-  pass.out.decode_ms = detail::scaledDecodeMs(config_, raw_ms);
+  // A prefill worker's internal first token costs no decode time.
+  pass.out.decode_ms = isPrefillWorker() ? 0.0 : detail::scaledDecodeMs(config_, raw_ms);
 }
 
 void VllmScheduler::emitTokens(Pass& pass) {
@@ -402,11 +455,17 @@ void VllmScheduler::emitTokens(Pass& pass) {
     r.state = ReqState::Finished;
     pass.completed.push_back(r.id);
   };
+  bool held = false;
   for (Req* rp : pass.ready) {
     Req& r = *rp;
     if (failed) {
       pass.out.outputs.push_back(detail::failedSignal(r));
       complete(r);
+      continue;
+    }
+    if (isPrefillWorker() && r.generated() == 0) {
+      holdForHandoff(pass, r);
+      held = true;
       continue;
     }
     // One token, or a speculative burst: all share the pass's end time.
@@ -426,9 +485,191 @@ void VllmScheduler::emitTokens(Pass& pass) {
     }
     if (config_.spec_num_draft_tokens && r.state != ReqState::Finished) acceptDrafts(pass, r);
   }
-  if (!pass.completed.empty()) {
-    std::erase_if(running_, [](const Req* r) { return r->state == ReqState::Finished; });
+  if (!pass.completed.empty() || held) {
+    std::erase_if(running_, [](const Req* r) {
+      return r->state == ReqState::Finished || r->state == ReqState::Held;
+    });
     for (RequestId id : pass.completed) requests_.erase(id);
+  }
+}
+
+void VllmScheduler::holdForHandoff(Pass& pass, Req& r) {
+  r.state = ReqState::Held;
+  ++num_held_;
+  HandoffTicket t;
+  t.source_id = r.id;
+  t.source_dp_rank = dp_rank_;
+  t.tokens.assign(r.tokens.begin(), r.tokens.begin() + r.prompt_len);
+  t.max_output_tokens = r.requested_output;
+  t.output_token_ids = r.plan;
+  t.cached_tokens = r.first_cached_tokens;
+  t.block_size = block_size_;
+  pass.out.handoffs.push_back(std::move(t));  // times are stamped when the pass ends
+}
+
+bool VllmScheduler::releaseHeld(RequestId id) {
+  const auto it = requests_.find(id);
+  if (it == requests_.end() || it->second.state != ReqState::Held) return false;
+  releaseBlocks(it->second);
+  --num_held_;
+  requests_.erase(it);
+  dropStaleDeadlines();
+  return true;
+}
+
+void VllmScheduler::dropStaleDeadlines() {
+  while (!hold_deadlines_.empty()) {
+    const auto it = requests_.find(hold_deadlines_.front().second);
+    if (it != requests_.end() && it->second.state == ReqState::Held) break;
+    hold_deadlines_.pop_front();
+  }
+}
+
+void VllmScheduler::expireHolds(Pass& pass, double now_ms) {
+  while (!hold_deadlines_.empty() && hold_deadlines_.front().first <= now_ms) {
+    const RequestId id = hold_deadlines_.front().second;
+    hold_deadlines_.pop_front();
+    const auto it = requests_.find(id);
+    if (it == requests_.end() || it->second.state != ReqState::Held) continue;
+    releaseBlocks(it->second);
+    --num_held_;
+    ++handoff_expired_;
+    requests_.erase(it);
+    pass.out.expired_holds.push_back(id);
+  }
+  dropStaleDeadlines();
+}
+
+std::optional<double> VllmScheduler::nextTimerMs() const {
+  std::optional<double> next;
+  const auto consider = [&next](double t) {
+    if (!next || t < *next) next = t;
+  };
+  if (!hold_deadlines_.empty()) consider(hold_deadlines_.front().first);
+  for (RequestId id : reserved_) {
+    const Handoff& h = handoffs_.at(id);
+    consider(std::max(h.ready_ms, h.reserved_ms));
+  }
+  return next;
+}
+
+void VllmScheduler::submitHandoff(detail::AcceptedRequest&& request, const HandoffTicket& ticket,
+                                  double now_ms) {
+  MOCKER_CHECK(isDecodeWorker());
+  const RequestId id = request.id;
+  Req r(std::move(request));
+  if (isTrtllm() && r.prompt_len < limit_.tokens) {
+    r.max_output = static_cast<std::uint32_t>(
+        std::min<std::uint64_t>(r.max_output, limit_.tokens - r.prompt_len));
+  }
+  r.state = ReqState::Reserving;
+  Handoff h{.source_id = ticket.source_id,
+            .source_dp_rank = ticket.source_dp_rank,
+            .cached_tokens = std::min<std::uint32_t>(ticket.cached_tokens, r.prompt_len),
+            .submitted_ms = now_ms,
+            .prefill_end_ms = ticket.prefill_end_ms,
+            .ticket_ready_ms = ticket.ready_ms};
+  // Strong guarantee: every container grows before anything is committed.
+  const auto it = requests_.try_emplace(id, std::move(r)).first;
+  try {
+    handoffs_.try_emplace(id, h);
+    reserve_queue_.push_back(id);
+  } catch (...) {
+    handoffs_.erase(id);
+    requests_.erase(it);
+    throw;
+  }
+  clock_ms_ = std::max(clock_ms_, now_ms);
+  tryReserve(now_ms, carry_events_);
+}
+
+void VllmScheduler::tryReserve(double now_ms, std::vector<KvEvent>& events) {
+  while (!reserve_queue_.empty()) {
+    const RequestId id = reserve_queue_.front();
+    Req& r = requests_.at(id);
+    Handoff& h = handoffs_.at(id);
+    // The whole prompt's KV, in blocks: a resident prefix is claimed as cache hits, the rest are
+    // fresh private blocks the transfer fills.
+    std::uint32_t hits = 0;
+    if (config_.enable_prefix_caching) {
+      extendSequenceHashes(r.tokens, block_size_, HashSeeds{config_.hash_seed, config_.chain_seed},
+                           r.hashes);
+      hits = pool_.countPrefixHits(r.hashes);
+    }
+    if (!acquire(r, r.prompt_len, hits, events)) return;  // the head waits; FIFO is strict
+    const auto fresh = static_cast<std::uint32_t>(r.blocks.size()) - hits;
+    h.reserved_ms = now_ms;
+    h.resident_tokens = std::min(hits * block_size_, r.prompt_len);
+    h.transferable_tokens = fresh * block_size_;
+    h.ready_ms = config_.kv_transfer_charge == KvTransferCharge::FullPrompt
+                     ? h.ticket_ready_ms
+                     : h.prefill_end_ms + kvTransferMs(config_, h.transferable_tokens);
+    r.state = ReqState::Reserved;
+    reserve_queue_.pop_front();
+    reserved_.push_back(id);
+  }
+}
+
+void VllmScheduler::activateReserved(Pass& pass, double now_ms) {
+  std::size_t kept = 0;
+  for (const RequestId id : reserved_) {
+    const Handoff& h = handoffs_.at(id);
+    const double at = std::max(h.ready_ms, h.reserved_ms);
+    if (at > now_ms) {
+      reserved_[kept++] = id;
+      continue;
+    }
+    Req& r = requests_.at(id);
+    // The transferred blocks now hold the prompt's KV: they become cache-visible (Stored).
+    r.num_computed = r.prompt_len;
+    finalizeBlocks(r, pass.out.kv_events);
+    r.state = ReqState::Activated;
+    activated_.push_back(id);
+    ++num_waiting_;
+    queued_decode_.add(r.len());
+    pass.out.activations.push_back({.id = id,
+                                    .source_id = h.source_id,
+                                    .source_dp_rank = h.source_dp_rank,
+                                    .submitted_ms = h.submitted_ms,
+                                    .reserved_ms = h.reserved_ms,
+                                    .ready_ms = h.ready_ms,
+                                    .activated_ms = at,
+                                    .transferable_tokens = h.transferable_tokens,
+                                    .resident_tokens = h.resident_tokens});
+  }
+  reserved_.resize(kept);
+}
+
+void VllmScheduler::admitActivated(Pass& pass, std::uint64_t max_seqs,
+                                   std::uint64_t& reserved_blocks) {
+  while (!activated_.empty() && running_.size() < max_seqs && pass.budget > 0) {
+    const RequestId id = activated_.front();
+    Req& r = requests_.at(id);
+    if (isTrtllm()) {
+      const std::uint64_t available = pool_.numBlocks() - pool_.numActive();
+      if (blocksToCompletion(r) + reserved_blocks > available) break;
+    }
+    // It holds its prompt's blocks; a speculative burst may need more right away.
+    if (!acquire(r, r.len() + draftKv(r), 0, pass.out.kv_events)) break;
+    if (isTrtllm()) reserved_blocks += blocksToCompletion(r);
+    activated_.pop_front();
+    --num_waiting_;
+    queued_decode_.remove(r.len());
+    const Handoff& h = handoffs_.at(id);
+    // reused input = prompt tokens that were resident here; the client's cached_tokens are the
+    // prefill worker's.
+    pass.out.admissions.push_back({id, h.resident_tokens, false});
+    r.first_cached_tokens = h.cached_tokens;
+    r.admitted_before = true;
+    prefix_counters_.queries_tokens += r.prompt_len;
+    prefix_counters_.hits_tokens += h.resident_tokens;
+    handoffs_.erase(id);
+    r.state = ReqState::Running;
+    running_.push_back(&r);
+    computeTokens(pass, r, r.num_computed, 0);  // nothing to compute: token 0 is sampled now
+    // Our rule: sampling token 0 takes one slot of the token budget, like any decode request
+    // (budget > 0 here), so a pass never samples more requests than its budget.
+    --pass.budget;
   }
 }
 
@@ -450,13 +691,17 @@ void VllmScheduler::acceptDrafts(Pass& pass, Req& r) {
 }
 
 LoadMetrics VllmScheduler::loadMetrics() const {
-  return detail::makeLoadMetrics({.dp_rank = dp_rank_,
-                                  .active_blocks = pool_.numActive(),
-                                  .total_blocks = pool_.numBlocks(),
-                                  .running = running_.size(),
-                                  .waiting = num_waiting_,
-                                  .preemptions = preemptions_total_,
-                                  .prefix = prefix_counters_});
+  LoadMetrics m = detail::makeLoadMetrics({.dp_rank = dp_rank_,
+                                           .active_blocks = pool_.numActive(),
+                                           .total_blocks = pool_.numBlocks(),
+                                           .running = running_.size(),
+                                           .waiting = num_waiting_,
+                                           .preemptions = preemptions_total_,
+                                           .prefix = prefix_counters_});
+  m.held_requests = num_held_;
+  m.handoff_expired = handoff_expired_;
+  m.pending_handoffs = reserve_queue_.size() + reserved_.size();
+  return m;
 }
 
 Status VllmScheduler::checkInvariants() const {
@@ -477,8 +722,48 @@ Status VllmScheduler::checkInvariants() const {
     if (!it->second.blocks.empty()) return fail("waiting request holds blocks");
     ++live_waiting;
   }
-  if (live_waiting != num_waiting_) return fail("waiting count mismatch");
+  if (live_waiting + activated_.size() != num_waiting_) return fail("waiting count mismatch");
   std::uint64_t held = 0;
+  // Disaggregation states: each in exactly its own queue, holding exactly its prompt's blocks
+  // (Reserving: none yet).
+  std::uint64_t num_held = 0;
+  for (const auto& [id, r] : requests_) {
+    switch (r.state) {
+      case ReqState::Held:
+        ++num_held;
+        if (++seen[id] > 1) return fail("held request in a queue");
+        if (r.blocks.size() != blocksFor(r.prompt_len)) return fail("held request lost blocks");
+        held += r.blocks.size();
+        break;
+      case ReqState::Reserving:
+        if (!r.blocks.empty()) return fail("unreserved handoff holds blocks");
+        break;
+      case ReqState::Reserved:
+      case ReqState::Activated:
+        if (r.blocks.size() < blocksFor(r.prompt_len)) return fail("handoff lost its blocks");
+        held += r.blocks.size();
+        break;
+      default:
+        break;
+    }
+  }
+  if (num_held != num_held_) return fail("held count mismatch");
+  for (const auto* queue : {&reserve_queue_, &activated_}) {
+    for (RequestId id : *queue) {
+      if (++seen[id] > 1) return fail("handoff twice in the handoff queues");
+      if (!requests_.contains(id)) return fail("unknown id in a handoff queue");
+    }
+  }
+  for (RequestId id : reserved_) {
+    if (++seen[id] > 1) return fail("handoff twice in the handoff queues");
+    if (requests_.at(id).state != ReqState::Reserved) return fail("non-reserved in reserved");
+  }
+  for (RequestId id : reserve_queue_) {
+    if (requests_.at(id).state != ReqState::Reserving) return fail("non-reserving in queue");
+  }
+  for (RequestId id : activated_) {
+    if (requests_.at(id).state != ReqState::Activated) return fail("non-activated in queue");
+  }
   for (const Req* rp : running_) {
     if (++seen[rp->id] > 1) return fail("request in two queues");
     const Req& r = *rp;

@@ -16,6 +16,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "base/check.h"
 #include "engine/config.h"
 #include "engine/detail/pass.h"
 #include "engine/detail/rank_core.h"
@@ -47,6 +48,12 @@ class SglangScheduler final : public detail::RankCore {
   }
   bool clearCache() override { return cache_.clear(); }
   Status checkInvariants() const override;
+  // Disaggregation is not implemented in SGLang mode (checkEngineConfig refuses a worker_type).
+  void submitHandoff(detail::AcceptedRequest&&, const HandoffTicket&, double) override {
+    MOCKER_CHECK_MSG(false, "sglang: handoffs need worker_type decode, refused by config checks");
+  }
+  bool releaseHeld(RequestId) override { return false; }
+  std::optional<double> nextTimerMs() const override { return std::nullopt; }
 
   /// Scheduler state exposed for tests.
   double newTokenRatio() const { return new_token_ratio_; }

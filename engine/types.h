@@ -135,7 +135,46 @@ struct LoadMetrics {
   std::uint64_t prefix_cache_queries_tokens = 0;
   std::uint64_t prefix_cache_hits_tokens = 0;
   double prefix_cache_hit_rate = 0.0;
+  /// Disaggregation (README "Disaggregated prefill/decode"). Prefill worker: requests whose KV is
+  /// held for a decode worker, and holds released by kv_hold_timeout_ms (cumulative).
+  std::uint64_t held_requests = 0;
+  std::uint64_t handoff_expired = 0;
+  /// Decode worker: handoffs queued for a reservation, or reserved and not yet activated.
+  std::uint64_t pending_handoffs = 0;
   friend bool operator==(const LoadMetrics&, const LoadMetrics&) = default;
+};
+
+/// A prefilled request handed from a prefill worker to a decode worker: everything the decode
+/// side needs to continue it (README "Disaggregated prefill/decode"). Produced by the prefill
+/// worker's pass that completed the prompt; submitted to a decode worker with
+/// Engine::submitHandoff. A live service serialises exactly these fields.
+struct HandoffTicket {
+  RequestId source_id;                  ///< the request's id on the prefill worker
+  std::uint32_t source_dp_rank = 0;     ///< rank of the prefill worker that holds the KV
+  std::vector<std::uint32_t> tokens;    ///< prompt
+  std::uint32_t max_output_tokens = 0;  ///< as the client requested (the prefill ran with 1)
+  std::optional<std::vector<std::uint32_t>> output_token_ids;
+  std::uint32_t cached_tokens = 0;  ///< prompt tokens the prefill worker reused from its cache
+  std::uint32_t block_size = 0;     ///< the source's block size; a decode worker needs the same
+  double prefill_end_ms = 0.0;      ///< end of the pass that completed the prompt
+  double transfer_ms = 0.0;         ///< full-prompt transfer time on the source's settings
+  double ready_ms = 0.0;            ///< prefill_end_ms + transfer_ms
+  friend bool operator==(const HandoffTicket&, const HandoffTicket&) = default;
+};
+
+/// A decode worker turned a reserved handoff into a waiting request (in the pass that reports
+/// it). The caller now releases the source (Engine::releaseHandoff on the prefill worker).
+struct HandoffActivation {
+  RequestId id;         ///< the request's id on this (decode) worker
+  RequestId source_id;  ///< its id on the prefill worker
+  std::uint32_t source_dp_rank = 0;
+  double submitted_ms = 0.0;              ///< when the handoff joined the reservation queue
+  double reserved_ms = 0.0;               ///< when its blocks were reserved
+  double ready_ms = 0.0;                  ///< when its KV transfer is complete
+  double activated_ms = 0.0;              ///< max(ready_ms, reserved_ms)
+  std::uint32_t transferable_tokens = 0;  ///< fresh blocks · block size (not resident here)
+  std::uint32_t resident_tokens = 0;      ///< prompt tokens reused from this worker's cache
+  friend bool operator==(const HandoffActivation&, const HandoffActivation&) = default;
 };
 
 /// Everything one pass of one rank produced ("Pass result").
@@ -149,6 +188,13 @@ struct PassResult {
   std::vector<Admission> admissions;
   std::vector<OutputSignal> outputs;  ///< order of "Output order"
   std::vector<KvEvent> kv_events;     ///< occurrence order ("KV event order")
+  /// Prefill worker: requests whose prompt completed in this pass and whose KV is now held; no
+  /// output signal is emitted for them. ready_ms = end_ms + transfer time.
+  std::vector<HandoffTicket> handoffs;
+  /// Decode worker: handoffs activated at the start of this pass (release their sources).
+  std::vector<HandoffActivation> activations;
+  /// Prefill worker: held requests released at the start of this pass by kv_hold_timeout_ms.
+  std::vector<RequestId> expired_holds;
   ForwardPassMetrics fpm;
   LoadMetrics load;
 };

@@ -272,6 +272,25 @@ std::optional<ConfigError> checkServiceConfig(const ServiceConfig& c, ConfigUse 
   // Endpoints: scheme and DP offsets per socket, then no two bound sockets on one address. Only
   // for a service: an engine-only user opens no socket.
   if (use == ConfigUse::EngineOnly) return std::nullopt;
+  // The KV handoff settings configure disaggregated prefill/decode, which only the offline
+  // replay runs (a service is always aggregated): a changed value would have no effect.
+  const engine::EngineConfig defaults;
+  for (const auto& [key, changed] :
+       {std::pair{"engine.kv_bytes_per_token",
+                  c.engine.kv_bytes_per_token != defaults.kv_bytes_per_token},
+        std::pair{"engine.kv_transfer_bandwidth_gbps",
+                  c.engine.kv_transfer_bandwidth_gbps != defaults.kv_transfer_bandwidth_gbps},
+        std::pair{"engine.kv_transfer_charge",
+                  c.engine.kv_transfer_charge != defaults.kv_transfer_charge},
+        std::pair{"engine.kv_hold_timeout_ms",
+                  c.engine.kv_hold_timeout_ms != defaults.kv_hold_timeout_ms}}) {
+    if (changed) {
+      return issue(key,
+                   "has no effect in a service (always aggregated): it configures the "
+                   "prefill/decode handoff of `mocker replay --num-prefill-workers N "
+                   "--num-decode-workers M`");
+    }
+  }
   struct Socket {
     std::string key;
     const EndpointConfig* endpoint;

@@ -223,13 +223,20 @@ Status checkOutputPaths(const ReplayFlags& f) {
 }
 
 /// The effective [engine] settings as `mocker config --dump` prints them.
-std::vector<replay::ConfigSetting> engineSettings(const service::ServiceConfig& config) {
+std::vector<replay::ConfigSetting> engineSettings(const service::ServiceConfig& config,
+                                                  bool disaggregated = false) {
   service::ServiceConfig effective = config;
   effective.engine.block_size = engine::effectiveBlockSize(effective.engine);
   std::vector<replay::ConfigSetting> out;
   constexpr std::string_view kPrefix = "engine.";
   for (const std::string& key : service::configKeys()) {
     if (!key.starts_with(kPrefix)) continue;
+    // The handoff settings only matter to a disaggregated run.
+    if (!disaggregated &&
+        (key == "engine.kv_bytes_per_token" || key == "engine.kv_transfer_bandwidth_gbps" ||
+         key == "engine.kv_transfer_charge" || key == "engine.kv_hold_timeout_ms")) {
+      continue;
+    }
     const std::optional<std::string> text = service::configValueText(effective, key);
     const std::string type = service::configKeyType(key).value_or("TEXT");
     if (!text) continue;
@@ -242,6 +249,38 @@ std::vector<replay::ConfigSetting> engineSettings(const service::ServiceConfig& 
       setting.kind = replay::ConfigSetting::Kind::Bool;
     }
     out.push_back(std::move(setting));
+  }
+  return out;
+}
+
+/// A disaggregated role's configuration: `base`, then the [engine] keys of `path` (if given),
+/// validated for an engine-only use. Errors name the file, line and key.
+Result<service::ServiceConfig> roleConfig(const service::ServiceConfig& base,
+                                          const std::string& path, const char* flag) {
+  if (path.empty()) return base;
+  service::KeyOrigins origins;
+  Result<service::ServiceConfig> layered = service::loadServiceConfigOver(base, path, origins);
+  if (!layered)
+    return Error{layered.error().code, std::string(flag) + ": " + layered.error().message};
+  Result<service::ServiceConfig> finished =
+      service::finishServiceConfig(std::move(*layered), origins, service::ConfigUse::EngineOnly);
+  if (!finished) {
+    return Error{finished.error().code, std::string(flag) + ": " + finished.error().message};
+  }
+  return finished;
+}
+
+/// engineSettings of both roles, keys prefixed "prefill." and "decode." (worker_type included).
+std::vector<replay::ConfigSetting> roleSettings(const service::ServiceConfig& prefill,
+                                                const service::ServiceConfig& decode) {
+  std::vector<replay::ConfigSetting> out;
+  for (const auto& [role, config] :
+       {std::pair{"prefill", &prefill}, std::pair{"decode", &decode}}) {
+    for (replay::ConfigSetting s : engineSettings(*config, true)) {
+      if (s.key == "worker_type") s.text = role;
+      s.key = std::string(role) + "." + s.key;
+      out.push_back(std::move(s));
+    }
   }
   return out;
 }
@@ -463,6 +502,37 @@ ReplayCommand::ReplayCommand(CLI::App& app) {
                    "closed loop: keep N requests in flight, ignoring first-turn timestamps")
       ->check(atLeast(1))
       ->group(run_group);
+  const char* disagg_group = "Disaggregated prefill/decode (offline)";
+  auto* num_prefill =
+      cmd_->add_option("--num-prefill-workers", f.num_prefill_workers,
+                       "prefill workers: compute prompts and hand their KV to decode workers "
+                       "(with --num-decode-workers; replaces --num-workers)")
+          ->check(atLeast(1))
+          ->group(disagg_group);
+  auto* num_decode = cmd_->add_option("--num-decode-workers", f.num_decode_workers,
+                                      "decode workers: generate every output token")
+                         ->check(atLeast(1))
+                         ->group(disagg_group);
+  num_prefill->needs(num_decode);
+  num_decode->needs(num_prefill);
+  cmd_->add_option("--prefill-config", f.prefill_config,
+                   "TOML file whose [engine] keys override --config / the flags for the prefill "
+                   "workers")
+      ->option_text("FILE")
+      ->needs(num_prefill)
+      ->group(disagg_group);
+  cmd_->add_option("--decode-config", f.decode_config,
+                   "the same for the decode workers (both sides need the same block size)")
+      ->option_text("FILE")
+      ->needs(num_prefill)
+      ->group(disagg_group);
+  cmd_->add_option("--decode-router", f.decode_router,
+                   "handoff to decode worker: round_robin | random | kv (kv = overlap credit 0: "
+                   "fewest requests in flight); --router routes requests to prefill workers")
+      ->check(CLI::IsMember({"round_robin", "kv", "random"}))
+      ->capture_default_str()
+      ->needs(num_prefill)
+      ->group(disagg_group);
   const char* live_group = "Live replay (--mode live)";
   cmd_->add_option("--connect", f.connect,
                    "submit endpoint of a running `mocker serve` (tcp://HOST:PORT); repeat for "
@@ -705,6 +775,8 @@ int ReplayCommand::run(std::ostream& out, std::ostream& err,
   }
   // Validate the mode-specific configuration before reading the trace.
   std::optional<service::ServiceConfig> config;
+  std::optional<service::ServiceConfig> prefill_config;  // disaggregated runs
+  std::optional<service::ServiceConfig> decode_config;
   std::optional<replay::RouterKind> router;
   std::vector<replay::LiveTarget> targets;
   std::optional<service::CurveClientKeys> curve;
@@ -723,12 +795,29 @@ int ReplayCommand::run(std::ostream& out, std::ostream& err,
       return 2;
     }
     config = std::move(*resolved);
+    if (f.num_prefill_workers > 0) {
+      for (const auto& [path, flag, out_config] :
+           {std::tuple{&f.prefill_config, "--prefill-config", &prefill_config},
+            std::tuple{&f.decode_config, "--decode-config", &decode_config}}) {
+        Result<service::ServiceConfig> role = roleConfig(*config, *path, flag);
+        if (!role) {
+          err << "mocker replay: configuration error: " << role.error().message << "\n";
+          return 2;
+        }
+        *out_config = std::move(*role);
+      }
+    }
     const Result<replay::RouterKind> r = replay::parseRouterKind(f.router);
     if (!r) {
       err << "mocker replay: " << r.error().message << "\n";
       return 2;
     }
     router = *r;
+    if (f.num_prefill_workers > 0 && cmd_->count("--num-workers") > 0) {
+      err << "mocker replay: --num-workers is for aggregated workers; a disaggregated run has "
+             "--num-prefill-workers + --num-decode-workers workers\n";
+      return 2;
+    }
   } else {
     if (f.router == "kv_prefix") {
       err << "mocker replay: --router kv_prefix is offline only (live mode routes kv, "
@@ -738,6 +827,11 @@ int ReplayCommand::run(std::ostream& out, std::ostream& err,
     if (cmd_->count("--num-workers") > 0) {
       err << "mocker replay: --num-workers is offline only (in live mode give one --connect per "
              "server)\n";
+      return 2;
+    }
+    if (f.num_prefill_workers > 0) {
+      err << "mocker replay: --num-prefill-workers / --num-decode-workers are offline only (the "
+             "live service does not run the prefill/decode handoff)\n";
       return 2;
     }
     if (const auto flag = firstGivenServeFlag(f.serve)) {
@@ -792,11 +886,15 @@ int ReplayCommand::run(std::ostream& out, std::ostream& err,
       .git_revision = buildGitRevision(),
       .mode = mode == ReplayMode::Live ? "live" : "offline",
       .format = *trace_format,
-      .num_workers =
-          mode == ReplayMode::Live ? static_cast<std::uint32_t>(targets.size()) : f.num_workers,
-      .router = f.router,
+      .num_workers = mode == ReplayMode::Live ? static_cast<std::uint32_t>(targets.size())
+                     : prefill_config         ? f.num_prefill_workers + f.num_decode_workers
+                                              : f.num_workers,
+      .router =
+          prefill_config ? f.router + " (prefill), " + f.decode_router + " (decode)" : f.router,
       .servers = mode == ReplayMode::Live ? f.connect : std::vector<std::string>{},
-      .engine_config = config ? engineSettings(*config) : std::vector<replay::ConfigSetting>{},
+      .engine_config = prefill_config ? roleSettings(*prefill_config, *decode_config)
+                       : config       ? engineSettings(*config)
+                                      : std::vector<replay::ConfigSetting>{},
       .date_utc = date_utc,
       .command_line = replay::shellQuotedCommandLine(command_line),
   };
@@ -828,6 +926,7 @@ int ReplayCommand::run(std::ostream& out, std::ostream& err,
   replay::HtmlReportOptions html;
   std::string footer;
   double wall_ms = 0.0;
+  std::optional<replay::HandoffReport> handoff;
 
   if (mode == ReplayMode::Offline) {
     replay::OfflineReplayOptions options{
@@ -839,6 +938,15 @@ int ReplayCommand::run(std::ostream& out, std::ostream& err,
                       .temperature = f.router_temperature},
     };
     if (closed_loop) options.concurrency = f.concurrency;
+    if (prefill_config) {
+      options.disagg = replay::DisaggOptions{
+          .num_prefill_workers = f.num_prefill_workers,
+          .num_decode_workers = f.num_decode_workers,
+          .prefill_engine = prefill_config->engine,
+          .decode_engine = decode_config->engine,
+          .decode_router = *replay::parseRouterKind(f.decode_router),
+      };
+    }
     if (tty) {
       options.progress = [&bar](const replay::OfflineProgress& p) {
         bar.update(p.ended, p.total, p.sim_time_ms / 1000.0, "simulated");
@@ -854,7 +962,25 @@ int ReplayCommand::run(std::ostream& out, std::ostream& err,
       return 2;
     }
     for (const std::string& w : stats->warnings) err << "mocker replay: warning: " << w << "\n";
-    if (f.num_workers > 1) {
+    if (stats->handoff) {
+      handoff = replay::summarizeHandoffs(*stats->handoff);
+      std::ostringstream line;
+      line << "Requests per prefill worker (" << f.router << "):";
+      for (const std::uint64_t n : stats->handoff->per_prefill_worker) line << " " << n;
+      line << "\nHandoffs per decode worker (" << f.decode_router << "):";
+      for (const std::uint64_t n : stats->handoff->per_decode_worker) line << " " << n;
+      footer = line.str() + "\n";
+      for (std::uint32_t w = 0; w < f.num_prefill_workers + f.num_decode_workers; ++w) {
+        const bool prefill = w < f.num_prefill_workers;
+        const std::uint32_t dp = (prefill ? prefill_config : decode_config)->engine.dp_size;
+        for (std::uint32_t r = 0; r < dp; ++r) {
+          html.rank_labels.push_back((prefill
+                                          ? "prefill " + std::to_string(w)
+                                          : "decode " + std::to_string(w - f.num_prefill_workers)) +
+                                     (dp > 1 ? " rank " + std::to_string(r) : ""));
+        }
+      }
+    } else if (f.num_workers > 1) {
       std::ostringstream line;
       line << "Requests per worker (" << replay::toString(*router) << "):";
       for (const std::uint64_t n : stats->per_worker) line << " " << n;
@@ -862,7 +988,7 @@ int ReplayCommand::run(std::ostream& out, std::ostream& err,
       html.requests_per_worker = stats->per_worker;
     }
     const std::uint32_t dp_size = config->engine.dp_size;
-    if (f.num_workers > 1) {
+    if (!stats->handoff && f.num_workers > 1) {
       for (std::uint32_t w = 0; w < f.num_workers; ++w) {
         for (std::uint32_t r = 0; r < dp_size; ++r) {
           html.rank_labels.push_back("worker " + std::to_string(w) +
@@ -940,6 +1066,7 @@ int ReplayCommand::run(std::ostream& out, std::ostream& err,
 
   replay::Report report = collector.buildReport({.slo = slo, .wall_time_ms = wall_ms});
   report.identity = std::move(identity);
+  report.handoff = std::move(handoff);
   out << replay::formatReportTable(report) << footer;
 
   // Each output is formatted only when it is asked for: the per-request JSONL of a large trace

@@ -85,6 +85,12 @@ struct ReplayFlags {
   std::vector<std::string> connect_kv_events;  ///< live kv: KV-event PUBs (default: port + 2)
   std::vector<std::string> connect_kv_replay;  ///< live kv: replay ROUTERs (default: port + 3)
   std::uint32_t concurrency = 0;               ///< 0 = trace mode (timestamps)
+  // Disaggregated prefill/decode (offline): both counts 0 = aggregated.
+  std::uint32_t num_prefill_workers = 0;
+  std::uint32_t num_decode_workers = 0;
+  std::string prefill_config;  ///< TOML whose [engine] keys override the base for prefill workers
+  std::string decode_config;   ///< the same for decode workers
+  std::string decode_router = "round_robin";
   // Outputs.
   std::string report_json;
   std::string requests_jsonl;

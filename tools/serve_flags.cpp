@@ -55,6 +55,10 @@ const std::initializer_list<Group> kGroups = {
     {"--spec-num-draft-tokens", "engine.spec_num_draft_tokens", "speculative decoding: draft tokens per pass (1..5), or none = off"},
     {"--spec-accept-rates", "engine.spec_accept_rates", "acceptance probability of each draft position, comma-separated, each in [0, 1]"},
     {"--spec-seed", "engine.spec_seed", "u64 seed of the draft acceptance draws"},
+    {"--kv-bytes-per-token", "engine.kv_bytes_per_token", "disaggregated replay: KV bytes per token a prefill-to-decode handoff moves (>= 1)"},
+    {"--kv-transfer-bandwidth-gbps", "engine.kv_transfer_bandwidth_gbps", "disaggregated replay: handoff bandwidth in GB/s (1e9 B/s, > 0)"},
+    {"--kv-transfer-charge", "engine.kv_transfer_charge", "disaggregated replay: full_prompt | missing_blocks (tokens a handoff pays for)"},
+    {"--kv-hold-timeout-ms", "engine.kv_hold_timeout_ms", "disaggregated replay: modelled ms a prefill worker holds unreleased KV (>= 0), or none = forever"},
   }},
   {"SGLang ([engine.sglang], engine type sglang)", {
     {"--sglang-schedule-policy,--schedule-policy", "engine.sglang.schedule_policy", "fcfs (alias fifo) | lpm"},

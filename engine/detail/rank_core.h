@@ -53,6 +53,18 @@ class RankCore {
   virtual std::vector<std::uint64_t> cachedBlockHashes() const = 0;
   virtual bool clearCache() = 0;
   virtual Status checkInvariants() const = 0;
+
+  // Disaggregation (README "Disaggregated prefill/decode"); only the vLLM/TRT-LLM scheduler
+  // implements them (config validation refuses other engine types with a worker_type).
+  /// Decode worker: queues a handoff for a reservation at `now_ms` (tried at once). May throw
+  /// std::bad_alloc, and then leaves the rank unchanged.
+  virtual void submitHandoff(AcceptedRequest&& request, const HandoffTicket& ticket,
+                             double now_ms) = 0;
+  /// Prefill worker: frees the blocks of a held request. True if it was held.
+  virtual bool releaseHeld(RequestId id) = 0;
+  /// The earliest modelled time at which a pass has something to do without new input: a
+  /// reserved handoff's activation or a hold's timeout. nullopt if none.
+  virtual std::optional<double> nextTimerMs() const = 0;
 };
 
 }  // namespace mocker::engine::detail

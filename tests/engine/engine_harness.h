@@ -6,6 +6,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <deque>
 #include <map>
 #include <numeric>
@@ -114,6 +115,8 @@ class Harness {
   }
 
   double now(std::uint32_t rank = 0) const { return now_[rank]; }
+  /// Moves rank's clock forward to `t` (the next step starts there); never backwards.
+  void advanceTo(double t, std::uint32_t rank = 0) { now_[rank] = std::max(now_[rank], t); }
   const std::deque<PassResult>& passes() const { return passes_; }
 
   /// Output signals of `id` across all passes so far.

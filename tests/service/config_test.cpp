@@ -790,6 +790,46 @@ TEST(ServiceConfigTest, NumberListsFromFilesAndFlags) {
   EXPECT_FALSE(setConfigValue(flags, "engine.decode_load", "virtual").has_value());
 }
 
+// The KV handoff keys, from a file and from flags: an engine-only use (mocker replay, which runs
+// disaggregated workers) takes them; a service, always aggregated, refuses a changed value.
+TEST(ServiceConfigTest, HandoffKeysApplyToTheReplayOnly) {
+  KeyOrigins origins;
+  auto c = parseServiceConfigOver(ServiceConfig{},
+                                  "[engine]\nkv_bytes_per_token = 1000000\n"
+                                  "kv_transfer_bandwidth_gbps = 1\n"
+                                  "kv_transfer_charge = \"Missing_Blocks\"\n"
+                                  "kv_hold_timeout_ms = \"none\"\n",
+                                  "f.toml", origins);
+  ASSERT_TRUE(c.has_value()) << c.error().message;
+  EXPECT_EQ(c->engine.kv_bytes_per_token, 1000000u);
+  EXPECT_EQ(c->engine.kv_transfer_bandwidth_gbps, 1.0);
+  EXPECT_EQ(c->engine.kv_transfer_charge, engine::KvTransferCharge::MissingBlocks);
+  EXPECT_FALSE(c->engine.kv_hold_timeout_ms.has_value());
+  EXPECT_TRUE(finishServiceConfig(*c, origins, ConfigUse::EngineOnly).has_value());
+  const auto serve = finishServiceConfig(*c, origins, ConfigUse::Serve);
+  ASSERT_FALSE(serve.has_value());
+  EXPECT_NE(serve.error().message.find("engine.kv_bytes_per_token has no effect in a service"),
+            std::string::npos)
+      << serve.error().message;
+  EXPECT_TRUE(finishServiceConfig(ServiceConfig{}, {}, ConfigUse::Serve).has_value());
+
+  ServiceConfig flags;
+  ASSERT_TRUE(setConfigValue(flags, "engine.kv_transfer_bandwidth_gbps", "0").has_value());
+  const auto bad = finishServiceConfig(
+      flags, {{"engine.kv_transfer_bandwidth_gbps", "--kv-transfer-bandwidth-gbps"}},
+      ConfigUse::EngineOnly);
+  ASSERT_FALSE(bad.has_value());
+  EXPECT_EQ(bad.error().message.rfind("--kv-transfer-bandwidth-gbps: "
+                                      "engine.kv_transfer_bandwidth_gbps must be finite and > 0",
+                                      0),
+            0u)
+      << bad.error().message;
+  EXPECT_FALSE(setConfigValue(flags, "engine.kv_transfer_charge", "all").has_value());
+  EXPECT_FALSE(setConfigValue(flags, "engine.kv_bytes_per_token", "-1").has_value());
+  ASSERT_TRUE(setConfigValue(flags, "engine.kv_hold_timeout_ms", "-5").has_value());
+  EXPECT_FALSE(finishServiceConfig(flags, {}, ConfigUse::EngineOnly).has_value());
+}
+
 TEST(ServiceConfigTest, LaterLayerOverridesEarlierAndOriginsFollow) {
   KeyOrigins origins;
   auto c =
@@ -968,6 +1008,10 @@ TEST(ServiceConfigTest, EveryKeyHasAReader) {
       {"engine.spec_num_draft_tokens", "engine (speculative bursts)"},
       {"engine.spec_accept_rates", "engine (speculative bursts)"},
       {"engine.spec_seed", "engine (speculative bursts)"},
+      {"engine.kv_bytes_per_token", "engine (disaggregated handoff transfer time)"},
+      {"engine.kv_transfer_bandwidth_gbps", "engine (disaggregated handoff transfer time)"},
+      {"engine.kv_transfer_charge", "engine (decode worker reservation)"},
+      {"engine.kv_hold_timeout_ms", "engine (prefill worker hold timeout)"},
       {"engine.startup_time_s", "server.cpp (submits not read before it)"},
       {"engine.sglang.schedule_policy", "engine (sglang)"},
       {"engine.sglang.page_size", "engine (sglang)"},

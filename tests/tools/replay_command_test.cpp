@@ -507,3 +507,99 @@ TEST(ReplayCliTest, SyntheticAgenticIsDeterministicAndNeedsAToolOutputLength) {
 
 }  // namespace
 }  // namespace mocker::tools
+
+namespace mocker::tools {
+namespace {
+
+// Disaggregated replay through the CLI: per-role settings from --prefill-config /
+// --decode-config (layered over the flags), handoff statistics in the table and the JSON, the
+// roles in the run identity, byte-identical reports for the same command, clear usage errors.
+TEST(ReplayCliTest, DisaggregatedRunWithPerRoleConfigs) {
+  TempDir dir;
+  const std::string prefill =
+      dir.write("prefill.toml", "[engine]\nmax_num_batched_tokens = 4096\nnum_gpu_blocks = 512\n");
+  const std::string decode =
+      dir.write("decode.toml", "[engine]\nnum_gpu_blocks = 300\nkv_hold_timeout_ms = \"none\"\n");
+  const std::vector<std::string> args = {"replay",    "--format",
+                                         "synthetic", "--num-requests",
+                                         "30",        "--input-tokens-mean",
+                                         "400",       "--output-tokens-mean",
+                                         "20",        "--arrival",
+                                         "constant",  "--request-rate",
+                                         "20",        "--block-size",
+                                         "16",        "--kv-transfer-bandwidth-gbps",
+                                         "5",         "--num-prefill-workers",
+                                         "1",         "--num-decode-workers",
+                                         "2",         "--prefill-config",
+                                         prefill,     "--decode-config",
+                                         decode,      "--decode-router",
+                                         "kv"};
+  std::vector<std::string> first = args, second = args;
+  first.insert(first.end(), {"--report-json", dir.file("a.json")});
+  second.insert(second.end(), {"--report-json", dir.file("b.json")});
+  const CliRun r = run(first);
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("Handoffs (prefill to decode)"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("30 (activated 30, refused by decode 0, expired holds 0)"),
+            std::string::npos)
+      << r.out;
+  EXPECT_NE(r.out.find("Handoffs per decode worker (kv):"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("KV transfer (ms)"), std::string::npos) << r.out;
+  ASSERT_EQ(run(second).code, 0);
+  const std::string a = readAll(dir.file("a.json"));
+  EXPECT_EQ(withoutWallTime(a), withoutWallTime(readAll(dir.file("b.json"))));
+  const ordered_json j = ordered_json::parse(a);
+  EXPECT_EQ(j["handoffs"], 30);
+  EXPECT_EQ(j["completed_requests"], 30);
+  // 400 tokens · 131072 B at 5 GB/s ≈ 10.5 ms per transfer (prompt lengths vary around 400).
+  EXPECT_GT(j["mean_kv_transfer_ms"].get<double>(), 5.0);
+  EXPECT_LT(j["mean_kv_transfer_ms"].get<double>(), 20.0);
+  const auto& engine = j["identity"]["engine_config"];
+  EXPECT_EQ(engine["prefill.worker_type"], "prefill");
+  EXPECT_EQ(engine["decode.worker_type"], "decode");
+  EXPECT_EQ(engine["prefill.num_gpu_blocks"], 512);
+  EXPECT_EQ(engine["decode.num_gpu_blocks"], 300);
+  EXPECT_EQ(engine["prefill.max_num_batched_tokens"], 4096);
+  EXPECT_EQ(engine["decode.max_num_batched_tokens"], 8192);
+  EXPECT_EQ(engine["decode.kv_hold_timeout_ms"], nullptr);
+}
+
+TEST(ReplayCliTest, DisaggregatedUsageErrors) {
+  TempDir dir;
+  const std::vector<std::string> base = {"replay",    "--format",
+                                         "synthetic", "--num-requests",
+                                         "2",         "--input-tokens-mean",
+                                         "40",        "--output-tokens-mean",
+                                         "2"};
+  const auto with = [&](std::vector<std::string> extra) {
+    std::vector<std::string> a = base;
+    a.insert(a.end(), extra.begin(), extra.end());
+    return run(a);
+  };
+  const std::string bs32 = dir.write("bs32.toml", "[engine]\nblock_size = 32\n");
+  CliRun r =
+      with({"--num-prefill-workers", "1", "--num-decode-workers", "1", "--decode-config", bs32});
+  EXPECT_EQ(r.code, 2) << r.err;
+  EXPECT_NE(r.err.find("same block size"), std::string::npos) << r.err;
+  r = with({"--num-prefill-workers", "1"});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find("--num-decode-workers"), std::string::npos) << r.err;
+  r = with({"--num-prefill-workers", "1", "--num-decode-workers", "1", "--num-workers", "2"});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find("--num-workers is for aggregated workers"), std::string::npos) << r.err;
+  const std::string bad = dir.write("bad.toml", "[engine]\nkv_transfer_charge = \"most\"\n");
+  r = with({"--num-prefill-workers", "1", "--num-decode-workers", "1", "--prefill-config", bad});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find("--prefill-config: "), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("kv_transfer_charge"), std::string::npos) << r.err;
+  r = with({"--num-prefill-workers", "1", "--num-decode-workers", "1", "--engine-type", "sglang"});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find("worker_type prefill is supported with engine_type vllm or trtllm only"),
+            std::string::npos)
+      << r.err;
+  r = with({"--prefill-config", bad});
+  EXPECT_EQ(r.code, 2) << "needs --num-prefill-workers";
+}
+
+}  // namespace
+}  // namespace mocker::tools

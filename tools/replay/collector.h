@@ -119,6 +119,17 @@ struct StopReasonCounts {
 /// The replay report (docs/metrics.md). Token totals and throughputs count completed requests only;
 /// latency distributions use completed requests only. Optional fields are null when undefined
 /// (no terminal yet, zero duration, no wall time, no input tokens).
+/// Disaggregated runs: the prefill-to-decode handoffs. Set by the caller after buildReport.
+struct HandoffReport {
+  std::uint64_t handoffs = 0;       ///< delivered to a decode worker
+  std::uint64_t activations = 0;    ///< activated (the source was released)
+  std::uint64_t refused = 0;        ///< refused by the decode worker (counted rejected)
+  std::uint64_t expired_holds = 0;  ///< prefill holds released by their timeout
+  Distribution transfer_ms{};       ///< modelled KV transfer (ready − prefill end)
+  Distribution queue_ms{};          ///< waiting for decode blocks (reserved − delivered)
+  Distribution wait_ms{};           ///< prefill end → activation on the decode worker
+};
+
 struct Report {
   std::uint64_t num_requests = 0;
   std::uint64_t completed_requests = 0;
@@ -151,6 +162,7 @@ struct Report {
   /// Who ran what, with which build and configuration (run_identity.h); set by the caller after
   /// buildReport, printed by every report writer when present.
   std::optional<RunIdentity> identity{};
+  std::optional<HandoffReport> handoff{};  ///< disaggregated runs only
 };
 
 /// What a collector keeps beyond the report's inputs.

@@ -148,8 +148,19 @@ std::uint32_t KvCostRouter::select(std::span<const std::uint64_t> hashes,
                                    std::uint32_t prompt_tokens,
                                    std::span<const std::uint32_t> overlaps,
                                    std::span<const std::uint64_t> tree_sizes) {
+  return select(hashes, prompt_tokens, overlaps, tree_sizes, 0,
+                static_cast<std::uint32_t>(costs_.size()));
+}
+
+std::uint32_t KvCostRouter::select(std::span<const std::uint64_t> hashes,
+                                   std::uint32_t prompt_tokens,
+                                   std::span<const std::uint32_t> overlaps,
+                                   std::span<const std::uint64_t> tree_sizes, std::uint32_t first,
+                                   std::uint32_t last) {
   MOCKER_CHECK(overlaps.size() == costs_.size());
-  for (std::uint32_t c = 0; c < costs_.size(); ++c) {
+  MOCKER_CHECK(first < last && last <= costs_.size());
+  MOCKER_CHECK(tree_sizes.empty() || tree_sizes.size() == costs_.size());
+  for (std::uint32_t c = first; c < last; ++c) {
     costs_[c] = kvCost(config_.overlap_weight,
                        {.prompt_tokens = prompt_tokens,
                         .block_size = block_size_,
@@ -157,7 +168,11 @@ std::uint32_t KvCostRouter::select(std::span<const std::uint64_t> hashes,
                         .queued_prefill_tokens = load_.queuedPrefillTokens(c),
                         .decode_blocks = load_.activeBlocks(c) + load_.newBlocks(c, hashes)});
   }
-  return static_cast<std::uint32_t>(selectByCost(costs_, tree_sizes, config_.temperature, rng_));
+  const std::span<const double> costs = std::span<const double>(costs_).subspan(first, last - first);
+  const std::span<const std::uint64_t> sizes =
+      tree_sizes.empty() ? tree_sizes : tree_sizes.subspan(first, last - first);
+  return first + static_cast<std::uint32_t>(
+                     selectByCost(costs, sizes, config_.temperature, rng_));
 }
 
 }  // namespace mocker::replay

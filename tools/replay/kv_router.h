@@ -95,6 +95,12 @@ class KvCostRouter {
   std::uint32_t select(std::span<const std::uint64_t> hashes, std::uint32_t prompt_tokens,
                        std::span<const std::uint32_t> overlaps,
                        std::span<const std::uint64_t> tree_sizes);
+  /// The same among candidates [first, last) only (`overlaps` and `tree_sizes` still indexed
+  /// by candidate): a disaggregated replay routes its first hop over the prefill workers.
+  std::uint32_t select(std::span<const std::uint64_t> hashes, std::uint32_t prompt_tokens,
+                       std::span<const std::uint32_t> overlaps,
+                       std::span<const std::uint64_t> tree_sizes, std::uint32_t first,
+                       std::uint32_t last);
   /// The costs of the last select(), by candidate.
   const std::vector<double>& lastCosts() const { return costs_; }
   ActiveLoad& load() { return load_; }

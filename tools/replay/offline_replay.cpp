@@ -30,6 +30,9 @@ struct Tracked {
   std::uint32_t turn = 0;
   bool live = false;
   bool first_token = false;  ///< the kv router's load saw its prefill end
+  // Decode worker: where its KV came from, and when the prefill pass ended.
+  std::uint32_t source_worker = 0;
+  double prefill_end_ms = 0.0;
 };
 
 /// A change of the kv router's load, effective from `time_ms` (a pass's outputs carry times up
@@ -42,6 +45,19 @@ struct LoadChange {
 };
 struct LoadChangeLater {
   bool operator()(const LoadChange& a, const LoadChange& b) const {
+    return a.time_ms != b.time_ms ? a.time_ms > b.time_ms : a.seq > b.seq;
+  }
+};
+
+/// A handoff on its way to a decode worker, delivered at the prefill pass end.
+struct PendingHandoff {
+  double time_ms = 0.0;
+  std::uint64_t seq = 0;
+  engine::HandoffTicket ticket;
+  Tracked request;  // source_worker set
+};
+struct PendingHandoffLater {
+  bool operator()(const PendingHandoff& a, const PendingHandoff& b) const {
     return a.time_ms != b.time_ms ? a.time_ms > b.time_ms : a.seq > b.seq;
   }
 };
@@ -101,28 +117,38 @@ TerminalStatus toStatus(engine::Terminal t) {
 
 class OfflineReplay {
  public:
+  /// `num_prefill` > 0: workers [0, num_prefill) are prefill workers, the rest decode workers.
   OfflineReplay(const Workload& workload, const OfflineReplayOptions& options,
-                ReplayCollector& collector, std::vector<engine::Engine> workers)
+                ReplayCollector& collector, std::vector<engine::Engine> workers,
+                std::uint32_t num_prefill)
       : workload_(workload),
         options_(options),
         collector_(collector),
         workers_(std::move(workers)),
         synth_(workload.trace_block_size),
         rng_(options.router_seed),
-        dp_size_(workers_.front().dpSize()),
         block_size_(workers_.front().blockSize()),
-        seeds_{options.engine.hash_seed, options.engine.chain_seed},
+        seeds_{workers_.front().config().hash_seed, workers_.front().config().chain_seed},
+        kv_visibility_(workers_.front().config().kv_event_visibility),
+        num_prefill_(num_prefill),
         tracked_(workers_.size()),
         next_rank_(workers_.size(), 0),
         cost_router_(workers_.size() * dp_size_, block_size_, options.kv_router,
-                     options.router_seed) {
+                     options.router_seed),
+        first_slot_(workers_.size(), 0) {
     for (std::uint32_t w = 0; w < workers_.size(); ++w) {
-      for (std::uint32_t r = 0; r < dp_size_; ++r) {
+      first_slot_[w] = static_cast<std::uint32_t>(slots_.size());
+      for (std::uint32_t r = 0; r < workers_[w].dpSize(); ++r) {
         Slot& s = slots_.emplace_back();
         s.worker = w;
         s.rank = r;
         index_.registerSource({w, r});
       }
+    }
+    if (num_prefill_ > 0) {
+      stats_.handoff.emplace();
+      stats_.handoff->per_prefill_worker.assign(num_prefill_, 0);
+      stats_.handoff->per_decode_worker.assign(workers_.size() - num_prefill_, 0);
     }
     next_pass_ms_.assign(slots_.size(), kInf);
     stats_.per_worker.assign(workers_.size(), 0);
@@ -147,13 +173,17 @@ class OfflineReplay {
   OfflineReplayStats run() {
     while (true) {
       const double dispatch_at = nextDispatchTime();
+      const double handoff_at = handoffs_.empty() ? kInf : handoffs_.top().time_ms;
       const std::optional<std::uint32_t> busy = earliestBusySlot();
-      const double pass_at = busy ? slots_[*busy].clock_ms : kInf;
-      if (dispatch_at == kInf && pass_at == kInf) break;
-      if (dispatch_at <= pass_at) {
+      const double pass_at = busy ? next_pass_ms_[*busy] : kInf;
+      if (dispatch_at == kInf && handoff_at == kInf && pass_at == kInf) break;
+      // At equal times: dispatches, then handoff deliveries, then passes.
+      if (dispatch_at <= pass_at && dispatch_at <= handoff_at) {
         dispatch(dispatch_at);
+      } else if (handoff_at <= pass_at) {
+        deliverHandoff();
       } else {
-        step(*busy);
+        step(*busy, pass_at);
       }
     }
     flushEvents(kInf);
@@ -184,10 +214,18 @@ class OfflineReplay {
   }
 
   /// Recomputes next_pass_ms_[g] after slot g's clock, blocked flag or engine queue changed
-  /// (a dispatch to it or a pass of it: nothing else changes them).
+  /// (a dispatch or handoff to it, a pass of it, a release of one of its held requests). A
+  /// rank with a timer (handoff activation, hold timeout) wakes up for it even when idle.
   void refreshNextPass(std::uint32_t g) {
     const Slot& s = slots_[g];
-    next_pass_ms_[g] = !s.blocked && workers_[s.worker].hasWork(s.rank) ? s.clock_ms : kInf;
+    const engine::Engine& e = workers_[s.worker];
+    double next = !s.blocked && e.hasWork(s.rank) ? s.clock_ms : kInf;
+    if (num_prefill_ > 0) {
+      if (const std::optional<double> timer = e.nextTimerMs(s.rank)) {
+        next = std::min(next, std::max(s.clock_ms, *timer));
+      }
+    }
+    next_pass_ms_[g] = next;
   }
 
   /// Applies KV-event batches that are visible at `now` to the router's index.
@@ -223,40 +261,56 @@ class OfflineReplay {
     }
   }
 
-  std::uint32_t route(double now, const std::vector<std::uint32_t>& tokens) {
-    const auto num_workers = static_cast<std::uint32_t>(workers_.size());
-    switch (options_.router) {
+  /// Picks a (worker, rank) slot among workers [first, last): round-robin / random over the
+  /// workers (rank round-robin per worker), or kv: the highest overlap of `tokens` (with
+  /// `overlap_credit`; none for the decode hop) and then the fewest requests in flight.
+  std::uint32_t route(double now, const std::vector<std::uint32_t>& tokens, RouterKind kind,
+                      std::uint32_t first, std::uint32_t last, std::uint64_t turn,
+                      bool overlap_credit) {
+    const std::uint32_t num_workers = last - first;
+    switch (kind) {
       case RouterKind::RoundRobin:
       case RouterKind::Random: {
-        const std::uint32_t w = options_.router == RouterKind::RoundRobin
-                                    ? static_cast<std::uint32_t>(dispatches_ % num_workers)
-                                    : static_cast<std::uint32_t>(rng_.uniformIndex(num_workers));
+        const std::uint32_t w =
+            first + (kind == RouterKind::RoundRobin
+                         ? static_cast<std::uint32_t>(turn % num_workers)
+                         : static_cast<std::uint32_t>(rng_.uniformIndex(num_workers)));
         const std::uint32_t r = next_rank_[w];
-        next_rank_[w] = (r + 1) % dp_size_;
-        return w * dp_size_ + r;
+        next_rank_[w] = (r + 1) % workers_[w].dpSize();
+        return first_slot_[w] + r;
       }
       case RouterKind::Kv:
       case RouterKind::KvPrefix:
         break;
     }
+    settleTerminals(now);
+    const std::uint32_t lo = first_slot_[first];
+    const std::uint32_t hi =
+        last < workers_.size() ? first_slot_[last] : static_cast<std::uint32_t>(slots_.size());
+    if (!overlap_credit) {
+      std::uint32_t best = lo;
+      for (std::uint32_t g = lo + 1; g < hi; ++g) {
+        if (slots_[g].in_flight < slots_[best].in_flight) best = g;
+      }
+      return best;
+    }
     flushEvents(now);
     hashes_.clear();  // reuses the scratch vector's capacity
     engine::extendSequenceHashes(tokens, block_size_, seeds_, hashes_);
     index_.overlapBlocks(hashes_, overlap_);
-    if (options_.router == RouterKind::Kv) {
+    if (kind == RouterKind::Kv) {
       flushLoad(now);
       tree_sizes_.resize(slots_.size());
-      for (std::uint32_t g = 0; g < slots_.size(); ++g) {
+      for (std::uint32_t g = lo; g < hi; ++g) {
         tree_sizes_[g] = index_.numBlocks({slots_[g].worker, slots_[g].rank});
       }
       const std::uint32_t best = cost_router_.select(
-          hashes_, static_cast<std::uint32_t>(tokens.size()), overlap_, tree_sizes_);
+          hashes_, static_cast<std::uint32_t>(tokens.size()), overlap_, tree_sizes_, lo, hi);
       if (overlap_[best] > 0) ++stats_.kv_routed_hits;
       return best;
     }
-    settleTerminals(now);
-    std::uint32_t best = 0;
-    for (std::uint32_t g = 1; g < slots_.size(); ++g) {
+    std::uint32_t best = lo;
+    for (std::uint32_t g = lo + 1; g < hi; ++g) {
       if (overlap_[g] > overlap_[best] ||
           (overlap_[g] == overlap_[best] && slots_[g].in_flight < slots_[best].in_flight)) {
         best = g;
@@ -298,11 +352,15 @@ class OfflineReplay {
                               .requested_output_length = turn.output_length},
                              now);
 
-    const std::uint32_t g = route(now, request.tokens);
+    const std::uint32_t first_hop_end =
+        num_prefill_ > 0 ? num_prefill_ : static_cast<std::uint32_t>(workers_.size());
+    const std::uint32_t g =
+        route(now, request.tokens, options_.router, 0, first_hop_end, dispatches_, true);
     ++dispatches_;
     Slot& slot = slots_[g];
     request.dp_rank = slot.rank;
     ++stats_.per_worker[slot.worker];
+    if (stats_.handoff) ++stats_.handoff->per_prefill_worker[slot.worker];
     Result<engine::RequestId> id = workers_[slot.worker].submit(std::move(request));
     if (!id) {
       // Refused at submit (e.g. a prompt beyond the engine's hard limit): rejected on arrival.
@@ -310,10 +368,7 @@ class OfflineReplay {
       end(handle, next.session, next.turn, now, TerminalStatus::Rejected);
       return;
     }
-    auto& tracked = tracked_[slot.worker];
-    const auto index = static_cast<std::size_t>(id->value());
-    if (tracked.size() <= index) tracked.resize(std::max(index + 1, tracked.size() * 2));
-    tracked[index] = {handle, next.session, next.turn, true};
+    track(slot.worker, *id, {handle, next.session, next.turn, true});
     if (options_.router == RouterKind::Kv) {
       cost_router_.load().add(
           handle, g, hashes_,
@@ -323,6 +378,53 @@ class OfflineReplay {
     slot.blocked = false;
     if (slot.clock_ms < now) slot.clock_ms = now;  // an idle rank wakes up at the arrival
     refreshNextPass(g);
+  }
+
+  void track(std::uint32_t worker, engine::RequestId id, const Tracked& t) {
+    auto& tracked = tracked_[worker];
+    const auto index = static_cast<std::size_t>(id.value());
+    if (tracked.size() <= index) tracked.resize(std::max(index + 1, tracked.size() * 2));
+    tracked[index] = t;
+  }
+
+  /// The earliest pending handoff reaches its decode worker (at the prefill pass end, or at the
+  /// end of that worker's pass in flight).
+  void deliverHandoff() {
+    PendingHandoff h = handoffs_.top();
+    handoffs_.pop();
+    HandoffStats& hs = *stats_.handoff;
+    const std::uint32_t g =
+        route(h.time_ms, h.ticket.tokens, options_.disagg->decode_router, num_prefill_,
+              static_cast<std::uint32_t>(workers_.size()), hs.handoffs, false);
+    ++hs.handoffs;
+    Slot& slot = slots_[g];
+    ++hs.per_decode_worker[slot.worker - num_prefill_];
+    const double at = std::max(h.time_ms, slot.clock_ms);
+    const engine::RequestId source = h.ticket.source_id;
+    Result<engine::RequestId> id =
+        workers_[slot.worker].submitHandoff(std::move(h.ticket), slot.rank, at);
+    if (!id) {
+      // The decode worker cannot take it (its limits are smaller): rejected, source dropped.
+      ++hs.refused;
+      workers_[h.request.source_worker].cancel(source);
+      unblockWorker(h.request.source_worker);
+      end(h.request.handle, h.request.session, h.request.turn, h.time_ms, TerminalStatus::Rejected);
+      return;
+    }
+    track(slot.worker, *id, h.request);
+    ++slot.in_flight;
+    slot.blocked = false;
+    if (slot.clock_ms < at) slot.clock_ms = at;
+    refreshNextPass(g);
+  }
+
+  /// Something freed capacity on `worker` (a released or cancelled hold): its ranks may run.
+  void unblockWorker(std::uint32_t worker) {
+    for (std::uint32_t r = 0; r < workers_[worker].dpSize(); ++r) {
+      const std::uint32_t g = first_slot_[worker] + r;
+      slots_[g].blocked = false;
+      refreshNextPass(g);
+    }
   }
 
   /// A request reached its terminal at `time_ms`: record it, free its concurrency slot and
@@ -348,10 +450,10 @@ class OfflineReplay {
     }
   }
 
-  void step(std::uint32_t g) {
+  void step(std::uint32_t g, double start_ms) {
     Slot& slot = slots_[g];
     engine::Engine& engine = workers_[slot.worker];
-    engine::PassResult pass = engine.step(slot.rank, slot.clock_ms);
+    engine::PassResult pass = engine.step(slot.rank, start_ms);
     if (!pass.did_work) {
       slot.blocked = true;  // cannot progress until something new arrives on this rank
       refreshNextPass(g);
@@ -362,10 +464,15 @@ class OfflineReplay {
     slot.clock_ms = pass.end_ms;
     refreshNextPass(g);
     auto& tracked = tracked_[slot.worker];
-    for (const engine::Admission& a : pass.admissions) {
-      collector_.onAdmission(tracked[static_cast<std::size_t>(a.id.value())].handle, pass.start_ms,
-                             a.reused_input_tokens, a.is_readmission);
+    const bool decode_worker = num_prefill_ > 0 && slot.worker >= num_prefill_;
+    // The client's admission is its prefill admission; a decode worker's is internal.
+    if (!decode_worker) {
+      for (const engine::Admission& a : pass.admissions) {
+        collector_.onAdmission(tracked[static_cast<std::size_t>(a.id.value())].handle,
+                               pass.start_ms, a.reused_input_tokens, a.is_readmission);
+      }
     }
+    if (num_prefill_ > 0) handleHandoffs(slot, pass);
     for (const engine::OutputSignal& sig : pass.outputs) {
       Tracked& t = tracked[static_cast<std::size_t>(sig.id.value())];
       MOCKER_CHECK(t.live);
@@ -398,12 +505,43 @@ class OfflineReplay {
     stats_.kv_events += pass.kv_events.size();
     if ((options_.router == RouterKind::Kv || options_.router == RouterKind::KvPrefix) &&
         !pass.kv_events.empty()) {
-      const bool at_start =
-          options_.engine.kv_event_visibility == engine::KvEventVisibility::PassStart;
+      const bool at_start = kv_visibility_ == engine::KvEventVisibility::PassStart;
       pending_events_.push({at_start ? pass.start_ms : pass.end_ms, next_event_seq_++, g,
                             std::move(pass.kv_events)});
     }
     if (options_.progress && stats_.passes % kProgressEveryPasses == 0) reportProgress();
+  }
+
+  /// Disaggregation: new handoffs leave for the decode side, activated ones release their
+  /// sources, expired holds are counted.
+  void handleHandoffs(Slot& slot, engine::PassResult& pass) {
+    HandoffStats& hs = *stats_.handoff;
+    auto& tracked = tracked_[slot.worker];
+    for (engine::HandoffTicket& t : pass.handoffs) {
+      Tracked& source = tracked[static_cast<std::size_t>(t.source_id.value())];
+      source.live = false;
+      slot.pending_terminals.push(t.prefill_end_ms);  // leaves the prefill worker's load
+      if (options_.router == RouterKind::Kv) {
+        load_changes_.push({t.prefill_end_ms, next_load_seq_++, source.handle, true});
+      }
+      Tracked request = source;
+      request.live = true;
+      request.source_worker = slot.worker;
+      request.prefill_end_ms = t.prefill_end_ms;
+      const double at = t.prefill_end_ms;
+      handoffs_.push({at, next_handoff_seq_++, std::move(t), request});
+    }
+    for (const engine::HandoffActivation& a : pass.activations) {
+      const Tracked& t = tracked[static_cast<std::size_t>(a.id.value())];
+      ++hs.activations;
+      hs.transfer_ms.push_back(a.ready_ms - t.prefill_end_ms);
+      hs.queue_ms.push_back(a.reserved_ms - a.submitted_ms);
+      hs.wait_ms.push_back(a.activated_ms - t.prefill_end_ms);
+      // The decode worker has the KV: the source is released (noop if its hold expired).
+      workers_[t.source_worker].releaseHandoff(a.source_id);
+      unblockWorker(t.source_worker);
+    }
+    hs.expired_holds += pass.expired_holds.size();
   }
 
   void reportProgress() {
@@ -420,12 +558,16 @@ class OfflineReplay {
   std::vector<engine::Engine> workers_;
   PromptSynthesizer synth_;
   SplitMix64 rng_;
-  std::uint32_t dp_size_;
   std::uint32_t block_size_;
   engine::HashSeeds seeds_;
+  engine::KvEventVisibility kv_visibility_;
+  std::uint32_t num_prefill_;                  // 0 = aggregated
   std::vector<std::vector<Tracked>> tracked_;  // per worker, by engine request id
   std::vector<std::uint32_t> next_rank_;       // per worker, round-robin rank
-  std::vector<Slot> slots_;                    // worker-major: g = worker · dp_size + rank
+  std::vector<std::uint32_t> first_slot_;      // per worker, its rank 0's slot
+  std::vector<Slot> slots_;                    // worker-major: g = first_slot_[worker] + rank
+  std::priority_queue<PendingHandoff, std::vector<PendingHandoff>, PendingHandoffLater> handoffs_;
+  std::uint64_t next_handoff_seq_ = 0;
   // Per slot: its clock when it can run a pass (not blocked, its engine rank has work), else
   // +inf; one compact array for the loop's scan instead of asking every engine each iteration.
   std::vector<double> next_pass_ms_;
@@ -455,6 +597,16 @@ class OfflineReplay {
 };
 
 }  // namespace
+
+HandoffReport summarizeHandoffs(const HandoffStats& stats) {
+  return {.handoffs = stats.handoffs,
+          .activations = stats.activations,
+          .refused = stats.refused,
+          .expired_holds = stats.expired_holds,
+          .transfer_ms = summarize(stats.transfer_ms),
+          .queue_ms = summarize(stats.queue_ms),
+          .wait_ms = summarize(stats.wait_ms)};
+}
 
 std::string_view toString(RouterKind kind) {
   switch (kind) {
@@ -496,17 +648,48 @@ Result<OfflineReplayStats> runOfflineReplay(const Workload& workload,
       }
     }
   }
-  engine::EngineConfig config = options.engine;
-  config.allow_empty_output = true;
   std::vector<engine::Engine> workers;
-  workers.reserve(options.num_workers);
-  for (std::uint32_t w = 0; w < options.num_workers; ++w) {
-    Result<engine::Engine> e = engine::Engine::create(config);
-    if (!e) return e.error();
-    workers.push_back(std::move(*e));
+  const auto add = [&workers](engine::EngineConfig config, std::uint32_t count,
+                              const char* role) -> Status {
+    config.allow_empty_output = true;
+    for (std::uint32_t w = 0; w < count; ++w) {
+      Result<engine::Engine> e = engine::Engine::create(config);
+      if (!e) {
+        return Error{e.error().code,
+                     std::string(role) + (role[0] != '\0' ? " workers: " : "") + e.error().message};
+      }
+      workers.push_back(std::move(*e));
+    }
+    return {};
+  };
+  std::uint32_t num_prefill = 0;
+  if (options.disagg) {
+    const DisaggOptions& d = *options.disagg;
+    if (d.num_prefill_workers == 0 || d.num_decode_workers == 0) {
+      return invalidArgument(
+          "a disaggregated replay needs >= 1 prefill and >= 1 decode worker (got " +
+          std::to_string(d.num_prefill_workers) + " and " + std::to_string(d.num_decode_workers) +
+          ")");
+    }
+    engine::EngineConfig prefill = d.prefill_engine;
+    prefill.worker_type = engine::WorkerType::Prefill;
+    engine::EngineConfig decode = d.decode_engine;
+    decode.worker_type = engine::WorkerType::Decode;
+    MOCKER_TRY_VOID(add(prefill, d.num_prefill_workers, "prefill"));
+    MOCKER_TRY_VOID(add(decode, d.num_decode_workers, "decode"));
+    const std::uint32_t pb = engine::effectiveBlockSize(prefill);
+    const std::uint32_t db = engine::effectiveBlockSize(decode);
+    if (pb != db) {
+      return invalidArgument("block_size: the prefill workers use " + std::to_string(pb) +
+                             " tokens per block and the decode workers " + std::to_string(db) +
+                             "; a KV handoff needs the same block size on both sides");
+    }
+    num_prefill = d.num_prefill_workers;
+  } else {
+    MOCKER_TRY_VOID(add(options.engine, options.num_workers, ""));
   }
   if (workload.sessions.empty()) return OfflineReplayStats{};
-  OfflineReplay replay(workload, options, collector, std::move(workers));
+  OfflineReplay replay(workload, options, collector, std::move(workers), num_prefill);
   return replay.run();
 }
 

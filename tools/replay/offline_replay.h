@@ -59,6 +59,38 @@ struct OfflineProgress {
   double sim_time_ms = 0.0;      ///< latest pass end reached
 };
 
+/// Disaggregated prefill/decode (tools/replay/README.md, Disaggregated replay): P prefill workers
+/// compute prompts and hand their KV to D decode workers, which generate every output token.
+/// Hop 1 (request → prefill worker) uses OfflineReplayOptions::router; hop 2 (handoff → decode
+/// worker) uses `decode_router`: RoundRobin, Random, or Kv = overlap credit 0, i.e. the decode
+/// (worker, rank) with the fewest requests in flight (ties: lowest index), as Dynamo routes it.
+/// A handoff is delivered to its decode worker at the end of the prefill pass; the decode worker
+/// releases the source when it activates the request.
+struct DisaggOptions {
+  std::uint32_t num_prefill_workers = 1;  ///< >= 1
+  std::uint32_t num_decode_workers = 1;   ///< >= 1
+  /// Engine settings per role; worker_type is set by the replay. Both need the same block size.
+  engine::EngineConfig prefill_engine{};
+  engine::EngineConfig decode_engine{};
+  RouterKind decode_router = RouterKind::RoundRobin;
+};
+
+/// Handoff statistics of a disaggregated run, one sample per activated handoff.
+struct HandoffStats {
+  std::uint64_t handoffs = 0;         ///< handoffs delivered to a decode worker
+  std::uint64_t activations = 0;      ///< handoffs activated (source released)
+  std::uint64_t expired_holds = 0;    ///< holds released by kv_hold_timeout_ms
+  std::uint64_t refused = 0;          ///< refused by the decode worker (recorded as rejected)
+  std::vector<double> transfer_ms{};  ///< ready − prefill end (the modelled KV transfer)
+  std::vector<double> queue_ms{};     ///< reserved − delivered (waiting for decode blocks)
+  std::vector<double> wait_ms{};      ///< activated − prefill end (handoff to decode start)
+  std::vector<std::uint64_t> per_prefill_worker{};
+  std::vector<std::uint64_t> per_decode_worker{};
+};
+
+/// The report's view of `stats` (distributions of the three handoff times).
+HandoffReport summarizeHandoffs(const HandoffStats& stats);
+
 struct OfflineReplayOptions {
   /// Configuration of every worker. REQUIRES: valid (validateEngineConfig); the replay forces
   /// allow_empty_output = true (0-token outputs are allowed in replay, docs/engine.md, Requests).
@@ -71,6 +103,8 @@ struct OfflineReplayOptions {
   std::optional<std::uint32_t> concurrency{};
   /// Called on the replay thread; may be empty.
   std::function<void(const OfflineProgress&)> progress{};
+  /// Disaggregated when set: `engine` and `num_workers` are unused.
+  std::optional<DisaggOptions> disagg{};
 };
 
 /// Counters of one run (besides what the collector recorded).
@@ -83,12 +117,14 @@ struct OfflineReplayStats {
   std::uint64_t kv_index_blocks = 0;        ///< Kv router: (hash, rank) pairs indexed at end
   std::uint64_t kv_routed_hits = 0;         ///< Kv routers: dispatches with overlap > 0
   std::vector<std::string> warnings{};      ///< e.g. the hash-id aliasing warning
+  std::optional<HandoffStats> handoff{};    ///< disaggregated runs only
 };
 
 /// Runs the whole workload. Per-pass engine samples go to collector.onEngineSample with
-/// dp_rank = worker · dp_size + rank (a global rank index). Errors (before anything is
-/// simulated): invalid engine config, num_workers 0, concurrency 0, a session without a first
-/// arrival in trace mode.
+/// dp_rank = worker · dp_size + rank (a global rank index; disaggregated: prefill workers first,
+/// then decode workers). Errors (before anything is simulated): invalid engine config,
+/// num_workers 0, concurrency 0, a session without a first arrival in trace mode; disaggregated:
+/// 0 workers of a role, different block sizes, an engine type without disaggregation.
 Result<OfflineReplayStats> runOfflineReplay(const Workload& workload,
                                             const OfflineReplayOptions& options,
                                             ReplayCollector& collector);

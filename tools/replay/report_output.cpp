@@ -213,6 +213,13 @@ std::string formatReportTable(const Report& r) {
   line("Preemptions", std::to_string(r.total_preemptions));
   line("Peak KV usage",
        r.peak_kv_usage ? fixed(100.0 * *r.peak_kv_usage, 2) + " %" : std::string("–"));
+  if (r.handoff) {
+    const HandoffReport& h = *r.handoff;
+    line("Handoffs (prefill to decode)",
+         std::to_string(h.handoffs) + " (activated " + std::to_string(h.activations) +
+             ", refused by decode " + std::to_string(h.refused) + ", expired holds " +
+             std::to_string(h.expired_holds) + ")");
+  }
   if (r.goodput) {
     line("Goodput (good requests)", std::to_string(r.goodput->completed_requests));
     line("Goodput request throughput (req/s)", fixedOr(r.goodput->request_throughput_rps, 3));
@@ -226,7 +233,7 @@ std::string formatReportTable(const Report& r) {
     out += padLeft(c, kCol);
   }
   out += "\n";
-  const std::vector<std::pair<const char*, const Distribution*>> rows = {
+  std::vector<std::pair<const char*, const Distribution*>> rows = {
       {"Time to first token (ms)", &r.ttft},
       {"Time to second token (ms)", &r.ttst},
       {"Time per output token, per req (ms)", &r.tpot},
@@ -234,6 +241,11 @@ std::string formatReportTable(const Report& r) {
       {"Request latency (ms)", &r.e2e_latency},
       {"Output tok/s per user (pooled)", &r.output_token_throughput_per_user},
   };
+  if (r.handoff) {
+    rows.emplace_back("KV transfer (ms)", &r.handoff->transfer_ms);
+    rows.emplace_back("Decode queueing (ms)", &r.handoff->queue_ms);
+    rows.emplace_back("Prefill end to decode start (ms)", &r.handoff->wait_ms);
+  }
   for (const auto& [name, d] : rows) {
     out += padRight(name, kLabel);
     for (const double v : {d->mean, d->min, d->max, d->p99, d->p90, d->p75, d->p50, d->std}) {
@@ -277,6 +289,15 @@ std::string formatReportJson(const Report& r) {
     j[std::string(prefix) + "max_model_len_requests"] = counts->max_model_len;
     j[std::string(prefix) + "kv_capacity_requests"] = counts->kv_capacity;
     j[std::string(prefix) + "max_num_batched_tokens_requests"] = counts->max_num_batched_tokens;
+  }
+  if (r.handoff) {
+    j["handoffs"] = r.handoff->handoffs;
+    j["handoff_activations"] = r.handoff->activations;
+    j["handoffs_refused"] = r.handoff->refused;
+    j["expired_holds"] = r.handoff->expired_holds;
+    addDistribution(j, "kv_transfer", "_ms", r.handoff->transfer_ms);
+    addDistribution(j, "decode_queue", "_ms", r.handoff->queue_ms);
+    addDistribution(j, "handoff_wait", "_ms", r.handoff->wait_ms);
   }
   if (r.goodput) {
     j["goodput_completed_requests"] = r.goodput->completed_requests;

@@ -17,7 +17,8 @@ namespace mocker::replay {
 inline constexpr int kReportVersion = 2;
 
 /// Human-readable table: the run identity (when report.identity is set), header lines (requests,
-/// tokens, durations, throughputs, reuse, preemptions, goodput) and one row per latency metric with
+/// tokens, durations, throughputs, reuse, preemptions, handoffs, goodput) and one row per latency
+/// metric (disaggregated: also the three handoff times) with
 /// columns avg, min, max, p99, p90, p75, p50, std ("–" when a metric has no samples).
 std::string formatReportTable(const Report& report);
 
@@ -29,7 +30,9 @@ std::string formatReportTable(const Report& report);
 /// first_admission_prefix_cache_reused_ratio; for m in ttft, ttst, tpot, itl, e2e_latency:
 /// {mean,min,max,median,p75,p90,p95,p99,std}_<m>_ms; the same nine for
 /// output_token_throughput_per_user without "_ms"; then failed_requests, incomplete_requests,
-/// total_preemptions, peak_kv_usage; then (only when SLOs were given)
+/// total_preemptions, peak_kv_usage; then (disaggregated runs only, report.handoff) handoffs,
+/// handoff_activations, handoffs_refused, expired_holds and the nine statistics of
+/// kv_transfer, decode_queue and handoff_wait (…_ms); then (only when SLOs were given)
 /// goodput_completed_requests, goodput_request_throughput_rps, goodput_output_throughput_tok_s;
 /// then `vllm bench serve`'s names: duration (s), completed, failed, request_throughput,
 /// output_throughput, total_token_throughput, {mean,median,p75,p90,p95,p99,std}_e2el_ms; then,
