@@ -81,7 +81,7 @@ IndexCommand::IndexCommand(CLI::App& app) {
       ->take_all();
   cmd_->add_option("--fleet", f.fleet_file,
                    "every worker and rank of a `mocker serve --fleet-file FILE` (its KV-event, "
-                   "replay and submit endpoints; also the default --block-size)")
+                   "replay and submit endpoints; its block size is the token queries' default)")
       ->option_text("FILE");
   cmd_->add_option("--query-endpoint", f.query_endpoint,
                    "ROUTER for overlap/stats/verify queries (binds); 'none' disables")
