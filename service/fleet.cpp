@@ -388,6 +388,7 @@ Result<std::unique_ptr<Fleet>> Fleet::create(ServiceConfig config, ServerOptions
     };
   }
   for (std::size_t i = 0; i < n; ++i) {
+    if (n > 1) options.log_name = "serve[" + plan[i].fpm.worker_id + "]";
     auto server = Server::create(plan[i], options);
     if (!server) {
       if (n == 1) return std::move(server.error());

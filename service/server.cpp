@@ -136,7 +136,7 @@ class Server::Impl {
       : config_(std::move(config)),
         options_(options),
         engine_(std::move(engine)),
-        log_(serveLogger()),
+        log_(options_.log_name.empty() ? serveLogger() : serveLogger()->clone(options_.log_name)),
         routes_(kGoneAfter),
         metrics_(config_, log_, start_,
                  [this](std::vector<engine::LoadMetrics>& load, ServiceMetrics& service) {

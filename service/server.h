@@ -92,6 +92,10 @@ struct ServerOptions {
   /// HTTP endpoint reads metricsBoard()): endpoints.http is not bound, but the loop publishes
   /// its metrics and turns at least once a second as with HTTP on.
   bool external_http = false;
+  /// The logger name of this server's lines ("" = "serve"); a fleet names each worker's
+  /// "serve[<worker id>]" so that its lines (the stats line included) can be told apart. Same
+  /// sinks and level as "serve".
+  std::string log_name;
 };
 
 class Server final {

@@ -865,6 +865,11 @@ class FleetTest(unittest.TestCase):
                     self.assertIn("worker %d rank %d: " % (w.worker_id, rank), r.stdout)
             self.assertNotIn("differ", r.stdout)
             self.assertEqual(r.stdout.count(" — same"), 8, r.stdout)
+            # SIGTERM stops every worker; each logs under its own name.
+            self.assertEqual(serve.terminate(), 0, serve.stderr_text())
+            log = serve.stderr_text()
+            for w in fleet.workers:
+                self.assertIn("[serve[%d]] shutting down" % w.worker_id, log)
         finally:
             serve.close()
 
