@@ -124,6 +124,13 @@ struct SecurityConfig {
   friend bool operator==(const SecurityConfig&, const SecurityConfig&) = default;
 };
 
+/// `[fleet]`: how many simulated workers one `mocker serve` process runs (service/fleet.h).
+struct FleetConfig {
+  std::uint32_t num_workers = 1;  ///< >= 1, <= kMaxFleetWorkers
+  friend bool operator==(const FleetConfig&, const FleetConfig&) = default;
+};
+inline constexpr std::uint32_t kMaxFleetWorkers = 4096;
+
 /// `[logging] format`: human-readable text lines or one JSON object per line.
 enum class LogFormat { Text, Json };
 
@@ -143,6 +150,7 @@ struct ServiceConfig {
   LogFormat log_format = LogFormat::Text;                     ///< `[logging] format`
   /// `[logging] stats_interval_s`: the periodic "Running: N reqs, …" line; 0 = off.
   double log_stats_interval_s = 10.0;
+  FleetConfig fleet;  ///< `[fleet]`
 };
 
 /// Splits an HTTP endpoint "HOST:PORT" (IPv6 as "[::1]:PORT") into host and port; errors say

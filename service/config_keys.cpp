@@ -422,6 +422,7 @@ const std::vector<ConfigKey>& keys() {
       {"logging", "level", MOCKER_ENUM(log_level, levelName, parseLogLevel)},
       {"logging", "format", MOCKER_ENUM(log_format, logFormatName, parseLogFormat)},
       {"logging", "stats_interval_s", MOCKER_REF(DoubleRef, log_stats_interval_s)},
+      {"fleet", "num_workers", MOCKER_REF(U32Ref, fleet.num_workers)},
   };
   return kKeys;
 }

@@ -20,6 +20,7 @@
 #include "publishers/endpoint.h"
 #include "service/config.h"
 #include "service/detail/config_keys.h"
+#include "service/fleet.h"
 #include "service/security.h"
 
 namespace mocker::service {
@@ -189,6 +190,10 @@ std::optional<ConfigError> checkServiceConfig(const ServiceConfig& c, ConfigUse 
   }
   if (s.max_submit_backlog < 1) {
     return issue("service.max_submit_backlog", "must be >= 1 (got 0)");
+  }
+  if (c.fleet.num_workers < 1 || c.fleet.num_workers > kMaxFleetWorkers) {
+    return issue("fleet.num_workers", "must be in [1, " + std::to_string(kMaxFleetWorkers) +
+                                          "] (got " + std::to_string(c.fleet.num_workers) + ")");
   }
   if (s.linger_ms > 60000) {
     return issue("service.linger_ms",
@@ -439,6 +444,20 @@ Result<ServiceConfig> finishServiceConfig(ServiceConfig config, const KeyOrigins
                                "engine.timing_profile_path: " + e.message};
     }
     config.engine.timing_profile = std::move(*profile);
+  }
+  // The default port plan: with every ZeroMQ endpoint key left at its default, dp_size ranks
+  // get ports that do not collide (dp_size 1 keeps 5555..5559; service/README.md, "Port plan").
+  if (use == ConfigUse::Serve && endpointsLeftAtDefaults(origins) && config.engine.dp_size > 1 &&
+      config.engine.dp_size <= 1024) {
+    std::uint16_t http_port = kDefaultHttpPort;
+    if (auto hp = parseHttpEndpoint(config.endpoints.http.endpoint); hp && hp->port != 0) {
+      http_port = hp->port;
+    }
+    if (auto planned = defaultEndpoints(config.engine.dp_size, http_port)) {
+      const HttpEndpointConfig http = config.endpoints.http;
+      config.endpoints = *planned;
+      config.endpoints.http = http;
+    }
   }
   if (auto found = checkServiceConfig(config, use)) return located(std::move(*found));
   return config;

@@ -1,8 +1,10 @@
 // Connection-close events of a socket, for the serve loop (contract in connection_monitor.h).
 #include "service/connection_monitor.h"
 
+#include <atomic>
 #include <cstdint>
 #include <cstring>
+#include <string>
 
 #include "service/zmq_io.h"
 
@@ -11,7 +13,11 @@ namespace mocker::service {
 Result<std::unique_ptr<ConnectionMonitor>> ConnectionMonitor::create(zmq::context_t& context,
                                                                      zmq::socket_t& watched,
                                                                      const std::string& name) {
-  const std::string endpoint = "inproc://mocker-monitor-" + name;
+  // Unique in the process: several servers may share one context (a fleet), and an inproc
+  // name is bound once per context.
+  static std::atomic<std::uint64_t> next_id{0};
+  const std::string endpoint =
+      "inproc://mocker-monitor-" + name + "-" + std::to_string(next_id.fetch_add(1));
   if (zmq_socket_monitor(watched.handle(), endpoint.c_str(), ZMQ_EVENT_DISCONNECTED) != 0) {
     return Error{ErrorCode::IoError,
                  "connection monitor '" + name + "': " + zmq_strerror(zmq_errno())};

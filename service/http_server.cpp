@@ -4,10 +4,14 @@
 #include <httplib.h>
 #include <sys/socket.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <optional>
+#include <string_view>
 #include <thread>
 #include <utility>
+#include <vector>
 
 namespace mocker::service {
 namespace {
@@ -57,7 +61,7 @@ void json(httplib::Response& res, int status, bool ok, LoopPhase phase, std::str
 
 class HttpServer::Impl {
  public:
-  explicit Impl(const MetricsBoard& board) : board_(board) {}
+  explicit Impl(std::vector<const MetricsBoard*> boards) : boards_(std::move(boards)) {}
   ~Impl() {
     server_.stop();
     if (thread_.joinable()) thread_.join();
@@ -78,22 +82,52 @@ class HttpServer::Impl {
       setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes);
     });
     server_.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
-      const MetricsSnapshot snapshot = board_.read();  // copied under the board's lock
-      res.set_content(renderPrometheus(snapshot), "text/plain; version=0.0.4; charset=utf-8");
+      std::vector<MetricsSnapshot> snapshots;
+      snapshots.reserve(boards_.size());
+      for (const MetricsBoard* board : boards_) {
+        snapshots.push_back(board->read());  // copied under the board's lock
+      }
+      res.set_content(renderPrometheus(snapshots), "text/plain; version=0.0.4; charset=utf-8");
     });
+    // With several loops (a fleet), /health and /ready are ok only when every loop is; the
+    // phase shown is that of the first loop that is not ok (else the first loop's), and the
+    // body also counts the loops and those that are ok.
     server_.Get("/health", [this](const httplib::Request&, httplib::Response& res) {
-      const LoopPhase phase = board_.phase();
-      const auto since = board_.sinceLastTurn(Clock::now());
-      const double since_s = std::chrono::duration<double>(since).count();
-      const bool turning =
-          phase == LoopPhase::Starting || (phase != LoopPhase::Stopped && since < kStalledAfter);
-      json(res, turning ? 200 : 503, turning, phase,
-           ",\"seconds_since_loop_turn\":" + std::to_string(since_s));
+      const auto now = Clock::now();
+      std::size_t ok = 0;
+      std::optional<LoopPhase> first_bad;
+      Clock::duration since_max{};
+      for (const MetricsBoard* board : boards_) {
+        const LoopPhase phase = board->phase();
+        const auto since = board->sinceLastTurn(now);
+        since_max = std::max(since_max, since);
+        const bool turning =
+            phase == LoopPhase::Starting || (phase != LoopPhase::Stopped && since < kStalledAfter);
+        if (turning) {
+          ++ok;
+        } else if (!first_bad) {
+          first_bad = phase;
+        }
+      }
+      const bool all = ok == boards_.size();
+      const double since_s = std::chrono::duration<double>(since_max).count();
+      json(res, all ? 200 : 503, all, first_bad.value_or(boards_.front()->phase()),
+           ",\"seconds_since_loop_turn\":" + std::to_string(since_s) + counts("workers_ok", ok));
     });
     server_.Get("/ready", [this](const httplib::Request&, httplib::Response& res) {
-      const LoopPhase phase = board_.phase();
-      const bool ready = phase == LoopPhase::Serving;
-      json(res, ready ? 200 : 503, ready, phase, "");
+      std::size_t ok = 0;
+      std::optional<LoopPhase> first_bad;
+      for (const MetricsBoard* board : boards_) {
+        const LoopPhase phase = board->phase();
+        if (phase == LoopPhase::Serving) {
+          ++ok;
+        } else if (!first_bad) {
+          first_bad = phase;
+        }
+      }
+      const bool all = ok == boards_.size();
+      json(res, all ? 200 : 503, all, first_bad.value_or(boards_.front()->phase()),
+           counts("workers_ready", ok));
     });
     server_.set_error_handler([](const httplib::Request&, httplib::Response& res) {
       if (res.body.empty()) {
@@ -122,12 +156,19 @@ class HttpServer::Impl {
   }
 
  private:
+  /// `,"workers":N,"<name>":K` with several loops; nothing with one (the single-worker body).
+  std::string counts(std::string_view name, std::size_t ok) const {
+    if (boards_.size() == 1) return "";
+    return ",\"workers\":" + std::to_string(boards_.size()) + ",\"" + std::string(name) +
+           "\":" + std::to_string(ok);
+  }
+
   static Error bindError(const HttpEndpointConfig& config) {
     return Error{ErrorCode::IoError, "endpoints.http.endpoint '" + config.endpoint +
                                          "': cannot bind (address in use or not local)"};
   }
 
-  const MetricsBoard& board_;
+  std::vector<const MetricsBoard*> boards_;  // at least one
   httplib::Server server_;
   std::atomic<bool> done_{false};
   std::thread thread_;
@@ -139,7 +180,13 @@ HttpServer::~HttpServer() = default;
 
 Result<std::unique_ptr<HttpServer>> HttpServer::start(const HttpEndpointConfig& config,
                                                       const MetricsBoard& board) {
-  auto impl = std::make_unique<Impl>(board);
+  return start(config, std::vector<const MetricsBoard*>{&board});
+}
+
+Result<std::unique_ptr<HttpServer>> HttpServer::start(const HttpEndpointConfig& config,
+                                                      std::vector<const MetricsBoard*> boards) {
+  if (boards.empty()) return invalidArgument("HttpServer: no metrics board to serve");
+  auto impl = std::make_unique<Impl>(std::move(boards));
   MOCKER_TRY(std::string url, impl->start(config));
   return std::unique_ptr<HttpServer>(new HttpServer(std::move(impl), std::move(url)));
 }

@@ -13,6 +13,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "base/result.h"
 #include "service/config.h"
@@ -25,6 +26,10 @@ class HttpServer final {
   /// Binds `config.endpoint` (port 0 = ephemeral) and starts serving. Errors name the endpoint.
   static Result<std::unique_ptr<HttpServer>> start(const HttpEndpointConfig& config,
                                                    const MetricsBoard& board);
+  /// The same for several loops (a fleet): /metrics shows every board's series, /health and
+  /// /ready are ok only when every board is. `boards` must not be empty and must outlive this.
+  static Result<std::unique_ptr<HttpServer>> start(const HttpEndpointConfig& config,
+                                                   std::vector<const MetricsBoard*> boards);
   ~HttpServer();
   HttpServer(const HttpServer&) = delete;
   HttpServer& operator=(const HttpServer&) = delete;

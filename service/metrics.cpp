@@ -64,10 +64,12 @@ std::string escapeLabel(std::string_view v) {
 
 class Exposition {
  public:
-  explicit Exposition(const MetricsSnapshot& s)
-      : s_(s),
-        labels_("model_name=\"" + escapeLabel(s.model_name) + "\"" +
-                (s.worker.empty() ? "" : ",worker=\"" + escapeLabel(s.worker) + "\"")) {}
+  explicit Exposition(std::span<const MetricsSnapshot> snapshots) : snapshots_(snapshots) {
+    for (const MetricsSnapshot& s : snapshots) {
+      labels_.push_back("model_name=\"" + escapeLabel(s.model_name) + "\"" +
+                        (s.worker.empty() ? "" : ",worker=\"" + escapeLabel(s.worker) + "\""));
+    }
+  }
 
   void header(std::string_view name, std::string_view type, std::string_view help) {
     out_ += "# HELP ";
@@ -81,25 +83,29 @@ class Exposition {
     out_ += '\n';
   }
 
-  /// One series per rank of a per-rank value.
+  /// One series per rank (of every snapshot) of a per-rank value.
   template <typename Get>
   void perRank(std::string_view name, std::string_view type, std::string_view help, Get get) {
     header(name, type, help);
-    for (std::size_t r = 0; r < s_.ranks.size(); ++r) {
-      series(name, r, "");
-      appendNumber(out_, get(s_.ranks[r]));
-      out_ += '\n';
+    for (std::size_t w = 0; w < snapshots_.size(); ++w) {
+      for (std::size_t r = 0; r < snapshots_[w].ranks.size(); ++r) {
+        series(name, w, r, "");
+        appendNumber(out_, get(snapshots_[w].ranks[r]));
+        out_ += '\n';
+      }
     }
   }
 
   void requestSuccess() {
     constexpr std::string_view kName = "vllm:request_success_total";
     header(kName, "counter", "Count of successfully processed requests.");
-    for (std::size_t r = 0; r < s_.ranks.size(); ++r) {
-      for (std::size_t i = 0; i < kNumFinishedReasons; ++i) {
-        series(kName, r, ",finished_reason=\"" + std::string(kReasonNames[i]) + "\"");
-        appendNumber(out_, s_.ranks[r].request_success[i]);
-        out_ += '\n';
+    for (std::size_t w = 0; w < snapshots_.size(); ++w) {
+      for (std::size_t r = 0; r < snapshots_[w].ranks.size(); ++r) {
+        for (std::size_t i = 0; i < kNumFinishedReasons; ++i) {
+          series(kName, w, r, ",finished_reason=\"" + std::string(kReasonNames[i]) + "\"");
+          appendNumber(out_, snapshots_[w].ranks[r].request_success[i]);
+          out_ += '\n';
+        }
       }
     }
   }
@@ -107,48 +113,55 @@ class Exposition {
   void histogram(std::string_view name, std::string_view help, Histogram RankMetrics::*member) {
     header(name, "histogram", help);
     const std::string bucket = std::string(name) + "_bucket";
-    for (std::size_t r = 0; r < s_.ranks.size(); ++r) {
-      const Histogram& h = s_.ranks[r].*member;
-      std::uint64_t cumulative = 0;
-      for (std::size_t i = 0; i <= h.bounds.size(); ++i) {
-        cumulative += h.counts[i];
-        std::string le = ",le=\"";
-        if (i < h.bounds.size()) {
-          appendNumber(le, h.bounds[i]);
-        } else {
-          le += "+Inf";
+    for (std::size_t w = 0; w < snapshots_.size(); ++w) {
+      for (std::size_t r = 0; r < snapshots_[w].ranks.size(); ++r) {
+        const Histogram& h = snapshots_[w].ranks[r].*member;
+        std::uint64_t cumulative = 0;
+        for (std::size_t i = 0; i <= h.bounds.size(); ++i) {
+          cumulative += h.counts[i];
+          std::string le = ",le=\"";
+          if (i < h.bounds.size()) {
+            appendNumber(le, h.bounds[i]);
+          } else {
+            le += "+Inf";
+          }
+          series(bucket, w, r, le + "\"");
+          appendNumber(out_, cumulative);
+          out_ += '\n';
         }
-        series(bucket, r, le + "\"");
-        appendNumber(out_, cumulative);
+        series(std::string(name) + "_sum", w, r, "");
+        appendNumber(out_, h.sum);
+        out_ += '\n';
+        series(std::string(name) + "_count", w, r, "");
+        appendNumber(out_, h.count);
         out_ += '\n';
       }
-      series(std::string(name) + "_sum", r, "");
-      appendNumber(out_, h.sum);
-      out_ += '\n';
-      series(std::string(name) + "_count", r, "");
-      appendNumber(out_, h.count);
-      out_ += '\n';
     }
   }
 
-  void service(std::string_view name, std::string_view help, std::uint64_t value) {
+  /// One series per snapshot of a process-wide (per worker) counter.
+  void service(std::string_view name, std::string_view help,
+               std::uint64_t ServiceMetrics::*member) {
     header(name, "counter", help);
-    out_ += name;
-    out_ += "{" + labels_ + "} ";
-    appendNumber(out_, value);
-    out_ += '\n';
+    for (std::size_t w = 0; w < snapshots_.size(); ++w) {
+      out_ += name;
+      out_ += "{" + labels_[w] + "} ";
+      appendNumber(out_, snapshots_[w].service.*member);
+      out_ += '\n';
+    }
   }
 
   std::string take() { return std::move(out_); }
 
  private:
-  void series(std::string_view name, std::size_t rank, const std::string& extra) {
+  void series(std::string_view name, std::size_t worker, std::size_t rank,
+              const std::string& extra) {
     out_ += name;
-    out_ += "{" + labels_ + ",engine=\"" + std::to_string(rank) + "\"" + extra + "} ";
+    out_ += "{" + labels_[worker] + ",engine=\"" + std::to_string(rank) + "\"" + extra + "} ";
   }
 
-  const MetricsSnapshot& s_;
-  std::string labels_;  // model_name, and worker when set
+  std::span<const MetricsSnapshot> snapshots_;
+  std::vector<std::string> labels_;  // per snapshot: model_name, and worker when set
   std::string out_;
 };
 
@@ -293,8 +306,12 @@ MetricsSnapshot MetricsBoard::read() const {
   return published_;
 }
 
-std::string renderPrometheus(const MetricsSnapshot& s) {
-  Exposition e(s);
+std::string renderPrometheus(const MetricsSnapshot& snapshot) {
+  return renderPrometheus(std::span<const MetricsSnapshot>(&snapshot, 1));
+}
+
+std::string renderPrometheus(std::span<const MetricsSnapshot> snapshots) {
+  Exposition e(snapshots);
   using R = RankMetrics;
   e.perRank("vllm:num_requests_running", "gauge", "Number of requests in model execution batches.",
             [](const R& m) { return m.num_requests_running; });
@@ -328,25 +345,26 @@ std::string renderPrometheus(const MetricsSnapshot& s) {
               "Histogram of time spent in PREFILL phase for request.", &R::request_prefill_time);
   e.histogram("vllm:request_decode_time_seconds",
               "Histogram of time spent in DECODE phase for request.", &R::request_decode_time);
-  const ServiceMetrics& m = s.service;
+  using M = ServiceMetrics;
   e.service("mocker:backpressure_cancels_total",
             "Requests abandoned because their client did not read its outputs.",
-            m.backpressure_cancels);
+            &M::backpressure_cancels);
   e.service("mocker:disconnect_cancels_total",
             "Active requests cancelled because their client's connection closed.",
-            m.disconnect_cancels);
+            &M::disconnect_cancels);
   e.service("mocker:malformed_messages_total", "Client messages that could not be decoded.",
-            m.malformed_messages);
+            &M::malformed_messages);
   e.service("mocker:rejected_submits_total", "Submits refused (limits, validation, memory).",
-            m.rejected_submits);
+            &M::rejected_submits);
   e.service("mocker:limit_rejections_total", "Submits refused by a [limits] limit.",
-            m.limit_rejections);
+            &M::limit_rejections);
   e.service("mocker:kv_event_batches_published_total", "KV-event batches published.",
-            m.kv_event_batches_published);
+            &M::kv_event_batches_published);
   e.service("mocker:replay_requests_served_total", "KV-event replay requests answered.",
-            m.replay_requests_served);
-  e.service("mocker:output_messages_total", "Output messages sent to clients.", m.output_messages);
-  e.service("mocker:passes_total", "Forward passes computed, all ranks.", m.passes);
+            &M::replay_requests_served);
+  e.service("mocker:output_messages_total", "Output messages sent to clients.",
+            &M::output_messages);
+  e.service("mocker:passes_total", "Forward passes computed, all ranks.", &M::passes);
   return e.take();
 }
 

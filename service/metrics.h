@@ -108,6 +108,9 @@ std::string formatStatsLine(const StatsLine& line);
 
 /// The Prometheus text exposition format 0.0.4 of `snapshot` (HELP, TYPE, one series per rank).
 std::string renderPrometheus(const MetricsSnapshot& snapshot);
+/// The same for several workers (a fleet): each metric family once, with one series per rank of
+/// every snapshot, told apart by their `worker` labels.
+std::string renderPrometheus(std::span<const MetricsSnapshot> snapshots);
 
 /// Per-request timelines and counters. Loop thread only.
 class MetricsRecorder final {

@@ -53,7 +53,7 @@ std::optional<MetricsPublisher::Clock::time_point> MetricsPublisher::onTurn(Cloc
   const bool stats_on = stats_every_ > Clock::duration::zero();
   const bool stats_due = stats_on && now - last_stats_log_ >= stats_every_;
   const bool publish_due =
-      http_ && (changed_ || unpublished_) && now - last_publish_ >= kPublishInterval;
+      served() && (changed_ || unpublished_) && now - last_publish_ >= kPublishInterval;
   if (publish_due || stats_due) {
     const MetricsSnapshot& snapshot = collectSnapshot();
     if (publish_due) {
@@ -66,7 +66,7 @@ std::optional<MetricsPublisher::Clock::time_point> MetricsPublisher::onTurn(Cloc
   }
   std::optional<Clock::time_point> wake;
   const auto wakeBy = [&wake](Clock::time_point t) { wake = wake ? std::min(*wake, t) : t; };
-  if (http_) {
+  if (served()) {
     wakeBy(now + kLivenessInterval);
     if (changed_ || unpublished_) wakeBy(last_publish_ + kPublishInterval);
   }
@@ -75,7 +75,7 @@ std::optional<MetricsPublisher::Clock::time_point> MetricsPublisher::onTurn(Cloc
 }
 
 void MetricsPublisher::publishFinal() {
-  if (!http_) return;
+  if (!served()) return;
   // The loop is done: waiting for a scrape's copy here costs nothing.
   const MetricsSnapshot& snapshot = collectSnapshot();
   while (!board_.tryPublish(snapshot)) std::this_thread::yield();

@@ -47,6 +47,11 @@ class MetricsPublisher final {
 
   /// Binds [endpoints.http] when enabled; "" or the bound "http://HOST:PORT".
   Result<std::string> startHttp(const HttpEndpointConfig& config);
+  /// The process serves HTTP for this loop elsewhere (a fleet's one endpoint reads board()):
+  /// publish snapshots and turn at least once a second as with HTTP on, but bind nothing.
+  void serveExternally() { external_ = true; }
+  /// The board the HTTP thread reads; lives as long as this publisher.
+  const MetricsBoard& board() const { return board_; }
 
   // What the loop saw (each marks the metrics changed).
   void onSubmit(engine::RequestId id, std::uint32_t rank, double now_ms,
@@ -76,12 +81,15 @@ class MetricsPublisher final {
  private:
   const MetricsSnapshot& collectSnapshot();
   void logStats(const MetricsSnapshot& snapshot, Clock::time_point now);
+  /// Whether anyone reads the board (own HTTP server, or the fleet's).
+  bool served() const { return http_ != nullptr || external_; }
 
   MetricsRecorder recorder_;
   MetricsBoard board_;  // shared with the HTTP thread: declared before http_, outlives it
   std::unique_ptr<HttpServer> http_;
   std::shared_ptr<spdlog::logger> log_;
   Collect collect_;
+  bool external_ = false;          // serveExternally()
   Clock::duration stats_every_{};  // zero: no stats line
   bool changed_ = true;            // since the last publish
   bool unpublished_ = false;       // a publish found the board busy: retry soon

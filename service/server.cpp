@@ -136,7 +136,7 @@ class Server::Impl {
       : config_(std::move(config)),
         options_(options),
         engine_(std::move(engine)),
-        log_(serveLogger()),
+        log_(options_.log_name.empty() ? serveLogger() : serveLogger()->clone(options_.log_name)),
         routes_(kGoneAfter),
         metrics_(config_, log_, start_,
                  [this](std::vector<engine::LoadMetrics>& load, ServiceMetrics& service) {
@@ -147,6 +147,7 @@ class Server::Impl {
   Status run();
   void requestStop() { stop_event_.notify(); }
   std::uint64_t numRefusedHandshakes() const { return zap_ ? zap_->numRefused() : 0; }
+  const MetricsBoard& metricsBoard() const { return metrics_.board(); }
 
   BoundEndpoints endpoints;
   ServerCounters counters;
@@ -257,7 +258,10 @@ class Server::Impl {
   LoopClock clock_{start_};
   Clock::time_point accept_from_ = start_;
 
-  zmq::context_t context_{1};
+  // The context: options_.context when given (shared by a fleet), else one of this server's own.
+  std::shared_ptr<zmq::context_t> context_owner_ =
+      options_.context ? options_.context : std::make_shared<zmq::context_t>(1);
+  zmq::context_t& context_ = *context_owner_;
   std::optional<CurveServerKeys> curve_;  // set iff security.curve
   std::unique_ptr<ZapHandler> zap_;       // before every socket: destroyed after them
   zmq::socket_t submit_;
@@ -404,7 +408,9 @@ Status Server::Impl::init() {
                                *rank.fpm_sink));
     }
   }
-  if (config_.endpoints.http.enabled) {
+  if (options_.external_http) {
+    metrics_.serveExternally();
+  } else if (config_.endpoints.http.enabled) {
     MOCKER_TRY(endpoints.http, metrics_.startHttp(config_.endpoints.http));
   }
   if (config_.service.startup_time_s) {
@@ -1257,6 +1263,11 @@ Server::~Server() = default;
 
 Result<std::unique_ptr<Server>> Server::create(ServiceConfig config, ServerOptions options) {
   MOCKER_TRY_VOID(validateServiceConfig(config));
+  if (options.context && config.security.curve) {
+    return invalidArgument(
+        "a shared ZeroMQ context cannot be used with security.curve (one ZAP handler per "
+        "context): give each CURVE server its own");
+  }
   MOCKER_TRY(engine::Engine engine, engine::Engine::create(config.engine));
   auto impl = std::make_unique<Impl>(std::move(config), options, std::move(engine));
   MOCKER_TRY_VOID(impl->init());
@@ -1267,6 +1278,7 @@ const BoundEndpoints& Server::endpoints() const { return impl_->endpoints; }
 Status Server::run() { return impl_->run(); }
 void Server::requestStop() { impl_->requestStop(); }
 const ServerCounters& Server::counters() const { return impl_->counters; }
+const MetricsBoard& Server::metricsBoard() const { return impl_->metricsBoard(); }
 std::uint64_t Server::numRefusedHandshakes() const { return impl_->numRefusedHandshakes(); }
 
 }  // namespace mocker::service

@@ -36,7 +36,13 @@
 #include "base/result.h"
 #include "service/config.h"
 
+namespace zmq {
+class context_t;
+}
+
 namespace mocker::service {
+
+class MetricsBoard;
 
 /// The resolved endpoints (ephemeral ports filled in), for logs and tests.
 struct BoundEndpoints {
@@ -78,6 +84,18 @@ struct ServerOptions {
   /// (`engine.startup_time_s`), just before the first request is read. `mocker serve` prints
   /// `ready` here. Not called when a stop comes first.
   std::function<void()> on_ready;
+  /// The ZeroMQ context to open the sockets in (a fleet shares one, and its I/O threads, between
+  /// its workers); null = a context of this server's own. Not with security.curve: a context has
+  /// one ZAP handler, so each CURVE server needs its own context.
+  std::shared_ptr<zmq::context_t> context;
+  /// The process serves this server's /metrics, /health and /ready elsewhere (a fleet's one
+  /// HTTP endpoint reads metricsBoard()): endpoints.http is not bound, but the loop publishes
+  /// its metrics and turns at least once a second as with HTTP on.
+  bool external_http = false;
+  /// The logger name of this server's lines ("" = "serve"); a fleet names each worker's
+  /// "serve[<worker id>]" so that its lines (the stats line included) can be told apart. Same
+  /// sinks and level as "serve".
+  std::string log_name;
 };
 
 class Server final {
@@ -96,6 +114,9 @@ class Server final {
 
   /// Asks run() to stop. Async-signal-safe; callable from any thread.
   void requestStop();
+
+  /// What the HTTP thread reads (ServerOptions::external_http); lives as long as the server.
+  const MetricsBoard& metricsBoard() const;
 
   /// Counters; read only from the run() thread or after run() returned.
   const ServerCounters& counters() const;

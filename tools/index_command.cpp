@@ -10,6 +10,7 @@
 #include <optional>
 #include <sstream>
 
+#include "service/fleet.h"
 #include "service/logging.h"
 #include "service/security.h"
 #include "tools/cli_options.h"
@@ -77,8 +78,11 @@ IndexCommand::IndexCommand(CLI::App& app) {
   cmd_->add_option("--worker", f.workers,
                    "ID[/RANK]=tcp://HOST:PORT[,replay=EP][,snapshot=EP][,dp=N][,topic=T] "
                    "(repeatable; one per worker, or one per rank with /RANK)")
-      ->required()
       ->take_all();
+  cmd_->add_option("--fleet", f.fleet_file,
+                   "every worker and rank of a `mocker serve --fleet-file FILE` (its KV-event, "
+                   "replay and submit endpoints; its block size is the token queries' default)")
+      ->option_text("FILE");
   cmd_->add_option("--query-endpoint", f.query_endpoint,
                    "ROUTER for overlap/stats/verify queries (binds); 'none' disables")
       ->capture_default_str();
@@ -160,6 +164,40 @@ int IndexCommand::run(std::ostream& out, std::ostream& err) {
   }
   service::setupLogging(*level);
   index::IndexServiceConfig config;
+  if (f.workers.empty() && f.fleet_file.empty()) {
+    err << "mocker index: give the workers: --worker ... (one per worker) or --fleet FILE\n";
+    return 2;
+  }
+  std::uint32_t block_size = f.block_size;
+  if (!f.fleet_file.empty()) {
+    auto manifest = service::loadFleetManifest(f.fleet_file);
+    if (!manifest) {
+      err << "mocker index: --fleet: " << manifest.error().message << "\n";
+      return 2;
+    }
+    for (const service::FleetManifest::Worker& w : manifest->workers) {
+      for (std::uint32_t r = 0; r < w.ranks.size(); ++r) {
+        if (w.ranks[r].kv_events.empty()) {
+          err << "mocker index: --fleet: worker " << w.worker_id
+              << " publishes no KV events (its kv_events endpoint is null)\n";
+          return 2;
+        }
+        config.workers.push_back({.worker_id = w.worker_id,
+                                  .dp_rank = r,
+                                  .events = w.ranks[r].kv_events,
+                                  .replay = w.ranks[r].kv_replay,
+                                  .snapshot = w.submit});
+      }
+    }
+    if (cmd_->get_option("--block-size")->count() == 0) {
+      if (manifest->block_size > index::kMaxQueryBlockSize) {
+        err << "mocker index: --fleet: block_size " << manifest->block_size
+            << " is above the query limit " << index::kMaxQueryBlockSize << "\n";
+        return 2;
+      }
+      block_size = manifest->block_size;
+    }
+  }
   for (const std::string& spec : f.workers) {
     auto parsed = index::parseWorkerSpec(spec);
     if (!parsed) {
@@ -194,7 +232,7 @@ int IndexCommand::run(std::ostream& out, std::ostream& err) {
       config.worker_curve_publishers = f.worker_curve_publishers;
     }
   }
-  config.block_size = f.block_size;
+  config.block_size = block_size;
   config.seeds = {f.hash_seed, f.chain_seed};
   config.sub_rcvhwm = f.rcvhwm;
   config.linger_ms = f.linger_ms;

@@ -24,6 +24,7 @@ namespace mocker::tools {
 
 struct IndexFlags {
   std::vector<std::string> workers;
+  std::string fleet_file;  ///< --fleet: every worker and rank of a `mocker serve --fleet-file`
   std::string query_endpoint = "tcp://127.0.0.1:5560";
   std::uint32_t block_size = 64;  ///< = a default mocker serve's (vllm) block size
   std::uint64_t hash_seed = 1337;

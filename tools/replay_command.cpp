@@ -28,6 +28,7 @@
 #include "engine/config.h"
 #include "publishers/endpoint.h"
 #include "service/config.h"
+#include "service/fleet.h"
 #include "tools/build_info.h"
 #include "tools/cli_options.h"
 
@@ -560,6 +561,11 @@ ReplayCommand::ReplayCommand(CLI::App& app) {
                    "submit port + 1)")
       ->option_text("EP")
       ->group(live_group);
+  cmd_->add_option("--fleet", f.fleet_file,
+                   "every worker of a `mocker serve --fleet-file FILE` (their submit and cancel "
+                   "endpoints), instead of --connect; implies --mode live")
+      ->option_text("FILE")
+      ->group(live_group);
   auto* curve_server =
       cmd_->add_option("--curve-server-key-file", f.curve_server_key_file,
                        "CURVE: the servers' public key file (NAME.pub of their key pair; every "
@@ -705,6 +711,22 @@ Result<std::vector<replay::LiveTarget>> liveTargets(const ReplayFlags& f) {
 
 Status ReplayCommand::applyAliases() {
   ReplayFlags& f = flags_;
+  if (!f.fleet_file.empty()) {
+    // --fleet is one --connect / --connect-cancel pair per worker, read from the file.
+    if (!f.connect.empty() || !f.connect_cancel.empty()) {
+      return invalidArgument(
+          "--fleet replaces --connect and --connect-cancel: give one or the other");
+    }
+    if (cmd_->count("--mode") > 0 && f.mode == "offline") {
+      return invalidArgument("--fleet is for --mode live (got --mode offline)");
+    }
+    auto manifest = service::loadFleetManifest(f.fleet_file);
+    if (!manifest) return invalidArgument("--fleet: " + manifest.error().message);
+    for (const service::FleetManifest::Worker& w : manifest->workers) {
+      f.connect.push_back(w.submit);
+      f.connect_cancel.push_back(w.cancel);
+    }
+  }
   if (cmd_->count("--num-prompts") > 0) {
     if (f.turns_per_session != 1) {
       return invalidArgument(

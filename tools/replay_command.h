@@ -39,11 +39,12 @@ struct ReplayFlags {
   std::string mode = "offline";
   std::vector<std::string> connect;         ///< live: submit endpoints, one per server
   std::vector<std::string> connect_cancel;  ///< live: cancel endpoints (default: port + 1)
-  std::string curve_server_key_file;        ///< live: CURVE, the servers' public key file
-  std::string curve_secret_key_file;        ///< live: CURVE, this client's secret key file
-  double request_timeout_s = 600.0;         ///< live: cancel a request after this long
-  double connect_timeout_s = 10.0;          ///< live: start-up handshake with every server
-  double stats_interval_ms = 1000.0;        ///< live: `stats` poll period, 0 = off
+  std::string fleet_file;             ///< live: --fleet, every worker's submit and cancel endpoints
+  std::string curve_server_key_file;  ///< live: CURVE, the servers' public key file
+  std::string curve_secret_key_file;  ///< live: CURVE, this client's secret key file
+  double request_timeout_s = 600.0;   ///< live: cancel a request after this long
+  double connect_timeout_s = 10.0;    ///< live: start-up handshake with every server
+  double stats_interval_ms = 1000.0;  ///< live: `stats` poll period, 0 = off
   // Trace options.
   std::uint32_t trace_block_size = 512;
   double arrival_speedup_ratio = 1.0;

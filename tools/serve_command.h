@@ -5,6 +5,7 @@
 #pragma once
 
 #include <ostream>
+#include <string>
 
 #include "tools/serve_flags.h"
 
@@ -18,6 +19,7 @@ struct ServeCommand {
   CLI::App* cmd = nullptr;
   ServeFlags flags;
   bool drain = false;
+  std::string fleet_file;  ///< --fleet-file: the fleet manifest, written after binding
 };
 
 /// Registers the `serve` subcommand on `app`. `command` must outlive parsing.

@@ -129,6 +129,9 @@ const std::initializer_list<Group> kGroups = {
     {"--log-format", "logging.format", "text | json (one JSON object per line)"},
     {"--log-stats-interval", "logging.stats_interval_s", "seconds between \"Running: N reqs, ...\" lines; 0 = off"},
   }},
+  {"Fleet ([fleet])", {
+    {"--num-workers", "fleet.num_workers", "simulated workers in this process, each with its own engine, ports and worker id (fpm.worker_id + i)"},
+  }},
 };
 // clang-format on
 
@@ -240,6 +243,10 @@ void addServeFlags(CLI::App& app, ServeFlags& flags, ConfigUse use) {
   const service::ServiceConfig defaults;
   for (const Group& group : kGroups) {
     for (const FlagSpec& spec : group.flags) {
+      // An engine-only command (`mocker replay`) has a --num-workers of its own (offline workers).
+      if (use == ConfigUse::EngineOnly && std::string_view(spec.key) == "fleet.num_workers") {
+        continue;
+      }
       ServeFlags::Binding& b = flags.bindings.emplace_back();
       const std::string names = spec.names;
       b.flag = names.substr(0, names.find(','));

@@ -8,6 +8,7 @@ from its stdout. Nothing sleeps to wait for an event: every wait polls with a de
 only Debian's python3-zmq, python3-msgpack and python3-xxhash.
 """
 
+import json
 import os
 import select
 import signal
@@ -24,7 +25,8 @@ import zmq
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from mocker_client import (MockerClient, ProtocolError, ServerError,  # noqa: E402
-                           SubmitRejected, decode_message, encode_message, read_key_file)
+                           SubmitRejected, decode_message, encode_message, load_fleet,
+                           read_key_file)
 
 MOCKER_BIN = None
 STARTUP_TIMEOUT_S = 10.0
@@ -68,8 +70,8 @@ class Serve:
         for line in lines[:lines.index(b"ready")]:
             name, endpoint = line.decode().split(" ", 1)
             self.endpoints[name] = endpoint
-        self.submit = self.endpoints["submit"]
-        self.cancel = self.endpoints["cancel"]
+        self.submit = self.endpoints.get("submit")  # N > 1: worker[I].submit, ...
+        self.cancel = self.endpoints.get("cancel")
 
     def client(self, routing_id=None):
         return MockerClient.connect(self.submit, self.cancel, routing_id=routing_id)
@@ -98,6 +100,9 @@ class Serve:
             assert code == 0, "mocker serve exited with %s: %s" % (code, self.stderr_text())
         self.proc.stdout.close()
         self.stderr.close()
+
+
+SOURCE_DIR = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def poll_until(predicate, what, timeout=WAIT_S, interval=0.005):
@@ -796,6 +801,105 @@ class DecoderTest(unittest.TestCase):
             with self.subTest(raw=raw):
                 with self.assertRaises(ProtocolError):
                     decode_message(raw)
+
+
+class FleetTest(unittest.TestCase):
+    """`mocker serve --num-workers 4 --fleet-file`: the fleet file's consumers against a real
+    child process on ephemeral ports — this client (load_fleet), `mocker replay --mode live
+    --fleet` and `mocker index --fleet --verify --once`."""
+
+    def setUp(self):
+        self.dir = tempfile.TemporaryDirectory(prefix="mocker-fleet-")
+        self.fleet_file = os.path.join(self.dir.name, "fleet.json")
+
+    def tearDown(self):
+        self.dir.cleanup()
+
+    def test_fleet_file_drives_clients_live_replay_and_index(self):
+        serve = Serve("--num-workers", "4", "--dp-size", "2", "--fpm-worker-id", "100",
+                      "--fleet-file", self.fleet_file, "--speedup-ratio", "0")
+        try:
+            fleet = load_fleet(self.fleet_file)  # written before `ready`
+            self.assertEqual(fleet.dp_size, 2)
+            self.assertEqual(fleet.block_size, 64)
+            self.assertEqual(fleet.engine_type, "vllm")
+            self.assertEqual(fleet.http, serve.endpoints["http"])
+            self.assertEqual([w.worker_id for w in fleet.workers], [100, 101, 102, 103])
+            addresses = set()
+            for i, w in enumerate(fleet.workers):
+                # The file says what the process printed, resolved (no `*`).
+                self.assertEqual(w.submit, serve.endpoints["worker[%d].submit" % i])
+                self.assertEqual(w.cancel, serve.endpoints["worker[%d].cancel" % i])
+                self.assertEqual(serve.endpoints["worker[%d].worker_id" % i], str(w.worker_id))
+                for r in w.ranks:
+                    self.assertEqual(r.kv_events,
+                                     serve.endpoints["worker[%d].kv_events[%d]" % (i, r.dp_rank)])
+                    addresses.update([r.kv_events, r.kv_replay, r.fpm])
+                addresses.update([w.submit, w.cancel])
+            self.assertEqual(len(addresses), 4 * (2 + 3 * 2))
+            self.assertFalse(any(a.endswith(":*") for a in addresses))
+            # Each worker answers on its own submit socket, stats included.
+            for w in fleet.workers:
+                with MockerClient.connect(w.submit, w.cancel) as c:
+                    c.submit("probe", prompt=list(range(1, 9)), max_tokens=2)
+                    self.assertEqual(len(list(c.stream("probe"))), 2)
+                    self.assertEqual(len(c.stats()["ranks"]), 2)
+            # A live replay over the 4 workers (cancel endpoints from the file), then the index
+            # of all 8 (worker, rank) streams must match every worker's kv_snapshot.
+            trace = os.path.join(SOURCE_DIR, "tests", "data", "tiny_trace.jsonl")
+            report = os.path.join(self.dir.name, "report.json")
+            r = subprocess.run([MOCKER_BIN, "replay", trace, "--fleet", self.fleet_file,
+                                "--router", "round_robin", "--arrival-speedup-ratio", "100",
+                                "--report-json", report],
+                               capture_output=True, text=True, timeout=60)
+            self.assertEqual(r.returncode, 0, r.stderr)
+            with open(report) as f:
+                identity = json.load(f)["identity"]
+            self.assertEqual(identity["servers"], [w.submit for w in fleet.workers])
+            r = subprocess.run([MOCKER_BIN, "index", "--fleet", self.fleet_file, "--verify",
+                                "--once", "--query-endpoint", "none", "--stats-interval-s", "0"],
+                               capture_output=True, text=True, timeout=60)
+            self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+            for w in fleet.workers:
+                for rank in (0, 1):
+                    self.assertIn("worker %d rank %d: " % (w.worker_id, rank), r.stdout)
+            self.assertNotIn("differ", r.stdout)
+            self.assertEqual(r.stdout.count(" — same"), 8, r.stdout)
+            # SIGTERM stops every worker; each logs under its own name.
+            self.assertEqual(serve.terminate(), 0, serve.stderr_text())
+            log = serve.stderr_text()
+            for w in fleet.workers:
+                self.assertIn("[serve[%d]] shutting down" % w.worker_id, log)
+        finally:
+            serve.close()
+
+    def test_load_fleet_names_what_is_wrong(self):
+        for text, needle in [("nope", "not JSON"), ("[]", "not a mocker fleet file"),
+                             ('{"format": "mocker-fleet", "version": 9}', "version 9"),
+                             ('{"format": "mocker-fleet", "version": 1, "mocker_version": "x",'
+                              ' "model_name": "m", "engine_type": "vllm", "block_size": 64,'
+                              ' "dp_size": 1, "http": null, "workers": []}', "workers")]:
+            with self.subTest(text=text):
+                with open(self.fleet_file, "w") as f:
+                    f.write(text)
+                with self.assertRaises(ValueError) as cm:
+                    load_fleet(self.fleet_file)
+                self.assertIn(needle, str(cm.exception))
+                self.assertIn(self.fleet_file, str(cm.exception))
+
+    def test_second_process_on_the_same_http_port_names_the_flag(self):
+        first = Serve()
+        try:
+            port = first.endpoints["http"].rsplit(":", 1)[1]
+            eph = ["--submit-endpoint", EPHEMERAL, "--cancel-endpoint", EPHEMERAL,
+                   "--kv-events-endpoint", EPHEMERAL, "--kv-replay-endpoint", EPHEMERAL,
+                   "--fpm-endpoint", EPHEMERAL]
+            r = subprocess.run([MOCKER_BIN, "serve", *eph, "--http-endpoint", "127.0.0.1:" + port],
+                               capture_output=True, text=True, timeout=30)
+            self.assertEqual(r.returncode, 1, r.stderr)
+            self.assertIn("give --http-endpoint another address", r.stderr)
+        finally:
+            first.close()
 
 
 def main():

@@ -219,6 +219,25 @@ def bench_fleet(ctx):
              show(cmd, ctx.build))]
 
 
+def bench_fleet_inproc(ctx):
+    """`mocker serve --num-workers`: 256 idle workers, and a live replay over 64 (fleet_bench.py)."""
+    script = os.path.join(ROOT, "tests", "bench", "fleet_bench.py")
+    mocker = os.path.join(ctx.build, "tools", "mocker")
+    idle_cmd = ["/usr/bin/python3", script, "--mocker", mocker, "idle", "--workers", "256"]
+    i = json_lines(run(idle_cmd))[0]
+    replay_cmd = ["/usr/bin/python3", script, "--mocker", mocker, "replay", "--workers", "64",
+                  "--speedup-ratio", "10"]
+    r = json_lines(run(replay_cmd))[0]
+    return [("256-worker fleet in one process (`--num-workers 256`), default engine",
+             f"ready {fmt(i['ready_s'], 2)} s after start, {fmt(i['rss_mib'], 1)} MiB RSS "
+             f"({i['threads']} threads), idle CPU {fmt(i['idle_cpu_pct'], 2)} % of one core",
+             show(idle_cmd, ctx.build)),
+            ("64-worker fleet, live replay (1,000 trace requests) at speedup 10: pass lateness",
+             f"p50 {fmt(r['p50_median_ms'], 3)} ms (worst worker {fmt(r['p50_max_ms'], 3)}), "
+             f"p99 {fmt(r['p99_median_ms'], 2)} ms (worst {fmt(r['p99_max_ms'], 2)}), "
+             f"{r['passes']:,} passes, {r['resyncs']} resyncs", show(replay_cmd, ctx.build))]
+
+
 def bench_live_fidelity(ctx):
     """Live vs offline at speedups 10 and 50 (tests/bench/live_fidelity.py, its defaults)."""
     script = os.path.join(ROOT, "tests", "bench", "live_fidelity.py")
@@ -246,6 +265,7 @@ BENCHES = {
     "index": bench_index,
     "queued": bench_queued_rss,
     "fleet": bench_fleet,
+    "fleet_inproc": bench_fleet_inproc,
     "live_fidelity": bench_live_fidelity,
 }
 

@@ -362,9 +362,9 @@ const std::vector<BadConfig> kBadConfigs = {
     {"WildcardHostCollides",
      "\n[endpoints.fpm]\nendpoint = \"tcp://*:5555\"\n",
      {"bad.toml:3:12", "endpoints.fpm.endpoint", "collides"}},
-    {"DpOffsetCollision",
-     "\n[engine]\ndp_size = 2\n",
-     {"bad.toml:3:11", "endpoints.kv_replay.endpoint", "dp_rank 1", "dp_size (2)"}},
+    {"DpOffsetCollision",  // endpoints given: the default port plan does not apply
+     "\n[engine]\ndp_size = 2\n[endpoints.kv_events]\nendpoint = \"tcp://127.0.0.1:5557\"\n",
+     {"bad.toml:5:12", "endpoints.kv_replay.endpoint", "dp_rank 1", "dp_size (2)"}},
     {"DpOffsetPortOverflow",
      "\n[engine]\ndp_size = 2\n[kv_events]\nreplay_enabled = false\n[endpoints.fpm]\nendpoint = "
      "\"tcp://127.0.0.1:65535\"\n",
@@ -1071,6 +1071,7 @@ TEST(ServiceConfigTest, EveryKeyHasAReader) {
       {"service.worker_label", "metrics.cpp worker label (PrometheusTextTest.WorkerLabel*)"},
       {"endpoints.http.endpoint", "http_server.cpp bind (HttpServeTest)"},
       {"endpoints.http.enabled", "server.cpp init (HttpServeTest.NoHttp*)"},
+      {"fleet.num_workers", "fleet.cpp Fleet::create (FleetTest)"},
   };
   std::set<std::string> keys;
   for (const std::string& key : configKeys()) {

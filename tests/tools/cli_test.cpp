@@ -232,7 +232,8 @@ TEST(CliConfigTest, FlagErrorsNameTheFlag) {
             "--timing-model: engine.timing_profile_path is required"},
            {{"--timing-profile", "/nonexistent/p.json"},
             "--timing-profile: engine.timing_profile_path"},
-           {{"--dp-size", "2"}, "--dp-size: endpoints.kv_replay.endpoint"},
+           {{"--dp-size", "2", "--kv-events-endpoint", "tcp://127.0.0.1:5557"},
+            "--kv-events-endpoint: endpoints.kv_replay.endpoint"},
            {{"--kv-events-max-queue-size", "5"},
             "--kv-events-max-queue-size: kv_events.max_queue_size: not supported"},
        }) {
@@ -247,8 +248,11 @@ TEST(CliConfigTest, FlagErrorsNameTheFlag) {
 
 TEST(CliConfigTest, OfflineReplayChecksEngineRulesButNotEndpointRules) {
   const TempFile trace("t.jsonl", "{\"timestamp\": 0, \"output_length\": 2, \"hash_ids\": [1]}\n");
-  // dp_size 2 with the default ports: a service's endpoints collide, an offline replay opens none.
-  EXPECT_EQ(run({"config", "--dp-size", "2"}).code, 2);
+  // dp_size 2 with given ports that collide: a service's endpoints collide, an offline replay
+  // opens none. (With no endpoint given the default port plan spaces them: PortPlanTest.)
+  EXPECT_EQ(run({"config", "--dp-size", "2", "--kv-events-endpoint", "tcp://127.0.0.1:5557"}).code,
+            2);
+  EXPECT_EQ(run({"config", "--dp-size", "2"}).code, 0);
   const auto ok = run({"replay", trace.path(), "--dp-size", "2"});
   EXPECT_EQ(ok.code, 0) << ok.err;
   // The engine's rules still apply, with the same message as for a service.
