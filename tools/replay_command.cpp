@@ -663,6 +663,22 @@ Result<std::string> defaultEndpointAfter(const std::string& submit, std::uint32_
 
 /// --connect-kv-events / --connect-kv-replay: one per server, or none (the default layout).
 Status addKvEndpoints(const ReplayFlags& f, std::vector<replay::LiveTarget>& targets) {
+  if (!f.fleet_kv_events.empty() && f.connect_kv_events.empty() && f.connect_kv_replay.empty()) {
+    // --fleet: every rank's endpoints, as the file names them.
+    for (std::size_t i = 0; i < targets.size(); ++i) {
+      for (std::size_t r = 0; r < f.fleet_kv_events[i].size(); ++r) {
+        if (f.fleet_kv_events[i][r].empty() || f.fleet_kv_replay[i][r].empty()) {
+          return invalidArgument("--fleet: worker " + std::to_string(i) + " rank " +
+                                 std::to_string(r) +
+                                 " publishes no KV events or has no replay socket; --router kv "
+                                 "needs both (mocker serve --kv-events --kv-replay)");
+        }
+      }
+      targets[i].kv_events = f.fleet_kv_events[i];
+      targets[i].kv_replay = f.fleet_kv_replay[i];
+    }
+    return {};
+  }
   for (const auto& [list, flag, offset] :
        {std::tuple{&f.connect_kv_events, "--connect-kv-events", 2u},
         std::tuple{&f.connect_kv_replay, "--connect-kv-replay", 3u}}) {
@@ -725,7 +741,15 @@ Status ReplayCommand::applyAliases() {
     for (const service::FleetManifest::Worker& w : manifest->workers) {
       f.connect.push_back(w.submit);
       f.connect_cancel.push_back(w.cancel);
+      auto& events = f.fleet_kv_events.emplace_back();
+      auto& replays = f.fleet_kv_replay.emplace_back();
+      for (const service::FleetManifest::Rank& r : w.ranks) {
+        events.push_back(r.kv_events);
+        replays.push_back(r.kv_replay);
+      }
     }
+    // The kv router hashes prompts with the servers' block size: the file says what it is.
+    if (cmd_->count("--router-block-size") == 0) f.router_block_size = manifest->block_size;
   }
   if (cmd_->count("--num-prompts") > 0) {
     if (f.turns_per_session != 1) {

@@ -39,7 +39,10 @@ struct ReplayFlags {
   std::string mode = "offline";
   std::vector<std::string> connect;         ///< live: submit endpoints, one per server
   std::vector<std::string> connect_cancel;  ///< live: cancel endpoints (default: port + 1)
-  std::string fleet_file;             ///< live: --fleet, every worker's submit and cancel endpoints
+  std::string fleet_file;  ///< live: --fleet, every worker's submit and cancel endpoints
+  /// From --fleet: each worker's KV-event PUB and replay ROUTER endpoints, by rank (kv router).
+  std::vector<std::vector<std::string>> fleet_kv_events;
+  std::vector<std::vector<std::string>> fleet_kv_replay;
   std::string curve_server_key_file;  ///< live: CURVE, the servers' public key file
   std::string curve_secret_key_file;  ///< live: CURVE, this client's secret key file
   double request_timeout_s = 600.0;   ///< live: cancel a request after this long

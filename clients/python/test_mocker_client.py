@@ -856,6 +856,15 @@ class FleetTest(unittest.TestCase):
             with open(report) as f:
                 identity = json.load(f)["identity"]
             self.assertEqual(identity["servers"], [w.submit for w in fleet.workers])
+            # The kv router subscribes to every (worker, rank) stream the file names (their
+            # ports follow the fleet's port plan, not "submit + 2") and hashes with its block size.
+            r = subprocess.run([MOCKER_BIN, "replay", trace, "--fleet", self.fleet_file,
+                                "--router", "kv", "--arrival-speedup-ratio", "100",
+                                "--report-json", report],
+                               capture_output=True, text=True, timeout=60)
+            self.assertEqual(r.returncode, 0, r.stderr)
+            with open(report) as f:
+                self.assertEqual(json.load(f)["identity"]["router"], "kv")
             r = subprocess.run([MOCKER_BIN, "index", "--fleet", self.fleet_file, "--verify",
                                 "--once", "--query-endpoint", "none", "--stats-interval-s", "0"],
                                capture_output=True, text=True, timeout=60)

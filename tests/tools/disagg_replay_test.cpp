@@ -150,12 +150,20 @@ TEST(DisaggReplayTest, BothHopsRoute) {
                            R"({"timestamp": 51, "output_length": 20, "hash_ids": [1, 2, 4]})"
                            "\n");
   OfflineReplayOptions o = disagg(2, 2, fixedEngine(), fixedEngine());
-  o.router = RouterKind::Kv;
+  // The prefix-only rule follows the shared prefix to prefill worker 0 every time.
+  o.router = RouterKind::KvPrefix;
   o.disagg->decode_router = RouterKind::Kv;
   const ReplayRun r = runOrDie(w, o);
   EXPECT_EQ(r.stats.handoff->per_prefill_worker, (std::vector<std::uint64_t>{3, 0}));
   EXPECT_EQ(r.stats.handoff->per_decode_worker, (std::vector<std::uint64_t>{2, 1}));
   EXPECT_EQ(r.collector.requests()[1].first_reused_input_tokens, 32u);
+  // The load-aware cost routes over the prefill workers only, and spreads the two requests that
+  // arrive together (51 ms) instead of queueing both behind worker 0.
+  o.router = RouterKind::Kv;
+  const ReplayRun kv = runOrDie(w, o);
+  EXPECT_EQ(kv.stats.handoff->per_prefill_worker.size(), 2u);
+  EXPECT_GE(kv.stats.handoff->per_prefill_worker[1], 1u);
+  EXPECT_EQ(kv.stats.handoff->per_prefill_worker[0] + kv.stats.handoff->per_prefill_worker[1], 3u);
   o.router = RouterKind::RoundRobin;
   o.disagg->decode_router = RouterKind::RoundRobin;
   const ReplayRun rr = runOrDie(w, o);

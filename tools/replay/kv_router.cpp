@@ -168,11 +168,11 @@ std::uint32_t KvCostRouter::select(std::span<const std::uint64_t> hashes,
                         .queued_prefill_tokens = load_.queuedPrefillTokens(c),
                         .decode_blocks = load_.activeBlocks(c) + load_.newBlocks(c, hashes)});
   }
-  const std::span<const double> costs = std::span<const double>(costs_).subspan(first, last - first);
+  const std::span<const double> costs =
+      std::span<const double>(costs_).subspan(first, last - first);
   const std::span<const std::uint64_t> sizes =
       tree_sizes.empty() ? tree_sizes : tree_sizes.subspan(first, last - first);
-  return first + static_cast<std::uint32_t>(
-                     selectByCost(costs, sizes, config_.temperature, rng_));
+  return first + static_cast<std::uint32_t>(selectByCost(costs, sizes, config_.temperature, rng_));
 }
 
 }  // namespace mocker::replay

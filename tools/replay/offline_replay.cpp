@@ -115,6 +115,13 @@ TerminalStatus toStatus(engine::Terminal t) {
   return TerminalStatus::Incomplete;
 }
 
+/// The (worker, rank) slots of `workers`: the kv router's candidates.
+std::size_t totalRanks(const std::vector<engine::Engine>& workers) {
+  std::size_t n = 0;
+  for (const engine::Engine& w : workers) n += w.dpSize();
+  return n;
+}
+
 class OfflineReplay {
  public:
   /// `num_prefill` > 0: workers [0, num_prefill) are prefill workers, the rest decode workers.
@@ -133,9 +140,8 @@ class OfflineReplay {
         num_prefill_(num_prefill),
         tracked_(workers_.size()),
         next_rank_(workers_.size(), 0),
-        cost_router_(workers_.size() * dp_size_, block_size_, options.kv_router,
-                     options.router_seed),
-        first_slot_(workers_.size(), 0) {
+        first_slot_(workers_.size(), 0),
+        cost_router_(totalRanks(workers_), block_size_, options.kv_router, options.router_seed) {
     for (std::uint32_t w = 0; w < workers_.size(); ++w) {
       first_slot_[w] = static_cast<std::uint32_t>(slots_.size());
       for (std::uint32_t r = 0; r < workers_[w].dpSize(); ++r) {
