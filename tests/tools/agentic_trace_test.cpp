@@ -36,14 +36,7 @@ std::string agenticError(const std::string& text, TraceOptions options = {}) {
   return w ? std::string() : w.error().message;
 }
 
-/// A small engine whose passes take a fixed time: prefill 10 ms, decode 2 ms.
-engine::EngineConfig smallEngine() {
-  return engine::EngineConfig{.num_gpu_blocks = 256,
-                              .block_size = 16,
-                              .timing_model = engine::TimingModelKind::Fixed,
-                              .fixed_prefill_ms = 10.0,
-                              .fixed_decode_ms = 2.0};
-}
+using testing::smallEngine;
 
 ReplayCollector replay(const Workload& w, std::optional<std::uint32_t> concurrency = {}) {
   ReplayCollector c;

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "tests/tools/replay_test_util.h"
 #include "tools/replay/collector.h"
 #include "tools/replay/mooncake_trace.h"
 #include "tools/replay/report_output.h"
@@ -23,14 +24,7 @@ Workload parse(const std::string& text, bool require_timestamps = true) {
   return w ? std::move(*w) : Workload{};
 }
 
-/// A small engine whose passes take a fixed time: prefill 10 ms, decode 2 ms.
-engine::EngineConfig smallEngine() {
-  return engine::EngineConfig{.num_gpu_blocks = 256,
-                              .block_size = 16,
-                              .timing_model = engine::TimingModelKind::Fixed,
-                              .fixed_prefill_ms = 10.0,
-                              .fixed_decode_ms = 2.0};
-}
+using testing::smallEngine;
 
 ReplayCollector replayOrDie(const Workload& w, const OfflineReplayOptions& options,
                             OfflineReplayStats* stats_out = nullptr) {

@@ -1,10 +1,12 @@
-// Shared helpers for the replay tests: paths to the repository's trace data.
+// Shared helpers for the replay tests: paths to the repository's trace data, a small engine.
 #pragma once
 
 #include <gtest/gtest.h>
 
 #include <filesystem>
 #include <string>
+
+#include "engine/config.h"
 
 namespace mocker::replay::testing {
 
@@ -14,6 +16,15 @@ inline std::string sourceDir() { return MOCKER_SOURCE_DIR_FOR_TEST; }
 /// A sample trace shipped in the repository's data/traces/.
 inline std::string sampleTrace(const std::string& name) {
   return sourceDir() + "/data/traces/" + name;
+}
+
+/// A small engine whose passes take a fixed time: prefill 10 ms, decode 2 ms.
+inline engine::EngineConfig smallEngine() {
+  return engine::EngineConfig{.num_gpu_blocks = 256,
+                              .block_size = 16,
+                              .timing_model = engine::TimingModelKind::Fixed,
+                              .fixed_prefill_ms = 10.0,
+                              .fixed_decode_ms = 2.0};
 }
 
 }  // namespace mocker::replay::testing

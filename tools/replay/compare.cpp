@@ -36,15 +36,6 @@ std::string fixed(double v, int decimals) {
   return s;
 }
 
-/// Display width of UTF-8 text (code points; enough for "–", "Δ" and ASCII).
-std::size_t displayWidth(const std::string& s) {
-  std::size_t n = 0;
-  for (const char c : s) {
-    if ((static_cast<unsigned char>(c) & 0xC0) != 0x80) ++n;
-  }
-  return n;
-}
-
 std::string padLeft(const std::string& s, std::size_t width) {
   const std::size_t w = displayWidth(s);
   return std::string(w >= width ? 0 : width - w, ' ') + s;

@@ -44,15 +44,6 @@ std::string fixedOr(const std::optional<double>& v, int decimals, const char* un
   return v ? fixed(*v, decimals) + unit : std::string("–");
 }
 
-/// Display width of UTF-8 text (code points; enough for "–" and ASCII).
-std::size_t displayWidth(const std::string& s) {
-  std::size_t n = 0;
-  for (const char c : s) {
-    if ((static_cast<unsigned char>(c) & 0xC0) != 0x80) ++n;
-  }
-  return n;
-}
-
 /// `s` right-aligned in a column of `width`; a value as wide as the column or wider still gets
 /// one leading space, so that it never runs into the column before it.
 std::string padLeft(const std::string& s, std::size_t width) {
@@ -171,6 +162,14 @@ std::string identityTable(const RunIdentity& id) {
 }
 
 }  // namespace
+
+std::size_t displayWidth(const std::string& s) {
+  std::size_t n = 0;
+  for (const char c : s) {
+    if ((static_cast<unsigned char>(c) & 0xC0) != 0x80) ++n;
+  }
+  return n;
+}
 
 std::string formatReportTable(const Report& r) {
   std::string out;

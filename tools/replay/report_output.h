@@ -6,6 +6,7 @@
 // nlohmann-json's shortest round-trip formatting, keys are in a fixed order.
 #pragma once
 
+#include <cstddef>
 #include <string>
 
 #include "tools/replay/collector.h"
@@ -21,6 +22,10 @@ inline constexpr int kReportVersion = 2;
 /// metric (disaggregated: also the three handoff times) with
 /// columns avg, min, max, p99, p90, p75, p50, std ("–" when a metric has no samples).
 std::string formatReportTable(const Report& report);
+
+/// Display width of UTF-8 text in a terminal column: its code points (enough for "–", "Δ" and
+/// ASCII). The report table and `mocker compare` align their columns with it.
+std::size_t displayWidth(const std::string& s);
 
 /// The JSON report, pretty-printed with 2-space indent and a trailing newline. Keys, in order:
 /// num_requests, completed_requests, rejected_requests, cancelled_requests, total_input_tokens,
