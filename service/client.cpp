@@ -144,13 +144,15 @@ Result<std::optional<protocol::ClientMessage>> Client::receive(std::chrono::mill
 }
 
 Result<std::vector<std::size_t>> Client::waitReadable(std::span<Client* const> clients,
-                                                      std::chrono::milliseconds timeout) {
+                                                      std::chrono::milliseconds timeout,
+                                                      int wake_fd) {
   std::vector<zmq::pollitem_t> items;
-  items.reserve(clients.size() * 2);
+  items.reserve(clients.size() * 2 + 1);
   for (Client* c : clients) {
     items.push_back({c->impl_->cancel.handle(), 0, ZMQ_POLLIN, 0});
     items.push_back({c->impl_->submit.handle(), 0, ZMQ_POLLIN, 0});
   }
+  if (wake_fd >= 0) items.push_back({nullptr, wake_fd, ZMQ_POLLIN, 0});
   std::vector<std::size_t> ready;
   try {
     zmq::poll(items.data(), items.size(), timeout);

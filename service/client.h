@@ -71,9 +71,12 @@ class Client final {
 
   /// Waits up to `timeout` (0 = just check) until at least one of `clients` has a message to
   /// receive; returns the indices (into `clients`) of those that do, ascending — empty on
-  /// timeout. REQUIRES: non-null pointers.
+  /// timeout. `wake_fd` (>= 0: e.g. a timerfd) also ends the wait when it becomes readable,
+  /// so a caller can wake at a sub-millisecond time; the caller reads it. REQUIRES: non-null
+  /// pointers.
   static Result<std::vector<std::size_t>> waitReadable(std::span<Client* const> clients,
-                                                       std::chrono::milliseconds timeout);
+                                                       std::chrono::milliseconds timeout,
+                                                       int wake_fd = -1);
 
  private:
   struct Impl;

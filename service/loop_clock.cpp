@@ -1,11 +1,14 @@
 #include "service/loop_clock.h"
 
+#include <sys/prctl.h>
 #include <sys/timerfd.h>
 #include <unistd.h>
 
 #include <ctime>
 
 namespace mocker::service {
+
+bool tightenTimerSlack() { return prctl(PR_SET_TIMERSLACK, 1UL, 0UL, 0UL, 0UL) == 0; }
 
 PassTimer::PassTimer() : fd_(timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC)) {}
 

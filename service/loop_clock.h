@@ -151,6 +151,12 @@ class PollTimeout {
   std::chrono::milliseconds timeout_{-1};
 };
 
+/// Sets the calling thread's timer slack to 1 ns (prctl PR_SET_TIMERSLACK). Linux lets a
+/// normal thread's timed waits (poll timeouts, timerfd wake-ups) end up to 50 µs late by default
+/// so it can coalesce wake-ups; a loop that must publish at a modelled time calls this once on
+/// the thread that waits. Returns false if the kernel refused (the default slack then stays).
+bool tightenTimerSlack();
+
 class PassTimer {
  public:
   using Clock = std::chrono::steady_clock;

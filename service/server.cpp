@@ -1172,6 +1172,9 @@ Status Server::Impl::run() {
     return Error{ErrorCode::IoError, std::string("poll: ") + e.what()};
   }
   metrics_.setPhase(LoopPhase::Serving);
+  // Pass ends are waited for on this thread: without this, each wake-up may come 50 µs late.
+  if (!tightenTimerSlack())
+    log_->warn("prctl(PR_SET_TIMERSLACK) failed: pass wake-ups keep the default 50 us slack");
   if (options_.on_ready) options_.on_ready();
   std::vector<zmq::pollitem_t> items;
   bool draining = false;

@@ -9,6 +9,7 @@
 #include <string>
 #include <zmq.hpp>
 
+#include "service/loop_clock.h"
 #include "service/zmq_io.h"
 
 namespace mocker::service {
@@ -91,6 +92,29 @@ TEST(ClientTest, ReceivesOneFrameMessagesAndRefusesOthers) {
   auto none = c->receive(0ms);
   ASSERT_TRUE(none.has_value());
   EXPECT_FALSE(none->has_value());
+}
+
+TEST(ClientTest, WaitReadableEndsWhenTheWakeFdBecomesReadable) {
+  // The live replay's precise wake-up: a timerfd in the wait ends it long before the (whole
+  // millisecond) timeout, with no message from any server.
+  FakeService svc;
+  auto c = svc.connect();
+  Client* const clients[] = {c.get()};
+  PassTimer timer;
+  ASSERT_TRUE(timer.valid());
+  const auto start = std::chrono::steady_clock::now();
+  timer.armAt(start + 2ms);
+  const auto ready = Client::waitReadable(clients, 60s, timer.fd());
+  ASSERT_TRUE(ready.has_value()) << ready.error().toString();
+  EXPECT_TRUE(ready->empty());  // no client had a message
+  EXPECT_GE(std::chrono::steady_clock::now(), start + 2ms);
+  EXPECT_LT(std::chrono::steady_clock::now(), start + 30s);  // the fd, not the timeout, ended it
+  // Without the fd, the same wait runs to its timeout.
+  const auto t0 = std::chrono::steady_clock::now();
+  const auto none = Client::waitReadable(clients, 20ms);
+  ASSERT_TRUE(none.has_value());
+  EXPECT_TRUE(none->empty());
+  EXPECT_GE(std::chrono::steady_clock::now(), t0 + 20ms);
 }
 
 }  // namespace
