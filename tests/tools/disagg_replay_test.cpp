@@ -182,13 +182,46 @@ TEST(DisaggReplayTest, RefusesMismatchedBlockSizesAndEmptyRoles) {
   EXPECT_NE(bad.error().message.find("same block size"), std::string::npos) << bad.error().message;
   const auto none = runOfflineReplay(w, disagg(0, 1, fixedEngine(), fixedEngine()), c);
   ASSERT_FALSE(none.has_value());
+}
+
+// SGLang mode: the same one-request timeline as ClientViewIsPrefillPlusTransferPlusDecode, except
+// that the SGLang prefill worker also charges the decode time of its internal first token
+// (10 + 2 = 12 ms, Dynamo's difference): transfer 32 ms ⇒ activation at 44, tokens at 46, 48, 50.
+// A second request sharing the first page finds it resident on the decode worker (radix match):
+// reused input 16 there, 16 transferable tokens. Deterministic: byte-identical reports.
+TEST(DisaggReplayTest, SglangModeTimelineAndResidentPrefix) {
+  const Workload w = parse(R"({"timestamp": 0, "output_length": 3, "hash_ids": [1, 2]})"
+                           "\n"
+                           R"({"timestamp": 100, "output_length": 2, "hash_ids": [1, 3]})"
+                           "\n");
   engine::EngineConfig sglang = fixedEngine();
   sglang.engine_type = engine::EngineType::Sglang;
   sglang.sglang.page_size = 16;
-  const auto sg = runOfflineReplay(w, disagg(1, 1, sglang, sglang), c);
-  ASSERT_FALSE(sg.has_value());
-  EXPECT_NE(sg.error().message.find("prefill workers: worker_type"), std::string::npos)
-      << sg.error().message;
+  sglang.sglang.chunked_prefill_size = 256;
+  sglang.kv_transfer_charge = engine::KvTransferCharge::MissingBlocks;
+  const auto run = [&] { return runOrDie(w, disagg(1, 1, sglang, sglang)); };
+  const ReplayRun r = run();
+  ASSERT_EQ(r.collector.requests().size(), 2u);
+  const RequestRecord& a = r.collector.requests()[0];
+  EXPECT_EQ(a.status, TerminalStatus::Completed);
+  EXPECT_EQ(a.token_times_ms, (std::vector<double>{46.0, 48.0, 50.0}));
+  const RequestRecord& b = r.collector.requests()[1];
+  EXPECT_EQ(b.status, TerminalStatus::Completed);
+  ASSERT_EQ(b.token_times_ms.size(), 2u);
+  // Prefill worker: page [1] is cached there too (16 reused tokens, prefill 10 + decode 2 ms);
+  // decode worker: only page [3] is transferred (16 ms), activation at 128, token 0 at 130.
+  EXPECT_EQ(b.first_reused_input_tokens, 16u);
+  EXPECT_EQ(b.token_times_ms, (std::vector<double>{130.0, 132.0}));
+  const HandoffStats& h = *r.stats.handoff;
+  EXPECT_EQ(h.handoffs, 2u);
+  EXPECT_EQ(h.activations, 2u);
+  EXPECT_EQ(h.transfer_ms, (std::vector<double>{32.0, 16.0}));
+  const auto json = [](const ReplayRun& x) {
+    Report report = x.collector.buildReport({});
+    report.handoff = summarizeHandoffs(*x.stats.handoff);
+    return formatReportJson(report) + formatRequestsJsonl(x.collector);
+  };
+  EXPECT_EQ(json(r), json(run()));
 }
 
 // Same workload + options ⇒ byte-identical report, with the polynomial model, many requests and
