@@ -272,11 +272,10 @@ inline VllmScheduler::Growth VllmScheduler::growOrPreempt(Pass& pass, std::size_
   Req& r = *running_[i];
   while (!acquire(r, r.num_computed + n + drafts, 0, pass.out.kv_events)) {
     if (isTrtllm()) {
-      // Guaranteed-no-evict admission makes this unreachable for requests it admitted; no
-      // progress this pass. A decode worker's activated handoffs reserved their prompt only, not
-      // prompt + output (engine/README.md, Disaggregated prefill/decode: a known gap), so on a
-      // small pool they can get here and stall.
-      MOCKER_DCHECK(isDecodeWorker());
+      // Guaranteed-no-evict admission (fresh or an activated handoff) and reservations that
+      // leave every running request's blocks to completion free make this unreachable
+      // (checkInvariants: active + outstanding <= N); no progress this pass.
+      MOCKER_DCHECK(false);
       return Growth::Stalled;
     }
     const std::size_t victim =
@@ -310,6 +309,12 @@ inline std::uint64_t VllmScheduler::blocksToCompletion(const Req& r) const {
   return total > r.blocks.size() ? total - r.blocks.size() : 0;
 }
 
+std::uint64_t VllmScheduler::outstandingBlocks() const {
+  std::uint64_t n = 0;
+  for (const Req* q : running_) n += blocksToCompletion(*q);
+  return n;
+}
+
 inline void VllmScheduler::rejectHead(Pass& pass, ReqMap::iterator it, LengthLimit limit) {
   removeFromWaitingStats(it->second);
   --num_waiting_;
@@ -320,10 +325,8 @@ inline void VllmScheduler::rejectHead(Pass& pass, ReqMap::iterator it, LengthLim
 
 void VllmScheduler::admitWaiting(Pass& pass) {
   const std::uint64_t max_seqs = detail::limitOrUnbounded(config_.max_num_seqs);
-  std::uint64_t reserved_blocks = 0;  // TRT-LLM: blocks running requests may still need
-  if (isTrtllm()) {
-    for (const Req* q : running_) reserved_blocks += blocksToCompletion(*q);
-  }
+  // TRT-LLM: blocks running requests may still need.
+  std::uint64_t reserved_blocks = isTrtllm() ? outstandingBlocks() : 0;
   if (!book_.activated().empty()) admitActivated(pass, max_seqs, reserved_blocks);
   while (running_.size() < max_seqs && pass.budget > 0 && !waiting_.empty()) {
     const auto it = requests_.find(waiting_.front());
@@ -520,6 +523,15 @@ void VllmScheduler::tryReserve(double now_ms, std::vector<KvEvent>& events) {
                            r.hashes);
       hits = pool_.countPrefixHits(r.hashes);
     }
+    if (isTrtllm()) {
+      // TRT-LLM: running requests keep the blocks they were promised to completion; the
+      // reservation (the prompt only: admission at activation reserves the output) takes what
+      // is left. Hits that are active already cost nothing.
+      std::uint32_t active_hits = 0;
+      for (std::uint32_t i = 0; i < hits; ++i) active_hits += pool_.hasActiveCopy(r.hashes[i]);
+      const std::uint64_t available = pool_.numBlocks() - pool_.numActive();
+      if (blocksFor(r.prompt_len) - active_hits + outstandingBlocks() > available) return;
+    }
     if (!acquire(r, r.prompt_len, hits, events)) return;  // the head waits; FIFO is strict
     const auto fresh = static_cast<std::uint32_t>(r.blocks.size()) - hits;
     r.state = ReqState::Reserved;
@@ -651,6 +663,10 @@ Status VllmScheduler::checkInvariants() const {
   if (held < pool_.numActive()) return fail("active blocks not held by any request");
   if (!config_.enable_prefix_caching && held != pool_.numActive()) {
     return fail("blocks shared although prefix caching is off");
+  }
+  if (isTrtllm() && pool_.numActive() + outstandingBlocks() > pool_.numBlocks()) {
+    return fail(
+        "trtllm: running requests' blocks to completion do not fit (a request could stall)");
   }
   return {};
 }

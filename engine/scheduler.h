@@ -133,6 +133,8 @@ class VllmScheduler final : public detail::RankCore {
   void rejectHead(Pass& pass, ReqMap::iterator it, LengthLimit limit);
   /// TRT-LLM: blocks `r` may still allocate before it completes.
   std::uint64_t blocksToCompletion(const Req& r) const;
+  /// TRT-LLM: Σ blocksToCompletion over the running requests (blocks they were promised).
+  std::uint64_t outstandingBlocks() const;
 
   /// Speculative decoding: KV tokens for the drafts of `r`'s worst-case burst (0 when off).
   std::uint32_t draftKv(const Req& r) const;

@@ -393,6 +393,38 @@ TEST_P(DisaggTest, RefusalsAndConfigRanges) {
   EXPECT_FALSE(parseWorkerType("both").has_value());
 }
 
+// TRT-LLM decode worker (N = 4 blocks): A (8-token prompt, 4 outputs) was admitted with 3 blocks
+// to completion and holds 2; an 8-token handoff needs 2 blocks, and 2 are free, but one of them is
+// A's — the reservation waits until A completes, so A never stalls (vLLM reserves at once and
+// preempts if it must). Activation then admits the handoff only when its prompt + output fit.
+TEST(DisaggTrtllmTest, ReservationLeavesRunningRequestsTheirBlocksToCompletion) {
+  for (const EngineType type : {EngineType::Trtllm, EngineType::Vllm}) {
+    EngineConfig config = workerConfig(WorkerType::Decode, type);
+    config.num_gpu_blocks = 4;
+    Harness h(config);
+    Engine& e = h.engine();
+    const RequestId a = h.submit(range(1, 8), 4);
+    EXPECT_EQ(h.step().admissions.size(), 1u);
+    EXPECT_EQ(e.loadMetrics(0).active_blocks, 2u);
+    const auto id = e.submitHandoff(ticketFor(range(101, 108), 2), 0, h.now());
+    ASSERT_TRUE(id.has_value());
+    const bool trtllm = type == EngineType::Trtllm;
+    EXPECT_EQ(e.loadMetrics(0).pending_handoffs, 1u);
+    EXPECT_EQ(e.loadMetrics(0).active_blocks, trtllm ? 2u : 4u) << toString(type);
+    // Until idle, waking up for the activation (trtllm: reserved when A completes).
+    for (int i = 0; i < 100 && (e.hasWork() || e.nextTimerMs(0)); ++i) {
+      if (!e.hasWork()) h.advanceTo(*e.nextTimerMs(0));
+      h.step();
+    }
+    EXPECT_EQ(h.signalsOf(a).size(), 4u) << toString(type);
+    EXPECT_EQ(h.signalsOf(a).back().terminal, Terminal::Completed);
+    EXPECT_EQ(h.signalsOf(*id).size(), 2u) << toString(type);
+    const LoadMetrics m = e.loadMetrics(0);
+    EXPECT_EQ(m.preemptions_total, trtllm ? 0u : 1u) << toString(type);
+    EXPECT_EQ(m.active_blocks, 0u);
+  }
+}
+
 // SGLang mode, our rule: a lone decoding request that cannot grow because a reserved handoff pins
 // the rest of the pool is retracted (vLLM would preempt it); the handoff activates at its ready
 // time and both complete, leaving no page active.
@@ -449,7 +481,9 @@ TEST(DisaggSglangTest, QueuedReservationBlocksFreshAdmission) {
 // Randomized soak over one prefill and one decode worker (every engine type, small pools, chunked
 // prefill, random cancels on both sides, some sources never released so their holds time out):
 // invariants after every pass, every request ends, no block leaks, every hold is released by its
-// timeout, and reservations follow submission order (FIFO).
+// timeout, and reservations follow submission order (FIFO). For trtllm the per-pass invariants
+// include "active blocks + every running request's blocks to completion <= N": no running request
+// can ever stall on either worker.
 class DisaggSoakTest : public ::testing::TestWithParam<EngineType> {};
 
 TEST_P(DisaggSoakTest, NoLeaksHoldsExpireReservationsFifo) {
