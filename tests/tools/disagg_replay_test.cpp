@@ -253,11 +253,13 @@ TEST(DisaggReplayTest, Deterministic) {
 // and one decode worker, kv router, two 8-token requests at 0 and 0.5 ms sharing their first
 // 4-token block, outputs 3 and 2, no transfer cost). Its prefill passes are our polynomial
 // divided by speedup_ratio 1000 (8 tokens: 16.6229144639296 / 1000; 4 of them cached:
-// 16.5621604959824 / 1000), recorded to 1 ns. Its decode model is not ours (9–11 ns per pass),
-// so the decode workers here take 0 ms per pass and the first token lands at the activation:
-// what is pinned is the prefill side, the zero-cost handoff (reserved = activated = held) and
-// the counts. Fixture values: source_held_ms 0.016623 and 0.516562, reused_input_tokens 0 and 4,
-// output 3 and 2, both on prefill worker 0 and decode worker 0.
+// 16.5621604959824 / 1000), recorded to 1 ns. Its decode passes (9 ns, then 11 ns, whatever the
+// length) are no timing model of ours, and its decode_reused_input_tokens is 0 by construction
+// (tools/replay/README.md, Dynamo parity, says why for both), so the decode workers here take
+// 0 ms per pass and the first token lands at the activation: what is pinned is the prefill side,
+// the zero-cost handoff (reserved = activated = held) and the counts. Fixture values:
+// source_held_ms 0.016623 and 0.516562, reused_input_tokens 0 and 4, output 3 and 2, both on
+// prefill worker 0 and decode worker 0.
 TEST(DisaggReplayTest, DynamoDisaggFixturePrefillSideMatches) {
   auto w = parseMooncakeTrace(R"({"timestamp": 0, "output_length": 3, "hash_ids": [1, 2]})"
                               "\n"
