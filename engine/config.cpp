@@ -236,11 +236,6 @@ std::optional<ConfigError> checkEngineConfig(const EngineConfig& c) {
     return fieldError("kv_hold_timeout_ms", "finite and >= 0, or null (hold forever)",
                       num(*c.kv_hold_timeout_ms));
   }
-  if (c.worker_type != WorkerType::Aggregated && c.engine_type == EngineType::Sglang) {
-    return ruleError({"worker_type", "engine_type"},
-                     "worker_type " + std::string(toString(c.worker_type)) +
-                         " is supported with engine_type vllm or trtllm only (not sglang)");
-  }
   switch (c.timing_model) {
     case TimingModelKind::Polynomial:
       break;

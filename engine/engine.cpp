@@ -122,7 +122,7 @@ Result<RequestId> Engine::submitHandoff(HandoffTicket ticket, std::uint32_t dp_r
     return invalidArgument("request too large: prompt + output tokens exceed " +
                            std::to_string(kMaxRequestTokens));
   }
-  const detail::EffectiveLimit limit = detail::vllmEffectiveLimit(*config_, blockSize());
+  const detail::EffectiveLimit limit = detail::effectiveLimit(*config_);
   if (ticket.tokens.size() >= limit.tokens) {
     return invalidArgument("handoff: a prompt of " + std::to_string(ticket.tokens.size()) +
                            " tokens reaches this decode worker's " +

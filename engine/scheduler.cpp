@@ -84,16 +84,13 @@ bool VllmScheduler::cancel(RequestId id) {
     reserve_next = true;
   } else if (r.state == ReqState::Held) {
     releaseBlocks(r);
-    --num_held_;
+    book_.unhold();
   } else if (r.state == ReqState::Reserving) {
-    reserve_queue_.erase(std::find(reserve_queue_.begin(), reserve_queue_.end(), id));
     reserve_next = true;
   } else if (r.state == ReqState::Reserved) {
-    reserved_.erase(std::find(reserved_.begin(), reserved_.end(), id));
     releaseBlocks(r);
     reserve_next = true;
   } else if (r.state == ReqState::Activated) {
-    activated_.erase(std::find(activated_.begin(), activated_.end(), id));
     queued_decode_.remove(r.len());
     --num_waiting_;
     releaseBlocks(r);
@@ -104,10 +101,10 @@ bool VllmScheduler::cancel(RequestId id) {
     --num_waiting_;
   }
   requests_.erase(it);
-  handoffs_.erase(id);
-  dropStaleDeadlines();
+  book_.cancel(id);
+  book_.dropStale(requests_);
   // The next reservation head is tried at once (its events go out with the next pass).
-  if (reserve_next && isDecodeWorker()) tryReserve(clock_ms_, carry_events_);
+  if (reserve_next && isDecodeWorker()) tryReserve(clock_ms_, book_.carryEvents());
   return true;
 }
 
@@ -219,10 +216,12 @@ PassResult VllmScheduler::step(double now_ms) {
   clock_ms_ = std::max(clock_ms_, now_ms);
   Pass pass{.out = detail::beginPass(dp_rank_, now_ms),
             .budget = detail::limitOrUnbounded(config_.max_num_batched_tokens)};
-  pass.out.kv_events = std::move(carry_events_);
-  carry_events_.clear();
+  pass.out.kv_events = std::move(book_.carryEvents());
+  book_.carryEvents().clear();
   scheduled_.clear();
-  if (isPrefillWorker()) expireHolds(pass, now_ms);
+  if (isPrefillWorker()) {
+    book_.expire(pass.out, now_ms, requests_, [this](Req& r) { releaseBlocks(r); });
+  }
   if (isDecodeWorker()) {
     tryReserve(now_ms, pass.out.kv_events);
     activateReserved(pass, now_ms);
@@ -235,14 +234,7 @@ PassResult VllmScheduler::step(double now_ms) {
   emitTokens(pass);
   detail::finishPass(pass.out, now_ms, pass.rejected, queued_prefill_, queued_decode_,
                      loadMetrics());
-  for (HandoffTicket& t : pass.out.handoffs) {
-    t.prefill_end_ms = pass.out.end_ms;
-    t.transfer_ms = kvTransferMs(config_, t.tokens.size());
-    t.ready_ms = t.prefill_end_ms + t.transfer_ms;
-    if (config_.kv_hold_timeout_ms) {
-      hold_deadlines_.emplace_back(pass.out.end_ms + *config_.kv_hold_timeout_ms, t.source_id);
-    }
-  }
+  book_.stampTickets(pass.out, config_);
   if (isDecodeWorker()) {
     // The pass released blocks: the reservation head is tried again at the pass end.
     clock_ms_ = std::max(clock_ms_, pass.out.end_ms);
@@ -280,11 +272,10 @@ inline VllmScheduler::Growth VllmScheduler::growOrPreempt(Pass& pass, std::size_
   Req& r = *running_[i];
   while (!acquire(r, r.num_computed + n + drafts, 0, pass.out.kv_events)) {
     if (isTrtllm()) {
-      // Guaranteed-no-evict admission makes this unreachable for requests it admitted; no
-      // progress this pass. A decode worker's activated handoffs reserved their prompt only, not
-      // prompt + output (engine/README.md, Disaggregated prefill/decode: a known gap), so on a
-      // small pool they can get here and stall.
-      MOCKER_DCHECK(isDecodeWorker());
+      // Guaranteed-no-evict admission (fresh or an activated handoff) and reservations that
+      // leave every running request's blocks to completion free make this unreachable
+      // (checkInvariants: active + outstanding <= N); no progress this pass.
+      MOCKER_DCHECK(false);
       return Growth::Stalled;
     }
     const std::size_t victim =
@@ -318,6 +309,12 @@ inline std::uint64_t VllmScheduler::blocksToCompletion(const Req& r) const {
   return total > r.blocks.size() ? total - r.blocks.size() : 0;
 }
 
+std::uint64_t VllmScheduler::outstandingBlocks() const {
+  std::uint64_t n = 0;
+  for (const Req* q : running_) n += blocksToCompletion(*q);
+  return n;
+}
+
 inline void VllmScheduler::rejectHead(Pass& pass, ReqMap::iterator it, LengthLimit limit) {
   removeFromWaitingStats(it->second);
   --num_waiting_;
@@ -328,11 +325,9 @@ inline void VllmScheduler::rejectHead(Pass& pass, ReqMap::iterator it, LengthLim
 
 void VllmScheduler::admitWaiting(Pass& pass) {
   const std::uint64_t max_seqs = detail::limitOrUnbounded(config_.max_num_seqs);
-  std::uint64_t reserved_blocks = 0;  // TRT-LLM: blocks running requests may still need
-  if (isTrtllm()) {
-    for (const Req* q : running_) reserved_blocks += blocksToCompletion(*q);
-  }
-  if (!activated_.empty()) admitActivated(pass, max_seqs, reserved_blocks);
+  // TRT-LLM: blocks running requests may still need.
+  std::uint64_t reserved_blocks = isTrtllm() ? outstandingBlocks() : 0;
+  if (!book_.activated().empty()) admitActivated(pass, max_seqs, reserved_blocks);
   while (running_.size() < max_seqs && pass.budget > 0 && !waiting_.empty()) {
     const auto it = requests_.find(waiting_.front());
     if (it == requests_.end()) {  // cancelled while waiting
@@ -341,7 +336,7 @@ void VllmScheduler::admitWaiting(Pass& pass) {
     }
     Req& r = it->second;
     // Decode worker: a queued reservation blocks every fresh admission (not readmissions).
-    if (!reserve_queue_.empty() && !r.admitted_before) break;
+    if (book_.reservationQueued() && !r.admitted_before) break;
     if (const auto limit = rejectionReason(r)) {
       rejectHead(pass, it, *limit);
       continue;
@@ -467,7 +462,9 @@ void VllmScheduler::emitTokens(Pass& pass) {
       continue;
     }
     if (isPrefillWorker() && r.generated() == 0) {
-      holdForHandoff(pass, r);
+      // Prompt complete: keep its KV and describe it in a handoff (no signal).
+      r.state = ReqState::Held;
+      book_.hold(r, dp_rank_, block_size_, pass.out);
       held = true;
       continue;
     }
@@ -496,101 +493,28 @@ void VllmScheduler::emitTokens(Pass& pass) {
   }
 }
 
-void VllmScheduler::holdForHandoff(Pass& pass, Req& r) {
-  r.state = ReqState::Held;
-  ++num_held_;
-  HandoffTicket t;
-  t.source_id = r.id;
-  t.source_dp_rank = dp_rank_;
-  t.tokens.assign(r.tokens.begin(), r.tokens.begin() + r.prompt_len);
-  t.max_output_tokens = r.requested_output;
-  t.output_token_ids = r.plan;
-  t.cached_tokens = r.first_cached_tokens;
-  t.block_size = block_size_;
-  pass.out.handoffs.push_back(std::move(t));  // times are stamped when the pass ends
-}
-
 bool VllmScheduler::releaseHeld(RequestId id) {
-  const auto it = requests_.find(id);
-  if (it == requests_.end() || it->second.state != ReqState::Held) return false;
-  releaseBlocks(it->second);
-  --num_held_;
-  requests_.erase(it);
-  dropStaleDeadlines();
-  return true;
+  return book_.releaseHeld(requests_, id, [this](Req& r) { releaseBlocks(r); });
 }
 
-void VllmScheduler::dropStaleDeadlines() {
-  while (!hold_deadlines_.empty()) {
-    const auto it = requests_.find(hold_deadlines_.front().second);
-    if (it != requests_.end() && it->second.state == ReqState::Held) break;
-    hold_deadlines_.pop_front();
-  }
-}
-
-void VllmScheduler::expireHolds(Pass& pass, double now_ms) {
-  while (!hold_deadlines_.empty() && hold_deadlines_.front().first <= now_ms) {
-    const RequestId id = hold_deadlines_.front().second;
-    hold_deadlines_.pop_front();
-    const auto it = requests_.find(id);
-    if (it == requests_.end() || it->second.state != ReqState::Held) continue;
-    releaseBlocks(it->second);
-    --num_held_;
-    ++handoff_expired_;
-    requests_.erase(it);
-    pass.out.expired_holds.push_back(id);
-  }
-  dropStaleDeadlines();
-}
-
-std::optional<double> VllmScheduler::nextTimerMs() const {
-  std::optional<double> next;
-  const auto consider = [&next](double t) {
-    if (!next || t < *next) next = t;
-  };
-  if (!hold_deadlines_.empty()) consider(hold_deadlines_.front().first);
-  for (RequestId id : reserved_) {
-    const Handoff& h = handoffs_.at(id);
-    consider(std::max(h.ready_ms, h.reserved_ms));
-  }
-  return next;
-}
+std::optional<double> VllmScheduler::nextTimerMs() const { return book_.nextTimerMs(); }
 
 void VllmScheduler::submitHandoff(detail::AcceptedRequest&& request, const HandoffTicket& ticket,
                                   double now_ms) {
   MOCKER_CHECK(isDecodeWorker());
-  const RequestId id = request.id;
   Req r(std::move(request));
   if (isTrtllm() && r.prompt_len < limit_.tokens) {
     r.max_output = static_cast<std::uint32_t>(
         std::min<std::uint64_t>(r.max_output, limit_.tokens - r.prompt_len));
   }
-  r.state = ReqState::Reserving;
-  Handoff h{.source_id = ticket.source_id,
-            .source_dp_rank = ticket.source_dp_rank,
-            .cached_tokens = std::min<std::uint32_t>(ticket.cached_tokens, r.prompt_len),
-            .submitted_ms = now_ms,
-            .prefill_end_ms = ticket.prefill_end_ms,
-            .ticket_ready_ms = ticket.ready_ms};
-  // Strong guarantee: every container grows before anything is committed.
-  const auto it = requests_.try_emplace(id, std::move(r)).first;
-  try {
-    handoffs_.try_emplace(id, h);
-    reserve_queue_.push_back(id);
-  } catch (...) {
-    handoffs_.erase(id);
-    requests_.erase(it);
-    throw;
-  }
+  book_.enqueue(requests_, std::move(r), ticket, now_ms);
   clock_ms_ = std::max(clock_ms_, now_ms);
-  tryReserve(now_ms, carry_events_);
+  tryReserve(now_ms, book_.carryEvents());
 }
 
 void VllmScheduler::tryReserve(double now_ms, std::vector<KvEvent>& events) {
-  while (!reserve_queue_.empty()) {
-    const RequestId id = reserve_queue_.front();
-    Req& r = requests_.at(id);
-    Handoff& h = handoffs_.at(id);
+  while (book_.reservationQueued()) {
+    Req& r = requests_.at(book_.head());
     // The whole prompt's KV, in blocks: a resident prefix is claimed as cache hits, the rest are
     // fresh private blocks the transfer fills.
     std::uint32_t hits = 0;
@@ -599,55 +523,38 @@ void VllmScheduler::tryReserve(double now_ms, std::vector<KvEvent>& events) {
                            r.hashes);
       hits = pool_.countPrefixHits(r.hashes);
     }
+    if (isTrtllm()) {
+      // TRT-LLM: running requests keep the blocks they were promised to completion; the
+      // reservation (the prompt only: admission at activation reserves the output) takes what
+      // is left. Hits that are active already cost nothing.
+      std::uint32_t active_hits = 0;
+      for (std::uint32_t i = 0; i < hits; ++i) active_hits += pool_.hasActiveCopy(r.hashes[i]);
+      const std::uint64_t available = pool_.numBlocks() - pool_.numActive();
+      if (blocksFor(r.prompt_len) - active_hits + outstandingBlocks() > available) return;
+    }
     if (!acquire(r, r.prompt_len, hits, events)) return;  // the head waits; FIFO is strict
     const auto fresh = static_cast<std::uint32_t>(r.blocks.size()) - hits;
-    h.reserved_ms = now_ms;
-    h.resident_tokens = std::min(hits * block_size_, r.prompt_len);
-    h.transferable_tokens = fresh * block_size_;
-    h.ready_ms = config_.kv_transfer_charge == KvTransferCharge::FullPrompt
-                     ? h.ticket_ready_ms
-                     : h.prefill_end_ms + kvTransferMs(config_, h.transferable_tokens);
     r.state = ReqState::Reserved;
-    reserve_queue_.pop_front();
-    reserved_.push_back(id);
+    book_.reserveHead(config_, now_ms, hits, fresh, block_size_, r.prompt_len);
   }
 }
 
 void VllmScheduler::activateReserved(Pass& pass, double now_ms) {
-  std::size_t kept = 0;
-  for (const RequestId id : reserved_) {
-    const Handoff& h = handoffs_.at(id);
-    const double at = std::max(h.ready_ms, h.reserved_ms);
-    if (at > now_ms) {
-      reserved_[kept++] = id;
-      continue;
-    }
+  book_.activateDue(pass.out, now_ms, [&](RequestId id) {
     Req& r = requests_.at(id);
     // The transferred blocks now hold the prompt's KV: they become cache-visible (Stored).
     r.num_computed = r.prompt_len;
     finalizeBlocks(r, pass.out.kv_events);
     r.state = ReqState::Activated;
-    activated_.push_back(id);
     ++num_waiting_;
     queued_decode_.add(r.len());
-    pass.out.activations.push_back({.id = id,
-                                    .source_id = h.source_id,
-                                    .source_dp_rank = h.source_dp_rank,
-                                    .submitted_ms = h.submitted_ms,
-                                    .reserved_ms = h.reserved_ms,
-                                    .ready_ms = h.ready_ms,
-                                    .activated_ms = at,
-                                    .transferable_tokens = h.transferable_tokens,
-                                    .resident_tokens = h.resident_tokens});
-  }
-  reserved_.resize(kept);
+  });
 }
 
 void VllmScheduler::admitActivated(Pass& pass, std::uint64_t max_seqs,
                                    std::uint64_t& reserved_blocks) {
-  while (!activated_.empty() && running_.size() < max_seqs && pass.budget > 0) {
-    const RequestId id = activated_.front();
-    Req& r = requests_.at(id);
+  while (!book_.activated().empty() && running_.size() < max_seqs && pass.budget > 0) {
+    Req& r = requests_.at(book_.activated().front());
     if (isTrtllm()) {
       const std::uint64_t available = pool_.numBlocks() - pool_.numActive();
       if (blocksToCompletion(r) + reserved_blocks > available) break;
@@ -655,18 +562,9 @@ void VllmScheduler::admitActivated(Pass& pass, std::uint64_t max_seqs,
     // It holds its prompt's blocks; a speculative burst may need more right away.
     if (!acquire(r, r.len() + draftKv(r), 0, pass.out.kv_events)) break;
     if (isTrtllm()) reserved_blocks += blocksToCompletion(r);
-    activated_.pop_front();
     --num_waiting_;
     queued_decode_.remove(r.len());
-    const Handoff& h = handoffs_.at(id);
-    // reused input = prompt tokens that were resident here; the client's cached_tokens are the
-    // prefill worker's.
-    pass.out.admissions.push_back({id, h.resident_tokens, false});
-    r.first_cached_tokens = h.cached_tokens;
-    r.admitted_before = true;
-    prefix_counters_.queries_tokens += r.prompt_len;
-    prefix_counters_.hits_tokens += h.resident_tokens;
-    handoffs_.erase(id);
+    book_.admitFront(r, pass.out, prefix_counters_);
     r.state = ReqState::Running;
     running_.push_back(&r);
     computeTokens(pass, r, r.num_computed, 0);  // nothing to compute: token 0 is sampled now
@@ -701,9 +599,7 @@ LoadMetrics VllmScheduler::loadMetrics() const {
                                            .waiting = num_waiting_,
                                            .preemptions = preemptions_total_,
                                            .prefix = prefix_counters_});
-  m.held_requests = num_held_;
-  m.handoff_expired = handoff_expired_;
-  m.pending_handoffs = reserve_queue_.size() + reserved_.size();
+  book_.fillLoadMetrics(m);
   return m;
 }
 
@@ -725,7 +621,8 @@ Status VllmScheduler::checkInvariants() const {
     if (!it->second.blocks.empty()) return fail("waiting request holds blocks");
     ++live_waiting;
   }
-  if (live_waiting + activated_.size() != num_waiting_) return fail("waiting count mismatch");
+  if (live_waiting + book_.activated().size() != num_waiting_)
+    return fail("waiting count mismatch");
   std::uint64_t held = 0;
   // Disaggregation states: each in exactly its own queue, holding exactly its prompt's blocks
   // (Reserving: none yet).
@@ -750,23 +647,7 @@ Status VllmScheduler::checkInvariants() const {
         break;
     }
   }
-  if (num_held != num_held_) return fail("held count mismatch");
-  for (const auto* queue : {&reserve_queue_, &activated_}) {
-    for (RequestId id : *queue) {
-      if (++seen[id] > 1) return fail("handoff twice in the handoff queues");
-      if (!requests_.contains(id)) return fail("unknown id in a handoff queue");
-    }
-  }
-  for (RequestId id : reserved_) {
-    if (++seen[id] > 1) return fail("handoff twice in the handoff queues");
-    if (requests_.at(id).state != ReqState::Reserved) return fail("non-reserved in reserved");
-  }
-  for (RequestId id : reserve_queue_) {
-    if (requests_.at(id).state != ReqState::Reserving) return fail("non-reserving in queue");
-  }
-  for (RequestId id : activated_) {
-    if (requests_.at(id).state != ReqState::Activated) return fail("non-activated in queue");
-  }
+  MOCKER_TRY_VOID(book_.checkInvariants(seen, requests_, num_held));
   for (const Req* rp : running_) {
     if (++seen[rp->id] > 1) return fail("request in two queues");
     const Req& r = *rp;
@@ -782,6 +663,10 @@ Status VllmScheduler::checkInvariants() const {
   if (held < pool_.numActive()) return fail("active blocks not held by any request");
   if (!config_.enable_prefix_caching && held != pool_.numActive()) {
     return fail("blocks shared although prefix caching is off");
+  }
+  if (isTrtllm() && pool_.numActive() + outstandingBlocks() > pool_.numBlocks()) {
+    return fail(
+        "trtllm: running requests' blocks to completion do not fit (a request could stall)");
   }
   return {};
 }

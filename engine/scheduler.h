@@ -19,6 +19,7 @@
 
 #include "engine/block_pool.h"
 #include "engine/config.h"
+#include "engine/detail/handoff.h"
 #include "engine/detail/pass.h"
 #include "engine/detail/rank_core.h"
 #include "engine/detail/stats.h"
@@ -100,20 +101,6 @@ class VllmScheduler final : public detail::RankCore {
   // How a running request's allocation for this pass ended.
   enum class Growth : std::uint8_t { Allocated, SelfPreempted, Stalled };
 
-  // Decode-worker bookkeeping of one handoff, until its request is admitted.
-  struct Handoff {
-    RequestId source_id;
-    std::uint32_t source_dp_rank = 0;
-    std::uint32_t cached_tokens = 0;  // reused on the prefill worker (the client's view)
-    double submitted_ms = 0.0;
-    double prefill_end_ms = 0.0;
-    double ticket_ready_ms = 0.0;  // full-prompt charge, computed by the source
-    double reserved_ms = 0.0;
-    double ready_ms = 0.0;
-    std::uint32_t transferable_tokens = 0;
-    std::uint32_t resident_tokens = 0;
-  };
-
   bool isTrtllm() const { return config_.engine_type == EngineType::Trtllm; }
   bool isPrefillWorker() const { return config_.worker_type == WorkerType::Prefill; }
   bool isDecodeWorker() const { return config_.worker_type == WorkerType::Decode; }
@@ -146,6 +133,8 @@ class VllmScheduler final : public detail::RankCore {
   void rejectHead(Pass& pass, ReqMap::iterator it, LengthLimit limit);
   /// TRT-LLM: blocks `r` may still allocate before it completes.
   std::uint64_t blocksToCompletion(const Req& r) const;
+  /// TRT-LLM: Σ blocksToCompletion over the running requests (blocks they were promised).
+  std::uint64_t outstandingBlocks() const;
 
   /// Speculative decoding: KV tokens for the drafts of `r`'s worst-case burst (0 when off).
   std::uint32_t draftKv(const Req& r) const;
@@ -154,8 +143,6 @@ class VllmScheduler final : public detail::RankCore {
   void acceptDrafts(Pass& pass, Req& r);
 
   // Disaggregation.
-  /// Prefill worker: releases held requests whose hold timed out at `now_ms`.
-  void expireHolds(Pass& pass, double now_ms);
   /// Decode worker: reserves blocks for the head of the reservation queue, in FIFO order, while
   /// the head fits; reservations made at `now_ms`.
   void tryReserve(double now_ms, std::vector<KvEvent>& events);
@@ -163,10 +150,6 @@ class VllmScheduler final : public detail::RankCore {
   void activateReserved(Pass& pass, double now_ms);
   /// Decode worker: admits Activated requests (they hold their KV) ahead of waiting requests.
   void admitActivated(Pass& pass, std::uint64_t max_seqs, std::uint64_t& reserved_blocks);
-  /// Prefill worker: `r` completed its prompt; keep its KV and describe it in a handoff.
-  void holdForHandoff(Pass& pass, Req& r);
-  /// Drops hold deadlines of requests that are no longer held from the front of the queue.
-  void dropStaleDeadlines();
 
   PrefixMatch lookupPrefix(Req& r);
   bool acquire(Req& r, std::uint32_t target_tokens, std::uint32_t hit_blocks,
@@ -200,16 +183,8 @@ class VllmScheduler final : public detail::RankCore {
   std::uint64_t preemptions_total_ = 0;
   detail::PrefixCacheCounters prefix_counters_;
 
-  // Disaggregation.
-  std::unordered_map<RequestId, Handoff> handoffs_;          // decode worker, until admission
-  std::deque<RequestId> reserve_queue_;                      // Reserving, FIFO
-  std::vector<RequestId> reserved_;                          // Reserved, reservation order
-  std::deque<RequestId> activated_;                          // Activated, activation order
-  std::deque<std::pair<double, RequestId>> hold_deadlines_;  // Held; front never stale
-  std::uint64_t num_held_ = 0;
-  std::uint64_t handoff_expired_ = 0;
-  std::vector<KvEvent> carry_events_;  // events of reservations made between passes
-  double clock_ms_ = 0.0;              // latest time the rank has seen
+  detail::HandoffBook book_;  // disaggregation: holds or reservations
+  double clock_ms_ = 0.0;     // latest time the rank has seen
 
   // Per-pass scratch (kept as members to reuse their capacity).
   std::vector<Scheduled> scheduled_;

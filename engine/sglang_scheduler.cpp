@@ -49,8 +49,7 @@ SglangScheduler::SglangScheduler(const EngineConfig& config, std::uint32_t dp_ra
       timing_(config),
       cache_(effectiveNumGpuBlocks(config)),
       total_tokens_(std::uint64_t{effectiveNumGpuBlocks(config)} * page_size_),
-      limit_{.tokens = std::uint64_t{effectiveNumGpuBlocks(config) - 1} * page_size_ + 1,
-             .binding = LengthLimit::KvCapacity},
+      limit_(detail::sglangEffectiveLimit(config)),
       init_ratio_(kInitRatioBase * config.sglang.schedule_conservativeness),
       min_ratio_(kMinRatioFactor * init_ratio_),
       decay_((init_ratio_ - min_ratio_) / kRatioDecayPasses),
@@ -58,6 +57,9 @@ SglangScheduler::SglangScheduler(const EngineConfig& config, std::uint32_t dp_ra
 
 void SglangScheduler::submit(detail::AcceptedRequest&& request) {
   Req r(std::move(request));
+  // A prefill worker samples only the first token, internally; the requested output travels in
+  // the handoff (requested_output keeps it).
+  if (isPrefillWorker()) r.max_output = std::min<std::uint32_t>(r.max_output, 1);
   const auto it = detail::enqueueWaiting(requests_, waiting_, std::move(r));
   addToWaitingStats(it->second);
   ++num_waiting_;
@@ -83,16 +85,37 @@ bool SglangScheduler::cancel(RequestId id) {
   const auto it = requests_.find(id);
   if (it == requests_.end()) return false;
   Req& r = it->second;
-  if (r.state == ReqState::Running) {
-    running_.erase(std::find(running_.begin(), running_.end(), id));
-  } else {
-    // Stays in waiting_ as a stale id until it reaches the head or lpm reorders (O(1) cancel).
-    removeFromWaitingStats(r);
-    --num_waiting_;
-    std::erase(waiting_holders_, id);
+  bool reserve_next = true;  // capacity or the reservation head changed
+  switch (r.state) {
+    case ReqState::Running:
+      running_.erase(std::find(running_.begin(), running_.end(), id));
+      break;
+    case ReqState::Held:
+      book_.unhold();
+      reserve_next = false;
+      break;
+    case ReqState::Activated:
+      queued_decode_.remove(r.len());
+      --num_waiting_;
+      break;
+    case ReqState::Reserving:
+    case ReqState::Reserved:
+      break;
+    case ReqState::Waiting:
+    case ReqState::Done:
+      // Stays in waiting_ as a stale id until it reaches the head or lpm reorders (O(1) cancel).
+      removeFromWaitingStats(r);
+      --num_waiting_;
+      std::erase(waiting_holders_, id);
+      reserve_next = false;
+      break;
   }
   releaseKv(r);
   requests_.erase(it);
+  book_.cancel(id);
+  book_.dropStale(requests_);
+  // The next reservation head is tried at once (its events go out with the next pass).
+  if (reserve_next && isDecodeWorker()) tryReserve(clock_ms_, book_.carryEvents());
   return true;
 }
 
@@ -131,6 +154,18 @@ void SglangScheduler::publishPages(Req& r, std::vector<KvEvent>& events) {
   runs.close(full);
 }
 
+bool SglangScheduler::lockAndAllocate(Req& r, std::span<const BlockHash> prefix,
+                                      std::uint32_t total_pages, std::vector<KvEvent>& events) {
+  const std::uint64_t reclaimable = std::uint64_t{cache_.numFree()} + cache_.numEvictable();
+  const std::uint32_t newly_locked = prefix.empty() ? 0 : cache_.countUnlocked(prefix);
+  const auto required = static_cast<std::uint32_t>(total_pages - prefix.size());
+  if (required > reclaimable - newly_locked) return false;
+  cache_.lockPath(prefix, r.path);  // protect the hit before evicting for the rest
+  cache_.allocatePrivate(required, events);
+  r.private_pages = required;
+  return true;
+}
+
 bool SglangScheduler::allocateChunk(Req& r, std::uint32_t chunk_end, std::uint32_t& cached,
                                     std::vector<KvEvent>& events) {
   const std::uint64_t before = overheadOf(r);
@@ -148,12 +183,7 @@ bool SglangScheduler::allocateChunk(Req& r, std::uint32_t chunk_end, std::uint32
       if (config_.spec_num_draft_tokens && matched > 0) --matched;
       prefix = std::span(r.hashes).first(matched);
     }
-    const std::uint32_t newly_locked = matched > 0 ? cache_.countUnlocked(prefix) : 0;
-    const std::uint32_t required = pagesFor(chunk_end) - matched;
-    if (required > reclaimable - newly_locked) return false;
-    cache_.lockPath(prefix, r.path);  // protect the hit before evicting for the rest
-    cache_.allocatePrivate(required, events);
-    r.private_pages = required;
+    if (!lockAndAllocate(r, prefix, pagesFor(chunk_end), events)) return false;
     cached = matched * page_size_;
   } else {
     const std::uint32_t required = pagesFor(chunk_end) - r.heldPages();
@@ -256,6 +286,8 @@ bool SglangScheduler::admitPrefill(PassResult& out, std::vector<detail::Rejectio
       continue;
     }
     Req& r = it->second;
+    // Decode worker: a queued reservation blocks every fresh admission (not readmissions).
+    if (book_.reservationQueued() && !r.admitted_before) break;
     if (!r.admitted_before && r.prompt_len >= limit_.tokens) {
       // Our rule: the prompt needs all N pages, so SGLang's strict `charged + reserve >=
       // rem_total` check can never pass. Checked every time a fresh request is at the head.
@@ -321,18 +353,35 @@ void SglangScheduler::finish(Req& r) {
 }
 
 PassResult SglangScheduler::step(double now_ms) {
+  clock_ms_ = std::max(clock_ms_, now_ms);
   Pass pass{.out = detail::beginPass(dp_rank_, now_ms)};
+  pass.out.kv_events = std::move(book_.carryEvents());
+  book_.carryEvents().clear();
   prefills_.clear();
   oom_ = false;
+  if (isPrefillWorker()) {
+    book_.expire(pass.out, now_ms, requests_, [this](Req& r) { releaseKv(r); });
+  }
+  if (isDecodeWorker()) {
+    tryReserve(now_ms, pass.out.kv_events);
+    activateReserved(pass, now_ms);
+    admitActivated(pass);
+  }
   if (sg_.schedule_policy == SchedulePolicy::Lpm && num_waiting_ > 1 &&
       num_waiting_ <= kLpmFallbackWaiting) {
     orderWaitingLpm();
   }
   admit(pass);
   timePrefill(pass);
-  // Exclusive extend: a pass that prefilled decodes only the requests it completed.
+  // Exclusive extend: a pass that prefilled decodes only the requests it completed (and the
+  // handoffs it admitted, whose prompt is complete too).
   pass.extend_pass = !prefills_.empty();
-  if (!pass.extend_pass) pass.decode_set = running_;
+  if (pass.extend_pass) {
+    pass.decode_set.insert(pass.decode_set.end(), pass.handoffs_admitted.begin(),
+                           pass.handoffs_admitted.end());
+  } else {
+    pass.decode_set = running_;
+  }
   selectDecoding(pass);
   emitTokens(pass);
   // Ratio update: reset by a retraction, then one decay step per pass that did work.
@@ -342,6 +391,16 @@ PassResult SglangScheduler::step(double now_ms) {
   if (pass.out.did_work) new_token_ratio_ = std::max(min_ratio_, new_token_ratio_ - decay_);
   detail::finishPass(pass.out, now_ms, pass.rejected, queued_prefill_, queued_decode_,
                      loadMetrics());
+  book_.stampTickets(pass.out, config_);
+  if (isDecodeWorker()) {
+    // The pass released pages: the reservation head is tried again at the pass end.
+    clock_ms_ = std::max(clock_ms_, pass.out.end_ms);
+    tryReserve(pass.out.end_ms, pass.out.kv_events);
+    pass.out.load = loadMetrics();
+  }
+  pass.out.did_work = pass.out.did_work || !pass.out.handoffs.empty() ||
+                      !pass.out.activations.empty() || !pass.out.expired_holds.empty() ||
+                      !pass.out.kv_events.empty();
   return std::move(pass.out);
 }
 
@@ -387,6 +446,7 @@ void SglangScheduler::timePrefill(Pass& pass) {
 }
 
 std::uint64_t SglangScheduler::growthOf(const Req& r) const {
+  if (holdsAtPrompt(r)) return 0;  // its internal first token never takes a KV slot
   // One more token, or a speculative burst's worst case (its KV is reserved before the draws).
   const std::uint32_t remaining = limit_.remaining(r);
   const std::uint32_t tokens = remaining == 0 ? 1 : specWorstCaseBurst(config_, remaining);
@@ -427,6 +487,15 @@ void SglangScheduler::selectDecoding(Pass& pass) {
   if (growth > reclaimableTokens() && !pass.extend_pass) {
     pass.retracted_any |= releaseWaitingHolders((growth + page_size_ - 1) / page_size_);
   }
+  if (growth > reclaimableTokens() && !pass.extend_pass) {
+    // Our rule: only handoffs (reserved, or activated and not yet admitted) can still pin the
+    // pool; the lone decoding request is retracted, as vLLM preempts itself, so they can proceed.
+    MOCKER_DCHECK(isDecodeWorker() && active.size() == 1);
+    retract(*active.front());
+    pass.retracted_any = true;
+    active.clear();
+    growth = 0;
+  }
   if (growth > reclaimableTokens()) {
     // Newly prefilled requests wait (running) for the next decode pass; a decode pass cannot
     // get here (a lone sequence always fits once nothing else pins KV).
@@ -459,6 +528,13 @@ void SglangScheduler::emitTokens(Pass& pass) {
     if (failed) {
       pass.out.outputs.push_back(detail::failedSignal(r));
       finish(r);
+      continue;
+    }
+    if (holdsAtPrompt(r)) {
+      // Prompt complete: keep its KV and describe it in a handoff (no signal; the pass still
+      // charged decode time for it, as Dynamo's SGLang prefill worker does).
+      r.state = ReqState::Held;
+      book_.hold(r, dp_rank_, page_size_, pass.out);
       continue;
     }
     const std::uint64_t before = overheadOf(r);
@@ -503,13 +579,73 @@ void SglangScheduler::emitTokens(Pass& pass) {
 }
 
 LoadMetrics SglangScheduler::loadMetrics() const {
-  return detail::makeLoadMetrics({.dp_rank = dp_rank_,
-                                  .active_blocks = cache_.numActive(),
-                                  .total_blocks = cache_.numPages(),
-                                  .running = running_.size(),
-                                  .waiting = num_waiting_,
-                                  .preemptions = retractions_total_,
-                                  .prefix = prefix_counters_});
+  LoadMetrics m = detail::makeLoadMetrics({.dp_rank = dp_rank_,
+                                           .active_blocks = cache_.numActive(),
+                                           .total_blocks = cache_.numPages(),
+                                           .running = running_.size(),
+                                           .waiting = num_waiting_,
+                                           .preemptions = retractions_total_,
+                                           .prefix = prefix_counters_});
+  book_.fillLoadMetrics(m);
+  return m;
+}
+
+bool SglangScheduler::releaseHeld(RequestId id) {
+  return book_.releaseHeld(requests_, id, [this](Req& r) { releaseKv(r); });
+}
+
+void SglangScheduler::submitHandoff(detail::AcceptedRequest&& request, const HandoffTicket& ticket,
+                                    double now_ms) {
+  MOCKER_CHECK(isDecodeWorker());
+  Req r(std::move(request));
+  book_.enqueue(requests_, std::move(r), ticket, now_ms);
+  clock_ms_ = std::max(clock_ms_, now_ms);
+  tryReserve(now_ms, book_.carryEvents());
+}
+
+void SglangScheduler::tryReserve(double now_ms, std::vector<KvEvent>& events) {
+  while (book_.reservationQueued()) {
+    Req& r = requests_.at(book_.head());
+    // The whole prompt's KV, in pages: a resident prefix (radix match over the prompt's full
+    // pages) is locked so it cannot be evicted, the rest are private pages the transfer fills.
+    std::span<const BlockHash> prefix;
+    if (config_.enable_prefix_caching) {
+      const std::uint32_t full = r.prompt_len / page_size_;
+      ensureHashes(r, full);
+      prefix = std::span(r.hashes).first(cache_.matchLength(std::span(r.hashes).first(full)));
+    }
+    const std::uint32_t pages = pagesFor(r.prompt_len);
+    if (!lockAndAllocate(r, prefix, pages, events)) return;  // the head waits; FIFO is strict
+    r.state = ReqState::Reserved;
+    const auto resident = static_cast<std::uint32_t>(prefix.size());
+    book_.reserveHead(config_, now_ms, resident, pages - resident, page_size_, r.prompt_len);
+  }
+}
+
+void SglangScheduler::activateReserved(Pass& pass, double now_ms) {
+  book_.activateDue(pass.out, now_ms, [&](RequestId id) {
+    Req& r = requests_.at(id);
+    // The transferred pages now hold the prompt's KV: complete ones become radix nodes (Stored).
+    r.state = ReqState::Activated;
+    r.materialized = r.prompt_len;
+    publishPages(r, pass.out.kv_events);
+    page_overhead_ += overheadOf(r);
+    ++num_waiting_;
+    queued_decode_.add(r.len());
+  });
+}
+
+void SglangScheduler::admitActivated(Pass& pass) {
+  const std::uint64_t max_seqs = detail::limitOrUnbounded(config_.max_num_seqs);
+  while (!book_.activated().empty() && running_.size() < max_seqs) {
+    Req& r = requests_.at(book_.activated().front());
+    --num_waiting_;
+    queued_decode_.remove(r.len());
+    book_.admitFront(r, pass.out, prefix_counters_);
+    r.state = ReqState::Running;
+    running_.push_back(r.id);
+    pass.handoffs_admitted.push_back(r.id);
+  }
 }
 
 std::vector<RequestId> SglangScheduler::waitingOrder() const {
@@ -530,7 +666,8 @@ Status SglangScheduler::checkInvariants() const {
     return Error{ErrorCode::Internal, "sglang scheduler invariant: " + what};
   };
   std::vector<std::uint32_t> locks(cache_.nodeCapacity(), 0);
-  std::uint64_t private_pages = 0, overhead = 0;
+  std::uint64_t private_pages = 0, overhead = 0, num_held = 0;
+  std::unordered_map<RequestId, int> seen;
   for (const auto& [id, r] : requests_) {
     for (RadixCache::NodeId n : r.path) {
       if (n.value() >= locks.size()) return fail("path holds an unknown node");
@@ -543,6 +680,20 @@ Status SglangScheduler::checkInvariants() const {
     }
     private_pages += r.private_pages;
     overhead += overheadOf(r);
+    if (r.state == ReqState::Held) {
+      ++num_held;
+      if (++seen[id] > 1) return fail("held request in a queue");
+      if (r.materialized != r.prompt_len) return fail("held request without its prompt's KV");
+    }
+    if (r.state == ReqState::Reserving || r.state == ReqState::Reserved) {
+      // KV in flight: the whole prompt's pages are reserved (none before the reservation), the
+      // resident prefix locked, nothing materialised yet.
+      const std::uint32_t pages = r.state == ReqState::Reserved ? pagesFor(r.prompt_len) : 0;
+      if (r.heldPages() != pages) return fail("handoff holds the wrong number of pages");
+      if (r.materialized != 0) return fail("handoff materialised before activation");
+      if (r.path.size() > r.prompt_len / page_size_) return fail("handoff path beyond its prompt");
+      continue;
+    }
     if (r.heldPages() != pagesFor(r.materialized)) return fail("held pages != ceil(kv / B)");
     if (config_.enable_prefix_caching && r.path.size() != r.materialized / page_size_) {
       return fail("a complete page is not in the radix tree");
@@ -557,7 +708,6 @@ Status SglangScheduler::checkInvariants() const {
     return fail("running > max_num_seqs");
   }
   std::uint64_t live_waiting = 0, holders = 0;
-  std::unordered_map<RequestId, int> seen;
   for (RequestId id : waiting_) {
     const auto it = requests_.find(id);
     if (it == requests_.end()) continue;
@@ -573,7 +723,14 @@ Status SglangScheduler::checkInvariants() const {
     ++live_waiting;
   }
   if (holders != waiting_holders_.size()) return fail("holder list mismatch");
-  if (live_waiting != num_waiting_) return fail("waiting count mismatch");
+  if (live_waiting + book_.activated().size() != num_waiting_) {
+    return fail("waiting count mismatch");
+  }
+  MOCKER_TRY_VOID(book_.checkInvariants(seen, requests_, num_held));
+  for (RequestId id : book_.activated()) {
+    const Req& r = requests_.at(id);
+    if (r.materialized != r.len()) return fail("activated handoff without its prompt's KV");
+  }
   if (queued_prefill_.count() + queued_decode_.count() != num_waiting_) {
     return fail("queued statistics count mismatch");
   }

@@ -13,11 +13,12 @@
 #include <cstdint>
 #include <deque>
 #include <optional>
+#include <span>
 #include <unordered_map>
 #include <vector>
 
-#include "base/check.h"
 #include "engine/config.h"
+#include "engine/detail/handoff.h"
 #include "engine/detail/pass.h"
 #include "engine/detail/rank_core.h"
 #include "engine/detail/stats.h"
@@ -48,12 +49,10 @@ class SglangScheduler final : public detail::RankCore {
   }
   bool clearCache() override { return cache_.clear(); }
   Status checkInvariants() const override;
-  // Disaggregation is not implemented in SGLang mode (checkEngineConfig refuses a worker_type).
-  void submitHandoff(detail::AcceptedRequest&&, const HandoffTicket&, double) override {
-    MOCKER_CHECK_MSG(false, "sglang: handoffs need worker_type decode, refused by config checks");
-  }
-  bool releaseHeld(RequestId) override { return false; }
-  std::optional<double> nextTimerMs() const override { return std::nullopt; }
+  void submitHandoff(detail::AcceptedRequest&& request, const HandoffTicket& ticket,
+                     double now_ms) override;
+  bool releaseHeld(RequestId id) override;
+  std::optional<double> nextTimerMs() const override { return book_.nextTimerMs(); }
 
   /// Scheduler state exposed for tests.
   double newTokenRatio() const { return new_token_ratio_; }
@@ -67,7 +66,18 @@ class SglangScheduler final : public detail::RankCore {
   std::uint32_t materializedTokens(RequestId id) const;
 
  private:
-  enum class ReqState : std::uint8_t { Waiting, Running, Done };
+  // Disaggregation (as in the vLLM scheduler): Held — prefill worker, prompt done, KV kept for a
+  // decode worker; Reserving — decode worker, in the FIFO reservation queue; Reserved — pages
+  // reserved, KV in flight (materialized 0); Activated — KV in place, waiting for admission.
+  enum class ReqState : std::uint8_t {
+    Waiting,
+    Running,
+    Done,
+    Held,
+    Reserving,
+    Reserved,
+    Activated
+  };
 
   struct Req : detail::RequestRecord {
     using RequestRecord::RequestRecord;
@@ -99,15 +109,21 @@ class SglangScheduler final : public detail::RankCore {
     std::vector<Req*> active;                 // decode_set members that sample a token this pass
     bool extend_pass = false;                 // something was prefilled: exclusive extend
     bool retracted_any = false;
+    std::vector<RequestId> handoffs_admitted;  // activated handoffs admitted by this pass
   };
 
   std::uint64_t pageTokens(std::uint64_t pages) const { return pages * page_size_; }
   std::uint32_t pagesFor(std::uint64_t tokens) const {
     return static_cast<std::uint32_t>((tokens + page_size_ - 1) / page_size_);
   }
+  // A reserved handoff's pages are all spoken for by its transfer: no slack until activation.
   std::uint64_t overheadOf(const Req& r) const {
-    return pageTokens(r.heldPages()) - r.materialized;
+    return r.state == ReqState::Reserved ? 0 : pageTokens(r.heldPages()) - r.materialized;
   }
+  bool isPrefillWorker() const { return config_.worker_type == WorkerType::Prefill; }
+  bool isDecodeWorker() const { return config_.worker_type == WorkerType::Decode; }
+  /// Prefill worker: `r` is held instead of sampling once its prompt is complete.
+  bool holdsAtPrompt(const Req& r) const { return isPrefillWorker() && r.generated() == 0; }
 
   // The phases of step(), in order (lpm ordering first when it applies).
   void orderWaitingLpm();
@@ -130,6 +146,10 @@ class SglangScheduler final : public detail::RankCore {
 
   /// Prefill admission ("SGLang pass" step 2); fills prefills_, out.admissions and `rejected`.
   bool admitPrefill(PassResult& out, std::vector<detail::Rejection>& rejected);
+  /// KV for a request holding none: locks the cached pages `prefix` (a matched path) and allocates
+  /// private pages up to `total_pages`; false (nothing changed) when they do not fit.
+  bool lockAndAllocate(Req& r, std::span<const BlockHash> prefix, std::uint32_t total_pages,
+                       std::vector<KvEvent>& events);
   /// Allocates KV for `r` up to `chunk_end` tokens; false (nothing changed) when out of memory.
   bool allocateChunk(Req& r, std::uint32_t chunk_end, std::uint32_t& cached,
                      std::vector<KvEvent>& events);
@@ -148,6 +168,16 @@ class SglangScheduler final : public detail::RankCore {
   void finish(Req& r);
   bool reachedEnd(const Req& r) const;
   void ensureHashes(Req& r, std::uint32_t pages) const;
+
+  // Disaggregation.
+  /// Decode worker: reserves pages for the head of the reservation queue, in FIFO order, while
+  /// the head fits; reservations made at `now_ms`.
+  void tryReserve(double now_ms, std::vector<KvEvent>& events);
+  /// Decode worker: reserved handoffs whose max(ready, reserved) <= now_ms become Activated.
+  void activateReserved(Pass& pass, double now_ms);
+  /// Decode worker: admits Activated requests (they hold their KV) ahead of waiting requests;
+  /// they sample output token 0 in this pass.
+  void admitActivated(Pass& pass);
 
   const EngineConfig& config_;
   const SglangConfig& sg_;
@@ -177,6 +207,9 @@ class SglangScheduler final : public detail::RankCore {
 
   std::uint64_t retractions_total_ = 0;
   detail::PrefixCacheCounters prefix_counters_;
+
+  detail::HandoffBook book_;  // disaggregation: holds or reservations
+  double clock_ms_ = 0.0;     // latest time the rank has seen
 
   // Per-pass scratch (kept as members to reuse their capacity).
   std::vector<Prefill> prefills_;

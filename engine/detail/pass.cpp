@@ -26,6 +26,18 @@ EffectiveLimit vllmEffectiveLimit(const EngineConfig& config, std::uint32_t bloc
   return limit;
 }
 
+EffectiveLimit sglangEffectiveLimit(const EngineConfig& config) {
+  return {
+      .tokens = std::uint64_t{effectiveNumGpuBlocks(config) - 1} * effectiveBlockSize(config) + 1,
+      .binding = LengthLimit::KvCapacity};
+}
+
+EffectiveLimit effectiveLimit(const EngineConfig& config) {
+  return config.engine_type == EngineType::Sglang
+             ? sglangEffectiveLimit(config)
+             : vllmEffectiveLimit(config, effectiveBlockSize(config));
+}
+
 void StoredRuns::flush(std::uint32_t end) {
   if (!in_run_) return;
   in_run_ = false;

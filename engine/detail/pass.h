@@ -80,6 +80,12 @@ struct EffectiveLimit {
 /// is off), null terms ∞.
 EffectiveLimit vllmEffectiveLimit(const EngineConfig& config, std::uint32_t block_size);
 
+/// SGLang: L = (N − 1)·B + 1, binding kv capacity (a sequence needing all N pages stops).
+EffectiveLimit sglangEffectiveLimit(const EngineConfig& config);
+
+/// The effective limit of `config`'s engine type.
+EffectiveLimit effectiveLimit(const EngineConfig& config);
+
 /// A fresh request refused at the head of waiting, with the limit its prompt reached.
 struct Rejection {
   RequestId id;

@@ -54,8 +54,8 @@ class RankCore {
   virtual bool clearCache() = 0;
   virtual Status checkInvariants() const = 0;
 
-  // Disaggregation (README "Disaggregated prefill/decode"); only the vLLM/TRT-LLM scheduler
-  // implements them (config validation refuses other engine types with a worker_type).
+  // Disaggregation (README "Disaggregated prefill/decode"); both scheduler families implement
+  // them over detail::HandoffBook.
   /// Decode worker: queues a handoff for a reservation at `now_ms` (tried at once). May throw
   /// std::bad_alloc, and then leaves the rank unchanged.
   virtual void submitHandoff(AcceptedRequest&& request, const HandoffTicket& ticket,

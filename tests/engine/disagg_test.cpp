@@ -4,7 +4,9 @@
 // admission and activation with the prompt already computed; plus a randomized two-worker soak.
 // Expected values are worked out by hand from the rules (the timing figures are those of the
 // single-request reference scenario: prefill of 8 tokens 16.6229144639296 ms, decode at u = 8/64
-// 12.0890625 ms and at u = 12/64 14.961953125 ms).
+// 12.0890625 ms and at u = 12/64 14.961953125 ms). The scenarios run for every engine type
+// (vllm, trtllm, sglang); where SGLang mode differs — its prefill worker charges decode time,
+// a sampled token takes its KV slot at once, decode load is logical — the expectation says so.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -14,6 +16,7 @@
 #include <vector>
 
 #include "engine/engine.h"
+#include "engine/timing_model.h"
 #include "tests/engine/engine_harness.h"
 
 namespace mocker::engine {
@@ -28,13 +31,24 @@ constexpr double kPrefill8 = 16.6229144639296;
 constexpr double kDecodeU8 = 12.0890625;
 constexpr double kDecodeU12 = 14.961953125;
 
-EngineConfig workerConfig(WorkerType type) {
-  EngineConfig c = specConfig();
+EngineConfig workerConfig(WorkerType type, EngineType engine = EngineType::Vllm) {
+  EngineConfig c = specConfig(engine);
   c.worker_type = type;
   c.kv_bytes_per_token = 1000000;
   c.kv_transfer_bandwidth_gbps = 1.0;
   return c;
 }
+
+class DisaggTest : public ::testing::TestWithParam<EngineType> {
+ protected:
+  bool sglang() const { return GetParam() == EngineType::Sglang; }
+  EngineConfig worker(WorkerType type) const { return workerConfig(type, GetParam()); }
+  /// The modelled decode time of one request of `len` tokens (u = len / pool tokens).
+  static double decodeOne(std::uint64_t len, const EngineConfig& config) {
+    const std::uint64_t total = std::uint64_t{effectiveNumGpuBlocks(config)} * 4;
+    return TimingModel(config).decodeMs(1, len, len, total);
+  }
+};
 
 /// A ticket as a prefill worker would produce it, ready at `ready_ms`.
 HandoffTicket ticketFor(std::vector<std::uint32_t> prompt, std::uint32_t max_output,
@@ -61,22 +75,23 @@ PassResult prefillOne(Harness& h, std::vector<std::uint32_t> prompt, std::uint32
 }
 
 // Handoff delay: tokens · bytes / bandwidth. 8 tokens · 1e6 B at 1 GB/s = 8 ms after the
-// prefill pass ends; 128 tokens = 128 ms. The prefill pass charges no decode time, emits no
-// signal, and the request's blocks stay active (held).
-TEST(DisaggTest, HandoffDelayFromBytesAndBandwidth) {
+// prefill pass ends; 128 tokens = 128 ms. The prefill pass charges no decode time (SGLang mode:
+// the usual decode time of its first token, Dynamo's difference), emits no signal, and the
+// request's blocks stay active (held).
+TEST_P(DisaggTest, HandoffDelayFromBytesAndBandwidth) {
   struct Case {
     std::uint32_t prompt;
     double transfer_ms;
   };
   for (const Case c : {Case{8, 8.0}, Case{128, 128.0}}) {
-    EngineConfig config = workerConfig(WorkerType::Prefill);
+    EngineConfig config = worker(WorkerType::Prefill);
     config.num_gpu_blocks = 64;
     Harness h(config);
     const PassResult p = prefillOne(h, range(1, c.prompt), 5);
     ASSERT_EQ(p.handoffs.size(), 1u);
     const HandoffTicket& t = p.handoffs.front();
     EXPECT_TRUE(p.outputs.empty()) << "the prefill worker's token is internal";
-    EXPECT_EQ(p.decode_ms, 0.0);
+    EXPECT_EQ(p.decode_ms, sglang() ? decodeOne(c.prompt, config) : 0.0);
     EXPECT_EQ(t.prefill_end_ms, p.end_ms);
     EXPECT_DOUBLE_EQ(t.transfer_ms, c.transfer_ms);
     EXPECT_DOUBLE_EQ(t.ready_ms - t.prefill_end_ms, c.transfer_ms);
@@ -87,21 +102,23 @@ TEST(DisaggTest, HandoffDelayFromBytesAndBandwidth) {
     EXPECT_EQ(p.load.held_requests, 1u);
     EXPECT_FALSE(h.engine().hasWork());
   }
-  // The 8-token prefill is the reference prefill time, with no decode part.
-  Harness h(workerConfig(WorkerType::Prefill));
-  EXPECT_DOUBLE_EQ(prefillOne(h, range(1, 8), 3).end_ms, kPrefill8);
+  // The 8-token prefill is the reference prefill time, with no decode part (SGLang: plus the
+  // decode at u = 8/64).
+  Harness h(worker(WorkerType::Prefill));
+  EXPECT_DOUBLE_EQ(prefillOne(h, range(1, 8), 3).end_ms, kPrefill8 + (sglang() ? kDecodeU8 : 0.0));
   // speedup_ratio divides the transfer time like any modelled time.
-  EngineConfig fast = workerConfig(WorkerType::Prefill);
+  EngineConfig fast = worker(WorkerType::Prefill);
   fast.speedup_ratio = 2.0;
   EXPECT_DOUBLE_EQ(kvTransferMs(fast, 8), 4.0);
 }
 
 // Destination rounding: a 10-token prompt at block size 4 reserves 3 blocks and transfers
 // 12 tokens; with its first 4 tokens resident on the decode worker, 8 (and the resident block is
-// claimed as a cache hit). missing_blocks charges the transfer for those 8 tokens only.
-TEST(DisaggTest, DestinationRoundingAndResidentPrefix) {
+// claimed as a cache hit: it stays active — SGLang mode: its radix node is locked — so it cannot
+// be evicted). missing_blocks charges the transfer for those 8 tokens only.
+TEST_P(DisaggTest, DestinationRoundingAndResidentPrefix) {
   {
-    Harness h(workerConfig(WorkerType::Decode));
+    Harness h(worker(WorkerType::Decode));
     const auto id = h.engine().submitHandoff(ticketFor(range(1, 10), 2), 0, 0.0);
     ASSERT_TRUE(id.has_value()) << id.error().message;
     EXPECT_EQ(h.engine().loadMetrics(0).active_blocks, 3u);
@@ -111,7 +128,7 @@ TEST(DisaggTest, DestinationRoundingAndResidentPrefix) {
     EXPECT_EQ(p.activations[0].resident_tokens, 0u);
     EXPECT_EQ(p.activations[0].source_id, RequestId{1000});
   }
-  EngineConfig config = workerConfig(WorkerType::Decode);
+  EngineConfig config = worker(WorkerType::Decode);
   config.kv_transfer_charge = KvTransferCharge::MissingBlocks;
   Harness h(config);
   // Make [1..4] resident: a plain request on the decode worker leaves its block cached.
@@ -144,13 +161,16 @@ TEST(DisaggTest, DestinationRoundingAndResidentPrefix) {
 // Activation: the request enters with num_computed = prompt, so its first decode pass computes no
 // prompt token (prefill_ms 0) and emits output token 0; from then on it decodes as usual.
 // End to end with a prefill worker: TTFT = prefill 16.62… + transfer 8 + decode 12.09….
-TEST(DisaggTest, TwoHopTimelineOfOneRequest) {
-  Harness pre(workerConfig(WorkerType::Prefill));
-  Harness dec(workerConfig(WorkerType::Decode));
+TEST_P(DisaggTest, TwoHopTimelineOfOneRequest) {
+  Harness pre(worker(WorkerType::Prefill));
+  Harness dec(worker(WorkerType::Decode));
   const PassResult handoff = prefillOne(pre, range(1, 8), 3);
   ASSERT_EQ(handoff.handoffs.size(), 1u);
   const HandoffTicket& t = handoff.handoffs[0];
-  EXPECT_DOUBLE_EQ(t.ready_ms, kPrefill8 + 8.0);
+  // SGLang: the prefill worker's pass also charges its first token's decode time.
+  const double prefill_end = kPrefill8 + (sglang() ? kDecodeU8 : 0.0);
+  EXPECT_DOUBLE_EQ(t.prefill_end_ms, prefill_end);
+  EXPECT_DOUBLE_EQ(t.ready_ms, prefill_end + 8.0);
 
   dec.advanceTo(t.prefill_end_ms);
   const auto id = dec.engine().submitHandoff(t, 0, t.prefill_end_ms);
@@ -158,21 +178,25 @@ TEST(DisaggTest, TwoHopTimelineOfOneRequest) {
   EXPECT_FALSE(dec.engine().hasWork()) << "reserved, waiting for the transfer";
   EXPECT_FALSE(dec.step().did_work);
   ASSERT_TRUE(dec.engine().nextTimerMs(0).has_value());
-  EXPECT_DOUBLE_EQ(*dec.engine().nextTimerMs(0), kPrefill8 + 8.0);
+  EXPECT_DOUBLE_EQ(*dec.engine().nextTimerMs(0), prefill_end + 8.0);
   dec.advanceTo(*dec.engine().nextTimerMs(0));
 
   const PassResult& p1 = dec.step();
   ASSERT_EQ(p1.activations.size(), 1u);
-  EXPECT_DOUBLE_EQ(p1.activations[0].activated_ms, kPrefill8 + 8.0);
-  EXPECT_DOUBLE_EQ(p1.activations[0].reserved_ms, kPrefill8);
+  EXPECT_DOUBLE_EQ(p1.activations[0].activated_ms, prefill_end + 8.0);
+  EXPECT_DOUBLE_EQ(p1.activations[0].reserved_ms, prefill_end);
   EXPECT_EQ(p1.prefill_ms, 0.0);
   EXPECT_EQ(p1.decode_ms, kDecodeU8);
   ASSERT_EQ(p1.outputs.size(), 1u);
   EXPECT_EQ(p1.outputs[0].index, 0u);
-  EXPECT_DOUBLE_EQ(p1.outputs[0].time_ms, kPrefill8 + 8.0 + kDecodeU8);
+  EXPECT_DOUBLE_EQ(p1.outputs[0].time_ms, prefill_end + 8.0 + kDecodeU8);
   EXPECT_EQ(storedEvents(p1).size(), 1u) << "the transferred blocks become visible";
+  ASSERT_EQ(p1.admissions.size(), 1u);
+  EXPECT_EQ(p1.admissions[0].reused_input_tokens, 0u);
   const PassResult& p2 = dec.step();
-  EXPECT_EQ(p2.decode_ms, kDecodeU12);
+  // vLLM/TRT-LLM: 3 physical blocks after the second token's block (u = 12/64); SGLang: the
+  // logical 9 tokens (u = 9/64).
+  EXPECT_EQ(p2.decode_ms, sglang() ? decodeOne(9, dec.engine().config()) : kDecodeU12);
   const PassResult& p3 = dec.step();
   ASSERT_EQ(p3.outputs.size(), 1u);
   EXPECT_EQ(p3.outputs[0].terminal, Terminal::Completed);
@@ -188,9 +212,9 @@ TEST(DisaggTest, TwoHopTimelineOfOneRequest) {
 // Source lifecycle: release ⇒ applied, blocks inactive; a second release ⇒ noop; cancel of a
 // held request ⇒ applied; cancel before completion ⇒ applied and no handoff ever; a hold not
 // released within kv_hold_timeout_ms is released and counted as expired.
-TEST(DisaggTest, SourceHoldReleaseCancelAndTimeout) {
+TEST_P(DisaggTest, SourceHoldReleaseCancelAndTimeout) {
   {
-    Harness h(workerConfig(WorkerType::Prefill));
+    Harness h(worker(WorkerType::Prefill));
     const PassResult p = prefillOne(h, range(1, 8), 3);
     const RequestId src = p.handoffs[0].source_id;
     EXPECT_EQ(h.engine().loadMetrics(0).active_blocks, 2u);
@@ -202,7 +226,7 @@ TEST(DisaggTest, SourceHoldReleaseCancelAndTimeout) {
     EXPECT_EQ(h.engine().releaseHandoff(RequestId{999}), CancelResult::Noop);
   }
   {
-    Harness h(workerConfig(WorkerType::Prefill));
+    Harness h(worker(WorkerType::Prefill));
     const RequestId src = prefillOne(h, range(1, 8), 3).handoffs[0].source_id;
     EXPECT_EQ(h.engine().cancel(src), CancelResult::Applied);
     EXPECT_EQ(h.engine().loadMetrics(0).active_blocks, 0u);
@@ -210,8 +234,9 @@ TEST(DisaggTest, SourceHoldReleaseCancelAndTimeout) {
     EXPECT_EQ(h.engine().releaseHandoff(src), CancelResult::Noop);
   }
   {
-    EngineConfig config = workerConfig(WorkerType::Prefill);
+    EngineConfig config = worker(WorkerType::Prefill);
     config.max_num_batched_tokens = 4;  // the prompt takes two passes
+    config.sglang.chunked_prefill_size = 4;
     Harness h(config);
     const RequestId id = h.submit(range(1, 8), 3);
     EXPECT_TRUE(h.step().handoffs.empty());
@@ -221,7 +246,7 @@ TEST(DisaggTest, SourceHoldReleaseCancelAndTimeout) {
     EXPECT_FALSE(h.engine().nextTimerMs(0).has_value());
   }
   {
-    EngineConfig config = workerConfig(WorkerType::Prefill);
+    EngineConfig config = worker(WorkerType::Prefill);
     config.kv_hold_timeout_ms = 100.0;
     Harness h(config);
     const PassResult p = prefillOne(h, range(1, 8), 3);
@@ -242,7 +267,7 @@ TEST(DisaggTest, SourceHoldReleaseCancelAndTimeout) {
   }
   {
     // null timeout: held until released, however long.
-    EngineConfig config = workerConfig(WorkerType::Prefill);
+    EngineConfig config = worker(WorkerType::Prefill);
     config.kv_hold_timeout_ms.reset();
     Harness h(config);
     const RequestId src = prefillOne(h, range(1, 8), 3).handoffs[0].source_id;
@@ -255,21 +280,23 @@ TEST(DisaggTest, SourceHoldReleaseCancelAndTimeout) {
 
 // Blocked destination (N = 4 blocks): with the reservation head not fitting, no fresh request is
 // admitted and a smaller handoff behind the head is not reserved (FIFO); cancelling the head
-// reserves the next one at once and lets the fresh request in.
-TEST(DisaggTest, BlockedReservationHeadBlocksFreshAdmission) {
-  EngineConfig config = workerConfig(WorkerType::Decode);
+// reserves the next one at once and lets the fresh request in. A holds 2 blocks after its first
+// pass (its first token dangles), 3 in SGLang mode (the sampled token takes its slot at once).
+TEST_P(DisaggTest, BlockedReservationHeadBlocksFreshAdmission) {
+  EngineConfig config = worker(WorkerType::Decode);
   config.num_gpu_blocks = 4;
   Harness h(config);
   Engine& e = h.engine();
   const RequestId a = h.submit(range(1, 8), 4);  // 2 blocks, then a third for its 9th token
   EXPECT_EQ(h.step().admissions.size(), 1u);
+  const std::uint64_t a_blocks = sglang() ? 3 : 2;
   const auto h1 = e.submitHandoff(ticketFor(range(101, 112), 2, 0.0, 501), 0, h.now());
   ASSERT_TRUE(h1.has_value());                           // needs 3 blocks, 2 free: queued
   const RequestId fresh = h.submit(range(201, 204), 1);  // 1 block: would fit
-  const auto h2 = e.submitHandoff(ticketFor(range(301, 304), 2, 0.0, 502), 0, h.now());
+  const auto h2 = e.submitHandoff(ticketFor(range(301, 303), 2, 0.0, 502), 0, h.now());
   ASSERT_TRUE(h2.has_value());  // fits, but behind the head
   EXPECT_EQ(e.loadMetrics(0).pending_handoffs, 2u);
-  EXPECT_EQ(e.loadMetrics(0).active_blocks, 2u) << "nothing reserved behind the blocked head";
+  EXPECT_EQ(e.loadMetrics(0).active_blocks, a_blocks) << "nothing reserved behind the blocked head";
   for (int i = 0; i < 2; ++i) {
     const PassResult& p = h.step();
     EXPECT_TRUE(p.admissions.empty()) << "pass " << i;
@@ -282,12 +309,19 @@ TEST(DisaggTest, BlockedReservationHeadBlocksFreshAdmission) {
   ASSERT_EQ(p.activations.size(), 1u);
   EXPECT_EQ(p.activations[0].id, *h2);
   // H2 took the last free block (A holds 3), so the fresh request gets in once A completes.
-  ASSERT_EQ(p.admissions.size(), 1u);
-  EXPECT_EQ(p.admissions[0].id, *h2);
+  // TRT-LLM reserves every admission to completion: A keeps 3 blocks reserved and H2 needs a second
+  // block for its output, so H2 is admitted only after A completes, together with the fresh one.
+  const bool trtllm = GetParam() == EngineType::Trtllm;
+  std::vector<RequestId> admitted;
+  for (const Admission& x : p.admissions) admitted.push_back(x.id);
+  EXPECT_EQ(admitted, trtllm ? std::vector<RequestId>{} : std::vector<RequestId>{*h2});
   ASSERT_EQ(h.signalsOf(a).back().terminal, Terminal::Completed);
   const PassResult& q = h.step();
-  ASSERT_EQ(q.admissions.size(), 1u);
-  EXPECT_EQ(q.admissions[0].id, fresh);
+  admitted.clear();
+  for (const Admission& x : q.admissions) admitted.push_back(x.id);
+  const std::vector<RequestId> then =
+      trtllm ? std::vector<RequestId>{*h2, fresh} : std::vector<RequestId>{fresh};
+  EXPECT_EQ(admitted, then);
   h.runUntilIdle();
   EXPECT_EQ(h.signalsOf(fresh).back().terminal, Terminal::Completed);
   EXPECT_EQ(h.signalsOf(*h2).size(), 2u);
@@ -295,8 +329,8 @@ TEST(DisaggTest, BlockedReservationHeadBlocksFreshAdmission) {
 }
 
 // Cancelling queued, reserved and activated handoffs releases what they hold.
-TEST(DisaggTest, CancelHandoffInEveryState) {
-  Harness h(workerConfig(WorkerType::Decode));
+TEST_P(DisaggTest, CancelHandoffInEveryState) {
+  Harness h(worker(WorkerType::Decode));
   Engine& e = h.engine();
   const auto reserved = e.submitHandoff(ticketFor(range(1, 8), 2, 50.0), 0, 0.0);
   ASSERT_TRUE(reserved.has_value());
@@ -306,7 +340,7 @@ TEST(DisaggTest, CancelHandoffInEveryState) {
   EXPECT_EQ(e.cancel(*reserved), CancelResult::Noop);
   EXPECT_FALSE(e.nextTimerMs(0).has_value());
 
-  EngineConfig one_seq = workerConfig(WorkerType::Decode);
+  EngineConfig one_seq = worker(WorkerType::Decode);
   one_seq.max_num_seqs = 1;
   Harness g(one_seq);
   const auto x = g.engine().submitHandoff(ticketFor(range(1, 8), 3), 0, 0.0);
@@ -323,24 +357,29 @@ TEST(DisaggTest, CancelHandoffInEveryState) {
 }
 
 // Refusals: a handoff to a non-decode worker, with another block size, an out-of-range rank, or a
-// prompt at the effective limit; SGLang refuses a worker_type; config ranges.
-TEST(DisaggTest, RefusalsAndConfigRanges) {
-  Engine agg(specConfig());
+// prompt at the effective limit; config ranges.
+TEST_P(DisaggTest, RefusalsAndConfigRanges) {
+  Engine agg(specConfig(GetParam()));
   EXPECT_FALSE(agg.submitHandoff(ticketFor(range(1, 8), 2), 0, 0.0).has_value());
-  Engine dec(workerConfig(WorkerType::Decode));
+  Engine dec(worker(WorkerType::Decode));
   HandoffTicket other = ticketFor(range(1, 8), 2);
   other.block_size = 16;
   const auto r = dec.submitHandoff(other, 0, 0.0);
   ASSERT_FALSE(r.has_value());
   EXPECT_NE(r.error().message.find("block_size 16"), std::string::npos) << r.error().message;
   EXPECT_FALSE(dec.submitHandoff(ticketFor(range(1, 8), 2), 1, 0.0).has_value());
-  EXPECT_FALSE(dec.submitHandoff(ticketFor(range(1, 64), 2), 0, 0.0).has_value()) << "64 = N·B";
   EXPECT_FALSE(dec.submitHandoff(ticketFor({}, 2), 0, 0.0).has_value());
 
-  EngineConfig sg = specConfig(EngineType::Sglang);
-  sg.worker_type = WorkerType::Prefill;
-  EXPECT_FALSE(validateEngineConfig(sg).has_value());
-  EngineConfig c = specConfig();
+  // SGLang's effective limit is (N − 1)·B + 1 = 61 tokens; vLLM's N·B = 64.
+  const std::uint32_t limit = sglang() ? 61 : 64;
+  const auto at_limit = dec.submitHandoff(ticketFor(range(1, limit), 2), 0, 0.0);
+  ASSERT_FALSE(at_limit.has_value());
+  EXPECT_NE(at_limit.error().message.find("kv capacity limit (" + std::to_string(limit)),
+            std::string::npos)
+      << at_limit.error().message;
+  EXPECT_TRUE(dec.submitHandoff(ticketFor(range(1, limit - 1), 2), 0, 0.0).has_value());
+  EngineConfig c = worker(WorkerType::Prefill);
+  EXPECT_TRUE(validateEngineConfig(c).has_value()) << "every engine type has both worker types";
   c.kv_bytes_per_token = 0;
   EXPECT_FALSE(validateEngineConfig(c).has_value());
   c = specConfig();
@@ -354,17 +393,104 @@ TEST(DisaggTest, RefusalsAndConfigRanges) {
   EXPECT_FALSE(parseWorkerType("both").has_value());
 }
 
-// Randomized soak over one prefill and one decode worker (vllm and trtllm, small pools, chunked
+// TRT-LLM decode worker (N = 4 blocks): A (8-token prompt, 4 outputs) was admitted with 3 blocks
+// to completion and holds 2; an 8-token handoff needs 2 blocks, and 2 are free, but one of them is
+// A's — the reservation waits until A completes, so A never stalls (vLLM reserves at once and
+// preempts if it must). Activation then admits the handoff only when its prompt + output fit.
+TEST(DisaggTrtllmTest, ReservationLeavesRunningRequestsTheirBlocksToCompletion) {
+  for (const EngineType type : {EngineType::Trtllm, EngineType::Vllm}) {
+    EngineConfig config = workerConfig(WorkerType::Decode, type);
+    config.num_gpu_blocks = 4;
+    Harness h(config);
+    Engine& e = h.engine();
+    const RequestId a = h.submit(range(1, 8), 4);
+    EXPECT_EQ(h.step().admissions.size(), 1u);
+    EXPECT_EQ(e.loadMetrics(0).active_blocks, 2u);
+    const auto id = e.submitHandoff(ticketFor(range(101, 108), 2), 0, h.now());
+    ASSERT_TRUE(id.has_value());
+    const bool trtllm = type == EngineType::Trtllm;
+    EXPECT_EQ(e.loadMetrics(0).pending_handoffs, 1u);
+    EXPECT_EQ(e.loadMetrics(0).active_blocks, trtllm ? 2u : 4u) << toString(type);
+    // Until idle, waking up for the activation (trtllm: reserved when A completes).
+    for (int i = 0; i < 100 && (e.hasWork() || e.nextTimerMs(0)); ++i) {
+      if (!e.hasWork()) h.advanceTo(*e.nextTimerMs(0));
+      h.step();
+    }
+    EXPECT_EQ(h.signalsOf(a).size(), 4u) << toString(type);
+    EXPECT_EQ(h.signalsOf(a).back().terminal, Terminal::Completed);
+    EXPECT_EQ(h.signalsOf(*id).size(), 2u) << toString(type);
+    const LoadMetrics m = e.loadMetrics(0);
+    EXPECT_EQ(m.preemptions_total, trtllm ? 0u : 1u) << toString(type);
+    EXPECT_EQ(m.active_blocks, 0u);
+  }
+}
+
+// SGLang mode, our rule: a lone decoding request that cannot grow because a reserved handoff pins
+// the rest of the pool is retracted (vLLM would preempt it); the handoff activates at its ready
+// time and both complete, leaving no page active.
+TEST(DisaggSglangTest, LoneRequestRetractedWhenAHandoffPinsThePool) {
+  EngineConfig config = workerConfig(WorkerType::Decode, EngineType::Sglang);
+  config.num_gpu_blocks = 4;
+  Harness h(config);
+  Engine& e = h.engine();
+  const RequestId r = h.submit(range(1, 7), 5);  // 7 + token 0 = 2 full pages
+  EXPECT_EQ(h.step().admissions.size(), 1u);
+  const auto id = e.submitHandoff(ticketFor(range(101, 108), 2, 1000.0), 0, h.now());
+  ASSERT_TRUE(id.has_value());
+  EXPECT_EQ(e.loadMetrics(0).active_blocks, 4u) << "reserved at once: the pool is full";
+  const PassResult& p = h.step();
+  EXPECT_TRUE(p.outputs.empty()) << "the 9th token needs a third page";
+  EXPECT_EQ(p.load.preemptions_total, 1u);
+  EXPECT_EQ(e.loadMetrics(0).active_blocks, 2u) << "only the reservation holds pages";
+  EXPECT_FALSE(h.step().did_work) << "the retracted request does not fit beside the reservation";
+  h.advanceTo(*e.nextTimerMs(0));
+  h.runUntilIdle();
+  EXPECT_EQ(h.signalsOf(r).back().terminal, Terminal::Completed);
+  EXPECT_EQ(h.signalsOf(*id).size(), 2u);
+  EXPECT_EQ(h.signalsOf(*id).back().terminal, Terminal::Completed);
+  EXPECT_EQ(e.loadMetrics(0).active_blocks, 0u);
+}
+
+// SGLang mode: a queued reservation blocks a fresh request that SGLang's own budgets would admit
+// (N = 8 pages: A holds 3, the 24-token handoff needs 6 of the 5 free); once A completes, the
+// handoff is reserved at the pass end, then activated and admitted ahead of the fresh request.
+TEST(DisaggSglangTest, QueuedReservationBlocksFreshAdmission) {
+  EngineConfig config = workerConfig(WorkerType::Decode, EngineType::Sglang);
+  config.num_gpu_blocks = 8;
+  Harness h(config);
+  Engine& e = h.engine();
+  const RequestId a = h.submit(range(1, 8), 2);
+  EXPECT_EQ(h.step().admissions.size(), 1u);
+  const auto h1 = e.submitHandoff(ticketFor(range(101, 124), 2), 0, h.now());
+  ASSERT_TRUE(h1.has_value());
+  EXPECT_EQ(e.loadMetrics(0).pending_handoffs, 1u);
+  EXPECT_EQ(e.loadMetrics(0).active_blocks, 3u);
+  const RequestId fresh = h.submit(range(201, 204), 1);
+  const PassResult& p = h.step();
+  EXPECT_TRUE(p.admissions.empty()) << "the fresh request fits but the reservation is queued";
+  ASSERT_EQ(h.signalsOf(a).back().terminal, Terminal::Completed);
+  EXPECT_EQ(p.load.active_blocks, 6u) << "reserved at the end of the pass that freed A's pages";
+  const PassResult& q = h.step();
+  std::vector<RequestId> admitted;
+  for (const Admission& x : q.admissions) admitted.push_back(x.id);
+  EXPECT_EQ(admitted, (std::vector<RequestId>{*h1, fresh}));
+  h.runUntilIdle();
+  EXPECT_EQ(e.loadMetrics(0).active_blocks, 0u);
+}
+
+// Randomized soak over one prefill and one decode worker (every engine type, small pools, chunked
 // prefill, random cancels on both sides, some sources never released so their holds time out):
 // invariants after every pass, every request ends, no block leaks, every hold is released by its
-// timeout, and reservations follow submission order (FIFO).
+// timeout, and reservations follow submission order (FIFO). For trtllm the per-pass invariants
+// include "active blocks + every running request's blocks to completion <= N": no running request
+// can ever stall on either worker.
 class DisaggSoakTest : public ::testing::TestWithParam<EngineType> {};
 
 TEST_P(DisaggSoakTest, NoLeaksHoldsExpireReservationsFifo) {
   for (std::uint64_t seed : {1u, 2u, 3u}) {
     std::mt19937_64 rng(seed);
-    EngineConfig pc = workerConfig(WorkerType::Prefill);
-    pc.engine_type = GetParam();
+    EngineConfig pc = workerConfig(WorkerType::Prefill, GetParam());
+    pc.sglang.chunked_prefill_size = 24;
     pc.num_gpu_blocks = 40;
     pc.max_num_batched_tokens = 24;
     pc.kv_hold_timeout_ms = 400.0;
@@ -493,8 +619,16 @@ TEST_P(DisaggSoakTest, NoLeaksHoldsExpireReservationsFifo) {
   }
 }
 
+INSTANTIATE_TEST_SUITE_P(Engines, DisaggTest,
+                         ::testing::Values(EngineType::Vllm, EngineType::Trtllm,
+                                           EngineType::Sglang),
+                         [](const auto& param_info) {
+                           return std::string(toString(param_info.param));
+                         });
+
 INSTANTIATE_TEST_SUITE_P(Engines, DisaggSoakTest,
-                         ::testing::Values(EngineType::Vllm, EngineType::Trtllm),
+                         ::testing::Values(EngineType::Vllm, EngineType::Trtllm,
+                                           EngineType::Sglang),
                          [](const auto& param_info) {
                            return std::string(toString(param_info.param));
                          });

@@ -182,13 +182,46 @@ TEST(DisaggReplayTest, RefusesMismatchedBlockSizesAndEmptyRoles) {
   EXPECT_NE(bad.error().message.find("same block size"), std::string::npos) << bad.error().message;
   const auto none = runOfflineReplay(w, disagg(0, 1, fixedEngine(), fixedEngine()), c);
   ASSERT_FALSE(none.has_value());
+}
+
+// SGLang mode: the same one-request timeline as ClientViewIsPrefillPlusTransferPlusDecode, except
+// that the SGLang prefill worker also charges the decode time of its internal first token
+// (10 + 2 = 12 ms, Dynamo's difference): transfer 32 ms ⇒ activation at 44, tokens at 46, 48, 50.
+// A second request sharing the first page finds it resident on the decode worker (radix match):
+// reused input 16 there, 16 transferable tokens. Deterministic: byte-identical reports.
+TEST(DisaggReplayTest, SglangModeTimelineAndResidentPrefix) {
+  const Workload w = parse(R"({"timestamp": 0, "output_length": 3, "hash_ids": [1, 2]})"
+                           "\n"
+                           R"({"timestamp": 100, "output_length": 2, "hash_ids": [1, 3]})"
+                           "\n");
   engine::EngineConfig sglang = fixedEngine();
   sglang.engine_type = engine::EngineType::Sglang;
   sglang.sglang.page_size = 16;
-  const auto sg = runOfflineReplay(w, disagg(1, 1, sglang, sglang), c);
-  ASSERT_FALSE(sg.has_value());
-  EXPECT_NE(sg.error().message.find("prefill workers: worker_type"), std::string::npos)
-      << sg.error().message;
+  sglang.sglang.chunked_prefill_size = 256;
+  sglang.kv_transfer_charge = engine::KvTransferCharge::MissingBlocks;
+  const auto run = [&] { return runOrDie(w, disagg(1, 1, sglang, sglang)); };
+  const ReplayRun r = run();
+  ASSERT_EQ(r.collector.requests().size(), 2u);
+  const RequestRecord& a = r.collector.requests()[0];
+  EXPECT_EQ(a.status, TerminalStatus::Completed);
+  EXPECT_EQ(a.token_times_ms, (std::vector<double>{46.0, 48.0, 50.0}));
+  const RequestRecord& b = r.collector.requests()[1];
+  EXPECT_EQ(b.status, TerminalStatus::Completed);
+  ASSERT_EQ(b.token_times_ms.size(), 2u);
+  // Prefill worker: page [1] is cached there too (16 reused tokens, prefill 10 + decode 2 ms);
+  // decode worker: only page [3] is transferred (16 ms), activation at 128, token 0 at 130.
+  EXPECT_EQ(b.first_reused_input_tokens, 16u);
+  EXPECT_EQ(b.token_times_ms, (std::vector<double>{130.0, 132.0}));
+  const HandoffStats& h = *r.stats.handoff;
+  EXPECT_EQ(h.handoffs, 2u);
+  EXPECT_EQ(h.activations, 2u);
+  EXPECT_EQ(h.transfer_ms, (std::vector<double>{32.0, 16.0}));
+  const auto json = [](const ReplayRun& x) {
+    Report report = x.collector.buildReport({});
+    report.handoff = summarizeHandoffs(*x.stats.handoff);
+    return formatReportJson(report) + formatRequestsJsonl(x.collector);
+  };
+  EXPECT_EQ(json(r), json(run()));
 }
 
 // Same workload + options ⇒ byte-identical report, with the polynomial model, many requests and
@@ -220,11 +253,13 @@ TEST(DisaggReplayTest, Deterministic) {
 // and one decode worker, kv router, two 8-token requests at 0 and 0.5 ms sharing their first
 // 4-token block, outputs 3 and 2, no transfer cost). Its prefill passes are our polynomial
 // divided by speedup_ratio 1000 (8 tokens: 16.6229144639296 / 1000; 4 of them cached:
-// 16.5621604959824 / 1000), recorded to 1 ns. Its decode model is not ours (9–11 ns per pass),
-// so the decode workers here take 0 ms per pass and the first token lands at the activation:
-// what is pinned is the prefill side, the zero-cost handoff (reserved = activated = held) and
-// the counts. Fixture values: source_held_ms 0.016623 and 0.516562, reused_input_tokens 0 and 4,
-// output 3 and 2, both on prefill worker 0 and decode worker 0.
+// 16.5621604959824 / 1000), recorded to 1 ns. Its decode passes (9 ns, then 11 ns, whatever the
+// length) are no timing model of ours, and its decode_reused_input_tokens is 0 by construction
+// (tools/replay/README.md, Dynamo parity, says why for both), so the decode workers here take
+// 0 ms per pass and the first token lands at the activation: what is pinned is the prefill side,
+// the zero-cost handoff (reserved = activated = held) and the counts. Fixture values:
+// source_held_ms 0.016623 and 0.516562, reused_input_tokens 0 and 4, output 3 and 2, both on
+// prefill worker 0 and decode worker 0.
 TEST(DisaggReplayTest, DynamoDisaggFixturePrefillSideMatches) {
   auto w = parseMooncakeTrace(R"({"timestamp": 0, "output_length": 3, "hash_ids": [1, 2]})"
                               "\n"
