@@ -210,6 +210,7 @@ class SlowConsumerTest(unittest.TestCase):
             good.submit("base", prompt=list(range(1, 9)), max_tokens=self.GOOD_TOKENS)
             tokens, base_gaps, terminal = timed_stream(good, "base")
             self.assertEqual((tokens, terminal["finish"]), (self.GOOD_TOKENS, "length"))
+            report("phase: baseline stream done")
 
             # The slow client: tiny receive queue and socket buffer, never reads.
             slow.setsockopt(zmq.ROUTING_ID, ("slow-" + tag).encode())
@@ -221,8 +222,10 @@ class SlowConsumerTest(unittest.TestCase):
             for i, rid in enumerate(slow_ids):
                 slow.send(encode_message("submit", id=rid, max_tokens=LONG,
                                          prompt=list(range(1000 * i + 1, 1000 * i + 9))))
+            report("phase: %d slow submits sent" % len(slow_ids))
             good.submit("with-slow", prompt=list(range(1, 9)), max_tokens=self.GOOD_TOKENS)
             tokens, slow_gaps, terminal = timed_stream(good, "with-slow")
+            report("phase: stream beside the slow client done")
             self.assertEqual((tokens, terminal["finish"]), (self.GOOD_TOKENS, "length"))
             at_end = rank0(observer.stats())
 
