@@ -1139,7 +1139,16 @@ void Server::Impl::completePass(std::uint32_t r, bool timed) {
         "or release; released",
         routes_.find(id) ? routes_.find(id)->id : std::string("?"),
         config_.engine.kv_hold_timeout_ms.value_or(0.0));
-    std::erase_if(fetches_, [&](const PendingFetch& f) { return f.key == k->second; });
+    // A fetch in progress learns at once that there is nothing to transfer any more.
+    std::erase_if(fetches_, [&](const PendingFetch& f) {
+      if (f.key != k->second) return false;
+      ++counters.kv_fetches_missed;
+      RoutedEnvelope to;
+      to.routing_id = f.peer;
+      to.delimiter = f.delimiter;
+      reply(handoff_, to, protocol::KvFetchReply{f.key, protocol::KvFetchResult::NotFound});
+      return true;
+    });
     metrics_.onAbort(id, engineNowMs());
     held_.erase(k->second);
     held_keys_.erase(k);
