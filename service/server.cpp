@@ -1467,7 +1467,7 @@ zmq::socket_t* Server::Impl::sourceSocket(const std::string& source) {
   if (sources_.size() >= config_.service.max_handoff_sources) return nullptr;
   try {
     zmq::socket_t s(context_, zmq::socket_type::dealer);
-    s.set(zmq::sockopt::linger, 0);
+    s.set(zmq::sockopt::linger, static_cast<int>(config_.service.linger_ms));
     s.set(zmq::sockopt::maxmsgsize, config_.service.max_message_size);
     s.connect(source);
     return &sources_.emplace(source, std::move(s)).first->second;
@@ -1595,6 +1595,14 @@ void Server::Impl::shutdown() {
     routes_.close(id);
   }
   fetches_.clear();
+  // Decode: handoffs still waiting for their KV free it at their sources.
+  for (const auto& [id, p] : pending_) {
+    if (zmq::socket_t* dealer = sourceSocket(p.source)) {
+      (void)sendToSource(*dealer, protocol::KvRelease{p.key});
+    }
+  }
+  pending_.clear();
+  pending_keys_.clear();
   for (engine::RequestId id : routes_.endAll(FinishReason::Shutdown, "the service is stopping")) {
     engine_.cancel(id);
     metrics_.onAbort(id, engineNowMs());
