@@ -261,6 +261,46 @@ TEST(DisaggLiveTest, CancelOnTheDecodeWorkerWhileFetchingAndAfterActivation) {
   EXPECT_EQ(p.server().counters().kv_fetches_ready, 0u);
 }
 
+// A client whose connection closes: on the prefill worker its held requests are freed; on the
+// decode worker a handoff still waiting for its KV is cancelled and released at the source.
+TEST(DisaggLiveTest, ClosedClientConnectionsFreeHeldAndPendingHandoffs) {
+  ServiceConfig pcfg = workerConfig(engine::WorkerType::Prefill);
+  pcfg.engine.kv_transfer_bandwidth_gbps = 0.0001;  // 10 s per token: the fetch never ends here
+  LiveService p(pcfg);
+  LiveService d(workerConfig(engine::WorkerType::Decode));
+  auto observer = p.client();
+  {
+    auto gone = p.client();
+    ASSERT_TRUE(prefill(*gone, "r").has_value());
+    EXPECT_EQ(held(*observer), 1u);
+  }  // its connection closes
+  EXPECT_TRUE(eventually(*observer, [](const protocol::StatsReply& s) {
+    return s.ranks[0].held == 0u && s.routes == 0;
+  }));
+
+  auto pc = p.client();
+  const auto h = prefill(*pc, "r2");
+  ASSERT_TRUE(h.has_value());
+  auto d_observer = d.client();
+  {
+    auto dc = d.client();
+    ASSERT_TRUE(dc->submit(withTicket("d", h->ticket)).has_value());
+    std::map<std::string, Stream> streams;
+    ASSERT_TRUE(awaitAck(*dc, "d", streams));
+    EXPECT_TRUE(eventually(*d_observer, [](const protocol::StatsReply& s) {
+      return s.ranks[0].pending_handoffs == 1u;
+    }));
+  }
+  EXPECT_TRUE(eventually(*d_observer, [](const protocol::StatsReply& s) {
+    return s.ranks[0].pending_handoffs == 0u && s.routes == 0;
+  }));
+  EXPECT_TRUE(eventually(*observer, [](const protocol::StatsReply& s) {
+    return s.ranks[0].held == 0u && s.routes == 0;
+  }));
+  p.stop();
+  EXPECT_EQ(p.server().counters().kv_releases, 1u);
+}
+
 // Hostile tickets and handoff-socket messages: each refused with a message naming what is wrong,
 // and both workers keep serving.
 TEST(DisaggLiveTest, HostileTicketsAndHandoffMessagesAreRefused) {
