@@ -46,6 +46,10 @@ class VllmScheduler final : public detail::RankCore {
                      double now_ms) override;
   bool releaseHeld(RequestId id) override;
   std::optional<double> nextTimerMs() const override;
+  bool handoffReady(RequestId id, double now_ms) override { return book_.ready(id, now_ms); }
+  void takeReservations(std::vector<HandoffReservation>& out) override {
+    book_.takeReservations(out, dp_rank_);
+  }
 
  private:
   // Held: prefill worker, prompt done, KV kept for a decode worker. Reserving: decode worker,

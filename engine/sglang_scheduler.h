@@ -53,6 +53,10 @@ class SglangScheduler final : public detail::RankCore {
                      double now_ms) override;
   bool releaseHeld(RequestId id) override;
   std::optional<double> nextTimerMs() const override { return book_.nextTimerMs(); }
+  bool handoffReady(RequestId id, double now_ms) override { return book_.ready(id, now_ms); }
+  void takeReservations(std::vector<HandoffReservation>& out) override {
+    book_.takeReservations(out, dp_rank_);
+  }
 
   /// Scheduler state exposed for tests.
   double newTokenRatio() const { return new_token_ratio_; }

@@ -49,6 +49,28 @@ std::string_view cancelResultName(CancelResult r) {
   return r == CancelResult::Applied ? "applied" : "not_found";
 }
 
+std::string_view kvFetchResultName(KvFetchResult r) {
+  return r == KvFetchResult::Ready ? "ready" : "not_found";
+}
+
+void packTicket(Packer& pk, const HandoffTicket& t) {
+  pk.pack_map(7);
+  packStr(pk, "source");
+  packStr(pk, t.source);
+  packStr(pk, "key");
+  packBin(pk, t.key);
+  packStr(pk, "source_rank");
+  pk.pack_uint32(t.source_rank);
+  packStr(pk, "block_size");
+  pk.pack_uint32(t.block_size);
+  packStr(pk, "prompt_len");
+  pk.pack_uint32(t.prompt_len);
+  packStr(pk, "cached_tokens");
+  pk.pack_uint32(t.cached_tokens);
+  packStr(pk, "transfer_ms");
+  pk.packF64(t.transfer_ms);
+}
+
 // ---------------------------------------------------------------------------------------------
 // Decoding helpers
 
@@ -57,6 +79,51 @@ Result<std::string> requestId(const MapView& m, std::string_view key = "id") {
   MOCKER_TRY(const std::string_view id, detail::getStr(*o, key, kMaxRequestIdBytes));
   if (id.empty()) return invalidArgument(std::string(key) + ": must not be empty");
   return std::string(id);
+}
+
+// A handoff key: bin (or str) of exactly kHandoffKeyBytes bytes.
+Result<std::string> handoffKey(const MapView& m) {
+  MOCKER_TRY(const msgpack::object* o, m.require("key"));
+  MOCKER_TRY(const std::string_view key, detail::getBytes(*o, "key", kMaxStringBytes));
+  if (key.size() != kHandoffKeyBytes) {
+    return invalidArgument("key: must be exactly " + std::to_string(kHandoffKeyBytes) +
+                           " bytes, got " + std::to_string(key.size()));
+  }
+  return std::string(key);
+}
+
+Result<HandoffTicket> decodeTicketFields(const MapView& m);
+
+// The ticket map `o` of field `field`; errors name both ("ticket: key: ...").
+Result<HandoffTicket> decodeTicket(const msgpack::object& o, std::string_view field) {
+  MOCKER_TRY(const MapView m, MapView::create(o, field));
+  auto t = decodeTicketFields(m);
+  if (!t) return t.error().withContext(std::string(field));
+  return t;
+}
+
+Result<HandoffTicket> decodeTicketFields(const MapView& m) {
+  HandoffTicket t;
+  MOCKER_TRY(const msgpack::object* source, m.require("source"));
+  MOCKER_TRY(const std::string_view src, detail::getStr(*source, "source", kMaxEndpointBytes));
+  if (src.empty()) return invalidArgument("source: must not be empty");
+  t.source = std::string(src);
+  MOCKER_TRY(t.key, handoffKey(m));
+  MOCKER_TRY(t.source_rank, u32Key(m, "source_rank"));
+  MOCKER_TRY(t.block_size, u32Key(m, "block_size"));
+  if (t.block_size == 0) return invalidArgument("block_size: must be > 0");
+  MOCKER_TRY(t.prompt_len, u32Key(m, "prompt_len"));
+  MOCKER_TRY(t.cached_tokens, u32Key(m, "cached_tokens"));
+  if (t.cached_tokens > t.prompt_len) {
+    return invalidArgument("cached_tokens: " + std::to_string(t.cached_tokens) +
+                           " exceeds prompt_len " + std::to_string(t.prompt_len));
+  }
+  MOCKER_TRY(const msgpack::object* ms, m.require("transfer_ms"));
+  MOCKER_TRY(t.transfer_ms, detail::getNumber(*ms, "transfer_ms"));
+  if (!std::isfinite(t.transfer_ms) || t.transfer_ms < 0) {
+    return invalidArgument("transfer_ms: expected a finite number >= 0");
+  }
+  return t;
 }
 
 Result<ClientMessage> decodeSubmit(const MapView& m) {
@@ -75,6 +142,45 @@ Result<ClientMessage> decodeSubmit(const MapView& m) {
   if (const auto* o = m.findNonNil("priority")) {
     MOCKER_TRY(r.priority, detail::getInt(*o, "priority"));
   }
+  if (const auto* o = m.findNonNil("handoff")) {
+    MOCKER_TRY(r.handoff, decodeTicket(*o, "handoff"));
+  }
+  return ClientMessage{std::move(r)};
+}
+
+Result<ClientMessage> decodeHandoff(const MapView& m) {
+  Handoff r;
+  MOCKER_TRY(r.id, requestId(m));
+  MOCKER_TRY(const msgpack::object* o, m.require("ticket"));
+  MOCKER_TRY(r.ticket, decodeTicket(*o, "ticket"));
+  return ClientMessage{std::move(r)};
+}
+
+Result<ClientMessage> decodeKvFetch(const MapView& m) {
+  KvFetch r;
+  MOCKER_TRY(r.key, handoffKey(m));
+  MOCKER_TRY(r.tokens, u32Key(m, "tokens"));
+  return ClientMessage{std::move(r)};
+}
+
+Result<ClientMessage> decodeKvFetchReply(const MapView& m) {
+  KvFetchReply r;
+  MOCKER_TRY(r.key, handoffKey(m));
+  MOCKER_TRY(const std::string result, strKey(m, "result"));
+  if (result == "ready") {
+    r.result = KvFetchResult::Ready;
+  } else if (result == "not_found") {
+    r.result = KvFetchResult::NotFound;
+  } else {
+    return corruption("result: '" + std::string(detail::clipUtf8(result, 64)) +
+                      "' is not one of ready, not_found");
+  }
+  return ClientMessage{std::move(r)};
+}
+
+Result<ClientMessage> decodeKvRelease(const MapView& m) {
+  KvRelease r;
+  MOCKER_TRY(r.key, handoffKey(m));
   return ClientMessage{std::move(r)};
 }
 
@@ -187,6 +293,9 @@ Result<RankStats> decodeRankStats(const msgpack::object& o) {
   MOCKER_TRY(r.preemptions, uintKey(m, "preemptions"));
   MOCKER_TRY(r.prefix_queries_tokens, uintKey(m, "prefix_queries_tokens"));
   MOCKER_TRY(r.prefix_hit_tokens, uintKey(m, "prefix_hit_tokens"));
+  MOCKER_TRY(r.held, optU64Key(m, "held"));
+  MOCKER_TRY(r.pending_handoffs, optU64Key(m, "pending_handoffs"));
+  MOCKER_TRY(r.handoff_expired, optU64Key(m, "handoff_expired"));
   return r;
 }
 
@@ -312,9 +421,21 @@ Result<FinishReason> parseFinishReason(std::string_view s) {
 }
 
 std::string_view messageType(const ClientMessage& message) {
-  static constexpr std::string_view kNames[] = {
-      "submit", "submit_ack", "submit_reject", "output",      "cancel",           "cancel_reply",
-      "error",  "stats",      "stats_reply",   "kv_snapshot", "kv_snapshot_reply"};
+  static constexpr std::string_view kNames[] = {"submit",
+                                                "submit_ack",
+                                                "submit_reject",
+                                                "output",
+                                                "cancel",
+                                                "cancel_reply",
+                                                "error",
+                                                "stats",
+                                                "stats_reply",
+                                                "kv_snapshot",
+                                                "kv_snapshot_reply",
+                                                "handoff",
+                                                "kv_fetch",
+                                                "kv_fetch_reply",
+                                                "kv_release"};
   static_assert(std::size(kNames) == std::variant_size_v<ClientMessage>);
   return kNames[message.index()];
 }
@@ -325,9 +446,10 @@ std::vector<std::byte> encodeClientMessage(const ClientMessage& message) {
 
 std::vector<std::byte> encodeClientMessage(const SubmitRequest& m) {
   const std::uint32_t n = 3 + (m.output_tokens ? 1u : 0u) + (m.dp_rank ? 1u : 0u) +
-                          (m.arrival_ms ? 1u : 0u) + (m.priority ? 1u : 0u);
+                          (m.arrival_ms ? 1u : 0u) + (m.priority ? 1u : 0u) + (m.handoff ? 1u : 0u);
   const std::size_t reserve =
-      64 + m.id.size() + 5 * (m.prompt.size() + (m.output_tokens ? m.output_tokens->size() : 0));
+      64 + m.id.size() + 5 * (m.prompt.size() + (m.output_tokens ? m.output_tokens->size() : 0)) +
+      (m.handoff ? 160 + m.handoff->source.size() : 0);
   return encodeMap(
       "submit", n,
       [&](Packer& pk) {
@@ -352,6 +474,10 @@ std::vector<std::byte> encodeClientMessage(const SubmitRequest& m) {
         if (m.priority) {
           packStr(pk, "priority");
           pk.pack_int64(*m.priority);
+        }
+        if (m.handoff) {
+          packStr(pk, "handoff");
+          packTicket(pk, *m.handoff);
         }
       },
       reserve);
@@ -432,7 +558,8 @@ std::vector<std::byte> encodeClientMessage(const StatsReply& m) {
         packStr(pk, "ranks");
         pk.pack_array(static_cast<std::uint32_t>(m.ranks.size()));
         for (const RankStats& r : m.ranks) {
-          pk.pack_map(9);
+          pk.pack_map(9u + (r.held ? 1u : 0u) + (r.pending_handoffs ? 1u : 0u) +
+                      (r.handoff_expired ? 1u : 0u));
           packStr(pk, "dp_rank");
           pk.pack_uint32(r.dp_rank);
           packStr(pk, "active_blocks");
@@ -451,6 +578,13 @@ std::vector<std::byte> encodeClientMessage(const StatsReply& m) {
           pk.pack_uint64(r.prefix_queries_tokens);
           packStr(pk, "prefix_hit_tokens");
           pk.pack_uint64(r.prefix_hit_tokens);
+          for (const auto& [name, value] :
+               {std::pair{"held", r.held}, std::pair{"pending_handoffs", r.pending_handoffs},
+                std::pair{"handoff_expired", r.handoff_expired}}) {
+            if (!value) continue;
+            packStr(pk, name);
+            pk.pack_uint64(*value);
+          }
         }
         packStr(pk, "routes");
         pk.pack_uint64(m.routes);
@@ -523,6 +657,43 @@ std::vector<std::byte> encodeClientMessage(const KvSnapshotReply& m) {
       reserve);
 }
 
+std::vector<std::byte> encodeClientMessage(const Handoff& m) {
+  return encodeMap(
+      "handoff", 2,
+      [&](Packer& pk) {
+        packStr(pk, "id");
+        packStr(pk, m.id);
+        packStr(pk, "ticket");
+        packTicket(pk, m.ticket);
+      },
+      192 + m.id.size() + m.ticket.source.size());
+}
+
+std::vector<std::byte> encodeClientMessage(const KvFetch& m) {
+  return encodeMap("kv_fetch", 2, [&](Packer& pk) {
+    packStr(pk, "key");
+    packBin(pk, m.key);
+    packStr(pk, "tokens");
+    pk.pack_uint32(m.tokens);
+  });
+}
+
+std::vector<std::byte> encodeClientMessage(const KvFetchReply& m) {
+  return encodeMap("kv_fetch_reply", 2, [&](Packer& pk) {
+    packStr(pk, "key");
+    packBin(pk, m.key);
+    packStr(pk, "result");
+    packStr(pk, kvFetchResultName(m.result));
+  });
+}
+
+std::vector<std::byte> encodeClientMessage(const KvRelease& m) {
+  return encodeMap("kv_release", 1, [&](Packer& pk) {
+    packStr(pk, "key");
+    packBin(pk, m.key);
+  });
+}
+
 Result<ClientMessage> decodeClientMessage(std::span<const std::byte> payload) {
   // Output messages arrive at token rate; their canonical form skips the object tree.
   if (auto batch = detail::decodeCanonicalOutput(payload)) return ClientMessage{std::move(*batch)};
@@ -558,6 +729,10 @@ Result<ClientMessage> detail::decodeClientMessageGeneral(std::span<const std::by
   if (type == "stats_reply") return decodeStatsReply(m);
   if (type == "kv_snapshot") return decodeKvSnapshotRequest(m);
   if (type == "kv_snapshot_reply") return decodeKvSnapshotReply(m);
+  if (type == "handoff") return decodeHandoff(m);
+  if (type == "kv_fetch") return decodeKvFetch(m);
+  if (type == "kv_fetch_reply") return decodeKvFetchReply(m);
+  if (type == "kv_release") return decodeKvRelease(m);
   return corruption("type: unknown message type '" + std::string(detail::clipUtf8(type, 64)) + "'");
 }
 

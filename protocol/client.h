@@ -25,6 +25,20 @@ namespace mocker::protocol {
 /// The protocol version this build speaks; a message with another "v" is refused (Unsupported).
 inline constexpr std::uint64_t kClientProtocolVersion = 1;
 
+/// A disaggregated request's capability to fetch its KV from the prefill worker that holds it
+/// (protocol/README.md §1.2 "Disaggregated prefill/decode"). Sent by a prefill worker in a
+/// `handoff`, passed through unchanged by the client in the decode worker's `submit`.
+struct HandoffTicket {
+  std::string source;  ///< the prefill worker's handoff ROUTER endpoint (tcp://HOST:PORT)
+  std::string key;     ///< kHandoffKeyBytes unguessable bytes naming the held request there
+  std::uint32_t source_rank = 0;    ///< the prefill worker's DP rank that holds it
+  std::uint32_t block_size = 0;     ///< the prefill worker's KV block size (tokens)
+  std::uint32_t prompt_len = 0;     ///< prompt tokens the KV covers
+  std::uint32_t cached_tokens = 0;  ///< prompt tokens the prefill worker found in its cache
+  double transfer_ms = 0.0;         ///< modelled full-prompt transfer time (informational)
+  friend bool operator==(const HandoffTicket&, const HandoffTicket&) = default;
+};
+
 /// client → service: start a request.
 struct SubmitRequest {
   std::string id;                     ///< 1..256 bytes, unique among the client's active ids
@@ -34,6 +48,8 @@ struct SubmitRequest {
   std::optional<std::uint32_t> dp_rank;                     ///< absent: the service chooses
   std::optional<double> arrival_ms;                         ///< informational; serve ignores it
   std::optional<std::int64_t> priority;                     ///< informational (not modelled)
+  /// Decode workers only (and required there): the prefill worker's ticket.
+  std::optional<HandoffTicket> handoff;
   friend bool operator==(const SubmitRequest&, const SubmitRequest&) = default;
 };
 
@@ -124,6 +140,12 @@ struct RankStats {
   std::uint64_t preemptions = 0;            ///< cumulative
   std::uint64_t prefix_queries_tokens = 0;  ///< cumulative prompt tokens looked up
   std::uint64_t prefix_hit_tokens = 0;      ///< cumulative prompt tokens reused
+  /// Disaggregated workers (absent otherwise and in replies of services that predate them):
+  /// prefilled requests holding their KV for a decode worker (prefill), handoffs waiting for
+  /// their KV (decode), holds that timed out (prefill, cumulative).
+  std::optional<std::uint64_t> held;
+  std::optional<std::uint64_t> pending_handoffs;
+  std::optional<std::uint64_t> handoff_expired;
   friend bool operator==(const RankStats&, const RankStats&) = default;
 };
 
@@ -180,11 +202,43 @@ struct KvSnapshotReply {
   friend bool operator==(const KvSnapshotReply&, const KvSnapshotReply&) = default;
 };
 
+/// prefill worker → client: the request's prompt is prefilled and its KV is held for a decode
+/// worker; replaces the output stream of `id` (no tokens, no terminal entry follow).
+struct Handoff {
+  std::string id;
+  HandoffTicket ticket;
+  friend bool operator==(const Handoff&, const Handoff&) = default;
+};
+
+/// decode worker → prefill worker's handoff ROUTER: transfer `tokens` tokens of the held KV.
+struct KvFetch {
+  std::string key;  ///< the ticket's key
+  std::uint32_t tokens = 0;
+  friend bool operator==(const KvFetch&, const KvFetch&) = default;
+};
+
+enum class KvFetchResult { Ready, NotFound };  ///< wire: "ready", "not_found"
+
+/// prefill worker → decode worker: the KV is transferred (sent at the modelled transfer end),
+/// or the key names nothing held (unknown, expired, cancelled, already fetched).
+struct KvFetchReply {
+  std::string key;
+  KvFetchResult result = KvFetchResult::NotFound;
+  friend bool operator==(const KvFetchReply&, const KvFetchReply&) = default;
+};
+
+/// decode worker → prefill worker: free the held KV now (no reply).
+struct KvRelease {
+  std::string key;
+  friend bool operator==(const KvRelease&, const KvRelease&) = default;
+};
+
 using ClientMessage =
     std::variant<SubmitRequest, SubmitAck, SubmitReject, OutputBatch, CancelRequest, CancelReply,
-                 ErrorReply, StatsRequest, StatsReply, KvSnapshotRequest, KvSnapshotReply>;
+                 ErrorReply, StatsRequest, StatsReply, KvSnapshotRequest, KvSnapshotReply, Handoff,
+                 KvFetch, KvFetchReply, KvRelease>;
 
-/// The wire "type" of a message ("submit", "submit_ack", ..., "kv_snapshot_reply").
+/// The wire "type" of a message ("submit", "submit_ack", ..., "kv_release").
 std::string_view messageType(const ClientMessage& message);
 
 /// Encoders, one per message, plus one for the variant. Output follows the key order of
@@ -201,6 +255,10 @@ std::vector<std::byte> encodeClientMessage(const StatsRequest& m);
 std::vector<std::byte> encodeClientMessage(const StatsReply& m);
 std::vector<std::byte> encodeClientMessage(const KvSnapshotRequest& m);
 std::vector<std::byte> encodeClientMessage(const KvSnapshotReply& m);
+std::vector<std::byte> encodeClientMessage(const Handoff& m);
+std::vector<std::byte> encodeClientMessage(const KvFetch& m);
+std::vector<std::byte> encodeClientMessage(const KvFetchReply& m);
+std::vector<std::byte> encodeClientMessage(const KvRelease& m);
 
 /// Encodes an "output" message from views; the same bytes as encodeClientMessage(OutputBatch)
 /// with the same content (which is implemented on top of this).

@@ -52,6 +52,10 @@ inline constexpr std::size_t kMaxTokensPerEvent = std::size_t{1} << 22;
 inline constexpr std::size_t kMaxSnapshotBlocksPerRank = std::size_t{1} << 22;
 inline constexpr std::size_t kMaxRanks = 1024;
 
+/// Bytes of a handoff key (exactly), and the longest handoff source endpoint.
+inline constexpr std::size_t kHandoffKeyBytes = 16;
+inline constexpr std::size_t kMaxEndpointBytes = 1024;
+
 /// Client entries in a stats reply.
 inline constexpr std::size_t kMaxStatsClients = std::size_t{1} << 16;
 

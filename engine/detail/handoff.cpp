@@ -2,6 +2,8 @@
 #include "engine/detail/handoff.h"
 
 #include <algorithm>
+#include <cmath>
+#include <limits>
 
 namespace mocker::engine::detail {
 
@@ -55,11 +57,39 @@ void HandoffBook::reserveHead(const EngineConfig& config, double now_ms,
   h.reserved_ms = now_ms;
   h.resident_tokens = std::min(resident_blocks * block_size, prompt_len);
   h.transferable_tokens = fresh_blocks * block_size;
-  h.ready_ms = config.kv_transfer_charge == KvTransferCharge::FullPrompt
+  // ready_ms = +infinity: unknown until ready() (a live decode worker fetches the KV first).
+  const bool unknown = h.ticket_ready_ms == std::numeric_limits<double>::infinity();
+  h.ready_ms = unknown ? h.ticket_ready_ms
+               : config.kv_transfer_charge == KvTransferCharge::FullPrompt
                    ? h.ticket_ready_ms
                    : h.prefill_end_ms + kvTransferMs(config, h.transferable_tokens);
+  if (unknown) {
+    reservations_.push_back({.id = id,
+                             .reserved_ms = now_ms,
+                             .transferable_tokens = h.transferable_tokens,
+                             .resident_tokens = h.resident_tokens,
+                             .prompt_tokens = prompt_len});
+  }
   queue_.pop_front();
   reserved_.push_back(id);
+}
+
+bool HandoffBook::ready(RequestId id, double now_ms) {
+  if (std::find(reserved_.begin(), reserved_.end(), id) == reserved_.end()) return false;
+  Handoff& h = handoffs_.at(id);
+  if (std::isfinite(h.ready_ms)) return false;
+  h.ready_ms = now_ms;
+  return true;
+}
+
+void HandoffBook::takeReservations(std::vector<HandoffReservation>& out, std::uint32_t dp_rank) {
+  // A reservation cancelled since has nothing to fetch.
+  for (HandoffReservation r : reservations_) {
+    if (std::find(reserved_.begin(), reserved_.end(), r.id) == reserved_.end()) continue;
+    r.dp_rank = dp_rank;
+    out.push_back(r);
+  }
+  reservations_.clear();
 }
 
 HandoffActivation HandoffBook::activation(RequestId id, const Handoff& h, double at) {
@@ -109,7 +139,8 @@ std::optional<double> HandoffBook::nextTimerMs() const {
   if (!deadlines_.empty()) consider(deadlines_.front().first);
   for (RequestId id : reserved_) {
     const Handoff& h = handoffs_.at(id);
-    consider(std::max(h.ready_ms, h.reserved_ms));
+    // An unknown ready time (+infinity) is no timer: ready() sets it.
+    if (std::isfinite(h.ready_ms)) consider(std::max(h.ready_ms, h.reserved_ms));
   }
   return next;
 }

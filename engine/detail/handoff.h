@@ -114,6 +114,12 @@ class HandoffBook {
   /// `fresh_blocks` private ones the transfer fills. It moves to the reserved list.
   void reserveHead(const EngineConfig& config, double now_ms, std::uint32_t resident_blocks,
                    std::uint32_t fresh_blocks, std::uint32_t block_size, std::uint32_t prompt_len);
+  /// Live decode worker: the KV of reserved handoff `id`, submitted with its ready time unknown
+  /// (ticket.ready_ms = +infinity), is in place at `now_ms`. True if `id` was such a handoff.
+  bool ready(RequestId id, double now_ms);
+  /// Live decode worker: appends the reservations made since the last call of handoffs whose
+  /// ready time is unknown and that are still reserved, in reservation order.
+  void takeReservations(std::vector<HandoffReservation>& out, std::uint32_t dp_rank);
   /// Every reserved handoff due at `now_ms` (max(ready, reserved) <= now_ms), in reservation
   /// order: `activate(id)` puts its KV in place (the scheduler's part), then it is reported in
   /// out.activations and joins the activated queue.
@@ -217,6 +223,7 @@ class HandoffBook {
   std::deque<RequestId> queue_;                      // reservation queue, FIFO
   std::vector<RequestId> reserved_;                  // reservation order
   std::deque<RequestId> activated_;                  // activation order
+  std::vector<HandoffReservation> reservations_;     // unknown ready time, not yet taken
   std::vector<KvEvent> carry_events_;
 };
 

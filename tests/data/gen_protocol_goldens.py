@@ -180,6 +180,21 @@ GOLDENS["client_kv_snapshot_reply_seq"] = msg("kv_snapshot_reply", ranks=[
     {"dp_rank": 0, "block_hashes": [S1, S2], "last_seq": 41},
     {"dp_rank": 1, "block_hashes": []},
 ])
+# Disaggregated prefill/decode (protocol/README.md §1.2)
+KEY = bytes(range(0xa0, 0xb0))
+TICKET = {"source": "tcp://10.0.0.7:5560", "key": KEY, "source_rank": 0, "block_size": 16,
+          "prompt_len": 40, "cached_tokens": 16, "transfer_ms": 1.25}
+GOLDENS["client_handoff"] = msg("handoff", id="r1", ticket=TICKET)
+GOLDENS["client_submit_handoff"] = msg("submit", id="d1", prompt=list(range(1, 41)),
+                                       max_tokens=4, handoff=TICKET)
+GOLDENS["client_kv_fetch"] = msg("kv_fetch", key=KEY, tokens=24)
+GOLDENS["client_kv_fetch_reply"] = msg("kv_fetch_reply", key=KEY, result="ready")
+GOLDENS["client_kv_release"] = msg("kv_release", key=KEY)
+GOLDENS["client_stats_reply_handoff"] = msg("stats_reply", ranks=[
+    {"dp_rank": 0, "active_blocks": 3, "total_blocks": 64, "kv_usage": 0.046875, "running": 0,
+     "waiting": 0, "preemptions": 0, "prefix_queries_tokens": 40, "prefix_hit_tokens": 16,
+     "held": 1, "pending_handoffs": 0, "handoff_expired": 2},
+], routes=1, clients=[], client_entries=1)
 
 # Worked examples (docs/wire.md), byte for byte (checked before anything is written).
 SPEC = {

@@ -105,6 +105,7 @@ def seeds(full):
     if not full:  # a few of each family are enough next to the reproducers
         for k in ("client_fuzz", "kv_events_fuzz"):
             out[k] = [s for s in out[k] if s[0].endswith(("submit_full", "output", "stats_reply",
+                                                          "submit_handoff", "kv_fetch",
                                                           "p6_batch1", "p8_batch1", "map26_batch1",
                                                           "p12_batch2", "cleared_map"))]
     out["index_query_fuzz"] = list(index_query_seeds())

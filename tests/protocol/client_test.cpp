@@ -24,6 +24,28 @@ const std::string kRoutingId(
     "Eg",
     5);
 
+const std::string kKey = [] {
+  std::string k;
+  for (int i = 0xa0; i < 0xb0; ++i) k.push_back(static_cast<char>(i));
+  return k;
+}();
+
+HandoffTicket goldenTicket() {
+  return {.source = "tcp://10.0.0.7:5560",
+          .key = kKey,
+          .source_rank = 0,
+          .block_size = 16,
+          .prompt_len = 40,
+          .cached_tokens = 16,
+          .transfer_ms = 1.25};
+}
+
+std::vector<std::uint32_t> iota(std::uint32_t from, std::uint32_t to) {
+  std::vector<std::uint32_t> v;
+  for (std::uint32_t i = from; i < to; ++i) v.push_back(i);
+  return v;
+}
+
 // Each golden file of tests/data/protocol/client_*.hex and the C++ value it must equal.
 std::vector<std::pair<std::string, ClientMessage>> clientGoldens() {
   return {
@@ -88,12 +110,30 @@ std::vector<std::pair<std::string, ClientMessage>> clientGoldens() {
                                   .block_hashes = {0x44a2b2379d6d3c3dull, 0xaea1e67a6c80cf84ull},
                                   .last_seq = 41},
                                  {.dp_rank = 1, .block_hashes = {}}}}},
+      {"client_handoff", Handoff{.id = "r1", .ticket = goldenTicket()}},
+      {"client_submit_handoff",
+       SubmitRequest{
+           .id = "d1", .prompt = iota(1, 41), .max_tokens = 4, .handoff = goldenTicket()}},
+      {"client_kv_fetch", KvFetch{.key = kKey, .tokens = 24}},
+      {"client_kv_fetch_reply", KvFetchReply{.key = kKey, .result = KvFetchResult::Ready}},
+      {"client_kv_release", KvRelease{.key = kKey}},
+      {"client_stats_reply_handoff", StatsReply{.ranks = {{.dp_rank = 0,
+                                                           .active_blocks = 3,
+                                                           .total_blocks = 64,
+                                                           .kv_usage = 0.046875,
+                                                           .prefix_queries_tokens = 40,
+                                                           .prefix_hit_tokens = 16,
+                                                           .held = 1,
+                                                           .pending_handoffs = 0,
+                                                           .handoff_expired = 2}},
+                                                .routes = 1,
+                                                .client_entries = 1}},
   };
 }
 
 TEST(ClientGoldenTest, EncodersMatchPythonGoldensAndDecodeBack) {
   const auto goldens = clientGoldens();
-  EXPECT_EQ(goldens.size(), 17u);
+  EXPECT_EQ(goldens.size(), 23u);
   for (const auto& [name, message] : goldens) {
     SCOPED_TRACE(name);
     const Bytes golden = readGolden(name);
@@ -160,6 +200,10 @@ TEST(ClientRoundTripTest, MessageTypesAndExtremes) {
   }
   EXPECT_EQ(messageType(ClientMessage{OutputBatch{}}), "output");
   EXPECT_EQ(messageType(ClientMessage{KvSnapshotReply{}}), "kv_snapshot_reply");
+  EXPECT_EQ(messageType(ClientMessage{Handoff{}}), "handoff");
+  EXPECT_EQ(messageType(ClientMessage{KvRelease{}}), "kv_release");
+  KvFetchReply gone{.key = kKey, .result = KvFetchResult::NotFound};
+  EXPECT_EQ(std::get<KvFetchReply>(*decodeClientMessage(encodeClientMessage(gone))), gone);
 }
 
 TEST(ClientDecodeTest, AllFinishReasons) {
@@ -236,6 +280,22 @@ Json msg(const std::string& type, Json fields) {
   return j;
 }
 Json output(Json entry) { return msg("output", {{"outputs", Json::array({entry})}}); }
+
+Json ticket() {
+  return {{"source", "tcp://10.0.0.7:5560"},
+          {"key", Json::binary(std::vector<std::uint8_t>(16, 7))},
+          {"source_rank", 0},
+          {"block_size", 16},
+          {"prompt_len", 2},
+          {"cached_tokens", 0},
+          {"transfer_ms", 0.5}};
+}
+Json ticketWith(const std::string& key, Json v) {
+  Json t = ticket();
+  t[key] = std::move(v);
+  return t;
+}
+Json handoffWith(Json t) { return msg("handoff", {{"id", "r1"}, {"ticket", std::move(t)}}); }
 
 std::vector<DamageCase> clientDamageCatalogue() {
   const Bytes ok = mp(submit());
@@ -385,6 +445,65 @@ std::vector<DamageCase> clientDamageCatalogue() {
       {"error message not UTF-8",
        mp(msg("error", {{"code", "internal"}, {"message", std::string("\xe0\x9f\xbf")}})), E,
        "message: not valid UTF-8 (byte 0xe0 at offset 0)"},
+      {"handoff without ticket", mp(msg("handoff", {{"id", "r1"}})), E, "ticket: missing"},
+      {"handoff ticket is an array", mp(msg("handoff", {{"id", "r1"}, {"ticket", {1, 2}}})), E,
+       "ticket: expected map, got array"},
+      {"handoff without id", mp(msg("handoff", {{"ticket", ticket()}})), E, "id: missing"},
+      {"ticket key too short",
+       mp(handoffWith(ticketWith("key", Json::binary(std::vector<std::uint8_t>(15, 1))))), I,
+       "ticket: key: must be exactly 16 bytes, got 15"},
+      {"ticket key is an int", mp(handoffWith(ticketWith("key", 5))), E,
+       "ticket: key: expected bin or str"},
+      {"ticket source empty", mp(handoffWith(ticketWith("source", ""))), I,
+       "ticket: source: must not be empty"},
+      {"ticket source too long", mp(handoffWith(ticketWith("source", std::string(1025, 's')))), I,
+       "ticket: source: string of 1025 bytes exceeds the limit of 1024"},
+      {"ticket block_size 0", mp(handoffWith(ticketWith("block_size", 0))), I,
+       "ticket: block_size: must be > 0"},
+      {"ticket cached beyond prompt", mp(handoffWith(ticketWith("cached_tokens", 3))), I,
+       "ticket: cached_tokens: 3 exceeds prompt_len 2"},
+      {"ticket transfer_ms negative", mp(handoffWith(ticketWith("transfer_ms", -1.0))), I,
+       "ticket: transfer_ms: expected a finite number >= 0"},
+      {"ticket without prompt_len", mp(handoffWith([] {
+         Json t = ticket();
+         t.erase("prompt_len");
+         return t;
+       }())),
+       E, "ticket: prompt_len: missing"},
+      {"submit handoff is a str", mp(submitWith("handoff", "t")), E,
+       "handoff: expected map, got str"},
+      {"submit handoff source_rank negative",
+       mp(submitWith("handoff", ticketWith("source_rank", -1))), I,
+       "handoff: source_rank: must be >= 0"},
+      {"kv_fetch without tokens",
+       mp(msg("kv_fetch", {{"key", Json::binary(std::vector<std::uint8_t>(16, 1))}})), E,
+       "tokens: missing"},
+      {"kv_fetch without key", mp(msg("kv_fetch", {{"tokens", 4}})), E, "key: missing"},
+      {"kv_fetch key too long",
+       mp(msg("kv_fetch",
+              {{"key", Json::binary(std::vector<std::uint8_t>(17, 1))}, {"tokens", 4}})),
+       I, "key: must be exactly 16 bytes, got 17"},
+      {"kv_fetch_reply bad result",
+       mp(msg("kv_fetch_reply",
+              {{"key", Json::binary(std::vector<std::uint8_t>(16, 1))}, {"result", "done"}})),
+       E, "result: 'done' is not one of ready, not_found"},
+      {"kv_release key is nil", mp(msg("kv_release", {{"key", nullptr}})), E,
+       "key: expected bin or str, got nil"},
+      {"stats_reply held is a str",
+       mp(msg("stats_reply", {{"ranks",
+                               {{{"dp_rank", 0},
+                                 {"active_blocks", 0},
+                                 {"total_blocks", 1},
+                                 {"kv_usage", 0.0},
+                                 {"running", 0},
+                                 {"waiting", 0},
+                                 {"preemptions", 0},
+                                 {"prefix_queries_tokens", 0},
+                                 {"prefix_hit_tokens", 0},
+                                 {"held", "x"}}}},
+                              {"routes", 0},
+                              {"clients", Json::array()}})),
+       E, "ranks[0]: held: expected unsigned integer"},
       {"cancel client str not UTF-8",
        mp(msg("cancel", {{"id", "a"}, {"client", std::string("\xff")}})), E,
        "client: not valid UTF-8 (byte 0xff at offset 0)"},
