@@ -35,7 +35,7 @@ WORKDIR /tmp
 
 # Port plan: submit, cancel, KV events, KV-event replay, forward-pass metrics (the last three are
 # per DP rank: rank r uses port + r), `mocker index` queries, HTTP (/metrics, /health, /ready).
-EXPOSE 5555 5556 5557 5558 5559 5560 8000
+EXPOSE 5555 5556 5557 5558 5559 5560 5561 8000
 
 # /ready answers 200 once the service serves, 503 before. The image has no HTTP client, so the
 # check is bash's /dev/tcp: one HTTP/1.0 request, healthy only on a 200 status line. Moving the

@@ -63,8 +63,8 @@ struct EndpointsConfig {
   EndpointConfig fpm{"tcp://127.0.0.1:5559"};        ///< PUB
   /// ROUTER of a prefill worker (engine.worker_type = prefill): kv_fetch / kv_release from
   /// decode workers. Not opened by other worker types.
-  EndpointConfig handoff{"tcp://127.0.0.1:5560"};
-  HttpEndpointConfig http;  ///< HTTP (metrics, health, readiness)
+  EndpointConfig handoff{"tcp://127.0.0.1:5561"};  ///< (5560 is `mocker index`'s query port)
+  HttpEndpointConfig http;                         ///< HTTP (metrics, health, readiness)
   friend bool operator==(const EndpointsConfig&, const EndpointsConfig&) = default;
 };
 

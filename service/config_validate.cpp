@@ -284,12 +284,6 @@ std::optional<ConfigError> checkServiceConfig(const ServiceConfig& c, ConfigUse 
   if (s.max_handoff_sources < 1)
     return issue("service.max_handoff_sources", "must be >= 1 (got 0)");
   const bool prefill = c.engine.worker_type == engine::WorkerType::Prefill;
-  if (c.engine.worker_type != engine::WorkerType::Aggregated && c.fleet.num_workers > 1) {
-    return issue("engine.worker_type",
-                 "prefill and decode workers run one per process: a fleet (fleet.num_workers > 1) "
-                 "of them is not supported",
-                 {"fleet.num_workers"});
-  }
   struct Socket {
     std::string key;
     const EndpointConfig* endpoint;

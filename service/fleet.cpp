@@ -28,7 +28,7 @@ constexpr std::string_view kEndpointKeys[] = {
     "endpoints.submit.endpoint",    "endpoints.submit.connect",     "endpoints.cancel.endpoint",
     "endpoints.cancel.connect",     "endpoints.kv_events.endpoint", "endpoints.kv_events.connect",
     "endpoints.kv_replay.endpoint", "endpoints.kv_replay.connect",  "endpoints.fpm.endpoint",
-    "endpoints.fpm.connect"};
+    "endpoints.fpm.connect",        "endpoints.handoff.endpoint",   "endpoints.handoff.connect"};
 
 /// (host, port text) of "tcp://HOST:PORT"; nullopt for other schemes.
 std::optional<std::pair<std::string, std::string>> splitTcp(std::string_view endpoint) {
@@ -61,12 +61,13 @@ std::vector<Socket> socketsOf(const ServiceConfig& c) {
           {&c.endpoints.cancel, false, true},
           {&c.endpoints.kv_events, true, kv.enabled},
           {&c.endpoints.kv_replay, true, kv.enabled && kv.replay_enabled},
-          {&c.endpoints.fpm, true, c.fpm.enabled}};
+          {&c.endpoints.fpm, true, c.fpm.enabled},
+          {&c.endpoints.handoff, false, c.engine.worker_type == engine::WorkerType::Prefill}};
 }
 
 std::vector<EndpointConfig*> mutableEndpoints(ServiceConfig& c) {
-  return {&c.endpoints.submit, &c.endpoints.cancel, &c.endpoints.kv_events, &c.endpoints.kv_replay,
-          &c.endpoints.fpm};
+  return {&c.endpoints.submit,    &c.endpoints.cancel, &c.endpoints.kv_events,
+          &c.endpoints.kv_replay, &c.endpoints.fpm,    &c.endpoints.handoff};
 }
 
 std::optional<std::uint16_t> httpPort(const ServiceConfig& c) {
@@ -106,11 +107,13 @@ Result<EndpointsConfig> defaultEndpoints(std::uint32_t dp_size, std::uint16_t ht
   MOCKER_TRY(const std::uint32_t events, take(dp));
   MOCKER_TRY(const std::uint32_t replay, take(dp));
   MOCKER_TRY(const std::uint32_t fpm, take(dp));
+  MOCKER_TRY(const std::uint32_t handoff, take(1));
   e.submit.endpoint = tcpAt("127.0.0.1", submit);
   e.cancel.endpoint = tcpAt("127.0.0.1", cancel);
   e.kv_events.endpoint = tcpAt("127.0.0.1", events);
   e.kv_replay.endpoint = tcpAt("127.0.0.1", replay);
   e.fpm.endpoint = tcpAt("127.0.0.1", fpm);
+  e.handoff.endpoint = tcpAt("127.0.0.1", handoff);
   return e;
 }
 
@@ -234,6 +237,7 @@ std::string fleetManifestJson(const FleetManifest& m) {
     jw["worker_id"] = w.worker_id;
     jw["submit"] = w.submit;
     jw["cancel"] = w.cancel;
+    if (!w.handoff.empty()) jw["handoff"] = w.handoff;
     ordered_json ranks = ordered_json::array();
     for (std::size_t r = 0; r < w.ranks.size(); ++r) {
       ordered_json jr;
@@ -314,6 +318,9 @@ Result<FleetManifest> parseFleetManifest(std::string_view text, std::string_view
     }
     MOCKER_TRY(w.submit, str(jw, "submit", at, false));
     MOCKER_TRY(w.cancel, str(jw, "cancel", at, false));
+    if (jw.contains("handoff") && !jw["handoff"].is_null()) {
+      MOCKER_TRY(w.handoff, str(jw, "handoff", at, false));
+    }
     if (!jw.contains("ranks") || !jw["ranks"].is_array() || jw["ranks"].size() != m.dp_size) {
       return fail(at + "\"ranks\" must be an array of dp_size (" + std::to_string(m.dp_size) +
                   ") entries");
@@ -421,7 +428,10 @@ FleetManifest Fleet::manifest(std::string mocker_version) const {
   m.http = http_url_;
   for (std::size_t i = 0; i < servers_.size(); ++i) {
     const BoundEndpoints& ep = servers_[i]->endpoints();
-    FleetManifest::Worker w{.worker_id = worker_ids_[i], .submit = ep.submit, .cancel = ep.cancel};
+    FleetManifest::Worker w{.worker_id = worker_ids_[i],
+                            .submit = ep.submit,
+                            .cancel = ep.cancel,
+                            .handoff = ep.handoff};
     for (std::uint32_t r = 0; r < m.dp_size; ++r) {
       const auto at = [r](const std::vector<std::string>& v) {
         return r < v.size() ? v[r] : std::string();

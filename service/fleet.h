@@ -42,9 +42,9 @@ inline constexpr std::uint16_t kFirstPlanPort = 5555;
 
 /// The default ZeroMQ endpoints (127.0.0.1) of one worker with `dp_size` ranks: from 5555 up,
 /// submit (1 port), cancel (1), kv_events (dp_size ports, rank r on base + r), kv_replay
-/// (dp_size), fpm (dp_size), each range placed at the lowest free port such that it holds
-/// neither 5560 nor `http_port` (nor 8000). dp_size 1 gives the classic 5555..5559.
-/// Fails only when the ranges do not fit below 65536.
+/// (dp_size), fpm (dp_size), handoff (1; opened by prefill workers only), each range placed at the
+/// lowest free port such that it holds neither 5560 nor `http_port` (nor 8000). dp_size 1 gives the
+/// classic 5555..5559. Fails only when the ranges do not fit below 65536.
 Result<EndpointsConfig> defaultEndpoints(std::uint32_t dp_size,
                                          std::uint16_t http_port = kDefaultHttpPort);
 
@@ -64,7 +64,8 @@ std::vector<std::string> workerAddresses(const ServiceConfig& worker);
 /// Worker i (i >= 1) has:
 ///   - fpm.worker_id = fpm.worker_id + i;
 ///   - every fixed TCP port shifted by k_i * W, where W = the span of worker 0's fixed ports
-///     (highest - lowest + 1) and k_i is the i-th k >= 1 whose shifted ports hold neither 5560,
+///     (highest - lowest + 1; a prefill worker's handoff port counts) and k_i is the i-th k >= 1
+///     whose shifted ports hold neither 5560,
 ///     8000 nor the HTTP port (so blocks never overlap); wildcard ports stay wildcards (each
 ///     socket gets its own ephemeral port); ipc/inproc paths get the suffix "_w<i>"; connected
 ///     (`connect = true`) endpoints stay as they are (every worker connects there).
@@ -92,6 +93,7 @@ struct FleetManifest {
     std::uint64_t worker_id = 0;
     std::string submit;
     std::string cancel;
+    std::string handoff;      ///< prefill workers' handoff ROUTER; "" = none (key omitted)
     std::vector<Rank> ranks;  ///< dp_size entries, by rank
     friend bool operator==(const Worker&, const Worker&) = default;
   };

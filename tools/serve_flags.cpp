@@ -107,7 +107,7 @@ const std::initializer_list<Group> kGroups = {
     {"--kv-replay-connect,!--kv-replay-bind", "endpoints.kv_replay.connect", "connect the replay ROUTER", true},
     {"--fpm-endpoint", "endpoints.fpm.endpoint", "forward-pass-metrics PUB (+ dp_rank)"},
     {"--fpm-connect,!--fpm-bind", "endpoints.fpm.connect", "connect the FPM PUB", true},
-    {"--handoff-endpoint", "endpoints.handoff.endpoint", "prefill worker: handoff ROUTER for decode workers' kv_fetch / kv_release (named in each handoff ticket)"},
+    {"--handoff-endpoint", "endpoints.handoff.endpoint", "prefill worker: handoff ROUTER for decode workers' kv_fetch / kv_release (named in each handoff ticket; default port 5561)"},
     {"--handoff-connect,!--handoff-bind", "endpoints.handoff.connect", "connect the handoff ROUTER", true},
     {"--http-endpoint", "endpoints.http.endpoint", "HTTP /metrics, /health, /ready: HOST:PORT (port 0 = ephemeral)"},
     {"--http,!--no-http", "endpoints.http.enabled", "serve the HTTP endpoint", true},

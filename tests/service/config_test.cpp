@@ -265,9 +265,10 @@ const std::vector<BadConfig> kBadConfigs = {
     {"WorkerTypeUnknown",
      "\n[engine]\nworker_type = \"encode\"\n",
      {"bad.toml:3:15", "engine.worker_type", "aggregated"}},
-    {"DisaggregatedFleet",
-     "\n[engine]\nworker_type = \"prefill\"\n[fleet]\nnum_workers = 2\n",
-     {"engine.worker_type", "fleet"}},
+    {"HandoffEndpointClash",
+     "\n[engine]\nworker_type = \"prefill\"\n[endpoints.handoff]\nendpoint = "
+     "\"tcp://127.0.0.1:5555\"\n",
+     {"endpoints.handoff.endpoint", "5555"}},
     {"HandoffFetchTimeoutZero",
      "\n[service]\nhandoff_fetch_timeout_ms = 0\n",
      {"service.handoff_fetch_timeout_ms", "> 0"}},

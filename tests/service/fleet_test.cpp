@@ -107,6 +107,28 @@ TEST(PortPlanTest, GivenPortsAreWorkerZerosAndLaterWorkersTakeWholeBlocks) {
   EXPECT_EQ((*plan)[0].service.worker_label, "pod-40");
 }
 
+// Prefill workers bind a handoff ROUTER: 5561 (after 5560, the index's) for worker 0 with one
+// rank, the port after fpm with more ranks; in a fleet it widens each worker's block.
+TEST(PortPlanTest, PrefillWorkersGetAHandoffPortInThePlan) {
+  EXPECT_EQ(EndpointsConfig{}.handoff.endpoint, "tcp://127.0.0.1:5561");
+  const auto two = defaultEndpoints(2);
+  ASSERT_TRUE(two.has_value());
+  EXPECT_EQ(two->handoff.endpoint, "tcp://127.0.0.1:5565");  // fpm 5563-5564
+  ServiceConfig c;
+  c.engine.worker_type = engine::WorkerType::Prefill;
+  c.fleet.num_workers = 3;
+  const auto plan = planFleet(c);
+  ASSERT_TRUE(plan.has_value()) << plan.error().message;
+  // W = 5561 - 5555 + 1 = 7: worker 1 takes 5562-5568, worker 2 5569-5575.
+  EXPECT_EQ((*plan)[0].endpoints.handoff.endpoint, "tcp://127.0.0.1:5561");
+  EXPECT_EQ((*plan)[1].endpoints.submit.endpoint, "tcp://127.0.0.1:5562");
+  EXPECT_EQ((*plan)[1].endpoints.handoff.endpoint, "tcp://127.0.0.1:5568");
+  EXPECT_EQ((*plan)[2].endpoints.handoff.endpoint, "tcp://127.0.0.1:5575");
+  for (const ServiceConfig& w : *plan) {
+    EXPECT_FALSE(checkServiceConfig(w).has_value());
+  }
+}
+
 TEST(PortPlanTest, WorkersThatDoNotFitBelow65536AreAnErrorNamingTheKey) {
   ServiceConfig c;
   c.fleet.num_workers = 4;
@@ -160,6 +182,24 @@ TEST(FleetManifestTest, RoundTrips) {
   const auto back = parseFleetManifest(text, "f.json");
   ASSERT_TRUE(back.has_value()) << back.error().message;
   EXPECT_EQ(*back, m);
+}
+
+TEST(FleetManifestTest, HandoffEndpointsRoundTripAndAreOmittedWhenNone) {
+  FleetManifest m = sampleManifest();
+  EXPECT_EQ(fleetManifestJson(m).find("handoff"), std::string::npos);
+  m.workers[0].handoff = "tcp://127.0.0.1:9";
+  const std::string text = fleetManifestJson(m);
+  EXPECT_NE(text.find("\"handoff\": \"tcp://127.0.0.1:9\""), std::string::npos) << text;
+  const auto back = parseFleetManifest(text, "f.json");
+  ASSERT_TRUE(back.has_value()) << back.error().message;
+  EXPECT_EQ(*back, m);
+  std::string bad = text;
+  bad.replace(bad.find("\"tcp://127.0.0.1:9\""), 19, "7");
+  const auto refused = parseFleetManifest(bad, "f.json");
+  ASSERT_FALSE(refused.has_value());
+  EXPECT_NE(refused.error().message.find("workers[0]: \"handoff\" must be a non-empty string"),
+            std::string::npos)
+      << refused.error().message;
 }
 
 TEST(FleetManifestTest, HostileInputIsAnErrorNamingWhatIsWrong) {
@@ -285,6 +325,45 @@ TEST(FleetTest, OneWorkerIsOneServerWithItsOwnHttp) {
   EXPECT_EQ((*fleet)->size(), 1u);
   EXPECT_EQ((*fleet)->http(), (*fleet)->endpoints(0).http);
   EXPECT_FALSE((*fleet)->http().empty());
+}
+
+// A fleet of two prefill workers: each binds its own handoff ROUTER (in the fleet file), and a
+// request prefilled by worker 1 is decoded by a separate decode worker from worker 1's ticket.
+TEST(FleetTest, PrefillWorkersHandOffFromTheirOwnHandoffSockets) {
+  ServiceConfig c = testing::TestConfig().build();
+  c.engine.worker_type = engine::WorkerType::Prefill;
+  c.fleet.num_workers = 2;
+  auto fleet = Fleet::create(c);
+  ASSERT_TRUE(fleet.has_value()) << fleet.error().message;
+  Fleet& f = **fleet;
+  const FleetManifest m = f.manifest("v");
+  ASSERT_EQ(m.workers.size(), 2u);
+  EXPECT_EQ(m.workers[0].handoff, f.endpoints(0).handoff);
+  EXPECT_EQ(m.workers[1].handoff, f.endpoints(1).handoff);
+  EXPECT_FALSE(f.endpoints(1).handoff.empty());
+  EXPECT_NE(f.endpoints(0).handoff, f.endpoints(1).handoff);
+  Status status;
+  std::thread runner([&] { status = f.run(); });
+  ServiceConfig dcfg = testing::TestConfig().build();
+  dcfg.engine.worker_type = engine::WorkerType::Decode;
+  testing::LiveService d(dcfg);
+  auto pc = Client::connect(
+      {.submit_endpoint = f.endpoints(1).submit, .cancel_endpoint = f.endpoints(1).cancel});
+  ASSERT_TRUE(pc.has_value());
+  ASSERT_TRUE((*pc)->submit({.id = "r", .prompt = testing::prompt(8), .max_tokens = 3}));
+  auto h = testing::awaitMessage<protocol::Handoff>(**pc, 10s * testing::kSlowdown);
+  ASSERT_TRUE(h.has_value());
+  EXPECT_EQ(h->ticket.source, f.endpoints(1).handoff);
+  auto dc = d.client();
+  protocol::SubmitRequest r{.id = "d", .prompt = testing::prompt(8), .max_tokens = 3};
+  r.handoff = h->ticket;
+  ASSERT_TRUE(dc->submit(r).has_value());
+  auto s = testing::collect(*dc, {"d"}, nullptr, 10s * testing::kSlowdown);
+  EXPECT_EQ(s["d"].finish, protocol::FinishReason::Length);
+  EXPECT_EQ(s["d"].tokens.size(), 3u);
+  f.requestStop();
+  runner.join();
+  EXPECT_TRUE(status.has_value()) << status.error().message;
 }
 
 }  // namespace

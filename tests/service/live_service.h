@@ -36,7 +36,7 @@ inline ServiceConfig testConfig() {
   c.engine.block_size = 4;
   c.engine.speedup_ratio = 0;
   for (EndpointConfig* ep : {&c.endpoints.submit, &c.endpoints.cancel, &c.endpoints.kv_events,
-                             &c.endpoints.kv_replay, &c.endpoints.fpm}) {
+                             &c.endpoints.kv_replay, &c.endpoints.fpm, &c.endpoints.handoff}) {
     ep->endpoint = "tcp://127.0.0.1:*";
   }
   c.kv_events.enabled = false;
