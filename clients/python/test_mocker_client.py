@@ -796,6 +796,36 @@ class DecoderTest(unittest.TestCase):
                 with self.assertRaises(ProtocolError) as cm:
                     self.decode(m)
                 self.assertIn(needle, str(cm.exception))
+        # protocol/README.md §1.5 "handoff" (tests/data/protocol/client_handoff.hex).
+        with open(os.path.join(SOURCE_DIR, "tests/data/protocol/client_handoff.hex")) as f:
+            h = decode_message(bytes.fromhex(f.read().strip()))
+        self.assertEqual(h["ticket"]["key"], bytes(range(0xa0, 0xb0)))
+        self.assertEqual((h["id"], h["ticket"]["prompt_len"], h["ticket"]["transfer_ms"]),
+                         ("r1", 40, 1.25))
+        # The ticket goes back unchanged: the decode submit is byte for byte §1.5 "submit_handoff".
+        with open(os.path.join(SOURCE_DIR, "tests/data/protocol/client_submit_handoff.hex")) as f:
+            self.assertEqual(encode_message("submit", id="d1", prompt=list(range(1, 41)),
+                                            max_tokens=4, handoff=h["ticket"]).hex(),
+                             f.read().strip())
+        ticket = {"source": "tcp://127.0.0.1:7000", "key": b"k" * 16, "source_rank": 0,
+                  "block_size": 4, "prompt_len": 9, "cached_tokens": 0, "transfer_ms": 0.5}
+        m = self.decode({"v": 1, "type": "handoff", "id": "a", "ticket": dict(ticket, extra=1)})
+        self.assertEqual(m["ticket"]["key"], b"k" * 16)
+        self.assertEqual(m["ticket"]["extra"], 1)  # unknown keys are kept (passed through)
+        bad_tickets = [
+            (dict(ticket, key=b"short"), "ticket.key: 5 bytes, expected 16"),
+            (dict(ticket, key="k" * 16), "ticket.key: expected bin"),
+            (dict(ticket, source=""), "ticket.source: empty"),
+            (dict(ticket, block_size=2 ** 32), "ticket.block_size"),
+            (dict(ticket, transfer_ms=-1.0), "ticket.transfer_ms"),
+            ({k: v for k, v in ticket.items() if k != "prompt_len"}, "ticket.prompt_len: missing"),
+            ([1, 2], "ticket: expected map"),
+        ]
+        for t, needle in bad_tickets:
+            with self.subTest(ticket=t):
+                with self.assertRaises(ProtocolError) as cm:
+                    self.decode({"v": 1, "type": "handoff", "id": "a", "ticket": t})
+                self.assertIn(needle, str(cm.exception))
         for raw in (b"", b"\xc1", b"\x91\x01", msgpack.packb({"v": 1}) + b"\x00",
                     msgpack.packb({1: 2})):
             with self.subTest(raw=raw):
