@@ -16,6 +16,7 @@ import struct
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import unittest
 
@@ -24,9 +25,9 @@ import xxhash
 import zmq
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from mocker_client import (MockerClient, ProtocolError, ServerError,  # noqa: E402
-                           SubmitRejected, decode_message, encode_message, load_fleet,
-                           read_key_file)
+from mocker_client import (DisaggregatedClient, HandedOff, MockerClient,  # noqa: E402
+                           ProtocolError, ServerError, SubmitRejected, decode_message,
+                           encode_message, load_fleet, read_key_file)
 
 MOCKER_BIN = None
 STARTUP_TIMEOUT_S = 10.0
@@ -831,6 +832,200 @@ class DecoderTest(unittest.TestCase):
             with self.subTest(raw=raw):
                 with self.assertRaises(ProtocolError):
                     decode_message(raw)
+
+
+class ScriptedWorker:
+    """A scripted two-hop worker (no service): submit and cancel ROUTERs on ephemeral ports,
+    served by a thread, speaking protocol v1. `role` "prefill": a submit → submit_ack, then a
+    `handoff` (key = the id padded to 16 bytes) — or, for `hold=True`, nothing until told
+    (`release(id)` sends the handoff). "decode": a submit with a ticket → submit_ack and
+    `max_tokens` tokens in one message each — or, with `hold=True`, only the ack. A cancel →
+    cancel_reply (applied while it holds the id, which then gets a terminal `cancelled`). `reject` (a str): every submit is refused with that reason. Records what it
+    received (`submits`, `cancels`)."""
+
+    def __init__(self, role, hold=False, reject=None):
+        self.role, self.hold, self.reject = role, hold, reject
+        self.ctx = zmq.Context()
+        self.submit_sock = self.ctx.socket(zmq.ROUTER)
+        self.cancel_sock = self.ctx.socket(zmq.ROUTER)
+        for sock in (self.submit_sock, self.cancel_sock):
+            sock.setsockopt(zmq.LINGER, 0)
+            sock.bind(EPHEMERAL)
+        self.submit = self.submit_sock.getsockopt(zmq.LAST_ENDPOINT).decode()
+        self.cancel = self.cancel_sock.getsockopt(zmq.LAST_ENDPOINT).decode()
+        self.submits, self.cancels = [], []
+        self.held = {}  # id -> (routing id, submit)
+        self.todo = []  # ids to release (from the test thread)
+        self.lock = threading.Lock()
+        self.stop = False
+        self.thread = threading.Thread(target=self._loop)
+        self.thread.start()
+
+    @staticmethod
+    def ticket(m):
+        return {"source": "tcp://127.0.0.1:9", "key": m["id"].encode().ljust(16, b"."),
+                "source_rank": 0, "block_size": 4, "prompt_len": len(m["prompt"]),
+                "cached_tokens": 2, "transfer_ms": 0.5}
+
+    def release(self, id):
+        with self.lock:
+            self.todo.append(id)
+
+    def close(self):
+        self.stop = True
+        self.thread.join()
+        self.submit_sock.close(0)
+        self.cancel_sock.close(0)
+        self.ctx.term()
+
+    def _send(self, sock, rid, type_, **fields):
+        sock.send_multipart([rid, msgpack.packb(dict(v=1, type=type_, **fields),
+                                                use_bin_type=True)])
+
+    def _loop(self):
+        poller = zmq.Poller()
+        poller.register(self.submit_sock, zmq.POLLIN)
+        poller.register(self.cancel_sock, zmq.POLLIN)
+        while not self.stop:
+            events = dict(poller.poll(10))
+            with self.lock:
+                todo, self.todo = self.todo, []
+            for id in todo:
+                if id in self.held:
+                    rid, m = self.held.pop(id)
+                    self._send(self.submit_sock, rid, "handoff", id=id, ticket=self.ticket(m))
+            for sock in (self.cancel_sock, self.submit_sock):
+                if not events.get(sock):
+                    continue
+                rid, payload = sock.recv_multipart()
+                m = msgpack.unpackb(payload, raw=False)
+                if m["type"] == "cancel":
+                    self.cancels.append(m["id"])
+                    held = self.held.pop(m["id"], None)
+                    self._send(sock, rid, "cancel_reply", id=m["id"],
+                               result="applied" if held else "not_found")
+                    if held:
+                        self._send(self.submit_sock, rid, "output", outputs=[
+                            {"id": m["id"], "index": 0, "tokens": [], "finish": "cancelled"}])
+                    continue
+                if m["type"] != "submit":
+                    continue
+                self.submits.append(m)
+                if self.reject:
+                    self._send(sock, rid, "submit_reject", id=m["id"], reason=self.reject)
+                    continue
+                self._send(sock, rid, "submit_ack", id=m["id"], dp_rank=0)
+                if self.hold:
+                    self.held[m["id"]] = (rid, m)
+                elif self.role == "prefill":
+                    self._send(sock, rid, "handoff", id=m["id"], ticket=self.ticket(m))
+                else:
+                    for i in range(m["max_tokens"]):
+                        e = {"id": m["id"], "index": i, "tokens": [100 + i]}
+                        if i == 0:
+                            e["cached_tokens"] = m["handoff"]["cached_tokens"]
+                        if i + 1 == m["max_tokens"]:
+                            e["finish"] = "length"
+                        self._send(sock, rid, "output", outputs=[e])
+
+
+class DisaggregatedClientScriptedTest(unittest.TestCase):
+    """DisaggregatedClient's own rules against scripted workers: the decode submit repeats the
+    request with the ticket unchanged, each stage's cancel goes to the right worker, errors
+    name the hop, and a plain client meeting a handoff says so."""
+
+    def workers(self, prefill=None, decode=None):
+        p = ScriptedWorker("prefill", **(prefill or {}))
+        d = ScriptedWorker("decode", **(decode or {}))
+        self.addCleanup(p.close)
+        self.addCleanup(d.close)
+        c = DisaggregatedClient.connect(p.submit, p.cancel, d.submit, d.cancel)
+        self.addCleanup(c.close)
+        return p, d, c
+
+    def test_two_hops_pass_the_ticket_unchanged(self):
+        p, d, c = self.workers()
+        self.assertEqual(list(c.generate("g1", prompt=[1, 2, 3, 4, 5], max_tokens=3)),
+                         [100, 101, 102])
+        self.assertEqual(c.terminal("g1")["finish"], "length")
+        self.assertEqual((c.stage("g1"), c.terminal_hop("g1")), ("ended", "decode"))
+        self.assertEqual(d.submits[0]["handoff"], ScriptedWorker.ticket(p.submits[0]))
+        self.assertEqual((d.submits[0]["prompt"], d.submits[0]["max_tokens"]), ([1, 2, 3, 4, 5], 3))
+        self.assertNotIn("handoff", p.submits[0])
+        t = c.timings("g1")
+        self.assertEqual(sorted(t), ["decode_ack", "decode_submit", "first_token", "handoff",
+                                     "prefill_ack", "terminal"])
+        self.assertTrue(0 <= t["prefill_ack"] <= t["handoff"] <= t["decode_submit"]
+                        <= t["decode_ack"] <= t["first_token"] <= t["terminal"], t)
+
+    def test_cancel_before_the_handoff_goes_to_the_prefill_worker(self):
+        p, d, c = self.workers(prefill={"hold": True})
+        c.submit("c1", prompt=[1, 2, 3], max_tokens=4)
+        c.prefill.wait_ack("c1")  # held there (a cancel may otherwise overtake the submit)
+        self.assertEqual(c.cancel("c1"), "applied")
+        self.assertEqual((c.last_cancel_hop, p.cancels, d.cancels), ("prefill", ["c1"], []))
+        self.assertEqual(list(c.stream("c1")), [])  # the prefill worker's terminal
+        self.assertEqual((c.terminal("c1")["finish"], c.terminal_hop("c1")),
+                         ("cancelled", "prefill"))
+        self.assertEqual(d.submits, [])
+
+    def test_cancel_while_the_handoff_is_on_its_way_is_never_decoded(self):
+        p, d, c = self.workers()
+        c.submit("c0", prompt=[1, 2, 3], max_tokens=4)  # the handoff is sent at once, unread
+        c.prefill.wait_ack("c0")
+        self.assertEqual(c.cancel("c0"), "not_found")
+        self.assertEqual(c.last_cancel_hop, "prefill")
+        self.assertEqual(list(c.stream("c0")), [])
+        self.assertEqual(c.terminal("c0")["finish"], "cancelled")
+        self.assertIsNotNone(c.ticket("c0"))
+        self.assertEqual(d.submits, [])
+
+    def test_cancel_after_the_handoff_before_the_decode_submit(self):
+        p, d, c = self.workers()
+        c.submit("c2", prompt=[1, 2, 3], max_tokens=4)
+        self.assertEqual(c.wait_handoff("c2")["key"], b"c2" + b"." * 14)
+        self.assertEqual(c.stage("c2"), "handoff")
+        self.assertEqual(c.cancel("c2"), "not_found")  # the scripted worker no longer holds it
+        self.assertEqual(c.last_cancel_hop, "prefill")
+        self.assertEqual(list(c.stream("c2")), [])
+        self.assertEqual((c.terminal("c2")["finish"], c.terminal_hop("c2")),
+                         ("cancelled", "prefill"))
+        self.assertEqual(d.submits, [])
+
+    def test_cancel_after_the_decode_submit_goes_to_the_decode_worker(self):
+        p, d, c = self.workers(decode={"hold": True})
+        c.submit("c3", prompt=[1, 2, 3], max_tokens=4)
+        c.wait_handoff("c3")
+        c.submit_decode("c3")
+        self.assertEqual(c.stage("c3"), "decode")
+        c.decode.wait_ack("c3")
+        self.assertEqual(c.cancel("c3"), "applied")
+        self.assertEqual((c.last_cancel_hop, p.cancels, d.cancels), ("decode", [], ["c3"]))
+        self.assertEqual(list(c.stream("c3")), [])
+        self.assertEqual(c.terminal("c3")["finish"], "cancelled")
+
+    def test_rejects_name_the_hop(self):
+        _, _, c = self.workers(prefill={"reject": "prompt too long"})
+        with self.assertRaises(SubmitRejected) as cm:
+            list(c.generate("e1", prompt=[1], max_tokens=1))
+        self.assertEqual(cm.exception.hop, "prefill")
+        self.assertIn("prefill worker: submit 'e1' rejected: prompt too long", str(cm.exception))
+        _, d, c = self.workers(decode={"reject": "handoff block_size 4 != 8"})
+        with self.assertRaises(SubmitRejected) as cm:
+            list(c.generate("e2", prompt=[1], max_tokens=1))
+        self.assertEqual(cm.exception.hop, "decode")
+        self.assertIn("decode worker: submit 'e2' rejected: handoff block_size 4 != 8",
+                      str(cm.exception))
+        self.assertEqual(c.stage("e2"), "ended")
+
+    def test_plain_stream_meeting_a_handoff_raises_handed_off(self):
+        p = ScriptedWorker("prefill")
+        self.addCleanup(p.close)
+        with MockerClient.connect(p.submit, p.cancel) as c:
+            c.submit("h1", prompt=[1, 2], max_tokens=2)
+            with self.assertRaises(HandedOff) as cm:
+                list(c.stream("h1"))
+            self.assertEqual(cm.exception.message["ticket"]["prompt_len"], 2)
 
 
 class FleetTest(unittest.TestCase):
