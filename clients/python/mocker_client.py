@@ -745,7 +745,8 @@ class DisaggregatedClient:
     worker's held KV itself). Both connections stay open for the client's lifetime: a prefill
     worker cancels the held requests of a client whose connection closes.
 
-    Errors name the hop: SubmitRejected and ServerError carry `.hop` ("prefill" / "decode"). A
+    Errors name the hop: SubmitRejected and ServerError carry `.hop` ("prefill" / "decode"); a
+    decode submit_reject also cancels the request on the prefill worker (frees its held KV). A
     prefill worker that ends the request without a handoff (rejected by its scheduler,
     cancelled, error, shutdown) sends a normal terminal entry: stream() returns it as the
     request's terminal (and terminal_hop(id) is "prefill"); tokens from a prefill worker are a
@@ -917,6 +918,9 @@ class DisaggregatedClient:
                 st["times"]["decode_ack"] = time.monotonic()
             return self._end(st, stop.value, "decode")
         except SubmitRejected as e:
+            # The prefill worker still holds the KV: release it now (its cancel_reply is left
+            # for recv()), not at its hold timeout.
+            self.prefill.cancel(id, wait=False)
             self._end(st, None, "decode")
             raise SubmitRejected(e.message, "decode") from None
         except ServerError as e:

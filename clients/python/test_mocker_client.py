@@ -1017,6 +1017,7 @@ class DisaggregatedClientScriptedTest(unittest.TestCase):
         self.assertIn("decode worker: submit 'e2' rejected: handoff block_size 4 != 8",
                       str(cm.exception))
         self.assertEqual(c.stage("e2"), "ended")
+        self.assertEqual(recv_type(c.prefill, "cancel_reply")["id"], "e2")  # KV released
 
     def test_plain_stream_meeting_a_handoff_raises_handed_off(self):
         p = ScriptedWorker("prefill")
