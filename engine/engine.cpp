@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <limits>
 #include <new>
 #include <string>
 
@@ -113,8 +114,12 @@ Result<RequestId> Engine::submitHandoff(HandoffTicket ticket, std::uint32_t dp_r
     return invalidArgument("dp_rank " + std::to_string(dp_rank) + " is out of range (dp_size " +
                            std::to_string(config_->dp_size) + ")");
   }
-  if (!std::isfinite(ticket.ready_ms) || !std::isfinite(ticket.prefill_end_ms)) {
-    return invalidArgument("handoff: ready_ms and prefill_end_ms must be finite");
+  // ready_ms = +infinity: unknown until handoffReady (a live decode worker fetches the KV).
+  if ((!std::isfinite(ticket.ready_ms) &&
+       ticket.ready_ms != std::numeric_limits<double>::infinity()) ||
+      !std::isfinite(ticket.prefill_end_ms)) {
+    return invalidArgument(
+        "handoff: prefill_end_ms must be finite and ready_ms finite or +infinity (unknown)");
   }
   const std::uint64_t output =
       ticket.output_token_ids ? ticket.output_token_ids->size() : ticket.max_output_tokens;
@@ -144,6 +149,20 @@ Result<RequestId> Engine::submitHandoff(HandoffTicket ticket, std::uint32_t dp_r
 CancelResult Engine::releaseHandoff(RequestId source_id) {
   for (auto& rank : ranks_) {
     if (rank->releaseHeld(source_id)) return CancelResult::Applied;
+  }
+  return CancelResult::Noop;
+}
+
+std::vector<HandoffReservation> Engine::takeReservations() {
+  std::vector<HandoffReservation> out;
+  for (auto& rank : ranks_) rank->takeReservations(out);
+  return out;
+}
+
+CancelResult Engine::handoffReady(RequestId id, double now_ms) {
+  if (!std::isfinite(now_ms)) return CancelResult::Noop;
+  for (auto& rank : ranks_) {
+    if (rank->handoffReady(id, now_ms)) return CancelResult::Applied;
   }
   return CancelResult::Noop;
 }

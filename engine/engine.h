@@ -67,6 +67,16 @@ class Engine final {
   /// empty prompt, a rank out of range, or a prompt at or beyond the effective length limit.
   Result<RequestId> submitHandoff(HandoffTicket ticket, std::uint32_t dp_rank, double now_ms);
 
+  /// Disaggregation, decode worker (live service): a handoff submitted with ticket.ready_ms =
+  /// +infinity waits after its reservation until its KV arrives. takeReservations() returns the
+  /// reservations made since the last call (in reservation order, ranks ascending; submit,
+  /// cancel and step reserve); handoffReady(id, now_ms) says the transfer ended at `now_ms`, so
+  /// a pass at or after max(now_ms, reserved) activates it. Applied once, for a reserved handoff
+  /// whose ready time is unknown; Noop otherwise (unknown, not yet reserved, already ready,
+  /// cancelled). cancel() drops a pending handoff in any state.
+  std::vector<HandoffReservation> takeReservations();
+  CancelResult handoffReady(RequestId id, double now_ms);
+
   /// Disaggregation, prefill worker: the decode worker has the KV of held request `source_id`;
   /// its blocks are released (they stay cached). Applied once; Noop for an unknown, released,
   /// expired or cancelled id. cancel() also drops a held request.

@@ -23,6 +23,8 @@
 #include "engine/scheduler.h"
 
 #include <algorithm>
+#include <cmath>
+#include <limits>
 #include <utility>
 
 #include "base/check.h"
@@ -551,9 +553,28 @@ std::optional<double> VllmScheduler::nextTimerMs() const {
   if (!hold_deadlines_.empty()) consider(hold_deadlines_.front().first);
   for (RequestId id : reserved_) {
     const Handoff& h = handoffs_.at(id);
-    consider(std::max(h.ready_ms, h.reserved_ms));
+    // An unknown ready time (+infinity) is no timer: handoffReady() sets it.
+    if (std::isfinite(h.ready_ms)) consider(std::max(h.ready_ms, h.reserved_ms));
   }
   return next;
+}
+
+bool VllmScheduler::handoffReady(RequestId id, double now_ms) {
+  const auto r = requests_.find(id);
+  if (r == requests_.end() || r->second.state != ReqState::Reserved) return false;
+  Handoff& h = handoffs_.at(id);
+  if (std::isfinite(h.ready_ms)) return false;
+  h.ready_ms = now_ms;
+  return true;
+}
+
+void VllmScheduler::takeReservations(std::vector<HandoffReservation>& out) {
+  // A reservation whose request was cancelled since is dropped: it has nothing to fetch.
+  for (const HandoffReservation& r : reservations_) {
+    const auto it = requests_.find(r.id);
+    if (it != requests_.end() && it->second.state == ReqState::Reserved) out.push_back(r);
+  }
+  reservations_.clear();
 }
 
 void VllmScheduler::submitHandoff(detail::AcceptedRequest&& request, const HandoffTicket& ticket,
@@ -604,9 +625,19 @@ void VllmScheduler::tryReserve(double now_ms, std::vector<KvEvent>& events) {
     h.reserved_ms = now_ms;
     h.resident_tokens = std::min(hits * block_size_, r.prompt_len);
     h.transferable_tokens = fresh * block_size_;
-    h.ready_ms = config_.kv_transfer_charge == KvTransferCharge::FullPrompt
+    const bool unknown = h.ticket_ready_ms == std::numeric_limits<double>::infinity();
+    h.ready_ms = unknown ? h.ticket_ready_ms
+                 : config_.kv_transfer_charge == KvTransferCharge::FullPrompt
                      ? h.ticket_ready_ms
                      : h.prefill_end_ms + kvTransferMs(config_, h.transferable_tokens);
+    if (unknown) {
+      reservations_.push_back({.id = id,
+                               .dp_rank = dp_rank_,
+                               .reserved_ms = now_ms,
+                               .transferable_tokens = h.transferable_tokens,
+                               .resident_tokens = h.resident_tokens,
+                               .prompt_tokens = r.prompt_len});
+    }
     r.state = ReqState::Reserved;
     reserve_queue_.pop_front();
     reserved_.push_back(id);

@@ -45,6 +45,8 @@ class VllmScheduler final : public detail::RankCore {
                      double now_ms) override;
   bool releaseHeld(RequestId id) override;
   std::optional<double> nextTimerMs() const override;
+  bool handoffReady(RequestId id, double now_ms) override;
+  void takeReservations(std::vector<HandoffReservation>& out) override;
 
  private:
   // Held: prefill worker, prompt done, KV kept for a decode worker. Reserving: decode worker,
@@ -208,8 +210,9 @@ class VllmScheduler final : public detail::RankCore {
   std::deque<std::pair<double, RequestId>> hold_deadlines_;  // Held; front never stale
   std::uint64_t num_held_ = 0;
   std::uint64_t handoff_expired_ = 0;
-  std::vector<KvEvent> carry_events_;  // events of reservations made between passes
-  double clock_ms_ = 0.0;              // latest time the rank has seen
+  std::vector<KvEvent> carry_events_;             // events of reservations made between passes
+  std::vector<HandoffReservation> reservations_;  // of unknown-ready handoffs, not yet taken
+  double clock_ms_ = 0.0;                         // latest time the rank has seen
 
   // Per-pass scratch (kept as members to reuse their capacity).
   std::vector<Scheduled> scheduled_;

@@ -177,6 +177,20 @@ struct HandoffActivation {
   friend bool operator==(const HandoffActivation&, const HandoffActivation&) = default;
 };
 
+/// A decode worker reserved the blocks of a handoff submitted with its ready time unknown
+/// (HandoffTicket::ready_ms = +infinity, a live service): the caller now fetches its KV —
+/// `transferable_tokens` (missing_blocks) or the whole prompt (full_prompt) — and reports the
+/// transfer's end with Engine::handoffReady.
+struct HandoffReservation {
+  RequestId id;
+  std::uint32_t dp_rank = 0;
+  double reserved_ms = 0.0;
+  std::uint32_t transferable_tokens = 0;  ///< fresh blocks · block size (not resident here)
+  std::uint32_t resident_tokens = 0;      ///< prompt tokens reused from this worker's cache
+  std::uint32_t prompt_tokens = 0;
+  friend bool operator==(const HandoffReservation&, const HandoffReservation&) = default;
+};
+
 /// Everything one pass of one rank produced ("Pass result").
 struct PassResult {
   std::uint32_t dp_rank = 0;

@@ -61,7 +61,10 @@ struct EndpointsConfig {
   EndpointConfig kv_events{"tcp://127.0.0.1:5557"};  ///< PUB
   EndpointConfig kv_replay{"tcp://127.0.0.1:5558"};  ///< ROUTER
   EndpointConfig fpm{"tcp://127.0.0.1:5559"};        ///< PUB
-  HttpEndpointConfig http;                           ///< HTTP (metrics, health, readiness)
+  /// ROUTER of a prefill worker (engine.worker_type = prefill): kv_fetch / kv_release from
+  /// decode workers. Not opened by other worker types.
+  EndpointConfig handoff{"tcp://127.0.0.1:5560"};
+  HttpEndpointConfig http;  ///< HTTP (metrics, health, readiness)
   friend bool operator==(const EndpointsConfig&, const EndpointsConfig&) = default;
 };
 
@@ -100,6 +103,12 @@ struct LiveConfig {
   std::optional<double> startup_time_s;              ///< null or finite >= 0
   std::string served_model_name = "mocker";          ///< `model_name` label of the metrics
   std::string worker_label;  ///< `worker` label of the metrics (a fleet); "" = no such label
+  /// Decode worker: wall ms a kv_fetch may wait for its kv_fetch_reply before the request ends
+  /// with a `handoff:` error; finite, > 0.
+  double handoff_fetch_timeout_ms = 30000.0;
+  /// Decode worker: distinct prefill workers (ticket sources) it keeps a DEALER to, >= 1; a
+  /// handoff naming one more is refused.
+  std::uint32_t max_handoff_sources = 64;
   friend bool operator==(const LiveConfig&, const LiveConfig&) = default;
 };
 

@@ -291,11 +291,6 @@ Result<Value> textValue(const ConfigKey& key, std::string_view text) {
 }
 
 // Fixed-value keys that have no EngineConfig field yet: one accepted value each.
-Status setWorkerType(ServiceConfig&, std::string_view s) {
-  if (asciiLower(s) == "aggregated") return {};
-  return invalidArgument("unsupported worker_type '" + std::string(s) +
-                         "' (only aggregated is implemented)");
-}
 Status setCapacityPolicy(ServiceConfig&, std::string_view s) {
   if (asciiLower(s) == "guaranteed_no_evict") return {};
   return invalidArgument("unsupported capacity_scheduler_policy '" + std::string(s) +
@@ -336,8 +331,7 @@ const std::vector<ConfigKey>& keys() {
       {"engine", "kv_event_visibility",
        MOCKER_ENUM(engine.kv_event_visibility, engine::toString, engine::parseKvEventVisibility)},
       {"engine", "worker_type",
-       EnumField{[](const ServiceConfig&) -> std::string_view { return "aggregated"; },
-                 setWorkerType}},
+       MOCKER_ENUM(engine.worker_type, engine::toString, engine::parseWorkerType)},
       {"engine", "timing_model",
        MOCKER_ENUM(engine.timing_model, engine::toString, engine::parseTimingModelKind)},
       {"engine", "timing_profile_path", MOCKER_REF(StringRef, timing_profile_path)},
@@ -381,6 +375,9 @@ const std::vector<ConfigKey>& keys() {
       {"service", "linger_ms", MOCKER_REF(U32Ref, service.linger_ms)},
       {"service", "served_model_name", MOCKER_REF(StringRef, service.served_model_name)},
       {"service", "worker_label", MOCKER_REF(StringRef, service.worker_label)},
+      {"service", "handoff_fetch_timeout_ms",
+       MOCKER_REF(DoubleRef, service.handoff_fetch_timeout_ms)},
+      {"service", "max_handoff_sources", MOCKER_REF(U32Ref, service.max_handoff_sources)},
       {"limits", "max_requests_per_client", MOCKER_REF(U32Ref, limits.max_requests_per_client)},
       {"limits", "max_requests", MOCKER_REF(U32Ref, limits.max_requests)},
       {"limits", "max_clients", MOCKER_REF(U32Ref, limits.max_clients)},
@@ -395,6 +392,8 @@ const std::vector<ConfigKey>& keys() {
       {"endpoints.kv_replay", "connect", MOCKER_REF(BoolRef, endpoints.kv_replay.connect)},
       {"endpoints.fpm", "endpoint", MOCKER_REF(StringRef, endpoints.fpm.endpoint)},
       {"endpoints.fpm", "connect", MOCKER_REF(BoolRef, endpoints.fpm.connect)},
+      {"endpoints.handoff", "endpoint", MOCKER_REF(StringRef, endpoints.handoff.endpoint)},
+      {"endpoints.handoff", "connect", MOCKER_REF(BoolRef, endpoints.handoff.connect)},
       {"endpoints.http", "endpoint", MOCKER_REF(StringRef, endpoints.http.endpoint)},
       {"endpoints.http", "enabled", MOCKER_REF(BoolRef, endpoints.http.enabled)},
       {"kv_events", "enabled", MOCKER_REF(BoolRef, kv_events.enabled)},

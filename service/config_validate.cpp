@@ -277,24 +277,18 @@ std::optional<ConfigError> checkServiceConfig(const ServiceConfig& c, ConfigUse 
   // Endpoints: scheme and DP offsets per socket, then no two bound sockets on one address. Only
   // for a service: an engine-only user opens no socket.
   if (use == ConfigUse::EngineOnly) return std::nullopt;
-  // The KV handoff settings configure disaggregated prefill/decode, which only the offline
-  // replay runs (a service is always aggregated): a changed value would have no effect.
-  const engine::EngineConfig defaults;
-  for (const auto& [key, changed] :
-       {std::pair{"engine.kv_bytes_per_token",
-                  c.engine.kv_bytes_per_token != defaults.kv_bytes_per_token},
-        std::pair{"engine.kv_transfer_bandwidth_gbps",
-                  c.engine.kv_transfer_bandwidth_gbps != defaults.kv_transfer_bandwidth_gbps},
-        std::pair{"engine.kv_transfer_charge",
-                  c.engine.kv_transfer_charge != defaults.kv_transfer_charge},
-        std::pair{"engine.kv_hold_timeout_ms",
-                  c.engine.kv_hold_timeout_ms != defaults.kv_hold_timeout_ms}}) {
-    if (changed) {
-      return issue(key,
-                   "has no effect in a service (always aggregated): it configures the "
-                   "prefill/decode handoff of `mocker replay --num-prefill-workers N "
-                   "--num-decode-workers M`");
-    }
+  if (!std::isfinite(s.handoff_fetch_timeout_ms) || s.handoff_fetch_timeout_ms <= 0) {
+    return issue("service.handoff_fetch_timeout_ms",
+                 "must be finite and > 0 (got " + std::to_string(s.handoff_fetch_timeout_ms) + ")");
+  }
+  if (s.max_handoff_sources < 1)
+    return issue("service.max_handoff_sources", "must be >= 1 (got 0)");
+  const bool prefill = c.engine.worker_type == engine::WorkerType::Prefill;
+  if (c.engine.worker_type != engine::WorkerType::Aggregated && c.fleet.num_workers > 1) {
+    return issue("engine.worker_type",
+                 "prefill and decode workers run one per process: a fleet (fleet.num_workers > 1) "
+                 "of them is not supported",
+                 {"fleet.num_workers"});
   }
   struct Socket {
     std::string key;
@@ -308,6 +302,7 @@ std::optional<ConfigError> checkServiceConfig(const ServiceConfig& c, ConfigUse 
       {"endpoints.kv_events", &c.endpoints.kv_events, true, kv.enabled},
       {"endpoints.kv_replay", &c.endpoints.kv_replay, true, kv.enabled && kv.replay_enabled},
       {"endpoints.fpm", &c.endpoints.fpm, true, c.fpm.enabled},
+      {"endpoints.handoff", &c.endpoints.handoff, false, prefill},
   };
   struct Bound {
     std::string key;

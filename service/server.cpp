@@ -12,11 +12,13 @@
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 #include <sys/mman.h>
+#include <sys/random.h>
 
 #include <algorithm>
 #include <chrono>
 #include <functional>
 #include <limits>
+#include <map>
 #include <new>
 #include <optional>
 #include <zmq.hpp>
@@ -123,6 +125,33 @@ bool loopbackOnly(const std::string& endpoint) {
   return host == "localhost" || host.starts_with("127.") || host == "[::1]" || host == "::1";
 }
 
+/// An unguessable handoff key (protocol::kHandoffKeyBytes bytes from the OS's random source).
+std::string randomHandoffKey() {
+  std::string key(protocol::kHandoffKeyBytes, '\0');
+  std::size_t got = 0;
+  while (got < key.size()) {
+    const ssize_t n = getrandom(key.data() + got, key.size() - got, 0);
+    if (n > 0) {
+      got += static_cast<std::size_t>(n);
+    } else {
+      MOCKER_CHECK(n < 0 && errno == EINTR);  // getrandom(2) only fails that way here
+    }
+  }
+  return key;
+}
+
+/// Sends one message on a decode worker's DEALER to a prefill worker, without blocking; false if
+/// it could not be queued (the pipe is full, or the socket failed).
+bool sendToSource(zmq::socket_t& dealer, const ClientMessage& message) {
+  const std::vector<std::byte> payload = protocol::encodeClientMessage(message);
+  try {
+    return dealer.send(zmq::buffer(payload.data(), payload.size()), zmq::send_flags::dontwait)
+        .has_value();
+  } catch (const zmq::error_t&) {
+    return false;
+  }
+}
+
 Peer peerOf(const std::vector<zmq::message_t>& parts) {
   if (parts.empty()) return {};
   return {peerUserId(parts.back()).value_or(std::string()), connectionFd(parts.back())};
@@ -168,6 +197,49 @@ class Server::Impl {
   };
 
   double engineNowMs() const { return clock_.engineMs(Clock::now()); }
+
+  // Disaggregated prefill/decode (service/README.md "Disaggregated prefill/decode (live)").
+  /// Prefill worker: a request whose KV is held for a decode worker, by its handoff key.
+  struct Held {
+    engine::RequestId id;
+    double prefill_end_ms = 0.0;   ///< engine time its prefill pass ended
+    std::uint32_t max_tokens = 0;  ///< transferable tokens: the prompt rounded up to blocks
+    bool fetching = false;         ///< a kv_fetch is being answered (at its transfer end)
+  };
+  /// Prefill worker: a kv_fetch answered at its modelled transfer end.
+  struct PendingFetch {
+    Clock::time_point due;
+    std::string key;
+    std::string peer;  ///< the decode worker's routing id on the handoff ROUTER
+    bool delimiter = false;
+  };
+  /// Decode worker: a handoff submit waiting for its KV (until ready or failed).
+  struct PendingHandoff {
+    std::string source;
+    std::string key;
+    std::optional<Clock::time_point> deadline;  ///< set when its kv_fetch went out
+  };
+  bool isPrefill() const { return config_.engine.worker_type == engine::WorkerType::Prefill; }
+  bool isDecode() const { return config_.engine.worker_type == engine::WorkerType::Decode; }
+  /// Prefill: sends the `handoff` of each ticket of a completed pass (or ends its request).
+  void publishHandoffs(const engine::PassResult& pass);
+  /// Prefill: frees held request `key` in the engine and closes its route.
+  void releaseHeld(std::unordered_map<std::string, Held>::iterator it);
+  void handleHandoffSocketMessage(std::vector<zmq::message_t>& parts);
+  /// Prefill: answers the kv_fetches whose transfer end has come.
+  void answerDueFetches();
+  /// Decode: a submit carrying a ticket; the refusal reason, or the engine's id.
+  Result<engine::RequestId> submitHandoff(const protocol::SubmitRequest& req, std::uint32_t rank,
+                                          double now_ms);
+  /// Decode: the DEALER to `source`, connected on first use; nullptr past the source limit.
+  zmq::socket_t* sourceSocket(const std::string& source);
+  /// Decode: sends the kv_fetch of every handoff the engine reserved since the last call.
+  void sendFetches();
+  void readFetchReplies(zmq::socket_t& dealer);
+  /// Decode: ends a pending handoff's request with finish "error", reason `why` ("handoff: ...");
+  /// `release`: tell the source to free the KV.
+  void failHandoff(engine::RequestId id, std::string why, bool release);
+  void expireFetches();
 
   // Sockets: setup, sends.
   Result<zmq::socket_t> makeRouter(const EndpointConfig& ep, std::string& resolved);
@@ -269,6 +341,13 @@ class Server::Impl {
   std::unique_ptr<ConnectionMonitor> submit_monitor_;
   std::vector<int> closed_fds_;  // scratch: submit connections that closed
   std::vector<Rank> ranks_;
+  zmq::socket_t handoff_;                                          // prefill worker: handoff ROUTER
+  std::unordered_map<std::string, Held> held_;                     // prefill: by handoff key
+  std::unordered_map<engine::RequestId, std::string> held_keys_;   // prefill: engine id → key
+  std::vector<PendingFetch> fetches_;                              // prefill: kv_fetches, any order
+  std::unordered_map<engine::RequestId, PendingHandoff> pending_;  // decode: waiting for KV
+  std::unordered_map<std::string, engine::RequestId> pending_keys_;  // decode: key → engine id
+  std::map<std::string, zmq::socket_t> sources_;  // decode: DEALER per prefill worker
 
   RouteTable routes_;
   OutputBatcher batcher_;
@@ -340,6 +419,10 @@ Status Server::Impl::init() {
   const bool curve_on = curve_.has_value();
   if (!config_.endpoints.submit.connect) warnIfExposed("submit", endpoints.submit, curve_on);
   if (!config_.endpoints.cancel.connect) warnIfExposed("cancel", endpoints.cancel, curve_on);
+  if (isPrefill()) {
+    MOCKER_TRY(handoff_, makeRouter(config_.endpoints.handoff, endpoints.handoff));
+    if (!config_.endpoints.handoff.connect) warnIfExposed("handoff", endpoints.handoff, curve_on);
+  }
   const std::uint32_t dp = config_.engine.dp_size;
   ranks_.resize(dp);
   const bool events_on = config_.kv_events.enabled && config_.engine.enable_prefix_caching;
@@ -611,6 +694,11 @@ protocol::StatsReply Server::Impl::statsReply(const RoutedEnvelope& from, const 
     s.ranks.push_back({r, l.active_blocks, l.total_blocks, l.kv_usage, l.running_requests,
                        l.waiting_requests, l.preemptions_total, l.prefix_cache_queries_tokens,
                        l.prefix_cache_hits_tokens});
+    if (config_.engine.worker_type != engine::WorkerType::Aggregated) {
+      s.ranks.back().held = l.held_requests;
+      s.ranks.back().pending_handoffs = l.pending_handoffs;
+      s.ranks.back().handoff_expired = l.handoff_expired;
+    }
   }
   s.routes = routes_.numRoutes();
   s.client_entries = routes_.numClients();
@@ -723,14 +811,19 @@ void Server::Impl::handleSubmit(const RoutedEnvelope& from, const Peer& peer,
   const std::uint64_t output_len =
       req.output_tokens ? req.output_tokens->size() : std::uint64_t{req.max_tokens};
   const double er_arrival_ms = engineNowMs();
-  engine::Request er{.tokens = std::move(req.prompt),
-                     .max_output_tokens = req.max_tokens,
-                     .output_token_ids = std::move(req.output_tokens),
-                     .dp_rank = rank,
-                     // The client's arrival_ms is informational: the engine's clock starts
-                     // when the service receives the request.
-                     .arrival_ms = er_arrival_ms};
-  auto id = engine_.submit(std::move(er));
+  Result<engine::RequestId> id = engine::RequestId{0};
+  if (req.handoff || isDecode()) {
+    id = submitHandoff(req, rank, er_arrival_ms);
+  } else {
+    engine::Request er{.tokens = std::move(req.prompt),
+                       .max_output_tokens = req.max_tokens,
+                       .output_token_ids = std::move(req.output_tokens),
+                       .dp_rank = rank,
+                       // The client's arrival_ms is informational: the engine's clock starts
+                       // when the service receives the request.
+                       .arrival_ms = er_arrival_ms};
+    id = engine_.submit(std::move(er));
+  }
   if (!id) {
     ++counters.rejected_submits;
     if (id.error().code == ErrorCode::ResourceExhausted) {
@@ -751,6 +844,17 @@ void Server::Impl::handleSubmit(const RoutedEnvelope& from, const Peer& peer,
   } catch (const std::bad_alloc&) {
     (void)engine_.cancel(*id);  // both unchanged: the caller refuses with resource_exhausted
     throw;
+  }
+  if (req.handoff && isDecode()) {
+    try {
+      pending_keys_.emplace(req.handoff->key, *id);
+      pending_.emplace(*id, PendingHandoff{req.handoff->source, req.handoff->key, std::nullopt});
+    } catch (const std::bad_alloc&) {
+      pending_keys_.erase(req.handoff->key);
+      routes_.close(*id);
+      (void)engine_.cancel(*id);
+      throw;
+    }
   }
   ClientEntry& owner = *opened;
   owner.principal = peer.principal;
@@ -798,6 +902,15 @@ void Server::Impl::handleCancel(zmq::socket_t& reply_socket, const RoutedEnvelop
     reply(reply_socket, from, protocol::CancelReply{req.id, protocol::CancelResult::NotFound});
     return;
   }
+  if (held_keys_.contains(*id)) {
+    // Handed off already (the `handoff` replaced its stream): the held KV is freed, and nothing
+    // more is sent for it.
+    cancelInEngine(*id, routes_.find(*id)->rank);
+    routes_.close(*id);
+    ++counters.cancels_applied;
+    reply(reply_socket, from, protocol::CancelReply{req.id, protocol::CancelResult::Applied});
+    return;
+  }
   // Applied even while a pass is in flight: the request leaves the engine now and its outputs
   // of that pass are dropped; other requests' outputs are untouched.
   cancelInEngine(*id, routes_.find(*id)->rank);
@@ -814,7 +927,30 @@ void Server::Impl::cancelInEngine(engine::RequestId id, std::uint32_t rank) {
   engine_.cancel(id);
   metrics_.onAbort(id, engineNowMs());
   ranks_[rank].stalled = false;
-  if (auto& in_flight = ranks_[rank].in_flight) engine::discardOutputs(*in_flight, id);
+  if (auto& in_flight = ranks_[rank].in_flight) {
+    engine::discardOutputs(*in_flight, id);
+    // A prompt completed by the in-flight pass is not handed off.
+    std::erase_if(in_flight->handoffs,
+                  [id](const engine::HandoffTicket& t) { return t.source_id == id; });
+  }
+  // Prefill: a held request's key names nothing any more (a kv_fetch of it gets not_found).
+  if (const auto k = held_keys_.find(id); k != held_keys_.end()) {
+    held_.erase(k->second);
+    held_keys_.erase(k);
+  }
+  // Decode: a handoff still waiting for its KV frees it at the source.
+  if (const auto p = pending_.find(id); p != pending_.end()) {
+    if (zmq::socket_t* dealer = sourceSocket(p->second.source)) {
+      if (!sendToSource(*dealer, protocol::KvRelease{p->second.key})) {
+        log_->warn(
+            "kv_release to {} not sent (its pipe is full or it is gone): the prefill "
+            "worker frees the KV at its hold timeout",
+            p->second.source);
+      }
+    }
+    pending_keys_.erase(p->second.key);
+    pending_.erase(p);
+  }
 }
 
 std::optional<std::uint64_t> Server::Impl::lastKvSeq(std::uint32_t r) const {
@@ -921,13 +1057,18 @@ void Server::Impl::startPasses() {
   for (std::uint32_t r = 0; r < ranks_.size(); ++r) {
     Rank& rank = ranks_[r];
     if (rank.in_flight) continue;
-    if (rank.stalled || !engine_.hasWork(r)) {
+    const double now_ms = engineNowMs();
+    // A disaggregated rank also has timed work without input: a hold's timeout, an activation.
+    const std::optional<double> timer = engine_.nextTimerMs(r);
+    const bool timer_due = timer && *timer <= now_ms;
+    if (timer_due) rank.stalled = false;
+    if (rank.stalled || !(engine_.hasWork(r) || timer_due)) {
       rank.anchor_ms.reset();  // idle: the next pass starts when work arrives
       continue;
     }
+    if (!engine_.hasWork(r)) rank.anchor_ms.reset();  // woken by its timer: starts now
     // Anchored to the modelled timeline: the time the loop took to get here since the previous
     // pass's modelled end (publishing it, reading, waking up) is caught up, not inherited.
-    const double now_ms = engineNowMs();
     const PassStart at =
         paced() ? passStart(rank.anchor_ms, now_ms, kMaxCatchUpMs) : PassStart{now_ms, false};
     if (at.resynced) ++resyncs_;
@@ -986,6 +1127,24 @@ void Server::Impl::completePass(std::uint32_t r, bool timed) {
     if (active) batcher_.add(s, *route);
   }
   deliver();
+  // 3. Prefill worker: the handoffs of the prompts this pass completed, and the holds that timed
+  //    out at its start (their routes end without a message: the handoff was the last one).
+  if (!pass.handoffs.empty()) publishHandoffs(pass);
+  for (const engine::RequestId id : pass.expired_holds) {
+    const auto k = held_keys_.find(id);
+    if (k == held_keys_.end()) continue;
+    ++counters.handoff_expired;
+    log_->info(
+        "handoff: request '{}' held its KV for kv_hold_timeout_ms ({} ms) without a fetch "
+        "or release; released",
+        routes_.find(id) ? routes_.find(id)->id : std::string("?"),
+        config_.engine.kv_hold_timeout_ms.value_or(0.0));
+    std::erase_if(fetches_, [&](const PendingFetch& f) { return f.key == k->second; });
+    metrics_.onAbort(id, engineNowMs());
+    held_.erase(k->second);
+    held_keys_.erase(k);
+    routes_.close(id);
+  }
 }
 
 void Server::Impl::deliver() {
@@ -1118,6 +1277,296 @@ void Server::Impl::collectMetrics(std::vector<engine::LoadMetrics>& load,
   }
 }
 
+// --- Disaggregated prefill/decode ---------------------------------------------------------
+
+void Server::Impl::publishHandoffs(const engine::PassResult& pass) {
+  for (const engine::HandoffTicket& t : pass.handoffs) {
+    Route* route = routes_.find(t.source_id);
+    if (route == nullptr || route->state != RouteState::Active) {
+      (void)engine_.releaseHandoff(t.source_id);  // its client is gone: nobody fetches it
+      continue;
+    }
+    const std::string key = randomHandoffKey();
+    held_.emplace(
+        key, Held{.id = t.source_id,
+                  .prefill_end_ms = t.prefill_end_ms,
+                  .max_tokens = static_cast<std::uint32_t>((t.tokens.size() + t.block_size - 1) /
+                                                           t.block_size * t.block_size)});
+    held_keys_.emplace(t.source_id, key);
+    const std::string client = route->client;
+    const protocol::Handoff message{
+        .id = route->id,
+        .ticket = {.source = endpoints.handoff,
+                   .key = key,
+                   .source_rank = t.source_dp_rank,
+                   .block_size = t.block_size,
+                   .prompt_len = static_cast<std::uint32_t>(t.tokens.size()),
+                   .cached_tokens = t.cached_tokens,
+                   .transfer_ms = t.transfer_ms}};
+    // After everything older the client is owed (its ack); a handoff is never queued: a client
+    // that cannot take it now loses the request like a stream it does not read.
+    SendOutcome outcome = SendOutcome::WouldBlock;
+    if (route->owner->queue.empty() || flush(client) == Flush::Done) {
+      if (routes_.find(t.source_id) == nullptr) continue;  // the flush found the client gone
+      ClientEntry& owner = *routes_.find(t.source_id)->owner;
+      outcome = sendTo(submit_, client, owner.delimiter, protocol::encodeClientMessage(message));
+      if (outcome == SendOutcome::Sent) {
+        RouteTable::noteRoutable(owner);
+        ++counters.handoffs_sent;
+        continue;
+      }
+    }
+    if (routes_.find(t.source_id) != nullptr) {
+      abandon(t.source_id,
+              "backpressure: the handoff could not be sent, the client is not reading");
+    }
+  }
+}
+
+void Server::Impl::releaseHeld(std::unordered_map<std::string, Held>::iterator it) {
+  const engine::RequestId id = it->second.id;
+  (void)engine_.releaseHandoff(id);
+  metrics_.onAbort(id, engineNowMs());
+  held_keys_.erase(id);
+  held_.erase(it);
+  routes_.close(id);  // the handoff was its last message
+}
+
+void Server::Impl::handleHandoffSocketMessage(std::vector<zmq::message_t>& parts) {
+  const RoutedEnvelope from = splitRoutedEnvelope(parts, protocol::kMaxMessageBytes);
+  auto msg = decodeRequest(handoff_, from);
+  if (!msg) return;
+  if (const auto* fetch = std::get_if<protocol::KvFetch>(&*msg)) {
+    const auto it = held_.find(fetch->key);
+    if (it == held_.end() || it->second.fetching) {
+      ++counters.kv_fetches_missed;
+      reply(handoff_, from, protocol::KvFetchReply{fetch->key, protocol::KvFetchResult::NotFound});
+      return;
+    }
+    // Ready at the modelled transfer end: the prefill pass's end plus the transfer of the
+    // tokens asked for (at most the prompt's blocks), on the engine's formula.
+    it->second.fetching = true;
+    const std::uint32_t tokens = std::min(fetch->tokens, it->second.max_tokens);
+    const double ready_ms =
+        it->second.prefill_end_ms + engine::kvTransferMs(config_.engine, tokens);
+    fetches_.push_back({.due = paced() ? clock_.wallAt(ready_ms) : Clock::now(),
+                        .key = fetch->key,
+                        .peer = from.routing_id,
+                        .delimiter = from.delimiter});
+    return;
+  }
+  if (const auto* release = std::get_if<protocol::KvRelease>(&*msg)) {
+    const auto it = held_.find(release->key);
+    if (it == held_.end()) return;  // released, fetched, expired or unknown: nothing to do
+    ++counters.kv_releases;
+    std::erase_if(fetches_, [&](const PendingFetch& f) { return f.key == release->key; });
+    releaseHeld(it);
+    return;
+  }
+  ++counters.malformed_messages;
+  reply(handoff_, from,
+        protocol::ErrorReply{ErrorCode::InvalidArgument,
+                             "the handoff socket accepts only \"kv_fetch\" and \"kv_release\" "
+                             "messages (got \"" +
+                                 std::string(protocol::messageType(*msg)) + "\")",
+                             std::nullopt});
+}
+
+void Server::Impl::answerDueFetches() {
+  if (fetches_.empty()) return;
+  const auto now = Clock::now();
+  std::vector<PendingFetch> due;
+  std::erase_if(fetches_, [&](PendingFetch& f) {
+    if (f.due > now) return false;
+    due.push_back(std::move(f));
+    return true;
+  });
+  std::sort(due.begin(), due.end(),
+            [](const PendingFetch& a, const PendingFetch& b) { return a.due < b.due; });
+  for (const PendingFetch& f : due) {
+    const auto it = held_.find(f.key);
+    protocol::KvFetchResult result = protocol::KvFetchResult::NotFound;
+    if (it != held_.end()) {  // else cancelled or expired while transferring
+      releaseHeld(it);
+      result = protocol::KvFetchResult::Ready;
+      ++counters.kv_fetches_ready;
+    } else {
+      ++counters.kv_fetches_missed;
+    }
+    RoutedEnvelope to;
+    to.routing_id = f.peer;
+    to.delimiter = f.delimiter;
+    reply(handoff_, to, protocol::KvFetchReply{f.key, result});
+  }
+}
+
+Result<engine::RequestId> Server::Impl::submitHandoff(const protocol::SubmitRequest& req,
+                                                      std::uint32_t rank, double now_ms) {
+  const auto refuse = [](std::string why) -> Result<engine::RequestId> {
+    return invalidArgument("handoff: " + std::move(why));
+  };
+  if (!isDecode()) {
+    return refuse("this worker's worker_type is " +
+                  std::string(engine::toString(config_.engine.worker_type)) +
+                  "; only a decode worker (engine.worker_type = decode) accepts a submit "
+                  "carrying a handoff ticket");
+  }
+  if (!req.handoff) {
+    return refuse(
+        "this is a decode worker: a submit must carry the prefill worker's ticket (field "
+        "'handoff'); submit the request to a prefill worker first");
+  }
+  const protocol::HandoffTicket& t = *req.handoff;
+  if (req.prompt.size() != t.prompt_len) {
+    return refuse("the prompt has " + std::to_string(req.prompt.size()) +
+                  " tokens, the ticket's prompt_len is " + std::to_string(t.prompt_len));
+  }
+  if (t.block_size != engine_.blockSize()) {
+    return refuse("the ticket's block_size " + std::to_string(t.block_size) +
+                  " differs from this decode worker's " + std::to_string(engine_.blockSize()) +
+                  " (prefill and decode workers must use the same block size)");
+  }
+  if (!t.source.starts_with("tcp://")) {
+    return refuse("source '" + t.source + "' is not a tcp:// endpoint");
+  }
+  if (pending_keys_.contains(t.key)) {
+    return refuse("another request of this worker is already waiting for this ticket's KV");
+  }
+  if (sourceSocket(t.source) == nullptr) {
+    return Error{ErrorCode::ResourceExhausted,
+                 "handoff: this decode worker already fetches from " +
+                     std::to_string(sources_.size()) +
+                     " prefill workers (service.max_handoff_sources); source '" + t.source +
+                     "' would be one more"};
+  }
+  engine::HandoffTicket ticket;
+  ticket.tokens = req.prompt;
+  ticket.max_output_tokens = req.max_tokens;
+  ticket.output_token_ids = req.output_tokens;
+  ticket.cached_tokens = t.cached_tokens;
+  ticket.block_size = t.block_size;
+  ticket.source_dp_rank = t.source_rank;
+  // The ready time is unknown until the source answers the kv_fetch (handoffReady).
+  ticket.prefill_end_ms = now_ms;
+  ticket.transfer_ms = t.transfer_ms;
+  ticket.ready_ms = std::numeric_limits<double>::infinity();
+  return engine_.submitHandoff(std::move(ticket), rank, now_ms);
+}
+
+zmq::socket_t* Server::Impl::sourceSocket(const std::string& source) {
+  if (const auto it = sources_.find(source); it != sources_.end()) return &it->second;
+  if (sources_.size() >= config_.service.max_handoff_sources) return nullptr;
+  try {
+    zmq::socket_t s(context_, zmq::socket_type::dealer);
+    s.set(zmq::sockopt::linger, 0);
+    s.set(zmq::sockopt::maxmsgsize, config_.service.max_message_size);
+    s.connect(source);
+    return &sources_.emplace(source, std::move(s)).first->second;
+  } catch (const zmq::error_t& e) {
+    log_->warn("handoff source '{}': {}", source, e.what());
+    return nullptr;
+  }
+}
+
+void Server::Impl::sendFetches() {
+  if (!isDecode()) return;
+  for (const engine::HandoffReservation& r : engine_.takeReservations()) {
+    const auto it = pending_.find(r.id);
+    if (it == pending_.end()) continue;
+    PendingHandoff& p = it->second;
+    const std::uint32_t tokens =
+        config_.engine.kv_transfer_charge == engine::KvTransferCharge::MissingBlocks
+            ? r.transferable_tokens
+            : r.prompt_tokens;
+    zmq::socket_t* dealer = sourceSocket(p.source);
+    if (dealer == nullptr || !sendToSource(*dealer, protocol::KvFetch{p.key, tokens})) {
+      failHandoff(r.id, "handoff: the kv_fetch to " + p.source + " could not be sent", false);
+      continue;
+    }
+    p.deadline =
+        Clock::now() +
+        std::chrono::duration_cast<Clock::duration>(
+            std::chrono::duration<double, std::milli>(config_.service.handoff_fetch_timeout_ms));
+  }
+}
+
+void Server::Impl::readFetchReplies(zmq::socket_t& dealer) {
+  std::vector<zmq::message_t> parts;
+  std::string error;
+  while (tryRecvMultipart(dealer, parts, &error) == RecvOutcome::Received) {
+    // A DEALER receives just the payload (or an empty delimiter and the payload).
+    if (parts.empty() || parts.size() > 2 || (parts.size() == 2 && parts[0].size() != 0)) {
+      log_->warn("handoff: a message of {} frames from a prefill worker ignored", parts.size());
+      continue;
+    }
+    const auto& payload = parts.back();
+    const auto msg = protocol::decodeClientMessage(
+        {static_cast<const std::byte*>(payload.data()), payload.size()});
+    const auto* reply = msg ? std::get_if<protocol::KvFetchReply>(&*msg) : nullptr;
+    if (reply == nullptr) {
+      log_->warn("handoff: unexpected message from a prefill worker ignored: {}",
+                 msg ? std::string("type ") + std::string(protocol::messageType(*msg))
+                     : msg.error().message);
+      continue;
+    }
+    const auto k = pending_keys_.find(reply->key);
+    if (k == pending_keys_.end()) continue;  // cancelled meanwhile (its release went out)
+    const engine::RequestId id = k->second;
+    const std::string source = pending_.at(id).source;
+    if (reply->result == protocol::KvFetchResult::NotFound) {
+      failHandoff(id,
+                  "handoff: the prefill worker at " + source +
+                      " holds no KV for this key (expired, cancelled or already fetched)",
+                  false);
+      continue;
+    }
+    // The KV is here: the next pass at or after now activates the request.
+    (void)engine_.handoffReady(id, engineNowMs());
+    pending_keys_.erase(k);
+    pending_.erase(id);
+    const Route* route = routes_.find(id);
+    if (route != nullptr) {
+      Rank& woken = ranks_[route->rank];
+      woken.stalled = false;
+    }
+  }
+}
+
+void Server::Impl::failHandoff(engine::RequestId id, std::string why, bool release) {
+  ++counters.handoff_failures;
+  const auto p = pending_.find(id);
+  if (p != pending_.end() && !release) {
+    pending_keys_.erase(p->second.key);
+    pending_.erase(p);  // cancelInEngine would send a kv_release
+  }
+  log_->info("{}", why);
+  const Route* route = routes_.find(id);
+  if (route == nullptr || route->state != RouteState::Active) {
+    (void)engine_.cancel(id);
+    return;
+  }
+  cancelInEngine(id, route->rank);
+  routes_.oweTerminal(id, FinishReason::Error, std::move(why));
+}
+
+void Server::Impl::expireFetches() {
+  const auto now = Clock::now();
+  std::vector<engine::RequestId> late;
+  for (const auto& [id, p] : pending_) {
+    if (p.deadline && *p.deadline <= now) late.push_back(id);
+  }
+  std::sort(late.begin(), late.end());
+  for (const engine::RequestId id : late) {
+    const std::string source = pending_.at(id).source;
+    failHandoff(
+        id,
+        "handoff: no kv_fetch_reply from " + source + " within " +
+            std::to_string(static_cast<std::uint64_t>(config_.service.handoff_fetch_timeout_ms)) +
+            " ms",
+        true);
+  }
+}
+
 // --- Shutdown and the loop ---------------------------------------------------------------
 
 void Server::Impl::shutdown() {
@@ -1127,6 +1576,16 @@ void Server::Impl::shutdown() {
   // gets a `shutdown` terminal after what its client is already owed (acks, buffered outputs,
   // cancel terminals), all sent in order in as many messages as the limits need.
   completeDuePasses(/*force=*/true);
+  // Handed-off requests were sent their last message (the handoff): they end without another.
+  while (!held_.empty()) {
+    const engine::RequestId id = held_.begin()->second.id;
+    engine_.cancel(id);
+    metrics_.onAbort(id, engineNowMs());
+    held_keys_.erase(id);
+    held_.erase(held_.begin());
+    routes_.close(id);
+  }
+  fetches_.clear();
   for (engine::RequestId id : routes_.endAll(FinishReason::Shutdown, "the service is stopping")) {
     engine_.cancel(id);
     metrics_.onAbort(id, engineNowMs());
@@ -1180,6 +1639,10 @@ Status Server::Impl::run() {
     completeDuePasses(false);
     if (!draining || routes_.numRoutes() > 0) startPasses();
     if (draining && routes_.numRoutes() == 0) break;
+    // Disaggregation: kv_fetches of new reservations go out, due replies and deadlines.
+    sendFetches();
+    answerDueFetches();
+    expireFetches();
 
     const auto now = Clock::now();
     PollTimeout timeout(now);
@@ -1189,6 +1652,14 @@ Status Server::Impl::run() {
       if (rank.fpm) {
         if (auto due = rank.fpm->nextHeartbeatDue()) timeout.wakeBy(clock_.wallAt(*due));
       }
+    }
+    for (std::uint32_t r = 0; r < ranks_.size(); ++r) {
+      if (ranks_[r].in_flight) continue;
+      if (const auto timer = engine_.nextTimerMs(r)) timeout.wakeBy(clock_.wallAt(*timer));
+    }
+    for (const PendingFetch& f : fetches_) timeout.wakeBy(f.due);
+    for (const auto& [id, p] : pending_) {
+      if (p.deadline) timeout.wakeBy(*p.deadline);
     }
     if (routes_.anyOwed()) timeout.wakeBy(now + kOwedRetryInterval);
     if (reads_since_trim_ > 0) timeout.wakeBy(last_trim_ + kTrimInterval);
@@ -1214,12 +1685,27 @@ Status Server::Impl::run() {
     for (const Rank& rank : ranks_) {
       if (rank.replay) items.push_back({rank.replay->pollHandle(), 0, ZMQ_POLLIN, 0});
     }
+    const std::size_t first_handoff_item = items.size();
+    if (handoff_) items.push_back({handoff_.handle(), 0, ZMQ_POLLIN, 0});
+    for (auto& [source, dealer] : sources_) {
+      items.push_back({dealer.handle(), 0, ZMQ_POLLIN, 0});
+    }
     try {
       zmq::poll(items, timeout.value());
     } catch (const zmq::error_t& e) {
       if (e.num() != EINTR) return Error{ErrorCode::IoError, std::string("poll: ") + e.what()};
     }
     const auto readable = [&items](std::size_t i) { return (items[i].revents & ZMQ_POLLIN) != 0; };
+    // Decode worker: the source DEALERs polled (map nodes are stable; submits may add sources
+    // below, which were not polled).
+    std::vector<zmq::socket_t*> readable_sources;
+    {
+      std::size_t i = first_handoff_item + (handoff_ ? 1 : 0);
+      for (auto& [source, dealer] : sources_) {
+        if (i >= items.size()) break;
+        if (readable(i++)) readable_sources.push_back(&dealer);
+      }
+    }
     if (readable(1)) pass_timer_.acknowledge();
     if (readable(0)) {
       stop_event_.drain();
@@ -1236,10 +1722,20 @@ Status Server::Impl::run() {
     if (readable(4)) endClosedConnections();
     if (readable(2)) drainCancels();  // always first: a cancel never waits behind submits
     if (readable(3)) drainSubmits(kSubmitsPerIteration, next_end);
-    if (std::any_of(items.begin() + 5, items.end(),
+    if (std::any_of(items.begin() + 5,
+                    items.begin() + static_cast<std::ptrdiff_t>(first_handoff_item),
                     [](const zmq::pollitem_t& i) { return (i.revents & ZMQ_POLLIN) != 0; })) {
       serviceReplays();
     }
+    std::size_t item = first_handoff_item;
+    if (handoff_ && readable(item++)) {
+      std::vector<zmq::message_t> parts;
+      drainSocket(
+          handoff_, parts, kSubmitsPerIteration,
+          [&](std::vector<zmq::message_t>& p) { handleHandoffSocketMessage(p); },
+          [&](std::string_view error) { log_->warn("handoff socket receive failed: {}", error); });
+    }
+    for (zmq::socket_t* dealer : readable_sources) readFetchReplies(*dealer);
     if (routes_.anyOwed()) retryOwed();
     heartbeats();
     trimHeap();

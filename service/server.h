@@ -5,6 +5,8 @@
 //   cancel  ROUTER  cancels only, read before submits, never behind a submission backlog
 //   kv[r]   PUB + replay ROUTER per DP rank (vLLM-compatible KV events)
 //   fpm[r]  PUB per DP rank (Dynamo-compatible forward-pass metrics)
+//   handoff ROUTER (prefill worker): kv_fetch / kv_release from decode workers
+//   DEALER per prefill worker a decode worker fetches KV from (created on demand, bounded)
 // and runs a zmq_poll loop whose timeout is the time left until the earliest in-flight pass (or
 // heartbeat) is due. Each pass of a rank is computed at its start (engine.step), then the loop
 // waits its modelled duration / speedup_ratio — servicing cancels and reading submits meanwhile
@@ -51,7 +53,8 @@ struct BoundEndpoints {
   std::vector<std::string> kv_events;  ///< per DP rank (empty when disabled)
   std::vector<std::string> kv_replay;
   std::vector<std::string> fpm;
-  std::string http;  ///< "http://HOST:PORT" (/metrics, /health, /ready); empty when disabled
+  std::string http;     ///< "http://HOST:PORT" (/metrics, /health, /ready); empty when disabled
+  std::string handoff;  ///< prefill worker's handoff ROUTER; empty for other worker types
 };
 
 /// Counters for tests and logs.
@@ -74,6 +77,13 @@ struct ServerCounters {
   std::uint64_t queued_acks = 0;       ///< acks that waited in the client's queue (pipe full)
   std::uint64_t buffered_outputs = 0;  ///< output entries that waited in the client's queue
   std::uint64_t dropped_shutdown_messages = 0;  ///< clients whose final messages did not all go
+  // Disaggregated prefill/decode (service/README.md "Disaggregated prefill/decode (live)").
+  std::uint64_t handoffs_sent = 0;      ///< prefill: `handoff` messages sent to clients
+  std::uint64_t kv_fetches_ready = 0;   ///< prefill: kv_fetch answered ready (KV released)
+  std::uint64_t kv_fetches_missed = 0;  ///< prefill: kv_fetch answered not_found
+  std::uint64_t kv_releases = 0;        ///< prefill: kv_release that freed a held request
+  std::uint64_t handoff_expired = 0;    ///< prefill: holds ended by kv_hold_timeout_ms
+  std::uint64_t handoff_failures = 0;   ///< decode: handoffs ended with a `handoff:` error
 };
 
 struct ServerOptions {

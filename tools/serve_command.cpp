@@ -149,6 +149,7 @@ int runServeCommand(const ServeCommand& command, std::ostream& out, std::ostream
     for (std::size_t r = 0; r < ep.fpm.size(); ++r) {
       out << prefix << "fpm[" << r << "] " << ep.fpm[r] << "\n";
     }
+    if (!ep.handoff.empty()) out << prefix << "handoff " << ep.handoff << "\n";
   };
   if (f.size() == 1) {
     print("", f.endpoints(0));

@@ -65,6 +65,12 @@ class RankCore {
   /// The earliest modelled time at which a pass has something to do without new input: a
   /// reserved handoff's activation or a hold's timeout. nullopt if none.
   virtual std::optional<double> nextTimerMs() const = 0;
+  /// Decode worker: the KV of reserved handoff `id`, submitted with its ready time unknown, is
+  /// in place at `now_ms`. True if `id` was such a reserved handoff.
+  virtual bool handoffReady(RequestId /*id*/, double /*now_ms*/) { return false; }
+  /// Decode worker: appends the reservations made since the last call of handoffs whose ready
+  /// time is unknown, in reservation order.
+  virtual void takeReservations(std::vector<HandoffReservation>& /*out*/) {}
 };
 
 }  // namespace mocker::engine::detail

@@ -8,6 +8,8 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
+#include <limits>
 #include <map>
 #include <random>
 #include <set>
@@ -320,6 +322,62 @@ TEST(DisaggTest, CancelHandoffInEveryState) {
   g.runUntilIdle();
   EXPECT_EQ(g.engine().loadMetrics(0).active_blocks, 0u);
   EXPECT_TRUE(g.signalsOf(*y).empty());
+}
+
+// Live decode worker: a handoff submitted with its ready time unknown (+infinity) is reported
+// once reserved (with its transferable tokens), is no timer, never activates by itself, and
+// activates in the first pass at or after handoffReady's time. A cancelled reservation is not
+// reported; handoffReady is Noop for it, for an unknown id and a second time.
+TEST(DisaggTest, UnknownReadyTimeWaitsForHandoffReady) {
+  constexpr double kInf = std::numeric_limits<double>::infinity();
+  EngineConfig config = workerConfig(WorkerType::Decode);
+  config.kv_transfer_charge = KvTransferCharge::MissingBlocks;
+  Harness h(config);
+  Engine& e = h.engine();
+  // A resident prefix of one block: run 4 tokens through first.
+  const RequestId warm = h.submit(range(1, 4), 1);
+  h.runUntilIdle();
+  ASSERT_EQ(h.signalsOf(warm).back().terminal, Terminal::Completed);
+  const auto id = e.submitHandoff(ticketFor(range(1, 10), 3, kInf), 0, h.now());
+  ASSERT_TRUE(id.has_value()) << id.error().toString();
+  const std::vector<HandoffReservation> got = e.takeReservations();
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_EQ(got[0].id, *id);
+  EXPECT_EQ(got[0].dp_rank, 0u);
+  EXPECT_EQ(got[0].prompt_tokens, 10u);
+  EXPECT_EQ(got[0].resident_tokens, 4u) << "block [1..4] is cached here";
+  EXPECT_EQ(got[0].transferable_tokens, 8u) << "two fresh blocks of 4";
+  EXPECT_TRUE(e.takeReservations().empty()) << "taken once";
+  EXPECT_FALSE(e.nextTimerMs(0).has_value()) << "an unknown ready time is no timer";
+  for (int i = 0; i < 3; ++i) EXPECT_TRUE(h.step().activations.empty());
+  EXPECT_EQ(e.loadMetrics(0).pending_handoffs, 1u);
+  const double ready = h.now() + 5.0;
+  EXPECT_EQ(e.handoffReady(*id, ready), CancelResult::Applied);
+  EXPECT_EQ(e.handoffReady(*id, ready), CancelResult::Noop) << "applied once";
+  EXPECT_EQ(e.handoffReady(RequestId{999}, ready), CancelResult::Noop);
+  ASSERT_TRUE(e.nextTimerMs(0).has_value());
+  EXPECT_DOUBLE_EQ(*e.nextTimerMs(0), ready);
+  EXPECT_TRUE(e.step(0, ready - 1.0).activations.empty());
+  const PassResult p = e.step(0, ready);
+  ASSERT_EQ(p.activations.size(), 1u);
+  EXPECT_DOUBLE_EQ(p.activations[0].ready_ms, ready);
+  ASSERT_EQ(p.admissions.size(), 1u);
+  ASSERT_EQ(p.outputs.size(), 1u) << "token 0 sampled in the activating pass";
+  EXPECT_EQ(p.outputs[0].id, *id);
+
+  // Cancelled before it was taken: not reported, and nothing to make ready.
+  const auto gone = e.submitHandoff(ticketFor(range(21, 30), 2, kInf, 1001), 0, p.end_ms);
+  ASSERT_TRUE(gone.has_value());
+  EXPECT_EQ(e.cancel(*gone), CancelResult::Applied);
+  EXPECT_TRUE(e.takeReservations().empty());
+  EXPECT_EQ(e.handoffReady(*gone, p.end_ms), CancelResult::Noop);
+  // A finite ready time is not reported (offline replays never drain reservations).
+  ASSERT_TRUE(e.submitHandoff(ticketFor(range(31, 34), 2, 1.0, 1002), 0, p.end_ms).has_value());
+  EXPECT_TRUE(e.takeReservations().empty());
+  // NaN and -infinity are still refused.
+  EXPECT_FALSE(e.submitHandoff(ticketFor(range(41, 44), 2, std::nan(""), 1003), 0, 0.0));
+  EXPECT_FALSE(e.submitHandoff(ticketFor(range(41, 44), 2, -kInf, 1004), 0, 0.0));
+  EXPECT_TRUE(e.checkInvariantsForTest(0).has_value());
 }
 
 // Refusals: a handoff to a non-decode worker, with another block size, an out-of-range rank, or a

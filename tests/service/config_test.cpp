@@ -262,9 +262,18 @@ const std::vector<BadConfig> kBadConfigs = {
     {"MissingProfileFile",
      "\n[engine]\ntiming_model = \"interpolated\"\ntiming_profile_path = \"/nonexistent/p.json\"\n",
      {"bad.toml:4:23", "engine.timing_profile_path", "/nonexistent/p.json"}},
-    {"WorkerTypeLater",
-     "\n[engine]\nworker_type = \"prefill\"\n",
+    {"WorkerTypeUnknown",
+     "\n[engine]\nworker_type = \"encode\"\n",
      {"bad.toml:3:15", "engine.worker_type", "aggregated"}},
+    {"DisaggregatedFleet",
+     "\n[engine]\nworker_type = \"prefill\"\n[fleet]\nnum_workers = 2\n",
+     {"engine.worker_type", "fleet"}},
+    {"HandoffFetchTimeoutZero",
+     "\n[service]\nhandoff_fetch_timeout_ms = 0\n",
+     {"service.handoff_fetch_timeout_ms", "> 0"}},
+    {"HandoffSourcesZero",
+     "\n[service]\nmax_handoff_sources = 0\n",
+     {"service.max_handoff_sources", ">= 1"}},
     {"NegativeStartupTime",
      "\n[engine]\nstartup_time_s = -1\n",
      {"bad.toml:3:18", "engine.startup_time_s", ">= 0"}},
@@ -792,7 +801,7 @@ TEST(ServiceConfigTest, NumberListsFromFilesAndFlags) {
 
 // The KV handoff keys, from a file and from flags: an engine-only use (mocker replay, which runs
 // disaggregated workers) takes them; a service, always aggregated, refuses a changed value.
-TEST(ServiceConfigTest, HandoffKeysApplyToTheReplayOnly) {
+TEST(ServiceConfigTest, HandoffKeysApplyToServeAndReplay) {
   KeyOrigins origins;
   auto c = parseServiceConfigOver(ServiceConfig{},
                                   "[engine]\nkv_bytes_per_token = 1000000\n"
@@ -806,11 +815,7 @@ TEST(ServiceConfigTest, HandoffKeysApplyToTheReplayOnly) {
   EXPECT_EQ(c->engine.kv_transfer_charge, engine::KvTransferCharge::MissingBlocks);
   EXPECT_FALSE(c->engine.kv_hold_timeout_ms.has_value());
   EXPECT_TRUE(finishServiceConfig(*c, origins, ConfigUse::EngineOnly).has_value());
-  const auto serve = finishServiceConfig(*c, origins, ConfigUse::Serve);
-  ASSERT_FALSE(serve.has_value());
-  EXPECT_NE(serve.error().message.find("engine.kv_bytes_per_token has no effect in a service"),
-            std::string::npos)
-      << serve.error().message;
+  EXPECT_TRUE(finishServiceConfig(*c, origins, ConfigUse::Serve).has_value());
   EXPECT_TRUE(finishServiceConfig(ServiceConfig{}, {}, ConfigUse::Serve).has_value());
 
   ServiceConfig flags;
@@ -997,7 +1002,7 @@ TEST(ServiceConfigTest, EveryKeyHasAReader) {
       {"engine.chain_seed", "engine"},
       {"engine.token_seed", "engine"},
       {"engine.kv_event_visibility", "engine, server.cpp (publish at pass start)"},
-      {"engine.worker_type", "single value (aggregated): anything else is refused"},
+      {"engine.worker_type", "engine, server.cpp (handoff socket, handoff submits)"},
       {"engine.timing_model", "engine"},
       {"engine.timing_profile_path", "finishServiceConfig (loads engine.timing_profile)"},
       {"engine.fixed_prefill_ms", "engine (timing_model fixed)"},
@@ -1008,7 +1013,8 @@ TEST(ServiceConfigTest, EveryKeyHasAReader) {
       {"engine.spec_num_draft_tokens", "engine (speculative bursts)"},
       {"engine.spec_accept_rates", "engine (speculative bursts)"},
       {"engine.spec_seed", "engine (speculative bursts)"},
-      {"engine.kv_bytes_per_token", "engine (disaggregated handoff transfer time)"},
+      {"engine.kv_bytes_per_token",
+       "engine (handoff transfer time), server.cpp (kv_fetch reply time)"},
       {"engine.kv_transfer_bandwidth_gbps", "engine (disaggregated handoff transfer time)"},
       {"engine.kv_transfer_charge", "engine (decode worker reservation)"},
       {"engine.kv_hold_timeout_ms", "engine (prefill worker hold timeout)"},
@@ -1052,6 +1058,8 @@ TEST(ServiceConfigTest, EveryKeyHasAReader) {
        "(ServerTest.KvReplayConnectDialsABoundPeerAndServesItReplays)"},
       {"endpoints.fpm.endpoint", "server.cpp → ZmqPubSink"},
       {"endpoints.fpm.connect", "server.cpp → ZmqPubSink"},
+      {"endpoints.handoff.endpoint", "server.cpp handoff ROUTER (prefill worker)"},
+      {"endpoints.handoff.connect", "server.cpp handoff ROUTER (prefill worker)"},
       {"kv_events.enabled", "server.cpp"},
       {"kv_events.replay_enabled", "server.cpp"},
       {"kv_events.topic", "server.cpp → KvEventPublisher"},
@@ -1069,6 +1077,8 @@ TEST(ServiceConfigTest, EveryKeyHasAReader) {
       {"logging.stats_interval_s", "server.cpp logStats (HttpServeTest.StatsLine*)"},
       {"service.served_model_name", "metrics.cpp model_name label (MetricsTest)"},
       {"service.worker_label", "metrics.cpp worker label (PrometheusTextTest.WorkerLabel*)"},
+      {"service.handoff_fetch_timeout_ms", "server.cpp (decode worker kv_fetch deadline)"},
+      {"service.max_handoff_sources", "server.cpp (decode worker DEALERs)"},
       {"endpoints.http.endpoint", "http_server.cpp bind (HttpServeTest)"},
       {"endpoints.http.enabled", "server.cpp init (HttpServeTest.NoHttp*)"},
       {"fleet.num_workers", "fleet.cpp Fleet::create (FleetTest)"},

@@ -299,7 +299,7 @@ TEST(CliConfigTest, HelpCoversEveryConfigurationKey) {
   const auto r = run({"config", "--help"});
   ASSERT_EQ(r.code, 0);
   for (const std::string& key : service::configKeys()) {
-    if (key == "engine.worker_type" || key == "engine.trtllm.capacity_scheduler_policy") {
+    if (key == "engine.trtllm.capacity_scheduler_policy") {
       continue;  // single-valued keys: nothing to choose on the command line
     }
     if (key == "security.server_secret_key") {
