@@ -1029,6 +1029,151 @@ class DisaggregatedClientScriptedTest(unittest.TestCase):
             self.assertEqual(cm.exception.message["ticket"]["prompt_len"], 2)
 
 
+class DisaggregatedServeTest(unittest.TestCase):
+    """DisaggregatedClient against real `mocker serve --worker-type prefill` and `--worker-type
+    decode` child processes (paced: prefill passes of 200 ms, decode passes of 2 ms, so each
+    stage lasts long enough to cancel in): tokens, ticket, timings, cancel at both stages (the
+    prefill worker's held KV is released every time), rejects naming the hop."""
+
+    @classmethod
+    def setUpClass(cls):
+        common = ["--block-size", "4", "--num-gpu-blocks", "256", "--speedup-ratio", "1",
+                  "--timing-model", "fixed", "--fixed-prefill-ms", "200", "--fixed-decode-ms",
+                  "2", "--handoff-endpoint", EPHEMERAL]
+        cls.prefill = Serve("--worker-type", "prefill", *common)
+        try:
+            cls.decode = Serve("--worker-type", "decode", *common)
+        except Exception:
+            cls.prefill.close()
+            raise
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.decode.close()
+        cls.prefill.close()
+
+    def setUp(self):
+        self.c = DisaggregatedClient.connect(self.prefill.submit, self.prefill.cancel,
+                                             self.decode.submit, self.decode.cancel)
+
+    def tearDown(self):
+        self.c.close()
+        # Every test leaves both workers idle, the prefill worker holding no KV.
+        for serve in (self.prefill, self.decode):
+            with serve.client() as c:
+                poll_until(lambda: c.stats()["routes"] == 0 and all(
+                    not r["held"] and r["active_blocks"] == 0 for r in c.stats()["ranks"]),
+                    "an idle worker holding no KV")
+
+    def test_two_hops_stream_the_planned_tokens(self):
+        tokens = list(self.c.generate("d1", prompt=list(range(1, 18)), max_tokens=5,
+                                      output_tokens=[7, 8, 9, 10, 11]))
+        self.assertEqual(tokens, [7, 8, 9, 10, 11])
+        self.assertEqual(self.c.terminal("d1")["finish"], "length")
+        t = self.c.ticket("d1")
+        self.assertEqual((t["prompt_len"], t["block_size"], len(t["key"])), (17, 4, 16))
+        self.assertTrue(t["source"].startswith("tcp://"), t["source"])
+        self.assertEqual(t["source"], self.prefill.endpoints["handoff"])
+        timings = self.c.timings("d1")
+        # The prefill pass is modelled at 200 ms and paced in real time.
+        self.assertGreaterEqual(timings["handoff"], 150.0, timings)
+        self.assertLessEqual(timings["handoff"], timings["first_token"])
+
+    def test_cancel_on_the_prefill_worker_before_the_handoff(self):
+        self.c.submit("x1", prompt=list(range(1, 9)), max_tokens=4)
+        self.c.prefill.wait_ack("x1")
+        self.assertEqual(self.c.cancel("x1"), "applied")
+        self.assertEqual(self.c.last_cancel_hop, "prefill")
+        self.assertEqual(list(self.c.stream("x1")), [])
+        self.assertEqual((self.c.terminal("x1")["finish"], self.c.terminal_hop("x1")),
+                         ("cancelled", "prefill"))
+
+    def test_cancel_on_the_prefill_worker_after_the_handoff(self):
+        self.c.submit("x2", prompt=list(range(1, 9)), max_tokens=4)
+        self.c.wait_handoff("x2")
+        with self.prefill.client() as probe:
+            self.assertEqual(probe.stats()["ranks"][0]["held"], 1)
+        self.assertEqual(self.c.cancel("x2"), "applied")  # frees the held KV
+        self.assertEqual(self.c.last_cancel_hop, "prefill")
+        self.assertEqual(list(self.c.stream("x2")), [])
+        self.assertEqual(self.c.terminal("x2")["finish"], "cancelled")
+
+    def test_cancel_on_the_decode_worker_mid_stream(self):
+        self.c.submit("x3", prompt=list(range(1, 9)), max_tokens=LONG)
+        gen = self.c.stream("x3")
+        first = [next(gen) for _ in range(3)]
+        self.assertEqual(len(first), 3)
+        self.assertEqual(self.c.cancel("x3"), "applied")
+        self.assertEqual(self.c.last_cancel_hop, "decode")
+        list(gen)
+        self.assertEqual((self.c.terminal("x3")["finish"], self.c.terminal_hop("x3")),
+                         ("cancelled", "decode"))
+
+    def test_rejects_name_the_hop(self):
+        # A plain (ticketless) submit to the decode worker, and a ticket to the prefill worker.
+        with self.decode.client() as d:
+            d.submit("p1", prompt=[1, 2, 3], max_tokens=1)
+            with self.assertRaises(SubmitRejected):
+                d.wait_ack("p1")
+        self.c.submit("r1", prompt=[1, 2, 3, 4, 5], max_tokens=2)
+        ticket = self.c.wait_handoff("r1")
+        with self.prefill.client() as p:
+            p.submit("r1b", prompt=[1, 2, 3, 4, 5], max_tokens=2, handoff=ticket)
+            with self.assertRaises(SubmitRejected):
+                p.wait_ack("r1b")
+        # A ticket whose prompt length does not match: the decode worker refuses it.
+        self.c._state("r1")["prompt"] = [1, 2, 3]
+        with self.assertRaises(SubmitRejected) as cm:
+            list(self.c.stream("r1"))
+        self.assertEqual(cm.exception.hop, "decode")
+        self.assertIn("decode worker: ", str(cm.exception))
+        # The client released the prefill worker's held KV (tearDown checks held 0).
+        self.assertEqual(recv_type(self.c.prefill, "cancel_reply")["result"], "applied")
+
+
+class DisaggregatedReplayTest(unittest.TestCase):
+    """`mocker replay` through real `mocker serve --worker-type prefill|decode` child processes:
+    the prefill server by its fleet file (`--prefill-fleet`; serve runs one prefill or decode
+    worker per process), two decode servers by `--connect-decode` / `--connect-decode-cancel`."""
+
+    def test_replay_through_prefill_and_decode_servers(self):
+        d = tempfile.mkdtemp(prefix="mocker-disagg-replay-")
+        self.addCleanup(lambda: subprocess.run(["rm", "-rf", d]))
+        fleet = os.path.join(d, "prefill.json")
+        common = ["--handoff-endpoint", EPHEMERAL, "--speedup-ratio", "10",
+                  "--allow-empty-output"]
+        servers = []
+        try:
+            servers.append(Serve("--worker-type", "prefill", "--fleet-file", fleet, *common))
+            for _ in range(2):
+                servers.append(Serve("--worker-type", "decode", *common))
+            report = os.path.join(d, "report.json")
+            args = [MOCKER_BIN, "replay", os.path.join(SOURCE_DIR, "tests/data/tiny_trace.jsonl"),
+                    "--prefill-fleet", fleet, "--decode-router", "random", "--router-seed", "3",
+                    "--arrival-speedup-ratio", "10", "--no-progress", "--report-json", report]
+            for s in servers[1:]:
+                args += ["--connect-decode", s.submit, "--connect-decode-cancel", s.cancel]
+            r = subprocess.run(args, capture_output=True, text=True, timeout=120)
+            self.assertEqual(r.returncode, 0, r.stderr)
+            self.assertIn("Live disaggregated: 1 prefill + 2 decode server(s)", r.stdout)
+            self.assertIn("Live timing: decode server 1 published", r.stdout)
+            with open(report) as f:
+                j = json.load(f)
+            # The trace's 0-token request completes on the prefill server: nothing to decode.
+            self.assertEqual((j["completed_requests"], j["handoffs"], j["handoff_activations"],
+                              j["handoffs_refused"], j["expired_holds"]), (8, 7, 7, 0, 0))
+            self.assertIn("7 handoffs, 7 decode acks, 7 decode streams started, 0 decode "
+                          "rejects, 1 ended on the prefill server, 0 expired holds", r.stdout)
+            self.assertEqual(j["identity"]["num_workers"], 3)
+            self.assertEqual(j["identity"]["router"], "round_robin (prefill), random (decode)")
+            # Every hold was fetched: the prefill server holds nothing afterwards.
+            with servers[0].client() as c:
+                self.assertEqual(c.stats()["ranks"][0]["held"], 0)
+        finally:
+            for s in servers:
+                s.close()
+
+
 class FleetTest(unittest.TestCase):
     """`mocker serve --num-workers 4 --fleet-file`: the fleet file's consumers against a real
     child process on ephemeral ports — this client (load_fleet), `mocker replay --mode live

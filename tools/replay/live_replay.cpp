@@ -736,11 +736,19 @@ class LiveReplay {
     if (!o.finish) return;
     ++stats_.handoff->ended_on_prefill;
     const TerminalStatus status = statusOf(*o.finish);
+    if (status == TerminalStatus::Completed && !r->admitted) {
+      // A 0-token request completes on its prefill server (nothing to decode), admitted there.
+      collector_.onAdmission(r->handle, r->ack_ms.value_or(now), o.cached_tokens.value_or(0),
+                             false);
+      r->admitted = true;
+    }
     if (status == TerminalStatus::Rejected) ++stats_.finish_rejected;
     if (status == TerminalStatus::Cancelled) ++stats_.finish_cancelled;
     if (status == TerminalStatus::Failed) ++stats_.finish_failed;
-    warnOnce(std::string("request ended on its prefill server, ") + terminalStatusName(status) +
-             (o.reason.empty() ? std::string() : ": " + o.reason));
+    if (status != TerminalStatus::Completed) {
+      warnOnce(std::string("request ended on its prefill server, ") + terminalStatusName(status) +
+               (o.reason.empty() ? std::string() : ": " + o.reason));
+    }
     end(indexOf(*r), now, status, parseWireStopReason(o.reason));
   }
 

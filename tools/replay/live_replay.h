@@ -41,8 +41,9 @@
 // handoff arrives. The request is recorded as the client sees it end to end: arrival = the
 // prefill send, admission = the prefill submit_ack (as offline: the prefill admission; reuse =
 // token 0's cached_tokens, the ticket's), tokens and terminal from the decode stream; a prefill
-// submit_reject / terminal entry, or a decode submit_reject (the prefill worker's held KV is then
-// released by a cancel to it), ends it there. A request timeout cancels on the worker that holds
+// submit_reject / terminal entry (a 0-token request completes there: nothing to decode), or a
+// decode submit_reject (the prefill worker's held KV is then released by a cancel to it), ends it
+// there. A request timeout cancels on the worker that holds
 // the request: the prefill server until the decode submit was sent, then the decode server. Both
 // connections stay open to the end.
 //
