@@ -1191,23 +1191,22 @@ int ReplayCommand::run(std::ostream& out, std::ostream& err,
     for (const std::string& w : stats->warnings) err << "mocker replay: warning: " << w << "\n";
     std::ostringstream line;
     if (stats->handoff) {
-      const replay::LiveHandoffStats& h = *stats->handoff;
       line << "Live disaggregated: " << targets.size() << " prefill + " << decode_targets.size()
            << " decode server(s); requests per prefill server (" << f.router << "):";
       for (const std::uint64_t n : stats->per_target) line << " " << n;
       line << "; handoffs per decode server (" << f.decode_router << "):";
-      for (const std::uint64_t n : h.per_decode_target) line << " " << n;
-      line << "\n" << replay::formatLiveHandoffs(h);
+      for (const std::uint64_t n : stats->handoff->per_decode_target) line << " " << n;
     } else {
       line << "Live: " << targets.size() << " server(s)";
-    }
-    if (!stats->handoff && targets.size() > 1) {
-      line << ", requests per server (" << f.router << "):";
-      for (const std::uint64_t n : stats->per_target) line << " " << n;
+      if (targets.size() > 1) {
+        line << ", requests per server (" << f.router << "):";
+        for (const std::uint64_t n : stats->per_target) line << " " << n;
+      }
     }
     line << "; max in flight " << stats->max_in_flight;
     if (!closed_loop) line << "; max dispatch lag " << stats->max_dispatch_lag_ms << " ms";
     line << "\n";
+    if (stats->handoff) line << replay::formatLiveHandoffs(*stats->handoff);
     if (f.router == "kv") {
       line << "Live kv router: " << stats->kv_routed_hits << " requests routed to a cached prefix; "
            << stats->kv_query_failures << " overlap queries unanswered; index applied "

@@ -25,6 +25,7 @@
 #include "protocol/client.h"
 #include "protocol/limits.h"
 #include "replay_test_util.h"
+#include "service/fleet.h"
 #include "tests/service/live_service.h"
 #include "tools/cli.h"
 #include "tools/replay/live_replay.h"
@@ -531,6 +532,46 @@ TEST(LiveDisaggReplayCliTest, ReplaysThroughPrefillAndDecodeServers) {
   EXPECT_EQ(report["handoffs_refused"], 0);
   EXPECT_EQ(report["identity"]["num_workers"], 3);
   EXPECT_EQ(report["identity"]["router"], "round_robin (prefill), kv (decode)");
+  std::filesystem::remove_all(dir);
+}
+
+// --prefill-fleet / --decode-fleet: the servers come from fleet files (every worker's submit and
+// cancel endpoints), two of each.
+TEST(LiveDisaggReplayCliTest, FleetFilesNameBothSides) {
+  Workers ws(2, 2);
+  char tmpl[] = "/tmp/mocker_live_disagg_fleetXXXXXX";
+  ASSERT_NE(::mkdtemp(tmpl), nullptr);
+  const std::filesystem::path dir(tmpl);
+  const auto writeFleet = [&dir](const std::string& name,
+                                 const std::vector<std::unique_ptr<ScriptedWorker>>& workers) {
+    service::FleetManifest m{
+        .mocker_version = "test", .model_name = "m", .engine_type = "vllm", .block_size = 16};
+    for (std::size_t i = 0; i < workers.size(); ++i) {
+      m.workers.push_back({.worker_id = i,
+                           .submit = workers[i]->target().submit_endpoint,
+                           .cancel = workers[i]->target().cancel_endpoint,
+                           .ranks = {service::FleetManifest::Rank{}}});
+    }
+    const std::string path = (dir / name).string();
+    EXPECT_TRUE(service::writeFileAtomically(path, service::fleetManifestJson(m)).has_value());
+    return path;
+  };
+  const std::string prefill = writeFleet("prefill.json", ws.prefill);
+  const std::string decode = writeFleet("decode.json", ws.decode);
+  std::ostringstream out, err;
+  EXPECT_EQ(
+      tools::runCli({"mocker", "replay", testing::sourceDir() + "/tests/data/tiny_trace.jsonl",
+                     "--arrival-speedup-ratio", "10", "--no-progress", "--prefill-fleet", prefill,
+                     "--decode-fleet", decode},
+                    out, err),
+      0)
+      << err.str();
+  EXPECT_NE(out.str().find("Live disaggregated: 2 prefill + 2 decode server(s); requests per "
+                           "prefill server (round_robin): 4 4; handoffs per decode server "
+                           "(round_robin): 4 4; max in flight"),
+            std::string::npos)
+      << out.str();
+  for (const auto& w : ws.decode) EXPECT_EQ(w->submits().size(), 4u);
   std::filesystem::remove_all(dir);
 }
 
