@@ -31,7 +31,7 @@ Damage = collections.namedtuple("Damage", "name cls frames code mentions")
 # The goldens a client sends; the others are service-to-client messages, KV events and FPM.
 CLIENT_TO_SERVICE = ("client_submit_min", "client_submit_full", "client_cancel",
                      "client_cancel_client", "client_stats", "client_kv_snapshot",
-                     "client_kv_snapshot_rank")
+                     "client_kv_snapshot_rank", "client_submit_handoff")
 
 
 def golden(name):
