@@ -60,6 +60,9 @@ class ScriptedWorker {
       s->set(zmq::sockopt::linger, 0);
       s->bind("tcp://127.0.0.1:*");
     }
+    // Read before the thread starts: a socket belongs to one thread.
+    target_ = {.submit_endpoint = submit_.get(zmq::sockopt::last_endpoint),
+               .cancel_endpoint = cancel_.get(zmq::sockopt::last_endpoint)};
     thread_ = std::thread([this] { loop(); });
   }
   ~ScriptedWorker() {
@@ -69,10 +72,7 @@ class ScriptedWorker {
   ScriptedWorker(const ScriptedWorker&) = delete;
   ScriptedWorker& operator=(const ScriptedWorker&) = delete;
 
-  LiveTarget target() const {
-    return {.submit_endpoint = submit_.get(zmq::sockopt::last_endpoint),
-            .cancel_endpoint = cancel_.get(zmq::sockopt::last_endpoint)};
-  }
+  const LiveTarget& target() const { return target_; }
   std::vector<protocol::SubmitRequest> submits() const {
     std::lock_guard lock(mu_);
     return submits_;
@@ -189,6 +189,7 @@ class ScriptedWorker {
   }
 
   Options options_;
+  LiveTarget target_;
   zmq::context_t context_{1};
   zmq::socket_t submit_{context_, zmq::socket_type::router};
   zmq::socket_t cancel_{context_, zmq::socket_type::router};
