@@ -529,10 +529,10 @@ ReplayCommand::ReplayCommand(CLI::App& app) {
       ->group(disagg_group);
   cmd_->add_option("--decode-router", f.decode_router,
                    "handoff to decode worker: round_robin | random | kv (kv = overlap credit 0: "
-                   "fewest requests in flight); --router routes requests to prefill workers")
+                   "fewest requests in flight); --router routes requests to prefill workers "
+                   "(offline, or live with --connect-decode / --decode-fleet)")
       ->check(CLI::IsMember({"round_robin", "kv", "random"}))
       ->capture_default_str()
-      ->needs(num_prefill)
       ->group(disagg_group);
   const char* live_group = "Live replay (--mode live)";
   cmd_->add_option("--connect", f.connect,
@@ -566,6 +566,33 @@ ReplayCommand::ReplayCommand(CLI::App& app) {
                    "endpoints), instead of --connect; implies --mode live")
       ->option_text("FILE")
       ->group(live_group);
+  const char* live_disagg_group = "Disaggregated prefill/decode (live)";
+  cmd_->add_option("--connect-prefill", f.connect_prefill,
+                   "submit endpoint of a `mocker serve --worker-type prefill` (repeat; instead "
+                   "of --connect, whose --connect-cancel / --connect-kv-* flags it takes); "
+                   "with --connect-decode or --decode-fleet")
+      ->option_text("EP")
+      ->group(live_disagg_group);
+  cmd_->add_option("--connect-decode", f.connect_decode,
+                   "submit endpoint of a `mocker serve --worker-type decode` (repeat): handoffs "
+                   "go there, routed by --decode-router")
+      ->option_text("EP")
+      ->group(live_disagg_group);
+  cmd_->add_option("--connect-decode-cancel", f.connect_decode_cancel,
+                   "cancel endpoint of each --connect-decode server, in the same order (default: "
+                   "the submit port + 1)")
+      ->option_text("EP")
+      ->group(live_disagg_group);
+  cmd_->add_option("--prefill-fleet", f.prefill_fleet,
+                   "the prefill servers: every worker of a `mocker serve --worker-type prefill "
+                   "--fleet-file FILE` (as --fleet)")
+      ->option_text("FILE")
+      ->group(live_disagg_group);
+  cmd_->add_option("--decode-fleet", f.decode_fleet,
+                   "the decode servers: every worker of a `mocker serve --worker-type decode "
+                   "--fleet-file FILE`")
+      ->option_text("FILE")
+      ->group(live_disagg_group);
   auto* curve_server =
       cmd_->add_option("--curve-server-key-file", f.curve_server_key_file,
                        "CURVE: the servers' public key file (NAME.pub of their key pair; every "
@@ -723,10 +750,76 @@ Result<std::vector<replay::LiveTarget>> liveTargets(const ReplayFlags& f) {
   return targets;
 }
 
+/// The decode servers from --connect-decode / --connect-decode-cancel (none: not disaggregated).
+Result<std::vector<replay::LiveTarget>> decodeTargets(const ReplayFlags& f) {
+  if (!f.connect_decode_cancel.empty() &&
+      f.connect_decode_cancel.size() != f.connect_decode.size()) {
+    return invalidArgument("--connect-decode-cancel: give one per --connect-decode (got " +
+                           std::to_string(f.connect_decode_cancel.size()) + " for " +
+                           std::to_string(f.connect_decode.size()) + " servers), or none");
+  }
+  std::vector<replay::LiveTarget> targets;
+  for (std::size_t i = 0; i < f.connect_decode.size(); ++i) {
+    replay::LiveTarget t{.submit_endpoint = f.connect_decode[i]};
+    if (f.connect_decode_cancel.empty()) {
+      auto cancel = replay::defaultCancelEndpoint(f.connect_decode[i]);
+      if (!cancel) return invalidArgument("--connect-decode: " + cancel.error().message);
+      t.cancel_endpoint = std::move(*cancel);
+    } else {
+      t.cancel_endpoint = f.connect_decode_cancel[i];
+    }
+    targets.push_back(std::move(t));
+  }
+  return targets;
+}
+
 }  // namespace
 
 Status ReplayCommand::applyAliases() {
   ReplayFlags& f = flags_;
+  // Live disaggregated: the prefill servers are the --connect / --fleet servers.
+  const bool prefill_given = !f.connect_prefill.empty() || !f.prefill_fleet.empty();
+  const bool decode_given = !f.connect_decode.empty() || !f.decode_fleet.empty();
+  if (prefill_given != decode_given) {
+    return invalidArgument(prefill_given ? "--connect-prefill / --prefill-fleet need the decode "
+                                           "servers: --connect-decode or --decode-fleet"
+                                         : "--connect-decode / --decode-fleet need the prefill "
+                                           "servers: --connect-prefill or --prefill-fleet");
+  }
+  if (!f.connect_decode_cancel.empty() && f.connect_decode.empty()) {
+    return invalidArgument("--connect-decode-cancel is for --connect-decode servers");
+  }
+  if (prefill_given) {
+    if (!f.connect.empty() || !f.fleet_file.empty()) {
+      return invalidArgument(
+          "--connect-prefill / --prefill-fleet replace --connect / --fleet: give one or the other");
+    }
+    if (!f.connect_prefill.empty() && !f.prefill_fleet.empty()) {
+      return invalidArgument(
+          "give the prefill servers with --connect-prefill or --prefill-fleet, "
+          "not both");
+    }
+    if (!f.connect_decode.empty() && !f.decode_fleet.empty()) {
+      return invalidArgument(
+          "give the decode servers with --connect-decode or --decode-fleet, "
+          "not both");
+    }
+    if (cmd_->count("--mode") > 0 && f.mode == "offline") {
+      return invalidArgument(
+          "--connect-prefill / --prefill-fleet are for --mode live (got --mode "
+          "offline; offline disaggregation is --num-prefill-workers)");
+    }
+    f.connect = f.connect_prefill;
+    f.fleet_file = f.prefill_fleet;
+    if (!f.decode_fleet.empty()) {
+      auto manifest = service::loadFleetManifest(f.decode_fleet);
+      if (!manifest) return invalidArgument("--decode-fleet: " + manifest.error().message);
+      for (const service::FleetManifest::Worker& w : manifest->workers) {
+        f.connect_decode.push_back(w.submit);
+        f.connect_decode_cancel.push_back(w.cancel);
+      }
+    }
+  }
   if (!f.fleet_file.empty()) {
     // --fleet is one --connect / --connect-cancel pair per worker, read from the file.
     if (!f.connect.empty() || !f.connect_cancel.empty()) {
@@ -825,6 +918,7 @@ int ReplayCommand::run(std::ostream& out, std::ostream& err,
   std::optional<service::ServiceConfig> decode_config;
   std::optional<replay::RouterKind> router;
   std::vector<replay::LiveTarget> targets;
+  std::vector<replay::LiveTarget> decode_targets;  // live disaggregated
   std::optional<service::CurveClientKeys> curve;
   if (mode == ReplayMode::Offline) {
     for (const char* flag :
@@ -859,6 +953,11 @@ int ReplayCommand::run(std::ostream& out, std::ostream& err,
       return 2;
     }
     router = *r;
+    if (cmd_->count("--decode-router") > 0 && f.num_prefill_workers == 0) {
+      err << "mocker replay: --decode-router needs --num-prefill-workers (offline) or decode "
+             "servers (live)\n";
+      return 2;
+    }
     if (f.num_prefill_workers > 0 && cmd_->count("--num-workers") > 0) {
       err << "mocker replay: --num-workers is for aggregated workers; a disaggregated run has "
              "--num-prefill-workers + --num-decode-workers workers\n";
@@ -876,8 +975,14 @@ int ReplayCommand::run(std::ostream& out, std::ostream& err,
       return 2;
     }
     if (f.num_prefill_workers > 0) {
-      err << "mocker replay: --num-prefill-workers / --num-decode-workers are offline only (the "
-             "live service does not run the prefill/decode handoff)\n";
+      err << "mocker replay: --num-prefill-workers / --num-decode-workers are offline only (live "
+             "disaggregation: --connect-prefill / --prefill-fleet and --connect-decode / "
+             "--decode-fleet)\n";
+      return 2;
+    }
+    if (cmd_->count("--decode-router") > 0 && f.connect_decode.empty()) {
+      err << "mocker replay: --decode-router needs decode servers (--connect-decode or "
+             "--decode-fleet)\n";
       return 2;
     }
     if (const auto flag = firstGivenServeFlag(f.serve)) {
@@ -892,6 +997,12 @@ int ReplayCommand::run(std::ostream& out, std::ostream& err,
       return 2;
     }
     targets = std::move(*t);
+    auto d = decodeTargets(f);
+    if (!d) {
+      err << "mocker replay: " << d.error().message << "\n";
+      return 2;
+    }
+    decode_targets = std::move(*d);
     if (f.router == "kv") {
       if (!f.curve_secret_key_file.empty()) {
         err << "mocker replay: --router kv with CURVE servers is not supported (the KV-event "
@@ -932,11 +1043,13 @@ int ReplayCommand::run(std::ostream& out, std::ostream& err,
       .git_revision = buildGitRevision(),
       .mode = mode == ReplayMode::Live ? "live" : "offline",
       .format = *trace_format,
-      .num_workers = mode == ReplayMode::Live ? static_cast<std::uint32_t>(targets.size())
-                     : prefill_config         ? f.num_prefill_workers + f.num_decode_workers
-                                              : f.num_workers,
-      .router =
-          prefill_config ? f.router + " (prefill), " + f.decode_router + " (decode)" : f.router,
+      .num_workers = mode == ReplayMode::Live
+                         ? static_cast<std::uint32_t>(targets.size() + decode_targets.size())
+                     : prefill_config ? f.num_prefill_workers + f.num_decode_workers
+                                      : f.num_workers,
+      .router = prefill_config || !decode_targets.empty()
+                    ? f.router + " (prefill), " + f.decode_router + " (decode)"
+                    : f.router,
       .servers = mode == ReplayMode::Live ? f.connect : std::vector<std::string>{},
       .engine_config = prefill_config ? roleSettings(*prefill_config, *decode_config)
                        : config       ? engineSettings(*config)
@@ -1057,6 +1170,10 @@ int ReplayCommand::run(std::ostream& out, std::ostream& err,
         .stats_interval_ms = f.stats_interval_ms,
         .curve = curve,
     };
+    options.decode_targets = decode_targets;
+    options.decode_router = f.decode_router == "random" ? replay::LiveRouterKind::Random
+                            : f.decode_router == "kv"   ? replay::LiveRouterKind::Kv
+                                                        : replay::LiveRouterKind::RoundRobin;
     if (closed_loop) options.concurrency = f.concurrency;
     if (tty) {
       options.progress = [&bar](const replay::LiveProgress& p) {
@@ -1073,14 +1190,23 @@ int ReplayCommand::run(std::ostream& out, std::ostream& err,
     wall_ms = stats->wall_ms;
     for (const std::string& w : stats->warnings) err << "mocker replay: warning: " << w << "\n";
     std::ostringstream line;
-    line << "Live: " << targets.size() << " server(s)";
-    if (targets.size() > 1) {
-      line << ", requests per server (" << f.router << "):";
+    if (stats->handoff) {
+      line << "Live disaggregated: " << targets.size() << " prefill + " << decode_targets.size()
+           << " decode server(s); requests per prefill server (" << f.router << "):";
       for (const std::uint64_t n : stats->per_target) line << " " << n;
+      line << "; handoffs per decode server (" << f.decode_router << "):";
+      for (const std::uint64_t n : stats->handoff->per_decode_target) line << " " << n;
+    } else {
+      line << "Live: " << targets.size() << " server(s)";
+      if (targets.size() > 1) {
+        line << ", requests per server (" << f.router << "):";
+        for (const std::uint64_t n : stats->per_target) line << " " << n;
+      }
     }
     line << "; max in flight " << stats->max_in_flight;
     if (!closed_loop) line << "; max dispatch lag " << stats->max_dispatch_lag_ms << " ms";
     line << "\n";
+    if (stats->handoff) line << replay::formatLiveHandoffs(*stats->handoff);
     if (f.router == "kv") {
       line << "Live kv router: " << stats->kv_routed_hits << " requests routed to a cached prefix; "
            << stats->kv_query_failures << " overlap queries unanswered; index applied "
@@ -1088,7 +1214,8 @@ int ReplayCommand::run(std::ostream& out, std::ostream& err,
            << " gaps (" << stats->kv_gaps_healed << " healed by replay), " << stats->kv_resyncs
            << " resyncs\n";
     }
-    const replay::LiveTimingSummary timing = replay::summarizeLiveTiming(*stats, closed_loop);
+    const replay::LiveTimingSummary timing =
+        replay::summarizeLiveTiming(*stats, closed_loop, stats->handoff ? targets.size() : 0);
     line << timing.text;
     for (const std::string& w : timing.warnings) err << "mocker replay: warning: " << w << "\n";
     if (stats->submit_rejects + stats->timeouts + stats->send_failures + stats->error_replies +
@@ -1100,12 +1227,24 @@ int ReplayCommand::run(std::ostream& out, std::ostream& err,
            << " undecodable messages, " << stats->index_gaps << " output index gaps\n";
     }
     footer = line.str();
-    if (targets.size() > 1) html.requests_per_worker = stats->per_target;
-    for (std::size_t t = 0; t < targets.size(); ++t) {
-      for (std::uint32_t r = 0; r < stats->ranks_per_target[t]; ++r) {
-        html.rank_labels.push_back(
-            (targets.size() > 1 ? "server " + std::to_string(t) + " " : std::string()) + "rank " +
-            std::to_string(r));
+    if (stats->handoff) {
+      handoff = replay::summarizeLiveHandoffs(*stats->handoff);
+      for (std::size_t t = 0; t < targets.size() + decode_targets.size(); ++t) {
+        const bool prefill = t < targets.size();
+        for (std::uint32_t r = 0; r < stats->ranks_per_target[t]; ++r) {
+          html.rank_labels.push_back((prefill ? "prefill " + std::to_string(t)
+                                              : "decode " + std::to_string(t - targets.size())) +
+                                     " rank " + std::to_string(r));
+        }
+      }
+    } else {
+      if (targets.size() > 1) html.requests_per_worker = stats->per_target;
+      for (std::size_t t = 0; t < targets.size(); ++t) {
+        for (std::uint32_t r = 0; r < stats->ranks_per_target[t]; ++r) {
+          html.rank_labels.push_back(
+              (targets.size() > 1 ? "server " + std::to_string(t) + " " : std::string()) + "rank " +
+              std::to_string(r));
+        }
       }
     }
   }

@@ -95,6 +95,12 @@ struct ReplayFlags {
   std::string prefill_config;  ///< TOML whose [engine] keys override the base for prefill workers
   std::string decode_config;   ///< the same for decode workers
   std::string decode_router = "round_robin";
+  // Disaggregated prefill/decode (live): the prefill servers go to `connect` / `connect_cancel`.
+  std::vector<std::string> connect_prefill;        ///< --connect-prefill (→ connect)
+  std::vector<std::string> connect_decode;         ///< decode servers' submit endpoints
+  std::vector<std::string> connect_decode_cancel;  ///< their cancel endpoints (default: port + 1)
+  std::string prefill_fleet;                       ///< --prefill-fleet (→ fleet_file)
+  std::string decode_fleet;                        ///< --decode-fleet (→ connect_decode, …)
   // Outputs.
   std::string report_json;
   std::string requests_jsonl;

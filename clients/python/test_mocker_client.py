@@ -16,6 +16,7 @@ import struct
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import unittest
 
@@ -24,9 +25,9 @@ import xxhash
 import zmq
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from mocker_client import (MockerClient, ProtocolError, ServerError,  # noqa: E402
-                           SubmitRejected, decode_message, encode_message, load_fleet,
-                           read_key_file)
+from mocker_client import (DisaggregatedClient, HandedOff, MockerClient,  # noqa: E402
+                           ProtocolError, ServerError, SubmitRejected, decode_message,
+                           encode_message, load_fleet, read_key_file)
 
 MOCKER_BIN = None
 STARTUP_TIMEOUT_S = 10.0
@@ -796,11 +797,381 @@ class DecoderTest(unittest.TestCase):
                 with self.assertRaises(ProtocolError) as cm:
                     self.decode(m)
                 self.assertIn(needle, str(cm.exception))
+        # protocol/README.md §1.5 "handoff" (tests/data/protocol/client_handoff.hex).
+        with open(os.path.join(SOURCE_DIR, "tests/data/protocol/client_handoff.hex")) as f:
+            h = decode_message(bytes.fromhex(f.read().strip()))
+        self.assertEqual(h["ticket"]["key"], bytes(range(0xa0, 0xb0)))
+        self.assertEqual((h["id"], h["ticket"]["prompt_len"], h["ticket"]["transfer_ms"]),
+                         ("r1", 40, 1.25))
+        # The ticket goes back unchanged: the decode submit is byte for byte §1.5 "submit_handoff".
+        with open(os.path.join(SOURCE_DIR, "tests/data/protocol/client_submit_handoff.hex")) as f:
+            self.assertEqual(encode_message("submit", id="d1", prompt=list(range(1, 41)),
+                                            max_tokens=4, handoff=h["ticket"]).hex(),
+                             f.read().strip())
+        ticket = {"source": "tcp://127.0.0.1:7000", "key": b"k" * 16, "source_rank": 0,
+                  "block_size": 4, "prompt_len": 9, "cached_tokens": 0, "transfer_ms": 0.5}
+        m = self.decode({"v": 1, "type": "handoff", "id": "a", "ticket": dict(ticket, extra=1)})
+        self.assertEqual(m["ticket"]["key"], b"k" * 16)
+        self.assertEqual(m["ticket"]["extra"], 1)  # unknown keys are kept (passed through)
+        bad_tickets = [
+            (dict(ticket, key=b"short"), "ticket.key: 5 bytes, expected 16"),
+            (dict(ticket, key="k" * 16), "ticket.key: expected bin"),
+            (dict(ticket, source=""), "ticket.source: empty"),
+            (dict(ticket, block_size=2 ** 32), "ticket.block_size"),
+            (dict(ticket, transfer_ms=-1.0), "ticket.transfer_ms"),
+            ({k: v for k, v in ticket.items() if k != "prompt_len"}, "ticket.prompt_len: missing"),
+            ([1, 2], "ticket: expected map"),
+        ]
+        for t, needle in bad_tickets:
+            with self.subTest(ticket=t):
+                with self.assertRaises(ProtocolError) as cm:
+                    self.decode({"v": 1, "type": "handoff", "id": "a", "ticket": t})
+                self.assertIn(needle, str(cm.exception))
         for raw in (b"", b"\xc1", b"\x91\x01", msgpack.packb({"v": 1}) + b"\x00",
                     msgpack.packb({1: 2})):
             with self.subTest(raw=raw):
                 with self.assertRaises(ProtocolError):
                     decode_message(raw)
+
+
+class ScriptedWorker:
+    """A scripted two-hop worker (no service): submit and cancel ROUTERs on ephemeral ports,
+    served by a thread, speaking protocol v1. `role` "prefill": a submit → submit_ack, then a
+    `handoff` (key = the id padded to 16 bytes) — or, for `hold=True`, nothing until told
+    (`release(id)` sends the handoff). "decode": a submit with a ticket → submit_ack and
+    `max_tokens` tokens in one message each — or, with `hold=True`, only the ack. A cancel →
+    cancel_reply (applied while it holds the id, which then gets a terminal `cancelled`). `reject` (a str): every submit is refused with that reason. Records what it
+    received (`submits`, `cancels`)."""
+
+    def __init__(self, role, hold=False, reject=None):
+        self.role, self.hold, self.reject = role, hold, reject
+        self.ctx = zmq.Context()
+        self.submit_sock = self.ctx.socket(zmq.ROUTER)
+        self.cancel_sock = self.ctx.socket(zmq.ROUTER)
+        for sock in (self.submit_sock, self.cancel_sock):
+            sock.setsockopt(zmq.LINGER, 0)
+            sock.bind(EPHEMERAL)
+        self.submit = self.submit_sock.getsockopt(zmq.LAST_ENDPOINT).decode()
+        self.cancel = self.cancel_sock.getsockopt(zmq.LAST_ENDPOINT).decode()
+        self.submits, self.cancels = [], []
+        self.held = {}  # id -> (routing id, submit)
+        self.todo = []  # ids to release (from the test thread)
+        self.lock = threading.Lock()
+        self.stop = False
+        self.thread = threading.Thread(target=self._loop)
+        self.thread.start()
+
+    @staticmethod
+    def ticket(m):
+        return {"source": "tcp://127.0.0.1:9", "key": m["id"].encode().ljust(16, b"."),
+                "source_rank": 0, "block_size": 4, "prompt_len": len(m["prompt"]),
+                "cached_tokens": 2, "transfer_ms": 0.5}
+
+    def release(self, id):
+        with self.lock:
+            self.todo.append(id)
+
+    def close(self):
+        self.stop = True
+        self.thread.join()
+        self.submit_sock.close(0)
+        self.cancel_sock.close(0)
+        self.ctx.term()
+
+    def _send(self, sock, rid, type_, **fields):
+        sock.send_multipart([rid, msgpack.packb(dict(v=1, type=type_, **fields),
+                                                use_bin_type=True)])
+
+    def _loop(self):
+        poller = zmq.Poller()
+        poller.register(self.submit_sock, zmq.POLLIN)
+        poller.register(self.cancel_sock, zmq.POLLIN)
+        while not self.stop:
+            events = dict(poller.poll(10))
+            with self.lock:
+                todo, self.todo = self.todo, []
+            for id in todo:
+                if id in self.held:
+                    rid, m = self.held.pop(id)
+                    self._send(self.submit_sock, rid, "handoff", id=id, ticket=self.ticket(m))
+            for sock in (self.cancel_sock, self.submit_sock):
+                if not events.get(sock):
+                    continue
+                rid, payload = sock.recv_multipart()
+                m = msgpack.unpackb(payload, raw=False)
+                if m["type"] == "cancel":
+                    self.cancels.append(m["id"])
+                    held = self.held.pop(m["id"], None)
+                    self._send(sock, rid, "cancel_reply", id=m["id"],
+                               result="applied" if held else "not_found")
+                    if held:
+                        self._send(self.submit_sock, rid, "output", outputs=[
+                            {"id": m["id"], "index": 0, "tokens": [], "finish": "cancelled"}])
+                    continue
+                if m["type"] != "submit":
+                    continue
+                self.submits.append(m)
+                if self.reject:
+                    self._send(sock, rid, "submit_reject", id=m["id"], reason=self.reject)
+                    continue
+                self._send(sock, rid, "submit_ack", id=m["id"], dp_rank=0)
+                if self.hold:
+                    self.held[m["id"]] = (rid, m)
+                elif self.role == "prefill":
+                    self._send(sock, rid, "handoff", id=m["id"], ticket=self.ticket(m))
+                else:
+                    for i in range(m["max_tokens"]):
+                        e = {"id": m["id"], "index": i, "tokens": [100 + i]}
+                        if i == 0:
+                            e["cached_tokens"] = m["handoff"]["cached_tokens"]
+                        if i + 1 == m["max_tokens"]:
+                            e["finish"] = "length"
+                        self._send(sock, rid, "output", outputs=[e])
+
+
+class DisaggregatedClientScriptedTest(unittest.TestCase):
+    """DisaggregatedClient's own rules against scripted workers: the decode submit repeats the
+    request with the ticket unchanged, each stage's cancel goes to the right worker, errors
+    name the hop, and a plain client meeting a handoff says so."""
+
+    def workers(self, prefill=None, decode=None):
+        p = ScriptedWorker("prefill", **(prefill or {}))
+        d = ScriptedWorker("decode", **(decode or {}))
+        self.addCleanup(p.close)
+        self.addCleanup(d.close)
+        c = DisaggregatedClient.connect(p.submit, p.cancel, d.submit, d.cancel)
+        self.addCleanup(c.close)
+        return p, d, c
+
+    def test_two_hops_pass_the_ticket_unchanged(self):
+        p, d, c = self.workers()
+        self.assertEqual(list(c.generate("g1", prompt=[1, 2, 3, 4, 5], max_tokens=3)),
+                         [100, 101, 102])
+        self.assertEqual(c.terminal("g1")["finish"], "length")
+        self.assertEqual((c.stage("g1"), c.terminal_hop("g1")), ("ended", "decode"))
+        self.assertEqual(d.submits[0]["handoff"], ScriptedWorker.ticket(p.submits[0]))
+        self.assertEqual((d.submits[0]["prompt"], d.submits[0]["max_tokens"]), ([1, 2, 3, 4, 5], 3))
+        self.assertNotIn("handoff", p.submits[0])
+        t = c.timings("g1")
+        self.assertEqual(sorted(t), ["decode_ack", "decode_submit", "first_token", "handoff",
+                                     "prefill_ack", "terminal"])
+        self.assertTrue(0 <= t["prefill_ack"] <= t["handoff"] <= t["decode_submit"]
+                        <= t["decode_ack"] <= t["first_token"] <= t["terminal"], t)
+
+    def test_cancel_before_the_handoff_goes_to_the_prefill_worker(self):
+        p, d, c = self.workers(prefill={"hold": True})
+        c.submit("c1", prompt=[1, 2, 3], max_tokens=4)
+        c.prefill.wait_ack("c1")  # held there (a cancel may otherwise overtake the submit)
+        self.assertEqual(c.cancel("c1"), "applied")
+        self.assertEqual((c.last_cancel_hop, p.cancels, d.cancels), ("prefill", ["c1"], []))
+        self.assertEqual(list(c.stream("c1")), [])  # the prefill worker's terminal
+        self.assertEqual((c.terminal("c1")["finish"], c.terminal_hop("c1")),
+                         ("cancelled", "prefill"))
+        self.assertEqual(d.submits, [])
+
+    def test_cancel_while_the_handoff_is_on_its_way_is_never_decoded(self):
+        p, d, c = self.workers()
+        c.submit("c0", prompt=[1, 2, 3], max_tokens=4)  # the handoff is sent at once, unread
+        c.prefill.wait_ack("c0")
+        self.assertEqual(c.cancel("c0"), "not_found")
+        self.assertEqual(c.last_cancel_hop, "prefill")
+        self.assertEqual(list(c.stream("c0")), [])
+        self.assertEqual(c.terminal("c0")["finish"], "cancelled")
+        self.assertIsNotNone(c.ticket("c0"))
+        self.assertEqual(d.submits, [])
+
+    def test_cancel_after_the_handoff_before_the_decode_submit(self):
+        p, d, c = self.workers()
+        c.submit("c2", prompt=[1, 2, 3], max_tokens=4)
+        self.assertEqual(c.wait_handoff("c2")["key"], b"c2" + b"." * 14)
+        self.assertEqual(c.stage("c2"), "handoff")
+        self.assertEqual(c.cancel("c2"), "not_found")  # the scripted worker no longer holds it
+        self.assertEqual(c.last_cancel_hop, "prefill")
+        self.assertEqual(list(c.stream("c2")), [])
+        self.assertEqual((c.terminal("c2")["finish"], c.terminal_hop("c2")),
+                         ("cancelled", "prefill"))
+        self.assertEqual(d.submits, [])
+
+    def test_cancel_after_the_decode_submit_goes_to_the_decode_worker(self):
+        p, d, c = self.workers(decode={"hold": True})
+        c.submit("c3", prompt=[1, 2, 3], max_tokens=4)
+        c.wait_handoff("c3")
+        c.submit_decode("c3")
+        self.assertEqual(c.stage("c3"), "decode")
+        c.decode.wait_ack("c3")
+        self.assertEqual(c.cancel("c3"), "applied")
+        self.assertEqual((c.last_cancel_hop, p.cancels, d.cancels), ("decode", [], ["c3"]))
+        self.assertEqual(list(c.stream("c3")), [])
+        self.assertEqual(c.terminal("c3")["finish"], "cancelled")
+
+    def test_rejects_name_the_hop(self):
+        _, _, c = self.workers(prefill={"reject": "prompt too long"})
+        with self.assertRaises(SubmitRejected) as cm:
+            list(c.generate("e1", prompt=[1], max_tokens=1))
+        self.assertEqual(cm.exception.hop, "prefill")
+        self.assertIn("prefill worker: submit 'e1' rejected: prompt too long", str(cm.exception))
+        _, d, c = self.workers(decode={"reject": "handoff block_size 4 != 8"})
+        with self.assertRaises(SubmitRejected) as cm:
+            list(c.generate("e2", prompt=[1], max_tokens=1))
+        self.assertEqual(cm.exception.hop, "decode")
+        self.assertIn("decode worker: submit 'e2' rejected: handoff block_size 4 != 8",
+                      str(cm.exception))
+        self.assertEqual(c.stage("e2"), "ended")
+        self.assertEqual(recv_type(c.prefill, "cancel_reply")["id"], "e2")  # KV released
+
+    def test_plain_stream_meeting_a_handoff_raises_handed_off(self):
+        p = ScriptedWorker("prefill")
+        self.addCleanup(p.close)
+        with MockerClient.connect(p.submit, p.cancel) as c:
+            c.submit("h1", prompt=[1, 2], max_tokens=2)
+            with self.assertRaises(HandedOff) as cm:
+                list(c.stream("h1"))
+            self.assertEqual(cm.exception.message["ticket"]["prompt_len"], 2)
+
+
+class DisaggregatedServeTest(unittest.TestCase):
+    """DisaggregatedClient against real `mocker serve --worker-type prefill` and `--worker-type
+    decode` child processes (paced: prefill passes of 200 ms, decode passes of 2 ms, so each
+    stage lasts long enough to cancel in): tokens, ticket, timings, cancel at both stages (the
+    prefill worker's held KV is released every time), rejects naming the hop."""
+
+    @classmethod
+    def setUpClass(cls):
+        common = ["--block-size", "4", "--num-gpu-blocks", "256", "--speedup-ratio", "1",
+                  "--timing-model", "fixed", "--fixed-prefill-ms", "200", "--fixed-decode-ms",
+                  "2", "--handoff-endpoint", EPHEMERAL]
+        cls.prefill = Serve("--worker-type", "prefill", *common)
+        try:
+            cls.decode = Serve("--worker-type", "decode", *common)
+        except Exception:
+            cls.prefill.close()
+            raise
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.decode.close()
+        cls.prefill.close()
+
+    def setUp(self):
+        self.c = DisaggregatedClient.connect(self.prefill.submit, self.prefill.cancel,
+                                             self.decode.submit, self.decode.cancel)
+
+    def tearDown(self):
+        self.c.close()
+        # Every test leaves both workers idle, the prefill worker holding no KV.
+        for serve in (self.prefill, self.decode):
+            with serve.client() as c:
+                poll_until(lambda: c.stats()["routes"] == 0 and all(
+                    not r["held"] and r["active_blocks"] == 0 for r in c.stats()["ranks"]),
+                    "an idle worker holding no KV")
+
+    def test_two_hops_stream_the_planned_tokens(self):
+        tokens = list(self.c.generate("d1", prompt=list(range(1, 18)), max_tokens=5,
+                                      output_tokens=[7, 8, 9, 10, 11]))
+        self.assertEqual(tokens, [7, 8, 9, 10, 11])
+        self.assertEqual(self.c.terminal("d1")["finish"], "length")
+        t = self.c.ticket("d1")
+        self.assertEqual((t["prompt_len"], t["block_size"], len(t["key"])), (17, 4, 16))
+        self.assertTrue(t["source"].startswith("tcp://"), t["source"])
+        self.assertEqual(t["source"], self.prefill.endpoints["handoff"])
+        timings = self.c.timings("d1")
+        # The prefill pass is modelled at 200 ms and paced in real time.
+        self.assertGreaterEqual(timings["handoff"], 150.0, timings)
+        self.assertLessEqual(timings["handoff"], timings["first_token"])
+
+    def test_cancel_on_the_prefill_worker_before_the_handoff(self):
+        self.c.submit("x1", prompt=list(range(1, 9)), max_tokens=4)
+        self.c.prefill.wait_ack("x1")
+        self.assertEqual(self.c.cancel("x1"), "applied")
+        self.assertEqual(self.c.last_cancel_hop, "prefill")
+        self.assertEqual(list(self.c.stream("x1")), [])
+        self.assertEqual((self.c.terminal("x1")["finish"], self.c.terminal_hop("x1")),
+                         ("cancelled", "prefill"))
+
+    def test_cancel_on_the_prefill_worker_after_the_handoff(self):
+        self.c.submit("x2", prompt=list(range(1, 9)), max_tokens=4)
+        self.c.wait_handoff("x2")
+        with self.prefill.client() as probe:
+            self.assertEqual(probe.stats()["ranks"][0]["held"], 1)
+        self.assertEqual(self.c.cancel("x2"), "applied")  # frees the held KV
+        self.assertEqual(self.c.last_cancel_hop, "prefill")
+        self.assertEqual(list(self.c.stream("x2")), [])
+        self.assertEqual(self.c.terminal("x2")["finish"], "cancelled")
+
+    def test_cancel_on_the_decode_worker_mid_stream(self):
+        self.c.submit("x3", prompt=list(range(1, 9)), max_tokens=LONG)
+        gen = self.c.stream("x3")
+        first = [next(gen) for _ in range(3)]
+        self.assertEqual(len(first), 3)
+        self.assertEqual(self.c.cancel("x3"), "applied")
+        self.assertEqual(self.c.last_cancel_hop, "decode")
+        list(gen)
+        self.assertEqual((self.c.terminal("x3")["finish"], self.c.terminal_hop("x3")),
+                         ("cancelled", "decode"))
+
+    def test_rejects_name_the_hop(self):
+        # A plain (ticketless) submit to the decode worker, and a ticket to the prefill worker.
+        with self.decode.client() as d:
+            d.submit("p1", prompt=[1, 2, 3], max_tokens=1)
+            with self.assertRaises(SubmitRejected):
+                d.wait_ack("p1")
+        self.c.submit("r1", prompt=[1, 2, 3, 4, 5], max_tokens=2)
+        ticket = self.c.wait_handoff("r1")
+        with self.prefill.client() as p:
+            p.submit("r1b", prompt=[1, 2, 3, 4, 5], max_tokens=2, handoff=ticket)
+            with self.assertRaises(SubmitRejected):
+                p.wait_ack("r1b")
+        # A ticket whose prompt length does not match: the decode worker refuses it.
+        self.c._state("r1")["prompt"] = [1, 2, 3]
+        with self.assertRaises(SubmitRejected) as cm:
+            list(self.c.stream("r1"))
+        self.assertEqual(cm.exception.hop, "decode")
+        self.assertIn("decode worker: ", str(cm.exception))
+        # The client released the prefill worker's held KV (tearDown checks held 0).
+        self.assertEqual(recv_type(self.c.prefill, "cancel_reply")["result"], "applied")
+
+
+class DisaggregatedReplayTest(unittest.TestCase):
+    """`mocker replay` through real `mocker serve --worker-type prefill|decode` child processes:
+    the prefill server by its fleet file (`--prefill-fleet`; serve runs one prefill or decode
+    worker per process), two decode servers by `--connect-decode` / `--connect-decode-cancel`."""
+
+    def test_replay_through_prefill_and_decode_servers(self):
+        d = tempfile.mkdtemp(prefix="mocker-disagg-replay-")
+        self.addCleanup(lambda: subprocess.run(["rm", "-rf", d]))
+        fleet = os.path.join(d, "prefill.json")
+        common = ["--handoff-endpoint", EPHEMERAL, "--speedup-ratio", "10",
+                  "--allow-empty-output"]
+        servers = []
+        try:
+            servers.append(Serve("--worker-type", "prefill", "--fleet-file", fleet, *common))
+            for _ in range(2):
+                servers.append(Serve("--worker-type", "decode", *common))
+            report = os.path.join(d, "report.json")
+            args = [MOCKER_BIN, "replay", os.path.join(SOURCE_DIR, "tests/data/tiny_trace.jsonl"),
+                    "--prefill-fleet", fleet, "--decode-router", "random", "--router-seed", "3",
+                    "--arrival-speedup-ratio", "10", "--no-progress", "--report-json", report]
+            for s in servers[1:]:
+                args += ["--connect-decode", s.submit, "--connect-decode-cancel", s.cancel]
+            r = subprocess.run(args, capture_output=True, text=True, timeout=120)
+            self.assertEqual(r.returncode, 0, r.stderr)
+            self.assertIn("Live disaggregated: 1 prefill + 2 decode server(s)", r.stdout)
+            self.assertIn("Live timing: decode server 1 published", r.stdout)
+            with open(report) as f:
+                j = json.load(f)
+            # The trace's 0-token request completes on the prefill server: nothing to decode.
+            self.assertEqual((j["completed_requests"], j["handoffs"], j["handoff_activations"],
+                              j["handoffs_refused"], j["expired_holds"]), (8, 7, 7, 0, 0))
+            self.assertIn("7 handoffs, 7 decode acks, 7 decode streams started, 0 decode "
+                          "rejects, 1 ended on the prefill server, 0 expired holds", r.stdout)
+            self.assertEqual(j["identity"]["num_workers"], 3)
+            self.assertEqual(j["identity"]["router"], "round_robin (prefill), random (decode)")
+            # Every hold was fetched: the prefill server holds nothing afterwards.
+            with servers[0].client() as c:
+                self.assertEqual(c.stats()["ranks"][0]["held"], 0)
+        finally:
+            for s in servers:
+                s.close()
 
 
 class FleetTest(unittest.TestCase):

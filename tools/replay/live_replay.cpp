@@ -47,11 +47,17 @@ struct Sent {
   RequestHandle handle = 0;
   std::uint32_t session = 0;
   std::uint32_t turn = 0;
-  std::uint32_t target = 0;
-  std::optional<double> ack_ms{};
-  std::uint32_t tokens = 0;  ///< output tokens received so far
-  bool admitted = false;     ///< onAdmission recorded
-  bool live = true;          ///< no terminal recorded yet
+  std::uint32_t target = 0;        ///< the (prefill) server of hop 1
+  std::optional<double> ack_ms{};  ///< submit_ack (disaggregated: the prefill server's)
+  // Disaggregated.
+  double send_ms = 0.0;
+  std::optional<double> handoff_ms{};                       ///< handoff received
+  std::optional<double> decode_ack_ms{};                    ///< the decode server's submit_ack
+  std::optional<std::uint32_t> decode_target{};             ///< set ⇔ the decode submit was sent
+  std::optional<protocol::SubmitRequest> decode_request{};  ///< kept until the handoff
+  std::uint32_t tokens = 0;                                 ///< output tokens received so far
+  bool admitted = false;                                    ///< onAdmission recorded
+  bool live = true;                                         ///< no terminal recorded yet
 };
 
 struct Deadline {
@@ -222,6 +228,13 @@ std::string requestId(std::size_t index) {
   return id;
 }
 
+/// Holds released by the hold timeout, over the server's ranks (0 from a server without them).
+std::uint64_t handoffExpired(const protocol::StatsReply& reply) {
+  std::uint64_t n = 0;
+  for (const protocol::RankStats& r : reply.ranks) n += r.handoff_expired.value_or(0);
+  return n;
+}
+
 TerminalStatus statusOf(protocol::FinishReason reason) {
   switch (reason) {
     case protocol::FinishReason::Length:
@@ -250,10 +263,16 @@ class LiveReplay {
         rng_(options.router_seed),
         stats_(std::move(stats)),
         stats_pending_(clients_.size(), false),
+        num_prefill_(static_cast<std::uint32_t>(options.targets.size())),
         kv_index_(std::move(kv_index)) {
     for (const auto& c : clients_) client_ptrs_.push_back(c.get());
+    if (!options.decode_targets.empty()) {
+      stats_.handoff.emplace();
+      stats_.handoff->per_decode_target.assign(options.decode_targets.size(), 0);
+      decode_in_flight_.assign(options.decode_targets.size(), 0);
+    }
     if (kv_index_) {
-      for (std::uint32_t t = 0; t < clients_.size(); ++t) {
+      for (std::uint32_t t = 0; t < num_prefill_; ++t) {
         for (std::uint32_t r = 0; r < stats_.ranks_per_target[t]; ++r) {
           candidates_.emplace_back(t, r);
         }
@@ -265,7 +284,8 @@ class LiveReplay {
       cached_.assign(candidates_.size(), 0);
     }
     stats_.timing_end = stats_.timing_start;
-    stats_.per_target.assign(clients_.size(), 0);
+    stats_.handoff_expired_end = stats_.handoff_expired_start;
+    stats_.per_target.assign(num_prefill_, 0);
     total_turns_ = workload.numTurns();
     sent_.reserve(total_turns_);
     waiting_on_.assign(workload.sessions.size(), 0);
@@ -325,6 +345,13 @@ class LiveReplay {
     }
     stats_.wall_ms = now;
     finalStats();
+    if (stats_.handoff) {
+      for (std::uint32_t t = 0; t < num_prefill_; ++t) {
+        const std::uint64_t start = stats_.handoff_expired_start[t];
+        const std::uint64_t end = stats_.handoff_expired_end[t];
+        stats_.handoff->expired_holds += end >= start ? end - start : 0;
+      }
+    }
     if (kv_index_) {
       const index::IndexStats s = kv_index_->stats();
       stats_.kv_batches_applied = s.batches_applied;
@@ -421,7 +448,7 @@ class LiveReplay {
   }
 
   std::uint32_t route() {
-    const auto n = static_cast<std::uint32_t>(clients_.size());
+    const std::uint32_t n = num_prefill_;
     if (options_.router == LiveRouterKind::Random) {
       return static_cast<std::uint32_t>(rng_.uniformIndex(n));
     }
@@ -488,6 +515,8 @@ class LiveReplay {
       stats_.max_dispatch_lag_ms = std::max(stats_.max_dispatch_lag_ms, lag);
       dispatch_lags_.push_back(lag);
     }
+    sent_.back().send_ms = send_ms;
+    if (stats_.handoff) sent_.back().decode_request = request;
     const Status status = clients_[target]->submit(request);
     if (!status) {
       ++stats_.send_failures;
@@ -504,6 +533,8 @@ class LiveReplay {
     Sent& r = sent_[index];
     MOCKER_CHECK(r.live);
     r.live = false;
+    r.decode_request.reset();
+    if (r.decode_target) --decode_in_flight_[*r.decode_target];
     if (kv_router_) kv_router_->load().remove(index);
     collector_.onTerminal(r.handle, time_ms, status, reason);
     --in_flight_;
@@ -530,7 +561,9 @@ class LiveReplay {
       deadlines_.pop();
       Sent& r = sent_[index];
       // Best effort: a server that is gone never answers, and a full queue must not block.
-      (void)clients_[r.target]->cancel(requestId(index));
+      // Disaggregated: the worker that holds it — the decode server once it was submitted there.
+      (void)clients_[r.decode_target ? num_prefill_ + *r.decode_target : r.target]->cancel(
+          requestId(index));
       ++stats_.timeouts;
       end(index, now, TerminalStatus::Cancelled);
     }
@@ -555,7 +588,12 @@ class LiveReplay {
     const auto [ptr, ec] = std::from_chars(first, last, index);
     if (ec != std::errc{} || ptr != last || index >= sent_.size()) return nullptr;
     Sent& r = sent_[index];
-    if (r.target != target || !r.live) return nullptr;
+    if (!r.live) return nullptr;
+    if (target >= num_prefill_) {  // a decode server
+      return r.decode_target && *r.decode_target == target - num_prefill_ ? &r : nullptr;
+    }
+    // A prefill server's messages end with its handoff.
+    if (r.target != target || r.decode_target) return nullptr;
     return &r;
   }
   std::size_t indexOf(const Sent& r) const { return static_cast<std::size_t>(&r - sent_.data()); }
@@ -576,9 +614,16 @@ class LiveReplay {
   }
 
   void handle(std::uint32_t target, const protocol::ClientMessage& msg, double now) {
+    const bool prefill_hop = stats_.handoff && target < num_prefill_;
     if (const auto* ack = std::get_if<protocol::SubmitAck>(&msg)) {
       if (Sent* r = find(target, ack->id)) {
-        r->ack_ms = now;
+        if (stats_.handoff && r->handoff_ms) {  // the decode server's ack
+          r->decode_ack_ms = now;
+          ++stats_.handoff->decode_acks;
+          stats_.handoff->decode_ack_ms.push_back(now - *r->handoff_ms);
+        } else {
+          r->ack_ms = now;  // admission (disaggregated: the prefill admission, as offline)
+        }
       } else {
         ++stats_.late_messages;
       }
@@ -589,10 +634,33 @@ class LiveReplay {
         return;
       }
       ++stats_.submit_rejects;
-      warnOnce("submit rejected: " + reject->reason);
+      if (stats_.handoff && !prefill_hop) {
+        // The decode server refused the handoff: the prefill server still holds the KV.
+        ++stats_.handoff->decode_rejects;
+        warnOnce("decode server " + std::to_string(target - num_prefill_) +
+                 " rejected a handoff: " + reject->reason);
+        ++stats_.handoff->prefill_cancels;
+        (void)clients_[r->target]->cancel(reject->id);
+      } else {
+        warnOnce("submit rejected: " + reject->reason);
+      }
       end(indexOf(*r), now, TerminalStatus::Rejected);
+    } else if (const auto* handoff = std::get_if<protocol::Handoff>(&msg)) {
+      Sent* r = prefill_hop ? find(target, handoff->id) : nullptr;
+      if (!r) {
+        ++stats_.late_messages;
+        if (!prefill_hop) warnOnce("server " + std::to_string(target) + " sent a handoff");
+        return;
+      }
+      onHandoff(*r, *handoff, now);
     } else if (const auto* batch = std::get_if<protocol::OutputBatch>(&msg)) {
-      for (const protocol::RequestOutput& o : batch->outputs) onOutput(target, o, now);
+      for (const protocol::RequestOutput& o : batch->outputs) {
+        if (prefill_hop) {
+          onPrefillOutput(target, o, now);
+        } else {
+          onOutput(target, o, now);
+        }
+      }
     } else if (const auto* error = std::get_if<protocol::ErrorReply>(&msg)) {
       ++stats_.error_replies;
       warnOnce("server " + std::to_string(target) + " error: " + error->message);
@@ -602,6 +670,7 @@ class LiveReplay {
     } else if (const auto* reply = std::get_if<protocol::StatsReply>(&msg)) {
       stats_pending_[target] = false;
       stats_.timing_end[target] = reply->timing;
+      stats_.handoff_expired_end[target] = handoffExpired(*reply);
       const std::uint32_t ranks = stats_.ranks_per_target[target];
       for (const protocol::RankStats& rs : reply->ranks) {
         if (rs.dp_rank >= ranks) continue;
@@ -616,6 +685,86 @@ class LiveReplay {
     // cancel_reply and anything else: nothing to record.
   }
 
+  /// Hop 2: the decode server for a handoff, by options_.decode_router.
+  std::uint32_t routeDecode(std::size_t index) const {
+    const auto n = static_cast<std::uint32_t>(decode_in_flight_.size());
+    switch (options_.decode_router) {
+      case LiveRouterKind::Random: {
+        // Mixed with the dispatch index: the same request goes to the same decode server
+        // whatever order the handoffs arrive in.
+        SplitMix64 mix(options_.router_seed ^ (0xD1B5'4A32'D192'ED03ull * (index + 1)));
+        return static_cast<std::uint32_t>(mix.uniformIndex(n));
+      }
+      case LiveRouterKind::Kv:  // overlap credit 0: fewest in flight, ties to the lowest index
+        return static_cast<std::uint32_t>(
+            std::min_element(decode_in_flight_.begin(), decode_in_flight_.end()) -
+            decode_in_flight_.begin());
+      case LiveRouterKind::RoundRobin:
+        break;
+    }
+    return static_cast<std::uint32_t>(index % n);
+  }
+
+  void onHandoff(Sent& r, const protocol::Handoff& handoff, double now) {
+    LiveHandoffStats& h = *stats_.handoff;
+    const std::size_t index = indexOf(r);
+    ++h.handoffs;
+    r.handoff_ms = now;
+    h.handoff_ms.push_back(now - r.send_ms);
+    h.transfer_ms.push_back(handoff.ticket.transfer_ms);
+    // The prefill server's part is done: its load leaves the kv router's view.
+    if (kv_router_) kv_router_->load().remove(index);
+    const std::uint32_t d = routeDecode(index);
+    r.decode_target = d;
+    ++decode_in_flight_[d];
+    ++h.per_decode_target[d];
+    MOCKER_CHECK(r.decode_request.has_value());
+    protocol::SubmitRequest request = std::move(*r.decode_request);
+    r.decode_request.reset();
+    request.handoff = handoff.ticket;
+    const Status status = clients_[num_prefill_ + d]->submit(request);
+    if (!status) {
+      ++stats_.send_failures;
+      warnOnce("submit to decode server " + std::to_string(d) +
+               " failed: " + status.error().message);
+      ++h.prefill_cancels;
+      (void)clients_[r.target]->cancel(request.id);  // release the held KV
+      end(index, nowMs(), TerminalStatus::Failed);
+    }
+  }
+
+  /// A prefill server's output entry: a terminal instead of a handoff (rejected by its
+  /// scheduler, cancelled, error, shutdown) ends the request; tokens are not expected.
+  void onPrefillOutput(std::uint32_t target, const protocol::RequestOutput& o, double now) {
+    Sent* r = find(target, o.id);
+    if (!r) {
+      ++stats_.late_messages;
+      return;
+    }
+    if (!o.tokens.empty()) {
+      stats_.handoff->prefill_tokens += o.tokens.size();
+      warnOnce("prefill server " + std::to_string(target) +
+               " sent output tokens (is it a --worker-type prefill server?)");
+    }
+    if (!o.finish) return;
+    ++stats_.handoff->ended_on_prefill;
+    const TerminalStatus status = statusOf(*o.finish);
+    if (status == TerminalStatus::Completed && !r->admitted) {
+      // A 0-token request completes on its prefill server (nothing to decode), admitted there.
+      collector_.onAdmission(r->handle, r->ack_ms.value_or(now), o.cached_tokens.value_or(0),
+                             false);
+      r->admitted = true;
+    }
+    if (status == TerminalStatus::Rejected) ++stats_.finish_rejected;
+    if (status == TerminalStatus::Cancelled) ++stats_.finish_cancelled;
+    if (status == TerminalStatus::Failed) ++stats_.finish_failed;
+    if (status != TerminalStatus::Completed) {
+      warnOnce(std::string("request ended on its prefill server, ") + terminalStatusName(status) +
+               (o.reason.empty() ? std::string() : ": " + o.reason));
+    }
+    end(indexOf(*r), now, status, parseWireStopReason(o.reason));
+  }
+
   void onOutput(std::uint32_t target, const protocol::RequestOutput& o, double now) {
     Sent* r = find(target, o.id);
     if (!r) {
@@ -628,6 +777,11 @@ class LiveReplay {
       const std::uint32_t reused = o.cached_tokens.value_or(0);
       collector_.onAdmission(r->handle, r->ack_ms.value_or(now), reused, false);
       r->admitted = true;
+      if (stats_.handoff && r->handoff_ms) {
+        ++stats_.handoff->activations;
+        stats_.handoff->wait_ms.push_back(now - *r->handoff_ms);
+        if (r->decode_ack_ms) stats_.handoff->first_token_ms.push_back(now - *r->decode_ack_ms);
+      }
     }
     if (kv_router_ && !o.tokens.empty()) kv_router_->load().prefillDone(indexOf(*r));
     if (o.index != r->tokens) ++stats_.index_gaps;
@@ -672,6 +826,8 @@ class LiveReplay {
   SplitMix64 rng_;
   LiveReplayStats stats_;
   std::vector<bool> stats_pending_;
+  std::uint32_t num_prefill_ = 0;  ///< clients_[0, num_prefill_): (prefill) servers; then decode
+  std::vector<std::uint32_t> decode_in_flight_;  ///< by decode server: handed off, not ended
   Clock::time_point start_{};
   service::PassTimer wake_timer_;  // wakes the loop at the next dispatch or deadline
   std::priority_queue<EligibleTurn, std::vector<EligibleTurn>, std::greater<>> eligible_;
@@ -703,7 +859,9 @@ class LiveReplay {
 Result<std::vector<std::unique_ptr<service::Client>>> connectAll(const LiveReplayOptions& options,
                                                                  LiveReplayStats& stats) {
   std::vector<std::unique_ptr<service::Client>> clients;
-  for (const LiveTarget& target : options.targets) {
+  std::vector<LiveTarget> all = options.targets;
+  all.insert(all.end(), options.decode_targets.begin(), options.decode_targets.end());
+  for (const LiveTarget& target : all) {
     service::ClientOptions client_options{.submit_endpoint = target.submit_endpoint,
                                           .cancel_endpoint = target.cancel_endpoint,
                                           .rcvhwm = 0,  // never make the server drop streams
@@ -726,6 +884,7 @@ Result<std::vector<std::unique_ptr<service::Client>>> connectAll(const LiveRepla
   for (const auto& c : clients) ptrs.push_back(c.get());
   std::vector<std::optional<std::uint32_t>> ranks(clients.size());
   stats.timing_start.assign(clients.size(), std::nullopt);
+  stats.handoff_expired_start.assign(clients.size(), 0);
   const auto deadline =
       Clock::now() + std::chrono::duration_cast<Clock::duration>(
                          std::chrono::duration<double, std::milli>(options.connect_timeout_ms));
@@ -738,7 +897,7 @@ Result<std::vector<std::unique_ptr<service::Client>>> connectAll(const LiveRepla
       for (std::size_t t = 0; t < ranks.size(); ++t) {
         if (!ranks[t]) {
           return Error{ErrorCode::IoError,
-                       "no answer from " + options.targets[t].submit_endpoint + " within " +
+                       "no answer from " + all[t].submit_endpoint + " within " +
                            std::to_string(static_cast<long long>(options.connect_timeout_ms)) +
                            " ms: is `mocker serve` running there?"};
         }
@@ -751,13 +910,14 @@ Result<std::vector<std::unique_ptr<service::Client>>> connectAll(const LiveRepla
         auto msg = clients[t]->receive(std::chrono::milliseconds(0));
         if (!msg) {
           return Error{msg.error().code,
-                       "server " + options.targets[t].submit_endpoint +
+                       "server " + all[t].submit_endpoint +
                            " answered with a message that does not decode: " + msg.error().message};
         }
         if (!*msg) break;
         if (const auto* reply = std::get_if<protocol::StatsReply>(&**msg)) {
           ranks[t] = static_cast<std::uint32_t>(reply->ranks.size());
           stats.timing_start[t] = reply->timing;
+          stats.handoff_expired_start[t] = handoffExpired(*reply);
         }
       }
     }
@@ -797,7 +957,8 @@ Result<std::string> defaultCancelEndpoint(std::string_view submit_endpoint) {
   return std::string(submit_endpoint.substr(0, colon + 1)) + std::to_string(port + 1);
 }
 
-LiveTimingSummary summarizeLiveTiming(const LiveReplayStats& stats, bool closed_loop) {
+LiveTimingSummary summarizeLiveTiming(const LiveReplayStats& stats, bool closed_loop,
+                                      std::size_t num_prefill) {
   // Beyond these the live timelines drift measurably from the model (service/README.md,
   // "Live timing").
   constexpr double kMaxDispatchLagP99Ms = 1.0;
@@ -821,7 +982,9 @@ LiveTimingSummary summarizeLiveTiming(const LiveReplayStats& stats, bool closed_
     }
   }
   for (std::size_t t = 0; t < stats.timing_end.size(); ++t) {
-    const std::string who = "server " + std::to_string(t);
+    const std::string who = num_prefill == 0  ? "server " + std::to_string(t)
+                            : t < num_prefill ? "prefill server " + std::to_string(t)
+                                              : "decode server " + std::to_string(t - num_prefill);
     const auto& end = stats.timing_end[t];
     if (!end) {
       fmt << "Live timing: " << who << " reports no pass timing\n";
@@ -852,6 +1015,37 @@ LiveTimingSummary summarizeLiveTiming(const LiveReplayStats& stats, bool closed_
   }
   summary.text = fmt.str();
   return summary;
+}
+
+HandoffReport summarizeLiveHandoffs(const LiveHandoffStats& stats) {
+  return {.handoffs = stats.handoffs,
+          .activations = stats.activations,
+          .refused = stats.decode_rejects,
+          .expired_holds = stats.expired_holds,
+          .transfer_ms = summarize(stats.transfer_ms),
+          .queue_ms = {},
+          .wait_ms = summarize(stats.wait_ms)};
+}
+
+std::string formatLiveHandoffs(const LiveHandoffStats& stats) {
+  std::ostringstream out;
+  out.setf(std::ios::fixed);
+  out.precision(3);
+  const auto row = [&out](const char* what, const std::vector<double>& samples) {
+    const Distribution d = summarize(samples);
+    out << "Live handoff: " << what << " (ms, n " << samples.size() << "): p50 " << d.p50
+        << ", p99 " << d.p99 << ", max " << d.max << "\n";
+  };
+  row("handoff received - dispatch", stats.handoff_ms);
+  row("decode ack - handoff received", stats.decode_ack_ms);
+  row("first decode token - decode ack", stats.first_token_ms);
+  out << "Live handoff: " << stats.handoffs << " handoffs, " << stats.decode_acks
+      << " decode acks, " << stats.activations << " decode streams started, "
+      << stats.decode_rejects << " decode rejects, " << stats.ended_on_prefill
+      << " ended on the prefill server, " << stats.expired_holds << " expired holds";
+  if (stats.prefill_tokens > 0) out << ", " << stats.prefill_tokens << " prefill tokens ignored";
+  out << "\n";
+  return out.str();
 }
 
 Result<LiveReplayStats> runLiveReplay(const Workload& workload, const LiveReplayOptions& options,
@@ -885,7 +1079,7 @@ Result<LiveReplayStats> runLiveReplay(const Workload& workload, const LiveReplay
   LiveReplayStats stats;
   MOCKER_TRY(auto clients, connectAll(options, stats));
   if (workload.sessions.empty()) {
-    stats.per_target.assign(clients.size(), 0);
+    stats.per_target.assign(options.targets.size(), 0);
     return stats;
   }
   std::unique_ptr<LiveKvIndex> kv_index;

@@ -31,6 +31,22 @@
 // dispatch) and the load from what this driver dispatched (prefill done at the first output,
 // released at the terminal); the request names the chosen rank.
 //
+// Disaggregated (decode_targets non-empty; tools/replay/README.md, Disaggregated replay): the
+// `targets` are `mocker serve --worker-type prefill` servers and `decode_targets` `--worker-type
+// decode` servers. Hop 1 sends the submit to a prefill server (router / kv over the prefill
+// servers only); its `handoff` message makes hop 2: the same submit plus the ticket, unchanged, to
+// the decode server chosen by `decode_router` (round_robin: dispatch index mod D; random:
+// SplitMix64(router_seed) mixed with the dispatch index; kv = overlap credit 0: the decode server
+// with the fewest requests handed to it and not ended, ties to the lowest index), sent when the
+// handoff arrives. The request is recorded as the client sees it end to end: arrival = the
+// prefill send, admission = the prefill submit_ack (as offline: the prefill admission; reuse =
+// token 0's cached_tokens, the ticket's), tokens and terminal from the decode stream; a prefill
+// submit_reject / terminal entry (a 0-token request completes there: nothing to decode), or a
+// decode submit_reject (the prefill worker's held KV is then released by a cancel to it), ends it
+// there. A request timeout cancels on the worker that holds
+// the request: the prefill server until the decode submit was sent, then the decode server. Both
+// connections stay open to the end.
+//
 // Not thread-safe; runs on the calling thread.
 #pragma once
 
@@ -78,7 +94,11 @@ struct LiveProgress {
 };
 
 struct LiveReplayOptions {
-  std::vector<LiveTarget> targets{};  ///< >= 1
+  std::vector<LiveTarget> targets{};  ///< >= 1 (the prefill servers when disaggregated)
+  /// Disaggregated when non-empty: the decode servers (handoff targets).
+  std::vector<LiveTarget> decode_targets{};
+  /// Disaggregated: how a handoff picks its decode server (Kv = fewest requests in flight).
+  LiveRouterKind decode_router = LiveRouterKind::RoundRobin;
   LiveRouterKind router = LiveRouterKind::RoundRobin;
   std::uint64_t router_seed = 0;
   KvRouterConfig kv_router{};         ///< Kv only
@@ -99,10 +119,34 @@ struct LiveReplayOptions {
   std::optional<service::CurveClientKeys> curve{};
 };
 
+/// Disaggregated runs: the two hops as the client saw them. Times are wall milliseconds; one
+/// sample per request that reached the step.
+struct LiveHandoffStats {
+  std::uint64_t handoffs = 0;        ///< `handoff` messages received (decode submits sent)
+  std::uint64_t decode_acks = 0;     ///< decode submit_acks
+  std::uint64_t activations = 0;     ///< decode streams that started (first token, or 0-token end)
+  std::uint64_t decode_rejects = 0;  ///< decode submit_rejects (recorded rejected)
+  std::uint64_t ended_on_prefill = 0;    ///< terminal entry from the prefill server (no handoff)
+  std::uint64_t prefill_tokens = 0;      ///< output tokens a prefill server sent (ignored)
+  std::uint64_t prefill_cancels = 0;     ///< cancels sent to a prefill server (timeout, reject)
+  std::vector<double> handoff_ms{};      ///< handoff received − dispatch
+  std::vector<double> decode_ack_ms{};   ///< decode submit_ack − handoff received
+  std::vector<double> first_token_ms{};  ///< first decode token − decode submit_ack
+  std::vector<double> wait_ms{};         ///< first decode token − handoff received
+  std::vector<double> transfer_ms{};     ///< the ticket's transfer_ms (the modelled transfer)
+  std::vector<std::uint64_t> per_decode_target{};  ///< handoffs sent to each decode server
+  /// Held KV released by the prefill servers' hold timeout during the run (their stats'
+  /// handoff_expired, end − start); 0 from servers that do not report it.
+  std::uint64_t expired_holds = 0;
+};
+
 /// What one run did besides what the collector recorded.
 struct LiveReplayStats {
   double wall_ms = 0.0;                     ///< run start (after the handshake) to the last event
-  std::vector<std::uint64_t> per_target{};  ///< requests sent to each server
+  std::vector<std::uint64_t> per_target{};  ///< requests sent to each (prefill) server
+  /// Disaggregated: ranks_per_target, rank_offset, timing_start and timing_end list the prefill
+  /// servers, then the decode servers; per_target counts first hops (decode: in `handoff`).
+  std::optional<LiveHandoffStats> handoff{};
   std::vector<std::uint32_t> ranks_per_target{};  ///< DP ranks each server reported
   /// Global rank index of (target t, rank r) in EngineSample::dp_rank:
   /// rank_offset[t] + r (servers in --connect order, ranks in order).
@@ -126,6 +170,10 @@ struct LiveReplayStats {
   /// the run (a final stats round trip); nullopt from a server that does not report it.
   std::vector<std::optional<protocol::PassTiming>> timing_start{};
   std::vector<std::optional<protocol::PassTiming>> timing_end{};
+  /// Each server's handoff_expired (summed over its ranks; 0 when it reports none) at the
+  /// handshake and at the end of the run.
+  std::vector<std::uint64_t> handoff_expired_start{};
+  std::vector<std::uint64_t> handoff_expired_end{};
   std::vector<std::string> warnings{};  ///< e.g. the first reject/error reasons, aliasing
   // Kv router.
   std::uint64_t kv_routed_hits = 0;      ///< dispatches routed where overlap > 0
@@ -145,7 +193,19 @@ struct LiveTimingSummary {
   std::string text;
   std::vector<std::string> warnings;
 };
-LiveTimingSummary summarizeLiveTiming(const LiveReplayStats& stats, bool closed_loop);
+/// `num_prefill` > 0 (disaggregated): the first num_prefill servers are named "prefill server
+/// i", the others "decode server i".
+LiveTimingSummary summarizeLiveTiming(const LiveReplayStats& stats, bool closed_loop,
+                                      std::size_t num_prefill = 0);
+
+/// The report's handoff section of a live disaggregated run: handoffs, activations, refused
+/// (decode rejects), expired holds (the prefill servers' handoff_expired over the run), transfer
+/// = the tickets' modelled transfer_ms, wait = handoff received → first decode token; the
+/// decode queueing is not observable by a client (empty).
+HandoffReport summarizeLiveHandoffs(const LiveHandoffStats& stats);
+/// One text line per client-side handoff figure (p50 / p99 / max of handoff_ms, decode_ack_ms,
+/// first_token_ms) and the anomaly counters, for the live report's footer.
+std::string formatLiveHandoffs(const LiveHandoffStats& stats);
 
 /// Runs the whole workload against the servers. Errors: no target, concurrency 0, a
 /// non-positive timeout, a session without a first arrival in trace mode, a socket that cannot
