@@ -27,6 +27,7 @@
 #include "replay_test_util.h"
 #include "service/fleet.h"
 #include "tests/service/live_service.h"
+#include "tests/tools/live_replay_test_util.h"
 #include "tools/cli.h"
 #include "tools/replay/live_replay.h"
 #include "tools/replay/mooncake_trace.h"
@@ -247,18 +248,8 @@ struct Workers {
   }
 };
 
-struct LiveRun {
-  ReplayCollector collector;
-  LiveReplayStats stats;
-};
-
-LiveRun runLive(const Workload& w, const LiveReplayOptions& options) {
-  LiveRun run;
-  auto stats = runLiveReplay(w, options, run.collector);
-  EXPECT_TRUE(stats.has_value()) << (stats ? "" : stats.error().toString());
-  if (stats) run.stats = std::move(*stats);
-  return run;
-}
+using testing::LiveRun;
+using testing::runLive;
 
 // Every request crosses both hops: the decode submit repeats the prefill submit (id, prompt,
 // max_tokens) and carries the prefill worker's ticket unchanged; the report is the client's view

@@ -23,6 +23,7 @@
 
 #include "replay_test_util.h"
 #include "tests/service/live_service.h"
+#include "tests/tools/live_replay_test_util.h"
 #include "tools/cli.h"
 #include "tools/replay/live_replay.h"
 #include "tools/replay/mooncake_trace.h"
@@ -106,18 +107,8 @@ struct Fleets {
   }
 };
 
-struct LiveRun {
-  ReplayCollector collector;
-  LiveReplayStats stats;
-};
-
-LiveRun runLive(const Workload& w, const LiveReplayOptions& options) {
-  LiveRun run;
-  auto stats = runLiveReplay(w, options, run.collector);
-  EXPECT_TRUE(stats.has_value()) << (stats ? "" : stats.error().toString());
-  if (stats) run.stats = std::move(*stats);
-  return run;
-}
+using testing::LiveRun;
+using testing::runLive;
 
 std::uint64_t sum(const std::vector<std::uint64_t>& v) {
   return std::accumulate(v.begin(), v.end(), std::uint64_t{0});

@@ -25,6 +25,7 @@
 
 #include "replay_test_util.h"
 #include "tests/service/live_service.h"
+#include "tests/tools/live_replay_test_util.h"
 #include "tools/cli.h"
 #include "tools/replay/mooncake_trace.h"
 #include "tools/replay/offline_replay.h"
@@ -67,19 +68,8 @@ Workload parse(const std::string& text) {
   return w ? std::move(*w) : Workload{};
 }
 
-struct LiveRun {
-  ReplayCollector collector;
-  LiveReplayStats stats;
-};
-
-LiveRun runLive(const Workload& w, LiveReplayOptions options) {
-  LiveRun run;
-  options.request_timeout_ms = std::min(options.request_timeout_ms, 30'000.0);  // bounded test
-  auto stats = runLiveReplay(w, options, run.collector);
-  EXPECT_TRUE(stats.has_value()) << (stats ? "" : stats.error().toString());
-  if (stats) run.stats = std::move(*stats);
-  return run;
-}
+using testing::LiveRun;
+using testing::runLive;
 
 ReplayCollector runOffline(const Workload& w, std::optional<std::uint32_t> concurrency = {}) {
   ReplayCollector c;
