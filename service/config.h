@@ -64,7 +64,10 @@ struct EndpointsConfig {
   /// ROUTER of a prefill worker (engine.worker_type = prefill): kv_fetch / kv_release from
   /// decode workers. Not opened by other worker types.
   EndpointConfig handoff{"tcp://127.0.0.1:5561"};  ///< (5560 is `mocker index`'s query port)
-  HttpEndpointConfig http;                         ///< HTTP (metrics, health, readiness)
+  /// `[endpoints.handoff] advertise`: the endpoint put into handoff tickets instead of the bound
+  /// one ("" = the bound endpoint); required when the handoff endpoint binds a wildcard host.
+  std::string handoff_advertise;
+  HttpEndpointConfig http;  ///< HTTP (metrics, health, readiness)
   friend bool operator==(const EndpointsConfig&, const EndpointsConfig&) = default;
 };
 
@@ -130,6 +133,13 @@ struct SecurityConfig {
   std::vector<std::string> client_public_keys;       ///< the allow-list, Z85
   std::vector<std::string> client_public_key_files;  ///< more of it: one Z85 key per file
   bool curve_publishers = false;  ///< also CURVE on the kv_events and fpm PUB sockets
+  /// Prefill worker: public key files of the decode workers allowed on its handoff ROUTER (a
+  /// separate allow-list: these keys cannot submit).
+  std::vector<std::string> worker_public_key_files;
+  /// Decode worker: its secret key file for the CURVE client side of its handoff DEALERs, and
+  /// the public key file of the prefill workers' handoff sockets; both or neither.
+  std::string worker_secret_key_file;
+  std::string handoff_server_key_file;
   friend bool operator==(const SecurityConfig&, const SecurityConfig&) = default;
 };
 

@@ -67,6 +67,15 @@ std::optional<std::pair<std::string, std::string>> tcpHostPort(std::string_view 
                    std::string(endpoint.substr(colon + 1))};
 }
 
+// Whether a tcp:// endpoint's host is a wildcard (*, 0.0.0.0, [::]): bindable, not connectable.
+bool wildcardHost(std::string_view endpoint) {
+  if (!endpoint.starts_with("tcp://")) return false;
+  const std::size_t colon = endpoint.rfind(':');
+  if (colon < 6) return false;
+  const std::string_view host = endpoint.substr(6, colon - 6);
+  return host == "*" || host == "0.0.0.0" || host == "[::]" || host == "::" || host == "[*]";
+}
+
 /// Whether two bound endpoints would fight over the same address.
 bool collide(std::string_view a, std::string_view b) {
   if (isWildcardTcp(a) || isWildcardTcp(b)) return false;  // ephemeral ports never collide
@@ -274,6 +283,21 @@ std::optional<ConfigError> checkServiceConfig(const ServiceConfig& c, ConfigUse 
     }
   }
 
+  // Worker-to-worker CURVE (the handoff sockets of disaggregated serving).
+  if (sec.worker_secret_key_file.empty() != sec.handoff_server_key_file.empty()) {
+    return issue("security.worker_secret_key_file",
+                 "and security.handoff_server_key_file: give both or neither (a decode worker's "
+                 "CURVE client side toward prefill workers' handoff sockets)",
+                 {"security.handoff_server_key_file"});
+  }
+  if (sec.curve && c.engine.worker_type == engine::WorkerType::Prefill &&
+      sec.worker_public_key_files.empty()) {
+    return issue("security.worker_public_key_files",
+                 "is empty: with security.curve = true a prefill worker's handoff socket needs the "
+                 "decode workers' public keys, or no decode worker could fetch",
+                 {"security.curve", "engine.worker_type"});
+  }
+
   // Endpoints: scheme and DP offsets per socket, then no two bound sockets on one address. Only
   // for a service: an engine-only user opens no socket.
   if (use == ConfigUse::EngineOnly) return std::nullopt;
@@ -329,6 +353,31 @@ std::optional<ConfigError> checkServiceConfig(const ServiceConfig& c, ConfigUse 
         }
       }
       bound.push_back({key, *address, r});
+    }
+  }
+  // A handoff ticket names an endpoint decode workers connect to: a wildcard host is not one.
+  if (prefill) {
+    const std::string& adv = c.endpoints.handoff_advertise;
+    if (adv.empty()) {
+      if (!c.endpoints.handoff.connect && wildcardHost(c.endpoints.handoff.endpoint)) {
+        return issue("endpoints.handoff.endpoint",
+                     "binds a wildcard host (" + c.endpoints.handoff.endpoint +
+                         "), which decode workers cannot connect to: set "
+                         "endpoints.handoff.advertise to the endpoint they should use "
+                         "(tcp://HOST:PORT)",
+                     {"endpoints.handoff.advertise"});
+      }
+    } else if (c.fleet.num_workers > 1) {
+      return issue("endpoints.handoff.advertise",
+                   "names one endpoint, but each of the fleet.num_workers = " +
+                       std::to_string(c.fleet.num_workers) +
+                       " workers binds its own handoff socket",
+                   {"fleet.num_workers"});
+    } else if (const auto hp = tcpHostPort(adv);
+               !hp || hp->first.empty() || wildcardHost(adv) || hp->second.empty() ||
+               hp->second.find_first_not_of("0123456789") != std::string::npos) {
+      return issue("endpoints.handoff.advertise",
+                   "must be tcp://HOST:PORT with a connectable host and port (got '" + adv + "')");
     }
   }
   // The HTTP server binds HOST:PORT over TCP: the same address space as the tcp:// sockets.
@@ -421,10 +470,13 @@ Result<ServiceConfig> finishServiceConfig(ServiceConfig config, const KeyOrigins
   // File paths become absolute (against the working directory; a file's relative paths are
   // already relative to that file): the effective configuration, and `config --dump` of it,
   // then names the same files wherever it is loaded from.
-  for (std::string* path : {&config.timing_profile_path, &config.security.server_secret_key_file}) {
+  for (std::string* path :
+       {&config.timing_profile_path, &config.security.server_secret_key_file,
+        &config.security.worker_secret_key_file, &config.security.handoff_server_key_file}) {
     *path = absolutePath(*path);
   }
   for (std::string& path : config.security.client_public_key_files) path = absolutePath(path);
+  for (std::string& path : config.security.worker_public_key_files) path = absolutePath(path);
   if (!config.timing_profile_path.empty()) {
     auto profile = loadTimingProfile(config.timing_profile_path);
     if (!profile) {

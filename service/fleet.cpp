@@ -428,10 +428,15 @@ FleetManifest Fleet::manifest(std::string mocker_version) const {
   m.http = http_url_;
   for (std::size_t i = 0; i < servers_.size(); ++i) {
     const BoundEndpoints& ep = servers_[i]->endpoints();
-    FleetManifest::Worker w{.worker_id = worker_ids_[i],
-                            .submit = ep.submit,
-                            .cancel = ep.cancel,
-                            .handoff = ep.handoff};
+    FleetManifest::Worker w{
+        .worker_id = worker_ids_[i],
+        .submit = ep.submit,
+        .cancel = ep.cancel,
+        // What tickets name: the advertised endpoint when set (a
+        // one-worker fleet; validation refuses it for more).
+        .handoff = ep.handoff.empty() || config_.endpoints.handoff_advertise.empty()
+                       ? ep.handoff
+                       : config_.endpoints.handoff_advertise};
     for (std::uint32_t r = 0; r < m.dp_size; ++r) {
       const auto at = [r](const std::vector<std::string>& v) {
         return r < v.size() ? v[r] : std::string();

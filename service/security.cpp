@@ -115,13 +115,35 @@ Result<CurveServerKeys> loadCurveServerKeys(const SecurityConfig& security) {
     MOCKER_TRY(std::string k, readKeyFile(path, "security.client_public_key_files"));
     keys.allowed_clients.insert(std::move(k));
   }
+  for (const std::string& path : security.worker_public_key_files) {
+    MOCKER_TRY(std::string k, readKeyFile(path, "security.worker_public_key_files"));
+    keys.allowed_workers.insert(std::move(k));
+  }
   return keys;
 }
 
-void makeCurveServer(zmq::socket_t& socket, const CurveServerKeys& keys) {
+Result<CurveClientKeys> loadHandoffClientKeys(const SecurityConfig& security) {
+  if (security.worker_secret_key_file.empty() && security.handoff_server_key_file.empty()) {
+    return CurveClientKeys{};
+  }
+  MOCKER_TRY(std::string server,
+             readKeyFile(security.handoff_server_key_file, "security.handoff_server_key_file"));
+  MOCKER_TRY(std::string secret,
+             readKeyFile(security.worker_secret_key_file, "security.worker_secret_key_file"));
+  std::string pub = curvePublicKey(secret);
+  if (pub.empty()) {
+    return invalidArgument(
+        "security.worker_secret_key_file: cannot derive its public key (libzmq without CURVE?)");
+  }
+  return CurveClientKeys{.server_public_key = std::move(server),
+                         .public_key = std::move(pub),
+                         .secret_key = std::move(secret)};
+}
+
+void makeCurveServer(zmq::socket_t& socket, const CurveServerKeys& keys, const char* zap_domain) {
   socket.set(zmq::sockopt::curve_server, 1);
   socket.set(zmq::sockopt::curve_secretkey, keys.secret_key);
-  socket.set(zmq::sockopt::zap_domain, kZapDomain);
+  socket.set(zmq::sockopt::zap_domain, zap_domain);
 }
 
 Status checkCurveClientKeys(const CurveClientKeys& keys) {

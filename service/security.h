@@ -20,6 +20,9 @@ namespace mocker::service {
 
 /// ZAP domain of every CURVE socket of `mocker serve` (sent to the ZAP handler).
 inline constexpr const char* kZapDomain = "mocker";
+/// ZAP domain of a prefill worker's handoff ROUTER: its allow-list is the worker keys
+/// (security.worker_public_key_files), not the client keys.
+inline constexpr const char* kHandoffZapDomain = "mocker-handoff";
 
 /// Whether `text` is a 40-character Z85 string that decodes to a 32-byte key.
 bool isZ85Key(std::string_view text);
@@ -36,6 +39,7 @@ struct CurveServerKeys {
   std::string public_key;                 ///< Z85
   std::string secret_key;                 ///< Z85
   std::set<std::string> allowed_clients;  ///< Z85 public keys
+  std::set<std::string> allowed_workers;  ///< Z85 public keys allowed on the handoff socket
 };
 
 /// Loads the server key pair (inline or file) and the allow-list (inline keys and key files).
@@ -44,7 +48,8 @@ Result<CurveServerKeys> loadCurveServerKeys(const SecurityConfig& security);
 
 /// Makes `socket` a CURVE server with `keys` and the ZAP domain (before bind/connect). Throws
 /// zmq::error_t like any socket option.
-void makeCurveServer(zmq::socket_t& socket, const CurveServerKeys& keys);
+void makeCurveServer(zmq::socket_t& socket, const CurveServerKeys& keys,
+                     const char* zap_domain = kZapDomain);
 
 /// A client's CURVE settings: its key pair and the server's public key, all Z85.
 struct CurveClientKeys {
@@ -65,6 +70,11 @@ void makeCurveClient(zmq::socket_t& socket, const CurveClientKeys& keys);
 /// flag that gave it (--curve-server-key-file, --curve-secret-key-file).
 Result<CurveClientKeys> loadCurveClientKeys(const std::string& server_key_file,
                                             const std::string& secret_key_file);
+
+/// A decode worker's CURVE client side toward prefill workers' handoff sockets, from
+/// security.worker_secret_key_file and security.handoff_server_key_file; disabled (all empty)
+/// when neither is set. Errors name the key and the file.
+Result<CurveClientKeys> loadHandoffClientKeys(const SecurityConfig& security);
 
 /// Writes a new key pair: `prefix`.key (secret, mode 0600) and `prefix`.pub (public, 0644).
 /// Refuses to overwrite an existing file unless `force`. Returns the public key.

@@ -242,7 +242,8 @@ class Server::Impl {
   void expireFetches();
 
   // Sockets: setup, sends.
-  Result<zmq::socket_t> makeRouter(const EndpointConfig& ep, std::string& resolved);
+  Result<zmq::socket_t> makeRouter(const EndpointConfig& ep, std::string& resolved,
+                                   const char* zap_domain = kZapDomain);
   Status startSecurity();
   /// CURVE for the PUB sockets when security.curve_publishers (else nothing).
   std::function<void(zmq::socket_t&)> publisherSecurity() {
@@ -250,8 +251,8 @@ class Server::Impl {
     return [this](zmq::socket_t& s) { secure(s); };
   }
   /// Sets CURVE server options on a socket about to bind (no-op without CURVE).
-  void secure(zmq::socket_t& socket) const {
-    if (curve_) makeCurveServer(socket, *curve_);
+  void secure(zmq::socket_t& socket, const char* zap_domain = kZapDomain) const {
+    if (curve_) makeCurveServer(socket, *curve_, zap_domain);
   }
   /// Warns when `endpoint` is bound where other hosts can reach it and CURVE is off for it.
   void warnIfExposed(const std::string& what, const std::string& endpoint, bool curve_on,
@@ -348,6 +349,7 @@ class Server::Impl {
   std::unordered_map<engine::RequestId, PendingHandoff> pending_;  // decode: waiting for KV
   std::unordered_map<std::string, engine::RequestId> pending_keys_;  // decode: key → engine id
   std::map<std::string, zmq::socket_t> sources_;  // decode: DEALER per prefill worker
+  CurveClientKeys handoff_client_;                // decode: CURVE toward sources (or disabled)
 
   RouteTable routes_;
   OutputBatcher batcher_;
@@ -361,10 +363,11 @@ class Server::Impl {
   MetricsPublisher metrics_;  // after log_ and start_, which it is built from
 };
 
-Result<zmq::socket_t> Server::Impl::makeRouter(const EndpointConfig& ep, std::string& resolved) {
+Result<zmq::socket_t> Server::Impl::makeRouter(const EndpointConfig& ep, std::string& resolved,
+                                               const char* zap_domain) {
   try {
     zmq::socket_t s(context_, zmq::socket_type::router);
-    secure(s);
+    secure(s, zap_domain);
     s.set(zmq::sockopt::router_mandatory, 1);
     s.set(zmq::sockopt::linger, static_cast<int>(config_.service.linger_ms));
     s.set(zmq::sockopt::sndhwm, static_cast<int>(config_.service.submit_sndhwm));
@@ -384,12 +387,20 @@ Result<zmq::socket_t> Server::Impl::makeRouter(const EndpointConfig& ep, std::st
 }
 
 Status Server::Impl::startSecurity() {
+  if (isDecode()) {
+    MOCKER_TRY(handoff_client_, loadHandoffClientKeys(config_.security));
+  }
   if (!config_.security.curve) return {};
   MOCKER_TRY(curve_, loadCurveServerKeys(config_.security));
   // The handler is bound before any CURVE socket: a CURVE socket without one accepts any key.
-  MOCKER_TRY(zap_, ZapHandler::start(context_, kZapDomain, curve_->allowed_clients));
+  MOCKER_TRY(zap_, ZapHandler::start(context_, {{kZapDomain, curve_->allowed_clients},
+                                                {kHandoffZapDomain, curve_->allowed_workers}}));
   log_->info("CURVE on: server public key {}, {} client key(s) allowed", curve_->public_key,
              curve_->allowed_clients.size());
+  if (isPrefill()) {
+    log_->info("CURVE on the handoff socket: {} worker key(s) allowed",
+               curve_->allowed_workers.size());
+  }
   return {};
 }
 
@@ -420,7 +431,8 @@ Status Server::Impl::init() {
   if (!config_.endpoints.submit.connect) warnIfExposed("submit", endpoints.submit, curve_on);
   if (!config_.endpoints.cancel.connect) warnIfExposed("cancel", endpoints.cancel, curve_on);
   if (isPrefill()) {
-    MOCKER_TRY(handoff_, makeRouter(config_.endpoints.handoff, endpoints.handoff));
+    MOCKER_TRY(handoff_,
+               makeRouter(config_.endpoints.handoff, endpoints.handoff, kHandoffZapDomain));
     if (!config_.endpoints.handoff.connect) warnIfExposed("handoff", endpoints.handoff, curve_on);
   }
   const std::uint32_t dp = config_.engine.dp_size;
@@ -1305,7 +1317,9 @@ void Server::Impl::publishHandoffs(const engine::PassResult& pass) {
     const std::string client = route->client;
     const protocol::Handoff message{
         .id = route->id,
-        .ticket = {.source = endpoints.handoff,
+        .ticket = {.source = config_.endpoints.handoff_advertise.empty()
+                                 ? endpoints.handoff
+                                 : config_.endpoints.handoff_advertise,
                    .key = key,
                    .source_rank = t.source_dp_rank,
                    .block_size = t.block_size,
@@ -1469,6 +1483,7 @@ zmq::socket_t* Server::Impl::sourceSocket(const std::string& source) {
     zmq::socket_t s(context_, zmq::socket_type::dealer);
     s.set(zmq::sockopt::linger, static_cast<int>(config_.service.linger_ms));
     s.set(zmq::sockopt::maxmsgsize, config_.service.max_message_size);
+    makeCurveClient(s, handoff_client_);
     s.connect(source);
     return &sources_.emplace(source, std::move(s)).first->second;
   } catch (const zmq::error_t& e) {

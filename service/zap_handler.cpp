@@ -27,7 +27,14 @@ std::string z85(const zmq::message_t& key) {
 
 Result<std::unique_ptr<ZapHandler>> ZapHandler::start(zmq::context_t& context, std::string domain,
                                                       std::set<std::string> allowed_clients) {
-  std::unique_ptr<ZapHandler> h(new ZapHandler(std::move(domain), std::move(allowed_clients)));
+  std::map<std::string, std::set<std::string>> allowed;
+  allowed.emplace(std::move(domain), std::move(allowed_clients));
+  return start(context, std::move(allowed));
+}
+
+Result<std::unique_ptr<ZapHandler>> ZapHandler::start(
+    zmq::context_t& context, std::map<std::string, std::set<std::string>> allowed_by_domain) {
+  std::unique_ptr<ZapHandler> h(new ZapHandler(std::move(allowed_by_domain)));
   if (!h->stop_.valid()) return Error{ErrorCode::IoError, "ZAP handler: eventfd failed"};
   std::promise<Status> bound;
   auto bound_result = bound.get_future();
@@ -88,18 +95,19 @@ void ZapHandler::serve(zmq::socket_t& socket) {
     };
     if (req.size() >= 6 && frame(0) == "1.0") {
       const std::string address = frame(3);
-      if (frame(2) != domain_) {
+      const auto domain = allowed_.find(frame(2));
+      if (domain == allowed_.end()) {
         text = "unknown ZAP domain";
       } else if (frame(5) != "CURVE" || req.size() != 7) {
         text = "CURVE required";
-      } else if (const std::string key = z85(req[6]); allowed_.contains(key)) {
+      } else if (const std::string key = z85(req[6]); domain->second.contains(key)) {
         status = "200";
         text = "OK";
         user_id = key;
       } else {
         text = "client key not in the allow-list";
-        log->warn("CURVE handshake from {} refused: client key {} is not in the allow-list",
-                  address, key);
+        log->warn("CURVE handshake from {} refused: client key {} is not in the allow-list of {}",
+                  address, key, frame(2));
       }
     }
     (status == "200" ? accepted_ : refused_).fetch_add(1, std::memory_order_relaxed);

@@ -18,6 +18,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <set>
 #include <string>
@@ -36,6 +37,10 @@ class ZapHandler final {
   /// id; everything else is refused. `context` must outlive the handler.
   static Result<std::unique_ptr<ZapHandler>> start(zmq::context_t& context, std::string domain,
                                                    std::set<std::string> allowed_clients);
+  /// Same, with one allow-list per ZAP domain: a socket's domain (ZMQ_ZAP_DOMAIN) selects the
+  /// keys it accepts (a prefill worker's handoff socket accepts worker keys, not client keys).
+  static Result<std::unique_ptr<ZapHandler>> start(
+      zmq::context_t& context, std::map<std::string, std::set<std::string>> allowed_by_domain);
   ~ZapHandler();
   ZapHandler(const ZapHandler&) = delete;
   ZapHandler& operator=(const ZapHandler&) = delete;
@@ -45,12 +50,12 @@ class ZapHandler final {
   std::uint64_t numRefused() const { return refused_.load(std::memory_order_relaxed); }
 
  private:
-  ZapHandler(std::string domain, std::set<std::string> allowed_clients)
-      : domain_(std::move(domain)), allowed_(std::move(allowed_clients)) {}
+  explicit ZapHandler(std::map<std::string, std::set<std::string>> allowed_by_domain)
+      : allowed_(std::move(allowed_by_domain)) {}
   void serve(zmq::socket_t& socket);
 
-  const std::string domain_;
-  const std::set<std::string> allowed_;  // immutable once the thread runs
+  // Allow-list per ZAP domain; immutable once the thread runs.
+  const std::map<std::string, std::set<std::string>> allowed_;
   std::atomic<std::uint64_t> accepted_{0};
   std::atomic<std::uint64_t> refused_{0};
   StopEvent stop_;

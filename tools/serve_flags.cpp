@@ -95,6 +95,9 @@ const std::initializer_list<Group> kGroups = {
     {"--client-public-keys", "security.client_public_keys", "allow-listed client public keys, Z85, comma-separated"},
     {"--client-public-key-files", "security.client_public_key_files", "allow-listed client public key files, comma-separated"},
     {"--curve-publishers,!--no-curve-publishers", "security.curve_publishers", "CURVE on the kv_events and fpm PUBs too", true},
+    {"--worker-public-key-files", "security.worker_public_key_files", "prefill worker: decode workers' public key files allowed on the CURVE handoff socket, comma-separated"},
+    {"--worker-secret-key-file", "security.worker_secret_key_file", "decode worker: its Z85 secret key file toward prefill workers' handoff sockets (with --handoff-server-key-file)"},
+    {"--handoff-server-key-file", "security.handoff_server_key_file", "decode worker: the prefill workers' public key file (their server key) for CURVE on handoff fetches"},
   }},
   {"Endpoints ([endpoints.*]; every socket binds unless --X-connect)", {
     {"--submit-endpoint", "endpoints.submit.endpoint", "submit ROUTER"},
@@ -109,6 +112,7 @@ const std::initializer_list<Group> kGroups = {
     {"--fpm-connect,!--fpm-bind", "endpoints.fpm.connect", "connect the FPM PUB", true},
     {"--handoff-endpoint", "endpoints.handoff.endpoint", "prefill worker: handoff ROUTER for decode workers' kv_fetch / kv_release (named in each handoff ticket; default port 5561)"},
     {"--handoff-connect,!--handoff-bind", "endpoints.handoff.connect", "connect the handoff ROUTER", true},
+    {"--handoff-advertise", "endpoints.handoff.advertise", "prefill worker: tcp://HOST:PORT put into handoff tickets instead of the bound endpoint (required for a wildcard bind)"},
     {"--http-endpoint", "endpoints.http.endpoint", "HTTP /metrics, /health, /ready: HOST:PORT (port 0 = ephemeral)"},
     {"--http,!--no-http", "endpoints.http.enabled", "serve the HTTP endpoint", true},
   }},

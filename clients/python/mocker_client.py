@@ -347,8 +347,10 @@ FLEET_FILE_VERSION = 1
 
 FleetRank = collections.namedtuple("FleetRank", "dp_rank kv_events kv_replay fpm")
 FleetRank.__doc__ = "One DP rank's endpoints; None for a socket the worker does not open."
-FleetWorker = collections.namedtuple("FleetWorker", "worker_id submit cancel ranks")
-FleetWorker.__doc__ = "One worker: its id, submit and cancel endpoints, and its ranks (FleetRank)."
+FleetWorker = collections.namedtuple("FleetWorker", "worker_id submit cancel ranks handoff",
+                                     defaults=(None,))
+FleetWorker.__doc__ = ("One worker: its id, submit and cancel endpoints, its ranks (FleetRank) "
+                       "and its handoff endpoint (prefill workers; None otherwise).")
 Fleet = collections.namedtuple(
     "Fleet", "version mocker_version model_name engine_type block_size dp_size http workers")
 Fleet.__doc__ = "A fleet file: what the process serves, and its workers (FleetWorker)."
@@ -409,8 +411,9 @@ def load_fleet(path):
             out_ranks.append(FleetRank(r, text(rank, "kv_events", rw, True),
                                        text(rank, "kv_replay", rw, True),
                                        text(rank, "fpm", rw, True)))
+        handoff = text(w, "handoff", where, True) if "handoff" in w else None
         out.append(FleetWorker(uint(w, "worker_id", where), text(w, "submit", where),
-                               text(w, "cancel", where), out_ranks))
+                               text(w, "cancel", where), out_ranks, handoff))
     return Fleet(FLEET_FILE_VERSION, text(j, "mocker_version", ""), text(j, "model_name", ""),
                  text(j, "engine_type", ""), uint(j, "block_size", ""), dp_size,
                  text(j, "http", "", True), out)

@@ -1267,6 +1267,27 @@ class FleetTest(unittest.TestCase):
                 self.assertIn(needle, str(cm.exception))
                 self.assertIn(self.fleet_file, str(cm.exception))
 
+    def test_load_fleet_reads_the_optional_handoff_endpoint(self):
+        def fleet(handoff_json):
+            rank = '{"dp_rank": 0, "kv_events": null, "kv_replay": null, "fpm": null}'
+            return ('{"format": "mocker-fleet", "version": 1, "mocker_version": "x",'
+                    ' "model_name": "m", "engine_type": "vllm", "block_size": 64, "dp_size": 1,'
+                    ' "http": null, "workers": ['
+                    '{"worker_id": 0, "submit": "tcp://a:1", "cancel": "tcp://a:2",'
+                    ' "ranks": [%s]%s},'
+                    '{"worker_id": 1, "submit": "tcp://b:1", "cancel": "tcp://b:2",'
+                    ' "ranks": [%s]}]}' % (rank, handoff_json, rank))
+        with open(self.fleet_file, "w") as f:
+            f.write(fleet(', "handoff": "tcp://a:3"'))
+        workers = load_fleet(self.fleet_file).workers
+        self.assertEqual(workers[0].handoff, "tcp://a:3")
+        self.assertIsNone(workers[1].handoff)  # key absent: not a prefill worker
+        with open(self.fleet_file, "w") as f:
+            f.write(fleet(', "handoff": 5'))
+        with self.assertRaises(ValueError) as cm:
+            load_fleet(self.fleet_file)
+        self.assertIn("workers[0].handoff", str(cm.exception))
+
     def test_second_process_on_the_same_http_port_names_the_flag(self):
         first = Serve()
         try:

@@ -269,6 +269,33 @@ const std::vector<BadConfig> kBadConfigs = {
      "\n[engine]\nworker_type = \"prefill\"\n[endpoints.handoff]\nendpoint = "
      "\"tcp://127.0.0.1:5555\"\n",
      {"endpoints.handoff.endpoint", "5555"}},
+    {"HandoffWildcardBindWithoutAdvertise",
+     "\n[engine]\nworker_type = \"prefill\"\n[endpoints.handoff]\nendpoint = "
+     "\"tcp://0.0.0.0:5570\"\n",
+     {"endpoints.handoff.endpoint", "wildcard", "endpoints.handoff.advertise"}},
+    {"HandoffStarBindWithoutAdvertise",
+     "\n[engine]\nworker_type = \"prefill\"\n[endpoints.handoff]\nendpoint = "
+     "\"tcp://*:5570\"\n",
+     {"endpoints.handoff.endpoint", "wildcard", "endpoints.handoff.advertise"}},
+    {"HandoffAdvertiseWildcard",
+     "\n[engine]\nworker_type = \"prefill\"\n[endpoints.handoff]\nendpoint = "
+     "\"tcp://*:5570\"\nadvertise = \"tcp://0.0.0.0:5570\"\n",
+     {"endpoints.handoff.advertise", "connectable"}},
+    {"HandoffAdvertiseNotTcp",
+     "\n[engine]\nworker_type = \"prefill\"\n[endpoints.handoff]\nadvertise = \"ipc:///x\"\n",
+     {"endpoints.handoff.advertise", "tcp://HOST:PORT"}},
+    {"HandoffAdvertiseInAFleet",
+     "\n[engine]\nworker_type = \"prefill\"\n[endpoints.handoff]\nadvertise = "
+     "\"tcp://h:5570\"\n[fleet]\nnum_workers = 2\n",
+     {"endpoints.handoff.advertise", "fleet.num_workers"}},
+    {"WorkerKeyWithoutServerKey",
+     "\n[security]\nworker_secret_key_file = \"/x/d.key\"\n",
+     {"security.worker_secret_key_file", "security.handoff_server_key_file", "both or neither"}},
+    {"CurvePrefillWithoutWorkerKeys",
+     "\n[engine]\nworker_type = \"prefill\"\n[security]\ncurve = true\nserver_secret_key = "
+     "\"JTKVSB%%)wK0E.X)V>+}o?pNmC{O&4W4b!Ni{Lh6\"\nclient_public_keys = "
+     "[\"rq:rM>}U?@Lns47E1%kR.o@n%FcmmsL/@{H8]yf7\"]\n",
+     {"security.worker_public_key_files", "is empty"}},
     {"HandoffFetchTimeoutZero",
      "\n[service]\nhandoff_fetch_timeout_ms = 0\n",
      {"service.handoff_fetch_timeout_ms", "> 0"}},
@@ -1046,6 +1073,10 @@ TEST(ServiceConfigTest, EveryKeyHasAReader) {
       {"security.client_public_key_files",
        "security.cpp loadCurveServerKeys → ZapHandler allow-list"},
       {"security.curve_publishers", "server.cpp publisherSecurity (PUB sockets)"},
+      {"security.worker_public_key_files",
+       "security.cpp loadCurveServerKeys → ZapHandler handoff-domain allow-list"},
+      {"security.worker_secret_key_file", "security.cpp loadHandoffClientKeys → source DEALERs"},
+      {"security.handoff_server_key_file", "security.cpp loadHandoffClientKeys → source DEALERs"},
       {"service.linger_ms", "server.cpp (ZMQ_LINGER of every socket)"},
       {"endpoints.submit.endpoint", "server.cpp makeRouter"},
       {"endpoints.submit.connect", "server.cpp makeRouter"},
@@ -1061,6 +1092,7 @@ TEST(ServiceConfigTest, EveryKeyHasAReader) {
       {"endpoints.fpm.connect", "server.cpp → ZmqPubSink"},
       {"endpoints.handoff.endpoint", "server.cpp handoff ROUTER (prefill worker)"},
       {"endpoints.handoff.connect", "server.cpp handoff ROUTER (prefill worker)"},
+      {"endpoints.handoff.advertise", "server.cpp publishHandoffs (ticket source)"},
       {"kv_events.enabled", "server.cpp"},
       {"kv_events.replay_enabled", "server.cpp"},
       {"kv_events.topic", "server.cpp → KvEventPublisher"},
