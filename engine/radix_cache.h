@@ -81,6 +81,9 @@ class RadixCache final {
   /// eviction within it, least recently released first across paths) and unlocks every node.
   void releasePath(std::span<const NodeId> path);
 
+  /// Prefetches the index slot of `hash` ahead of an insert or match of it (a hint only).
+  void prefetch(BlockHash hash) const { index_.prefetch(hash.value()); }
+
   /// Sequence hash of a node.
   BlockHash hashOf(NodeId node) const { return at(node).hash; }
   std::uint32_t lockRef(NodeId node) const { return at(node).lock_ref; }
