@@ -71,7 +71,7 @@ void RadixCache::removeLeaf(NodeId n) {
 
 void RadixCache::allocatePrivate(std::uint32_t n, std::vector<KvEvent>& events) {
   MOCKER_CHECK(n <= num_free_ + num_evictable_);
-  while (num_free_ < n) evictOne(events);
+  if (num_free_ < n) evict(n - num_free_, events);
   num_free_ -= n;
   num_private_ += n;
 }
@@ -82,10 +82,36 @@ void RadixCache::freePrivate(std::uint32_t n) {
   num_free_ += n;
 }
 
-void RadixCache::evictOne(std::vector<KvEvent>& events) {
-  MOCKER_CHECK(!leaves_.empty());
-  const NodeId victim = leaves_.begin()->second;
-  leaves_.erase(leaves_.begin());
+void RadixCache::evict(std::uint32_t count, std::vector<KvEvent>& events) {
+  while (count > 0) {
+    MOCKER_CHECK(!leaves_.empty());
+    // The set node is taken out and reused for the leaf a victim's parent may become, so the
+    // common chain (a released path evicted leaf-first) allocates nothing.
+    auto handle = leaves_.extract(leaves_.begin());
+    NodeId victim = handle.value().second;
+    at(victim).in_leaves = false;
+    for (;;) {
+      const NodeId parent = removeNode(victim, events);
+      --count;
+      if (parent == kRoot) break;
+      Node& p = at(parent);
+      if (--p.num_children != 0 || p.lock_ref != 0) break;
+      // `parent` is now an unlocked leaf. If it is older than every leaf in the set it is the
+      // very next victim: evict it directly instead of passing it through the set.
+      const std::pair<std::uint64_t, NodeId> key{p.tick, parent};
+      if (count > 0 && (leaves_.empty() || key < *leaves_.begin())) {
+        victim = parent;
+        continue;
+      }
+      p.in_leaves = true;
+      handle.value() = key;
+      leaves_.insert(std::move(handle));
+      break;
+    }
+  }
+}
+
+RadixCache::NodeId RadixCache::removeNode(NodeId victim, std::vector<KvEvent>& events) {
   Node& v = at(victim);
   const BlockHash hash = v.hash;
   const NodeId parent = v.parent;
@@ -95,10 +121,7 @@ void RadixCache::evictOne(std::vector<KvEvent>& events) {
   free_slots_.push_back(victim);
   --num_evictable_;
   ++num_free_;
-  if (parent != kRoot) {
-    Node& p = at(parent);
-    if (--p.num_children == 0 && p.lock_ref == 0) addLeaf(parent);
-  }
+  return parent;
 }
 
 std::pair<RadixCache::NodeId, bool> RadixCache::insert(NodeId parent, BlockHash hash) {

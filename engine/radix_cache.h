@@ -18,7 +18,10 @@
 // set holds exactly the unlocked nodes without children; lock_ref(parent) >= lock_ref(child).
 //
 // Costs: match O(pages matched); lock/unlock O(1) + O(log n) leaf-set update; eviction
-// O(log n) per page. Not thread-safe; owned by one rank's SglangScheduler.
+// O(log n) per page, O(1) while it follows a chain: a victim's parent that becomes the oldest
+// unlocked leaf is evicted next without entering the leaf set (a released path — with page
+// size 1, one node per token — is evicted leaf-first this way). Not thread-safe; owned by one
+// rank's SglangScheduler.
 #pragma once
 
 #include <cstdint>
@@ -78,6 +81,9 @@ class RadixCache final {
   /// eviction within it, least recently released first across paths) and unlocks every node.
   void releasePath(std::span<const NodeId> path);
 
+  /// Prefetches the index slot of `hash` ahead of an insert or match of it (a hint only).
+  void prefetch(BlockHash hash) const { index_.prefetch(hash.value()); }
+
   /// Sequence hash of a node.
   BlockHash hashOf(NodeId node) const { return at(node).hash; }
   std::uint32_t lockRef(NodeId node) const { return at(node).lock_ref; }
@@ -114,7 +120,10 @@ class RadixCache final {
   void unlock(NodeId n);
   void addLeaf(NodeId n);
   void removeLeaf(NodeId n);
-  void evictOne(std::vector<KvEvent>& events);
+  /// Evicts `count` unlocked leaves, oldest (tick, id) first; one BlockRemoved each.
+  void evict(std::uint32_t count, std::vector<KvEvent>& events);
+  /// Drops unlocked leaf `victim` (already out of the leaf set); returns its parent.
+  NodeId removeNode(NodeId victim, std::vector<KvEvent>& events);
 
   std::uint32_t num_pages_;
   std::uint32_t num_free_;

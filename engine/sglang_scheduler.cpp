@@ -143,7 +143,14 @@ void SglangScheduler::publishPages(Req& r, std::vector<KvEvent>& events) {
   ensureHashes(r, full);
   // Newly created nodes form maximal runs of consecutive pages; one Stored per run.
   detail::StoredRuns runs(r, page_size_, events);
+  // With page size 1 every token is an index insert into a table far larger than the caches;
+  // prefetching a few pages ahead overlaps those memory waits.
+  constexpr std::uint32_t kPrefetchAhead = 8;
+  for (std::uint32_t i = first; i < std::min(full, first + kPrefetchAhead); ++i) {
+    cache_.prefetch(r.hashes[i]);
+  }
   for (std::uint32_t i = first; i < full; ++i) {
+    if (i + kPrefetchAhead < full) cache_.prefetch(r.hashes[i + kPrefetchAhead]);
     MOCKER_CHECK(r.private_pages > 0);
     const RadixCache::NodeId parent = i == 0 ? RadixCache::kRoot : r.path[i - 1];
     const auto [node, created] = cache_.insert(parent, r.hashes[i]);

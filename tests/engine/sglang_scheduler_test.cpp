@@ -9,6 +9,7 @@
 #include <set>
 
 #include "engine/block_hash.h"
+#include "engine/radix_cache.h"
 #include "engine/sglang_scheduler.h"
 #include "engine_harness.h"
 
@@ -551,6 +552,44 @@ TEST(TrtllmSchedulerTest, NoRecomputeOfLastBlockOnPartialHit) {
   const auto& p = h.step();
   EXPECT_EQ(p.admissions[0].reused_input_tokens, 16u);
   EXPECT_EQ(p.fpm.scheduled.sum_prefill_tokens, 2u);
+}
+
+// Eviction order when a victim's parent becomes a leaf: the parent is evicted next only if it is
+// then the oldest unlocked leaf (a chain); otherwise it waits in the leaf set behind older
+// leaves. Pins the order of the chain shortcut in RadixCache::evict.
+TEST(RadixCacheTest, ChainEvictionKeepsOldestLeafFirstOrder) {
+  RadixCache cache(5);
+  std::vector<KvEvent> events;
+  const auto build = [&](BlockHash first, BlockHash second) {
+    cache.allocatePrivate(2, events);
+    std::vector<RadixCache::NodeId> path;
+    path.push_back(cache.insert(RadixCache::kRoot, first).first);
+    path.push_back(cache.insert(path[0], second).first);
+    return path;
+  };
+  const auto a = build(BlockHash{11}, BlockHash{12});
+  const auto b = build(BlockHash{21}, BlockHash{22});
+  cache.releasePath(a);
+  cache.releasePath(b);
+  // Touch a's first page: it becomes the most recently used node, younger than all of b.
+  std::vector<RadixCache::NodeId> touch;
+  const std::vector<BlockHash> a0{BlockHash{11}};
+  cache.lockPath(a0, touch);
+  cache.releasePath(touch);
+  ASSERT_TRUE(events.empty());
+
+  const std::vector<std::uint32_t> no_locks;
+  cache.allocatePrivate(4, events);  // 1 free page + 3 evictions
+  EXPECT_TRUE(cache.checkInvariants(no_locks).has_value());
+  cache.allocatePrivate(1, events);
+  EXPECT_TRUE(cache.checkInvariants(no_locks).has_value());
+  std::vector<std::uint64_t> removed;
+  for (const KvEvent& e : events) removed.push_back(std::get<BlockRemoved>(e).block_hash);
+  // 12 (oldest leaf); its parent 11 is the youngest node, so it waits and 22 goes next; 22's
+  // parent 21 is then the oldest leaf, evicted in the same call (chain); 11 last.
+  EXPECT_EQ(removed, (std::vector<std::uint64_t>{12, 22, 21, 11}));
+  EXPECT_EQ(cache.numNodes(), 0u);
+  EXPECT_EQ(cache.numPrivate(), 5u);
 }
 
 }  // namespace
