@@ -597,6 +597,15 @@ TEST(ReplayCliTest, DisaggregatedUsageErrors) {
   EXPECT_EQ(r.code, 0) << r.err;
   r = with({"--prefill-config", bad});
   EXPECT_EQ(r.code, 2) << "needs --num-prefill-workers";
+  // A worker type without both roles would hand off to nobody (or refuse every request).
+  for (const char* type : {"prefill", "decode"}) {
+    r = with({"--worker-type", type});
+    EXPECT_EQ(r.code, 2) << type;
+    EXPECT_NE(r.err.find("worker_type: an aggregated replay runs aggregated workers (got '" +
+                         std::string(type) + "')"),
+              std::string::npos)
+        << r.err;
+  }
 }
 
 }  // namespace

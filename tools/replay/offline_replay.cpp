@@ -692,6 +692,15 @@ Result<OfflineReplayStats> runOfflineReplay(const Workload& workload,
     }
     num_prefill = d.num_prefill_workers;
   } else {
+    // A prefill worker alone would hold every request forever, a decode worker would refuse
+    // every fresh one: the roles exist only in pairs.
+    if (options.engine.worker_type != engine::WorkerType::Aggregated) {
+      return invalidArgument(
+          "worker_type: an aggregated replay runs aggregated workers (got '" +
+          std::string(engine::toString(options.engine.worker_type)) +
+          "'); a disaggregated replay is --num-prefill-workers P --num-decode-workers D, which "
+          "sets each role's worker type");
+    }
     MOCKER_TRY_VOID(add(options.engine, options.num_workers, ""));
   }
   if (workload.sessions.empty()) return OfflineReplayStats{};
