@@ -147,6 +147,7 @@ TEST(DisaggCurveTest, OnlyAllowListedWorkerKeysFetchFromACurvePrefillWorker) {
   const Stream later = decode(d, "d2", h2->ticket);
   EXPECT_EQ(later.finish, FinishReason::Length) << later.reason;
   EXPECT_EQ(later.tokens.size(), 3u);
+  p.stop();  // the counters are the loop thread's: read them once it has ended
   EXPECT_EQ(p.server().counters().kv_fetches_ready, 2u);
 }
 

@@ -248,7 +248,11 @@ TEST(ServerTest, SlowReaderIsCancelledOthersUnaffected) {
 }
 
 TEST(ServerTest, DisconnectedClientHasItsRequestsCancelled) {
-  LiveService svc(TestConfig().paced(1, 1).build());
+  // 50 ms decode passes: the client that never reads must not reach the backpressure bound
+  // (its pipe full, then max_buffered_outputs more) before the observer has seen its three
+  // streams running. With 1 ms passes a slow (TSan) run saw them cancelled for backpressure
+  // first, and waited for "running == 3" in vain.
+  LiveService svc(TestConfig().paced(1, 50).build());
   auto observer = svc.client();
   {
     auto gone = svc.client();
