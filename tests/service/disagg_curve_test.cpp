@@ -13,6 +13,7 @@
 #include <zmq.hpp>
 
 #include "service/security.h"
+#include "tests/service/disagg_test_util.h"
 #include "tests/service/live_service.h"
 
 namespace mocker::service {
@@ -20,8 +21,6 @@ namespace {
 
 using namespace std::chrono_literals;
 using protocol::FinishReason;
-using testing::awaitAck;
-using testing::awaitMessage;
 using testing::collect;
 using testing::kSlowdown;
 using testing::LiveService;
@@ -52,27 +51,14 @@ class KeyDir {
 };
 
 ServiceConfig worker(engine::WorkerType type) {
-  ServiceConfig c = TestConfig().paced(5, 1).build();
-  c.engine.worker_type = type;
-  c.engine.kv_bytes_per_token = 1000;
-  c.engine.kv_transfer_bandwidth_gbps = 1.0;
-  c.endpoints.handoff.endpoint = "tcp://127.0.0.1:*";
-  return c;
+  return testing::disaggWorker(type, /*prefill_ms=*/5, /*decode_ms=*/1,
+                               /*kv_bytes_per_token=*/1000);
 }
 
-protocol::SubmitRequest request(const std::string& id) {
-  return {.id = id, .prompt = prompt(20), .max_tokens = 3};
-}
+protocol::SubmitRequest request(const std::string& id) { return testing::disaggRequest(id, 3); }
 
 std::optional<protocol::Handoff> prefill(Client& client, const std::string& id) {
-  EXPECT_TRUE(client.submit(request(id)).has_value());
-  std::map<std::string, Stream> streams;
-  std::vector<protocol::ClientMessage> others;
-  EXPECT_TRUE(awaitAck(client, id, streams, &others));
-  for (auto& m : others) {
-    if (auto* h = std::get_if<protocol::Handoff>(&m)) return *h;
-  }
-  return awaitMessage<protocol::Handoff>(client, 10s * kSlowdown);
+  return testing::prefillHop(client, id, 3);
 }
 
 /// Submits `ticket` to decode worker `d` and collects its stream.

@@ -14,6 +14,7 @@
 
 #include "protocol/client.h"
 #include "protocol/limits.h"
+#include "tests/service/disagg_test_util.h"
 #include "tests/service/live_service.h"
 #include "tests/service/serve_process.h"
 
@@ -34,36 +35,22 @@ using testing::Stream;
 using testing::TestConfig;
 using Clock = std::chrono::steady_clock;
 
-constexpr std::uint32_t kPrompt = 20;  // 5 blocks of 4
+constexpr std::uint32_t kPrompt = testing::kDisaggPrompt;  // 5 blocks of 4
 // 1 ms of modelled transfer per token: 1e6 bytes per token at 1 GB/s.
 constexpr double kTransferMsPerToken = 1.0;
 
 ServiceConfig workerConfig(engine::WorkerType type, double prefill_ms = 10, double decode_ms = 2) {
-  ServiceConfig c = TestConfig().paced(prefill_ms, decode_ms).build();
-  c.engine.worker_type = type;
-  c.engine.kv_bytes_per_token = 1000000;
-  c.engine.kv_transfer_bandwidth_gbps = 1.0;
-  c.endpoints.handoff.endpoint = "tcp://127.0.0.1:*";
-  return c;
+  return testing::disaggWorker(type, prefill_ms, decode_ms);
 }
 
 protocol::SubmitRequest request(const std::string& id, std::uint32_t max_tokens = 4) {
-  return {.id = id, .prompt = prompt(kPrompt), .max_tokens = max_tokens};
+  return testing::disaggRequest(id, max_tokens);
 }
 
 /// Submits `id` to the prefill worker and returns its handoff (after the ack).
 std::optional<protocol::Handoff> prefill(Client& client, const std::string& id,
                                          std::uint32_t max_tokens = 4) {
-  EXPECT_TRUE(client.submit(request(id, max_tokens)).has_value());
-  std::map<std::string, Stream> streams;
-  std::vector<protocol::ClientMessage> others;
-  EXPECT_TRUE(awaitAck(client, id, streams, &others));
-  for (auto& m : others) {
-    if (auto* h = std::get_if<protocol::Handoff>(&m)) return *h;
-  }
-  auto h = awaitMessage<protocol::Handoff>(client, 10s * kSlowdown);
-  EXPECT_TRUE(streams[id].tokens.empty()) << "a prefill worker sends no output tokens";
-  return h;
+  return testing::prefillHop(client, id, max_tokens);
 }
 
 protocol::SubmitRequest withTicket(const std::string& id, const protocol::HandoffTicket& t,
