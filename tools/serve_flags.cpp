@@ -194,8 +194,11 @@ Status applyVllmKvEventsConfig(const std::string& text, service::ServiceConfig& 
     return {};
   };
   for (const auto& [field, value] : j.items()) {
-    const auto* spec = std::find_if(std::begin(kVllmKvEventsFields), std::end(kVllmKvEventsFields),
-                                    [&](const VllmKvEventsField& f) { return field == f.name; });
+    // A named copy: clang 14 cannot capture a structured binding in a lambda.
+    const std::string& field_name = field;
+    const auto* spec =
+        std::find_if(std::begin(kVllmKvEventsFields), std::end(kVllmKvEventsFields),
+                     [&](const VllmKvEventsField& f) { return field_name == f.name; });
     if (spec == std::end(kVllmKvEventsFields)) {
       return invalidArgument(std::string(kFlag) + ": unknown or unsupported field '" + field + "'" +
                              didYouMean(field, names) + "; mocker takes " +

@@ -1,9 +1,13 @@
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <memory>
+#include <optional>
 #include <string>
 #include <unordered_set>
+#include <vector>
 
+#include "base/closest_name.h"
 #include "base/result.h"
 #include "base/strong_id.h"
 
@@ -75,3 +79,92 @@ TEST(StrongIdTest, ComparesAndHashesByValue) {
 
 }  // namespace
 }  // namespace mocker
+
+namespace {
+
+// closestName without its length-gap shortcut: every candidate aligned in full.
+std::optional<std::string> closestNameByFullAlignment(std::string_view name,
+                                                      const std::vector<std::string>& candidates) {
+  const std::size_t limit = std::max<std::size_t>(2, name.size() / 3);
+  std::optional<std::string> best;
+  std::size_t best_distance = limit + 1;
+  for (const std::string& c : candidates) {
+    if (c == name) continue;
+    std::size_t d = mocker::editDistance(name, c);
+    if (name.size() >= 4 && c.size() > name.size() && c.compare(0, name.size(), name) == 0) {
+      d = std::min(d, limit);
+    }
+    if (d < best_distance) {
+      best_distance = d;
+      best = c;
+    }
+  }
+  return best;
+}
+
+}  // namespace
+
+TEST(ClosestNameTest, SuggestsTyposTranspositionsAndTruncations) {
+  const std::vector<std::string> flags{"--num-gpu-blocks", "--block-size", "--max-num-seqs"};
+  EXPECT_EQ(mocker::closestName("--num-gpu-block", flags), "--num-gpu-blocks");
+  EXPECT_EQ(mocker::closestName("--blokc-size", flags), "--block-size");
+  EXPECT_EQ(mocker::closestName("--num-gpu", flags), "--num-gpu-blocks");
+  EXPECT_EQ(mocker::closestName("--speculative", flags), std::nullopt);
+  EXPECT_EQ(mocker::closestName(std::string(4096, 'k'), flags), std::nullopt);
+  EXPECT_EQ(mocker::didYouMean("--block-sise", flags), " (did you mean '--block-size'?)");
+  EXPECT_EQ(mocker::didYouMean("--nothing-like-it", flags), "");
+}
+
+TEST(ClosestNameTest, SkippingByLengthGapChangesNoAnswer) {
+  const std::vector<std::string> keys{"a",
+                                      "ab",
+                                      "abc",
+                                      "block_size",
+                                      "block_sizes",
+                                      "num_gpu_blocks",
+                                      "max_num_seqs",
+                                      "seed",
+                                      "speedup_ratio",
+                                      "endpoints",
+                                      "kv_events",
+                                      "x"};
+  std::vector<std::string> names{"",
+                                 "a",
+                                 "b",
+                                 "ac",
+                                 "abd",
+                                 "blok_size",
+                                 "block",
+                                 "blocksize",
+                                 "num_gpu",
+                                 "num_gpu_block",
+                                 "max_num_seq",
+                                 "sed",
+                                 "speed",
+                                 "speedup",
+                                 "endpoint",
+                                 "kv_event",
+                                 "kvevents",
+                                 "zzzzzzzzzzzz"};
+  for (const auto& k : keys) {  // every key with each of its characters dropped, doubled, swapped
+    for (std::size_t i = 0; i < k.size(); ++i) {
+      names.push_back(k.substr(0, i) + k.substr(i + 1));
+      names.push_back(k.substr(0, i + 1) + k.substr(i));
+      if (i + 1 < k.size()) {
+        std::string swapped = k;
+        std::swap(swapped[i], swapped[i + 1]);
+        names.push_back(swapped);
+      }
+    }
+  }
+  for (const auto& name : names) {
+    EXPECT_EQ(mocker::closestName(name, keys), closestNameByFullAlignment(name, keys)) << name;
+    for (const auto& k : keys) {
+      const std::size_t full = mocker::editDistance(name, k);
+      for (std::size_t bound = 0; bound <= 14; ++bound) {
+        EXPECT_EQ(mocker::editDistance(name, k, bound), std::min(full, bound + 1))
+            << name << " / " << k << " bound " << bound;
+      }
+    }
+  }
+}
