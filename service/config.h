@@ -118,10 +118,11 @@ struct LiveConfig {
 /// `[limits]`: what one client, and all clients together, may hold in the service. A submit
 /// over a limit is answered with an `error` naming the limit (protocol/README.md).
 struct LimitsConfig {
-  std::uint32_t max_requests_per_client = 100000;  ///< in-flight requests of one client, >= 1
-  std::uint32_t max_requests = 1000000;            ///< in-flight requests in total, >= 1
-  std::uint32_t max_clients = 10000;               ///< clients with live state, >= 1
-  std::uint32_t max_request_tokens = 16777216;     ///< prompt + output tokens per request, >= 1
+  std::uint32_t max_requests_per_client =
+      100000;  ///< in-flight requests of one client (routing id; with CURVE its key), >= 1
+  std::uint32_t max_requests = 1000000;         ///< in-flight requests in total, >= 1
+  std::uint32_t max_clients = 10000;            ///< clients with live state, >= 1
+  std::uint32_t max_request_tokens = 16777216;  ///< prompt + output tokens per request, >= 1
   friend bool operator==(const LimitsConfig&, const LimitsConfig&) = default;
 };
 

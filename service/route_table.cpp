@@ -11,12 +11,16 @@ namespace mocker::service {
 
 Route& RouteTable::open(const std::string& client, const std::string& request_id,
                         engine::RequestId id, std::uint32_t rank, bool delimiter,
-                        std::uint32_t buffer_cap) {
+                        std::uint32_t buffer_cap, const std::string& principal) {
   // Strong guarantee: an allocation failure (std::bad_alloc) leaves the table unchanged.
   const auto [owner_it, new_client] = clients_.try_emplace(client);
   ClientEntry& owner = owner_it->second;
+  MOCKER_CHECK(new_client || owner.principal == principal);
   Route* route = nullptr;
+  std::uint64_t* principal_routes = nullptr;
   try {
+    if (new_client) owner.principal = principal;
+    if (!principal.empty()) principal_routes = &routes_per_principal_[principal];
     Route fresh{.client = client, .id = request_id, .rank = rank, .owner = &owner};
     fresh.buffer_cap = buffer_cap;
     const auto [it, inserted] = routes_.emplace(id, std::move(fresh));
@@ -30,11 +34,15 @@ Route& RouteTable::open(const std::string& client, const std::string& request_id
       throw;
     }
   } catch (const std::bad_alloc&) {
+    if (principal_routes != nullptr && *principal_routes == 0) {
+      routes_per_principal_.erase(principal);
+    }
     if (new_client) clients_.erase(owner_it);
     throw;
   }
   owner.delimiter = delimiter;
   ++owner.num_routes;
+  if (principal_routes != nullptr) ++*principal_routes;
   return *route;
 }
 
@@ -100,7 +108,16 @@ void RouteTable::erase(std::unordered_map<engine::RequestId, Route>::iterator it
   const auto c = clients_.find(it->second.client);
   routes_.erase(it);
   --owner.num_routes;
+  dropPrincipalRoutes(owner.principal, 1);
   eraseClientIfIdle(c);
+}
+
+void RouteTable::dropPrincipalRoutes(const std::string& principal, std::uint64_t n) {
+  if (principal.empty() || n == 0) return;
+  const auto it = routes_per_principal_.find(principal);
+  MOCKER_CHECK(it != routes_per_principal_.end() && it->second >= n);
+  it->second -= n;
+  if (it->second == 0) routes_per_principal_.erase(it);
 }
 
 void RouteTable::eraseClientIfIdle(std::unordered_map<std::string, ClientEntry>::iterator it) {
@@ -165,6 +182,7 @@ std::vector<RemovedRoute> RouteTable::removeClient(const std::string& client) {
     it = by_key_.erase(it);
   }
   num_queued_ -= c->second.queue.size();
+  dropPrincipalRoutes(c->second.principal, c->second.num_routes);
   clients_.erase(c);
   std::sort(active.begin(), active.end(),
             [](const RemovedRoute& a, const RemovedRoute& b) { return a.id < b.id; });
@@ -186,6 +204,7 @@ void RouteTable::clear() {
   routes_.clear();
   by_key_.clear();
   clients_.clear();
+  routes_per_principal_.clear();
   num_queued_ = 0;
 }
 
@@ -278,6 +297,14 @@ Status RouteTable::checkInvariants() const {
   if (num_queued != num_queued_) {
     return fail(std::to_string(num_queued) + " queued items, counter " +
                 std::to_string(num_queued_));
+  }
+  // 2. Each principal's count is the sum over its entries.
+  std::unordered_map<std::string, std::uint64_t> per_principal;
+  for (const auto& [client, entry] : clients_) {
+    if (!entry.principal.empty()) per_principal[entry.principal] += entry.num_routes;
+  }
+  if (per_principal != routes_per_principal_) {
+    return fail("routes per principal do not sum over the principals' client entries");
   }
   for (const auto& [id, route] : routes_) {
     const Seen s = seen.count(id) ? seen.at(id) : Seen{};

@@ -21,7 +21,7 @@
 //   1. every route is reachable by its key and its engine id, and by nothing else;
 //   2. a client entry exists iff it has a route; its num_routes counts its routes, and every
 //      route's `owner` points at its client's entry; every queued item belongs to an open route
-//      of that client;
+//      of that client; each non-empty principal's route count is the sum over its entries;
 //   3. per route, in its client's queue: at most one Ack, before any of its outputs; its
 //      outputs continue each other (index = previous index + previous tokens) and end at
 //      `delivered`; their signals sum to `buffered` ≤ buffer_cap; the last one has a finish
@@ -117,11 +117,14 @@ class RouteTable final {
   RouteTable(const RouteTable&) = delete;
   RouteTable& operator=(const RouteTable&) = delete;
 
-  /// Opens an Active route. REQUIRES: !findByKey(client, request_id) and `id` not in the table.
-  /// May throw std::bad_alloc, and then leaves the table unchanged.
+  /// Opens an Active route. `principal` is the client's CURVE public key ("" without CURVE),
+  /// recorded on a new client entry. REQUIRES: !findByKey(client, request_id), `id` not in the
+  /// table, and an existing entry of `client` has this principal. May throw std::bad_alloc, and
+  /// then leaves the table unchanged.
   Route& open(const std::string& client, const std::string& request_id, engine::RequestId id,
               std::uint32_t rank, bool delimiter,
-              std::uint32_t buffer_cap = std::numeric_limits<std::uint32_t>::max());
+              std::uint32_t buffer_cap = std::numeric_limits<std::uint32_t>::max(),
+              const std::string& principal = std::string());
 
   /// The route of engine request `id`, or nullptr. Stable until that route is closed.
   Route* find(engine::RequestId id) {
@@ -177,6 +180,12 @@ class RouteTable final {
     const auto it = clients_.find(client);
     return it == clients_.end() ? std::string() : it->second.principal;
   }
+  /// Routes of every client entry whose principal is `principal` (a CURVE key's requests in
+  /// flight across all its routing ids). REQUIRES: principal is not empty.
+  std::uint64_t routesOfPrincipal(const std::string& principal) const {
+    const auto it = routes_per_principal_.find(principal);
+    return it == routes_per_principal_.end() ? 0 : it->second;
+  }
   /// Clients whose connection_fd is `fd`, ascending.
   std::vector<std::string> clientsOnConnection(int fd) const;
 
@@ -194,6 +203,8 @@ class RouteTable final {
  private:
   using Key = std::pair<std::string, std::string>;
   void eraseClientIfIdle(std::unordered_map<std::string, ClientEntry>::iterator it);
+  // `n` routes of clients with `principal` are gone (no-op for the empty principal).
+  void dropPrincipalRoutes(const std::string& principal, std::uint64_t n);
   // Removes a route that has nothing queued (and its client entry with its last route).
   void erase(std::unordered_map<engine::RequestId, Route>::iterator it);
 
@@ -201,6 +212,8 @@ class RouteTable final {
   std::unordered_map<engine::RequestId, Route> routes_;
   std::map<Key, engine::RequestId> by_key_;  // ordered: a client's routes are one range
   std::unordered_map<std::string, ClientEntry> clients_;
+  // Routes per non-empty principal, present iff positive (invariant 2 checks the counts).
+  std::unordered_map<std::string, std::uint64_t> routes_per_principal_;
   std::size_t num_queued_ = 0;  // queued items across all clients
   std::vector<std::string> owed_scratch_;
 };

@@ -258,7 +258,8 @@ class Server::Impl {
   void warnIfExposed(const std::string& what, const std::string& endpoint, bool curve_on,
                      bool publisher = false) const;
   /// The limit a submit would break, as the error to answer it with; nullopt if none.
-  std::optional<Error> limitBroken(const std::string& client, const protocol::SubmitRequest& req);
+  std::optional<Error> limitBroken(const std::string& client, const Peer& peer,
+                                   const protocol::SubmitRequest& req);
   SendOutcome sendTo(zmq::socket_t& socket, const std::string& client, bool delimiter,
                      std::vector<std::byte>&& payload);
   void reply(zmq::socket_t& socket, const RoutedEnvelope& to, const ClientMessage& message);
@@ -753,7 +754,7 @@ std::uint32_t Server::Impl::chooseRank() const {
   return best;
 }
 
-std::optional<Error> Server::Impl::limitBroken(const std::string& client,
+std::optional<Error> Server::Impl::limitBroken(const std::string& client, const Peer& peer,
                                                const protocol::SubmitRequest& req) {
   const LimitsConfig& lim = config_.limits;
   const std::uint64_t output =
@@ -772,11 +773,18 @@ std::optional<Error> Server::Impl::limitBroken(const std::string& client,
                      " clients already have requests in flight (limit " +
                      std::to_string(lim.max_clients) + ")"};
   }
-  if (entry != nullptr && entry->num_routes >= lim.max_requests_per_client) {
+  // With CURVE the client is its key, whatever routing ids it uses; without, its routing id.
+  const std::uint64_t client_routes = !peer.principal.empty()
+                                          ? routes_.routesOfPrincipal(peer.principal)
+                                      : entry != nullptr ? entry->num_routes
+                                                         : 0;
+  if (client_routes >= lim.max_requests_per_client) {
     return Error{ErrorCode::ResourceExhausted,
-                 "limits.max_requests_per_client: this client already has " +
-                     std::to_string(entry->num_routes) + " requests in flight (limit " +
-                     std::to_string(lim.max_requests_per_client) + ")"};
+                 "limits.max_requests_per_client: this client " +
+                     std::string(peer.principal.empty() ? "" : "(its CURVE key) ") +
+                     "already has " + std::to_string(client_routes) +
+                     " requests in flight (limit " + std::to_string(lim.max_requests_per_client) +
+                     ")"};
   }
   if (routes_.numRoutes() >= lim.max_requests) {
     return Error{ErrorCode::ResourceExhausted,
@@ -790,7 +798,7 @@ void Server::Impl::handleSubmit(const RoutedEnvelope& from, const Peer& peer,
                                 protocol::SubmitRequest&& req) {
   ++counters.submits;
   const std::string client(from.routing_id);
-  if (auto broken = limitBroken(client, req)) {
+  if (auto broken = limitBroken(client, peer, req)) {
     ++counters.rejected_submits;
     ++counters.limit_rejections;
     reply(submit_, from, protocol::ErrorReply{broken->code, std::move(broken->message), req.id});
@@ -852,7 +860,7 @@ void Server::Impl::handleSubmit(const RoutedEnvelope& from, const Peer& peer,
       1, std::min<std::uint64_t>(config_.service.max_buffered_outputs, output_len)));
   ClientEntry* opened = nullptr;
   try {
-    opened = routes_.open(client, req.id, *id, rank, from.delimiter, cap).owner;
+    opened = routes_.open(client, req.id, *id, rank, from.delimiter, cap, peer.principal).owner;
   } catch (const std::bad_alloc&) {
     (void)engine_.cancel(*id);  // both unchanged: the caller refuses with resource_exhausted
     throw;
@@ -869,7 +877,6 @@ void Server::Impl::handleSubmit(const RoutedEnvelope& from, const Peer& peer,
     }
   }
   ClientEntry& owner = *opened;
-  owner.principal = peer.principal;
   owner.connection_fd = peer.connection_fd;
   unprobed_bytes_ += cost;
   Rank& woken = ranks_[rank];

@@ -84,7 +84,7 @@ const std::initializer_list<Group> kGroups = {
     {"--max-handoff-sources", "service.max_handoff_sources", "decode worker: distinct prefill workers it connects to (>= 1)"},
   }},
   {"Limits ([limits]; a submit over one is answered with an error naming it)", {
-    {"--max-requests-per-client", "limits.max_requests_per_client", "in-flight requests of one client (>= 1)"},
+    {"--max-requests-per-client", "limits.max_requests_per_client", "in-flight requests of one client: routing id, with CURVE its key (>= 1)"},
     {"--max-requests", "limits.max_requests", "in-flight requests in total (>= 1)"},
     {"--max-clients", "limits.max_clients", "clients with requests in flight (>= 1)"},
     {"--max-request-tokens", "limits.max_request_tokens", "prompt + output tokens of one request (>= 1)"},

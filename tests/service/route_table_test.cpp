@@ -230,6 +230,36 @@ TEST(RouteTableTest, EndAllQueuesATerminalForEveryActiveStreamAfterWhatIsOwed) {
 
 // The invariants hold after every operation of a long random sequence, and the table agrees
 // with a plain model of it (which routes exist, in which state, and how much is owed).
+TEST(RouteTableTest, RoutesOfAPrincipalCountEveryRoutingIdOfItsKey) {
+  RouteTable t;
+  t.open("alice-1", "r1", rid(1), 0, false, 8, "key-a");
+  t.open("alice-2", "r1", rid(2), 0, false, 8, "key-a");
+  t.open("alice-2", "r2", rid(3), 0, false, 8, "key-a");
+  t.open("bob", "r1", rid(4), 0, false, 8, "key-b");
+  t.open("plain", "r1", rid(5), 0, false);
+  expectValid(t, "opens");
+  EXPECT_EQ(t.routesOfPrincipal("key-a"), 3u);
+  EXPECT_EQ(t.routesOfPrincipal("key-b"), 1u);
+  EXPECT_EQ(t.routesOfPrincipal("key-c"), 0u);
+  EXPECT_EQ(t.findClient("alice-2")->principal, "key-a");
+  EXPECT_EQ(t.findClient("plain")->principal, "");
+  t.close(rid(2));
+  expectValid(t, "close");
+  EXPECT_EQ(t.routesOfPrincipal("key-a"), 2u);
+  // A settled terminal closes its route too.
+  t.oweTerminal(rid(1), FinishReason::Cancelled, "cancelled");
+  t.settle("alice-1", 1);
+  expectValid(t, "settle");
+  EXPECT_EQ(t.routesOfPrincipal("key-a"), 1u);
+  EXPECT_EQ(t.removeClient("alice-2").size(), 1u);
+  expectValid(t, "removeClient");
+  EXPECT_EQ(t.routesOfPrincipal("key-a"), 0u);
+  EXPECT_EQ(t.routesOfPrincipal("key-b"), 1u);
+  t.clear();
+  expectValid(t, "clear");
+  EXPECT_EQ(t.routesOfPrincipal("key-b"), 0u);
+}
+
 TEST(RouteTableTest, InvariantsHoldThroughARandomSequence) {
   struct ModelRoute {
     std::string client;
@@ -239,6 +269,9 @@ TEST(RouteTableTest, InvariantsHoldThroughARandomSequence) {
   };
   std::mt19937_64 rng(20240611);
   const std::vector<std::string> clients = {"A", "B", "C", "AB"};
+  // Their CURVE keys: A and AB share one, B has none.
+  const std::map<std::string, std::string> principal = {
+      {"A", "key-1"}, {"B", ""}, {"C", "key-2"}, {"AB", "key-1"}};
   RouteTable t(10ms);
   std::map<std::uint64_t, ModelRoute> model;
   std::uint64_t next_id = 1;
@@ -263,7 +296,7 @@ TEST(RouteTableTest, InvariantsHoldThroughARandomSequence) {
         op = "open";
         if (!t.findByKey(client, req)) {
           t.open(client, req, rid(next_id), static_cast<std::uint32_t>(pick(2)), pick(2) == 1,
-                 /*buffer_cap=*/static_cast<std::uint32_t>(1 + pick(6)));
+                 /*buffer_cap=*/static_cast<std::uint32_t>(1 + pick(6)), principal.at(client));
           model[next_id++] = {client, req, false, true};
         }
         break;
