@@ -244,6 +244,20 @@ void MetricsRecorder::onAbort(engine::RequestId id, double now_ms) {
   requests_.erase(it);
 }
 
+void MetricsRecorder::onHandoff(engine::RequestId id, double prefill_end_ms) {
+  const auto it = requests_.find(id);
+  if (it == requests_.end()) return;
+  Timeline& t = it->second;
+  if (t.first_token_ms < 0) {
+    RankMetrics& m = snapshot_.ranks[t.rank];
+    t.first_token_ms = prefill_end_ms;
+    m.prompt_tokens += t.prompt_tokens;
+    m.time_to_first_token.observe(seconds(prefill_end_ms - t.arrival_ms));
+  }
+  finish(t, FinishedReason::Length, prefill_end_ms);
+  requests_.erase(it);
+}
+
 void MetricsRecorder::finish(const Timeline& t, FinishedReason reason, double end_ms) {
   RankMetrics& m = snapshot_.ranks[t.rank];
   ++m.request_success[static_cast<std::size_t>(reason)];

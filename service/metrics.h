@@ -127,6 +127,11 @@ class MetricsRecorder final {
   void onOutput(std::uint32_t rank, const engine::OutputSignal& s, bool delivered);
   /// A request left the engine early (cancel, backpressure, client gone, shutdown) at `now_ms`.
   void onAbort(engine::RequestId id, double now_ms);
+  /// Prefill worker: request `id`'s prefill ended at `prefill_end_ms` and its handoff reached
+  /// the client. Like vLLM's prefill instance (a max_tokens = 1 request), it finishes `length`
+  /// there: time to first token and end-to-end latency end at the prefill, its prompt tokens
+  /// count. Holding its KV until the decode side fetches it changes nothing more here.
+  void onHandoff(engine::RequestId id, double prefill_end_ms);
 
   /// The snapshot with the gauges of `load` (one per rank) and the service counters.
   const MetricsSnapshot& snapshot(std::span<const engine::LoadMetrics> load,

@@ -70,6 +70,10 @@ class MetricsPublisher final {
     recorder_.onAbort(id, now_ms);
     changed_ = true;
   }
+  void onHandoff(engine::RequestId id, double prefill_end_ms) {
+    recorder_.onHandoff(id, prefill_end_ms);
+    changed_ = true;
+  }
   void setPhase(LoopPhase phase) { board_.setPhase(phase); }
 
   /// One loop turn at `now`: publishes and logs what is due; the next time the loop must wake

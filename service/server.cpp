@@ -1343,6 +1343,7 @@ void Server::Impl::publishHandoffs(const engine::PassResult& pass) {
       if (outcome == SendOutcome::Sent) {
         RouteTable::noteRoutable(owner);
         ++counters.handoffs_sent;
+        metrics_.onHandoff(t.source_id, t.prefill_end_ms);
         continue;
       }
     }

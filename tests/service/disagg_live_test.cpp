@@ -15,6 +15,7 @@
 #include "protocol/client.h"
 #include "protocol/limits.h"
 #include "tests/service/disagg_test_util.h"
+#include "tests/service/http_probe.h"
 #include "tests/service/live_service.h"
 #include "tests/service/serve_process.h"
 
@@ -199,6 +200,49 @@ TEST(DisaggLiveTest, CancelOnThePrefillWorkerBeforeAndAfterTheHandoff) {
                                             " holds no KV"))
       << ds.at("d").reason;
   EXPECT_TRUE(ds.at("d").tokens.empty());
+}
+
+// /metrics of a prefill worker: a handed-off request finishes `length` at its prefill, as vLLM's
+// prefill instance counts its max_tokens = 1 request — one time to first token, its prompt
+// tokens, no generation token — and releasing its KV later (here a cancel of the held request)
+// does not count it again as `abort`.
+TEST(DisaggLiveTest, PrefillWorkerMetricsCountAHandoffAsLengthAtThePrefill) {
+  LiveService p(testing::withHttp(workerConfig(engine::WorkerType::Prefill, /*prefill_ms=*/20)));
+  auto pc = p.client();
+  ASSERT_TRUE(prefill(*pc, "a").has_value());
+  ASSERT_TRUE(prefill(*pc, "b").has_value());
+  ASSERT_TRUE(pc->send(protocol::CancelRequest{.id = "a"}).has_value());
+  const auto r = awaitMessage<protocol::CancelReply>(*pc);
+  ASSERT_TRUE(r.has_value());
+  EXPECT_EQ(r->result, protocol::CancelResult::Applied);
+  EXPECT_EQ(held(*pc), 1u);
+
+  auto http = testing::httpClient(p.endpoints().http);
+  const std::string r0 = R"({model_name="mocker",engine="0")";
+  const auto count = [&](const std::string& text, const std::string& series) {
+    return testing::sample(text, series + r0 + "}");
+  };
+  const auto finished = [&](const std::string& text, const char* reason) {
+    return testing::sample(
+        text, "vllm:request_success_total" + r0 + ",finished_reason=\"" + reason + "\"}");
+  };
+  std::string text;
+  ASSERT_TRUE(testing::pollUntil(
+      http, "/metrics",
+      [&](int status, const std::string& body) {
+        return status == 200 && finished(body, "length") == 2;
+      },
+      5s * kSlowdown, &text))
+      << text;
+  EXPECT_EQ(finished(text, "abort"), 0) << text;
+  EXPECT_EQ(count(text, "vllm:time_to_first_token_seconds_count"), 2);
+  // Arrival to the end of a 20 ms prefill pass, for each (the pass is anchored at the arrival
+  // the engine saw, microseconds before the one /metrics records).
+  EXPECT_GE(count(text, "vllm:time_to_first_token_seconds_sum"), 2 * 0.019);
+  EXPECT_EQ(count(text, "vllm:e2e_request_latency_seconds_count"), 2);
+  EXPECT_EQ(count(text, "vllm:prompt_tokens_total"), 2.0 * kPrompt);
+  EXPECT_EQ(count(text, "vllm:generation_tokens_total"), 0);
+  EXPECT_EQ(count(text, "vllm:inter_token_latency_seconds_count"), 0);
 }
 
 // Cancel on the decode worker while its fetch waits (a 200 s transfer): applied, and its

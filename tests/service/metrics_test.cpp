@@ -88,6 +88,30 @@ TEST(MetricsRecorderTest, UndeliveredTokensAreNotGenerationTokensAndAbortsAreCou
   EXPECT_EQ(rec.snapshot({}, {}).ranks[0].generation_tokens, 0u);
 }
 
+// Prefill worker: arrival 0, admitted at 10, its prefill pass ends at 40 and its handoff is sent;
+// the release of its KV later (an abort of the engine request) counts nothing more.
+TEST(MetricsRecorderTest, HandoffFinishesLengthAtThePrefillEndAndItsReleaseCountsNothing) {
+  MetricsRecorder rec("m", 1);
+  rec.onSubmit(engine::RequestId(5), 0, 0.0, 20);
+  rec.onAdmissions(admitting(5, 10.0));
+  rec.onHandoff(engine::RequestId(5), 40.0);
+  EXPECT_EQ(rec.numTracked(), 0u);
+  rec.onAbort(engine::RequestId(5), 90.0);
+  const RankMetrics& m = rec.snapshot({}, {}).ranks[0];
+  EXPECT_EQ(m.request_success[static_cast<std::size_t>(FinishedReason::Length)], 1u);
+  EXPECT_EQ(m.request_success[static_cast<std::size_t>(FinishedReason::Abort)], 0u);
+  EXPECT_EQ(m.prompt_tokens, 20u);
+  EXPECT_EQ(m.generation_tokens, 0u);
+  EXPECT_EQ(m.time_to_first_token.count, 1u);
+  EXPECT_DOUBLE_EQ(m.time_to_first_token.sum, 0.04);
+  EXPECT_EQ(m.e2e_request_latency.count, 1u);
+  EXPECT_DOUBLE_EQ(m.e2e_request_latency.sum, 0.04);
+  EXPECT_DOUBLE_EQ(m.request_queue_time.sum, 0.01);
+  EXPECT_DOUBLE_EQ(m.request_prefill_time.sum, 0.03);
+  EXPECT_DOUBLE_EQ(m.request_decode_time.sum, 0.0);
+  EXPECT_EQ(m.inter_token_latency.count, 0u);
+}
+
 TEST(MetricsRecorderTest, RejectedRequestIsAnErrorWithZeroPhases) {
   MetricsRecorder rec("m", 1);
   rec.onSubmit(engine::RequestId(3), 0, 5.0, 100);
