@@ -82,24 +82,20 @@ TEST(StrongIdTest, ComparesAndHashesByValue) {
 
 namespace {
 
-// closestName without its length-gap shortcut: every candidate aligned in full.
+// The rule of closestName stated directly: every candidate's full distance (a truncation counts
+// as at most the limit), the first smallest one if within the limit.
 std::optional<std::string> closestNameByFullAlignment(std::string_view name,
                                                       const std::vector<std::string>& candidates) {
   const std::size_t limit = std::max<std::size_t>(2, name.size() / 3);
-  std::optional<std::string> best;
-  std::size_t best_distance = limit + 1;
+  std::vector<std::size_t> distance;
   for (const std::string& c : candidates) {
-    if (c == name) continue;
-    std::size_t d = mocker::editDistance(name, c);
-    if (name.size() >= 4 && c.size() > name.size() && c.compare(0, name.size(), name) == 0) {
-      d = std::min(d, limit);
-    }
-    if (d < best_distance) {
-      best_distance = d;
-      best = c;
-    }
+    const bool truncation = name.size() >= 4 && c.size() > name.size() && c.starts_with(name);
+    const std::size_t full = mocker::editDistance(name, c);
+    distance.push_back(c == name ? limit + 1 : truncation ? std::min(full, limit) : full);
   }
-  return best;
+  const auto best = std::min_element(distance.begin(), distance.end());
+  if (best == distance.end() || *best > limit) return std::nullopt;
+  return candidates[static_cast<std::size_t>(best - distance.begin())];
 }
 
 }  // namespace
