@@ -13,6 +13,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -328,6 +329,13 @@ std::optional<ConfigError> checkServiceConfig(const ServiceConfig& c, ConfigUse 
     std::uint32_t rank;
   };
   std::vector<Bound> bound;
+  // Only endpoints on one tcp port, or equal non-tcp endpoints, can collide: each is checked
+  // against those alone (dp_size 1024 binds 3,072 endpoints; all pairs took a third of a second).
+  std::unordered_map<std::string, std::vector<std::size_t>> same_port;  // indices into `bound`
+  const auto collisionKey = [](const std::string& address) {
+    const auto hp = tcpHostPort(address);
+    return hp ? "tcp:" + hp->second : address;
+  };
   for (const Socket& sock : sockets) {
     if (!sock.enabled) continue;
     const std::string key = sock.key + ".endpoint";
@@ -339,8 +347,10 @@ std::optional<ConfigError> checkServiceConfig(const ServiceConfig& c, ConfigUse 
         return ConfigError{{key, "engine.dp_size"},
                            invalidArgument(key + ": " + address.error().message)};
       }
-      if (sock.endpoint->connect) continue;
-      for (const Bound& other : bound) {
+      if (sock.endpoint->connect || isWildcardTcp(*address)) continue;  // ephemeral: no collision
+      std::vector<std::size_t>& candidates = same_port[collisionKey(*address)];
+      for (const std::size_t i : candidates) {
+        const Bound& other = bound[i];
         if (collide(*address, other.address)) {
           return issue(key,
                        "(" + *address + " for dp_rank " + std::to_string(r) + ") collides with " +
@@ -352,6 +362,7 @@ std::optional<ConfigError> checkServiceConfig(const ServiceConfig& c, ConfigUse 
                        {other.key, "engine.dp_size"});
         }
       }
+      candidates.push_back(bound.size());
       bound.push_back({key, *address, r});
     }
   }

@@ -396,6 +396,16 @@ const std::vector<BadConfig> kBadConfigs = {
     {"SameEndpointTwice",
      "\n[endpoints.cancel]\nendpoint = \"tcp://127.0.0.1:5555\"\n",
      {"bad.toml:3:12", "endpoints.cancel.endpoint", "collides with endpoints.submit.endpoint"}},
+    {"SameIpcEndpointTwice",
+     "\n[endpoints.submit]\nendpoint = \"ipc:///tmp/mocker-x\"\n"
+     "[endpoints.cancel]\nendpoint = \"ipc:///tmp/mocker-x\"\n",
+     {"bad.toml:5:12", "endpoints.cancel.endpoint", "collides with endpoints.submit.endpoint"}},
+    {"PerRankPortsCollideAcrossSockets",
+     "\n[engine]\ndp_size = 1000\n[endpoints.kv_events]\nendpoint = \"tcp://127.0.0.1:20000\"\n"
+     "[endpoints.kv_replay]\nendpoint = \"tcp://127.0.0.1:21000\"\n"
+     "[endpoints.fpm]\nendpoint = \"tcp://127.0.0.1:20999\"\n",
+     {"endpoints.fpm.endpoint", "tcp://127.0.0.1:20999 for dp_rank 0",
+      "collides with endpoints.kv_events.endpoint (tcp://127.0.0.1:20999 for dp_rank 999)"}},
     {"WildcardHostCollides",
      "\n[endpoints.fpm]\nendpoint = \"tcp://*:5555\"\n",
      {"bad.toml:3:12", "endpoints.fpm.endpoint", "collides"}},
