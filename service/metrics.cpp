@@ -210,9 +210,7 @@ void MetricsRecorder::onOutput(std::uint32_t rank, const engine::OutputSignal& s
   if (s.token) {
     if (delivered) ++m.generation_tokens;
     if (t.first_token_ms < 0) {
-      t.first_token_ms = s.time_ms;
-      m.prompt_tokens += t.prompt_tokens;
-      m.time_to_first_token.observe(seconds(s.time_ms - t.arrival_ms));
+      firstToken(m, t, s.time_ms);
     } else {
       m.inter_token_latency.observe(seconds(s.time_ms - t.last_token_ms));
     }
@@ -248,14 +246,15 @@ void MetricsRecorder::onHandoff(engine::RequestId id, double prefill_end_ms) {
   const auto it = requests_.find(id);
   if (it == requests_.end()) return;
   Timeline& t = it->second;
-  if (t.first_token_ms < 0) {
-    RankMetrics& m = snapshot_.ranks[t.rank];
-    t.first_token_ms = prefill_end_ms;
-    m.prompt_tokens += t.prompt_tokens;
-    m.time_to_first_token.observe(seconds(prefill_end_ms - t.arrival_ms));
-  }
+  if (t.first_token_ms < 0) firstToken(snapshot_.ranks[t.rank], t, prefill_end_ms);
   finish(t, FinishedReason::Length, prefill_end_ms);
   requests_.erase(it);
+}
+
+void MetricsRecorder::firstToken(RankMetrics& m, Timeline& t, double time_ms) {
+  t.first_token_ms = time_ms;
+  m.prompt_tokens += t.prompt_tokens;
+  m.time_to_first_token.observe(seconds(time_ms - t.arrival_ms));
 }
 
 void MetricsRecorder::finish(const Timeline& t, FinishedReason reason, double end_ms) {

@@ -147,6 +147,8 @@ class MetricsRecorder final {
     double first_token_ms = -1.0;  ///< < 0: no token yet
     double last_token_ms = -1.0;
   };
+  /// The request's first token at `time_ms`: its prompt tokens count, TTFT is observed.
+  void firstToken(RankMetrics& m, Timeline& t, double time_ms);
   void finish(const Timeline& t, FinishedReason reason, double end_ms);
 
   MetricsSnapshot snapshot_;
