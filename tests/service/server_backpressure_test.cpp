@@ -4,6 +4,9 @@
 // deadline.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
 #include <zmq.hpp>
 
 #include "http_probe.h"
@@ -128,6 +131,20 @@ TEST(ServerBackpressureTest, OnePassWithMoreThan65536OutputsOfOneClientIsSplit) 
 // when the flood overflows the requests' buffers and they end `cancelled` (buffer 1).
 TEST(ServerBackpressureTest, FloodedClientGetsEveryAckBeforeThatRequestsOutputs) {
   constexpr std::uint32_t kSubmits = 50000;
+  // Every wait ends by this deadline, inside ctest's 300 s: a stall fails with its phase named
+  // instead of a silent timeout (a normal run takes 7 s under ASan, 30 s with four in parallel).
+  const auto start = std::chrono::steady_clock::now();
+  const auto test_deadline = start + 270s;
+  const auto budget = [&](std::chrono::seconds want) {
+    const auto left = std::chrono::duration_cast<std::chrono::seconds>(
+        test_deadline - std::chrono::steady_clock::now());
+    return std::max(1s, std::min(want, left));
+  };
+  const auto phase = [&](std::uint32_t buffer, const char* what) {
+    std::printf("[flood] buffer %u: %s at %.1f s\n", buffer, what,
+                std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+    std::fflush(stdout);
+  };
   for (const std::uint32_t buffer : {8u, 1u}) {
     SCOPED_TRACE("max_buffered_outputs " + std::to_string(buffer));
     LiveService svc(withHttp(TestConfig().numGpuBlocks(4096).maxBufferedOutputs(buffer).build()));
@@ -137,6 +154,7 @@ TEST(ServerBackpressureTest, FloodedClientGetsEveryAckBeforeThatRequestsOutputs)
       ids.push_back(idOf("f", i));
       ASSERT_TRUE(c->submit({.id = ids.back(), .prompt = prompt(4, i), .max_tokens = 3}));
     }
+    phase(buffer, "submitted");
     if (buffer == 1) {
       // The client reads nothing until the service has abandoned a request: the overflow is
       // then a fact, not a race between this reader and the service (a fast reader can keep up
@@ -150,12 +168,14 @@ TEST(ServerBackpressureTest, FloodedClientGetsEveryAckBeforeThatRequestsOutputs)
             return status == 200 &&
                    sample(body, R"(mocker:backpressure_cancels_total{model_name="mocker"})") > 0;
           },
-          120s * kSlowdown, &text))
+          budget(120s * kSlowdown), &text))
           << "no request was abandoned while the client read nothing\n"
           << text;
+      phase(buffer, "a request was abandoned");
     }
     Receiver rx;
-    ASSERT_NO_FATAL_FAILURE(rx.until(*c, ids, 120s * kSlowdown));
+    ASSERT_NO_FATAL_FAILURE(rx.until(*c, ids, budget(120s * kSlowdown)));
+    phase(buffer, "every stream ended");
     std::size_t acked = 0, cancelled = 0, unacked_terminals = 0;
     for (const auto& id : ids) {
       const testing::Stream& s = rx.streams[id];
