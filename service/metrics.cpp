@@ -167,6 +167,10 @@ class Exposition {
 
 }  // namespace
 
+std::span<const double> ttftBucketsSeconds() { return kTtftBuckets; }
+std::span<const double> itlBucketsSeconds() { return kItlBuckets; }
+std::span<const double> requestLatencyBucketsSeconds() { return kRequestLatencyBuckets; }
+
 void Histogram::observe(double value) {
   // Prometheus buckets are "less than or equal to" their upper bound.
   const auto it = std::lower_bound(bounds.begin(), bounds.end(), value);

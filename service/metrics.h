@@ -42,6 +42,12 @@ struct Histogram {
   void observe(double value);
 };
 
+/// vLLM's histogram bucket bounds in seconds (vllm/v1/metrics/loggers.py): time to first token,
+/// inter-token latency, end-to-end request latency. Also used by the gateway's own histograms.
+std::span<const double> ttftBucketsSeconds();
+std::span<const double> itlBucketsSeconds();
+std::span<const double> requestLatencyBucketsSeconds();
+
 /// vLLM's finished_reason label values, in this order.
 enum class FinishedReason : std::uint8_t { Stop, Length, Abort, Error };
 inline constexpr std::size_t kNumFinishedReasons = 4;

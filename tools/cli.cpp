@@ -8,6 +8,7 @@
 #include "service/config.h"
 #include "tools/cli_options.h"
 #include "tools/compare_command.h"
+#include "tools/gateway_command.h"
 #include "tools/index_command.h"
 #include "tools/keygen_command.h"
 #include "tools/replay_command.h"
@@ -52,6 +53,9 @@ int runCli(const std::vector<std::string>& args, std::ostream& out, std::ostream
   addKeygenCommand(app, keygen);
   CompareCommand compare;
   addCompareCommand(app, compare);
+  // `mocker gateway`: the OpenAI HTTP API in front of workers (tools/gateway_command.h).
+  GatewayCommand gateway;
+  addGatewayCommand(app, gateway);
 
   std::vector<std::string> argv_rest(args.begin() + (args.empty() ? 0 : 1), args.end());
   std::reverse(argv_rest.begin(), argv_rest.end());
@@ -74,6 +78,7 @@ int runCli(const std::vector<std::string>& args, std::ostream& out, std::ostream
   if (index.parsed()) return index.run(out, err);
   if (keygen.cmd->parsed()) return runKeygenCommand(keygen, out, err);
   if (compare.cmd->parsed()) return runCompareCommand(compare, out, err);
+  if (gateway.cmd->parsed()) return runGatewayCommand(gateway, out, err);
   if (config_cmd->parsed()) {
     const auto config = resolveServeConfig(config_flags);
     if (!config) {

@@ -1,0 +1,26 @@
+// ApiError: an OpenAI-style error (HTTP status + body `{"error": {"message", "type", "param",
+// "code"}}`) as the gateway returns it for every refused request (gateway/README.md "Errors").
+//
+// Plain value type; thread-compatible.
+#pragma once
+
+#include <optional>
+#include <string>
+
+namespace mocker::gateway {
+
+struct ApiError {
+  int status = 400;     ///< HTTP status: 400, 401, 404, 405, 413, 429, 500, 503
+  std::string message;  ///< names what is wrong ("max_tokens: expected integer, got string")
+  std::optional<std::string> param;  ///< the offending request field, when there is one
+};
+
+/// The error's `type` as vLLM names it: "BadRequestError" (400), "AuthenticationError" (401),
+/// "NotFoundError" (404), "MethodNotAllowed" (405), "RequestTooLarge" (413),
+/// "RateLimitError" (429), "ServiceUnavailableError" (503), "InternalServerError" (others).
+const char* errorType(int status);
+
+/// `{"error": {"message": ..., "type": ..., "param": ..., "code": status}}`.
+std::string errorBody(const ApiError& error);
+
+}  // namespace mocker::gateway

@@ -1,0 +1,83 @@
+#include "gateway/gateway_metrics.h"
+
+#include <charconv>
+#include <string_view>
+
+namespace mocker::gateway {
+namespace {
+
+void appendDouble(std::string& out, double v) {
+  char buf[32];
+  const auto [end, ec] = std::to_chars(buf, buf + sizeof buf, v);
+  out.append(buf, end);
+}
+
+void header(std::string& out, std::string_view name, std::string_view type, std::string_view help) {
+  out.append("# HELP ").append(name).append(" ").append(help).append("\n# TYPE ");
+  out.append(name).append(" ").append(type).append("\n");
+}
+
+void counter(std::string& out, std::string_view name, std::string_view help, std::uint64_t value) {
+  header(out, name, "counter", help);
+  out.append(name).append(" ").append(std::to_string(value)).append("\n");
+}
+
+void histogram(std::string& out, std::string_view name, std::string_view help,
+               const service::Histogram& h) {
+  header(out, name, "histogram", help);
+  std::uint64_t cumulative = 0;
+  for (std::size_t i = 0; i < h.bounds.size(); ++i) {
+    cumulative += h.counts[i];
+    out.append(name).append("_bucket{le=\"");
+    appendDouble(out, h.bounds[i]);
+    out.append("\"} ").append(std::to_string(cumulative)).append("\n");
+  }
+  out.append(name).append("_bucket{le=\"+Inf\"} ").append(std::to_string(h.count)).append("\n");
+  out.append(name).append("_sum ");
+  appendDouble(out, h.sum);
+  out.append("\n").append(name).append("_count ").append(std::to_string(h.count)).append("\n");
+}
+
+}  // namespace
+
+GatewayMetrics::GatewayMetrics()
+    : ttft_(service::ttftBucketsSeconds()),
+      itl_(service::itlBucketsSeconds()),
+      duration_(service::requestLatencyBucketsSeconds()) {}
+
+std::uint64_t GatewayMetrics::requests(const std::string& endpoint, int status) const {
+  const auto it = requests_.find({endpoint, status});
+  return it == requests_.end() ? 0 : it->second;
+}
+
+std::string GatewayMetrics::render() const {
+  std::string out;
+  header(out, "dynamo_frontend_requests_total", "counter",
+         "HTTP requests answered, by endpoint and status code.");
+  for (const auto& [key, n] : requests_) {
+    // Endpoint names are the gateway's own route names: nothing to escape.
+    out.append("dynamo_frontend_requests_total{endpoint=\"").append(key.first);
+    out.append("\",status=\"").append(std::to_string(key.second)).append("\"} ");
+    out.append(std::to_string(n)).append("\n");
+  }
+  header(out, "dynamo_frontend_inflight_requests", "gauge",
+         "Generation requests in flight (submitted to a worker, not yet finished).");
+  out.append("dynamo_frontend_inflight_requests ").append(std::to_string(inflight_)).append("\n");
+  histogram(out, "dynamo_frontend_time_to_first_token_seconds",
+            "Time from the request's arrival to its first token, in seconds.", ttft_);
+  histogram(out, "dynamo_frontend_inter_token_latency_seconds",
+            "Time between consecutive output messages of a stream, per token, in seconds.", itl_);
+  histogram(out, "dynamo_frontend_request_duration_seconds",
+            "Time from the request's arrival to its last byte, in seconds.", duration_);
+  counter(out, "dynamo_frontend_input_sequence_tokens_total", "Prompt tokens of served requests.",
+          input_tokens_);
+  counter(out, "dynamo_frontend_output_sequence_tokens_total", "Tokens generated for clients.",
+          output_tokens_);
+  counter(out, "dynamo_frontend_cached_tokens_total",
+          "Prompt tokens the workers found in their prefix cache.", cached_tokens_);
+  counter(out, "dynamo_frontend_disconnects_total",
+          "Requests cancelled because their client went away or read too slowly.", disconnects_);
+  return out;
+}
+
+}  // namespace mocker::gateway

@@ -1,0 +1,353 @@
+#include "gateway/gateway_server.h"
+
+#include <spdlog/spdlog.h>
+#include <boost/asio.hpp>
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <fstream>
+#include <map>
+
+#include "gateway/exchange.h"
+#include "gateway/gateway_metrics.h"
+#include "gateway/tokenizer.h"
+#include "tools/replay/random.h"
+
+namespace mocker::gateway {
+namespace {
+
+namespace asio = boost::asio;
+using ojson = nlohmann::ordered_json;
+using Clock = std::chrono::steady_clock;
+
+HttpReply errorReply(const ApiError& error) {
+  return HttpReply{.status = error.status, .body = errorBody(error)};
+}
+
+HttpReply jsonReply(const ojson& body) {
+  return HttpReply{.body = body.dump(-1, ' ', false, ojson::error_handler_t::replace)};
+}
+
+class Server final : public GatewayServer, public ExchangeHost {
+ public:
+  explicit Server(GatewayOptions options) : options_(std::move(options)) {}
+
+  Status open() {
+    auto listener = HttpListener::listen(
+        io_, options_.host, options_.port, options_.http,
+        [this](const std::shared_ptr<HttpConnection>& c, HttpRequest&& r) {
+          handle(c, std::move(r));
+        },
+        [this](int status, const std::string& message) {
+          metrics_.countRequest("refused", status);
+          return errorReply(ApiError{.status = status, .message = message});
+        });
+    if (!listener) return listener.error();
+    listener_ = std::move(*listener);
+    auto pool = WorkerPool::start(options_.pool, [this](std::vector<WorkerEvent>&& events) {
+      asio::post(io_, [this, events = std::move(events)]() mutable { onWorkerEvents(events); });
+    });
+    if (!pool) return pool.error();
+    pool_ = std::move(*pool);
+    return {};
+  }
+
+  std::uint16_t port() const override { return listener_->port(); }
+
+  Status run(const std::function<void()>& on_listening) override {
+    asio::signal_set signals(io_, SIGINT, SIGTERM);
+    signals.async_wait([this](const boost::system::error_code& ec, int) {
+      if (!ec) requestStop();
+    });
+    if (on_listening) on_listening();
+    io_.run();
+    pool_.reset();  // joins the pool thread; its posts after this are never run
+    return {};
+  }
+
+  void requestStop() override {
+    asio::post(io_, [this] {
+      listener_->close();
+      io_.stop();
+    });
+  }
+
+  // ExchangeHost
+  void submit(std::size_t worker, protocol::SubmitRequest&& request) override {
+    pool_->submit(worker, std::move(request));
+  }
+  void cancel(std::size_t worker, const std::string& id) override { pool_->cancel(worker, id); }
+  void forget(const std::string& id) override { routes_.erase(id); }
+  void finished(Exchange& exchange, int status) override {
+    metrics_.countRequest(exchange.endpoint(), status);
+    const auto& t = exchange.timing();
+    metrics_.observeDuration(std::chrono::duration<double>(Clock::now() - t.arrival).count());
+    metrics_.addTokens(exchange.shaper().promptTokens(), exchange.shaper().completionTokens(),
+                       exchange.shaper().cachedTokens());
+    if (exchange.disconnected()) metrics_.countDisconnect();
+    inflight_.erase(&exchange);
+    metrics_.setInflight(inflight_.size());
+  }
+  void firstToken(double seconds) override { metrics_.observeTtft(seconds); }
+  void interToken(double seconds) override { metrics_.observeItl(seconds); }
+
+ private:
+  void handle(const std::shared_ptr<HttpConnection>& connection, HttpRequest&& request) {
+    const std::string& path = request.target;
+    HttpHeaders headers;
+    if (!request.request_id.empty()) headers.emplace_back("X-Request-Id", request.request_id);
+    auto answer = [&](const std::string& endpoint, HttpReply&& reply) {
+      metrics_.countRequest(endpoint, reply.status);
+      for (auto& h : headers) reply.headers.push_back(h);
+      connection->reply(std::move(reply));
+    };
+    const bool get = request.method == "GET";
+    const bool post = request.method == "POST";
+    if (path == "/health" && get) return answer("health", HttpReply{.body = ""});
+    if (path == "/ready" && get) return answer("ready", readyReply());
+    if (path == "/metrics" && get) {
+      metrics_.setInflight(inflight_.size());
+      return answer("metrics", HttpReply{.content_type = "text/plain; version=0.0.4",
+                                         .body = metrics_.render()});
+    }
+    static const std::map<std::string, std::string> kRoutes = {
+        {"/v1/models", "GET"}, {"/v1/completions", "POST"}, {"/v1/chat/completions", "POST"},
+        {"/tokenize", "POST"}, {"/detokenize", "POST"},     {"/health", "GET"},
+        {"/ready", "GET"},     {"/metrics", "GET"}};
+    const auto route = kRoutes.find(path);
+    if (route == kRoutes.end()) {
+      return answer("unknown", errorReply({.status = 404, .message = "no route " + path}));
+    }
+    if (request.method != route->second) {
+      auto reply = errorReply(
+          {.status = 405, .message = "method " + request.method + " not allowed on " + path});
+      reply.headers.emplace_back("Allow", route->second);
+      return answer("unknown", std::move(reply));
+    }
+    // The metrics label: the path without its "/v1/" and with '/' as '_' ("chat_completions").
+    std::string endpoint = path.substr(path.starts_with("/v1/") ? 4 : 1);
+    std::replace(endpoint.begin(), endpoint.end(), '/', '_');
+    if (!options_.api_keys.empty() && path.starts_with("/v1/") && !authorized(request)) {
+      return answer(endpoint, errorReply({.status = 401,
+                                          .message = "invalid or missing API key "
+                                                     "(Authorization: Bearer KEY)"}));
+    }
+    if (path == "/v1/models") return answer(endpoint, modelsReply());
+    if (path == "/tokenize") return answer(endpoint, tokenizeReply(request.body));
+    if (path == "/detokenize") return answer(endpoint, detokenizeReply(request.body));
+    (void)post;
+    generate(connection, std::move(request), endpoint, std::move(headers));
+  }
+
+  bool authorized(const HttpRequest& request) const {
+    constexpr std::string_view kBearer = "Bearer ";
+    const std::string_view auth = request.authorization;
+    return auth.starts_with(kBearer) &&
+           options_.api_keys.contains(std::string(auth.substr(kBearer.size())));
+  }
+
+  HttpReply readyReply() const {
+    const bool ready = pool_->ready();
+    ojson body = {{"status", ready ? "ready" : "not ready"},
+                  {"workers", pool_->size()},
+                  {"workers_ready", pool_->readyCount()}};
+    HttpReply reply = jsonReply(body);
+    reply.status = ready ? 200 : 503;
+    return reply;
+  }
+
+  HttpReply modelsReply() const {
+    ojson model = {{"id", options_.model},
+                   {"object", "model"},
+                   {"created", created_},
+                   {"owned_by", "mocker"},
+                   {"root", options_.model},
+                   {"parent", nullptr},
+                   {"max_model_len", options_.request.max_model_len}};
+    return jsonReply(ojson{{"object", "list"}, {"data", ojson::array({model})}});
+  }
+
+  HttpReply tokenizeReply(const std::string& body) const {
+    // /tokenize takes a completion-style `prompt` or chat-style `messages`.
+    const bool chat = body.find("\"messages\"") != std::string::npos;
+    const auto parsed = chat ? parseChatRequest(body, tokenizer_, tokenizeLimits())
+                             : parseCompletionRequest(body, tokenizer_, tokenizeLimits());
+    if (const auto* e = std::get_if<ApiError>(&parsed)) return errorReply(*e);
+    const auto& request = std::get<GenerateRequest>(parsed);
+    if (request.prompts.size() != 1) {
+      return errorReply(
+          {.status = 400, .message = "prompt: /tokenize takes one prompt", .param = "prompt"});
+    }
+    return jsonReply(ojson{{"count", request.prompts[0].size()},
+                           {"max_model_len", options_.request.max_model_len},
+                           {"tokens", request.prompts[0]}});
+  }
+
+  /// /tokenize counts prompts of any length (no completion room needed).
+  RequestLimits tokenizeLimits() const {
+    RequestLimits limits = options_.request;
+    limits.max_model_len = 0xFFFF'FFFFu;
+    return limits;
+  }
+
+  HttpReply detokenizeReply(const std::string& body) const {
+    nlohmann::json parsed;
+    try {
+      parsed = nlohmann::json::parse(body);
+    } catch (const nlohmann::json::exception& e) {
+      return errorReply({.status = 400, .message = std::string("invalid JSON body: ") + e.what()});
+    }
+    const auto it = parsed.is_object() ? parsed.find("tokens") : parsed.end();
+    if (it == parsed.end() || !it->is_array()) {
+      return errorReply(
+          {.status = 400, .message = "tokens: required list of token ids", .param = "tokens"});
+    }
+    std::vector<std::uint32_t> ids;
+    for (std::size_t i = 0; i < it->size(); ++i) {
+      const auto& t = (*it)[i];
+      if (!t.is_number_unsigned() || t.get<std::uint64_t>() > 0xFFFF'FFFFull) {
+        const std::string name = "tokens[" + std::to_string(i) + "]";
+        return errorReply(
+            {.status = 400,
+             .message = name + ": expected a token id in [0, 4294967295], got " + t.dump(),
+             .param = name});
+      }
+      ids.push_back(static_cast<std::uint32_t>(t.get<std::uint64_t>()));
+    }
+    return jsonReply(ojson{{"prompt", tokenizer_.decode(ids)}});
+  }
+
+  void generate(const std::shared_ptr<HttpConnection>& connection, HttpRequest&& request,
+                const std::string& endpoint, HttpHeaders&& headers) {
+    auto refuse = [&](ApiError&& error) {
+      metrics_.countRequest(endpoint, error.status);
+      HttpReply reply = errorReply(error);
+      reply.headers = headers;
+      connection->reply(std::move(reply));
+    };
+    if (pool_->readyCount() == 0) {
+      return refuse({.status = 503, .message = "no worker is ready (none answered yet)"});
+    }
+    if (inflight_.size() >= options_.max_inflight) {
+      return refuse({.status = 429,
+                     .message = "too many requests in flight (limit " +
+                                std::to_string(options_.max_inflight) + ")"});
+    }
+    auto parsed = endpoint == "completions"
+                      ? parseCompletionRequest(request.body, tokenizer_, options_.request)
+                      : parseChatRequest(request.body, tokenizer_, options_.request);
+    if (auto* e = std::get_if<ApiError>(&parsed)) return refuse(std::move(*e));
+    auto& req = std::get<GenerateRequest>(parsed);
+    if (!req.model.empty() && req.model != options_.model) {
+      return refuse({.status = 404,
+                     .message = "The model `" + req.model + "` does not exist.",
+                     .param = "model"});
+    }
+    const std::uint64_t seq = next_sequence_++;
+    std::string id = request.request_id;
+    if (id.empty()) {
+      replay::SplitMix64 rng(options_.lengths.seed + seq);
+      char hex[17];
+      std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(rng.next()));
+      id = hex;
+    }
+    auto lengths = planOutputLengths(req, options_.lengths, seq);
+    ResponseIdentity identity{.request_id = id, .model = options_.model, .created = wallSeconds()};
+    auto exchange = std::make_shared<Exchange>(
+        *this, connection, endpoint, std::move(headers),
+        ResponseShaper(req, std::move(lengths), std::move(identity), tokenizer_));
+    inflight_.emplace(exchange.get(), exchange);
+    metrics_.setInflight(inflight_.size());
+    const std::string prefix = "gw" + std::to_string(seq) + "-";
+    for (std::size_t c = 0; c < exchange->shaper().numChoices(); ++c) {
+      const std::size_t worker = pickWorker();
+      std::string wire_id = prefix + std::to_string(c);
+      routes_[wire_id] = {exchange, c};
+      exchange->addChoice(worker, std::move(wire_id));
+    }
+    exchange->start();
+  }
+
+  std::size_t pickWorker() {
+    if (options_.router == RouterKind::Random) {
+      return static_cast<std::size_t>(router_rng_.uniformIndex(pool_->size()));
+    }
+    return round_robin_++ % pool_->size();
+  }
+
+  void onWorkerEvents(std::vector<WorkerEvent>& events) {
+    for (auto& event : events) {
+      if (auto* batch = std::get_if<protocol::OutputBatch>(&event.message)) {
+        for (auto& output : batch->outputs) {
+          if (auto route = find(output.id)) route->first->onOutput(route->second, output);
+        }
+      } else if (auto* reject = std::get_if<protocol::SubmitReject>(&event.message)) {
+        if (auto route = find(reject->id)) {
+          route->first->onFailure(route->second, 400,
+                                  "worker rejected the request: " + reject->reason);
+        }
+      } else if (auto* error = std::get_if<protocol::ErrorReply>(&event.message)) {
+        if (error->id) {
+          if (auto route = find(*error->id)) {
+            route->first->onFailure(route->second, 500, "worker error: " + error->message);
+          }
+        }
+        spdlog::warn("gateway: worker {} error: {}", event.worker, error->message);
+      }
+    }
+  }
+
+  std::optional<std::pair<std::shared_ptr<Exchange>, std::size_t>> find(const std::string& id) {
+    const auto it = routes_.find(id);
+    if (it == routes_.end()) return {};
+    auto exchange = it->second.first.lock();
+    if (!exchange) {
+      routes_.erase(it);
+      return {};
+    }
+    return std::make_pair(std::move(exchange), it->second.second);
+  }
+
+  static std::int64_t wallSeconds() {
+    return std::chrono::duration_cast<std::chrono::seconds>(
+               std::chrono::system_clock::now().time_since_epoch())
+        .count();
+  }
+
+  GatewayOptions options_;
+  asio::io_context io_{1};
+  std::unique_ptr<HttpListener> listener_;
+  std::unique_ptr<WorkerPool> pool_;
+  BuiltinTokenizer tokenizer_;
+  GatewayMetrics metrics_;
+  std::int64_t created_ = wallSeconds();
+  std::uint64_t next_sequence_ = 0;
+  std::size_t round_robin_ = 0;
+  replay::SplitMix64 router_rng_{options_.lengths.seed};
+  std::map<std::string, std::pair<std::weak_ptr<Exchange>, std::size_t>> routes_;
+  std::map<const Exchange*, std::shared_ptr<Exchange>> inflight_;  // owns them
+};
+
+}  // namespace
+
+Result<std::unique_ptr<GatewayServer>> GatewayServer::create(GatewayOptions options) {
+  auto server = std::make_unique<Server>(std::move(options));
+  if (auto s = server->open(); !s) return s.error();
+  return std::unique_ptr<GatewayServer>(std::move(server));
+}
+
+Result<std::set<std::string>> loadApiKeys(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return Error{ErrorCode::IoError, "--api-key-file '" + path + "': cannot read it"};
+  std::set<std::string> keys;
+  std::string line;
+  while (std::getline(in, line)) {
+    while (!line.empty() && (line.back() == '\r' || line.back() == ' ')) line.pop_back();
+    if (line.empty() || line[0] == '#') continue;
+    keys.insert(line);
+  }
+  if (keys.empty()) return invalidArgument("--api-key-file '" + path + "': holds no key");
+  return keys;
+}
+
+}  // namespace mocker::gateway

@@ -1,0 +1,57 @@
+// GatewayServer: `mocker gateway` — the OpenAI HTTP API in front of a fleet of `mocker serve`
+// workers (gateway/README.md). One I/O thread runs the HTTP listener and every request's
+// bookkeeping (parsing, routing, response shaping, metrics); the WorkerPool's thread owns the
+// ZeroMQ clients. Worker messages reach the I/O thread as posted batches.
+//
+//   auto server = GatewayServer::create(options);      // binds HTTP, connects the workers
+//   server->run([&](const std::string& url) {...});   // until requestStop() / SIGINT / SIGTERM
+//
+// Thread-safety: create and run on one thread; requestStop from any thread.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "base/result.h"
+#include "gateway/http_connection.h"
+#include "gateway/openai_request.h"
+#include "gateway/output_plan.h"
+#include "gateway/worker_pool.h"
+
+namespace mocker::gateway {
+
+enum class RouterKind { RoundRobin, Random };
+
+struct GatewayOptions {
+  std::string host = "127.0.0.1";
+  std::uint16_t port = 8080;  ///< 0 = ephemeral
+  std::string model = "mocker";
+  WorkerPoolOptions pool{};
+  HttpLimits http{};
+  RequestLimits request{};
+  LengthModel lengths{};
+  RouterKind router = RouterKind::RoundRobin;
+  std::size_t max_inflight = 10'000;  ///< generation requests in flight; more get 429
+  std::set<std::string> api_keys;     ///< empty: no authentication
+};
+
+class GatewayServer {
+ public:
+  static Result<std::unique_ptr<GatewayServer>> create(GatewayOptions options);
+  virtual ~GatewayServer() = default;
+  /// The bound HTTP port.
+  virtual std::uint16_t port() const = 0;
+  /// Serves until requestStop(), SIGINT or SIGTERM. `on_listening` runs once, first.
+  virtual Status run(const std::function<void()>& on_listening) = 0;
+  virtual void requestStop() = 0;
+};
+
+/// Reads an API-key file: one key per line; blank lines and lines starting with '#' skipped.
+Result<std::set<std::string>> loadApiKeys(const std::string& path);
+
+}  // namespace mocker::gateway

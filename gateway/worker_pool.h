@@ -1,0 +1,85 @@
+// WorkerPool: the gateway's ZeroMQ side — one service::Client per worker, all owned and polled
+// by one thread of their own (house style: a socket lives on one thread). The I/O thread hands
+// it submits and cancels through a queue (woken by an eventfd); it hands back every message the
+// workers send, in batches, through `on_events` (called on the pool's thread; the gateway posts
+// them to its I/O thread).
+//
+// Readiness: at start the pool asks every worker for `stats`; a worker is ready once it
+// answered. Stats are asked again every `stats_interval` (load for routing, liveness).
+//
+// Thread-safety: submit, cancel, ready and readyCount from any thread; the callback runs on
+// the pool's thread. Not copyable or movable.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <variant>
+#include <vector>
+
+#include "base/result.h"
+#include "protocol/client.h"
+#include "service/security.h"
+
+namespace mocker::gateway {
+
+struct WorkerEndpoints {
+  std::string submit;
+  std::string cancel;
+};
+
+struct WorkerPoolOptions {
+  std::vector<WorkerEndpoints> workers;
+  service::CurveClientKeys curve{};
+  std::chrono::milliseconds stats_interval{1000};
+};
+
+/// A message from worker `worker`.
+struct WorkerEvent {
+  std::size_t worker = 0;
+  protocol::ClientMessage message;
+};
+
+class WorkerPool final {
+ public:
+  using EventSink = std::function<void(std::vector<WorkerEvent>&&)>;
+
+  /// Connects every worker's client and starts the thread. Errors: bad endpoints or keys.
+  static Result<std::unique_ptr<WorkerPool>> start(WorkerPoolOptions options, EventSink on_events);
+  ~WorkerPool();  ///< stops and joins the thread
+  WorkerPool(const WorkerPool&) = delete;
+  WorkerPool& operator=(const WorkerPool&) = delete;
+
+  std::size_t size() const { return num_workers_; }
+  void submit(std::size_t worker, protocol::SubmitRequest&& request);
+  void cancel(std::size_t worker, std::string id);
+  /// Workers that answered a stats request at least once.
+  std::size_t readyCount() const { return num_ready_.load(); }
+  bool ready() const { return readyCount() == num_workers_; }
+
+ private:
+  struct Command {
+    std::size_t worker = 0;
+    std::variant<protocol::SubmitRequest, std::string> what;  // submit, or cancel of an id
+  };
+  WorkerPool() = default;
+  void run();
+  void push(Command&& command);
+
+  struct Impl;  // clients and the event fd (pool thread)
+  std::unique_ptr<Impl> impl_;
+  std::size_t num_workers_ = 0;
+  std::atomic<std::size_t> num_ready_{0};
+  std::atomic<bool> stop_{false};
+  std::mutex mutex_;
+  // Guarded by mutex_.
+  std::vector<Command> commands_;
+  std::thread thread_;
+};
+
+}  // namespace mocker::gateway

@@ -1,0 +1,325 @@
+"""`mocker gateway` in front of two real `mocker serve` processes (ephemeral ports), driven by
+real HTTP clients: Python's http.client and curl. Covers both APIs streaming and not, usage and
+re-tokenization, prefix-cache hits, X-Request-Id, client abort -> cancel on the worker, API keys,
+and hostile HTTP (malformed JSON, wrong types, invalid UTF-8, huge body, header flood,
+slowloris) answered with clear errors while other clients are served.
+
+Nothing sleeps to wait for an event: every wait polls with a deadline.
+"""
+
+import http.client
+import json
+import os
+import select
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import unittest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(os.path.dirname(HERE), "fault"))
+
+from fault_harness import (ORPHAN_GUARD, STARTUP_TIMEOUT_S, WAIT_S, Serve, mocker_bin,  # noqa: E402
+                           paced, poll_until)
+
+
+class Gateway:
+    """A `mocker gateway` child process on an ephemeral port."""
+
+    def __init__(self, serves, *flags):
+        args = ["--port", "0"]
+        for s in serves:
+            args += ["--connect", s.submit, "--connect-cancel", s.cancel]
+        self.stderr = tempfile.TemporaryFile()
+        self.proc = subprocess.Popen([*ORPHAN_GUARD, mocker_bin(), "gateway", *args, *flags],
+                                     stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                     stderr=self.stderr)
+        ready, _, _ = select.select([self.proc.stdout], [], [], STARTUP_TIMEOUT_S)
+        line = self.proc.stdout.readline().decode().strip() if ready else ""
+        if not line.startswith("http://"):
+            self.close()
+            raise AssertionError("gateway printed no URL: %r %s" % (line, self.stderr_text()))
+        self.host, port = line[len("http://"):].rsplit(":", 1)
+        self.port = int(port)
+        poll_until(lambda: self.request("GET", "/ready")[0] == 200, "gateway /ready")
+
+    def connection(self, timeout=WAIT_S):
+        return http.client.HTTPConnection(self.host, self.port, timeout=timeout)
+
+    def request(self, method, path, body=None, headers=None):
+        """(status, headers dict, body bytes) of one request on a fresh connection."""
+        c = self.connection()
+        try:
+            data = body if isinstance(body, (bytes, type(None))) else json.dumps(body).encode()
+            c.request(method, path, body=data, headers=headers or {})
+            r = c.getresponse()
+            return r.status, dict(r.getheaders()), r.read()
+        finally:
+            c.close()
+
+    def stderr_text(self):
+        self.stderr.seek(0)
+        return self.stderr.read().decode(errors="replace")
+
+    def metric(self, name):
+        """The value of an unlabelled metric line of /metrics."""
+        _, _, body = self.request("GET", "/metrics")
+        for line in body.decode().splitlines():
+            if line.startswith(name + " "):
+                return float(line.split()[1])
+        raise AssertionError("no %s in /metrics" % name)
+
+    def close(self):
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                code = self.proc.wait(WAIT_S)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+                raise AssertionError("gateway did not exit on SIGTERM")
+            assert code == 0, "gateway exited %s: %s" % (code, self.stderr_text())
+        self.proc.stdout.close()
+        self.stderr.close()
+
+
+def sse_payloads(raw):
+    """The payloads of `data: ...` frames, in order (the last is "[DONE]")."""
+    out = []
+    for frame in raw.decode().split("\n\n"):
+        if frame:
+            assert frame.startswith("data: "), frame
+            out.append(frame[len("data: "):])
+    return out
+
+
+class GatewayTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        # Paced workers (2 ms per decode pass) so a stream lasts long enough to abort.
+        flags = paced(2, 2)
+        cls.serves = [Serve(*flags), Serve(*flags)]
+        cls.gw = Gateway(cls.serves, "--max-body-bytes", "65536", "--read-timeout-s", "2",
+                         "--output-len-mean", "8", "--output-len-stddev", "3")
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.gw.close()
+        for s in cls.serves:
+            s.close()
+
+    def post(self, path, body, headers=None):
+        status, hdrs, raw = self.gw.request("POST", path, body, headers)
+        return status, hdrs, raw
+
+    def tokenize(self, text):
+        status, _, raw = self.post("/tokenize", {"prompt": text})
+        self.assertEqual(status, 200, raw)
+        return json.loads(raw)["count"]
+
+    def test_models_health_ready(self):
+        status, _, raw = self.gw.request("GET", "/v1/models")
+        self.assertEqual(status, 200)
+        models = json.loads(raw)
+        self.assertEqual(models["object"], "list")
+        self.assertEqual(models["data"][0]["id"], "mocker")
+        self.assertEqual(self.gw.request("GET", "/health")[0], 200)
+        status, _, raw = self.gw.request("GET", "/ready")
+        self.assertEqual((status, json.loads(raw)["workers_ready"]), (200, 2))
+
+    def test_completion_reports_usage_that_retokenizes(self):
+        status, hdrs, raw = self.post("/v1/completions",
+                                      {"model": "mocker", "prompt": "Hello big world",
+                                       "max_tokens": 7, "ignore_eos": True},
+                                      {"X-Request-Id": "req-42"})
+        self.assertEqual(status, 200, raw)
+        self.assertEqual(hdrs.get("X-Request-Id"), "req-42")
+        body = json.loads(raw)
+        self.assertEqual(body["id"], "cmpl-req-42")
+        self.assertEqual(body["object"], "text_completion")
+        choice = body["choices"][0]
+        self.assertEqual(choice["finish_reason"], "length")
+        self.assertEqual(body["usage"]["prompt_tokens"], 3)
+        self.assertEqual(body["usage"]["completion_tokens"], 7)
+        self.assertEqual(body["usage"]["total_tokens"], 10)
+        self.assertIn("cached_tokens", body["usage"]["prompt_tokens_details"])
+        self.assertEqual(self.tokenize(choice["text"]), 7)
+        status, _, raw = self.post("/detokenize", {"tokens": [1, 31]})
+        self.assertEqual(json.loads(raw), {"prompt": " t1 t1f"})
+
+    def test_without_ignore_eos_lengths_follow_the_seeded_model(self):
+        lengths = []
+        for seed in (1, 1, 2, 3, 4, 5):
+            status, _, raw = self.post("/v1/completions", {"prompt": [1, 2, 3], "max_tokens": 30,
+                                                           "seed": seed})
+            self.assertEqual(status, 200, raw)
+            body = json.loads(raw)
+            n = body["usage"]["completion_tokens"]
+            self.assertEqual(body["choices"][0]["finish_reason"], "stop" if n < 30 else "length")
+            lengths.append(n)
+        self.assertEqual(lengths[0], lengths[1])  # same seed, same length
+        self.assertTrue(all(1 <= n <= 30 for n in lengths), lengths)
+
+    def test_chat_stream_with_usage(self):
+        body = {"messages": [{"role": "user", "content": "Hi there"}], "max_tokens": 5,
+                "ignore_eos": True, "stream": True, "stream_options": {"include_usage": True}}
+        status, hdrs, raw = self.post("/v1/chat/completions", body)
+        self.assertEqual(status, 200, raw)
+        self.assertTrue(hdrs["Content-Type"].startswith("text/event-stream"))
+        payloads = sse_payloads(raw)
+        self.assertEqual(payloads[-1], "[DONE]")
+        chunks = [json.loads(p) for p in payloads[:-1]]
+        self.assertEqual(chunks[0]["choices"][0]["delta"], {"role": "assistant", "content": ""})
+        text = "".join(c["choices"][0]["delta"].get("content", "") for c in chunks if c["choices"])
+        finals = [c for c in chunks if c["choices"] and c["choices"][0]["finish_reason"]]
+        self.assertEqual([c["choices"][0]["finish_reason"] for c in finals], ["length"])
+        usage = chunks[-1]
+        self.assertEqual(usage["choices"], [])
+        self.assertEqual(usage["usage"]["completion_tokens"], 5)
+        self.assertEqual(self.tokenize(text), 5)
+        _, _, raw = self.post("/tokenize", {"messages": body["messages"]})
+        self.assertEqual(usage["usage"]["prompt_tokens"], json.loads(raw)["count"])
+
+    def test_curl_streams_a_completion(self):
+        out = subprocess.run(
+            ["curl", "-sS", "-N", "--max-time", str(WAIT_S),
+             "http://%s:%d/v1/completions" % (self.gw.host, self.gw.port),
+             "-H", "Content-Type: application/json",
+             "-d", json.dumps({"prompt": "Say hi", "max_tokens": 4, "ignore_eos": True,
+                               "stream": True})],
+            check=True, capture_output=True, timeout=WAIT_S + 5).stdout
+        payloads = sse_payloads(out)
+        self.assertEqual(payloads[-1], "[DONE]")
+        chunks = [json.loads(p) for p in payloads[:-1]]
+        self.assertTrue(all(c["object"] == "text_completion" for c in chunks))
+        self.assertEqual(chunks[-1]["choices"][0]["finish_reason"], "length")
+        self.assertEqual(self.tokenize("".join(c["choices"][0]["text"] for c in chunks)), 4)
+
+    def test_keep_alive_serves_several_requests_on_one_connection(self):
+        c = self.gw.connection()
+        try:
+            for i in range(3):
+                c.request("POST", "/v1/completions",
+                          body=json.dumps({"prompt": "x %d" % i, "max_tokens": 2}),
+                          headers={"Content-Type": "application/json"})
+                r = c.getresponse()
+                self.assertEqual(r.status, 200)
+                json.loads(r.read())
+        finally:
+            c.close()
+
+    def test_repeated_prompt_hits_the_prefix_cache(self):
+        prompt = list(range(1000, 1000 + 96))  # several KV blocks
+        cached = []
+        for _ in range(4):  # round robin over 2 workers: each sees it twice
+            status, _, raw = self.post("/v1/completions", {"prompt": prompt, "max_tokens": 1})
+            self.assertEqual(status, 200, raw)
+            cached.append(json.loads(raw)["usage"]["prompt_tokens_details"]["cached_tokens"])
+        self.assertGreater(max(cached[2:]), 0, cached)
+
+    def test_client_abort_cancels_on_the_worker(self):
+        before = self.gw.metric("dynamo_frontend_disconnects_total")
+        s = socket.create_connection((self.gw.host, self.gw.port), timeout=WAIT_S)
+        body = json.dumps({"prompt": "a long story", "max_tokens": 8000, "ignore_eos": True,
+                           "stream": True}).encode()
+        s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json"
+                  b"\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body))
+        first = s.recv(4096)
+        self.assertIn(b"200 OK", first)
+        # The request runs on one of the workers.
+        clients = [srv.client() for srv in self.serves]
+        try:
+            poll_until(lambda: sum(c.stats()["routes"] for c in clients) == 1,
+                       "the stream running on a worker")
+            s.close()
+            poll_until(lambda: sum(c.stats()["routes"] for c in clients) == 0,
+                       "the worker request cancelled after the client went away")
+        finally:
+            for c in clients:
+                c.close()
+        poll_until(lambda: self.gw.metric("dynamo_frontend_disconnects_total") == before + 1,
+                   "the disconnect counted")
+
+    def assert_error(self, status, raw, expected_status, param=None, says=None):
+        self.assertEqual(status, expected_status, raw)
+        err = json.loads(raw)["error"]
+        self.assertEqual(err["code"], expected_status)
+        if param is not None:
+            self.assertEqual(err["param"], param, err)
+        if says is not None:
+            self.assertIn(says, err["message"])
+
+    def test_bad_requests_get_clear_errors(self):
+        status, _, raw = self.post("/v1/completions", b'{"prompt": "x", ')
+        self.assert_error(status, raw, 400, says="invalid JSON")
+        status, _, raw = self.post("/v1/completions", b'{"prompt": "\xff\xfe"}')
+        self.assert_error(status, raw, 400, says="invalid JSON")
+        status, _, raw = self.post("/v1/completions", {"prompt": "x", "max_tokens": "9"})
+        self.assert_error(status, raw, 400, param="max_tokens")
+        status, _, raw = self.post("/v1/chat/completions", {"messages": [{"role": "user"}],
+                                                            "stream": 1})
+        self.assert_error(status, raw, 400, param="stream")
+        status, _, raw = self.post("/v1/completions", {"model": "other", "prompt": "x"})
+        self.assert_error(status, raw, 404, param="model", says="does not exist")
+        status, _, raw = self.gw.request("GET", "/v1/nope")
+        self.assert_error(status, raw, 404)
+        status, hdrs, raw = self.gw.request("GET", "/v1/completions")
+        self.assert_error(status, raw, 405)
+        self.assertEqual(hdrs.get("Allow"), "POST")
+        status, _, raw = self.post("/v1/completions", b"x" * 70000)
+        self.assert_error(status, raw, 413)
+
+    def test_header_flood_gets_431(self):
+        headers = {"X-Flood-%d" % i: "v" * 100 for i in range(400)}
+        status, _, raw = self.gw.request("GET", "/health", headers=headers)
+        self.assert_error(status, raw, 431)
+
+    def test_slowloris_is_closed_while_others_are_served(self):
+        slow = socket.create_connection((self.gw.host, self.gw.port), timeout=WAIT_S)
+        slow.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\n")  # never finishes
+        started = time.monotonic()
+        status, _, _ = self.post("/v1/completions", {"prompt": "x", "max_tokens": 2})
+        self.assertEqual(status, 200)
+        ready, _, _ = select.select([slow], [], [], WAIT_S)
+        self.assertTrue(ready, "the slow connection was never closed")
+        self.assertEqual(slow.recv(100), b"")
+        self.assertLess(time.monotonic() - started, WAIT_S)
+        slow.close()
+
+
+class GatewayLimitsTest(unittest.TestCase):
+    def test_api_keys_and_inflight_limit(self):
+        serve = Serve(*paced(2, 2))
+        keys = tempfile.NamedTemporaryFile("w", suffix=".keys", delete=False)
+        keys.write("# test keys\nsecret-1\n")
+        keys.close()
+        gw = Gateway([serve], "--api-key-file", keys.name, "--max-inflight", "1")
+        try:
+            status, _, raw = gw.request("POST", "/v1/completions", {"prompt": "x"})
+            self.assertEqual(status, 401, raw)
+            auth = {"Authorization": "Bearer secret-1"}
+            status, _, raw = gw.request("POST", "/v1/completions", {"prompt": "x"}, auth)
+            self.assertEqual(status, 200, raw)
+            self.assertEqual(gw.request("GET", "/health")[0], 200)  # not under /v1
+            # One long stream in flight: the next request gets 429.
+            s = socket.create_connection((gw.host, gw.port), timeout=WAIT_S)
+            body = json.dumps({"prompt": "x", "max_tokens": 8000, "ignore_eos": True,
+                               "stream": True}).encode()
+            s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer "
+                      b"secret-1\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body))
+            self.assertIn(b"200 OK", s.recv(4096))
+            status, _, raw = gw.request("POST", "/v1/completions", {"prompt": "x"}, auth)
+            self.assertEqual(status, 429, raw)
+            s.close()
+            poll_until(lambda: gw.request("POST", "/v1/completions", {"prompt": "x"},
+                                          auth)[0] == 200, "the slot freed by the abort")
+        finally:
+            gw.close()
+            serve.close()
+            os.unlink(keys.name)
+
+
+if __name__ == "__main__":
+    unittest.main()

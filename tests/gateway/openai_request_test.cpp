@@ -1,0 +1,191 @@
+#include "gateway/openai_request.h"
+
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "gateway/output_plan.h"
+#include "gateway/tokenizer.h"
+
+namespace mocker::gateway {
+namespace {
+
+class OpenAiRequestTest : public ::testing::Test {
+ protected:
+  std::variant<GenerateRequest, ApiError> completion(const std::string& body) {
+    return parseCompletionRequest(body, tokenizer_, limits_);
+  }
+  std::variant<GenerateRequest, ApiError> chat(const std::string& body) {
+    return parseChatRequest(body, tokenizer_, limits_);
+  }
+  GenerateRequest ok(const std::variant<GenerateRequest, ApiError>& r) {
+    if (const auto* e = std::get_if<ApiError>(&r)) ADD_FAILURE() << e->message;
+    return std::holds_alternative<GenerateRequest>(r) ? std::get<GenerateRequest>(r)
+                                                      : GenerateRequest{};
+  }
+  ApiError error(const std::variant<GenerateRequest, ApiError>& r) {
+    if (!std::holds_alternative<ApiError>(r)) {
+      ADD_FAILURE() << "accepted";
+      return {};
+    }
+    return std::get<ApiError>(r);
+  }
+
+  BuiltinTokenizer tokenizer_;
+  RequestLimits limits_{.max_model_len = 1000};
+};
+
+TEST_F(OpenAiRequestTest, AcceptsEveryPromptShape) {
+  EXPECT_EQ(ok(completion(R"({"prompt": "Hello world"})")).prompts,
+            (std::vector<std::vector<std::uint32_t>>{tokenizer_.encode("Hello world")}));
+  EXPECT_EQ(ok(completion(R"({"prompt": ["a b", "c"]})")).prompts.size(), 2u);
+  EXPECT_EQ(ok(completion(R"({"prompt": [1, 2, 4294967295]})")).prompts,
+            (std::vector<std::vector<std::uint32_t>>{{1, 2, 4294967295u}}));
+  EXPECT_EQ(ok(completion(R"({"prompt": [[1, 2], [3]]})")).prompts,
+            (std::vector<std::vector<std::uint32_t>>{{1, 2}, {3}}));
+}
+
+TEST_F(OpenAiRequestTest, ReadsTheGenerationFields) {
+  const auto r = ok(completion(
+      R"({"model": "m", "prompt": "x", "max_tokens": 7, "min_tokens": 3, "stream": true,
+          "stream_options": {"include_usage": true, "continuous_usage_stats": true},
+          "ignore_eos": true, "stop": ["a", "b"], "n": 2, "seed": -5, "temperature": 0.5,
+          "top_k": 3, "some_future_field": {"x": 1}})"));
+  EXPECT_EQ(r.model, "m");
+  EXPECT_EQ(r.max_tokens, 7u);
+  EXPECT_EQ(r.min_tokens, 3u);
+  EXPECT_TRUE(r.stream && r.include_usage && r.continuous_usage_stats && r.ignore_eos);
+  EXPECT_EQ(r.stop, (std::vector<std::string>{"a", "b"}));
+  EXPECT_EQ(r.n, 2u);
+  EXPECT_EQ(r.seed, static_cast<std::uint64_t>(-5));
+}
+
+TEST_F(OpenAiRequestTest, DefaultsMaxTokens) {
+  EXPECT_EQ(ok(completion(R"({"prompt": "x"})")).max_tokens, 16u);
+  // Chat: the rest of the context.
+  const auto r = ok(chat(R"({"messages": [{"role": "user", "content": "Hi"}]})"));
+  EXPECT_EQ(r.max_tokens, 1000u - r.prompts[0].size());
+  EXPECT_EQ(ok(chat(R"({"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 9,
+                       "max_completion_tokens": 5})"))
+                .max_tokens,
+            5u);
+}
+
+TEST_F(OpenAiRequestTest, AppliesThePlainChatTemplate) {
+  const auto r = ok(chat(R"({"messages": [{"role": "system", "content": "Be brief."},
+      {"role": "user", "content": [{"type": "text", "text": "Hi"}, {"type": "text", "text": "!"}]},
+      {"role": "assistant", "content": null}]})"));
+  EXPECT_EQ(
+      r.prompts[0],
+      tokenizer_.encode("<|system|>\nBe brief.\n<|user|>\nHi!\n<|assistant|>\n\n<|assistant|>\n"));
+  EXPECT_EQ(chatPrompt({{.role = "user", .content = "Hi"}}), "<|user|>\nHi\n<|assistant|>\n");
+}
+
+struct Refusal {
+  const char* body;
+  const char* param;  // expected ApiError.param ("" = none)
+};
+
+TEST_F(OpenAiRequestTest, RefusesWrongTypesNamingTheField) {
+  const Refusal completions[] = {
+      {R"([1, 2])", ""},
+      {R"({"prompt": "x", )", ""},
+      {R"({})", "prompt"},
+      {R"({"prompt": 5})", "prompt"},
+      {R"({"prompt": []})", "prompt"},
+      {R"({"prompt": ""})", "prompt"},
+      {R"({"prompt": [1, "a"]})", "prompt[1]"},
+      {R"({"prompt": [1, -1]})", "prompt[1]"},
+      {R"({"prompt": [1, 4294967296]})", "prompt[1]"},
+      {R"({"prompt": [1.5]})", "prompt[0]"},
+      {R"({"prompt": ["a", 3]})", "prompt[1]"},
+      {R"({"prompt": [[1], [2, "x"]]})", "prompt[1][1]"},
+      {R"({"prompt": "x", "model": 3})", "model"},
+      {R"({"prompt": "x", "max_tokens": "8"})", "max_tokens"},
+      {R"({"prompt": "x", "max_tokens": 0})", "max_tokens"},
+      {R"({"prompt": "x", "max_tokens": 2.5})", "max_tokens"},
+      {R"({"prompt": "x", "max_tokens": 1001})", "max_tokens"},
+      {R"({"prompt": "x", "max_tokens": 4, "min_tokens": 5})", "min_tokens"},
+      {R"({"prompt": "x", "min_tokens": -1})", "min_tokens"},
+      {R"({"prompt": "x", "stream": "yes"})", "stream"},
+      {R"({"prompt": "x", "stream_options": {"include_usage": true}})", "stream_options"},
+      {R"({"prompt": "x", "stream": true, "stream_options": []})", "stream_options"},
+      {R"({"prompt": "x", "stream": true, "stream_options": {"include_usage": 1}})",
+       "stream_options.include_usage"},
+      {R"({"prompt": "x", "stream": true, "stream_options": {"continuous_usage_stats": "t"}})",
+       "stream_options.continuous_usage_stats"},
+      {R"({"prompt": "x", "ignore_eos": 1})", "ignore_eos"},
+      {R"({"prompt": "x", "stop": 3})", "stop"},
+      {R"({"prompt": "x", "stop": ["a", 3]})", "stop[1]"},
+      {R"({"prompt": "x", "n": 0})", "n"},
+      {R"({"prompt": "x", "n": 17})", "n"},
+      {R"({"prompt": "x", "n": "2"})", "n"},
+      {R"({"prompt": "x", "seed": "s"})", "seed"},
+      {R"({"prompt": "x", "temperature": "hot"})", "temperature"},
+      {R"({"prompt": "x", "top_k": 1.5})", "top_k"},
+      {R"({"prompt": "x", "user": 5})", "user"},
+      {R"({"prompt": "x", "logit_bias": []})", "logit_bias"},
+      {R"({"prompt": "x", "echo": true})", "echo"},
+      {R"({"prompt": "x", "logprobs": 2})", "logprobs"},
+      {R"({"prompt": [1, 2, 3], "max_tokens": 998})", "prompt"},
+  };
+  for (const auto& c : completions) {
+    const ApiError e = error(completion(c.body));
+    EXPECT_EQ(e.status, 400) << c.body;
+    EXPECT_EQ(e.param.value_or(""), c.param) << c.body << " → " << e.message;
+    if (*c.param != '\0' && e.message.rfind("This model's", 0) != 0) {
+      EXPECT_EQ(e.message.rfind(c.param, 0), 0u) << e.message;  // the message names it first
+    }
+  }
+  const Refusal chats[] = {
+      {R"({})", "messages"},
+      {R"({"messages": {}})", "messages"},
+      {R"({"messages": []})", "messages"},
+      {R"({"messages": [3]})", "messages[0]"},
+      {R"({"messages": [{"content": "x"}]})", "messages[0].role"},
+      {R"({"messages": [{"role": 1, "content": "x"}]})", "messages[0].role"},
+      {R"({"messages": [{"role": "user", "content": 5}]})", "messages[0].content"},
+      {R"({"messages": [{"role": "user", "content": [{"type": "image_url"}]}]})",
+       "messages[0].content[0].type"},
+      {R"({"messages": [{"role": "user", "content": [{"type": "text", "text": 1}]}]})",
+       "messages[0].content[0].text"},
+      {R"({"messages": [{"role": "user", "content": "x"}], "max_completion_tokens": "1"})",
+       "max_completion_tokens"},
+  };
+  for (const auto& c : chats) {
+    const ApiError e = error(chat(c.body));
+    EXPECT_EQ(e.status, 400) << c.body;
+    EXPECT_EQ(e.param.value_or(""), c.param) << c.body << " → " << e.message;
+  }
+}
+
+TEST_F(OpenAiRequestTest, RefusesInvalidUtf8AndSaysWhy) {
+  const ApiError e = error(completion("{\"prompt\": \"a\xff\"}"));
+  EXPECT_EQ(e.status, 400);
+  EXPECT_NE(e.message.find("invalid JSON"), std::string::npos) << e.message;
+  EXPECT_NE(errorBody(e).find("\"type\":\"BadRequestError\""), std::string::npos);
+}
+
+TEST(OutputPlanTest, IgnoreEosGivesMaxTokensExactly) {
+  GenerateRequest r{.prompts = {{1}, {2}}, .max_tokens = 40, .n = 2, .ignore_eos = true};
+  EXPECT_EQ(planOutputLengths(r, {}, 0), (std::vector<std::uint32_t>{40, 40, 40, 40}));
+}
+
+TEST(OutputPlanTest, DrawsSeededLengthsWithinBounds) {
+  GenerateRequest r{.prompts = {{1}}, .max_tokens = 100, .min_tokens = 20, .n = 8};
+  const LengthModel model{.mean = 50, .stddev = 40, .seed = 3};
+  const auto a = planOutputLengths(r, model, 5);
+  EXPECT_EQ(a, planOutputLengths(r, model, 5));  // same seeds, same lengths
+  EXPECT_NE(a, planOutputLengths(r, model, 6));  // another request, other lengths
+  for (const auto len : a) {
+    EXPECT_GE(len, 20u);
+    EXPECT_LE(len, 100u);
+  }
+  r.seed = 11;  // the request's own seed wins over the sequence number
+  EXPECT_EQ(planOutputLengths(r, model, 1), planOutputLengths(r, model, 2));
+  const auto fixed = planOutputLengths(r, {.mean = 30, .stddev = 0}, 0);
+  EXPECT_EQ(fixed, std::vector<std::uint32_t>(8, 30));
+}
+
+}  // namespace
+}  // namespace mocker::gateway

@@ -1,0 +1,215 @@
+#include "tools/gateway_command.h"
+
+#include <CLI/CLI.hpp>
+
+#include "gateway/gateway_server.h"
+#include "service/fleet.h"
+#include "service/security.h"
+#include "tools/cli_options.h"
+#include "tools/replay/live_replay.h"
+
+namespace mocker::tools {
+namespace {
+
+/// The workers: --connect (cancel endpoints given or derived) or the fleet file.
+Result<std::vector<gateway::WorkerEndpoints>> workers(const GatewayCommand& c,
+                                                      std::string& model_from_fleet) {
+  std::vector<gateway::WorkerEndpoints> out;
+  if (!c.connect.empty() && !c.fleet_file.empty()) {
+    return invalidArgument("give --connect or --fleet, not both");
+  }
+  if (!c.connect_cancel.empty() && c.connect_cancel.size() != c.connect.size()) {
+    return invalidArgument("--connect-cancel: " + std::to_string(c.connect_cancel.size()) +
+                           " given for " + std::to_string(c.connect.size()) + " --connect");
+  }
+  for (std::size_t i = 0; i < c.connect.size(); ++i) {
+    std::string cancel;
+    if (c.connect_cancel.empty()) {
+      MOCKER_TRY(cancel, replay::defaultCancelEndpoint(c.connect[i]));
+    } else {
+      cancel = c.connect_cancel[i];
+    }
+    out.push_back({.submit = c.connect[i], .cancel = std::move(cancel)});
+  }
+  if (!c.fleet_file.empty()) {
+    MOCKER_TRY(const auto manifest, service::loadFleetManifest(c.fleet_file));
+    for (const auto& w : manifest.workers) out.push_back({.submit = w.submit, .cancel = w.cancel});
+    model_from_fleet = manifest.model_name;
+  }
+  if (out.empty())
+    return invalidArgument("no workers: give --connect EP (repeatable) or --fleet FILE");
+  return out;
+}
+
+Result<gateway::GatewayOptions> gatewayOptions(const GatewayCommand& c) {
+  gateway::GatewayOptions o;
+  std::string fleet_model;
+  MOCKER_TRY(o.pool.workers, workers(c, fleet_model));
+  if (!c.curve_server_key_file.empty()) {
+    MOCKER_TRY(o.pool.curve,
+               service::loadCurveClientKeys(c.curve_server_key_file, c.curve_secret_key_file));
+  }
+  o.pool.stats_interval = std::chrono::milliseconds(c.stats_interval_ms);
+  o.host = c.host;
+  o.port = c.port;
+  o.model = !c.model.empty() ? c.model : !fleet_model.empty() ? fleet_model : "mocker";
+  o.router = c.router == "random" ? gateway::RouterKind::Random : gateway::RouterKind::RoundRobin;
+  o.request.max_model_len = c.max_model_len;
+  o.request.default_completion_max_tokens = c.default_max_tokens;
+  o.request.max_n = c.max_n;
+  o.lengths = {.mean = c.output_len_mean, .stddev = c.output_len_stddev, .seed = c.seed};
+  o.http.max_connections = c.max_connections;
+  o.http.max_body_bytes = c.max_body_bytes;
+  o.http.max_header_bytes = c.max_header_bytes;
+  o.http.max_stream_buffer_bytes = c.max_stream_buffer_bytes;
+  o.http.read_timeout = std::chrono::milliseconds(static_cast<long>(c.read_timeout_s * 1000.0));
+  o.max_inflight = c.max_inflight;
+  if (!c.api_key_file.empty()) {
+    MOCKER_TRY(o.api_keys, gateway::loadApiKeys(c.api_key_file));
+  }
+  return o;
+}
+
+}  // namespace
+
+void addGatewayCommand(CLI::App& app, GatewayCommand& command) {
+  command.cmd = app.add_subcommand(
+      "gateway",
+      "Serve the OpenAI HTTP API (completions, chat, models, tokenize, metrics) in "
+      "front of running `mocker serve` workers");
+  CLI::App& c = *command.cmd;
+  GatewayCommand& g = command;
+  const std::string workers = "Workers";
+  c.add_option("--connect", g.connect,
+               "submit endpoint of a running `mocker serve` worker (tcp://HOST:PORT); repeat for "
+               "several")
+      ->option_text("EP")
+      ->group(workers);
+  c.add_option("--connect-cancel", g.connect_cancel,
+               "cancel endpoint of each --connect worker, in the same order (default: the "
+               "submit port + 1)")
+      ->option_text("EP")
+      ->group(workers);
+  c.add_option("--fleet", g.fleet_file,
+               "every worker of a `mocker serve --fleet-file FILE` (submit and cancel endpoints; "
+               "its model name is the default --model)")
+      ->option_text("FILE")
+      ->group(workers);
+  c.add_option("--router", g.router, "how a request picks its worker")
+      ->check(CLI::IsMember({"round_robin", "random"}))
+      ->capture_default_str()
+      ->group(workers);
+  c.add_option("--stats-interval-ms", g.stats_interval_ms,
+               "ask every worker for stats this often (readiness, liveness)")
+      ->check(atLeast(10))
+      ->capture_default_str()
+      ->group(workers);
+  auto* server_key = c.add_option("--curve-server-key-file", g.curve_server_key_file,
+                                  "CURVE: the workers' public key file (NAME.pub)")
+                         ->group(workers);
+  auto* secret_key = c.add_option("--curve-secret-key-file", g.curve_secret_key_file,
+                                  "CURVE: this client's secret key file (NAME.key; its public "
+                                  "key must be on the workers' allow-list)")
+                         ->group(workers);
+  server_key->needs(secret_key);
+  secret_key->needs(server_key);
+
+  const std::string http = "HTTP";
+  c.add_option("--host", g.host, "address to listen on")->capture_default_str()->group(http);
+  c.add_option("--port", g.port, "port to listen on (0: an ephemeral port, printed)")
+      ->capture_default_str()
+      ->group(http);
+  c.add_option("--api-key-file", g.api_key_file,
+               "require `Authorization: Bearer KEY` on /v1/* with one of the keys in FILE (one "
+               "per line, # comments)")
+      ->option_text("FILE")
+      ->group(http);
+  c.add_option("--max-connections", g.max_connections,
+               "open connections; more get 503 and are closed")
+      ->check(atLeast(1))
+      ->capture_default_str()
+      ->group(http);
+  c.add_option("--max-inflight", g.max_inflight, "generation requests in flight; more get 429")
+      ->check(atLeast(1))
+      ->capture_default_str()
+      ->group(http);
+  c.add_option("--max-body-bytes", g.max_body_bytes, "request body size; larger gets 413")
+      ->check(atLeast(64))
+      ->capture_default_str()
+      ->group(http);
+  c.add_option("--max-header-bytes", g.max_header_bytes, "request header size; larger gets 431")
+      ->check(atLeast(256))
+      ->capture_default_str()
+      ->group(http);
+  c.add_option("--max-stream-buffer-bytes", g.max_stream_buffer_bytes,
+               "unsent stream bytes per connection; a slower reader is disconnected and its "
+               "request cancelled")
+      ->check(atLeast(1024))
+      ->capture_default_str()
+      ->group(http);
+  c.add_option("--read-timeout-s", g.read_timeout_s,
+               "a request must arrive completely within this time (idle keep-alive included)")
+      ->check(greaterThan(0))
+      ->capture_default_str()
+      ->group(http);
+
+  const std::string model = "Model";
+  c.add_option("--model", g.model, "served model name (default: the fleet file's, else \"mocker\")")
+      ->group(model);
+  c.add_option("--max-model-len", g.max_model_len,
+               "prompt + max_tokens limit (400 beyond); chat without max_tokens gets the rest")
+      ->check(atLeast(2))
+      ->capture_default_str()
+      ->group(model);
+  c.add_option("--default-max-tokens", g.default_max_tokens,
+               "/v1/completions max_tokens when the request gives none")
+      ->check(atLeast(1))
+      ->capture_default_str()
+      ->group(model);
+  c.add_option("--max-n", g.max_n, "largest `n` (choices per prompt)")
+      ->check(between(1, 1024))
+      ->capture_default_str()
+      ->group(model);
+  c.add_option("--output-len-mean", g.output_len_mean,
+               "without ignore_eos: output length ~ Normal(mean, stddev), clamped to "
+               "[min_tokens, max_tokens]")
+      ->check(greaterThan(0))
+      ->capture_default_str()
+      ->group(model);
+  c.add_option("--output-len-stddev", g.output_len_stddev, "see --output-len-mean")
+      ->check(atLeast(0))
+      ->capture_default_str()
+      ->group(model);
+  c.add_option("--seed", g.seed,
+               "seeds output lengths of requests without `seed`, and generated request ids")
+      ->capture_default_str()
+      ->group(model);
+  c.footer(
+      "Endpoints: POST /v1/completions, POST /v1/chat/completions, GET /v1/models, POST "
+      "/tokenize, POST /detokenize, GET /health, GET /ready (200 once every worker answered), GET "
+      "/metrics. Prints http://HOST:PORT when listening; SIGINT/SIGTERM stop it.\n"
+      "Exit codes: 0 stopped by a signal, 1 error, 2 usage error.");
+}
+
+int runGatewayCommand(const GatewayCommand& command, std::ostream& out, std::ostream& err) {
+  auto options = gatewayOptions(command);
+  if (!options) {
+    err << "mocker gateway: " << options.error().message << "\n";
+    return options.error().code == ErrorCode::InvalidArgument ? 2 : 1;
+  }
+  const std::string host = options->host;
+  auto server = gateway::GatewayServer::create(std::move(*options));
+  if (!server) {
+    err << "mocker gateway: " << server.error().message << "\n";
+    return 1;
+  }
+  const Status s =
+      (*server)->run([&] { out << "http://" << host << ":" << (*server)->port() << std::endl; });
+  if (!s) {
+    err << "mocker gateway: " << s.error().message << "\n";
+    return 1;
+  }
+  return 0;
+}
+
+}  // namespace mocker::tools
