@@ -320,6 +320,36 @@ class GatewayLimitsTest(unittest.TestCase):
             serve.close()
             os.unlink(keys.name)
 
+    def test_a_reader_too_slow_for_the_stream_buffer_is_cut_and_cancelled(self):
+        serve = Serve(*paced(1, 1))
+        gw = Gateway([serve], "--max-stream-buffer-bytes", "4096")
+        try:
+            # A client that asks for a long stream and never reads it: once the kernel buffers
+            # are full, the gateway's per-connection buffer passes its bound.
+            s = socket.socket()
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+            s.settimeout(WAIT_S)
+            s.connect((gw.host, gw.port))
+            body = json.dumps({"prompt": "x", "max_tokens": 8000, "ignore_eos": True,
+                               "stream": True}).encode()
+            s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n%s"
+                      % (len(body), body))
+            client = serve.client()
+            try:
+                poll_until(lambda: client.stats()["routes"] == 1, "the stream running")
+                poll_until(lambda: gw.metric("dynamo_frontend_disconnects_total") == 1,
+                           "the slow reader cut off", timeout=60)
+                poll_until(lambda: client.stats()["routes"] == 0, "its request cancelled")
+            finally:
+                client.close()
+            s.close()
+            # Everyone else is still served.
+            status, _, raw = gw.request("POST", "/v1/completions", {"prompt": "x"})
+            self.assertEqual(status, 200, raw)
+        finally:
+            gw.close()
+            serve.close()
+
 
 if __name__ == "__main__":
     unittest.main()

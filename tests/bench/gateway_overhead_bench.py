@@ -1,0 +1,148 @@
+"""Overhead of `mocker gateway`: TTFT and ITL of the same streaming requests sent to the same
+paced workers directly over ZeroMQ and through the gateway's OpenAI HTTP API, in the same run
+(alternating rounds), from one asyncio client process. Prints the p50 / p99 of each path and the
+difference (the gateway's added latency). Each request has a prompt of its own (no prefix-cache
+hits on either path).
+
+    MOCKER_BIN=build/mocker /usr/bin/python3 tests/bench/gateway_overhead_bench.py \
+        --streams 100 --tokens 32 --rounds 2
+"""
+
+import argparse
+import asyncio
+import itertools
+import json
+import os
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(os.path.dirname(HERE), "fault"))
+sys.path.insert(0, os.path.join(os.path.dirname(HERE), "gateway"))
+
+import zmq  # noqa: E402
+import zmq.asyncio  # noqa: E402
+from fault_harness import Serve, paced, percentile  # noqa: E402
+from gateway_live_test import Gateway  # noqa: E402
+from mocker_client import decode_message, encode_message  # noqa: E402
+
+PROMPT_LEN = 64
+_fresh = itertools.count(1_000_000)
+
+
+def fresh_prompt():
+    return [next(_fresh) for _ in range(PROMPT_LEN)]
+
+
+async def direct_round(serves, streams, tokens):
+    """`streams` concurrent requests, round robin over one DEALER per worker; per-request token
+    arrival times."""
+    ctx = zmq.asyncio.Context()
+    socks = []
+    for s in serves:
+        sock = ctx.socket(zmq.DEALER)
+        sock.setsockopt(zmq.LINGER, 0)
+        sock.connect(s.submit)
+        socks.append(sock)
+    start, times, done = {}, {}, asyncio.Event()
+    remaining = [streams]
+
+    async def reader(sock):
+        while remaining[0] > 0:
+            m = decode_message(await sock.recv())
+            if m["type"] != "output":
+                continue
+            now = time.perf_counter()
+            for o in m["outputs"]:
+                times[o["id"]].extend([now] * len(o.get("tokens", [])))
+                if o.get("finish"):
+                    remaining[0] -= 1
+        done.set()
+
+    readers = [asyncio.create_task(reader(s)) for s in socks]
+    for i in range(streams):
+        rid = "d%d" % i
+        times[rid] = []
+        start[rid] = time.perf_counter()
+        await socks[i % len(socks)].send(encode_message("submit", id=rid, prompt=fresh_prompt(),
+                                                        max_tokens=tokens))
+    await asyncio.wait_for(done.wait(), 120)
+    for r in readers:
+        r.cancel()
+    ctx.destroy(0)
+    return [(start[k], v) for k, v in times.items()]
+
+
+async def http_stream(host, port, tokens):
+    reader, writer = await asyncio.open_connection(host, port)
+    body = json.dumps({"prompt": fresh_prompt(), "max_tokens": tokens, "ignore_eos": True,
+                       "stream": True}).encode()
+    t0 = time.perf_counter()
+    writer.write(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                 b"Content-Length: %d\r\n\r\n%s" % (len(body), body))
+    await writer.drain()
+    await reader.readuntil(b"\r\n\r\n")  # response head (chunked)
+    times = []
+    while True:
+        size = int((await reader.readuntil(b"\r\n")).strip(), 16)
+        if size == 0:
+            break
+        chunk = await reader.readexactly(size + 2)
+        now = time.perf_counter()
+        # One " t<hex>" piece per token; nothing else in the compact chunk JSON holds " t" (no
+        # json.loads: the client's own cost would dominate what is measured).
+        times.extend([now] * chunk.count(b" t"))
+    writer.close()
+    return t0, times
+
+
+async def gateway_round(gw, streams, tokens):
+    return await asyncio.gather(*(http_stream(gw.host, gw.port, tokens) for _ in range(streams)))
+
+
+def summarize(samples, tokens):
+    ttft, itl = [], []
+    for t0, ts in samples:
+        assert len(ts) == tokens, "a stream got %d of %d tokens" % (len(ts), tokens)
+        ttft.append((ts[0] - t0) * 1000)
+        itl += [(b - a) * 1000 for a, b in zip(ts, ts[1:])]
+    return {"ttft_p50": percentile(ttft, 0.5), "ttft_p99": percentile(ttft, 0.99),
+            "itl_p50": percentile(itl, 0.5), "itl_p99": percentile(itl, 0.99)}
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--streams", type=int, default=100)
+    ap.add_argument("--tokens", type=int, default=32)
+    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--prefill-ms", type=float, default=10)
+    ap.add_argument("--decode-ms", type=float, default=10)
+    args = ap.parse_args()
+    serves = [Serve(*paced(args.prefill_ms, args.decode_ms)) for _ in range(args.workers)]
+    gw = Gateway(serves)
+    try:
+        direct, through = [], []
+        for _ in range(args.rounds):
+            direct += asyncio.run(direct_round(serves, args.streams, args.tokens))
+            through += asyncio.run(gateway_round(gw, args.streams, args.tokens))
+        d, g = summarize(direct, args.tokens), summarize(through, args.tokens)
+        print("%d streams x %d tokens, %d rounds, %d workers (prefill %g ms, decode %g ms)"
+              % (args.streams, args.tokens, args.rounds, args.workers, args.prefill_ms,
+                 args.decode_ms))
+        print("%-8s %10s %10s %10s %10s" % ("path", "TTFT p50", "TTFT p99", "ITL p50", "ITL p99"))
+        for name, s in (("zeromq", d), ("gateway", g)):
+            print("%-8s %10.2f %10.2f %10.2f %10.2f" % (name, s["ttft_p50"], s["ttft_p99"],
+                                                      s["itl_p50"], s["itl_p99"]))
+        print("%-8s %10.2f %10.2f %10.2f %10.2f  (ms)" % (
+            "added", g["ttft_p50"] - d["ttft_p50"], g["ttft_p99"] - d["ttft_p99"],
+            g["itl_p50"] - d["itl_p50"], g["itl_p99"] - d["itl_p99"]))
+    finally:
+        gw.close()
+        for s in serves:
+            s.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
