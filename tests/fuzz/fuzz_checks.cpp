@@ -17,6 +17,7 @@ std::span<const FuzzTarget> fuzzTargets() {
       FuzzTarget{"kv_events_fuzz", &checkKvEvents},
       FuzzTarget{"kv_replay_fuzz", &checkKvReplay},
       FuzzTarget{"mooncake_fuzz", &checkMooncake},
+      FuzzTarget{"openai_request_fuzz", &checkOpenAiRequest},
       FuzzTarget{"mooncake_delta_fuzz", &checkMooncakeDelta},
       FuzzTarget{"agentic_fuzz", &checkAgentic},
       FuzzTarget{"sequencer_fuzz", &checkSequencer},

@@ -63,6 +63,11 @@ void checkAzure(Input input);
 /// endpoints (rank 0 is the endpoint itself), Azure timestamps.
 void checkCliText(Input input);
 
+/// The gateway's OpenAI request parser (gateway/openai_request.h): byte 0 picks completions or
+/// chat and the context length, the rest is the body. Errors are 400s naming their field, with a
+/// valid JSON error body; accepted requests satisfy the length and stream-option rules.
+void checkOpenAiRequest(Input input);
+
 /// The targets by name (the fuzzer's binary name and the corpus directory name).
 struct FuzzTarget {
   std::string_view name;

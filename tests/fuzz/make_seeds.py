@@ -118,6 +118,18 @@ def seeds(full):
         ("endpoint", b"\x02\x03" + b"tcp://127.0.0.1:5557"),
         ("azure_ts", b"\x03\x00" + b"2023-11-16 18:17:03.9799600"),
     ]
+    # byte 0: bit 0 chat, the rest the context length; then the request body
+    out["openai_request_fuzz"] = [
+        ("completion_string", b"\x20" + b'{"prompt": "Hello world", "max_tokens": 4, "stream": '
+         b'true, "stream_options": {"include_usage": true}, "stop": ["x"]}'),
+        ("completion_ids", b"\x20" + b'{"prompt": [[1, 2, 3], [4]], "n": 2, "min_tokens": 1, '
+         b'"ignore_eos": true}'),
+        ("chat", b"\x21" + b'{"model": "m", "messages": [{"role": "system", "content": '
+         b'"Be brief."}, {"role": "user", "content": [{"type": "text", "text": "Hi"}]}], '
+         b'"max_completion_tokens": 3}'),
+        ("chat_wrong_type", b"\x21" + b'{"messages": [{"role": "user", "content": 5}], '
+         b'"temperature": "x"}'),
+    ]
     out["sequencer_fuzz"] = list(sequencer_seeds())
     out["timing_profile_fuzz"] = [("example", TIMING_PROFILE)]
     out["config_toml_fuzz"] = [("small", CONFIG_SMALL),
