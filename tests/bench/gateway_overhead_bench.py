@@ -6,6 +6,7 @@ hits on either path).
 
     MOCKER_BIN=build/mocker /usr/bin/python3 tests/bench/gateway_overhead_bench.py \
         --streams 100 --tokens 32 --rounds 2
+    ... gateway_overhead_bench.py --hold 2000      # 2,000 concurrent streams: the gateway's RSS
 """
 
 import argparse
@@ -22,7 +23,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(HERE), "gateway"))
 
 import zmq  # noqa: E402
 import zmq.asyncio  # noqa: E402
-from fault_harness import Serve, paced, percentile  # noqa: E402
+from fault_harness import Serve, paced, percentile, poll_until, proc_status_kib  # noqa: E402
 from gateway_live_test import Gateway  # noqa: E402
 from mocker_client import decode_message, encode_message  # noqa: E402
 
@@ -100,6 +101,41 @@ async def gateway_round(gw, streams, tokens):
     return await asyncio.gather(*(http_stream(gw.host, gw.port, tokens) for _ in range(streams)))
 
 
+async def hold(gw, serves, n):
+    """Opens `n` long streams at once, waits until every one has its response head, and returns
+    the gateway's RSS (KiB) before and while they are held; then closes them all and waits until
+    the workers have cancelled every request."""
+    rss_before = proc_status_kib(gw.proc.pid, "VmRSS")
+    body = json.dumps({"prompt": "hold", "max_tokens": 4000, "ignore_eos": True,
+                       "stream": True}).encode()
+    request = (b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n%s"
+               % (len(body), body))
+
+    async def one():
+        reader, writer = await asyncio.open_connection(gw.host, gw.port)
+        writer.write(request)
+        await reader.readuntil(b"\r\n\r\n")  # the stream's head: the request is submitted
+        return reader, writer
+
+    conns = await asyncio.gather(*(one() for _ in range(n)))
+    rss_held = proc_status_kib(gw.proc.pid, "VmRSS")
+    clients = [s.client() for s in serves]
+    routes = sum(c.stats()["routes"] for c in clients)
+    for _, writer in conns:
+        writer.close()
+    await asyncio.gather(*(writer.wait_closed() for _, writer in conns))
+    try:
+        poll_until(lambda: sum(c.stats()["routes"] for c in clients) == 0,
+                   "every held stream cancelled", timeout=60)
+    except AssertionError:
+        print("routes left:", [c.stats()["routes"] for c in clients], "gateway stderr:",
+              gw.stderr_text()[-2000:], file=sys.stderr)
+        raise
+    for c in clients:
+        c.close()
+    return rss_before, rss_held, routes
+
+
 def summarize(samples, tokens):
     ttft, itl = [], []
     for t0, ts in samples:
@@ -118,10 +154,17 @@ def main():
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--prefill-ms", type=float, default=10)
     ap.add_argument("--decode-ms", type=float, default=10)
+    ap.add_argument("--hold", type=int, default=0,
+                    help="instead: hold this many concurrent streams and report the RSS")
     args = ap.parse_args()
     serves = [Serve(*paced(args.prefill_ms, args.decode_ms)) for _ in range(args.workers)]
     gw = Gateway(serves)
     try:
+        if args.hold:
+            before, held, routes = asyncio.run(hold(gw, serves, args.hold))
+            print("held %d streams (%d running on the workers): gateway RSS %d KiB idle, %d KiB "
+                  "holding them; all cancelled on close" % (args.hold, routes, before, held))
+            return 0
         direct, through = [], []
         for _ in range(args.rounds):
             direct += asyncio.run(direct_round(serves, args.streams, args.tokens))
