@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cctype>
 #include <cmath>
+#include <limits>
 #include <string>
 #include <utility>
 #include <vector>
@@ -23,10 +24,11 @@ constexpr EnumNames<EngineType, 3> kEngineTypes{
     {{"vllm", EngineType::Vllm}, {"sglang", EngineType::Sglang}, {"trtllm", EngineType::Trtllm}}};
 constexpr EnumNames<PreemptionMode, 2> kPreemptionModes{
     {{"lifo", PreemptionMode::Lifo}, {"fifo", PreemptionMode::Fifo}}};
-constexpr EnumNames<TimingModelKind, 3> kTimingModels{
+constexpr EnumNames<TimingModelKind, 4> kTimingModels{
     {{"polynomial", TimingModelKind::Polynomial},
      {"interpolated", TimingModelKind::Interpolated},
-     {"fixed", TimingModelKind::Fixed}}};
+     {"fixed", TimingModelKind::Fixed},
+     {"roofline", TimingModelKind::Roofline}}};
 constexpr EnumNames<KvEventVisibility, 2> kVisibilities{
     {{"pass_end", KvEventVisibility::PassEnd}, {"pass_start", KvEventVisibility::PassStart}}};
 constexpr EnumNames<DecodeLoad, 2> kDecodeLoads{
@@ -167,8 +169,23 @@ std::uint32_t effectiveBlockSize(const EngineConfig& config) {
   return 64;
 }
 
+Result<KvCapacity> engineKvCapacity(const EngineConfig& config) {
+  const std::uint32_t budget = config.engine_type == EngineType::Sglang
+                                   ? config.sglang.chunked_prefill_size
+                                   : config.max_num_batched_tokens.value_or(8192);
+  return rooflineKvCapacity(*config.roofline, effectiveBlockSize(config), budget,
+                            config.max_num_seqs.value_or(256));
+}
+
 std::uint32_t effectiveNumGpuBlocks(const EngineConfig& config) {
   if (config.num_gpu_blocks) return *config.num_gpu_blocks;
+  if (config.timing_model == TimingModelKind::Roofline && config.roofline) {
+    auto kv = engineKvCapacity(config);
+    if (kv.has_value()) {
+      return static_cast<std::uint32_t>(std::min<std::uint64_t>(
+          kv.value().num_blocks, std::numeric_limits<std::uint32_t>::max()));
+    }
+  }
   const std::uint64_t block_size = std::max<std::uint32_t>(effectiveBlockSize(config), 1);
   return static_cast<std::uint32_t>((kDefaultKvCapacityTokens + block_size - 1) / block_size);
 }
@@ -258,6 +275,24 @@ std::optional<ConfigError> checkEngineConfig(const EngineConfig& c) {
         }
       }
       break;
+    case TimingModelKind::Roofline:
+      if (!c.roofline) {
+        return ruleError({"roofline", "timing_model"},
+                         "roofline (model and gpu) is required when timing_model = roofline");
+      }
+      if (auto problem = checkRooflineConfig(*c.roofline)) {
+        return ruleError({"roofline", "timing_model"}, std::move(*problem));
+      }
+      if (!c.num_gpu_blocks) {
+        auto kv = engineKvCapacity(c);
+        if (!kv.has_value()) return ruleError({"roofline", "num_gpu_blocks"}, kv.error().message);
+      }
+      break;
+  }
+  if (c.roofline && c.timing_model != TimingModelKind::Roofline) {
+    return ruleError({"roofline", "timing_model"}, "roofline is set but timing_model is " +
+                                                       std::string(toString(c.timing_model)) +
+                                                       " (set timing_model = roofline)");
   }
   // SGLang settings are range-checked whatever the engine type (a bad value is never silently
   // ignored); the cross-field rules apply only when the SGLang scheduler is selected.

@@ -14,12 +14,13 @@
 
 #include "base/result.h"
 #include "engine/block_hash.h"
+#include "engine/roofline.h"
 
 namespace mocker::engine {
 
 enum class EngineType { Vllm, Sglang, Trtllm };
 enum class PreemptionMode { Lifo, Fifo };
-enum class TimingModelKind { Polynomial, Interpolated, Fixed };
+enum class TimingModelKind { Polynomial, Interpolated, Fixed, Roofline };
 enum class KvEventVisibility { PassEnd, PassStart };
 enum class SchedulePolicy { Fcfs, Lpm };
 /// What the decode polynomial's load u = active_kv / total_kv measures (README "Timing").
@@ -74,8 +75,9 @@ struct EngineConfig {
   std::optional<TimingProfile> timing_profile;  ///< required iff timing_model = interpolated
   std::optional<double> fixed_prefill_ms;       ///< required iff timing_model = fixed
   std::optional<double> fixed_decode_ms;
-  double speedup_ratio = 1.0;         ///< finite, >= 0; 0 = live mode does not wait
-  double decode_speedup_ratio = 1.0;  ///< finite, > 0; must be 1 with speculative decoding
+  std::optional<RooflineConfig> roofline;  ///< required iff timing_model = roofline
+  double speedup_ratio = 1.0;              ///< finite, >= 0; 0 = live mode does not wait
+  double decode_speedup_ratio = 1.0;       ///< finite, > 0; must be 1 with speculative decoding
   DecodeLoad decode_load = DecodeLoad::Physical;  ///< vllm/trtllm decode load (README "Timing")
 
   // Speculative decoding (README "Speculative decoding").
@@ -120,9 +122,15 @@ std::uint32_t effectiveBlockSize(const EngineConfig& config);
 /// Tokens of KV every engine type holds when num_gpu_blocks is not set (1 Mi).
 inline constexpr std::uint64_t kDefaultKvCapacityTokens = 1u << 20;
 
-/// num_gpu_blocks, or ceil(kDefaultKvCapacityTokens / effective block size) when it is null
-/// (vllm 16384, trtllm 32768, sglang page 1: 1,048,576). REQUIRES: block size >= 1.
+/// num_gpu_blocks; when it is null, the roofline deployment's KV capacity (rooflineKvCapacity)
+/// if timing_model = roofline, else ceil(kDefaultKvCapacityTokens / effective block size) (vllm
+/// 16384, trtllm 32768, sglang page 1: 1,048,576). REQUIRES: a valid config.
 std::uint32_t effectiveNumGpuBlocks(const EngineConfig& config);
+
+/// The roofline KV capacity for this engine's block size and batch limits (the token budget:
+/// max_num_batched_tokens, or sglang.chunked_prefill_size for sglang, 8192 when unbounded; the
+/// sampled sequences: max_num_seqs, 256 when unbounded). REQUIRES: config.roofline.
+Result<KvCapacity> engineKvCapacity(const EngineConfig& config);
 
 /// Most draft tokens speculative decoding accepts (spec_num_draft_tokens, spec_accept_rates).
 inline constexpr std::uint32_t kMaxSpecDraftTokens = 5;

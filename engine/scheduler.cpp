@@ -390,8 +390,31 @@ void VllmScheduler::timePrefill(Pass& pass) {
   }
   fpm.num_prefill_requests = batch;
   fpm.var_prefill_length = prefill_len.variance();
+  if (timing_.isRoofline()) return;  // timeDecode times the whole pass (timeRoofline)
   const double raw_ms = batch == 0 ? 0.0 : timing_.prefillMs(batch, isl / batch, prefix / batch);
   pass.out.prefill_ms = detail::scaledPrefillMs(config_, raw_ms);
+}
+
+void VllmScheduler::timeRoofline(Pass& pass) {
+  // One mixed pass: every scheduled sequence with its chunk and context, prompt chunks first.
+  // decode_ms is the decodes' own pass time, prefill_ms what the prompt chunks add to it.
+  std::vector<PassSequence>& seqs = roofline_seqs_;
+  seqs.clear();
+  for (const Scheduled& s : scheduled_) {
+    if (s.num_tokens > 0 && s.computed_before < s.prompt_len) {
+      seqs.push_back({s.num_tokens, s.computed_before});
+    }
+  }
+  const std::size_t num_prompt = seqs.size();
+  for (const Scheduled& s : scheduled_) {
+    if (s.num_tokens > 0 && s.computed_before >= s.prompt_len) {
+      seqs.push_back({s.num_tokens, s.computed_before});
+    }
+  }
+  const double whole_ms = timing_.passMs(seqs);
+  const double decode_ms = timing_.passMs(std::span(seqs).subspan(num_prompt));
+  pass.out.prefill_ms = detail::scaledPrefillMs(config_, whole_ms - decode_ms);
+  pass.out.decode_ms = isPrefillWorker() ? 0.0 : detail::scaledDecodeMs(config_, decode_ms);
 }
 
 void VllmScheduler::collectReady(Pass& pass) {
@@ -431,6 +454,7 @@ void VllmScheduler::timeDecode(Pass& pass) {
     decode_len.add(s.len_at_schedule);
   }
   fpm.var_decode_kv_tokens = decode_len.variance();
+  if (timing_.isRoofline()) return timeRoofline(pass);
   if (pass.ready.empty()) return;
   // decode_load: physical = resident blocks after this pass's allocations; logical = Σ len of
   // the ready requests before their new tokens (a shared prefix counts once per request).

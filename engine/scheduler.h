@@ -124,6 +124,8 @@ class VllmScheduler final : public detail::RankCore {
   void collectReady(Pass& pass);
   /// 5. Decode FPM over the scheduled decode work and decode time over `pass.ready`.
   void timeDecode(Pass& pass);
+  /// 5'. Roofline timing: the pass's duration from all its scheduled sequences (timeDecode).
+  void timeRoofline(Pass& pass);
   /// 6. Every ready request samples one token (or fails with the pass); completions release.
   void emitTokens(Pass& pass);
 
@@ -192,6 +194,7 @@ class VllmScheduler final : public detail::RankCore {
 
   // Per-pass scratch (kept as members to reuse their capacity).
   std::vector<Scheduled> scheduled_;
+  std::vector<PassSequence> roofline_seqs_;  // timeRoofline scratch
 };
 
 }  // namespace mocker::engine

@@ -447,8 +447,18 @@ void SglangScheduler::timePrefill(Pass& pass) {
   for (std::size_t i = partial.size(); i-- > 0;) pushWaitingFront(requests_.at(partial[i]));
   fpm.var_prefill_length = prefill_len.variance();
   const std::uint64_t batch = prefills_.size();
-  const double raw_ms =
-      batch == 0 ? 0.0 : timing_.prefillMs(batch, sum_isl / batch, sum_prefix / batch);
+  double raw_ms = 0.0;
+  if (timing_.isRoofline()) {
+    // An extend pass: every chunk with its context; the first tokens it samples are part of it.
+    roofline_seqs_.clear();
+    for (const Prefill& p : prefills_) {
+      if (p.chunk_end > p.kv_before)
+        roofline_seqs_.push_back({p.chunk_end - p.kv_before, p.kv_before});
+    }
+    raw_ms = timing_.passMs(roofline_seqs_);
+  } else if (batch > 0) {
+    raw_ms = timing_.prefillMs(batch, sum_isl / batch, sum_prefix / batch);
+  }
   pass.out.prefill_ms = detail::scaledPrefillMs(config_, raw_ms);
 }
 
@@ -524,7 +534,15 @@ void SglangScheduler::emitTokens(Pass& pass) {
     }
   }
   fpm.var_decode_kv_tokens = decode_len.variance();
-  if (!pass.active.empty()) {
+  if (timing_.isRoofline()) {
+    // A decode pass: one new token per sequence over its context. An extend pass's first
+    // tokens were timed with its chunks.
+    roofline_seqs_.clear();
+    if (!pass.extend_pass) {
+      for (const Req* r : pass.active) roofline_seqs_.push_back({1, r->len()});
+    }
+    pass.out.decode_ms = detail::scaledDecodeMs(config_, timing_.passMs(roofline_seqs_));
+  } else if (!pass.active.empty()) {
     const double raw_ms = timing_.decodeMs(pass.active.size(), std::min(len_sum, total_tokens_),
                                            len_sum / pass.active.size(), total_tokens_);
     pass.out.decode_ms = detail::scaledDecodeMs(config_, raw_ms);

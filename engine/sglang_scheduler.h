@@ -217,6 +217,7 @@ class SglangScheduler final : public detail::RankCore {
 
   // Per-pass scratch (kept as members to reuse their capacity).
   std::vector<Prefill> prefills_;
+  std::vector<PassSequence> roofline_seqs_;  // roofline timing scratch
   bool oom_ = false;
 };
 

@@ -44,6 +44,9 @@ double clampFinite(double v, double floor) { return std::isfinite(v) ? std::max(
 TimingModel::TimingModel(const EngineConfig& config)
     : kind_(config.timing_model),
       profile_(config.timing_profile ? &*config.timing_profile : nullptr),
+      roofline_(config.timing_model == TimingModelKind::Roofline && config.roofline
+                    ? &*config.roofline
+                    : nullptr),
       fixed_prefill_ms_(config.fixed_prefill_ms.value_or(0.0)),
       fixed_decode_ms_(config.fixed_decode_ms.value_or(0.0)) {}
 
@@ -57,6 +60,8 @@ double TimingModel::prefillMs(std::uint64_t batch, std::uint64_t isl, std::uint6
       return clampFinite(interp1(profile_->prefill_isl, profile_->prefill_ttft_ms, t), 0.0);
     case TimingModelKind::Fixed:
       return fixed_prefill_ms_;
+    case TimingModelKind::Roofline:
+      return 0.0;  // passMs times the whole pass
   }
   return 0.0;
 }
@@ -77,8 +82,14 @@ double TimingModel::decodeMs(std::uint64_t batch, std::uint64_t active_kv, std::
           interp2(*profile_, static_cast<double>(active_kv), static_cast<double>(ctx)), 1.0);
     case TimingModelKind::Fixed:
       return fixed_decode_ms_;
+    case TimingModelKind::Roofline:
+      return 0.0;  // passMs times the whole pass
   }
   return 0.0;
+}
+
+double TimingModel::passMs(std::span<const PassSequence> sequences) const {
+  return rooflinePass(*roofline_, sequences).total_ms;
 }
 
 }  // namespace mocker::engine

@@ -1,12 +1,14 @@
 // Forward-pass timing model (docs/engine.md, Timing model): a pure function of the batch shape to
-// a duration in milliseconds. Three kinds: polynomial (default, aisimulate's coefficients),
-// interpolated (a measured profile) and fixed (tests, calibration). Scaling by
+// a duration in milliseconds. Four kinds: polynomial (default, aisimulate's coefficients),
+// interpolated (a measured profile), fixed (tests, calibration) and roofline (roofline.h: from the
+// model, the GPU and the pass's actual sequences, via passMs). Scaling by
 // speedup_ratio / decode_speedup_ratio is applied by the scheduler, not here.
 //
 // Immutable after construction; thread-safe.
 #pragma once
 
 #include <cstdint>
+#include <span>
 
 #include "engine/config.h"
 
@@ -27,9 +29,18 @@ class TimingModel {
   double decodeMs(std::uint64_t batch, std::uint64_t active_kv, std::uint64_t ctx,
                   std::uint64_t total_kv) const;
 
+  /// True for the roofline kind: the schedulers then time passes with passMs, not with
+  /// prefillMs/decodeMs (which return 0 for it).
+  bool isRoofline() const { return roofline_ != nullptr; }
+
+  /// Roofline: modelled duration of a pass over `sequences` (rooflinePass().total_ms); 0 when
+  /// empty. REQUIRES: isRoofline().
+  double passMs(std::span<const PassSequence> sequences) const;
+
  private:
   TimingModelKind kind_;
-  const TimingProfile* profile_ = nullptr;  // points into the engine-owned config
+  const TimingProfile* profile_ = nullptr;    // points into the engine-owned config
+  const RooflineConfig* roofline_ = nullptr;  // likewise; set iff kind_ = Roofline
   double fixed_prefill_ms_ = 0.0;
   double fixed_decode_ms_ = 0.0;
 };

@@ -6,6 +6,7 @@
 
 #include "engine/config.h"
 #include "service/config.h"
+#include "tools/calibrate_command.h"
 #include "tools/cli_options.h"
 #include "tools/compare_command.h"
 #include "tools/gateway_command.h"
@@ -56,6 +57,8 @@ int runCli(const std::vector<std::string>& args, std::ostream& out, std::ostream
   // `mocker gateway`: the OpenAI HTTP API in front of workers (tools/gateway_command.h).
   GatewayCommand gateway;
   addGatewayCommand(app, gateway);
+  CalibrateCommand calibrate;
+  addCalibrateCommand(app, calibrate);
 
   std::vector<std::string> argv_rest(args.begin() + (args.empty() ? 0 : 1), args.end());
   std::reverse(argv_rest.begin(), argv_rest.end());
@@ -79,6 +82,7 @@ int runCli(const std::vector<std::string>& args, std::ostream& out, std::ostream
   if (keygen.cmd->parsed()) return runKeygenCommand(keygen, out, err);
   if (compare.cmd->parsed()) return runCompareCommand(compare, out, err);
   if (gateway.cmd->parsed()) return runGatewayCommand(gateway, out, err);
+  if (calibrate.cmd->parsed()) return runCalibrateCommand(calibrate, out, err);
   if (config_cmd->parsed()) {
     const auto config = resolveServeConfig(config_flags);
     if (!config) {

@@ -20,21 +20,6 @@ namespace {
 
 using Points = std::vector<std::pair<double, double>>;
 
-/// Empirical CDF (x = value, y = fraction ≤ x) of sorted values, reduced to at most
-/// `max_points` ranks.
-Points cdfPoints(const std::vector<double>& sorted, std::size_t max_points) {
-  Points out;
-  const std::size_t n = sorted.size();
-  if (n == 0) return out;
-  const std::size_t m = std::max<std::size_t>(2, std::min(n, max_points));
-  for (std::size_t k = 0; k < m; ++k) {
-    const std::size_t i = n == 1 ? 0 : (k * (n - 1) + (m - 1) / 2) / (m - 1);
-    out.emplace_back(sorted[i], static_cast<double>(i + 1) / static_cast<double>(n));
-    if (n == 1) break;
-  }
-  return out;
-}
-
 /// Reduces a time series to at most `max_points` by keeping the maximum y per bucket of ranks.
 void reduceByMax(Points& points, std::size_t max_points) {
   if (points.size() <= max_points || max_points == 0) return;

@@ -8,6 +8,7 @@
 #include <functional>
 #include <iterator>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace mocker::replay {
@@ -331,6 +332,20 @@ std::string pageCheckScript() {
          "else{window.addEventListener('load',check);}\n"
          "})();\n"
          "</script>\n";
+}
+
+std::vector<std::pair<double, double>> cdfPoints(const std::vector<double>& sorted,
+                                                 std::size_t max_points) {
+  std::vector<std::pair<double, double>> out;
+  const std::size_t n = sorted.size();
+  if (n == 0) return out;
+  const std::size_t m = std::max<std::size_t>(2, std::min(n, max_points));
+  for (std::size_t k = 0; k < m; ++k) {
+    const std::size_t i = n == 1 ? 0 : (k * (n - 1) + (m - 1) / 2) / (m - 1);
+    out.emplace_back(sorted[i], static_cast<double>(i + 1) / static_cast<double>(n));
+    if (n == 1) break;
+  }
+  return out;
 }
 
 }  // namespace mocker::replay

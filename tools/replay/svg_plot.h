@@ -53,6 +53,11 @@ struct Plot {
 /// "no data" and has data-empty="1".
 std::string renderSvgPlot(const Plot& plot);
 
+/// Empirical CDF (x = value, y = fraction of values <= x) of ascending `sorted` values, reduced
+/// to at most `max_points` evenly spaced ranks (at least 2; one point for a single value).
+std::vector<std::pair<double, double>> cdfPoints(const std::vector<double>& sorted,
+                                                 std::size_t max_points);
+
 /// Whether a CDF of these values reads better on a log x axis: every value positive and the
 /// largest at least 50 times the median.
 bool wantsLogX(const std::vector<double>& sorted_values);

@@ -1,0 +1,43 @@
+// GpuSpec: the hardware numbers the roofline timing model needs (docs/engine.md, "Roofline
+// timing"), and a built-in table of GPUs with the vendor datasheet each number comes from.
+//
+// Plain value type and an immutable table; thread-safe.
+#pragma once
+
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+
+namespace mocker::engine {
+
+struct GpuSpec {
+  std::string name;
+  double bf16_tflops =
+      0.0;  ///< dense (no sparsity) BF16 tensor-core peak, FP32 accumulate, TFLOP/s
+  double memory_bandwidth_gbps = 0.0;  ///< device memory bandwidth, decimal GB/s (1e9 B/s)
+  double memory_gib = 0.0;  ///< device memory as the driver reports it (torch total_memory), GiB
+  double interconnect_gbps = 0.0;  ///< per-direction GPU-to-GPU bandwidth for all-reduce, GB/s
+};
+
+/// One built-in GPU: its spec, the accepted names (first = canonical) and the datasheet.
+struct GpuTableEntry {
+  GpuSpec spec;
+  std::span<const std::string_view> aliases;
+  std::string_view source;  ///< vendor datasheet / whitepaper the numbers come from
+};
+
+/// Every built-in GPU, in a fixed order.
+std::span<const GpuTableEntry> gpuTable();
+
+/// The built-in GPU named `name` (case-insensitive; spaces, '-' and '_' ignored, so "H100 SXM",
+/// "h100-sxm" and "h100" match), or nullopt.
+std::optional<GpuSpec> findGpu(std::string_view name);
+
+/// The canonical names of the built-in GPUs, joined by `sep` (for error messages and --help).
+std::string gpuNameList(std::string_view sep);
+
+/// The first broken rule of `gpu` as a message naming the field (prefix prepended), or nullopt.
+std::optional<std::string> checkGpuSpec(const GpuSpec& gpu, std::string_view prefix);
+
+}  // namespace mocker::engine

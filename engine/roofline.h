@@ -1,0 +1,118 @@
+// Roofline timing model (docs/engine.md, "Roofline timing"): the duration of one forward pass from
+// the model's architecture, the GPU's peak FLOP/s and memory bandwidth, the tensor-parallel degree
+// and the batch's actual composition (each scheduled sequence's new tokens and context), every
+// term scaled by an efficiency or overhead coefficient from rooflineCoefficientTable().
+//
+// Pure functions of plain values; thread-safe.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+
+#include "base/result.h"
+#include "engine/gpu_spec.h"
+#include "engine/model_arch.h"
+
+namespace mocker::engine {
+
+/// Efficiencies (fractions of the hardware peak) and overheads. Defaults: the fit to the
+/// per-operator kernel profiles (data/calibration/README.md); every member is listed in
+/// rooflineCoefficientTable() with its bounds.
+struct RooflineCoefficients {
+  double pass_overhead_ms = 2.0;         ///< fixed per pass (scheduling, launch, sync)
+  double sequence_overhead_us = 15.0;    ///< per scheduled sequence (input prep, sampling)
+  double kernel_overhead_us = 4.0;       ///< per kernel launch (GEMM, attention, MoE, norm group)
+  double gemm_compute_efficiency = 0.7;  ///< dense GEMM FLOP/s / peak
+  double gemm_memory_efficiency = 0.8;   ///< dense GEMM and elementwise bytes/s / bandwidth
+  double attention_prefill_efficiency = 0.5;  ///< attention FLOP/s / peak (prefill chunks)
+  double attention_decode_efficiency = 0.6;   ///< attention KV-read bytes/s / bandwidth (decodes)
+  double moe_compute_efficiency = 0.4;        ///< expert GEMM FLOP/s / peak
+  double moe_memory_efficiency = 0.6;         ///< expert-weight bytes/s / bandwidth
+  double allreduce_efficiency = 0.7;          ///< all-reduce bytes/s / interconnect bandwidth
+  double allreduce_latency_us = 10.0;         ///< fixed latency of one all-reduce
+};
+
+/// One fitted coefficient: name (config key under [engine.roofline]), the member, its default,
+/// bounds for a bounded optimiser (inclusive) and a one-line description.
+struct RooflineCoefficientInfo {
+  std::string_view name;
+  double RooflineCoefficients::*member;
+  double default_value;
+  double lower;
+  double upper;
+  std::string_view doc;
+};
+
+/// Every coefficient, in a fixed order. calibration fits exactly these, by name.
+std::span<const RooflineCoefficientInfo> rooflineCoefficientTable();
+
+/// The table entry named `name`, or nullptr.
+const RooflineCoefficientInfo* findRooflineCoefficient(std::string_view name);
+
+/// The deployment the roofline model describes.
+struct RooflineConfig {
+  ModelArch model;
+  GpuSpec gpu;
+  std::uint32_t tensor_parallel_size = 1;  ///< GPUs one engine (DP rank) spans; >= 1
+  double gpu_memory_utilization = 0.9;     ///< vLLM's flag: fraction of GPU memory to use
+  /// Memory per GPU held outside weights, KV and activations (CUDA context, NCCL, CUDA graphs),
+  /// GiB.
+  double non_torch_memory_gib = 0.75;
+  RooflineCoefficients coefficients;
+};
+
+/// The first broken rule as a message naming the field ("roofline.tensor_parallel_size must be
+/// ..."), or nullopt. Checks the model, the GPU, TP, memory utilisation and every coefficient
+/// against its table bounds.
+std::optional<std::string> checkRooflineConfig(const RooflineConfig& config);
+
+/// One sequence of a pass: `new_tokens` computed this pass (a prompt chunk, or 1 for a decode)
+/// after `context` tokens already in KV.
+struct PassSequence {
+  std::uint32_t new_tokens = 0;
+  std::uint64_t context = 0;
+};
+
+/// A pass's time split by term, milliseconds (total = sum of the others).
+struct RooflineBreakdown {
+  double overhead_ms = 0.0;   ///< pass + per-sequence overheads (per-kernel ones are in each term)
+  double gemm_ms = 0.0;       ///< QKV, O, dense MLP and elementwise traffic
+  double attention_ms = 0.0;  ///< prefill FLOPs and decode KV reads
+  double moe_ms = 0.0;        ///< router + touched experts
+  double allreduce_ms = 0.0;  ///< TP all-reduce (2 per layer)
+  double lm_head_ms = 0.0;    ///< logits of each sequence's last token
+  double total_ms = 0.0;
+};
+
+/// The modelled duration of one pass over `sequences` (empty = 0).
+RooflineBreakdown rooflinePass(const RooflineConfig& config,
+                               std::span<const PassSequence> sequences);
+
+/// Expected distinct experts touched when `tokens` tokens each route to top-k of E experts,
+/// uniformly: E · (1 − (1 − k/E)^tokens).
+double expectedDistinctExperts(std::uint32_t num_experts, std::uint32_t top_k, double tokens);
+
+/// Weight bytes one GPU holds: parameters · weight_bytes / tensor_parallel_size.
+double weightBytesPerGpu(const RooflineConfig& config);
+
+/// KV cache blocks that fit on one GPU, as vLLM sizes it: (memory · gpu_memory_utilization −
+/// weights per GPU − activation peak − non-torch memory) / (block_size · KV bytes per token per
+/// GPU), floored. The activation peak is that of a profiling pass with
+/// `max_num_batched_tokens` tokens and `max_num_seqs` sampled sequences. Error (naming
+/// gpu_memory_utilization) when nothing is left for KV.
+struct KvCapacity {
+  double memory_bytes = 0.0;
+  double weight_bytes = 0.0;
+  double activation_bytes = 0.0;
+  double non_torch_bytes = 0.0;
+  double kv_bytes = 0.0;  ///< left for the KV cache
+  std::uint64_t num_blocks = 0;
+};
+Result<KvCapacity> rooflineKvCapacity(const RooflineConfig& config, std::uint32_t block_size,
+                                      std::uint32_t max_num_batched_tokens,
+                                      std::uint32_t max_num_seqs);
+
+}  // namespace mocker::engine

@@ -1,0 +1,251 @@
+#include "tools/calibrate/fit.h"
+
+#include <nlopt.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <limits>
+#include <optional>
+#include <random>
+
+#include "base/enum_names.h"
+
+namespace mocker::calibrate {
+namespace {
+
+constexpr double kInfiniteErrorPct = 1e4;
+constexpr double kFailedEvaluationLoss = 1e6;
+
+std::string numberText(double v) {
+  char buf[40];
+  std::snprintf(buf, sizeof buf, "%.17g", v);
+  return buf;
+}
+
+bool logScale(const FitParameter& p) { return p.lower > 0.0 && p.upper >= 100.0 * p.lower; }
+
+double toValue(const FitParameter& p, double x) {
+  x = std::clamp(x, 0.0, 1.0);
+  if (logScale(p)) return p.lower * std::pow(p.upper / p.lower, x);
+  return p.lower + x * (p.upper - p.lower);
+}
+
+double toSearch(const FitParameter& p, double v) {
+  v = std::clamp(v, p.lower, p.upper);
+  if (p.upper == p.lower) return 0.0;
+  if (logScale(p)) return std::log(v / p.lower) / std::log(p.upper / p.lower);
+  return (v - p.lower) / (p.upper - p.lower);
+}
+
+constexpr EnumNames<FitAlgorithm, 4> kAlgorithmNames = {{
+    {"sbplx", FitAlgorithm::Sbplx},
+    {"bobyqa", FitAlgorithm::Bobyqa},
+    {"neldermead", FitAlgorithm::NelderMead},
+    {"cobyla", FitAlgorithm::Cobyla},
+}};
+
+nlopt_algorithm nloptAlgorithm(FitAlgorithm a) {
+  switch (a) {
+    case FitAlgorithm::Sbplx:
+      return NLOPT_LN_SBPLX;
+    case FitAlgorithm::Bobyqa:
+      return NLOPT_LN_BOBYQA;
+    case FitAlgorithm::NelderMead:
+      return NLOPT_LN_NELDERMEAD;
+    case FitAlgorithm::Cobyla:
+      return NLOPT_LN_COBYLA;
+  }
+  return NLOPT_LN_SBPLX;
+}
+
+std::string stopReason(nlopt_result r) {
+  switch (r) {
+    case NLOPT_SUCCESS:
+      return "success";
+    case NLOPT_STOPVAL_REACHED:
+      return "stopval reached";
+    case NLOPT_FTOL_REACHED:
+      return "ftol reached";
+    case NLOPT_XTOL_REACHED:
+      return "xtol reached";
+    case NLOPT_MAXEVAL_REACHED:
+      return "maxeval reached";
+    case NLOPT_MAXTIME_REACHED:
+      return "maxtime reached";
+    case NLOPT_ROUNDOFF_LIMITED:
+      return "roundoff limited";
+    case NLOPT_FORCED_STOP:
+      return "forced stop";
+    default:
+      return "failure (" + std::to_string(static_cast<int>(r)) + ")";
+  }
+}
+
+}  // namespace
+
+Result<FitAlgorithm> parseFitAlgorithm(std::string_view name) {
+  if (const auto a = enumFromName(kAlgorithmNames, name)) return *a;
+  return invalidArgument("unknown algorithm '" + std::string(name) + "' (expected " +
+                         enumNameList(kAlgorithmNames, ", ") + ")");
+}
+
+std::string_view toString(FitAlgorithm algorithm) { return enumName(kAlgorithmNames, algorithm); }
+
+std::vector<FitParameter> allFitParameters() {
+  return {
+      {"speedup_ratio", 0.05, 20.0, 1.0, "divides every pass time (prefill and decode)"},
+      {"decode_speedup_ratio", 0.05, 20.0, 1.0, "further divides the decode part of a pass"},
+      {std::string(kClientPerRequestKey), 0.0, 500.0, 0.0,
+       "client-side latency added to TTFT and E2E of every request (ms)"},
+      {std::string(kClientPerTokenKey), 0.0, 5.0, 0.0,
+       "client-side latency per output token, added to E2E (ms)"},
+  };
+}
+
+Result<std::vector<FitParameter>> selectFitParameters(const std::vector<std::string>& names) {
+  const std::vector<FitParameter> all = allFitParameters();
+  std::vector<FitParameter> out;
+  for (const std::string& name : names) {
+    if (name.empty()) continue;
+    const auto it =
+        std::find_if(all.begin(), all.end(), [&](const FitParameter& p) { return p.key == name; });
+    if (it == all.end()) {
+      std::string known;
+      for (const FitParameter& p : all) known += (known.empty() ? "" : ", ") + p.key;
+      return invalidArgument("unknown parameter '" + name + "' (known: " + known + ")");
+    }
+  }
+  for (const FitParameter& p : all) {
+    if (std::find(names.begin(), names.end(), p.key) != names.end()) out.push_back(p);
+  }
+  return out;
+}
+
+Status applyParameters(std::span<const FitParameter> params, std::span<const double> values,
+                       service::ServiceConfig& config, ClientOverhead& client) {
+  for (std::size_t i = 0; i < params.size(); ++i) {
+    if (params[i].key == kClientPerRequestKey) {
+      client.per_request_ms = values[i];
+    } else if (params[i].key == kClientPerTokenKey) {
+      client.per_token_ms = values[i];
+    } else if (Status s = service::setConfigValue(config, "engine." + params[i].key,
+                                                  numberText(values[i]));
+               !s) {
+      return s;
+    }
+  }
+  return {};
+}
+
+Result<std::vector<RunEvaluation>> evaluateRuns(std::span<const PreparedRun> runs,
+                                                std::span<const FitParameter> params,
+                                                std::span<const double> values) {
+  std::vector<RunEvaluation> out;
+  for (const PreparedRun& run : runs) {
+    service::ServiceConfig config = run.base;
+    ClientOverhead client;
+    if (Status s = applyParameters(params, values, config, client); !s) return s.error();
+    Result<Prediction> p = simulateRun(*run.run, config, client);
+    if (!p) return p.error();
+    MetricValues predicted{};
+    if (p->completed > 0) predicted = summarizeLatencies(p->samples);
+    RunScore score =
+        scoreRun(run.run->name, run.recorded, predicted, run.run->requests.size(), p->completed);
+    out.push_back({std::move(score), std::move(*p)});
+  }
+  return out;
+}
+
+double calibrationLoss(std::span<const RunEvaluation> evaluations) {
+  if (evaluations.empty()) return 0.0;
+  double total = 0.0;
+  for (const RunEvaluation& e : evaluations) {
+    double run_total = 0.0;
+    for (double err : e.score.error_pct) {
+      run_total += std::isfinite(err) ? err : kInfiniteErrorPct;
+    }
+    total += run_total / static_cast<double>(kNumMetrics);
+  }
+  return total / static_cast<double>(evaluations.size());
+}
+
+namespace {
+
+struct Objective {
+  std::span<const PreparedRun> runs;
+  std::span<const FitParameter> params;
+  const FitOptions* options = nullptr;
+  std::uint32_t evaluations = 0;
+  double best_loss = std::numeric_limits<double>::infinity();
+  std::vector<double> best_values;
+  std::optional<Error> first_error;
+};
+
+double objective(unsigned n, const double* x, double* /*grad*/, void* data) {
+  auto& o = *static_cast<Objective*>(data);
+  std::vector<double> values(n);
+  for (unsigned i = 0; i < n; ++i) values[i] = toValue(o.params[i], x[i]);
+  const Result<std::vector<RunEvaluation>> evals = evaluateRuns(o.runs, o.params, values);
+  double loss = kFailedEvaluationLoss;
+  if (evals) {
+    loss = calibrationLoss(*evals);
+  } else if (!o.first_error) {
+    o.first_error = evals.error();
+  }
+  ++o.evaluations;
+  // Ties keep the earlier assignment, so the result does not depend on evaluation order.
+  if (loss < o.best_loss) {
+    o.best_loss = loss;
+    o.best_values = values;
+  }
+  if (o.options->progress) o.options->progress({o.evaluations, loss, o.best_loss});
+  return loss;
+}
+
+}  // namespace
+
+Result<FitResult> fitParameters(std::span<const PreparedRun> runs,
+                                std::span<const FitParameter> params, const FitOptions& options) {
+  if (params.empty()) return invalidArgument("no parameters to fit");
+  if (runs.empty()) return invalidArgument("no runs to fit on");
+  const auto n = static_cast<unsigned>(params.size());
+  const std::uint32_t starts = std::max<std::uint32_t>(1, options.starts);
+  const std::uint32_t total = std::max<std::uint32_t>(1, options.max_evaluations);
+  nlopt_srand(options.seed);
+  std::mt19937_64 rng(options.seed);
+  std::uniform_real_distribution<double> uniform(0.0, 1.0);
+  Objective o{.runs = runs, .params = params, .options = &options};
+  std::string reasons;
+  std::vector<double> lower(n, 0.0), upper(n, 1.0), x(n);
+  for (std::uint32_t k = 0; k < starts && o.evaluations < total; ++k) {
+    for (unsigned i = 0; i < n; ++i) {
+      x[i] = k == 0 ? toSearch(params[i], params[i].initial) : uniform(rng);
+    }
+    // An equal share of what is left, so every search runs even if an earlier one stopped early.
+    const std::uint32_t budget = (total - o.evaluations) / (starts - k);
+    if (budget == 0) continue;
+    nlopt_opt opt = nlopt_create(nloptAlgorithm(options.algorithm), n);
+    if (opt == nullptr) return Error{ErrorCode::Internal, "nlopt_create failed"};
+    nlopt_set_lower_bounds(opt, lower.data());
+    nlopt_set_upper_bounds(opt, upper.data());
+    nlopt_set_min_objective(opt, objective, &o);
+    nlopt_set_maxeval(opt, static_cast<int>(budget));
+    nlopt_set_xtol_abs1(opt, options.xtol);
+    nlopt_set_initial_step1(opt, options.initial_step);
+    double final_loss = 0.0;
+    const nlopt_result r = nlopt_optimize(opt, x.data(), &final_loss);
+    nlopt_destroy(opt);
+    reasons += (reasons.empty() ? "" : ", ") + stopReason(r);
+  }
+  if (o.best_values.empty() || o.best_loss >= kFailedEvaluationLoss) {
+    if (o.first_error) return *o.first_error;
+    return Error{ErrorCode::Internal, "the optimiser stopped before any evaluation: " + reasons};
+  }
+  return FitResult{.values = o.best_values,
+                   .loss = o.best_loss,
+                   .evaluations = o.evaluations,
+                   .stop_reason = reasons};
+}
+
+}  // namespace mocker::calibrate

@@ -1,0 +1,103 @@
+// The fit of `mocker calibrate` (docs/calibration.md, "Fit"): minimises the calibration loss
+//   L = mean over the fit runs of ( mean over the seven metrics of score.h of their absolute
+//       percentage error ), in %,
+// over a set of bounded parameters with a derivative-free optimiser of NLopt (Debian
+// libnlopt-dev; NLOPT_LN_NELDERMEAD by default). Each evaluation replays every fit run in the
+// simulator (simulate.h). Parameters are searched in [0, 1] per parameter: linear between the
+// bounds, or logarithmic when the lower bound is > 0 and the upper one at least 100 times it.
+// Several local searches (FitOptions::starts) from seeded starting points; the best result wins.
+// Deterministic: the starting points and NLopt's generator are seeded and the simulation has no
+// randomness of its own.
+//
+// Not thread-safe (NLopt's seed is global); runs on the calling thread.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "base/result.h"
+#include "tools/calibrate/simulate.h"
+
+namespace mocker::calibrate {
+
+/// Keys of the two client-overhead parameters (simulate.h); every other key is an [engine] key
+/// path without "engine." ("speedup_ratio", "roofline.<coefficient>").
+inline constexpr std::string_view kClientPerRequestKey = "client.overhead_per_request_ms";
+inline constexpr std::string_view kClientPerTokenKey = "client.overhead_per_token_ms";
+
+struct FitParameter {
+  std::string key;
+  double lower = 0.0;
+  double upper = 1.0;
+  double initial = 0.0;  ///< the start of the search (clamped to the bounds)
+  std::string doc;
+};
+
+/// Every parameter `mocker calibrate` can fit, in table order: the timing model's coefficients
+/// and the two client-overhead terms.
+std::vector<FitParameter> allFitParameters();
+
+/// The parameters named in `names` (in allFitParameters order; "" entries ignored); an unknown
+/// name is an error listing the known ones.
+Result<std::vector<FitParameter>> selectFitParameters(const std::vector<std::string>& names);
+
+/// A parameter assignment applied to a prepared run's base configuration: [engine] keys through
+/// service::setConfigValue, the client terms into `client`.
+Status applyParameters(std::span<const FitParameter> params, std::span<const double> values,
+                       service::ServiceConfig& config, ClientOverhead& client);
+
+/// One run simulated and scored.
+struct RunEvaluation {
+  RunScore score;
+  Prediction prediction;
+};
+
+/// Simulates and scores every run under base config + assignment.
+Result<std::vector<RunEvaluation>> evaluateRuns(std::span<const PreparedRun> runs,
+                                                std::span<const FitParameter> params,
+                                                std::span<const double> values);
+
+/// The loss above; an infinite error (a recorded metric of 0) counts as 1e4 %.
+double calibrationLoss(std::span<const RunEvaluation> evaluations);
+
+enum class FitAlgorithm : std::uint8_t { Sbplx, Bobyqa, NelderMead, Cobyla };
+Result<FitAlgorithm> parseFitAlgorithm(std::string_view name);  ///< sbplx|bobyqa|neldermead|cobyla
+std::string_view toString(FitAlgorithm algorithm);
+
+struct FitProgress {
+  std::uint32_t evaluations = 0;
+  double loss = 0.0;       ///< of the latest evaluation
+  double best_loss = 0.0;  ///< lowest so far
+};
+
+struct FitOptions {
+  FitAlgorithm algorithm = FitAlgorithm::NelderMead;
+  std::uint32_t max_evaluations = 200;  ///< >= 1
+  std::uint64_t seed = 1;
+  /// Local searches: the first from every parameter's `initial`, the others from points drawn
+  /// uniformly in the search space by a generator seeded with `seed`; each gets an equal share
+  /// of max_evaluations. The loss of a replayed trace is piecewise smooth with many shallow
+  /// local minima, so a single local search often stops early.
+  std::uint32_t starts = 4;   ///< >= 1
+  double initial_step = 0.1;  ///< in the [0, 1] search space
+  double xtol = 1e-3;         ///< stop when a step moves every coordinate less than this
+  std::function<void(const FitProgress&)> progress{};  ///< after every evaluation
+};
+
+struct FitResult {
+  std::vector<double> values;  ///< best assignment, one per parameter
+  double loss = 0.0;
+  std::uint32_t evaluations = 0;
+  std::string stop_reason;  ///< NLopt's result of each local search, e.g. "xtol reached"
+};
+
+/// Fits `params` to `runs`. An evaluation whose simulation fails (e.g. a configuration the
+/// engine rejects) scores 1e6; the fit fails only when no evaluation succeeded (that error).
+Result<FitResult> fitParameters(std::span<const PreparedRun> runs,
+                                std::span<const FitParameter> params, const FitOptions& options);
+
+}  // namespace mocker::calibrate

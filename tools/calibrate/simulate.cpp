@@ -1,0 +1,65 @@
+#include "tools/calibrate/simulate.h"
+
+#include <map>
+
+#include "tools/replay/collector.h"
+#include "tools/replay/offline_replay.h"
+
+namespace mocker::calibrate {
+
+Result<PreparedRun> prepareRun(const RecordedRun& run) {
+  PreparedRun prepared{.run = &run};
+  const std::string settings_file =
+      run.kind == RecordedRunKind::Directory ? run.path + "/run.json" : run.path + ".run.json";
+  for (const auto& [key, text] : run.engine_settings) {
+    Status s = service::setConfigValue(prepared.base, "engine." + key, text);
+    if (!s) return s.error().withContext(settings_file + ": field 'mocker_engine." + key + "'");
+  }
+  if (Status s = applyDeployment(run, prepared.base); !s) return s.error();
+  LatencySamples recorded;
+  for (const RecordedRequest& r : run.requests) {
+    recorded.ttft_ms.push_back(r.ttft_ms);
+    recorded.e2e_ms.push_back(r.e2e_ms);
+    recorded.output_tokens.push_back(r.output_length);
+  }
+  prepared.recorded = summarizeLatencies(recorded);
+  return prepared;
+}
+
+Result<Prediction> simulateRun(const RecordedRun& run, const service::ServiceConfig& config,
+                               const ClientOverhead& client) {
+  if (Status s = service::validateServiceConfig(config, service::ConfigUse::EngineOnly); !s) {
+    return s.error().withContext(run.name);
+  }
+  replay::ReplayCollector collector({.keep_engine_samples = false});
+  const replay::OfflineReplayOptions options{.engine = config.engine};
+  const Result<replay::OfflineReplayStats> stats =
+      replay::runOfflineReplay(run.workload, options, collector);
+  if (!stats) return stats.error().withContext(run.name);
+  std::map<std::string, double, std::less<>> e2e_by_key;
+  Prediction p;
+  for (const replay::RequestRecord& r : collector.requests()) {
+    if (r.status != replay::TerminalStatus::Completed || r.token_times_ms.empty()) continue;
+    const replay::RequestLatencies l = replay::latenciesOf(r);
+    const double n = static_cast<double>(r.token_times_ms.size());
+    const double ttft = *l.ttft_ms + client.per_request_ms + client.per_token_ms;
+    const double e2e = *l.e2e_ms + client.per_request_ms + client.per_token_ms * n;
+    p.samples.ttft_ms.push_back(ttft);
+    p.samples.e2e_ms.push_back(e2e);
+    p.samples.output_tokens.push_back(n);
+    e2e_by_key.emplace(r.info.session_id + "#" + std::to_string(r.info.turn_index), e2e);
+  }
+  p.completed = p.samples.e2e_ms.size();
+  for (const RecordedRequest& r : run.requests) {
+    const auto it = e2e_by_key.find(r.key);
+    if (it != e2e_by_key.end()) p.e2e_pairs.emplace_back(r.e2e_ms, it->second);
+  }
+  return p;
+}
+
+Status applyDeployment(const RecordedRun& /*run*/, service::ServiceConfig& /*config*/) {
+  // The polynomial, interpolated and fixed timing models do not depend on the deployment.
+  return {};
+}
+
+}  // namespace mocker::calibrate

@@ -1,0 +1,58 @@
+// Replays a recorded run in the simulator (the offline replay of tools/replay, in-process, on a
+// virtual clock) under a candidate configuration and returns the simulated per-request latencies
+// as a client would see them (docs/calibration.md, "Client-visible overhead"):
+//   TTFT_client = TTFT_engine + per_request_ms + per_token_ms
+//   E2E_client  = E2E_engine  + per_request_ms + per_token_ms × output tokens
+// so the mean ITL grows by per_token_ms. Both default to 0 (engine-side latencies).
+//
+// Thread-compatible; deterministic (same run and configuration ⇒ the same samples).
+#pragma once
+
+#include <cstddef>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "base/result.h"
+#include "service/config.h"
+#include "tools/calibrate/recorded_run.h"
+#include "tools/calibrate/score.h"
+
+namespace mocker::calibrate {
+
+/// Latency the client adds on top of the engine's (ms).
+struct ClientOverhead {
+  double per_request_ms = 0.0;
+  double per_token_ms = 0.0;
+};
+
+/// A recorded run made ready for repeated simulation: its engine configuration (defaults, then
+/// the run's recorded [engine] settings, then its deployment) and its recorded metrics.
+struct PreparedRun {
+  const RecordedRun* run = nullptr;
+  service::ServiceConfig base{};
+  MetricValues recorded{};
+};
+
+/// Builds a PreparedRun: every recorded setting through service::setConfigValue (an unknown key
+/// or a bad value names the run's settings file and key), then applyDeployment. Does not
+/// validate (a profile still has to be applied).
+Result<PreparedRun> prepareRun(const RecordedRun& run);
+
+/// Sets what the roofline timing model needs to know about the run's deployment (model, GPU,
+/// tensor parallelism) when the run records it. Errors name the file and field (unknown GPU
+/// label, a config.json without a needed field).
+Status applyDeployment(const RecordedRun& run, service::ServiceConfig& config);
+
+/// One simulated run: samples for scoring, and (recorded, predicted) E2E per request for plots.
+struct Prediction {
+  LatencySamples samples;
+  std::vector<std::pair<double, double>> e2e_pairs;  ///< ms, recorded requests that completed
+  std::size_t completed = 0;
+};
+
+/// Validates `config` (its errors are prefixed with the run name) and replays the run's trace.
+Result<Prediction> simulateRun(const RecordedRun& run, const service::ServiceConfig& config,
+                               const ClientOverhead& client);
+
+}  // namespace mocker::calibrate
