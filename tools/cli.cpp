@@ -13,6 +13,7 @@
 #include "tools/replay_command.h"
 #include "tools/serve_command.h"
 #include "tools/serve_flags.h"
+#include "tools/stats_command.h"
 #include "tools/submit_command.h"
 
 namespace mocker::tools {
@@ -52,6 +53,8 @@ int runCli(const std::vector<std::string>& args, std::ostream& out, std::ostream
   addKeygenCommand(app, keygen);
   CompareCommand compare;
   addCompareCommand(app, compare);
+  StatsCommand stats;
+  addStatsCommand(app, stats);
 
   std::vector<std::string> argv_rest(args.begin() + (args.empty() ? 0 : 1), args.end());
   std::reverse(argv_rest.begin(), argv_rest.end());
@@ -74,6 +77,7 @@ int runCli(const std::vector<std::string>& args, std::ostream& out, std::ostream
   if (index.parsed()) return index.run(out, err);
   if (keygen.cmd->parsed()) return runKeygenCommand(keygen, out, err);
   if (compare.cmd->parsed()) return runCompareCommand(compare, out, err);
+  if (stats.cmd->parsed()) return runStatsCommand(stats, out, err);
   if (config_cmd->parsed()) {
     const auto config = resolveServeConfig(config_flags);
     if (!config) {

@@ -20,12 +20,20 @@ namespace {
 
 using Points = std::vector<std::pair<double, double>>;
 
-/// Empirical CDF (x = value, y = fraction ≤ x) of sorted values, reduced to at most
-/// `max_points` ranks.
+/// Empirical CDF (x = value, y = fraction ≤ x) of sorted values: the step function from 0 when
+/// it fits in `max_points` points, else reduced to at most `max_points` ranks.
 Points cdfPoints(const std::vector<double>& sorted, std::size_t max_points) {
   Points out;
   const std::size_t n = sorted.size();
   if (n == 0) return out;
+  if (2 * n + 1 <= max_points) {  // few values: the exact step function, from 0
+    out.emplace_back(sorted[0], 0.0);
+    for (std::size_t i = 0; i < n; ++i) {
+      if (i > 0) out.emplace_back(sorted[i], static_cast<double>(i) / static_cast<double>(n));
+      out.emplace_back(sorted[i], static_cast<double>(i + 1) / static_cast<double>(n));
+    }
+    return out;
+  }
   const std::size_t m = std::max<std::size_t>(2, std::min(n, max_points));
   for (std::size_t k = 0; k < m; ++k) {
     const std::size_t i = n == 1 ? 0 : (k * (n - 1) + (m - 1) / 2) / (m - 1);
@@ -209,11 +217,14 @@ std::string renderHtmlReport(const Report& report, const ReplayCollector& collec
       preempted.emplace_back(s->time_ms - t0, static_cast<double>(total));
     }
     reduceByMax(preempted, options.max_points_per_series);
+    // None at all: said in the title, on a 0..1 axis (a flat line at 0 reads as a missing plot).
     plots.push_back(Plot{.id = "preemptions",
-                         .title = "Preemptions over time (cumulative, all ranks)",
+                         .title = total == 0 ? "Preemptions over time (cumulative, all ranks): none"
+                                             : "Preemptions over time (cumulative, all ranks)",
                          .x_label = "time since the first arrival",
                          .y_label = "preemptions",
                          .series = {{.name = "preemptions", .points = std::move(preempted)}},
+                         .y_max = total == 0 ? std::optional<double>(1.0) : std::nullopt,
                          .x_is_ms = true});
   }
 
@@ -304,6 +315,15 @@ std::string renderHtmlReport(const Report& report, const ReplayCollector& collec
             {.name = "requests", .points = std::move(counts), .style = PlotSeries::Style::Dots}}});
   }
   if (by_rank.size() > 1) {
+    // Shared scales: one time axis and one request axis for every rank, so ranks compare by eye.
+    double x_end = 0.0, batch_peak = 1.0;
+    for (const auto& [rank, samples] : by_rank) {
+      for (const EngineSample* s : samples) {
+        x_end = std::max(x_end, s->time_ms - t0);
+        batch_peak = std::max(
+            {batch_peak, static_cast<double>(s->num_running), static_cast<double>(s->num_waiting)});
+      }
+    }
     std::string kv_grid, batch_grid;
     for (const auto& [rank, samples] : by_rank) {
       Points kv, running, waiting;
@@ -326,6 +346,7 @@ std::string renderHtmlReport(const Report& report, const ReplayCollector& collec
                                     .y_label = "KV %",
                                     .series = {{.name = "KV usage %", .points = std::move(kv)}},
                                     .y_max = 100.0,
+                                    .x_max = x_end,
                                     .x_is_ms = true,
                                     .small = true});
       batch_grid +=
@@ -336,6 +357,8 @@ std::string renderHtmlReport(const Report& report, const ReplayCollector& collec
                              .y_label = "requests",
                              .series = {{.name = "running", .points = std::move(running)},
                                         {.name = "waiting", .points = std::move(waiting)}},
+                             .y_max = batch_peak,
+                             .x_max = x_end,
                              .x_is_ms = true,
                              .small = true});
     }

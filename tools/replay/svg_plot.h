@@ -43,7 +43,9 @@ struct Plot {
   std::vector<PlotSeries> series;
   std::vector<PlotMarker> markers;
   std::optional<double> y_max;  ///< fixed upper bound (1 for CDFs, 100 for %)
-  bool x_is_ms = false;         ///< x in ms: shown in s when the axis reaches 10,000 ms
+  /// Linear x: the axis reaches at least this far (small multiples share one time axis).
+  std::optional<double> x_max;
+  bool x_is_ms = false;  ///< x in ms: shown in s when the axis reaches 10,000 ms
   bool y_is_ms = false;
   bool log_x = false;  ///< log10 x axis (points with x <= 0 are left out)
   bool small = false;  ///< small multiple: compact frame and fonts
