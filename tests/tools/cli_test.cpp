@@ -20,6 +20,7 @@
 
 #include "service/config.h"
 #include "tests/service/serve_process.h"
+#include "tools/index_command.h"
 #include "tools/serve_flags.h"
 #include "tools/stats_command.h"
 
@@ -883,6 +884,36 @@ TEST(CliSubmitTest, APrefillWorkerHandsOffAndDecodeEndpointRunsTheSecondHop) {
   EXPECT_NE(decoded.err.find("3 tokens in "), std::string::npos) << decoded.err;
   EXPECT_EQ(decode.stop(), 0);
   EXPECT_EQ(prefill.stop(), 0);
+}
+
+// mocker index: an endpoint without its transport is a usage error giving the form; a query port
+// in use names --query-endpoint; a worker that could not be compared is an error, not a
+// difference of 0 sources.
+TEST(CliIndexTest, ErrorsNameTheFlagAndTheForm) {
+  const auto bare = run({"index", "--worker", "0=localhost:5557"});
+  EXPECT_EQ(bare.code, 2);
+  EXPECT_NE(bare.err.find("endpoint 'localhost:5557' has no transport; expected "
+                          "ID[/RANK]=tcp://HOST:PORT"),
+            std::string::npos)
+      << bare.err;
+  zmq::context_t context;
+  zmq::socket_t holder(context, zmq::socket_type::router);
+  holder.bind("tcp://127.0.0.1:*");
+  const std::string taken = holder.get(zmq::sockopt::last_endpoint);
+  const std::string worker = "tcp://127.0.0.1:" + std::to_string(unusedPort());
+  const auto busy = run({"index", "--worker", "0=" + worker, "--query-endpoint", taken});
+  EXPECT_EQ(busy.code, 1);
+  EXPECT_NE(busy.err.find("give --query-endpoint another address"), std::string::npos) << busy.err;
+
+  index::VerifyReply unreachable{.ok = false,
+                                 .errors = {"worker 0: no kv_snapshot reply within 2000 ms"}};
+  const std::string text = formatVerifyReply(unreachable);
+  EXPECT_EQ(
+      text.rfind("verify: ERROR (0 source(s), 0 worker block(s); 1 could not be compared)", 0), 0u)
+      << text;
+  EXPECT_EQ(formatVerifyReply({.ok = false, .sources = {{.worker_id = 1, .missing = {7}}}})
+                .rfind("verify: DIFFERENCE", 0),
+            0u);
 }
 
 // `mocker stats ENDPOINT`: one stats round trip, for a human and as JSON.
