@@ -58,9 +58,35 @@ MOCKER_NO_COVERAGE inline std::size_t editDistance(
   return std::min(prev[m], bound + 1);
 }
 
-/// The candidate nearest to `name`, if at most max(2, |name| / 3) edits away (ties: the first
-/// in `candidates`). A candidate that starts with `name` (a truncated name: "--num-gpu") also
-/// counts when `name` has at least 4 characters.
+/// Whether `candidate` could be what was meant by `name` word for word: false when both have the
+/// same number of words (split at '-', '_' and '.') and some aligned pair differs in more than
+/// half of the longer word's characters — another word, not a typo ("--tensor-parallel-size" is
+/// not "--data-parallel-size" misspelt). Names with different word counts pass.
+inline bool wordsCouldBeTypos(std::string_view name, std::string_view candidate) {
+  const auto words = [](std::string_view s) {
+    std::vector<std::string_view> out;
+    std::size_t start = 0;
+    for (std::size_t i = 0; i <= s.size(); ++i) {
+      if (i == s.size() || s[i] == '-' || s[i] == '_' || s[i] == '.') {
+        out.push_back(s.substr(start, i - start));
+        start = i + 1;
+      }
+    }
+    return out;
+  };
+  const std::vector<std::string_view> a = words(name);
+  const std::vector<std::string_view> b = words(candidate);
+  if (a.size() != b.size()) return true;
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    const std::size_t longer = std::max(a[i].size(), b[i].size());
+    if (editDistance(a[i], b[i]) > std::max<std::size_t>(1, longer / 2)) return false;
+  }
+  return true;
+}
+
+/// The candidate nearest to `name`, if at most max(2, |name| / 3) edits away and
+/// wordsCouldBeTypos (ties: the first in `candidates`). A candidate that starts with `name` (a
+/// truncated name: "--num-gpu") also counts when `name` has at least 4 characters.
 inline std::optional<std::string> closestName(std::string_view name,
                                               const std::vector<std::string>& candidates) {
   const std::size_t limit = std::max<std::size_t>(2, name.size() / 3);
@@ -75,6 +101,7 @@ inline std::optional<std::string> closestName(std::string_view name,
     const std::size_t length_gap =
         c.size() > name.size() ? c.size() - name.size() : name.size() - c.size();
     if (!is_prefix && length_gap >= best_distance) continue;
+    if (!wordsCouldBeTypos(name, c)) continue;
     std::size_t d = editDistance(name, c, best_distance - 1);
     if (is_prefix) d = std::min(d, limit);  // a prefix: as plausible as the furthest typo we accept
     if (d < best_distance) {

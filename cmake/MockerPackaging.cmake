@@ -3,14 +3,16 @@
 #   cmake --install build --prefix /usr/local   # bin/mocker, share/doc/mocker/…
 #   (cd build && cpack -G DEB)                  # build/mocker_<version>_<arch>.deb, prefix /usr
 #
-# What is installed: the `mocker` binary, the example configuration and the reference docs (the
-# module READMEs, renamed by topic) under share/doc/mocker. The package's runtime dependencies
+# What is installed: the `mocker` binary, the example configuration and the reference docs under
+# share/doc/mocker: the module READMEs renamed by topic, docs/*.md (engine, wire, traces, metrics)
+# and the Python client (README and mocker_client.py) at their repository paths, so the README's
+# links to docs/… and clients/python/… resolve there too. The package's runtime dependencies
 # are computed by dpkg-shlibdeps (Debian package dpkg-dev) from the binary's shared libraries.
 include(GNUInstallDirs)
 
 install(TARGETS mocker RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR} COMPONENT mocker)
 
-# Docs: <source> <name under share/doc/mocker>.
+# Docs: <source> <path under share/doc/mocker>.
 set(MOCKER_INSTALLED_DOCS
   README.md                   README.md
   service/README.md           serve.md
@@ -20,15 +22,23 @@ set(MOCKER_INSTALLED_DOCS
   tools/replay/README.md      replay.md
   tools/index/README.md       index.md
   docs/benchmarks.md          benchmarks.md
-  deploy/kubernetes/README.md kubernetes.md)
+  deploy/kubernetes/README.md kubernetes.md
+  docs/engine.md              docs/engine.md
+  docs/wire.md                docs/wire.md
+  docs/traces.md              docs/traces.md
+  docs/metrics.md             docs/metrics.md
+  clients/python/README.md    clients/python/README.md
+  clients/python/mocker_client.py clients/python/mocker_client.py)
 list(LENGTH MOCKER_INSTALLED_DOCS _n)
 math(EXPR _last "${_n} - 1")
 foreach(_i RANGE 0 ${_last} 2)
   math(EXPR _j "${_i} + 1")
   list(GET MOCKER_INSTALLED_DOCS ${_i} _src)
   list(GET MOCKER_INSTALLED_DOCS ${_j} _dst)
-  install(FILES ${PROJECT_SOURCE_DIR}/${_src} DESTINATION ${CMAKE_INSTALL_DOCDIR}
-          RENAME ${_dst} COMPONENT mocker)
+  get_filename_component(_dst_dir "${_dst}" DIRECTORY)
+  get_filename_component(_dst_name "${_dst}" NAME)
+  install(FILES ${PROJECT_SOURCE_DIR}/${_src} DESTINATION ${CMAKE_INSTALL_DOCDIR}/${_dst_dir}
+          RENAME ${_dst_name} COMPONENT mocker)
 endforeach()
 install(FILES ${PROJECT_SOURCE_DIR}/docs/mocker.example.toml
         DESTINATION ${CMAKE_INSTALL_DOCDIR} COMPONENT mocker)

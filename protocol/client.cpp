@@ -346,6 +346,21 @@ Result<PassTiming> decodePassTiming(const msgpack::object& o) {
   return t;
 }
 
+Result<EngineInfo> decodeEngineInfo(const msgpack::object& o) {
+  MOCKER_TRY(const MapView m, MapView::create(o, "engine"));
+  EngineInfo e;
+  MOCKER_TRY(e.engine_type, strKey(m, "engine_type"));
+  MOCKER_TRY(e.worker_type, strKey(m, "worker_type"));
+  MOCKER_TRY(e.block_size, u32Key(m, "block_size"));
+  if (e.block_size == 0) return Error{ErrorCode::Corruption, "engine.block_size: expected >= 1"};
+  MOCKER_TRY(const msgpack::object* v, m.require("speedup_ratio"));
+  MOCKER_TRY(e.speedup_ratio, detail::getNumber(*v, "speedup_ratio"));
+  if (!std::isfinite(e.speedup_ratio) || e.speedup_ratio < 0) {
+    return Error{ErrorCode::Corruption, "engine.speedup_ratio: expected a finite number >= 0"};
+  }
+  return e;
+}
+
 Result<ClientMessage> decodeStatsReply(const MapView& m) {
   StatsReply r;
   MOCKER_TRY(r.ranks, decodeList<RankStats>(m, "ranks", kMaxRanks, decodeRankStats));
@@ -357,6 +372,9 @@ Result<ClientMessage> decodeStatsReply(const MapView& m) {
   }
   if (const msgpack::object* t = m.findNonNil("timing")) {
     MOCKER_TRY(r.timing, decodePassTiming(*t));
+  }
+  if (const msgpack::object* e = m.findNonNil("engine")) {
+    MOCKER_TRY(r.engine, decodeEngineInfo(*e));
   }
   return ClientMessage{std::move(r)};
 }
@@ -553,7 +571,8 @@ std::vector<std::byte> encodeClientMessage(const StatsRequest& /*m*/) {
 
 std::vector<std::byte> encodeClientMessage(const StatsReply& m) {
   return encodeMap(
-      "stats_reply", 3u + (m.client_entries ? 1u : 0u) + (m.timing ? 1u : 0u),
+      "stats_reply",
+      3u + (m.client_entries ? 1u : 0u) + (m.timing ? 1u : 0u) + (m.engine ? 1u : 0u),
       [&](Packer& pk) {
         packStr(pk, "ranks");
         pk.pack_array(static_cast<std::uint32_t>(m.ranks.size()));
@@ -616,6 +635,18 @@ std::vector<std::byte> encodeClientMessage(const StatsReply& m) {
           pk.packF64(m.timing->lateness_p99_ms);
           packStr(pk, "lateness_max_ms");
           pk.packF64(m.timing->lateness_max_ms);
+        }
+        if (m.engine) {
+          packStr(pk, "engine");
+          pk.pack_map(4);
+          packStr(pk, "engine_type");
+          packStr(pk, m.engine->engine_type);
+          packStr(pk, "worker_type");
+          packStr(pk, m.engine->worker_type);
+          packStr(pk, "block_size");
+          pk.pack_uint32(m.engine->block_size);
+          packStr(pk, "speedup_ratio");
+          pk.packF64(m.engine->speedup_ratio);
         }
       },
       384 + 200 * m.ranks.size() + 32 * m.clients.size());

@@ -168,6 +168,16 @@ struct PassTiming {
   friend bool operator==(const PassTiming&, const PassTiming&) = default;
 };
 
+/// What the service runs (protocol/README.md, `stats_reply.engine`): what a client needs to hash
+/// prompts like its KV events and to put its latencies on the model's time scale.
+struct EngineInfo {
+  std::string engine_type;       ///< "vllm" | "sglang" | "trtllm"
+  std::string worker_type;       ///< "aggregated" | "prefill" | "decode"
+  std::uint32_t block_size = 0;  ///< KV block size in tokens (>= 1), what its KV events carry
+  double speedup_ratio = 1.0;    ///< model time / wall time; 0 = live mode does not wait
+  friend bool operator==(const EngineInfo&, const EngineInfo&) = default;
+};
+
 struct StatsReply {
   std::vector<RankStats> ranks;
   std::uint64_t routes = 0;  ///< live requests across all clients
@@ -177,6 +187,8 @@ struct StatsReply {
   std::optional<std::uint64_t> client_entries;
   /// Pass lateness. Absent in replies of services that predate it.
   std::optional<PassTiming> timing;
+  /// The service's engine. Absent in replies of services that predate it.
+  std::optional<EngineInfo> engine;
   friend bool operator==(const StatsReply&, const StatsReply&) = default;
 };
 

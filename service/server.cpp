@@ -721,6 +721,11 @@ protocol::StatsReply Server::Impl::statsReply(const RoutedEnvelope& from, const 
                                   .lateness_p50_ms = lateness_.quantileMs(0.5),
                                   .lateness_p99_ms = lateness_.quantileMs(0.99),
                                   .lateness_max_ms = lateness_.maxMs()};
+  s.engine =
+      protocol::EngineInfo{.engine_type = std::string(engine::toString(config_.engine.engine_type)),
+                           .worker_type = std::string(engine::toString(config_.engine.worker_type)),
+                           .block_size = engine::effectiveBlockSize(config_.engine),
+                           .speedup_ratio = config_.engine.speedup_ratio};
   // Only the sender's own entries: its routing id, or with CURVE every routing id of its key.
   for (protocol::ClientRoutes& c : routes_.routesPerClient()) {
     const bool own = peer.principal.empty() ? c.client == from.routing_id

@@ -15,6 +15,7 @@
 #include "tools/replay_command.h"
 #include "tools/serve_command.h"
 #include "tools/serve_flags.h"
+#include "tools/stats_command.h"
 #include "tools/submit_command.h"
 
 namespace mocker::tools {
@@ -59,6 +60,8 @@ int runCli(const std::vector<std::string>& args, std::ostream& out, std::ostream
   addGatewayCommand(app, gateway);
   CalibrateCommand calibrate;
   addCalibrateCommand(app, calibrate);
+  StatsCommand stats;
+  addStatsCommand(app, stats);
 
   std::vector<std::string> argv_rest(args.begin() + (args.empty() ? 0 : 1), args.end());
   std::reverse(argv_rest.begin(), argv_rest.end());
@@ -83,6 +86,7 @@ int runCli(const std::vector<std::string>& args, std::ostream& out, std::ostream
   if (compare.cmd->parsed()) return runCompareCommand(compare, out, err);
   if (gateway.cmd->parsed()) return runGatewayCommand(gateway, out, err);
   if (calibrate.cmd->parsed()) return runCalibrateCommand(calibrate, out, err);
+  if (stats.cmd->parsed()) return runStatsCommand(stats, out, err);
   if (config_cmd->parsed()) {
     const auto config = resolveServeConfig(config_flags);
     if (!config) {

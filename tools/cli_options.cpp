@@ -2,6 +2,7 @@
 
 #include <charconv>
 #include <cmath>
+#include <string_view>
 #include <vector>
 
 #include "base/closest_name.h"
@@ -79,24 +80,41 @@ std::string HelpFormatter::make_option_name(const CLI::Option* opt, bool is_posi
 }
 
 std::string HelpFormatter::make_option_opts(const CLI::Option* opt) const {
-  if (!opt->get_option_text().empty()) return " " + opt->get_option_text();
+  if (!opt->get_option_text().empty()) return " " + helpMetavar(*opt);
   std::string out;
   if (opt->get_type_size() != 0) {
-    if (!opt->get_type_name().empty()) out += " " + opt->get_type_name();
+    if (!opt->get_type_name().empty()) out += " " + helpMetavar(*opt);
     if (opt->get_expected_max() == CLI::detail::expected_max_vector_size) out += " ...";
     if (opt->get_required()) out += " REQUIRED";
   }
-  for (const CLI::Option* other : opt->get_excludes()) out += " Excludes: " + other->get_name();
-  for (const CLI::Option* other : opt->get_needs()) out += " Needs: " + other->get_name();
-  return out;
+  return out;  // what it excludes or needs: in the description, not on the name line
 }
 
 std::string HelpFormatter::make_option_desc(const CLI::Option* opt) const {
   std::string desc = opt->get_description();
+  for (const CLI::Option* other : opt->get_excludes()) {
+    desc += "  (not with " + other->get_name() + ")";
+  }
+  for (const CLI::Option* other : opt->get_needs()) desc += "  (needs " + other->get_name() + ")";
   if (opt->get_type_size() != 0 && !opt->get_default_str().empty()) {
     desc += "  (default: " + opt->get_default_str() + ")";
   }
   return desc;
+}
+
+std::string helpMetavar(const CLI::Option& opt) {
+  const std::string type =
+      opt.get_option_text().empty() ? opt.get_type_name() : opt.get_option_text();
+  // One of a fixed set of names: NAME, as the config-key flags spell theirs.
+  if (type.starts_with("TEXT:{")) return "NAME" + type.substr(4);
+  if (type != "TEXT" || opt.get_lnames().empty()) return type;
+  const std::string& name = opt.get_lnames().front();
+  const auto ends = [&name](std::string_view tail) { return name.ends_with(tail); };
+  if (ends("endpoint") || ends("advertise") || name.starts_with("connect")) return "EP";
+  for (std::string_view tail : {"-file", "-json", "-jsonl", "-html", "-profile", "-path"}) {
+    if (ends(tail)) return "FILE";
+  }
+  return type;
 }
 
 std::string flagDefault(bool on) { return on ? "  (default: on)" : "  (default: off)"; }

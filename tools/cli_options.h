@@ -19,7 +19,8 @@
 namespace mocker::tools {
 
 /// CLI11's formatter with: the type of every value option ("UINT", "FLOAT:> 0", "NAME", an
-/// option_text such as "FILE"), its default at the end of its description ("(default: 512)"),
+/// option_text such as "FILE"; helpMetavar), what it excludes or needs and its default at the
+/// end of its description ("(not with --num-prompts)", "(default: 512)"),
 /// and a boolean pair shown as "--x,--no-x" (CLI11 appends "{false}", which reads as a default).
 class HelpFormatter final : public CLI::Formatter {
  public:
@@ -28,6 +29,12 @@ class HelpFormatter final : public CLI::Formatter {
   std::string make_option_opts(const CLI::Option* opt) const override;
   std::string make_option_desc(const CLI::Option* opt) const override;
 };
+
+/// The value's name in --help: the type CLI11 gives, with one word per kind of value — NAME for
+/// one of a fixed set ("NAME:{offline,live}"), EP for an endpoint ("--*-endpoint",
+/// "--*-advertise", "--connect*"), FILE for a path ("--*-file", "--*-json", "--*-jsonl",
+/// "--*-html", "--*-profile", "--*-path"), TEXT for any other string.
+std::string helpMetavar(const CLI::Option& opt);
 
 /// "  (default: on)" / "  (default: off)": the default of a boolean flag, for its description.
 std::string flagDefault(bool on);

@@ -55,6 +55,9 @@ int runCompareCommand(const CompareCommand& command, std::ostream& out, std::ost
     }
     runs.push_back(std::move(*run));
   }
+  for (const std::string& w : replay::compareWarnings(runs)) {
+    err << "mocker compare: warning: " << w << "\n";
+  }
   out << replay::formatCompareTable(runs);
   bool ok = true;
   if (!command.html.empty()) {

@@ -54,8 +54,12 @@ std::string formatVerifyReply(const index::VerifyReply& r) {
   std::ostringstream os;
   std::uint64_t blocks = 0;
   for (const auto& d : r.sources) blocks += d.worker_blocks;
-  os << "verify: " << (r.ok ? "OK" : "DIFFERENCE") << " (" << r.sources.size() << " source(s), "
-     << blocks << " worker block(s))\n";
+  // A worker that could not be compared (no snapshot, no answer) is an error, not a difference.
+  const char* verdict = r.ok ? "OK" : !r.errors.empty() ? "ERROR" : "DIFFERENCE";
+  os << "verify: " << verdict << " (" << r.sources.size() << " source(s), " << blocks
+     << " worker block(s)";
+  if (!r.errors.empty()) os << "; " << r.errors.size() << " could not be compared";
+  os << ")\n";
   for (const auto& d : r.sources) {
     const bool same = d.missing.empty() && d.extra.empty();
     os << "  worker " << d.worker_id << " rank " << d.dp_rank << ": index " << d.index_blocks
@@ -146,7 +150,8 @@ IndexCommand::IndexCommand(CLI::App& app) {
       ->needs(worker_server);
   cmd_->footer(
       "Prints `query <endpoint>` and `ready` on stdout once the sockets are up. Stops on "
-      "SIGINT/SIGTERM. See tools/index/README.md for the worker syntax and the query protocol.");
+      "SIGINT/SIGTERM. See index.md in /usr/share/doc/mocker (tools/index/README.md in the "
+      "sources) for the worker syntax and the query protocol.");
 }
 
 bool IndexCommand::parsed() const { return cmd_->parsed(); }
@@ -203,6 +208,15 @@ int IndexCommand::run(std::ostream& out, std::ostream& err) {
     if (!parsed) {
       err << "mocker index: " << parsed.error().message << "\n";
       return 2;
+    }
+    for (const index::WorkerEndpoint& w : *parsed) {
+      for (const std::string* ep : {&w.events, &w.replay, &w.snapshot}) {
+        if (ep->empty() || ep->find("://") != std::string::npos) continue;
+        err << "mocker index: --worker '" << spec << "': endpoint '" << *ep
+            << "' has no transport; expected ID[/RANK]=tcp://HOST:PORT[,replay=tcp://HOST:PORT]"
+               "[,snapshot=tcp://HOST:PORT][,dp=N], e.g. 0=tcp://127.0.0.1:5557\n";
+        return 2;
+      }
     }
     config.workers.insert(config.workers.end(), parsed->begin(), parsed->end());
   }
@@ -279,9 +293,16 @@ int IndexCommand::run(std::ostream& out, std::ostream& err) {
     differences = differences || !r.ok;
   };
 
+  const std::string query_endpoint = config.query_endpoint;
   auto service = index::IndexService::create(std::move(config));
   if (!service) {
-    err << "mocker index: cannot start: " << service.error().message << "\n";
+    err << "mocker index: cannot start: " << service.error().message;
+    // The query ROUTER is the only socket the index binds.
+    if (!query_endpoint.empty() &&
+        service.error().message.find("'" + query_endpoint + "'") != std::string::npos) {
+      err << " (give --query-endpoint another address, or 'none')";
+    }
+    err << "\n";
     return service.error().code == ErrorCode::InvalidArgument ? 2 : 1;
   }
   if (!(*service)->queryEndpoint().empty()) out << "query " << (*service)->queryEndpoint() << "\n";

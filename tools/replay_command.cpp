@@ -24,6 +24,7 @@
 #include "tools/replay/report_output.h"
 #include "tools/replay/run_identity.h"
 #include "tools/replay/synthetic.h"
+#include "tools/replay/trace_dialect.h"
 
 #include "engine/config.h"
 #include "publishers/endpoint.h"
@@ -31,6 +32,7 @@
 #include "service/fleet.h"
 #include "tools/build_info.h"
 #include "tools/cli_options.h"
+#include "tools/output_path.h"
 
 namespace mocker::tools {
 namespace {
@@ -176,30 +178,6 @@ Status writeFile(const std::string& path, const std::string& text) {
 /// The sidecar that carries the run identity next to the per-request JSONL.
 std::string identitySidecarPath(const std::string& jsonl_path) { return jsonl_path + ".run.json"; }
 
-/// Can `path` be created or overwritten? Checked before the run, so that a typo in an output
-/// path costs nothing: the directory must exist and be writable, and an existing `path` must be
-/// a writable regular file (not a directory).
-Status checkWritable(const std::string& option, const std::string& path) {
-  namespace fs = std::filesystem;
-  std::error_code ec;
-  const fs::path p(path);
-  if (fs::is_directory(p, ec)) return invalidArgument(option + ": '" + path + "' is a directory");
-  const fs::path dir = p.has_parent_path() ? p.parent_path() : fs::path(".");
-  if (!fs::is_directory(dir, ec)) {
-    return invalidArgument(option + ": cannot write '" + path + "': directory '" + dir.string() +
-                           "' does not exist");
-  }
-  if (fs::exists(p, ec)) {
-    if (::access(path.c_str(), W_OK) != 0) {
-      return invalidArgument(option + ": cannot write '" + path + "': " + std::strerror(errno));
-    }
-  } else if (::access(dir.c_str(), W_OK | X_OK) != 0) {
-    return invalidArgument(option + ": cannot create '" + path + "' in '" + dir.string() +
-                           "': " + std::strerror(errno));
-  }
-  return {};
-}
-
 /// Every output path of the run, checked before any work: writable, and no two the same file.
 Status checkOutputPaths(const ReplayFlags& f) {
   namespace fs = std::filesystem;
@@ -212,7 +190,7 @@ Status checkOutputPaths(const ReplayFlags& f) {
   }
   if (!f.report_html.empty()) outputs.emplace_back("--report-html", f.report_html);
   for (std::size_t i = 0; i < outputs.size(); ++i) {
-    MOCKER_TRY_VOID(checkWritable(outputs[i].first, outputs[i].second));
+    MOCKER_TRY_VOID(checkOutputFile(outputs[i].first, outputs[i].second));
     for (std::size_t k = 0; k < i; ++k) {
       if (fs::weakly_canonical(outputs[k].second) == fs::weakly_canonical(outputs[i].second)) {
         return invalidArgument(outputs[k].first + " and " + outputs[i].first +
@@ -330,7 +308,8 @@ ReplayCommand::ReplayCommand(CLI::App& app) {
   const char* input = "Input";
   cmd_->add_option("--format", f.format,
                    "mooncake | mooncake-delta | agentic | azure | synthetic | synthetic-agentic "
-                   "(default: by extension)")
+                   "(default: .csv = azure; .jsonl / .json = the JSONL dialect its first lines "
+                   "show, said on stderr)")
       ->check(CLI::IsMember({"mooncake", "mooncake-delta", "mooncake_delta", "agentic",
                              "agentic-mooncake", "agentic_mooncake", "azure", "synthetic",
                              "synthetic-agentic"}))
@@ -460,7 +439,8 @@ ReplayCommand::ReplayCommand(CLI::App& app) {
       ->check(between(0, 1))
       ->capture_default_str()
       ->group(agentic);
-  cmd_->add_option("--subagent-fanout", f.subagent_fanout, "sub-agent requests per spawn (1..64)")
+  cmd_->add_option("--subagent-fanout", f.subagent_fanout,
+                   "sub-agent requests per spawn (in 1..64)")
       ->check(CLI::Range(1, 64))
       ->capture_default_str()
       ->group(agentic);
@@ -552,9 +532,10 @@ ReplayCommand::ReplayCommand(CLI::App& app) {
       ->group(live_group);
   cmd_->add_option("--router-block-size", f.router_block_size,
                    "--router kv: the servers' KV block size, for hashing prompts the way their "
-                   "KV events do (default hash seeds)")
+                   "KV events do (default hash seeds). Default: the size every server reports at "
+                   "start-up (with --connect or --fleet); given, a server that reports another "
+                   "size is an error")
       ->check(atLeast(1))
-      ->capture_default_str()
       ->group(live_group);
   cmd_->add_option("--connect-cancel", f.connect_cancel,
                    "cancel endpoint of each --connect server, in the same order (default: the "
@@ -664,10 +645,13 @@ ReplayCommand::ReplayCommand(CLI::App& app) {
   addServeFlags(*cmd_, f.serve, ConfigUse::EngineOnly);
   cmd_->footer(
       "Offline mode runs the engines in-process with the --config / [engine] settings above. "
+      "Offline, --speedup-ratio R models a GPU R times faster (every pass takes 1/R of the "
+      "time, so latencies shrink); it does not make the replay itself faster, which runs on a "
+      "virtual clock as fast as it can (--arrival-speedup-ratio compresses the trace's arrivals). "
       "Live mode (--mode live --connect tcp://HOST:PORT ...) drives running `mocker serve` "
       "instances on the wall clock and takes none of the settings above (each server has its own; "
       "give the servers --allow-empty-output to replay 0-token outputs, which offline always "
-      "accepts). See tools/replay/README.md.");
+      "accepts). See replay.md in /usr/share/doc/mocker (tools/replay/README.md in the sources).");
 }
 
 bool ReplayCommand::parsed() const { return cmd_->parsed(); }
@@ -841,8 +825,6 @@ Status ReplayCommand::applyAliases() {
         replays.push_back(r.kv_replay);
       }
     }
-    // The kv router hashes prompts with the servers' block size: the file says what it is.
-    if (cmd_->count("--router-block-size") == 0) f.router_block_size = manifest->block_size;
   }
   if (cmd_->count("--num-prompts") > 0) {
     if (f.turns_per_session != 1) {
@@ -1024,7 +1006,7 @@ int ReplayCommand::run(std::ostream& out, std::ostream& err,
     }
   }
 
-  const Result<std::string> trace_format = workloadFormat(f);
+  Result<std::string> trace_format = workloadFormat(f);
   if (!trace_format) {
     err << "mocker replay: " << trace_format.error().message << "\n";
     return 2;
@@ -1033,9 +1015,30 @@ int ReplayCommand::run(std::ostream& out, std::ostream& err,
     err << "mocker replay: " << s.error().message << "\n";
     return 1;
   }
+  // A .jsonl trace without --format: its dialect from its first lines, said on stderr.
+  const std::optional<std::string> head =
+      *trace_format == "mooncake" || *trace_format == "mooncake-delta" || *trace_format == "agentic"
+          ? replay::readTraceHead(f.trace)
+          : std::nullopt;
+  const std::optional<Result<replay::DialectGuess>> guess =
+      head ? std::optional(replay::detectJsonlDialect(*head)) : std::nullopt;
+  if (f.format.empty() && guess) {
+    if (!*guess) {
+      err << "mocker replay: " << f.trace << ": " << guess->error().message << "\n";
+      return 1;
+    }
+    *trace_format = (*guess)->format;
+    err << "mocker replay: " << f.trace << ": reading it as --format " << (*guess)->format << " ("
+        << (*guess)->reason << ")\n";
+  }
   Result<replay::Workload> workload = loadWorkload(f, *trace_format, closed_loop);
   if (!workload) {
-    err << "mocker replay: " << workload.error().message << "\n";
+    err << "mocker replay: " << workload.error().message;
+    if (guess && *guess && (*guess)->format != *trace_format) {
+      err << " (its first lines look like --format " << (*guess)->format << ": " << (*guess)->reason
+          << ")";
+    }
+    err << "\n";
     return 1;
   }
   replay::RunIdentity identity{
@@ -1188,6 +1191,9 @@ int ReplayCommand::run(std::ostream& out, std::ostream& err,
       return 1;
     }
     wall_ms = stats->wall_ms;
+    for (const auto& e : stats->engines) {
+      identity.server_speedup_ratios.push_back(e ? std::optional(e->speedup_ratio) : std::nullopt);
+    }
     for (const std::string& w : stats->warnings) err << "mocker replay: warning: " << w << "\n";
     std::ostringstream line;
     if (stats->handoff) {
@@ -1208,7 +1214,8 @@ int ReplayCommand::run(std::ostream& out, std::ostream& err,
     line << "\n";
     if (stats->handoff) line << replay::formatLiveHandoffs(*stats->handoff);
     if (f.router == "kv") {
-      line << "Live kv router: " << stats->kv_routed_hits << " requests routed to a cached prefix; "
+      line << "Live kv router: " << stats->kv_block_size << "-token blocks; "
+           << stats->kv_routed_hits << " requests routed to a cached prefix; "
            << stats->kv_query_failures << " overlap queries unanswered; index applied "
            << stats->kv_batches_applied << " KV-event batches, " << stats->kv_gaps_detected
            << " gaps (" << stats->kv_gaps_healed << " healed by replay), " << stats->kv_resyncs
@@ -1252,6 +1259,9 @@ int ReplayCommand::run(std::ostream& out, std::ostream& err,
   replay::Report report = collector.buildReport({.slo = slo, .wall_time_ms = wall_ms});
   report.identity = std::move(identity);
   report.handoff = std::move(handoff);
+  if (mode == ReplayMode::Live) {
+    footer += replay::formatLiveTimeScale(report, report.identity->server_speedup_ratios);
+  }
   out << replay::formatReportTable(report) << footer;
 
   // Each output is formatted only when it is asked for: the per-request JSONL of a large trace
@@ -1263,7 +1273,11 @@ int ReplayCommand::run(std::ostream& out, std::ostream& err,
     return s.has_value();
   };
   bool ok = write(f.report_json, [&] { return replay::formatReportJson(report); });
-  ok = write(f.requests_jsonl, [&] { return replay::formatRequestsJsonl(collector); }) && ok;
+  // Live times are steady_clock readings: nanoseconds, 1e6 per ms.
+  const double ticks_per_ms = mode == ReplayMode::Live ? 1e6 : 0.0;
+  ok = write(f.requests_jsonl,
+             [&] { return replay::formatRequestsJsonl(collector, ticks_per_ms); }) &&
+       ok;
   if (!f.requests_jsonl.empty()) {
     ok = write(identitySidecarPath(f.requests_jsonl),
                [&] { return replay::formatRunIdentityJson(*report.identity); }) &&

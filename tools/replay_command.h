@@ -85,7 +85,7 @@ struct ReplayFlags {
   std::uint64_t router_seed = 0;
   double router_overlap_weight = 1.0;          ///< kv: Dynamo's overlap_score_weight default
   double router_temperature = 0.0;             ///< kv: Dynamo's router_temperature default
-  std::uint32_t router_block_size = 64;        ///< live kv: the servers' block size
+  std::uint32_t router_block_size = 0;         ///< live kv: the servers' block size; 0 = theirs
   std::vector<std::string> connect_kv_events;  ///< live kv: KV-event PUBs (default: port + 2)
   std::vector<std::string> connect_kv_replay;  ///< live kv: replay ROUTERs (default: port + 3)
   std::uint32_t concurrency = 0;               ///< 0 = trace mode (timestamps)

@@ -15,6 +15,7 @@
 #include "service/logging.h"
 #include "service/server.h"
 #include "tools/build_info.h"
+#include "tools/output_path.h"
 
 namespace mocker::tools {
 namespace {
@@ -119,6 +120,14 @@ int runServeCommand(const ServeCommand& command, std::ostream& out, std::ostream
     out << "ready\n";
     out.flush();
   };
+  // The fleet file is written once every socket is bound: a path that cannot be written fails
+  // now, naming the file, instead of after the bind.
+  if (!command.fleet_file.empty()) {
+    if (const Status st = checkOutputFile("--fleet-file", command.fleet_file); !st) {
+      err << "mocker: " << st.error().message << "\n";
+      return 1;
+    }
+  }
   if (config->fleet.num_workers > 1) raiseOpenFileLimit();
   auto fleet = service::Fleet::create(*config, {.drain = command.drain, .on_ready = on_ready});
   if (!fleet) {
@@ -171,10 +180,12 @@ int runServeCommand(const ServeCommand& command, std::ostream& out, std::ostream
     }
   }
   out.flush();
-  spdlog::info("mocker serve: {} worker(s), engine {} with {} rank(s), {} blocks of {} tokens each",
-               f.size(), engine::toString(config->engine.engine_type), config->engine.dp_size,
-               engine::effectiveNumGpuBlocks(config->engine),
-               engine::effectiveBlockSize(config->engine));
+  spdlog::info(
+      "mocker serve: {} {} worker(s), engine {} with {} rank(s), {} blocks of {} tokens "
+      "each",
+      f.size(), engine::toString(config->engine.worker_type),
+      engine::toString(config->engine.engine_type), config->engine.dp_size,
+      engine::effectiveNumGpuBlocks(config->engine), engine::effectiveBlockSize(config->engine));
 
   g_fleet.store(&f);
   struct sigaction action {};

@@ -34,9 +34,9 @@ const std::initializer_list<Group> kGroups = {
     {"--num-gpu-blocks,--num-gpu-blocks-override", "engine.num_gpu_blocks", "KV blocks per DP rank (>= 1), or none = 1 Mi tokens (vllm 16384, trtllm 32768, sglang page 1: 1048576)"},
     {"--block-size", "engine.block_size", "tokens per block; 0 = engine default (vllm 64, trtllm 32, sglang page size)"},
     {"--max-model-len", "engine.max_model_len", "max prompt + output length (>= 2), or none"},
-    {"--max-num-seqs", "engine.max_num_seqs", "max running requests (>= 1), or none = unbounded"},
+    {"--max-num-seqs,--max-running-requests", "engine.max_num_seqs", "max running requests (>= 1), or none = unbounded (SGLang: --max-running-requests)"},
     {"--max-num-batched-tokens", "engine.max_num_batched_tokens", "per-pass token budget (>= 1), or none = unbounded"},
-    {"--enable-prefix-caching,!--no-enable-prefix-caching", "engine.enable_prefix_caching", "prefix reuse and KV events", true},
+    {"--enable-prefix-caching,!--no-enable-prefix-caching,!--disable-radix-cache", "engine.enable_prefix_caching", "prefix reuse and KV events (SGLang: --disable-radix-cache = off)", true},
     {"--enable-chunked-prefill,!--no-enable-chunked-prefill", "engine.enable_chunked_prefill", "split long prompts across passes", true},
     {"--preemption-mode", "engine.preemption_mode", "lifo | fifo (vllm)"},
     {"--dp-size,--data-parallel-size", "engine.dp_size", "data-parallel ranks (>= 1)"},
@@ -52,10 +52,10 @@ const std::initializer_list<Group> kGroups = {
     {"--speedup-ratio", "engine.speedup_ratio", "divide modelled time by this (>= 0; 0 = never wait)"},
     {"--decode-speedup-ratio", "engine.decode_speedup_ratio", "extra divisor for decode time (> 0; 1 with speculative decoding)"},
     {"--decode-load", "engine.decode_load", "what the decode load measures (vllm/trtllm): physical (resident KV blocks) | logical (sum of context lengths)"},
-    {"--spec-num-draft-tokens", "engine.spec_num_draft_tokens", "speculative decoding: draft tokens per pass (1..5), or none = off"},
+    {"--spec-num-draft-tokens", "engine.spec_num_draft_tokens", "speculative decoding: draft tokens per pass (in 1..5), or none = off"},
     {"--spec-accept-rates", "engine.spec_accept_rates", "acceptance probability of each draft position, comma-separated, each in [0, 1]"},
     {"--spec-seed", "engine.spec_seed", "u64 seed of the draft acceptance draws"},
-    {"--worker-type", "engine.worker_type", "aggregated | prefill (hands each prefilled request off to a decode worker) | decode (accepts only handoff submits); service/README.md \"Disaggregated prefill/decode (live)\""},
+    {"--worker-type", "engine.worker_type", "aggregated | prefill (hands each prefilled request off to a decode worker) | decode (accepts only handoff submits); serve.md \"Disaggregated prefill/decode (live)\" in /usr/share/doc/mocker (service/README.md in the sources)"},
     {"--kv-bytes-per-token", "engine.kv_bytes_per_token", "disaggregated: KV bytes per token a prefill-to-decode handoff moves (>= 1)"},
     {"--kv-transfer-bandwidth-gbps", "engine.kv_transfer_bandwidth_gbps", "disaggregated: handoff bandwidth in GB/s (1e9 B/s, > 0)"},
     {"--kv-transfer-charge", "engine.kv_transfer_charge", "disaggregated: full_prompt | missing_blocks (tokens a handoff pays for)"},
@@ -63,7 +63,7 @@ const std::initializer_list<Group> kGroups = {
   }},
   {"SGLang ([engine.sglang], engine type sglang)", {
     {"--sglang-schedule-policy,--schedule-policy", "engine.sglang.schedule_policy", "fcfs (alias fifo) | lpm"},
-    {"--page-size,--sglang-page-size", "engine.sglang.page_size", "tokens per page (>= 1)"},
+    {"--page-size,--sglang-page-size", "engine.sglang.page_size", "tokens per page (>= 1); 0 = unset: the block size if that is set, else 1"},
     {"--max-prefill-tokens", "engine.sglang.max_prefill_tokens", "per-pass prefill budget (>= 1)"},
     {"--chunked-prefill-size", "engine.sglang.chunked_prefill_size", "prefill chunk (multiple of the block size)"},
     {"--clip-max-new-tokens", "engine.sglang.clip_max_new_tokens", "cap on per-request output reservation (>= 1)"},
@@ -77,7 +77,7 @@ const std::initializer_list<Group> kGroups = {
     {"--submit-rcvhwm", "service.submit_rcvhwm", "submit ROUTER ZMQ_RCVHWM (0 = unlimited)"},
     {"--max-message-size", "service.max_message_size", "ZMQ_MAXMSGSIZE in bytes (>= 1)"},
     {"--max-submit-backlog", "service.max_submit_backlog", "waiting requests before submit reads pause (>= 1)"},
-    {"--linger-ms", "service.linger_ms", "ZMQ_LINGER on close (0..60000)"},
+    {"--linger-ms", "service.linger_ms", "ZMQ_LINGER on close (in 0..60000)"},
     {"--served-model-name", "service.served_model_name", "model_name label of the HTTP /metrics series"},
     {"--worker-label", "service.worker_label", "worker label of every /metrics series (fleets); empty = none"},
     {"--handoff-fetch-timeout-ms", "service.handoff_fetch_timeout_ms", "decode worker: wall ms to wait for a prefill worker's kv_fetch_reply (> 0)"},
@@ -89,7 +89,7 @@ const std::initializer_list<Group> kGroups = {
     {"--max-clients", "limits.max_clients", "clients with requests in flight (>= 1)"},
     {"--max-request-tokens", "limits.max_request_tokens", "prompt + output tokens of one request (>= 1)"},
   }},
-  {"Security ([security]; CURVE, see service/README.md)", {
+  {"Security ([security]; CURVE, see serve.md \"Security\")", {
     {"--curve,!--no-curve", "security.curve", "CURVE on submit, cancel and kv_replay; only allow-listed client keys get in", true},
     {"--server-secret-key-file", "security.server_secret_key_file", "the service's Z85 secret key file (mocker keygen)"},
     {"--client-public-keys", "security.client_public_keys", "allow-listed client public keys, Z85, comma-separated"},
@@ -232,14 +232,94 @@ Status applyVllmKvEventsConfig(const std::string& text, service::ServiceConfig& 
   return {};
 }
 
+/// vLLM's and SGLang's launch-line flags that have no configuration key of their own
+/// (service/README.md, "vLLM and SGLang launch lines"): --host / --port (the HTTP endpoint, as
+/// vLLM's API server), --model (the served model name unless --served-model-name is given),
+/// --disable-log-stats (= --log-stats-interval 0). Serve only: left out of replay's --help.
+void addLaunchLineFlags(CLI::App& app, ServeFlags& flags, ConfigUse use) {
+  const char* group = use == ConfigUse::Serve ? "vLLM / SGLang launch line" : "";
+  flags.host_option = app.add_option("--host", flags.host,
+                                     "vLLM's API host: the HTTP endpoint's host (the ZeroMQ "
+                                     "endpoints keep theirs: --submit-endpoint, …)")
+                          ->option_text("HOST")
+                          ->group(group);
+  flags.port_option = app.add_option("--port", flags.port,
+                                     "vLLM's API port: the HTTP endpoint's port (/metrics, "
+                                     "/health, /ready; requests go to --submit-endpoint)")
+                          ->check(between(0, 65535))
+                          ->group(group);
+  flags.model_option = app.add_option("--model", flags.model,
+                                      "the model's name, as vLLM serves it: the model_name of "
+                                      "/metrics unless --served-model-name is given")
+                           ->option_text("NAME")
+                           ->group(group);
+  flags.disable_log_stats_option =
+      app.add_flag("--disable-log-stats", flags.disable_log_stats,
+                   "no periodic \"Running: …\" stats lines (= --log-stats-interval 0)")
+          ->group(group);
+}
+
+/// Applies the launch-line flags of addLaunchLineFlags over `config`, before the key flags.
+Status applyLaunchLineFlags(const ServeFlags& flags, service::ServiceConfig& config,
+                            service::KeyOrigins& origins, ConfigUse use) {
+  const auto given = [](const CLI::Option* o) { return o != nullptr && o->count() > 0; };
+  const auto keyGiven = [&flags](std::string_view key) {
+    for (const ServeFlags::Binding& b : flags.bindings) {
+      if (b.key == key && b.option->count() > 0) return b.flag;
+    }
+    return std::string();
+  };
+  for (const CLI::Option* o :
+       {flags.host_option, flags.port_option, flags.model_option, flags.disable_log_stats_option}) {
+    if (given(o) && use == ConfigUse::EngineOnly) {
+      return invalidArgument(("--" + o->get_lnames().front()) +
+                             " has no effect here: only the engine runs (no HTTP endpoint, "
+                             "metrics or logging)");
+    }
+  }
+  if (given(flags.host_option) || given(flags.port_option)) {
+    if (const std::string f = keyGiven("endpoints.http.endpoint"); !f.empty()) {
+      return invalidArgument("give " + f + " or --host / --port, not both");
+    }
+    const std::string current =
+        service::configValueText(config, "endpoints.http.endpoint").value_or("");
+    const std::size_t colon = current.rfind(':');
+    std::string host = colon == std::string::npos ? current : current.substr(0, colon);
+    std::string port = colon == std::string::npos ? "8000" : current.substr(colon + 1);
+    if (given(flags.host_option)) host = flags.host;
+    if (given(flags.port_option)) port = std::to_string(flags.port);
+    if (auto st = service::setConfigValue(config, "endpoints.http.endpoint", host + ":" + port);
+        !st) {
+      return Error{st.error().code, "--host / --port: " + st.error().message};
+    }
+    origins["endpoints.http.endpoint"] = given(flags.host_option) ? "--host" : "--port";
+  }
+  if (given(flags.model_option) && keyGiven("service.served_model_name").empty()) {
+    MOCKER_TRY_VOID(service::setConfigValue(config, "service.served_model_name", flags.model));
+    origins["service.served_model_name"] = "--model";
+  }
+  if (given(flags.disable_log_stats_option)) {
+    if (const std::string f = keyGiven("logging.stats_interval_s"); !f.empty()) {
+      return invalidArgument("give " + f + " or --disable-log-stats, not both");
+    }
+    MOCKER_TRY_VOID(service::setConfigValue(config, "logging.stats_interval_s", "0"));
+    origins["logging.stats_interval_s"] = "--disable-log-stats";
+  }
+  return {};
+}
+
 }  // namespace
 
 void addServeFlags(CLI::App& app, ServeFlags& flags, ConfigUse use) {
-  app.add_option("--config", flags.config_path,
-                 use == ConfigUse::EngineOnly
-                     ? "TOML configuration file (see docs/mocker.example.toml); only its [engine] "
-                       "table is read; flags override it"
-                     : "TOML configuration file (see docs/mocker.example.toml); flags override it")
+  app.add_option(
+         "--config", flags.config_path,
+         use == ConfigUse::EngineOnly
+             ? "TOML configuration file (example: /usr/share/doc/mocker/mocker.example.toml "
+               "when installed, docs/mocker.example.toml in the sources); only its "
+               "[engine] table is read; flags override it"
+             : "TOML configuration file (example: /usr/share/doc/mocker/mocker.example.toml "
+               "when installed, docs/mocker.example.toml in the sources); flags override "
+               "it")
       ->group("Configuration")
       ->option_text("FILE");
   flags.kv_events_config_option =
@@ -252,6 +332,7 @@ void addServeFlags(CLI::App& app, ServeFlags& flags, ConfigUse use) {
              "hwm, topic; absent fields keep their value; the flags below override it")
           ->option_text("JSON")
           ->group(use == ConfigUse::Serve ? "KV events ([kv_events])" : "");
+  addLaunchLineFlags(app, flags, use);
   const service::ServiceConfig defaults;
   for (const Group& group : kGroups) {
     for (const FlagSpec& spec : group.flags) {
@@ -297,6 +378,7 @@ Result<service::ServiceConfig> resolveServeConfig(const ServeFlags& flags, Confi
     }
     MOCKER_TRY_VOID(applyVllmKvEventsConfig(flags.kv_events_config, config, origins));
   }
+  MOCKER_TRY_VOID(applyLaunchLineFlags(flags, config, origins, use));
   for (const ServeFlags::Binding& b : flags.bindings) {
     if (b.option->count() == 0) continue;
     if (use == ConfigUse::EngineOnly && !isEngineKey(b.key)) {
@@ -326,6 +408,10 @@ std::optional<std::string> firstGivenServeFlag(const ServeFlags& flags) {
   }
   for (const ServeFlags::Binding& b : flags.bindings) {
     if (b.option->count() > 0) return b.flag;
+  }
+  for (const CLI::Option* o :
+       {flags.host_option, flags.port_option, flags.model_option, flags.disable_log_stats_option}) {
+    if (o != nullptr && o->count() > 0) return ("--" + o->get_lnames().front());
   }
   return std::nullopt;
 }

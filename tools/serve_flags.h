@@ -10,6 +10,7 @@
 // must not move after registration (CLI11 holds pointers into it).
 #pragma once
 
+#include <cstdint>
 #include <deque>
 #include <optional>
 #include <string>
@@ -43,6 +44,15 @@ struct ServeFlags {
   std::string kv_events_config;  ///< vLLM's --kv-events-config JSON (applied before the flags)
   CLI::Option* kv_events_config_option = nullptr;
   std::deque<Binding> bindings;  // deque: stable addresses for CLI11
+  // vLLM / SGLang launch-line flags without a key of their own (serve_flags.cpp).
+  std::string host;
+  std::uint32_t port = 0;
+  std::string model;
+  bool disable_log_stats = false;
+  CLI::Option* host_option = nullptr;
+  CLI::Option* port_option = nullptr;
+  CLI::Option* model_option = nullptr;
+  CLI::Option* disable_log_stats_option = nullptr;
 };
 
 /// What the configuration is for (service::ConfigUse). EngineOnly (offline tools such as

@@ -1,21 +1,22 @@
 #include "tools/submit_command.h"
 
 #include <unistd.h>
-#include <zmq.h>
 #include <CLI/CLI.hpp>
-#include <zmq.hpp>
 
 #include <atomic>
 #include <chrono>
 #include <csignal>
 #include <cstdio>
 #include <cstring>
+#include <memory>
 #include <numeric>
 #include <variant>
 
 #include "service/client.h"
 #include "service/security.h"
 #include "tools/cli_options.h"
+#include "tools/peer_probe.h"
+#include "tools/replay/live_replay.h"
 
 namespace mocker::tools {
 namespace {
@@ -48,43 +49,6 @@ constexpr auto kPollInterval = std::chrono::milliseconds(50);
 /// How long a peer has to accept the connection, and to answer the submit, before we say so.
 constexpr auto kAnswerWait = std::chrono::milliseconds(1000);
 
-/// Whether anything accepts a connection at `endpoint` within `wait`: a throwaway DEALER with a
-/// socket monitor waits for ZMQ_EVENT_CONNECTED. (A ZeroMQ connect succeeds at once whether or
-/// not anything listens, and a DEALER queues what it sends, so without this a submit to a
-/// service that is not running would wait for the whole --timeout-s.)
-Result<bool> somethingAccepts(const std::string& endpoint, std::chrono::milliseconds wait) {
-  try {
-    zmq::context_t context;
-    zmq::socket_t probe(context, zmq::socket_type::dealer);
-    probe.set(zmq::sockopt::linger, 0);
-    char monitor_endpoint[64];
-    std::snprintf(monitor_endpoint, sizeof monitor_endpoint, "inproc://submit-probe-%d",
-                  static_cast<int>(getpid()));
-    if (zmq_socket_monitor(probe.handle(), monitor_endpoint, ZMQ_EVENT_CONNECTED) != 0) {
-      throw zmq::error_t();
-    }
-    zmq::socket_t events(context, zmq::socket_type::pair);
-    events.set(zmq::sockopt::linger, 0);
-    events.connect(monitor_endpoint);
-    probe.connect(endpoint);
-    const auto deadline = Clock::now() + wait;
-    for (auto now = Clock::now(); now < deadline; now = Clock::now()) {
-      zmq::pollitem_t item{events.handle(), 0, ZMQ_POLLIN, 0};
-      zmq::poll(&item, 1, std::chrono::duration_cast<std::chrono::milliseconds>(deadline - now));
-      if ((item.revents & ZMQ_POLLIN) == 0) continue;
-      zmq::message_t event;
-      if (!events.recv(event)) continue;
-      std::uint16_t id = 0;
-      if (event.size() >= sizeof id) std::memcpy(&id, event.data(), sizeof id);
-      zmq::message_t address;
-      if (event.more()) (void)events.recv(address);
-      if (id == ZMQ_EVENT_CONNECTED) return true;
-    }
-    return false;
-  } catch (const zmq::error_t& e) {
-    return invalidArgument("--submit-endpoint '" + endpoint + "': " + e.what());
-  }
-}
 /// "12.3": a wall-clock duration in ms with one decimal.
 std::string formatMs(double ms) {
   char buf[32];
@@ -95,6 +59,58 @@ std::string formatMs(double ms) {
 constexpr int kExitOk = 0;
 constexpr int kExitFailed = 1;
 constexpr int kExitInterrupted = 130;
+
+/// A client of the service at `submit` / `cancel` (CURVE keys from `command`), after checking
+/// that something accepts connections there; nullptr once the problem is said on `err`.
+std::unique_ptr<service::Client> openClient(const SubmitCommand& command, const std::string& submit,
+                                            const std::string& cancel, std::ostream& err) {
+  service::ClientOptions options{.submit_endpoint = submit, .cancel_endpoint = cancel};
+  if (!command.curve_secret_key_file.empty()) {
+    auto keys =
+        service::loadCurveClientKeys(command.curve_server_key_file, command.curve_secret_key_file);
+    if (!keys) {
+      err << "mocker submit: " << keys.error().message << "\n";
+      return nullptr;
+    }
+    options.curve_server_key = keys->server_public_key;
+    options.curve_secret_key = keys->secret_key;
+    options.curve_public_key = keys->public_key;
+  }
+  const Result<bool> listening = somethingAccepts(submit, kAnswerWait);
+  if (!listening) {
+    err << "mocker submit: " << listening.error().message << "\n";
+    return nullptr;
+  }
+  if (!*listening) {
+    err << "mocker submit: nothing answers at " << submit << " (no connection within "
+        << kAnswerWait.count()
+        << " ms): is `mocker serve` running there? Start one with `mocker serve "
+           "--submit-endpoint "
+        << submit << "`, or point --submit-endpoint at the `submit` line a running one printed\n";
+    return nullptr;
+  }
+  auto client = service::Client::connect(std::move(options));
+  if (!client) {
+    err << "mocker submit: " << client.error().message << "\n";
+    return nullptr;
+  }
+  return std::move(*client);
+}
+
+/// The handoff ticket on `out` (one line, without its secret key) and what happened on `err`.
+void printHandoff(const protocol::Handoff& h, double ms, bool second_hop, std::ostream& out,
+                  std::ostream& err) {
+  const protocol::HandoffTicket& t = h.ticket;
+  out << "handoff source " << t.source << " source_rank " << t.source_rank << " prompt_len "
+      << t.prompt_len << " cached_tokens " << t.cached_tokens << " block_size " << t.block_size
+      << " transfer_ms " << t.transfer_ms << "\n";
+  out.flush();
+  err << "mocker submit: '" << h.id << "' prefilled in " << formatMs(ms)
+      << " ms and handed off to decode; ticket from " << t.source << " (rank " << t.source_rank
+      << ", " << t.cached_tokens << " of " << t.prompt_len << " prompt tokens from the cache)"
+      << (second_hop ? "; submitting it to the decode worker\n"
+                     : "; give --decode-endpoint to run the decode hop too\n");
+}
 
 }  // namespace
 
@@ -128,6 +144,13 @@ void addSubmitCommand(CLI::App& app, SubmitCommand& command) {
                                   "keygen`; its public key must be on the service's allow-list)");
   server_key->needs(secret_key);
   secret_key->needs(server_key);
+  auto* decode = c.add_option("--decode-endpoint", command.decode_endpoint,
+                              "prefill worker: after its handoff, submit the ticket to the decode "
+                              "worker at this submit endpoint and stream its tokens (default: "
+                              "print the ticket and exit 0)");
+  c.add_option("--decode-cancel-endpoint", command.decode_cancel_endpoint,
+               "the decode worker's cancel ROUTER (default: the --decode-endpoint port + 1)")
+      ->needs(decode);
   c.add_option("--timeout-s", command.timeout_s,
                "give up when the service sends nothing for this long (seconds)")
       ->check(greaterThan(0))
@@ -136,7 +159,10 @@ void addSubmitCommand(CLI::App& app, SubmitCommand& command) {
       "Prints `<index> <token>…` per output message, then `finish <reason>`; on stderr, the "
       "tokens, time, TTFT and prefix-cache hits. Ctrl-C cancels the request and waits for its "
       "end. If nothing accepts a connection at --submit-endpoint within a second, says so and "
-      "exits.\nExit codes: 0 finished (length), 1 error, rejected, nothing listening or timeout, "
+      "exits. To a prefill worker: prints `handoff source … ` (its handoff ticket) and exits 0, or "
+      "with --decode-endpoint submits the ticket there and streams the decode worker's tokens."
+      "\nExit codes: 0 finished (length) or handed off, 1 error, rejected, nothing listening or "
+      "timeout, "
       "2 usage error, 130 cancelled by Ctrl-C.");
 }
 
@@ -156,40 +182,21 @@ int runSubmitCommand(const SubmitCommand& command, std::ostream& out, std::ostre
   if (!command.output_tokens.empty()) request.output_tokens = command.output_tokens;
   request.dp_rank = command.dp_rank;
 
-  service::ClientOptions options{.submit_endpoint = command.submit_endpoint,
-                                 .cancel_endpoint = command.cancel_endpoint};
-  if (!command.curve_secret_key_file.empty()) {
-    auto keys =
-        service::loadCurveClientKeys(command.curve_server_key_file, command.curve_secret_key_file);
-    if (!keys) {
-      err << "mocker submit: " << keys.error().message << "\n";
-      return kExitFailed;
+  std::string decode_cancel = command.decode_cancel_endpoint;
+  if (!command.decode_endpoint.empty() && decode_cancel.empty()) {
+    Result<std::string> derived = replay::defaultCancelEndpoint(command.decode_endpoint);
+    if (!derived) {
+      err << "mocker submit: --decode-endpoint: " << derived.error().message << "\n";
+      return 2;
     }
-    options.curve_server_key = keys->server_public_key;
-    options.curve_secret_key = keys->secret_key;
-    options.curve_public_key = keys->public_key;
+    decode_cancel = std::move(*derived);
   }
-  const Result<bool> listening = somethingAccepts(command.submit_endpoint, kAnswerWait);
-  if (!listening) {
-    err << "mocker submit: " << listening.error().message << "\n";
-    return kExitFailed;
-  }
-  if (!*listening) {
-    err << "mocker submit: nothing answers at " << command.submit_endpoint
-        << " (no connection within " << kAnswerWait.count()
-        << " ms): is `mocker serve` running there? Start one with `mocker serve "
-           "--submit-endpoint "
-        << command.submit_endpoint
-        << "`, or point --submit-endpoint at the `submit` line a running one printed\n";
-    return kExitFailed;
-  }
-  auto client = service::Client::connect(std::move(options));
-  if (!client) {
-    err << "mocker submit: " << client.error().message << "\n";
-    return kExitFailed;
-  }
+  auto client = openClient(command, command.submit_endpoint, command.cancel_endpoint, err);
+  if (!client) return kExitFailed;
+  service::Client* active = client.get();  // the decode worker's after a handoff
+  std::unique_ptr<service::Client> decode_client;
   InterruptGuard guard;
-  if (auto sent = (*client)->submit(request); !sent) {
+  if (auto sent = active->submit(request); !sent) {
     err << "mocker submit: " << sent.error().message << "\n";
     return kExitFailed;
   }
@@ -212,7 +219,7 @@ int runSubmitCommand(const SubmitCommand& command, std::ostream& out, std::ostre
       return kExitInterrupted;
     }
     if (interrupts == 1 && !cancel_sent) {
-      if (auto sent = (*client)->cancel(request.id); !sent) {
+      if (auto sent = active->cancel(request.id); !sent) {
         err << "mocker submit: " << sent.error().message << "\n";
         return kExitFailed;
       }
@@ -232,7 +239,7 @@ int runSubmitCommand(const SubmitCommand& command, std::ostream& out, std::ostre
           << " s\n";
       return kExitFailed;
     }
-    auto received = (*client)->receive(kPollInterval);
+    auto received = active->receive(kPollInterval);
     if (!received) {
       err << "mocker submit: " << received.error().message << "\n";
       return kExitFailed;
@@ -257,6 +264,20 @@ int runSubmitCommand(const SubmitCommand& command, std::ostream& out, std::ostre
     } else if (const auto* reply = std::get_if<protocol::CancelReply>(&message)) {
       if (reply->result == protocol::CancelResult::NotFound) {
         err << "mocker submit: cancel: request not found (already finishing)\n";
+      }
+    } else if (const auto* handoff = std::get_if<protocol::Handoff>(&message)) {
+      if (handoff->id != request.id || decode_client) continue;
+      const bool second_hop = !command.decode_endpoint.empty();
+      printHandoff(*handoff, ms_since_sent(), second_hop, out, err);
+      if (!second_hop) return kExitOk;
+      decode_client = openClient(command, command.decode_endpoint, decode_cancel, err);
+      if (!decode_client) return kExitFailed;
+      active = decode_client.get();
+      request.handoff = handoff->ticket;
+      request.dp_rank.reset();  // the decode worker's own choice
+      if (auto sent = active->submit(request); !sent) {
+        err << "mocker submit: " << sent.error().message << "\n";
+        return kExitFailed;
       }
     } else if (const auto* batch = std::get_if<protocol::OutputBatch>(&message)) {
       for (const protocol::RequestOutput& o : batch->outputs) {

@@ -2,9 +2,13 @@
 // its output as it streams — one line per output message, `<index> <token> <token> …`, then
 // `finish <reason>` — so a service can be poked by hand or from a shell script.
 //
+// To a prefill worker (engine.worker_type = prefill) the request ends in a `handoff`: the ticket is
+// printed (`handoff source … source_rank … prompt_len …`) and the command exits 0, or, with
+// --decode-endpoint, it is submitted to that decode worker, whose tokens stream as above.
+//
 // Ctrl-C (SIGINT) sends a cancel on the cancel socket and waits for the terminal entry; a second
-// Ctrl-C gives up at once. Exit codes: 0 finished (`length`), 1 error / rejected / timeout /
-// any other finish, 2 (or CLI11's code) usage error, 130 cancelled by Ctrl-C.
+// Ctrl-C gives up at once. Exit codes: 0 finished (`length`) or handed off, 1 error / rejected /
+// timeout / any other finish, 2 (or CLI11's code) usage error, 130 cancelled by Ctrl-C.
 //
 // Call from the main thread (installs a SIGINT handler for the duration of the run).
 #pragma once
@@ -31,6 +35,10 @@ struct SubmitCommand {
   std::optional<std::uint32_t> dp_rank;
   std::string submit_endpoint = "tcp://127.0.0.1:5555";
   std::string cancel_endpoint = "tcp://127.0.0.1:5556";
+  /// Prefill worker: the decode worker to submit the handoff ticket to (empty: print the ticket
+  /// and exit 0) and its cancel endpoint (empty: the submit port + 1).
+  std::string decode_endpoint;
+  std::string decode_cancel_endpoint;
   double timeout_s = 10.0;  ///< longest wait for the next message from the service
   /// CURVE: the service's public key file and this client's secret key file (`mocker keygen`;
   /// the public key is derived from the secret one). Both or neither.

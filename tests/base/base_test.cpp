@@ -91,7 +91,10 @@ std::optional<std::string> closestNameByFullAlignment(std::string_view name,
   for (const std::string& c : candidates) {
     const bool truncation = name.size() >= 4 && c.size() > name.size() && c.starts_with(name);
     const std::size_t full = mocker::editDistance(name, c);
-    distance.push_back(c == name ? limit + 1 : truncation ? std::min(full, limit) : full);
+    const bool other_word = !mocker::wordsCouldBeTypos(name, c);
+    distance.push_back(c == name || other_word ? limit + 1
+                       : truncation            ? std::min(full, limit)
+                                               : full);
   }
   const auto best = std::min_element(distance.begin(), distance.end());
   if (best == distance.end() || *best > limit) return std::nullopt;
@@ -109,6 +112,17 @@ TEST(ClosestNameTest, SuggestsTyposTranspositionsAndTruncations) {
   EXPECT_EQ(mocker::closestName(std::string(4096, 'k'), flags), std::nullopt);
   EXPECT_EQ(mocker::didYouMean("--block-sise", flags), " (did you mean '--block-size'?)");
   EXPECT_EQ(mocker::didYouMean("--nothing-like-it", flags), "");
+}
+
+// Another word in the same place is not a typo: vLLM's --tensor-parallel-size is not a
+// misspelt --data-parallel-size, though only 5 of 22 characters differ.
+TEST(ClosestNameTest, AnotherWordIsNotATypo) {
+  const std::vector<std::string> flags{"--data-parallel-size", "--max-num-seqs"};
+  EXPECT_EQ(mocker::closestName("--tensor-parallel-size", flags), std::nullopt);
+  EXPECT_EQ(mocker::closestName("--data-paralel-size", flags), "--data-parallel-size");
+  EXPECT_EQ(mocker::closestName("--dta-parallel-size", flags), "--data-parallel-size");
+  EXPECT_TRUE(mocker::wordsCouldBeTypos("--num-gpu", "--num-gpu-blocks"));  // a truncation
+  EXPECT_FALSE(mocker::wordsCouldBeTypos("engine.tensor_size", "engine.data_size"));
 }
 
 TEST(ClosestNameTest, SkippingByLengthGapChangesNoAnswer) {

@@ -87,6 +87,17 @@ class DebianPackageTest(unittest.TestCase):
             self.assertTrue(filecmp.cmp(installed, os.path.join(du.SOURCE_DIR, source),
                                         shallow=False), f"{name} differs from {source}")
 
+    def test_reference_docs_and_python_client_are_shipped(self):
+        for name in ("docs/engine.md", "docs/wire.md", "docs/traces.md", "docs/metrics.md",
+                     "clients/python/README.md", "clients/python/mocker_client.py"):
+            self.assertIn(name, self.docs)
+
+    def test_help_points_at_the_installed_docs(self):
+        binary = os.path.join(self.root, "usr/bin/mocker")
+        for command in ("serve", "replay"):
+            out = du.run([binary, command, "--help"])
+            self.assertIn(f"/{DOC_DIR}/mocker.example.toml", out, command)
+
     def test_depends_names_a_package_for_every_linked_library(self):
         depends = du.run(["dpkg-deb", "-f", self.deb, "Depends"])
         print("Depends: " + depends.strip())

@@ -178,6 +178,32 @@ TEST(ClientGoldenTest, StatsReplyTimingRoundTripsAndIsChecked) {
       << negative.error().message;
 }
 
+// stats_reply gained `engine` (optional, last): it round-trips, a reply without it still decodes,
+// and a block size of 0 or a negative speedup is refused naming the key.
+TEST(ClientGoldenTest, StatsReplyEngineRoundTripsAndIsChecked) {
+  StatsReply r{.routes = 0,
+               .engine = EngineInfo{.engine_type = "sglang",
+                                    .worker_type = "prefill",
+                                    .block_size = 16,
+                                    .speedup_ratio = 10.0}};
+  const auto decoded = decodeClientMessage(encodeClientMessage(r));
+  ASSERT_TRUE(decoded.has_value()) << decoded.error().toString();
+  EXPECT_EQ(*decoded, ClientMessage{r});
+  EXPECT_NE(toHex(encodeClientMessage(r)).find("656e67696e65"), std::string::npos);  // "engine"
+  EXPECT_EQ(toHex(encodeClientMessage(StatsReply{})).find("656e67696e65"), std::string::npos);
+
+  StatsReply zero = r;
+  zero.engine->block_size = 0;
+  const auto z = decodeClientMessage(encodeClientMessage(zero));
+  ASSERT_FALSE(z.has_value());
+  EXPECT_NE(z.error().message.find("engine.block_size"), std::string::npos) << z.error().message;
+  StatsReply negative = r;
+  negative.engine->speedup_ratio = -1.0;
+  const auto n = decodeClientMessage(encodeClientMessage(negative));
+  ASSERT_FALSE(n.has_value());
+  EXPECT_NE(n.error().message.find("engine.speedup_ratio"), std::string::npos) << n.error().message;
+}
+
 TEST(ClientGoldenTest, EveryMessageTypeIsCovered) {
   std::vector<bool> seen(std::variant_size_v<ClientMessage>, false);
   for (const auto& [name, message] : clientGoldens()) seen[message.index()] = true;

@@ -8,6 +8,7 @@
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
+#include <nlohmann/json.hpp>
 #include <zmq.hpp>
 
 #include <algorithm>
@@ -19,7 +20,9 @@
 
 #include "service/config.h"
 #include "tests/service/serve_process.h"
+#include "tools/index_command.h"
 #include "tools/serve_flags.h"
+#include "tools/stats_command.h"
 
 namespace mocker::tools {
 namespace {
@@ -338,7 +341,9 @@ TEST(CliHelpTest, ServeOptionsShowTheirTypeAndDefault) {
            {"--max-model-len", {"UINT|none", "(default: none)"}},
            {"--speedup-ratio", {"FLOAT", "(default: 1.0)"}},
            {"--engine-type", {"NAME", "(default: vllm)"}},
-           {"--submit-endpoint", {"TEXT", "(default: tcp://127.0.0.1:5555)"}},
+           {"--submit-endpoint", {"EP", "(default: tcp://127.0.0.1:5555)"}},
+           {"--page-size", {"0 = unset: the block size if that is set, else 1"}},
+           {"--spec-num-draft-tokens", {"(in 1..5)"}},
            {"--client-public-keys", {"LIST"}},
        }) {
     const std::string entry = helpEntry(r.out, flag);
@@ -348,6 +353,26 @@ TEST(CliHelpTest, ServeOptionsShowTheirTypeAndDefault) {
     }
   }
   EXPECT_EQ(r.out.find(" TEXT          scheduler"), std::string::npos);  // no more TEXT for all
+}
+
+// One metavar per kind of value, ranges spelled one way, and what an option excludes in its
+// description rather than on its name line.
+TEST(CliHelpTest, ReplayHelpSpeaksOneStyle) {
+  const auto r = run({"replay", "--help"});
+  ASSERT_EQ(r.code, 0);
+  EXPECT_EQ(r.out.find("Excludes:"), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("TEXT:{"), std::string::npos) << r.out;
+  for (const auto& [flag, fragment] : std::vector<std::pair<std::string, std::string>>{
+           {"--num-requests", "(not with --num-prompts)"},
+           {"--mode", "--mode NAME:{offline,live}"},
+           {"--report-json", "--report-json FILE"},
+           {"--connect-kv-events", "EP"},
+           {"--subagent-fanout", "(in 1..64)"},
+       }) {
+    const std::string entry = helpEntry(r.out, flag);
+    EXPECT_NE(entry.find(fragment), std::string::npos) << flag << ": " << entry;
+  }
+  EXPECT_NE(r.out.find("it does not make the replay itself faster"), std::string::npos);
 }
 
 // `mocker index --block-size` is the default of token queries: it must be mocker serve's own
@@ -493,6 +518,42 @@ TEST(CliAliasTest, VllmAndSglangEngineFlagNames) {
   EXPECT_NE(bad.err.find("--sglang-schedule-policy: engine.sglang.schedule_policy"),
             std::string::npos)
       << bad.err;
+}
+
+// The rest of a vLLM / SGLang launch line (service/README.md, "vLLM and SGLang launch lines").
+TEST(CliAliasTest, LaunchLineFlagsMapOntoTheirKeys) {
+  const auto r = run({"config", "--dump", "--host", "0.0.0.0", "--port", "9000", "--model",
+                      "meta-llama/Llama-3.1-8B", "--disable-log-stats", "--max-running-requests",
+                      "8", "--disable-radix-cache"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  const auto c = parseDump(r.out);
+  EXPECT_EQ(c.endpoints.http.endpoint, "0.0.0.0:9000");
+  EXPECT_EQ(c.service.served_model_name, "meta-llama/Llama-3.1-8B");
+  EXPECT_EQ(c.log_stats_interval_s, 0.0);
+  EXPECT_EQ(c.engine.max_num_seqs, 8u);
+  EXPECT_FALSE(c.engine.enable_prefix_caching);
+  // Each part keeps its default; --served-model-name wins over --model, as in vLLM.
+  const auto port_only =
+      run({"config", "--dump", "--port", "9001", "--model", "m", "--served-model-name", "name"});
+  ASSERT_EQ(port_only.code, 0) << port_only.err;
+  EXPECT_EQ(parseDump(port_only.out).endpoints.http.endpoint, "127.0.0.1:9001");
+  EXPECT_EQ(parseDump(port_only.out).service.served_model_name, "name");
+  for (const auto& [args, message] : std::vector<std::pair<std::vector<std::string>, std::string>>{
+           {{"config", "--port", "9000", "--http-endpoint", "127.0.0.1:1"},
+            "give --http-endpoint or --host / --port, not both"},
+           {{"config", "--disable-log-stats", "--log-stats-interval", "5"},
+            "give --log-stats-interval or --disable-log-stats, not both"},
+           {{"replay", "--format", "synthetic", "--num-requests", "1", "--input-tokens-mean", "8",
+             "--output-tokens-mean", "2", "--model", "m"},
+            "--model has no effect here"},
+       }) {
+    const auto bad = run(args);
+    EXPECT_EQ(bad.code, 2) << message;
+    EXPECT_NE(bad.err.find(message), std::string::npos) << bad.err;
+  }
+  // vLLM's --tensor-parallel-size is another setting, not a typo of --data-parallel-size.
+  const auto tp = run({"config", "--tensor-parallel-size", "2"});
+  EXPECT_EQ(tp.err.find("--data-parallel-size"), std::string::npos) << tp.err;
 }
 
 TEST(CliAliasTest, VllmKvEventsConfigJsonSetsTheMatchingKeys) {
@@ -776,6 +837,133 @@ TEST(CliSubmitTest, ShowsTtftAndPrefixCacheHits) {
   EXPECT_NE(second.err.find("prefix-cache hits 192 of 200 prompt tokens"), std::string::npos)
       << second.err;
   EXPECT_EQ(serve.stop(), 0);
+}
+
+// A prefill worker answers a submit with a handoff instead of tokens: submit prints the ticket and
+// exits 0 (it used to wait for --timeout-s), or runs the decode hop with --decode-endpoint.
+TEST(CliSubmitTest, APrefillWorkerHandsOffAndDecodeEndpointRunsTheSecondHop) {
+  const std::vector<std::string> quiet{"--no-kv-events", "--no-fpm", "--no-kv-replay"};
+  std::vector<std::string> prefill_args = quiet;
+  prefill_args.insert(prefill_args.end(),
+                      {"--worker-type", "prefill", "--handoff-endpoint", "tcp://127.0.0.1:*"});
+  std::vector<std::string> decode_args = quiet;
+  decode_args.insert(decode_args.end(), {"--worker-type", "decode"});
+  service::testing::ServeProcess prefill(prefill_args);
+  service::testing::ServeProcess decode(decode_args);
+  ASSERT_TRUE(prefill.awaitReady());
+  ASSERT_TRUE(decode.awaitReady());
+  const std::vector<std::string> base{"submit",
+                                      "--prompt-len",
+                                      "100",
+                                      "--max-tokens",
+                                      "3",
+                                      "--timeout-s",
+                                      "60",
+                                      "--submit-endpoint",
+                                      prefill.endpoints["submit"],
+                                      "--cancel-endpoint",
+                                      prefill.endpoints["cancel"]};
+  const ProcessRun handed = runBinary(base);
+  ASSERT_EQ(handed.code, 0) << handed.err;
+  EXPECT_NE(handed.out.find("handoff source tcp://127.0.0.1:"), std::string::npos) << handed.out;
+  EXPECT_NE(handed.out.find(" prompt_len 100 "), std::string::npos) << handed.out;
+  EXPECT_NE(handed.err.find("handed off to decode; ticket from tcp://127.0.0.1:"),
+            std::string::npos)
+      << handed.err;
+  EXPECT_NE(handed.err.find("give --decode-endpoint"), std::string::npos) << handed.err;
+
+  std::vector<std::string> both = base;
+  both.insert(both.end(), {"--decode-endpoint", decode.endpoints["submit"],
+                           "--decode-cancel-endpoint", decode.endpoints["cancel"]});
+  const ProcessRun decoded = runBinary(both);
+  ASSERT_EQ(decoded.code, 0) << decoded.err;
+  EXPECT_NE(decoded.out.find("handoff source "), std::string::npos) << decoded.out;
+  EXPECT_NE(decoded.out.find("finish length"), std::string::npos) << decoded.out;
+  EXPECT_NE(decoded.err.find("submitting it to the decode worker"), std::string::npos)
+      << decoded.err;
+  EXPECT_NE(decoded.err.find("3 tokens in "), std::string::npos) << decoded.err;
+  EXPECT_EQ(decode.stop(), 0);
+  EXPECT_EQ(prefill.stop(), 0);
+}
+
+// mocker index: an endpoint without its transport is a usage error giving the form; a query port
+// in use names --query-endpoint; a worker that could not be compared is an error, not a
+// difference of 0 sources.
+TEST(CliIndexTest, ErrorsNameTheFlagAndTheForm) {
+  const auto bare = run({"index", "--worker", "0=localhost:5557"});
+  EXPECT_EQ(bare.code, 2);
+  EXPECT_NE(bare.err.find("endpoint 'localhost:5557' has no transport; expected "
+                          "ID[/RANK]=tcp://HOST:PORT"),
+            std::string::npos)
+      << bare.err;
+  zmq::context_t context;
+  zmq::socket_t holder(context, zmq::socket_type::router);
+  holder.bind("tcp://127.0.0.1:*");
+  const std::string taken = holder.get(zmq::sockopt::last_endpoint);
+  const std::string worker = "tcp://127.0.0.1:" + std::to_string(unusedPort());
+  const auto busy = run({"index", "--worker", "0=" + worker, "--query-endpoint", taken});
+  EXPECT_EQ(busy.code, 1);
+  EXPECT_NE(busy.err.find("give --query-endpoint another address"), std::string::npos) << busy.err;
+
+  index::VerifyReply unreachable{.ok = false,
+                                 .errors = {"worker 0: no kv_snapshot reply within 2000 ms"}};
+  const std::string text = formatVerifyReply(unreachable);
+  EXPECT_EQ(
+      text.rfind("verify: ERROR (0 source(s), 0 worker block(s); 1 could not be compared)", 0), 0u)
+      << text;
+  EXPECT_EQ(formatVerifyReply({.ok = false, .sources = {{.worker_id = 1, .missing = {7}}}})
+                .rfind("verify: DIFFERENCE", 0),
+            0u);
+}
+
+// `mocker stats ENDPOINT`: one stats round trip, for a human and as JSON.
+TEST(CliStatsTest, AsksARunningServiceOnceHumanAndJson) {
+  service::testing::ServeProcess serve({"--no-kv-events", "--no-fpm", "--no-kv-replay",
+                                        "--block-size", "16", "--speedup-ratio", "10"});
+  ASSERT_TRUE(serve.awaitReady());
+  const ProcessRun human = runBinary({"stats", serve.endpoints["submit"]});
+  ASSERT_EQ(human.code, 0) << human.err;
+  EXPECT_NE(human.out.find("engine vllm, worker type aggregated, block size 16 tokens, speedup 10"),
+            std::string::npos)
+      << human.out;
+  EXPECT_NE(human.out.find("rank 0: running 0, waiting 0, KV 0 of "), std::string::npos)
+      << human.out;
+  const ProcessRun json = runBinary({"stats", serve.endpoints["submit"], "--json"});
+  ASSERT_EQ(json.code, 0) << json.err;
+  const auto j = nlohmann::json::parse(json.out);
+  EXPECT_EQ(j["engine"]["block_size"], 16);
+  EXPECT_EQ(j["engine"]["speedup_ratio"], 10.0);
+  EXPECT_EQ(j["ranks"].size(), 1u);
+  EXPECT_EQ(j["routes"], 0);
+  EXPECT_TRUE(j["timing"].is_object());
+  EXPECT_EQ(serve.stop(), 0);
+
+  const std::string nothing = "tcp://127.0.0.1:" + std::to_string(unusedPort());
+  const ProcessRun none = runBinary({"stats", nothing});
+  EXPECT_EQ(none.code, 1);
+  EXPECT_NE(none.err.find("nothing answers at " + nothing), std::string::npos) << none.err;
+}
+
+TEST(CliStatsTest, FormatsWhatAReplyCarries) {
+  protocol::StatsReply r{.ranks = {{.dp_rank = 0,
+                                    .active_blocks = 3,
+                                    .total_blocks = 64,
+                                    .kv_usage = 0.046875,
+                                    .prefix_queries_tokens = 40,
+                                    .prefix_hit_tokens = 16,
+                                    .held = 1,
+                                    .pending_handoffs = 0,
+                                    .handoff_expired = 2}},
+                         .routes = 1};
+  EXPECT_EQ(formatStatsText(r),
+            "engine: not reported (a mocker older than this one)\n"
+            "rank 0: running 0, waiting 0, KV 3 of 64 blocks (4.7 %), preemptions 0, prefix "
+            "cache 16 of 40 prompt tokens, held 1, pending handoffs 0, expired holds 2\n"
+            "routes 1 (live requests, every client)\n");
+  const auto j = nlohmann::json::parse(formatStatsJson(r));
+  EXPECT_TRUE(j["engine"].is_null());
+  EXPECT_TRUE(j["timing"].is_null());
+  EXPECT_EQ(j["ranks"][0]["handoff_expired"], 2);
 }
 
 // --- mocker serve: address already in use

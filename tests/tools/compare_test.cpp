@@ -202,6 +202,53 @@ TEST(CompareTableTest, WideValuesNeverRunTogether) {
   }
 }
 
+// A live report's latencies are wall-clock against sped-up servers; an offline one's are model
+// time. compare says so instead of putting 8.55 next to 178 ms without a word.
+TEST(CompareWarningsTest, RunsOnDifferentClocksAreNamed) {
+  RunIdentity live = identity(2, "kv");
+  live.mode = "live";
+  live.servers = {"tcp://127.0.0.1:6000", "tcp://127.0.0.1:6010"};
+  live.server_speedup_ratios = {20.0, 20.0};
+  const ComparedRun offline_run =
+      ok(parseComparedRun("off.json", reportText(4, 10, identity(2, "kv"))));
+  const ComparedRun live_run = ok(parseComparedRun("live.json", reportText(4, 0.5, live)));
+  EXPECT_EQ(offline_run.time_scale, 1.0);
+  EXPECT_EQ(live_run.mode, "live");
+  EXPECT_EQ(live_run.time_scale, 20.0);
+  // Same clock: no warning.
+  EXPECT_TRUE(compareWarnings({offline_run, offline_run}).empty());
+  EXPECT_TRUE(compareWarnings({live_run, live_run}).empty());
+  const std::vector<std::string> w = compareWarnings({offline_run, live_run});
+  ASSERT_EQ(w.size(), 1u);
+  EXPECT_THAT(w[0], HasSubstr("run 2 (live.json: live, wall clock against servers at speedup 20: "
+                              "x 20 = model time) and run 1 (off.json: offline, model time)"));
+  // Servers at different speedups, or a report without them: the scale is unknown.
+  live.server_speedup_ratios = {20.0, 10.0};
+  const ComparedRun mixed = ok(parseComparedRun("mixed.json", reportText(4, 0.5, live)));
+  EXPECT_FALSE(mixed.time_scale.has_value());
+  EXPECT_TRUE(compareWarnings({mixed, mixed}).empty());
+  EXPECT_THAT(compareWarnings({live_run, mixed}), ::testing::SizeIs(1));
+  EXPECT_THAT(compareWarnings({live_run, mixed})[0], HasSubstr("live, unknown time scale"));
+  // The JSON and HTML outputs carry them; the command prints them on stderr.
+  EXPECT_EQ(nlohmann::json::parse(formatCompareJson({offline_run, live_run}))["warnings"].size(),
+            1u);
+  EXPECT_THAT(renderCompareHtml({offline_run, live_run}),
+              HasSubstr("differ in mode or time scale"));
+}
+
+// The ITL CDF is a CDF of gaps, not of requests, and not labelled as TPOT.
+TEST(CompareHtmlTest, ItlPlotIsLabelledAsGaps) {
+  const std::vector<ComparedRun> runs = {ok(parseComparedRun("a.json", reportText(4, 10))),
+                                         ok(parseComparedRun("b.json", reportText(4, 5)))};
+  const std::string html = renderCompareHtml(runs);
+  const std::size_t itl = html.find("data-chart=\"cmp_itl_ms\"");
+  ASSERT_NE(itl, std::string::npos);
+  const std::string chart = html.substr(itl, html.find("</svg>", itl) - itl);
+  EXPECT_THAT(chart, HasSubstr("gap between two tokens"));
+  EXPECT_THAT(chart, HasSubstr("fraction of gaps"));
+  EXPECT_THAT(chart, Not(HasSubstr("time per output token")));
+}
+
 TEST(CompareJsonTest, MachineReadableAndDeterministic) {
   const std::vector<ComparedRun> runs = {ok(parseComparedRun("a.json", reportText(4, 10))),
                                          ok(parseComparedRun("b.json", reportText(4, 5)))};

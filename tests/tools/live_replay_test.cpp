@@ -530,7 +530,7 @@ LiveReplayOptions kvOptions(const std::vector<LiveTarget>& targets, std::uint64_
   return {.targets = targets,
           .router = LiveRouterKind::Kv,
           .router_seed = seed,
-          .kv_block_size = 4,
+          .kv_block_size = 0,  // the servers' (4), from their start-up stats
           .connect_timeout_ms = 10'000.0 * service::testing::kSlowdown};
 }
 
@@ -560,6 +560,7 @@ TEST(LiveReplayTest, KvRouterSendsAFollowUpBackToTheServerThatHoldsItsPrefix) {
     expected[k] = 1;
     EXPECT_EQ(again.stats.per_target, expected) << "seed " << seed;
     EXPECT_EQ(again.stats.kv_routed_hits, 1u);
+    EXPECT_EQ(again.stats.kv_block_size, 4u);
     EXPECT_GT(again.stats.kv_batches_applied, 0u);
     const Report report = again.collector.buildReport({});
     ASSERT_EQ(report.completed_requests, 1u);
@@ -587,6 +588,45 @@ TEST(LiveReplayTest, KvRouterSpreadsUnrelatedPromptsByLoad) {
   EXPECT_EQ(run.stats.kv_routed_hits, 0u);
   EXPECT_EQ(run.stats.kv_query_failures, 0u);
   EXPECT_EQ(run.collector.buildReport({}).completed_requests, 30u);
+}
+
+// --router-block-size that differs from the block size a server reports is refused before any
+// request is sent (it used to hash in 64-token blocks against 16-token servers and route nothing
+// to a cached prefix, silently).
+TEST(LiveReplayTest, KvRouterRefusesABlockSizeTheServersDoNotUse) {
+  LiveService a(kvServerConfig());
+  ReplayCollector c;
+  LiveReplayOptions options = kvOptions({kvTargetOf(a)}, 0);
+  options.kv_block_size = 64;
+  const auto r = runLiveReplay(parse(R"({"timestamp": 0, "output_length": 1, "hash_ids": [1]})"
+                                     "\n"),
+                               options, c);
+  ASSERT_FALSE(r.has_value());
+  EXPECT_NE(r.error().message.find("--router-block-size 64 but server " + a.endpoints().submit +
+                                   " hashes its KV events in blocks of 4 tokens"),
+            std::string::npos)
+      << r.error().message;
+  EXPECT_TRUE(c.requests().empty());
+}
+
+TEST(LiveReplayTest, KvBlockSizeComesFromEveryServerOrTheFlag) {
+  const std::vector<std::string> servers{"tcp://a:1", "tcp://b:1"};
+  const auto info = [](std::uint32_t bs) {
+    return protocol::EngineInfo{
+        .engine_type = "vllm", .worker_type = "aggregated", .block_size = bs, .speedup_ratio = 1.0};
+  };
+  EXPECT_EQ(resolveKvBlockSize(0, {info(16), info(16)}, servers).value(), 16u);
+  EXPECT_EQ(resolveKvBlockSize(16, {info(16), std::nullopt}, servers).value(), 16u);
+  EXPECT_EQ(resolveKvBlockSize(8, {std::nullopt, std::nullopt}, servers).value(), 8u);
+  const auto differ = resolveKvBlockSize(0, {info(16), info(32)}, servers);
+  ASSERT_FALSE(differ.has_value());
+  EXPECT_NE(differ.error().message.find("tcp://a:1: 16, tcp://b:1: 32"), std::string::npos)
+      << differ.error().message;
+  const auto silent = resolveKvBlockSize(0, {info(16), std::nullopt}, servers);
+  ASSERT_FALSE(silent.has_value());
+  EXPECT_NE(silent.error().message.find("server tcp://b:1 does not report"), std::string::npos)
+      << silent.error().message;
+  EXPECT_FALSE(resolveKvBlockSize(0, {std::nullopt, std::nullopt}, servers).has_value());
 }
 
 TEST(LiveReplayTest, KvRouterNeedsTheKvEndpoints) {
@@ -653,10 +693,10 @@ TEST(LiveReplayCliTest, KvRouterThroughTheCommandLine) {
                        << R"({"session_id": "s", "delay": 2000, "output_length": 2, )"
                        << R"("hash_ids": [1, 2, 3, 4]})"
                        << "\n";
+  // No --router-block-size: the driver takes the servers' (4).
   std::vector<std::string> args{"mocker", "replay",
                                 trace,    "--router",
-                                "kv",     "--router-block-size",
-                                "4",      "--trace-block-size",
+                                "kv",     "--trace-block-size",
                                 "16",     "--arrival-speedup-ratio",
                                 "10",     "--no-progress"};
   for (const LiveService* s : {&a, &b}) {
@@ -668,7 +708,7 @@ TEST(LiveReplayCliTest, KvRouterThroughTheCommandLine) {
   std::ostringstream out, err;
   EXPECT_EQ(tools::runCli(args, out, err), 0) << err.str();
   EXPECT_NE(out.str().find("requests per server (kv):"), std::string::npos) << out.str();
-  EXPECT_NE(out.str().find("Live kv router: "), std::string::npos) << out.str();
+  EXPECT_NE(out.str().find("Live kv router: 4-token blocks; "), std::string::npos) << out.str();
   EXPECT_NE(out.str().find("; 0 overlap queries unanswered"), std::string::npos) << out.str();
   EXPECT_NE(out.str().find("(completed 2,"), std::string::npos) << out.str();
   std::filesystem::remove_all(dir);

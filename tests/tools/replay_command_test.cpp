@@ -382,6 +382,9 @@ TEST(ReplayCliTest, UnwritableOutputPathsFailBeforeTheRun) {
       {{"--requests-jsonl", dir.file("ok.jsonl"), "--report-json", dir.file("same"),
         "--report-html", dir.file("same")},
        "same file"},
+      // procfs opens for writing (as root even /proc/self/status) but keeps nothing.
+      {{"--report-json", dir.file("ok.json"), "--report-html", "/proc/self/status"},
+       "--report-html: cannot write '/proc/self/status': it is on procfs"},
   };
   for (const auto& c : cases) {
     std::vector<std::string> args = {"replay", trace};

@@ -3,6 +3,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <cstdio>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -21,6 +22,12 @@ using ::testing::Not;
 // A: arrival 0, admit 1 (reuse 16), tokens 10 20 30 40, completed.
 // B: arrival 5, admit 6, tokens 15, completed (single token).
 // C: arrival 8, rejected at 8.
+std::string fixed3(double v) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.3f", v);
+  return buf;
+}
+
 ReplayCollector smallRun() {
   ReplayCollector c;
   const RequestHandle a = c.onArrival({.session_id = "s1",
@@ -183,6 +190,55 @@ TEST(ReportJsonTest, IdentityAndRunObjectsComeLast) {
   const auto side = nlohmann::ordered_json::parse(formatRunIdentityJson(*r.identity));
   EXPECT_EQ(side["identity"], j["identity"]);
   EXPECT_EQ(side["run"], j["run"]);
+}
+
+// A live identity records each server's speedup; the table says the latencies are wall-clock and
+// the time-scale line gives them in model time.
+TEST(ReportJsonTest, LiveIdentityCarriesTheServersSpeedups) {
+  Report r = smallRun().buildReport({});
+  RunIdentity id = sampleIdentity();
+  id.mode = "live";
+  id.servers = {"tcp://127.0.0.1:6000", "tcp://127.0.0.1:6010"};
+  id.engine_config.clear();
+  id.server_speedup_ratios = {10.0, std::nullopt};
+  r.identity = id;
+  const auto j = nlohmann::json::parse(formatReportJson(r));
+  EXPECT_EQ(j["identity"]["server_speedup_ratios"], (nlohmann::json{10.0, nullptr}));
+  EXPECT_NE(formatReportTable(r).find("wall clock; the servers run at different or unknown "
+                                      "speedups (10 ?)"),
+            std::string::npos)
+      << formatReportTable(r);
+  EXPECT_EQ(formatLiveTimeScale(r, id.server_speedup_ratios).find("model time:"),
+            std::string::npos);
+  id.server_speedup_ratios = {10.0, 10.0};
+  r.identity = id;
+  EXPECT_NE(formatReportTable(r).find("wall clock against servers at speedup 10: model time = "
+                                      "wall time x 10"),
+            std::string::npos);
+  const std::string line = formatLiveTimeScale(r, id.server_speedup_ratios);
+  EXPECT_NE(line.find("in model time: TTFT p50 " + fixed3(r.ttft.p50 * 10)), std::string::npos)
+      << line;
+  EXPECT_EQ(formatLiveTimeScale(r, {1.0}).find("model time:"), std::string::npos);
+  // Offline identities have no such key.
+  r.identity = sampleIdentity();
+  EXPECT_FALSE(
+      nlohmann::json::parse(formatReportJson(r))["identity"].contains("server_speedup_ratios"));
+}
+
+// Live times are wall-clock nanoseconds: the JSONL prints them to that resolution, not with the
+// noise of a double subtraction (25.028411000000002).
+TEST(RequestsJsonlTest, LiveTimesAreRoundedToTheClocksResolution) {
+  ReplayCollector c;
+  const RequestHandle h =
+      c.onArrival({.session_id = "s", .input_length = 10, .requested_output_length = 1}, 0.7);
+  c.onAdmission(h, 0.7, 0, false);
+  c.onToken(h, 33.000127);
+  c.onTerminal(h, 33.000127, TerminalStatus::Completed);
+  EXPECT_NE(formatRequestsJsonl(c).find("\"ttft_ms\":32.300126999999996,"), std::string::npos)
+      << formatRequestsJsonl(c);
+  EXPECT_NE(formatRequestsJsonl(c, 1e6).find("\"ttft_ms\":32.300127,"), std::string::npos)
+      << formatRequestsJsonl(c, 1e6);
+  EXPECT_NE(formatRequestsJsonl(c, 1e6).find("\"arrival_time_ms\":0.7,"), std::string::npos);
 }
 
 TEST(ReportJsonTest, QuantilesAreEveryWholePercentile) {
@@ -408,6 +464,35 @@ TEST(ReportHtmlTest, SelfContainedPageWithSvgPlots) {
   EXPECT_THAT(html, Not(HasSubstr("href=")));
   EXPECT_THAT(html, Not(HasSubstr("url(")));
   EXPECT_EQ(html, renderHtmlReport(c.buildReport({}), c, {.title = "t <1>"}));
+}
+
+/// The `points` attribute of the first series of chart `id`.
+std::string seriesPoints(const std::string& html, const std::string& id) {
+  const std::size_t chart = html.find("data-chart=\"" + id + "\"");
+  const std::size_t series = html.find("class=\"series\"", chart);
+  const std::size_t at = html.find("points=\"", series) + 8;
+  return html.substr(at, html.find('"', at) - at);
+}
+
+// A CDF of a few requests is their step function from 0; a run without preemptions says so
+// instead of drawing a line on the frame; the summary wraps instead of cutting the command off.
+TEST(ReportHtmlTest, SmallCdfsStepFromZeroAndEmptyPanelsSaySo) {
+  const ReplayCollector c = smallRun();  // 2 completed requests
+  const std::string html = renderHtmlReport(c.buildReport({}), c, {.title = "t"});
+  const std::string ttft = seriesPoints(html, "ttft_cdf");
+  EXPECT_EQ(countOf(ttft, ","), 4u) << ttft;  // (x0, 0), (x0, 1/2), (x1, 1/2), (x1, 1)
+  EXPECT_THAT(html, HasSubstr("Preemptions over time (cumulative, all ranks): none"));
+  EXPECT_THAT(html, HasSubstr("white-space:pre-wrap"));
+}
+
+// Small multiples share their scales: a rank that only ran early still spans the whole run.
+TEST(SvgPlotTest, XMaxStretchesALinearAxis) {
+  const Plot p{
+      .id = "p", .series = {{.name = "s", .points = {{0.0, 1.0}, {10.0, 2.0}}}}, .x_max = 100.0};
+  EXPECT_THAT(renderSvgPlot(p), HasSubstr(">100</text>"));
+  Plot q = p;
+  q.x_max.reset();
+  EXPECT_THAT(renderSvgPlot(q), Not(HasSubstr(">100</text>")));
 }
 
 TEST(ReportHtmlTest, SloBoundsAreDrawn) {

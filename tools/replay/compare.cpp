@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <iterator>
 #include <string>
 #include <utility>
 #include <vector>
@@ -11,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "tools/replay/report_output.h"
+#include "tools/replay/run_identity.h"
 #include "tools/replay/stats.h"
 #include "tools/replay/svg_plot.h"
 #include "tools/replay/workload.h"
@@ -74,6 +76,32 @@ std::string shortLabel(const json& identity) {
               (live ? (n == 1 ? " server" : " servers") : (n == 1 ? " worker" : " workers"));
   }
   return get("mode") + ", " + workers + ", " + get("router");
+}
+
+/// ComparedRun::mode and ::time_scale from the identity (see there).
+void readTimeScale(const json& identity, ComparedRun& run) {
+  if (!identity.is_object()) return;
+  if (const auto it = identity.find("mode"); it != identity.end() && it->is_string()) {
+    run.mode = it->get<std::string>();
+  }
+  if (run.mode == "offline") run.time_scale = 1.0;
+  const auto it = identity.find("server_speedup_ratios");
+  if (run.mode != "live" || it == identity.end() || !it->is_array()) return;
+  std::vector<std::optional<double>> ratios;
+  for (const json& r : *it) {
+    ratios.push_back(r.is_number() ? std::optional(r.get<double>()) : std::nullopt);
+  }
+  run.time_scale = commonSpeedupRatio(ratios);
+  if (run.time_scale == 0.0) run.time_scale.reset();  // servers that do not wait: no model time
+}
+
+std::string describeScale(const ComparedRun& r) {
+  if (r.mode == "offline") return "offline, model time";
+  if (!r.time_scale) return (r.mode.empty() ? "no identity" : r.mode) + ", unknown time scale";
+  char ratio[32];
+  std::snprintf(ratio, sizeof ratio, "%g", *r.time_scale);
+  return r.mode + ", wall clock against servers at speedup " + ratio + ": x " + ratio +
+         " = model time";
 }
 
 /// The value of a metric: the number, the percentage of a fraction, or nullopt.
@@ -180,6 +208,7 @@ Result<ComparedRun> parseComparedRun(const std::string& path, const std::string&
   }
   const json identity = j.value("identity", json());
   run.label = shortLabel(identity);
+  readTimeScale(identity, run);
   if (identity.is_object()) {
     for (const auto& [key, value] : identity.items()) {
       if (key == "engine_config" && value.is_object()) {
@@ -291,9 +320,24 @@ std::string formatCompareTable(const std::vector<ComparedRun>& runs) {
   return out;
 }
 
+std::vector<std::string> compareWarnings(const std::vector<ComparedRun>& runs) {
+  std::vector<std::string> out;
+  for (std::size_t i = 1; i < runs.size(); ++i) {
+    const ComparedRun& a = runs[0];
+    const ComparedRun& b = runs[i];
+    // Same mode and scale (two unknown scales of one mode cannot be told apart: no warning).
+    if (a.mode == b.mode && a.time_scale == b.time_scale) continue;
+    out.push_back("run " + std::to_string(i + 1) + " (" + b.name + ": " + describeScale(b) +
+                  ") and run 1 (" + a.name + ": " + describeScale(a) +
+                  ") differ in mode or time scale: their latencies are not on the same clock");
+  }
+  return out;
+}
+
 std::string formatCompareJson(const std::vector<ComparedRun>& runs) {
   ordered_json j;
   j["compare_version"] = 1;
+  j["warnings"] = compareWarnings(runs);
   ordered_json list = ordered_json::array();
   for (const ComparedRun& r : runs) {
     ordered_json o;
@@ -335,6 +379,9 @@ std::string renderCompareHtml(const std::vector<ComparedRun>& runs) {
   html += "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n";
   html += "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n<title>" +
           title + "</title>\n" + pageHead() + "</head>\n<body>\n<h1>" + title + "</h1>\n";
+  for (const std::string& w : compareWarnings(runs)) {
+    html += "<p class=\"warning\">Warning: " + escapeHtml(w) + "</p>\n";
+  }
   html += "<h2>Runs</h2>\n<table>\n<tr><th>run</th><th>report</th><th>identity</th></tr>\n";
   for (std::size_t i = 0; i < runs.size(); ++i) {
     const ComparedRun& r = runs[i];
@@ -369,20 +416,37 @@ std::string renderCompareHtml(const std::vector<ComparedRun>& runs) {
            .title = std::string(name) + " (p0..p100 of each run)",
            .x_label = key == std::string("ttft_ms")          ? "time to first token"
                       : key == std::string("e2e_latency_ms") ? "request latency"
+                      : key == std::string("itl_ms")         ? "gap between two tokens"
                                                              : "time per output token",
-           .y_label = "fraction of requests",
+           .y_label = key == std::string("itl_ms") ? "fraction of gaps" : "fraction of requests",
            .y_max = 1.0,
            .x_is_ms = true};
+    // Log x when some run's positive values span a long tail; values of 0 (ITL: tokens of one
+    // pass) have no place on it, so they are counted in the legend and left out.
     bool log_x = false;
+    for (const ComparedRun& r : runs) {
+      for (const auto& [k, q] : r.quantiles) {
+        if (k != key) continue;
+        std::vector<double> positive;
+        std::copy_if(q.begin(), q.end(), std::back_inserter(positive),
+                     [](double v) { return v > 0.0; });
+        log_x = log_x || wantsLogX(positive);
+      }
+    }
     for (std::size_t i = 0; i < runs.size(); ++i) {
       for (const auto& [k, q] : runs[i].quantiles) {
         if (k != key || q.empty()) continue;
-        PlotSeries s{.name = bracket(i + 1) + " " + runs[i].name + " (" + runs[i].label + ")",
-                     .points = {}};
+        const auto zeros = std::count(q.begin(), q.end(), 0.0);
+        const std::string zero_note =
+            log_x && zeros > 0 ? "; about " + std::to_string(std::max<long>(zeros - 1, 1)) +
+                                     " % of the values are 0, not drawn on the log axis"
+                               : "";
+        PlotSeries s{
+            .name = bracket(i + 1) + " " + runs[i].name + " (" + runs[i].label + ")" + zero_note,
+            .points = {}};
         for (std::size_t k2 = 0; k2 < q.size(); ++k2) {
           s.points.emplace_back(q[k2], static_cast<double>(k2) / 100.0);
         }
-        log_x = log_x || wantsLogX(q);
         p.series.push_back(std::move(s));
       }
     }

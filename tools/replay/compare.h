@@ -22,6 +22,11 @@ struct ComparedRun {
   std::string name;   ///< file name without directories
   std::string label;  ///< short identity: "offline, 8 workers, kv" ("no identity" if absent)
   int report_version = 1;
+  std::string mode;  ///< identity.mode ("offline", "live"; empty without an identity)
+  /// Model time per unit of the report's latencies: 1 offline (model time), a live run's common
+  /// server speedup (identity.server_speedup_ratios; wall-clock × it = model time); nullopt when
+  /// unknown (servers that differ or did not say, or no identity).
+  std::optional<double> time_scale{};
   /// (field, value) of the identity and run objects, for the HTML page (empty without them).
   std::vector<std::pair<std::string, std::string>> identity{};
   /// Value of each compareMetrics() key, in that order (nullopt: null or absent in the report).
@@ -49,6 +54,11 @@ Result<ComparedRun> parseComparedRun(const std::string& path, const std::string&
 
 /// Reads and parses `path` (the error also covers a missing or unreadable file).
 Result<ComparedRun> loadComparedRun(const std::string& path);
+
+/// One sentence per later run whose mode or time scale differs from run 1's, an unknown scale
+/// counting as different from a known one (their latencies are not on the same clock):
+/// `mocker compare` prints them as warnings, and the JSON and HTML outputs carry them.
+std::vector<std::string> compareWarnings(const std::vector<ComparedRun>& runs);
 
 /// The side-by-side table (see the file comment); columns are separated by at least two spaces.
 std::string formatCompareTable(const std::vector<ComparedRun>& runs);

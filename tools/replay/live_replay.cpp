@@ -884,6 +884,7 @@ Result<std::vector<std::unique_ptr<service::Client>>> connectAll(const LiveRepla
   for (const auto& c : clients) ptrs.push_back(c.get());
   std::vector<std::optional<std::uint32_t>> ranks(clients.size());
   stats.timing_start.assign(clients.size(), std::nullopt);
+  stats.engines.assign(clients.size(), std::nullopt);
   stats.handoff_expired_start.assign(clients.size(), 0);
   const auto deadline =
       Clock::now() + std::chrono::duration_cast<Clock::duration>(
@@ -917,6 +918,7 @@ Result<std::vector<std::unique_ptr<service::Client>>> connectAll(const LiveRepla
         if (const auto* reply = std::get_if<protocol::StatsReply>(&**msg)) {
           ranks[t] = static_cast<std::uint32_t>(reply->ranks.size());
           stats.timing_start[t] = reply->timing;
+          stats.engines[t] = reply->engine;
           stats.handoff_expired_start[t] = handoffExpired(*reply);
         }
       }
@@ -932,6 +934,42 @@ Result<std::vector<std::unique_ptr<service::Client>>> connectAll(const LiveRepla
 }
 
 }  // namespace
+
+Result<std::uint32_t> resolveKvBlockSize(
+    std::uint32_t given, const std::vector<std::optional<protocol::EngineInfo>>& engines,
+    const std::vector<std::string>& servers) {
+  MOCKER_CHECK(engines.size() == servers.size());
+  std::optional<std::uint32_t> reported;
+  std::size_t first = 0;
+  for (std::size_t t = 0; t < engines.size(); ++t) {
+    if (!engines[t]) continue;
+    const std::uint32_t bs = engines[t]->block_size;
+    if (given != 0 && bs != given) {
+      return invalidArgument("--router-block-size " + std::to_string(given) + " but server " +
+                             servers[t] + " hashes its KV events in blocks of " +
+                             std::to_string(bs) + " tokens: drop the flag (the servers say it)");
+    }
+    if (reported && bs != *reported) {
+      return invalidArgument("the servers use different KV block sizes (" + servers[first] + ": " +
+                             std::to_string(*reported) + ", " + servers[t] + ": " +
+                             std::to_string(bs) + "): one kv router cannot hash for both");
+    }
+    if (!reported) first = t;
+    reported = bs;
+  }
+  if (given != 0) return given;
+  if (!reported) {
+    return invalidArgument(
+        "the servers do not report their KV block size (a mocker older than this one?): give "
+        "--router-block-size");
+  }
+  const auto silent = std::find(engines.begin(), engines.end(), std::nullopt);
+  if (silent != engines.end()) {
+    return invalidArgument("server " + servers[static_cast<std::size_t>(silent - engines.begin())] +
+                           " does not report its KV block size: give --router-block-size");
+  }
+  return *reported;
+}
 
 Result<std::string> defaultCancelEndpoint(std::string_view submit_endpoint) {
   const std::string ep(submit_endpoint);
@@ -1074,22 +1112,32 @@ Result<LiveReplayStats> runLiveReplay(const Workload& workload, const LiveReplay
   }
   if (options.router == LiveRouterKind::Kv) {
     MOCKER_TRY_VOID(validateKvRouterConfig(options.kv_router));
-    if (options.kv_block_size == 0) return invalidArgument("kv block size must be >= 1 (got 0)");
   }
   LiveReplayStats stats;
   MOCKER_TRY(auto clients, connectAll(options, stats));
+  // The kv router hashes with the servers' block size (the copy lives as long as the replay).
+  LiveReplayOptions resolved = options;
+  if (options.router == LiveRouterKind::Kv) {
+    std::vector<std::string> servers;
+    for (const LiveTarget& t : options.targets) servers.push_back(t.submit_endpoint);
+    const std::vector<std::optional<protocol::EngineInfo>> engines(
+        stats.engines.begin(),
+        stats.engines.begin() + static_cast<std::ptrdiff_t>(options.targets.size()));
+    MOCKER_TRY(resolved.kv_block_size, resolveKvBlockSize(options.kv_block_size, engines, servers));
+    stats.kv_block_size = resolved.kv_block_size;
+  }
   if (workload.sessions.empty()) {
     stats.per_target.assign(options.targets.size(), 0);
     return stats;
   }
   std::unique_ptr<LiveKvIndex> kv_index;
   if (options.router == LiveRouterKind::Kv) {
-    MOCKER_TRY(kv_index, LiveKvIndex::start(options, stats.ranks_per_target));
+    MOCKER_TRY(kv_index, LiveKvIndex::start(resolved, stats.ranks_per_target));
     MOCKER_TRY_VOID(kv_index->waitCaughtUp(
         Clock::now() + std::chrono::duration_cast<Clock::duration>(
                            std::chrono::duration<double, std::milli>(options.connect_timeout_ms))));
   }
-  LiveReplay replay(workload, options, collector, std::move(clients), std::move(stats),
+  LiveReplay replay(workload, resolved, collector, std::move(clients), std::move(stats),
                     std::move(kv_index));
   return replay.run();
 }

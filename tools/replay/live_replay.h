@@ -101,8 +101,10 @@ struct LiveReplayOptions {
   LiveRouterKind decode_router = LiveRouterKind::RoundRobin;
   LiveRouterKind router = LiveRouterKind::RoundRobin;
   std::uint64_t router_seed = 0;
-  KvRouterConfig kv_router{};         ///< Kv only
-  std::uint32_t kv_block_size = 64;   ///< Kv: the servers' block size (>= 1)
+  KvRouterConfig kv_router{};  ///< Kv only
+  /// Kv: the servers' block size; 0 = the one they report at start-up (stats_reply.engine). Set:
+  /// a server that reports another one is an error (its KV events would not match the hashes).
+  std::uint32_t kv_block_size = 0;
   engine::HashSeeds kv_hash_seeds{};  ///< Kv: the servers' hash seeds
   /// Closed loop when set (>= 1): first-turn timestamps are ignored.
   std::optional<std::uint32_t> concurrency{};
@@ -169,6 +171,10 @@ struct LiveReplayStats {
   /// Each server's pass timing (stats_reply.timing) at the start-up handshake and at the end of
   /// the run (a final stats round trip); nullopt from a server that does not report it.
   std::vector<std::optional<protocol::PassTiming>> timing_start{};
+  /// What each server runs (stats_reply.engine at the handshake; same order as timing_start);
+  /// nullopt from a server that does not report it.
+  std::vector<std::optional<protocol::EngineInfo>> engines{};
+  std::uint32_t kv_block_size = 0;  ///< Kv: the block size the router hashed with
   std::vector<std::optional<protocol::PassTiming>> timing_end{};
   /// Each server's handoff_expired (summed over its ranks; 0 when it reports none) at the
   /// handshake and at the end of the run.
@@ -206,6 +212,14 @@ HandoffReport summarizeLiveHandoffs(const LiveHandoffStats& stats);
 /// One text line per client-side handoff figure (p50 / p99 / max of handoff_ms, decode_ack_ms,
 /// first_token_ms) and the anomaly counters, for the live report's footer.
 std::string formatLiveHandoffs(const LiveHandoffStats& stats);
+
+/// The kv router's block size: `given` (--router-block-size; 0 = not given) or the one every
+/// server reports (`engines[t]`, stats_reply.engine; `servers[t]` names it). Errors: a server
+/// that reports another size than `given`, servers that disagree, no size given and one server
+/// that does not report it.
+Result<std::uint32_t> resolveKvBlockSize(
+    std::uint32_t given, const std::vector<std::optional<protocol::EngineInfo>>& engines,
+    const std::vector<std::string>& servers);
 
 /// Runs the whole workload against the servers. Errors: no target, concurrency 0, a
 /// non-positive timeout, a session without a first arrival in trace mode, a socket that cannot

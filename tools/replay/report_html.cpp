@@ -194,11 +194,14 @@ std::string renderHtmlReport(const Report& report, const ReplayCollector& collec
       preempted.emplace_back(s->time_ms - t0, static_cast<double>(total));
     }
     reduceByMax(preempted, options.max_points_per_series);
+    // None at all: said in the title, on a 0..1 axis (a flat line at 0 reads as a missing plot).
     plots.push_back(Plot{.id = "preemptions",
-                         .title = "Preemptions over time (cumulative, all ranks)",
+                         .title = total == 0 ? "Preemptions over time (cumulative, all ranks): none"
+                                             : "Preemptions over time (cumulative, all ranks)",
                          .x_label = "time since the first arrival",
                          .y_label = "preemptions",
                          .series = {{.name = "preemptions", .points = std::move(preempted)}},
+                         .y_max = total == 0 ? std::optional<double>(1.0) : std::nullopt,
                          .x_is_ms = true});
   }
 
@@ -289,6 +292,15 @@ std::string renderHtmlReport(const Report& report, const ReplayCollector& collec
             {.name = "requests", .points = std::move(counts), .style = PlotSeries::Style::Dots}}});
   }
   if (by_rank.size() > 1) {
+    // Shared scales: one time axis and one request axis for every rank, so ranks compare by eye.
+    double x_end = 0.0, batch_peak = 1.0;
+    for (const auto& [rank, samples] : by_rank) {
+      for (const EngineSample* s : samples) {
+        x_end = std::max(x_end, s->time_ms - t0);
+        batch_peak = std::max(
+            {batch_peak, static_cast<double>(s->num_running), static_cast<double>(s->num_waiting)});
+      }
+    }
     std::string kv_grid, batch_grid;
     for (const auto& [rank, samples] : by_rank) {
       Points kv, running, waiting;
@@ -311,6 +323,7 @@ std::string renderHtmlReport(const Report& report, const ReplayCollector& collec
                                     .y_label = "KV %",
                                     .series = {{.name = "KV usage %", .points = std::move(kv)}},
                                     .y_max = 100.0,
+                                    .x_max = x_end,
                                     .x_is_ms = true,
                                     .small = true});
       batch_grid +=
@@ -321,6 +334,8 @@ std::string renderHtmlReport(const Report& report, const ReplayCollector& collec
                              .y_label = "requests",
                              .series = {{.name = "running", .points = std::move(running)},
                                         {.name = "waiting", .points = std::move(waiting)}},
+                             .y_max = batch_peak,
+                             .x_max = x_end,
                              .x_is_ms = true,
                              .small = true});
     }

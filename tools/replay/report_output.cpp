@@ -1,5 +1,7 @@
 #include "tools/replay/report_output.h"
 
+#include <charconv>
+#include <cmath>
 #include <cstdio>
 #include <optional>
 #include <string>
@@ -79,6 +81,29 @@ ordered_json settingJson(const ConfigSetting& c) {
   return c.text;
 }
 
+/// The shortest text that reads back as `v` ("10", "2.5").
+std::string shortNumber(double v) {
+  char buf[32];
+  const auto r = std::to_chars(buf, buf + sizeof buf, v);
+  return std::string(buf, r.ptr);
+}
+
+/// The identity table's "Time scale" for a live run: latencies are wall-clock.
+std::string liveTimeScale(const std::vector<std::optional<double>>& ratios) {
+  const std::optional<double> common = commonSpeedupRatio(ratios);
+  if (!common) {
+    std::string words;
+    for (const std::optional<double>& r : ratios) {
+      if (!words.empty()) words += ' ';
+      words += r ? shortNumber(*r) : std::string("?");
+    }
+    return "wall clock; the servers run at different or unknown speedups (" + words + ")";
+  }
+  if (*common == 0) return "wall clock; the servers do not wait (speedup 0): no model time";
+  return "wall clock against servers at speedup " + shortNumber(*common) +
+         ": model time = wall time x " + shortNumber(*common);
+}
+
 ordered_json identityJson(const RunIdentity& id) {
   ordered_json j;
   j["mocker_version"] = id.mocker_version;
@@ -90,6 +115,13 @@ ordered_json identityJson(const RunIdentity& id) {
   j["num_workers"] = id.num_workers;
   j["router"] = id.router;
   j["servers"] = id.servers;
+  if (id.mode == "live") {
+    ordered_json ratios = ordered_json::array();
+    for (const std::optional<double>& r : id.server_speedup_ratios) {
+      ratios.push_back(r ? ordered_json(*r) : ordered_json(nullptr));
+    }
+    j["server_speedup_ratios"] = std::move(ratios);
+  }
   if (id.engine_config.empty()) {
     j["engine_config"] = nullptr;
   } else {
@@ -150,6 +182,7 @@ std::string identityTable(const RunIdentity& id) {
     line("Mode", "live, " + std::to_string(id.servers.size()) + " server(s), router " + id.router);
     line("Servers", servers);
     line("Engine config", "each server's own");
+    line("Time scale", liveTimeScale(id.server_speedup_ratios));
   } else {
     line("Mode",
          id.mode + ", " + std::to_string(id.num_workers) + " worker(s), router " + id.router);
@@ -336,6 +369,19 @@ std::string formatReportJson(const Report& r) {
   return j.dump(2) + "\n";
 }
 
+std::string formatLiveTimeScale(const Report& report,
+                                const std::vector<std::optional<double>>& ratios) {
+  std::string out = "Live time scale: " + liveTimeScale(ratios);
+  const std::optional<double> ratio = commonSpeedupRatio(ratios);
+  if (!ratio || *ratio == 0 || *ratio == 1) return out + "\n";
+  const auto row = [&](const char* name, const Distribution& d) {
+    return std::string(name) + " p50 " + fixed(d.p50 * *ratio, 3) + " / p99 " +
+           fixed(d.p99 * *ratio, 3) + " ms";
+  };
+  return out + "; in model time: " + row("TTFT", report.ttft) + ", " + row("TPOT", report.tpot) +
+         ", " + row("E2E", report.e2e_latency) + "\n";
+}
+
 std::string formatRunIdentityJson(const RunIdentity& identity) {
   ordered_json j;
   j["identity"] = identityJson(identity);
@@ -343,7 +389,15 @@ std::string formatRunIdentityJson(const RunIdentity& identity) {
   return j.dump(2) + "\n";
 }
 
-std::string formatRequestsJsonl(const ReplayCollector& collector) {
+std::string formatRequestsJsonl(const ReplayCollector& collector, double ticks_per_ms) {
+  // A time to the clock's resolution: a wall-clock difference prints as 25.028411, not as
+  // 25.028411000000002 (dividing the whole ticks gives the double nearest the decimal).
+  const auto at = [ticks_per_ms](double v) -> ordered_json {
+    return ticks_per_ms > 0 ? std::round(v * ticks_per_ms) / ticks_per_ms : v;
+  };
+  const auto t = [&at](const std::optional<double>& v) -> ordered_json {
+    return v ? at(*v) : ordered_json(nullptr);
+  };
   std::string out;
   for (const RequestRecord& r : collector.requests()) {
     const RequestLatencies l = latenciesOf(r);
@@ -352,16 +406,16 @@ std::string formatRequestsJsonl(const ReplayCollector& collector) {
     j["session_id"] = r.info.session_id;
     j["turn_index"] = r.info.turn_index;
     j["request_id"] = r.info.request_id ? ordered_json(*r.info.request_id) : nullptr;
-    j["arrival_time_ms"] = r.arrival_ms;
-    j["first_admit_ms"] = orNull(r.first_admit_ms);
-    j["first_token_ms"] = tau.empty() ? ordered_json(nullptr) : ordered_json(tau.front());
-    j["last_token_ms"] = tau.empty() ? ordered_json(nullptr) : ordered_json(tau.back());
-    j["terminal_time_ms"] = orNull(r.terminal_ms);
+    j["arrival_time_ms"] = at(r.arrival_ms);
+    j["first_admit_ms"] = t(r.first_admit_ms);
+    j["first_token_ms"] = tau.empty() ? ordered_json(nullptr) : at(tau.front());
+    j["last_token_ms"] = tau.empty() ? ordered_json(nullptr) : at(tau.back());
+    j["terminal_time_ms"] = t(r.terminal_ms);
     j["terminal_status"] = terminalStatusName(r.status);
-    j["ttft_ms"] = orNull(l.ttft_ms);
-    j["ttst_ms"] = orNull(l.ttst_ms);
-    j["e2e_latency_ms"] = orNull(l.e2e_ms);
-    j["itl_ms"] = orNull(l.tpot_ms);
+    j["ttft_ms"] = t(l.ttft_ms);
+    j["ttst_ms"] = t(l.ttst_ms);
+    j["e2e_latency_ms"] = t(l.e2e_ms);
+    j["itl_ms"] = t(l.tpot_ms);
     j["input_length"] = r.info.input_length;
     j["requested_output_length"] = r.info.requested_output_length;
     j["output_length"] = tau.size();

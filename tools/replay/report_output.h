@@ -48,6 +48,13 @@ std::size_t displayWidth(const std::string& s);
 /// Undefined values (empty distributions, zero durations) are null.
 std::string formatReportJson(const Report& report);
 
+/// The live report's time-scale line (docs/metrics.md, Live time scale): a live run's latencies
+/// are wall-clock against servers that run the model `ratio` times faster; with one common ratio
+/// R > 0 it gives TTFT, TPOT and E2E p50 / p99 in model time (× R). `ratios`: each server's
+/// (RunIdentity::server_speedup_ratios).
+std::string formatLiveTimeScale(const Report& report,
+                                const std::vector<std::optional<double>>& ratios);
+
 /// The sidecar of the per-request JSONL (`FILE.run.json`): {"identity": …, "run": …} exactly as
 /// in the JSON report.
 std::string formatRunIdentityJson(const RunIdentity& identity);
@@ -57,6 +64,8 @@ std::string formatRunIdentityJson(const RunIdentity& identity);
 /// terminal_time_ms, terminal_status, ttft_ms, ttst_ms, e2e_latency_ms, itl_ms (per-request
 /// mean gap = TPOT), input_length, requested_output_length, output_length (tokens emitted),
 /// reused_input_tokens (at the last admission), admission_count. Absent values are null.
-std::string formatRequestsJsonl(const ReplayCollector& collector);
+/// `ticks_per_ms` > 0: every time rounded to the clock's resolution, 1 / ticks_per_ms ms (live
+/// runs: 1e6, steady_clock's nanoseconds); 0: as recorded (offline: the virtual clock's doubles).
+std::string formatRequestsJsonl(const ReplayCollector& collector, double ticks_per_ms = 0);
 
 }  // namespace mocker::replay

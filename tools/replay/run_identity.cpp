@@ -79,4 +79,12 @@ Result<std::string> fileSha256(const std::string& path) {
   return hex;
 }
 
+std::optional<double> commonSpeedupRatio(const std::vector<std::optional<double>>& ratios) {
+  if (ratios.empty() || !ratios.front()) return std::nullopt;
+  for (const std::optional<double>& r : ratios) {
+    if (r != ratios.front()) return std::nullopt;
+  }
+  return ratios.front();
+}
+
 }  // namespace mocker::replay

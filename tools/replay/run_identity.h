@@ -34,12 +34,20 @@ struct RunIdentity {
   std::uint32_t num_workers = 1;              ///< offline workers; live: the servers
   std::string router;                         ///< "round_robin" | "kv" | "kv_prefix" | "random"
   std::vector<std::string> servers{};         ///< live: the --connect endpoints
+  /// Live: each server's speedup ratio as it reported it at start-up (stats_reply.engine; servers
+  /// in --connect order, then decode servers), nullopt from one that does not report it. A live
+  /// report's latencies are wall-clock: × the ratio gives model time. Offline: empty (model time).
+  std::vector<std::optional<double>> server_speedup_ratios{};
   /// Offline: every effective [engine] key in dump order. Live: empty (each server has its own).
   std::vector<ConfigSetting> engine_config{};
   // Differs between runs (the JSON report's "run" object).
   std::string date_utc;      ///< start of the run, ISO-8601 UTC ("2026-11-30T18:21:20Z")
   std::string command_line;  ///< the full command line, shell-quoted
 };
+
+/// The speedup ratio every server reported, if they all reported the same one (nullopt: none,
+/// one unknown, or two that differ).
+std::optional<double> commonSpeedupRatio(const std::vector<std::optional<double>>& ratios);
 
 /// `args` joined by spaces, each quoted for a POSIX shell when it needs to be.
 std::string shellQuotedCommandLine(const std::vector<std::string>& args);

@@ -99,6 +99,7 @@ std::string renderSvgPlot(const Plot& plot) {
       any = true;
     }
   }
+  if (plot.x_max && !plot.log_x) x_hi_raw = std::max(x_hi_raw, *plot.x_max);
   const double x_scale = plot.x_is_ms && x_hi_raw >= 10000.0 ? 1e-3 : 1.0;
   const double y_scale = plot.y_is_ms && y_hi_raw >= 10000.0 ? 1e-3 : 1.0;
   const std::string x_label = plot.x_label +
@@ -172,6 +173,7 @@ std::string renderSvgPlot(const Plot& plot) {
     if (!m.vertical) y1 = std::max(y1, m.value * y_scale);
   }
   if (plot.y_max) y1 = *plot.y_max;
+  if (plot.x_max && !plot.log_x) x1 = std::max(x1, *plot.x_max * x_scale);
 
   std::vector<std::pair<double, std::string>> x_ticks;  // (display value, label)
   std::vector<double> x_minor;                          // grid lines without labels
@@ -227,8 +229,10 @@ std::string renderSvgPlot(const Plot& plot) {
   for (const auto& [x, label] : x_ticks) {
     svg += "<line x1=\"" + num(pxd(x)) + "\" y1=\"" + num(kTop) + "\" x2=\"" + num(pxd(x)) +
            "\" y2=\"" + num(kTop + ph) + "\"/>\n";
-    labels += "<text x=\"" + num(pxd(x)) + "\" y=\"" + num(kTop + ph + 14) +
-              "\" text-anchor=\"middle\">" + label + "</text>\n";
+    // The last label ends at the frame's right edge instead of running past the picture.
+    const bool at_right = pxd(x) > kLeft + pw - 1;
+    labels += "<text x=\"" + num(pxd(x)) + "\" y=\"" + num(kTop + ph + 14) + "\" text-anchor=\"" +
+              (at_right ? "end" : "middle") + "\">" + label + "</text>\n";
   }
   svg += "</g>\n" + labels;
   svg += "<rect x=\"" + num(kLeft) + "\" y=\"" + num(kTop) + "\" width=\"" + num(pw) +
@@ -298,7 +302,7 @@ std::string renderSvgPlot(const Plot& plot) {
 
 std::string pageHead() {
   return "<style>body{font-family:sans-serif;margin:16px 24px;color:#222}"
-         "pre{background:#f6f6f6;padding:12px;overflow-x:auto}"
+         "pre{background:#f6f6f6;padding:12px;white-space:pre-wrap;overflow-wrap:anywhere}"
          "svg.chart{display:block;margin:12px 0;border:1px solid #eee;max-width:100%}"
          ".grid{display:grid;grid-template-columns:repeat(auto-fill,minmax(300px,1fr));gap:8px}"
          ".grid svg.chart{margin:0}"
@@ -339,6 +343,14 @@ std::vector<std::pair<double, double>> cdfPoints(const std::vector<double>& sort
   std::vector<std::pair<double, double>> out;
   const std::size_t n = sorted.size();
   if (n == 0) return out;
+  if (2 * n + 1 <= max_points) {  // few values: the exact step function, from 0
+    out.emplace_back(sorted[0], 0.0);
+    for (std::size_t i = 0; i < n; ++i) {
+      if (i > 0) out.emplace_back(sorted[i], static_cast<double>(i) / static_cast<double>(n));
+      out.emplace_back(sorted[i], static_cast<double>(i + 1) / static_cast<double>(n));
+    }
+    return out;
+  }
   const std::size_t m = std::max<std::size_t>(2, std::min(n, max_points));
   for (std::size_t k = 0; k < m; ++k) {
     const std::size_t i = n == 1 ? 0 : (k * (n - 1) + (m - 1) / 2) / (m - 1);

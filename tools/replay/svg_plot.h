@@ -43,7 +43,9 @@ struct Plot {
   std::vector<PlotSeries> series;
   std::vector<PlotMarker> markers;
   std::optional<double> y_max;  ///< fixed upper bound (1 for CDFs, 100 for %)
-  bool x_is_ms = false;         ///< x in ms: shown in s when the axis reaches 10,000 ms
+  /// Linear x: the axis reaches at least this far (small multiples share one time axis).
+  std::optional<double> x_max;
+  bool x_is_ms = false;  ///< x in ms: shown in s when the axis reaches 10,000 ms
   bool y_is_ms = false;
   bool log_x = false;  ///< log10 x axis (points with x <= 0 are left out)
   bool small = false;  ///< small multiple: compact frame and fonts
@@ -53,8 +55,9 @@ struct Plot {
 /// "no data" and has data-empty="1".
 std::string renderSvgPlot(const Plot& plot);
 
-/// Empirical CDF (x = value, y = fraction of values <= x) of ascending `sorted` values, reduced
-/// to at most `max_points` evenly spaced ranks (at least 2; one point for a single value).
+/// Empirical CDF (x = value, y = fraction of values <= x) of ascending `sorted` values: the exact
+/// step function from 0 when it fits in `max_points` points, else reduced to at most `max_points`
+/// evenly spaced ranks (at least 2; one point for a single value).
 std::vector<std::pair<double, double>> cdfPoints(const std::vector<double>& sorted,
                                                  std::size_t max_points);
 
