@@ -308,6 +308,11 @@ int runEvaluate(Context& ctx, const RunSet& set) {
   for (const cal::PreparedRun& p : set.prepared) {
     service::ServiceConfig config = p.base;
     if (Status s = cal::applyProfile(*profile, config); !s) return fail(ctx.err, s.error());
+    if (config.engine.timing_model == engine::TimingModelKind::Roofline) {
+      // The profile's coefficients on the run's deployment.
+      if (Status s = cal::useRoofline(p, config); !s) return fail(ctx.err, s.error());
+      config.engine.roofline->coefficients = config.roofline.coefficients;
+    }
     Result<cal::Prediction> pred = cal::simulateRun(*p.run, config, profile->client);
     if (!pred) return fail(ctx.err, pred.error());
     cal::MetricValues predicted{};

@@ -103,6 +103,19 @@ TEST(CalibrateCommandTest, RecoversRooflineCoefficientsAndScoresHeldOutNearTheNo
   EXPECT_LT(held_err["ttft_mean"].get<double>(), 5.0) << r.out;
   EXPECT_LT(held_err["itl"].get<double>(), 3.0) << r.out;
   EXPECT_THAT(text, HasSubstr("# Fitted on:\n#   fit (80 requests, trace sha256 "));
+
+  // The profile scores the held-out run as the fit did, and `mocker config` accepts it with the
+  // deployment given on the command line.
+  const auto e = runCalibrate({held.string(), "--evaluate", profile, "--json"});
+  ASSERT_EQ(e.code, 0) << e.err;
+  const nlohmann::json ej = nlohmann::json::parse(e.out);
+  EXPECT_EQ(ej["tables"][0]["runs"][0]["error_pct"], j["tables"][1]["runs"][0]["error_pct"]);
+  std::ostringstream out, err;
+  EXPECT_EQ(tools::runCli({"mocker", "config", "--config", profile, "--model-config",
+                           (held / "config.json").string(), "--gpu", "RTX4090"},
+                          out, err),
+            0)
+      << err.str();
 }
 
 TEST(CalibrateCommandTest, RecoversPolynomialSpeedRatios) {
