@@ -11,7 +11,7 @@ using C = RooflineCoefficients;
 
 constexpr RooflineCoefficients kDefaults{};
 
-const std::array<RooflineCoefficientInfo, 11> kTable{{
+const std::array<RooflineCoefficientInfo, kNumRooflineCoefficients> kTable{{
     {"pass_overhead_ms", &C::pass_overhead_ms, kDefaults.pass_overhead_ms, 0.0, 50.0,
      "fixed time of every pass (scheduling, input preparation, launch, synchronisation), ms"},
     {"sequence_overhead_us", &C::sequence_overhead_us, kDefaults.sequence_overhead_us, 0.0, 500.0,

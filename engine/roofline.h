@@ -46,7 +46,10 @@ struct RooflineCoefficientInfo {
   std::string_view doc;
 };
 
-/// Every coefficient, in a fixed order. calibration fits exactly these, by name.
+inline constexpr std::size_t kNumRooflineCoefficients = 11;
+
+/// Every coefficient (kNumRooflineCoefficients), in a fixed order. Calibration fits exactly
+/// these, by name.
 std::span<const RooflineCoefficientInfo> rooflineCoefficientTable();
 
 /// The table entry named `name`, or nullptr.

@@ -535,11 +535,11 @@ void SglangScheduler::emitTokens(Pass& pass) {
   }
   fpm.var_decode_kv_tokens = decode_len.variance();
   if (timing_.isRoofline()) {
-    // A decode pass: one new token per sequence over its context. An extend pass's first
-    // tokens were timed with its chunks.
+    // A decode pass: each sequence computes its latest token over the ones before it. An extend
+    // pass's first tokens were timed with its chunks.
     roofline_seqs_.clear();
     if (!pass.extend_pass) {
-      for (const Req* r : pass.active) roofline_seqs_.push_back({1, r->len()});
+      for (const Req* r : pass.active) roofline_seqs_.push_back({1, r->len() - 1u});
     }
     pass.out.decode_ms = detail::scaledDecodeMs(config_, timing_.passMs(roofline_seqs_));
   } else if (!pass.active.empty()) {

@@ -154,12 +154,42 @@ inline constexpr std::uint32_t kMaxFleetWorkers = 4096;
 /// `[logging] format`: human-readable text lines or one JSON object per line.
 enum class LogFormat { Text, Json };
 
+/// The roofline deployment as configured (`[engine]` model_config_path, gpu,
+/// tensor_parallel_size, gpu_memory_utilization; `[engine.model]`, `[engine.gpu]`,
+/// `[engine.roofline]`): finishServiceConfig turns it into engine.roofline when timing_model =
+/// roofline (buildRooflineConfig). Unset overrides (none / "") take the config.json's value.
+struct RooflineSettings {
+  std::string model_config_path;  ///< Hugging Face config.json; "" = only [engine.model] keys
+  std::string model_name;
+  std::optional<std::uint32_t> num_layers, hidden_size, num_heads, num_kv_heads, head_dim,
+      intermediate_size, vocab_size, num_experts, experts_per_token, moe_intermediate_size;
+  std::string weight_dtype;  ///< "" = config.json torch_dtype, else bfloat16
+  std::string kv_dtype;      ///< "" = bfloat16
+  std::string gpu;           ///< built-in GPU name (engine::gpuTable); "" = explicit values only
+  std::optional<double> gpu_tflops, gpu_memory_bandwidth_gbps, gpu_memory_gib,
+      gpu_interconnect_gbps;
+  std::uint32_t tensor_parallel_size = 1;
+  double gpu_memory_utilization = 0.9;
+  double non_torch_memory_gib = 0.75;
+  engine::RooflineCoefficients coefficients;
+};
+
+/// True for the keys of RooflineSettings (they apply only to timing_model = roofline).
+bool isRooflineKey(std::string_view key_path);
+
+/// The engine's RooflineConfig from the settings and the text of the config.json they name
+/// ("" when model_config_path is empty). Errors name the key ("engine.model.hidden_size is
+/// required …", "engine.gpu: unknown GPU 'X' (known: …)").
+Result<engine::RooflineConfig> buildRooflineConfig(const RooflineSettings& settings,
+                                                   std::string_view model_config_text);
+
 struct ServiceConfig {
   /// `[engine]`, `[engine.sglang]`. engine.allow_empty_output is the `[service]` key
   /// allow_empty_output; engine.timing_profile is loaded from timing_profile_path.
   engine::EngineConfig engine;
   /// `[engine] timing_profile_path`: JSON profile (loadTimingProfile); "" = none.
   std::string timing_profile_path;
+  RooflineSettings roofline;  ///< → engine.roofline when timing_model = roofline
   LiveConfig service;
   EndpointsConfig endpoints;
   KvEventsConfig kv_events;

@@ -311,6 +311,12 @@ Status setCapacityPolicy(ServiceConfig&, std::string_view s) {
 
 std::string_view levelName(spdlog::level::level_enum l) { return logLevelName(l); }
 
+/// The roofline coefficient of table entry I (a plain function, as the key table needs).
+template <std::size_t I>
+double& coefficientRef(ServiceConfig& c) {
+  return c.roofline.coefficients.*(engine::rooflineCoefficientTable()[I].member);
+}
+
 const std::vector<ConfigKey>& keys() {
   static const std::vector<ConfigKey> kKeys = {
       {"engine", "engine_type",
@@ -351,6 +357,32 @@ const std::vector<ConfigKey>& keys() {
        MOCKER_ENUM(engine.kv_transfer_charge, engine::toString, engine::parseKvTransferCharge)},
       {"engine", "kv_hold_timeout_ms", MOCKER_REF(OptDoubleRef, engine.kv_hold_timeout_ms)},
       {"engine", "startup_time_s", MOCKER_REF(OptDoubleRef, service.startup_time_s)},
+      {"engine", "model_config_path", MOCKER_REF(StringRef, roofline.model_config_path)},
+      {"engine", "gpu", MOCKER_REF(StringRef, roofline.gpu)},
+      {"engine", "tensor_parallel_size", MOCKER_REF(U32Ref, roofline.tensor_parallel_size)},
+      {"engine", "gpu_memory_utilization", MOCKER_REF(DoubleRef, roofline.gpu_memory_utilization)},
+      {"engine.model", "name", MOCKER_REF(StringRef, roofline.model_name)},
+      {"engine.model", "num_layers", MOCKER_REF(OptU32Ref, roofline.num_layers)},
+      {"engine.model", "hidden_size", MOCKER_REF(OptU32Ref, roofline.hidden_size)},
+      {"engine.model", "num_heads", MOCKER_REF(OptU32Ref, roofline.num_heads)},
+      {"engine.model", "num_kv_heads", MOCKER_REF(OptU32Ref, roofline.num_kv_heads)},
+      {"engine.model", "head_dim", MOCKER_REF(OptU32Ref, roofline.head_dim)},
+      {"engine.model", "intermediate_size", MOCKER_REF(OptU32Ref, roofline.intermediate_size)},
+      {"engine.model", "vocab_size", MOCKER_REF(OptU32Ref, roofline.vocab_size)},
+      {"engine.model", "num_experts", MOCKER_REF(OptU32Ref, roofline.num_experts)},
+      {"engine.model", "experts_per_token", MOCKER_REF(OptU32Ref, roofline.experts_per_token)},
+      {"engine.model", "moe_intermediate_size",
+       MOCKER_REF(OptU32Ref, roofline.moe_intermediate_size)},
+      {"engine.model", "weight_dtype", MOCKER_REF(StringRef, roofline.weight_dtype)},
+      {"engine.model", "kv_dtype", MOCKER_REF(StringRef, roofline.kv_dtype)},
+      {"engine.gpu_spec", "tflops", MOCKER_REF(OptDoubleRef, roofline.gpu_tflops)},
+      {"engine.gpu_spec", "memory_bandwidth_gbps",
+       MOCKER_REF(OptDoubleRef, roofline.gpu_memory_bandwidth_gbps)},
+      {"engine.gpu_spec", "memory_gib", MOCKER_REF(OptDoubleRef, roofline.gpu_memory_gib)},
+      {"engine.gpu_spec", "interconnect_gbps",
+       MOCKER_REF(OptDoubleRef, roofline.gpu_interconnect_gbps)},
+      {"engine.roofline", "non_torch_memory_gib",
+       MOCKER_REF(DoubleRef, roofline.non_torch_memory_gib)},
       {"engine.sglang", "schedule_policy",
        MOCKER_ENUM(engine.sglang.schedule_policy, engine::toString, engine::parseSchedulePolicy)},
       {"engine.sglang", "page_size", MOCKER_REF(U32Ref, engine.sglang.page_size)},
@@ -430,7 +462,22 @@ const std::vector<ConfigKey>& keys() {
       {"logging", "stats_interval_s", MOCKER_REF(DoubleRef, log_stats_interval_s)},
       {"fleet", "num_workers", MOCKER_REF(U32Ref, fleet.num_workers)},
   };
-  return kKeys;
+  static const std::vector<ConfigKey> kAll = [] {
+    std::vector<ConfigKey> all = kKeys;
+    // [engine.roofline]: one key per fitted coefficient, named as in the engine's table.
+    const auto table = engine::rooflineCoefficientTable();
+    const auto insert_at = std::find_if(
+        all.begin(), all.end(), [](const ConfigKey& k) { return k.table == "engine.roofline"; });
+    std::vector<ConfigKey> coefficients;
+    [&]<std::size_t... I>(std::index_sequence<I...>) {
+      (coefficients.push_back({"engine.roofline", table[I].name, DoubleRef(&coefficientRef<I>)}),
+       ...);
+    }
+    (std::make_index_sequence<engine::kNumRooflineCoefficients>{});
+    all.insert(insert_at + 1, coefficients.begin(), coefficients.end());
+    return all;
+  }();
+  return kAll;
 }
 
 #undef MOCKER_REF

@@ -145,6 +145,10 @@ class TomlReader {
   std::vector<Located> errors_;
 };
 
+}  // namespace
+
+namespace detail {
+
 Result<std::string> readFile(const std::string& path) {
   std::error_code ec;
   if (!std::filesystem::exists(path, ec)) {
@@ -158,7 +162,7 @@ Result<std::string> readFile(const std::string& path) {
   return text.str();
 }
 
-}  // namespace
+}  // namespace detail
 
 Result<ServiceConfig> parseServiceConfigOver(ServiceConfig base, std::string_view text,
                                              std::string_view source_name, KeyOrigins& origins) {
@@ -190,6 +194,9 @@ Result<ServiceConfig> parseServiceConfigOver(ServiceConfig base, std::string_vie
       path = (std::filesystem::path(source).parent_path() / path).lexically_normal().string();
     }
   };
+  if (file_origins.contains("engine.model_config_path")) {
+    relativeToFile(base.roofline.model_config_path);
+  }
   if (file_origins.contains("security.server_secret_key_file")) {
     relativeToFile(base.security.server_secret_key_file);
   }
@@ -202,7 +209,7 @@ Result<ServiceConfig> parseServiceConfigOver(ServiceConfig base, std::string_vie
 
 Result<ServiceConfig> loadServiceConfigOver(ServiceConfig base, const std::string& path,
                                             KeyOrigins& origins) {
-  MOCKER_TRY(const std::string text, readFile(path));
+  MOCKER_TRY(const std::string text, detail::readFile(path));
   return parseServiceConfigOver(std::move(base), text, path, origins);
 }
 
@@ -214,7 +221,7 @@ Result<ServiceConfig> parseServiceConfig(std::string_view text, std::string_view
 }
 
 Result<ServiceConfig> loadServiceConfig(const std::string& path) {
-  MOCKER_TRY(const std::string text, readFile(path));
+  MOCKER_TRY(const std::string text, detail::readFile(path));
   return parseServiceConfig(text, path);
 }
 

@@ -93,6 +93,36 @@ bool collide(std::string_view a, std::string_view b) {
 /// Keys that act only under one timing model or engine type: set for another one they would be
 /// accepted and ignored, so they are refused (their defaults are "none" / "" / lifo, which a
 /// dump of any configuration writes, so a dump still loads back).
+/// The first roofline deployment key (model or GPU) that is set, or nullopt. The coefficient
+/// keys and tensor_parallel_size / gpu_memory_utilization always have a value (their defaults).
+std::optional<std::string> rooflineKeySet(const RooflineSettings& r) {
+  if (!r.model_config_path.empty()) return "engine.model_config_path";
+  if (!r.gpu.empty()) return "engine.gpu";
+  const std::pair<const char*, const std::optional<std::uint32_t>*> counts[] = {
+      {"num_layers", &r.num_layers},
+      {"hidden_size", &r.hidden_size},
+      {"num_heads", &r.num_heads},
+      {"num_kv_heads", &r.num_kv_heads},
+      {"head_dim", &r.head_dim},
+      {"intermediate_size", &r.intermediate_size},
+      {"vocab_size", &r.vocab_size},
+      {"num_experts", &r.num_experts},
+      {"experts_per_token", &r.experts_per_token},
+      {"moe_intermediate_size", &r.moe_intermediate_size}};
+  for (const auto& [name, v] : counts) {
+    if (*v) return "engine.model." + std::string(name);
+  }
+  const std::pair<const char*, const std::optional<double>*> gpu[] = {
+      {"tflops", &r.gpu_tflops},
+      {"memory_bandwidth_gbps", &r.gpu_memory_bandwidth_gbps},
+      {"memory_gib", &r.gpu_memory_gib},
+      {"interconnect_gbps", &r.gpu_interconnect_gbps}};
+  for (const auto& [name, v] : gpu) {
+    if (*v) return "engine.gpu_spec." + std::string(name);
+  }
+  return std::nullopt;
+}
+
 std::optional<ConfigError> checkKeysApply(const ServiceConfig& c) {
   using engine::TimingModelKind;
   const engine::EngineConfig& e = c.engine;
@@ -115,6 +145,14 @@ std::optional<ConfigError> checkKeysApply(const ServiceConfig& c) {
   if (e.timing_model != TimingModelKind::Interpolated && !c.timing_profile_path.empty()) {
     return only("engine.timing_profile_path", "timing_model", "interpolated",
                 engine::toString(e.timing_model), "\"\"");
+  }
+  if (e.timing_model != TimingModelKind::Roofline) {
+    if (auto key = rooflineKeySet(c.roofline)) {
+      return only(*key, "timing_model", "roofline", engine::toString(e.timing_model),
+                  key->starts_with("engine.model.") || key->starts_with("engine.gpu_spec.")
+                      ? "\"none\""
+                      : "\"\"");
+    }
   }
   return std::nullopt;
 }
@@ -496,6 +534,28 @@ Result<ServiceConfig> finishServiceConfig(ServiceConfig config, const KeyOrigins
                                "engine.timing_profile_path: " + e.message};
     }
     config.engine.timing_profile = std::move(*profile);
+  }
+  config.roofline.model_config_path = absolutePath(config.roofline.model_config_path);
+  if (config.engine.timing_model == engine::TimingModelKind::Roofline) {
+    std::string text;
+    if (!config.roofline.model_config_path.empty()) {
+      auto read = detail::readFile(config.roofline.model_config_path);
+      if (!read) {
+        return Error{read.error().code, origin("engine.model_config_path") +
+                                            "engine.model_config_path: " + read.error().message};
+      }
+      text = std::move(*read);
+    }
+    auto built = buildRooflineConfig(config.roofline, text);
+    if (!built) {
+      return Error{built.error().code, origin("engine.model_config_path") + built.error().message};
+    }
+    config.engine.roofline = std::move(*built);
+    // A handoff moves every layer's K and V of the model unless the key says otherwise.
+    if (!origins.contains("engine.kv_bytes_per_token")) {
+      config.engine.kv_bytes_per_token =
+          static_cast<std::uint64_t>(engine::kvBytesPerToken(config.engine.roofline->model));
+    }
   }
   // The default port plan: with every ZeroMQ endpoint key left at its default, dp_size ranks
   // get ports that do not collide (dp_size 1 keeps 5555..5559; service/README.md, "Port plan").

@@ -70,11 +70,11 @@ void addCalibrateCommand(CLI::App& app, CalibrateCommand& c) {
       ->capture_default_str();
   c.cmd->add_flag("--progress,!--no-progress", c.progress,
                   std::string("progress on stderr (only on a terminal)") + flagDefault(true));
-  std::string footer = "Parameters (name: bounds, start — doc):\n";
+  std::string footer = "Parameters (name: bounds, start — doc; * = not fitted by default):\n";
   for (const cal::FitParameter& p : cal::allFitParameters()) {
     char bounds[96];
     std::snprintf(bounds, sizeof bounds, ": [%g, %g], %g — ", p.lower, p.upper, p.initial);
-    footer += "  " + p.key + bounds + p.doc + "\n";
+    footer += "  " + p.key + (p.fitted_by_default ? "" : "*") + bounds + p.doc + "\n";
   }
   footer +=
       "Loss: the mean over fit runs of the mean absolute percentage error of E2E mean/p90/p99, "
@@ -163,7 +163,7 @@ std::string runIdentity(const cal::RecordedRun& run) {
 std::vector<std::pair<std::string, std::string>> fixedSettings(
     std::span<const cal::FitParameter> params) {
   for (const cal::FitParameter& p : params) {
-    if (p.key.starts_with("roofline.")) return {{"timing_model", "\"roofline\""}};
+    if (cal::isRooflineKey(p.key)) return {{"timing_model", "\"roofline\""}};
   }
   return {};
 }
@@ -188,15 +188,11 @@ struct Context {
 Result<std::vector<cal::PreparedRun>> withFixedSettings(
     const Context& ctx, std::span<const cal::PreparedRun* const> runs) {
   std::vector<cal::PreparedRun> subset;
+  const bool roofline = !fixedSettings(ctx.params).empty();
   for (const cal::PreparedRun* r : runs) {
     subset.push_back(*r);
-    for (const auto& [key, text] : fixedSettings(ctx.params)) {
-      std::string value = text;
-      if (value.size() >= 2 && value.front() == '"') value = value.substr(1, value.size() - 2);
-      if (Status s = service::setConfigValue(subset.back().base, "engine." + key, value); !s) {
-        return s.error();
-      }
-    }
+    if (!roofline) continue;
+    if (Status s = cal::useRoofline(subset.back(), subset.back().base); !s) return s.error();
   }
   return subset;
 }
@@ -312,6 +308,11 @@ int runEvaluate(Context& ctx, const RunSet& set) {
   for (const cal::PreparedRun& p : set.prepared) {
     service::ServiceConfig config = p.base;
     if (Status s = cal::applyProfile(*profile, config); !s) return fail(ctx.err, s.error());
+    if (config.engine.timing_model == engine::TimingModelKind::Roofline) {
+      // The profile's coefficients on the run's deployment.
+      if (Status s = cal::useRoofline(p, config); !s) return fail(ctx.err, s.error());
+      config.engine.roofline->coefficients = config.roofline.coefficients;
+    }
     Result<cal::Prediction> pred = cal::simulateRun(*p.run, config, profile->client);
     if (!pred) return fail(ctx.err, pred.error());
     cal::MetricValues predicted{};
@@ -404,7 +405,9 @@ int runCalibrateCommand(const CalibrateCommand& c, std::ostream& out, std::ostre
   }
   std::vector<std::string> names = c.params;
   if (names.empty()) {
-    for (const cal::FitParameter& p : cal::allFitParameters()) names.push_back(p.key);
+    for (const cal::FitParameter& p : cal::allFitParameters()) {
+      if (p.fitted_by_default) names.push_back(p.key);
+    }
   }
   Result<std::vector<cal::FitParameter>> params = cal::selectFitParameters(names);
   if (!params) {

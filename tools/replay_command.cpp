@@ -206,10 +206,14 @@ std::vector<replay::ConfigSetting> engineSettings(const service::ServiceConfig& 
                                                   bool disaggregated = false) {
   service::ServiceConfig effective = config;
   effective.engine.block_size = engine::effectiveBlockSize(effective.engine);
+  const bool roofline = effective.engine.timing_model == engine::TimingModelKind::Roofline;
+  // The KV capacity the deployment gives (vLLM's "GPU KV cache size") is part of the identity.
+  if (roofline) effective.engine.num_gpu_blocks = engine::effectiveNumGpuBlocks(effective.engine);
   std::vector<replay::ConfigSetting> out;
   constexpr std::string_view kPrefix = "engine.";
   for (const std::string& key : service::configKeys()) {
     if (!key.starts_with(kPrefix)) continue;
+    if (!roofline && service::isRooflineKey(key)) continue;
     // The handoff settings only matter to a disaggregated run.
     if (!disaggregated &&
         (key == "engine.kv_bytes_per_token" || key == "engine.kv_transfer_bandwidth_gbps" ||

@@ -3,10 +3,13 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
+#include <string>
 #include <utility>
 #include <vector>
 
 #include "base/closest_name.h"
+#include "engine/roofline.h"
 #include "tools/cli_options.h"
 
 namespace mocker::tools {
@@ -45,7 +48,7 @@ const std::initializer_list<Group> kGroups = {
     {"--token-seed", "engine.token_seed", "u64 seed of synthetic output tokens"},
     {"--kv-event-visibility", "engine.kv_event_visibility", "pass_end | pass_start"},
     {"--startup-time", "engine.startup_time_s", "seconds to wait before accepting requests, or none"},
-    {"--timing-model", "engine.timing_model", "polynomial | interpolated | fixed"},
+    {"--timing-model", "engine.timing_model", "polynomial | interpolated | fixed | roofline (model + GPU; see Roofline timing)"},
     {"--timing-profile", "engine.timing_profile_path", "JSON timing profile (required with --timing-model interpolated)"},
     {"--fixed-prefill-ms", "engine.fixed_prefill_ms", "prefill pass time with --timing-model fixed"},
     {"--fixed-decode-ms", "engine.fixed_decode_ms", "decode pass time with --timing-model fixed"},
@@ -60,6 +63,30 @@ const std::initializer_list<Group> kGroups = {
     {"--kv-transfer-bandwidth-gbps", "engine.kv_transfer_bandwidth_gbps", "disaggregated: handoff bandwidth in GB/s (1e9 B/s, > 0)"},
     {"--kv-transfer-charge", "engine.kv_transfer_charge", "disaggregated: full_prompt | missing_blocks (tokens a handoff pays for)"},
     {"--kv-hold-timeout-ms", "engine.kv_hold_timeout_ms", "disaggregated: modelled ms a prefill worker holds unreleased KV (>= 0), or none = forever"},
+  }},
+  {"Roofline timing (--timing-model roofline; [engine], [engine.model], [engine.gpu_spec], [engine.roofline])", {
+    {"--model-config", "engine.model_config_path", "Hugging Face config.json of the served model (Llama, Qwen2/3, Qwen3-MoE, Mixtral); [engine.model] keys override its fields"},
+    {"--gpu", "engine.gpu", "built-in GPU: H100-SXM | H200 | A100-40GB | A100-80GB | L40S | RTX4090 | RTXPRO6000 | B200 (docs/engine.md lists the datasheets)"},
+    {"--gpu-tflops", "engine.gpu_spec.tflops", "dense BF16 peak TFLOP/s (overrides --gpu's)"},
+    {"--gpu-memory-bandwidth-gbps", "engine.gpu_spec.memory_bandwidth_gbps", "memory bandwidth, GB/s (overrides --gpu's)"},
+    {"--gpu-memory-gib,--gpu-memory-gb", "engine.gpu_spec.memory_gib", "GPU memory in GiB as the driver reports it (overrides --gpu's)"},
+    {"--gpu-interconnect-gbps", "engine.gpu_spec.interconnect_gbps", "per-direction GPU-to-GPU bandwidth for the TP all-reduce, GB/s (overrides --gpu's)"},
+    {"--tensor-parallel-size,--tp", "engine.tensor_parallel_size", "GPUs per engine (DP rank): divides weights, FLOPs and KV heads; adds 2 all-reduces per layer"},
+    {"--gpu-memory-utilization", "engine.gpu_memory_utilization", "fraction of GPU memory vLLM may use (0, 1]; sizes the KV cache when --num-gpu-blocks is none"},
+    {"--model-name", "engine.model.name", "model name (free text, shown in reports)"},
+    {"--num-layers", "engine.model.num_layers", "decoder layers (overrides config.json)"},
+    {"--hidden-size", "engine.model.hidden_size", "model dimension (overrides config.json)"},
+    {"--num-heads", "engine.model.num_heads", "query heads (overrides config.json)"},
+    {"--num-kv-heads", "engine.model.num_kv_heads", "key/value heads (overrides config.json; default = heads)"},
+    {"--head-dim", "engine.model.head_dim", "per-head dimension (overrides config.json; default = hidden / heads)"},
+    {"--intermediate-size", "engine.model.intermediate_size", "dense MLP hidden size (overrides config.json)"},
+    {"--vocab-size", "engine.model.vocab_size", "vocabulary size (overrides config.json)"},
+    {"--num-experts", "engine.model.num_experts", "routed experts per MoE layer, 0 = dense (overrides config.json)"},
+    {"--experts-per-token", "engine.model.experts_per_token", "top-k experts per token (overrides config.json)"},
+    {"--moe-intermediate-size", "engine.model.moe_intermediate_size", "one expert's MLP hidden size (overrides config.json)"},
+    {"--weight-dtype,--dtype", "engine.model.weight_dtype", "bfloat16 | float16 | float32 (served as 16-bit) | fp8; \"\" = config.json torch_dtype"},
+    {"--kv-dtype,--kv-cache-dtype", "engine.model.kv_dtype", "KV cache dtype: bfloat16 | float16 | fp8; \"\" = bfloat16"},
+    {"--non-torch-memory-gib", "engine.roofline.non_torch_memory_gib", "GPU memory outside weights, KV and activations (CUDA context, NCCL, graphs), GiB"},
   }},
   {"SGLang ([engine.sglang], engine type sglang)", {
     {"--sglang-schedule-policy,--schedule-policy", "engine.sglang.schedule_policy", "fcfs (alias fifo) | lpm"},
@@ -308,6 +335,31 @@ Status applyLaunchLineFlags(const ServeFlags& flags, service::ServiceConfig& con
   return {};
 }
 
+/// Registers one flag bound to its config key (type and default from the key table).
+void addBinding(CLI::App& app, ServeFlags& flags, ConfigUse use, const FlagSpec& spec,
+                const char* group) {
+  static const service::ServiceConfig defaults;
+  ServeFlags::Binding& b = flags.bindings.emplace_back();
+  const std::string names = spec.names;
+  b.flag = names.substr(0, names.find(','));
+  b.key = spec.key;
+  b.boolean = spec.boolean;
+  // Type and default come from the key table, so every flag's help shows them.
+  const std::string value = service::configValueText(defaults, spec.key).value_or("");
+  std::string help = std::string(spec.help) + "  [" + spec.key + "]";
+  if (spec.boolean) {
+    b.option = app.add_flag(names, b.value, help + flagDefault(value == "true"));
+  } else {
+    b.option = app.add_option(names, b.text, help)
+                   ->option_text(service::configKeyType(spec.key).value_or("TEXT"))
+                   ->default_str(value);  // "" (an unset path or key) shows none
+  }
+  // CLI11: an empty group is hidden. A flag that has no effect for `use` stays registered
+  // (using it gets the reason from resolveServeConfig) but is left out of --help.
+  const bool applies = use == ConfigUse::Serve || isEngineKey(spec.key);
+  b.option->group(spec.hidden || !applies ? "" : group);
+}
+
 }  // namespace
 
 void addServeFlags(CLI::App& app, ServeFlags& flags, ConfigUse use) {
@@ -333,32 +385,24 @@ void addServeFlags(CLI::App& app, ServeFlags& flags, ConfigUse use) {
           ->option_text("JSON")
           ->group(use == ConfigUse::Serve ? "KV events ([kv_events])" : "");
   addLaunchLineFlags(app, flags, use);
-  const service::ServiceConfig defaults;
   for (const Group& group : kGroups) {
     for (const FlagSpec& spec : group.flags) {
       // An engine-only command (`mocker replay`) has a --num-workers of its own (offline workers).
       if (use == ConfigUse::EngineOnly && std::string_view(spec.key) == "fleet.num_workers") {
         continue;
       }
-      ServeFlags::Binding& b = flags.bindings.emplace_back();
-      const std::string names = spec.names;
-      b.flag = names.substr(0, names.find(','));
-      b.key = spec.key;
-      b.boolean = spec.boolean;
-      // Type and default come from the key table, so every flag's help shows them.
-      const std::string value = service::configValueText(defaults, spec.key).value_or("");
-      std::string help = std::string(spec.help) + "  [" + spec.key + "]";
-      if (spec.boolean) {
-        b.option = app.add_flag(names, b.value, help + flagDefault(value == "true"));
-      } else {
-        b.option = app.add_option(names, b.text, help)
-                       ->option_text(service::configKeyType(spec.key).value_or("TEXT"))
-                       ->default_str(value);  // "" (an unset path or key) shows none
+      addBinding(app, flags, use, spec, group.name);
+    }
+    if (std::string_view(group.name).starts_with("Roofline")) {
+      // One flag per fitted coefficient, named after the engine's table.
+      for (const engine::RooflineCoefficientInfo& c : engine::rooflineCoefficientTable()) {
+        std::string flag = "--roofline-" + std::string(c.name);
+        std::replace(flag.begin(), flag.end(), '_', '-');
+        const std::string key = "engine.roofline." + std::string(c.name);
+        const std::string help = std::string(c.doc) + " (bounds " + std::to_string(c.lower) +
+                                 " .. " + std::to_string(c.upper) + ")";
+        addBinding(app, flags, use, {flag.c_str(), key.c_str(), help.c_str()}, group.name);
       }
-      // CLI11: an empty group is hidden. A flag that has no effect for `use` stays registered
-      // (using it gets the reason from resolveServeConfig) but is left out of --help.
-      const bool applies = use == ConfigUse::Serve || isEngineKey(spec.key);
-      b.option->group(spec.hidden || !applies ? "" : group.name);
     }
   }
 }

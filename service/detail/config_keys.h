@@ -53,6 +53,10 @@ Status assignValue(const ConfigKey& key, const ConfigValue& value, ServiceConfig
 /// Parses decimal text as an unsigned 64-bit integer (the whole text, no sign, no spaces).
 Result<std::uint64_t> parseU64Text(std::string_view text);
 
+/// The whole file at `path` (config_toml.cpp): NotFound when it does not exist, IoError when it
+/// cannot be read; the message starts with the path.
+Result<std::string> readFile(const std::string& path);
+
 /// The key path of an engine::ConfigError field: "engine." + field for the fields that have an
 /// `[engine]` key of the same name, "engine.timing_profile_path" for "timing_profile" (the
 /// profile is loaded from that key) and "service.allow_empty_output" for "allow_empty_output".

@@ -51,6 +51,21 @@ GeneratedRun truthRun(std::uint64_t workload_seed, std::uint64_t noise_seed) {
   };
 }
 
+/// The "real" engine of the roofline recovery test: Llama-3.1-8B on an RTX 4090 at known GEMM
+/// efficiencies (defaults 0.7 / 0.8), latencies engine-side (no client overhead).
+constexpr double kTrueGemmCompute = 0.45;
+constexpr double kTrueGemmMemory = 0.55;
+
+GeneratedRun rooflineTruth(std::uint64_t workload_seed, std::uint64_t noise_seed) {
+  GeneratedRun run = truthRun(workload_seed, noise_seed);
+  run.engine = {{"block_size", "16"}, {"num_gpu_blocks", "4096"}, {"max_num_seqs", "16"}};
+  run.roofline = {{"gemm_compute_efficiency", kTrueGemmCompute},
+                  {"gemm_memory_efficiency", kTrueGemmMemory}};
+  run.request_rate_per_s = 1.0;  // a 4,000-token prefill takes about 0.9 s
+  run.client_per_request_ms = 0.0;
+  return run;
+}
+
 /// `key = value` of a profile.
 double profileValue(const std::string& profile, const std::string& key) {
   const std::regex re("(^|\\n)(# )?" + std::regex_replace(key, std::regex("\\."), "\\.") +
@@ -60,37 +75,68 @@ double profileValue(const std::string& profile, const std::string& key) {
   return m.empty() ? 0.0 : std::stod(m[3].str());
 }
 
-TEST(CalibrateCommandTest, RecoversKnownCoefficientsAndScoresHeldOutNearTheNoiseFloor) {
+TEST(CalibrateCommandTest, RecoversRooflineCoefficientsAndScoresHeldOutNearTheNoiseFloor) {
   TempDir tmp;
-  const auto fit = testing::writeGeneratedRun(tmp.path(), "fit", truthRun(1, 11));
-  const auto held = testing::writeGeneratedRun(tmp.path(), "held", truthRun(2, 12));
+  const auto fit = testing::writeGeneratedRun(tmp.path(), "fit", rooflineTruth(1, 11));
+  const auto held = testing::writeGeneratedRun(tmp.path(), "held", rooflineTruth(2, 12));
   const std::string profile = (tmp.path() / "profile.toml").string();
   const auto r = runCalibrate({fit.string(), "--holdout", held.string(), "--params",
-                               "speedup_ratio,decode_speedup_ratio,client.overhead_per_request_ms",
+                               "roofline.gemm_compute_efficiency,roofline.gemm_memory_efficiency",
                                "--max-evals", "300", "-o", profile, "--json"});
   ASSERT_EQ(r.code, 0) << r.err;
   const std::string text = readFile(profile);
-  // Tolerances (1 % noise on 80 requests; the loss is nearly flat where a faster prefill trades
-  // against a larger client term): 10 % on the prefill speed-up, 5 % on the decode speed
-  // (speedup_ratio × decode_speedup_ratio, what the ITL measures), 12 % on the decode ratio
-  // alone, 10 ms on the 40 ms client term.
-  const double speedup = profileValue(text, "speedup_ratio");
-  const double decode = profileValue(text, "decode_speedup_ratio");
-  EXPECT_NEAR(speedup, kTrueSpeedup, 0.10 * kTrueSpeedup) << text;
-  EXPECT_NEAR(speedup * decode, kTrueSpeedup * kTrueDecodeSpeedup,
-              0.05 * kTrueSpeedup * kTrueDecodeSpeedup)
+  EXPECT_THAT(text, HasSubstr("timing_model = \"roofline\""));
+  EXPECT_THAT(text, HasSubstr("[engine.roofline]"));
+  // Tolerance: 10 % on each efficiency (1 % noise on 80 requests; a first run recovered both
+  // within 2.5 %).
+  EXPECT_NEAR(profileValue(text, "gemm_compute_efficiency"), kTrueGemmCompute,
+              0.10 * kTrueGemmCompute)
       << text;
-  EXPECT_NEAR(decode, kTrueDecodeSpeedup, 0.12 * kTrueDecodeSpeedup) << text;
-  EXPECT_NEAR(profileValue(text, "client.overhead_per_request_ms"), kTrueClientMs, 10.0) << text;
+  EXPECT_NEAR(profileValue(text, "gemm_memory_efficiency"), kTrueGemmMemory, 0.10 * kTrueGemmMemory)
+      << text;
   const nlohmann::json j = nlohmann::json::parse(r.out);
   ASSERT_EQ(j["tables"].size(), 2u);
   EXPECT_EQ(j["tables"][1]["title"], "held-out runs");
-  // Noise floor: the truth itself scores about 0.1 % (means) to 1 % (p99) on these runs.
+  // Noise floor: the truth itself scores about 0.1 % (means) to 1 % (p99) on such runs.
   const auto& held_err = j["tables"][1]["median_error_pct"];
   EXPECT_LT(held_err["e2e_mean"].get<double>(), 3.0) << r.out;
-  EXPECT_LT(held_err["ttft_mean"].get<double>(), 6.0) << r.out;
+  EXPECT_LT(held_err["ttft_mean"].get<double>(), 5.0) << r.out;
   EXPECT_LT(held_err["itl"].get<double>(), 3.0) << r.out;
   EXPECT_THAT(text, HasSubstr("# Fitted on:\n#   fit (80 requests, trace sha256 "));
+
+  // The profile scores the held-out run as the fit did, and `mocker config` accepts it with the
+  // deployment given on the command line.
+  const auto e = runCalibrate({held.string(), "--evaluate", profile, "--json"});
+  ASSERT_EQ(e.code, 0) << e.err;
+  const nlohmann::json ej = nlohmann::json::parse(e.out);
+  EXPECT_EQ(ej["tables"][0]["runs"][0]["error_pct"], j["tables"][1]["runs"][0]["error_pct"]);
+  std::ostringstream out, err;
+  EXPECT_EQ(tools::runCli({"mocker", "config", "--config", profile, "--model-config",
+                           (held / "config.json").string(), "--gpu", "RTX4090"},
+                          out, err),
+            0)
+      << err.str();
+}
+
+TEST(CalibrateCommandTest, RecoversPolynomialSpeedRatios) {
+  TempDir tmp;
+  const auto fit = testing::writeGeneratedRun(tmp.path(), "fit", truthRun(1, 11));
+  const std::string profile = (tmp.path() / "profile.toml").string();
+  const auto r = runCalibrate({fit.string(), "--params",
+                               "speedup_ratio,decode_speedup_ratio,client.overhead_per_request_ms",
+                               "--max-evals", "300", "-o", profile});
+  ASSERT_EQ(r.code, 0) << r.err;
+  const std::string text = readFile(profile);
+  // The decode speed (speedup_ratio × decode_speedup_ratio, what the ITL measures) within 5 %;
+  // the prefill ratio alone within 15 % (it trades against the client term); the 40 ms client
+  // term within 15 ms.
+  EXPECT_NEAR(profileValue(text, "client.overhead_per_request_ms"), kTrueClientMs, 15.0) << text;
+  const double speedup = profileValue(text, "speedup_ratio");
+  const double decode = profileValue(text, "decode_speedup_ratio");
+  EXPECT_NEAR(speedup, kTrueSpeedup, 0.15 * kTrueSpeedup) << text;
+  EXPECT_NEAR(speedup * decode, kTrueSpeedup * kTrueDecodeSpeedup,
+              0.05 * kTrueSpeedup * kTrueDecodeSpeedup)
+      << text;
 }
 
 TEST(CalibrateCommandTest, ProfileIsAcceptedByTheConfigurationAndEvaluates) {

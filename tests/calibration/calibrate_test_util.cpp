@@ -11,6 +11,7 @@
 
 #include "base/check.h"
 #include "service/config.h"
+#include "tools/calibrate/simulate.h"
 #include "tools/cli.h"
 #include "tools/replay/collector.h"
 #include "tools/replay/mooncake_trace.h"
@@ -93,6 +94,27 @@ std::filesystem::path writeGeneratedRun(const std::filesystem::path& dir, const 
     engine_json += text;
     if (quoted) engine_json += '"';
   }
+  std::string hardware;
+  if (!spec.roofline.empty()) {
+    const std::string llama = std::string(MOCKER_SOURCE_DIR_FOR_TEST) +
+                              "/data/calibration/recorded/rtx4090-llama3.1-8b-mns256/config.json";
+    std::filesystem::copy_file(llama, run / "config.json");
+    RecordedRun recorded{.name = name,
+                         .path = run.string(),
+                         .gpu_label = "RTX4090",
+                         .tensor_parallel = 1,
+                         .model_config_path = (run / "config.json").string()};
+    Result<std::optional<engine::RooflineConfig>> deployment = loadDeployment(recorded);
+    MOCKER_CHECK(deployment.has_value() && deployment->has_value());
+    for (const auto& [coefficient, value] : spec.roofline) {
+      const engine::RooflineCoefficientInfo* info = engine::findRooflineCoefficient(coefficient);
+      MOCKER_CHECK(info != nullptr);
+      (*deployment)->coefficients.*(info->member) = value;
+    }
+    config.engine.timing_model = engine::TimingModelKind::Roofline;
+    config.engine.roofline = **deployment;
+    hardware = ",\"hardware\":{\"label\":\"RTX4090\"}";
+  }
   replay::ReplayCollector collector({.keep_engine_samples = false});
   MOCKER_CHECK(runOfflineReplay(*workload, {.engine = config.engine}, collector).has_value());
   std::map<std::string, const replay::RequestRecord*> by_session;
@@ -118,7 +140,7 @@ std::filesystem::path writeGeneratedRun(const std::filesystem::path& dir, const 
   }
   writeFile(run / "ground_truth.csv", csv);
   writeFile(run / "run.json", "{\"run\":\"" + name + "\",\"mocker_engine\":{" + engine_json +
-                                  "},\"engine\":{\"tensor_parallel_size\":1}}\n");
+                                  "},\"engine\":{\"tensor_parallel_size\":1}" + hardware + "}\n");
   return run;
 }
 

@@ -32,6 +32,10 @@ struct GeneratedRun {
   std::uint32_t output_min = 16, output_max = 120;  ///< output tokens, uniform
   /// [engine] settings of the simulated "real" engine (key without "engine.", dump text).
   std::vector<std::pair<std::string, std::string>> engine{};
+  /// Non-empty: the roofline timing model with these coefficients (name → value, the others at
+  /// their defaults) for Llama-3.1-8B on an RTX 4090; the run gets config.json and
+  /// hardware.label. Empty: the [engine] settings alone decide the timing.
+  std::vector<std::pair<std::string, double>> roofline{};
   double client_per_request_ms = 0.0;  ///< added to TTFT and E2E (client-side overhead)
   double noise_sigma = 0.0;            ///< relative noise on TTFT and E2E (Gaussian, seeded)
   std::uint64_t noise_seed = 7;

@@ -1024,7 +1024,7 @@ INSTANTIATE_TEST_SUITE_P(Catalogue, BadProfileTest, ::testing::ValuesIn(kBadProf
 // effect; a key that cannot act (like vLLM's kv_events.max_queue_size) is refused instead
 // (detail::unsupportedKeyError), never accepted and ignored.
 TEST(ServiceConfigTest, EveryKeyHasAReader) {
-  const std::map<std::string, std::string> readers = {
+  std::map<std::string, std::string> readers = {
       // EngineConfig fields: engine::Engine reads them (engine tests pin each).
       {"engine.engine_type", "engine"},
       {"engine.num_gpu_blocks", "engine"},
@@ -1126,6 +1126,10 @@ TEST(ServiceConfigTest, EveryKeyHasAReader) {
       {"endpoints.http.enabled", "server.cpp init (HttpServeTest.NoHttp*)"},
       {"fleet.num_workers", "fleet.cpp Fleet::create (FleetTest)"},
   };
+  // The roofline deployment keys: buildRooflineConfig reads them (RooflineSettingsTest).
+  for (const std::string& key : configKeys()) {
+    if (isRooflineKey(key)) readers.emplace(key, "roofline_settings.cpp buildRooflineConfig");
+  }
   std::set<std::string> keys;
   for (const std::string& key : configKeys()) {
     keys.insert(key);

@@ -10,6 +10,7 @@
 #include <random>
 
 #include "base/enum_names.h"
+#include "engine/roofline.h"
 
 namespace mocker::calibrate {
 namespace {
@@ -92,15 +93,23 @@ Result<FitAlgorithm> parseFitAlgorithm(std::string_view name) {
 
 std::string_view toString(FitAlgorithm algorithm) { return enumName(kAlgorithmNames, algorithm); }
 
+bool isRooflineKey(std::string_view key) { return key.starts_with("roofline."); }
+
 std::vector<FitParameter> allFitParameters() {
-  return {
-      {"speedup_ratio", 0.05, 20.0, 1.0, "divides every pass time (prefill and decode)"},
-      {"decode_speedup_ratio", 0.05, 20.0, 1.0, "further divides the decode part of a pass"},
-      {std::string(kClientPerRequestKey), 0.0, 500.0, 0.0,
-       "client-side latency added to TTFT and E2E of every request (ms)"},
-      {std::string(kClientPerTokenKey), 0.0, 5.0, 0.0,
-       "client-side latency per output token, added to E2E (ms)"},
-  };
+  std::vector<FitParameter> out;
+  for (const engine::RooflineCoefficientInfo& c : engine::rooflineCoefficientTable()) {
+    out.push_back(
+        {"roofline." + std::string(c.name), c.lower, c.upper, c.default_value, std::string(c.doc)});
+  }
+  out.push_back({std::string(kClientPerRequestKey), 0.0, 500.0, 0.0,
+                 "client-side latency added to TTFT and E2E of every request (ms)"});
+  out.push_back({std::string(kClientPerTokenKey), 0.0, 5.0, 0.0,
+                 "client-side latency per output token, added to E2E (ms)"});
+  out.push_back({"speedup_ratio", 0.05, 20.0, 1.0,
+                 "polynomial model: divides every pass time (prefill and decode)", false});
+  out.push_back({"decode_speedup_ratio", 0.05, 20.0, 1.0,
+                 "polynomial model: further divides the decode part of a pass", false});
+  return out;
 }
 
 Result<std::vector<FitParameter>> selectFitParameters(const std::vector<std::string>& names) {
@@ -129,6 +138,13 @@ Status applyParameters(std::span<const FitParameter> params, std::span<const dou
       client.per_request_ms = values[i];
     } else if (params[i].key == kClientPerTokenKey) {
       client.per_token_ms = values[i];
+    } else if (isRooflineKey(params[i].key)) {
+      const engine::RooflineCoefficientInfo* c =
+          engine::findRooflineCoefficient(std::string_view(params[i].key).substr(9));
+      if (c == nullptr || !config.engine.roofline) {
+        return invalidArgument(params[i].key + ": not a coefficient of a configured roofline");
+      }
+      config.engine.roofline->coefficients.*(c->member) = values[i];
     } else if (Status s = service::setConfigValue(config, "engine." + params[i].key,
                                                   numberText(values[i]));
                !s) {

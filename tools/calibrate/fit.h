@@ -35,17 +35,24 @@ struct FitParameter {
   double upper = 1.0;
   double initial = 0.0;  ///< the start of the search (clamped to the bounds)
   std::string doc;
+  bool fitted_by_default = true;  ///< part of the default --params
 };
 
-/// Every parameter `mocker calibrate` can fit, in table order: the timing model's coefficients
-/// and the two client-overhead terms.
+/// Every parameter `mocker calibrate` can fit: the roofline timing model's coefficients
+/// (engine/roofline.h rooflineCoefficientTable(), keys "roofline.<name>", the table's bounds and
+/// defaults), the two client-overhead terms, and — not fitted by default — the polynomial
+/// model's speedup_ratio and decode_speedup_ratio.
 std::vector<FitParameter> allFitParameters();
+
+/// True for a key of a roofline coefficient ("roofline.<name>").
+bool isRooflineKey(std::string_view key);
 
 /// The parameters named in `names` (in allFitParameters order; "" entries ignored); an unknown
 /// name is an error listing the known ones.
 Result<std::vector<FitParameter>> selectFitParameters(const std::vector<std::string>& names);
 
-/// A parameter assignment applied to a prepared run's base configuration: [engine] keys through
+/// A parameter assignment applied to a prepared run's base configuration: roofline coefficients
+/// into config.engine.roofline (REQUIRES: set, see useRoofline), other [engine] keys through
 /// service::setConfigValue, the client terms into `client`.
 Status applyParameters(std::span<const FitParameter> params, std::span<const double> values,
                        service::ServiceConfig& config, ClientOverhead& client);

@@ -2,8 +2,11 @@
 
 #include <map>
 
+#include "engine/gpu_spec.h"
+#include "engine/model_arch.h"
 #include "tools/replay/collector.h"
 #include "tools/replay/offline_replay.h"
+#include "tools/replay/workload.h"
 
 namespace mocker::calibrate {
 
@@ -15,7 +18,9 @@ Result<PreparedRun> prepareRun(const RecordedRun& run) {
     Status s = service::setConfigValue(prepared.base, "engine." + key, text);
     if (!s) return s.error().withContext(settings_file + ": field 'mocker_engine." + key + "'");
   }
-  if (Status s = applyDeployment(run, prepared.base); !s) return s.error();
+  Result<std::optional<engine::RooflineConfig>> deployment = loadDeployment(run);
+  if (!deployment) return deployment.error();
+  prepared.deployment = std::move(*deployment);
   LatencySamples recorded;
   for (const RecordedRequest& r : run.requests) {
     recorded.ttft_ms.push_back(r.ttft_ms);
@@ -57,8 +62,32 @@ Result<Prediction> simulateRun(const RecordedRun& run, const service::ServiceCon
   return p;
 }
 
-Status applyDeployment(const RecordedRun& /*run*/, service::ServiceConfig& /*config*/) {
-  // The polynomial, interpolated and fixed timing models do not depend on the deployment.
+Result<std::optional<engine::RooflineConfig>> loadDeployment(const RecordedRun& run) {
+  if (!run.model_config_path || !run.gpu_label) return std::optional<engine::RooflineConfig>{};
+  const Result<std::string> text = replay::readTextFile(*run.model_config_path);
+  if (!text) return text.error();
+  Result<engine::ModelArch> model = engine::parseHfModelConfig(*text);
+  if (!model) return model.error().withContext(*run.model_config_path);
+  if (run.model) model->name = *run.model;
+  const std::optional<engine::GpuSpec> gpu = engine::findGpu(*run.gpu_label);
+  if (!gpu) {
+    return invalidArgument(run.path + "/run.json: field 'hardware.label': unknown GPU '" +
+                           *run.gpu_label + "' (known: " + engine::gpuNameList(", ") + ")");
+  }
+  engine::RooflineConfig config{.model = std::move(*model),
+                                .gpu = *gpu,
+                                .tensor_parallel_size = run.tensor_parallel.value_or(1)};
+  return std::optional<engine::RooflineConfig>(std::move(config));
+}
+
+Status useRoofline(const PreparedRun& run, service::ServiceConfig& config) {
+  if (!run.deployment) {
+    return invalidArgument(run.run->name +
+                           ": the roofline timing model needs the run's model "
+                           "(config.json) and GPU (run.json hardware.label)");
+  }
+  config.engine.timing_model = engine::TimingModelKind::Roofline;
+  if (!config.engine.roofline) config.engine.roofline = run.deployment;
   return {};
 }
 

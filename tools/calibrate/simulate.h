@@ -9,11 +9,13 @@
 #pragma once
 
 #include <cstddef>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "base/result.h"
+#include "engine/roofline.h"
 #include "service/config.h"
 #include "tools/calibrate/recorded_run.h"
 #include "tools/calibrate/score.h"
@@ -32,17 +34,26 @@ struct PreparedRun {
   const RecordedRun* run = nullptr;
   service::ServiceConfig base{};
   MetricValues recorded{};
+  /// The run's deployment for the roofline timing model (model from config.json, GPU from
+  /// hardware.label, tensor parallelism), with the default coefficients; absent when the run
+  /// does not record them.
+  std::optional<engine::RooflineConfig> deployment{};
 };
 
 /// Builds a PreparedRun: every recorded setting through service::setConfigValue (an unknown key
-/// or a bad value names the run's settings file and key), then applyDeployment. Does not
-/// validate (a profile still has to be applied).
+/// or a bad value names the run's settings file and key), and the deployment (loadDeployment).
+/// Does not validate (a profile still has to be applied).
 Result<PreparedRun> prepareRun(const RecordedRun& run);
 
-/// Sets what the roofline timing model needs to know about the run's deployment (model, GPU,
-/// tensor parallelism) when the run records it. Errors name the file and field (unknown GPU
-/// label, a config.json without a needed field).
-Status applyDeployment(const RecordedRun& run, service::ServiceConfig& config);
+/// The roofline deployment a run records: config.json parsed as a Hugging Face config, the GPU
+/// of the built-in table named by run.json hardware.label, engine.tensor_parallel_size. nullopt
+/// when the run has no config.json or no GPU label; errors name the file and field (unknown GPU,
+/// a config.json without a needed field).
+Result<std::optional<engine::RooflineConfig>> loadDeployment(const RecordedRun& run);
+
+/// Selects the roofline timing model for `config` with the run's deployment (keeping
+/// coefficients already set). Error naming the run when it records no deployment.
+Status useRoofline(const PreparedRun& run, service::ServiceConfig& config);
 
 /// One simulated run: samples for scoring, and (recorded, predicted) E2E per request for plots.
 struct Prediction {

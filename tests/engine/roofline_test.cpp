@@ -1,0 +1,321 @@
+// The roofline timing model: every term pinned by a hand-computed case, the coefficient table,
+// the KV capacity against vLLM's, and the scheduler wiring (mixed passes; other models untouched).
+#include "engine/roofline.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "engine/config.h"
+#include "engine/engine.h"
+#include "engine/gpu_spec.h"
+#include "engine/model_arch.h"
+#include "engine/timing_model.h"
+#include "engine_harness.h"
+
+namespace mocker::engine {
+namespace {
+
+using testing::Harness;
+using testing::range;
+
+ModelArch llama8b() {
+  return {.name = "meta-llama/Llama-3.1-8B",
+          .num_layers = 32,
+          .hidden_size = 4096,
+          .num_heads = 32,
+          .num_kv_heads = 8,
+          .head_dim = 128,
+          .intermediate_size = 14336,
+          .vocab_size = 128256};
+}
+
+ModelArch qwen3_32b() {
+  return {.name = "Qwen/Qwen3-32B",
+          .num_layers = 64,
+          .hidden_size = 5120,
+          .num_heads = 64,
+          .num_kv_heads = 8,
+          .head_dim = 128,
+          .intermediate_size = 25600,
+          .vocab_size = 151936};
+}
+
+ModelArch qwen3_30b_a3b() {
+  return {.name = "Qwen/Qwen3-30B-A3B-Instruct-2507",
+          .num_layers = 48,
+          .hidden_size = 2048,
+          .num_heads = 32,
+          .num_kv_heads = 4,
+          .head_dim = 128,
+          .intermediate_size = 6144,
+          .vocab_size = 151936,
+          .num_experts = 128,
+          .experts_per_token = 8,
+          .moe_intermediate_size = 768};
+}
+
+/// Every efficiency 1 and every overhead 0: the terms are the bare roofline.
+RooflineCoefficients ideal() {
+  RooflineCoefficients c;
+  for (const RooflineCoefficientInfo& e : rooflineCoefficientTable()) {
+    c.*e.member = e.name.ends_with("efficiency") ? 1.0 : 0.0;
+  }
+  return c;
+}
+
+RooflineConfig deployment(ModelArch model, std::string_view gpu, std::uint32_t tp = 1) {
+  return {.model = std::move(model),
+          .gpu = *findGpu(gpu),
+          .tensor_parallel_size = tp,
+          .coefficients = ideal()};
+}
+
+TEST(RooflineTest, DecodeOfOneTokenIsTheWeightReadTime) {
+  // Llama-3.1-8B, RTX 4090 (165.2 TFLOP/s, 1008 GB/s), one decode with 1023 tokens of context.
+  // Per layer every GEMM is memory bound: weights 2 B x (4096x6144 + 4096x4096 + 4096x28672 +
+  // 14336x4096) = 436,207,616 B plus activations in and out (2 B x (10240 + 8192 + 32768 +
+  // 18432) = 139,264 B) plus elementwise traffic 2 B x (4x4096 + 2x5120 + 3x14336) = 139,264 B:
+  // 436,486,144 B / 1008e9 B/s = 0.433022 ms. Attention reads 1024 tokens x 2 x 1024 x 2 B
+  // = 4 MiB plus q and out (16 KiB): 4,210,688 B / 1008e9 = 4.1773e-3 ms. LM head: 4096 x
+  // 128256 x 2 B + 2 x (4096 + 128256) = 1,050,935,680 B / 1008e9 = 1.042595 ms.
+  const RooflineConfig c = deployment(llama8b(), "RTX4090");
+  const std::vector<PassSequence> seqs = {{.new_tokens = 1, .context = 1023}};
+  const RooflineBreakdown b = rooflinePass(c, seqs);
+  EXPECT_NEAR(b.gemm_ms, 32 * 0.43302196825, 1e-8);
+  EXPECT_NEAR(b.attention_ms, 32 * 4.177269841e-3, 1e-9);
+  EXPECT_NEAR(b.lm_head_ms, 1.04259707937, 1e-9);
+  EXPECT_EQ(b.moe_ms, 0.0);
+  EXPECT_EQ(b.allreduce_ms, 0.0);
+  EXPECT_EQ(b.overhead_ms, 0.0);
+  EXPECT_NEAR(b.total_ms, 15.0329726984, 1e-8);
+}
+
+TEST(RooflineTest, PrefillIsComputeBoundAndAttentionCausal) {
+  // 2048 prompt tokens from scratch: every GEMM compute bound, 2 x 2048 x 218,103,808 weights
+  // = 893.4 GFLOP per layer / 165.2e12 = 5.4083 ms, plus elementwise 2048 x 139,264 B / 1008e9
+  // = 0.28295 ms: 5.690656 ms. Attention: 4 x 32 heads x 128 x 2048 x (0 + 2049/2) causal
+  // = 34.38 GFLOP / 165.2e12 = 0.208090 ms. One sampled token: the LM head as for a decode.
+  const RooflineConfig c = deployment(llama8b(), "RTX4090");
+  const std::vector<PassSequence> seqs = {{.new_tokens = 2048, .context = 0}};
+  const RooflineBreakdown b = rooflinePass(c, seqs);
+  EXPECT_NEAR(b.gemm_ms / 32, 5.690656086435, 1e-9);
+  EXPECT_NEAR(b.attention_ms / 32, 0.2080902880387, 1e-10);
+  EXPECT_NEAR(b.total_ms, 189.802481063, 1e-7);
+}
+
+TEST(RooflineTest, MixedPassCountsEveryTokenOnceAndEverySequencesAttention) {
+  const RooflineConfig c = deployment(llama8b(), "RTX4090");
+  const std::vector<PassSequence> prefill = {{.new_tokens = 500, .context = 0}};
+  const std::vector<PassSequence> decodes(20, {.new_tokens = 1, .context = 700});
+  std::vector<PassSequence> mixed = prefill;
+  mixed.insert(mixed.end(), decodes.begin(), decodes.end());
+  const RooflineBreakdown m = rooflinePass(c, mixed);
+  const RooflineBreakdown p = rooflinePass(c, prefill);
+  const RooflineBreakdown d = rooflinePass(c, decodes);
+  // Attention is per sequence: additive. GEMMs read the weights once for the whole batch: the
+  // mixed pass costs less than the two passes apart.
+  EXPECT_NEAR(m.attention_ms, p.attention_ms + d.attention_ms - 32 * 0.0, 1e-9);
+  EXPECT_LT(m.gemm_ms, p.gemm_ms + d.gemm_ms);
+  EXPECT_GT(m.gemm_ms, p.gemm_ms);
+}
+
+TEST(RooflineTest, DecodeCostPerTokenFallsSteeplyWithBatchSize) {
+  RooflineConfig c = deployment(llama8b(), "RTX4090");
+  c.coefficients = RooflineCoefficients{};
+  const auto per_token = [&](std::size_t batch) {
+    const std::vector<PassSequence> seqs(batch, {.new_tokens = 1, .context = 1000});
+    return rooflinePass(c, seqs).total_ms / static_cast<double>(batch);
+  };
+  EXPECT_LT(per_token(64), per_token(1) / 20);
+}
+
+TEST(RooflineTest, MoeReadsOnlyTheExpertsItsTokensTouch) {
+  EXPECT_DOUBLE_EQ(expectedDistinctExperts(128, 8, 1), 8.0);
+  EXPECT_NEAR(expectedDistinctExperts(128, 8, 2), 128 * (1 - (120.0 / 128) * (120.0 / 128)), 1e-12);
+  EXPECT_NEAR(expectedDistinctExperts(128, 8, 1000), 128.0, 1e-9);
+  EXPECT_EQ(expectedDistinctExperts(0, 0, 10), 0.0);
+  // Qwen3-30B-A3B on an RTX PRO 6000 (503.8 TFLOP/s, 1792 GB/s), one decode token: the router
+  // GEMM (2048 x 128 x 2 B + 2 x (2048 + 128) B = 528,640 B) and 8 experts x 3 x 2048 x 768 x 2
+  // B = 75,497,472 B plus 8 x (2 x 2048 + 3 x 768) x 2 B = 102,400 B, all memory bound:
+  // (528,640 + 75,599,872) / 1792e9 = 0.0424824 ms per layer, 48 layers.
+  const RooflineConfig c = deployment(qwen3_30b_a3b(), "RTXPRO6000");
+  const std::vector<PassSequence> one = {{.new_tokens = 1, .context = 0}};
+  EXPECT_NEAR(rooflinePass(c, one).moe_ms, 48 * (528640.0 + 75599872.0) / 1792e9 * 1e3, 1e-9);
+  // No dense MLP in an all-MoE model: the dense GEMMs are QKV and O only.
+  const std::vector<PassSequence> many(512, {.new_tokens = 1, .context = 0});
+  const double touched = expectedDistinctExperts(128, 8, 512);
+  EXPECT_GT(touched, 127.0);
+  EXPECT_GT(rooflinePass(c, many).moe_ms, 10 * rooflinePass(c, one).moe_ms);
+}
+
+TEST(RooflineTest, TensorParallelSplitsWeightsAndAddsTwoAllReducesPerLayer) {
+  // Qwen3-32B over 2 RTX PRO 6000 (PCIe Gen5, 64 GB/s per direction), 100 tokens: each
+  // all-reduce moves 2 (p-1)/p x 100 x 5120 x 2 B = 1,024,000 B / 64e9 = 0.016 ms; 2 per
+  // layer, 64 layers = 2.048 ms.
+  const RooflineConfig tp2 = deployment(qwen3_32b(), "RTXPRO6000", 2);
+  const std::vector<PassSequence> seqs = {{.new_tokens = 100, .context = 0}};
+  EXPECT_NEAR(rooflinePass(tp2, seqs).allreduce_ms, 2.048, 1e-12);
+  RooflineConfig latency = tp2;
+  latency.coefficients.allreduce_latency_us = 10.0;
+  EXPECT_NEAR(rooflinePass(latency, seqs).allreduce_ms, 2.048 + 64 * 2 * 0.010, 1e-12);
+  // A decode reads half the weights per GPU: memory-bound GEMM time about halves.
+  const RooflineConfig tp1 = deployment(qwen3_32b(), "RTXPRO6000", 1);
+  const std::vector<PassSequence> decode = {{.new_tokens = 1, .context = 0}};
+  EXPECT_NEAR(rooflinePass(tp2, decode).gemm_ms / rooflinePass(tp1, decode).gemm_ms, 0.5, 0.01);
+  EXPECT_EQ(rooflinePass(tp1, seqs).allreduce_ms, 0.0);
+}
+
+TEST(RooflineTest, OverheadsAndEfficienciesScaleTheirTerms) {
+  RooflineConfig c = deployment(llama8b(), "RTX4090");
+  const std::vector<PassSequence> seqs(4, {.new_tokens = 1, .context = 100});
+  const RooflineBreakdown base = rooflinePass(c, seqs);
+  c.coefficients.pass_overhead_ms = 3.0;
+  c.coefficients.sequence_overhead_us = 50.0;
+  EXPECT_NEAR(rooflinePass(c, seqs).overhead_ms, 3.0 + 4 * 0.05, 1e-12);
+  c.coefficients.gemm_memory_efficiency = 0.5;  // memory-bound decode GEMMs take twice as long
+  EXPECT_NEAR(rooflinePass(c, seqs).gemm_ms, 2 * base.gemm_ms, 1e-9);
+  c.coefficients.kernel_overhead_us = 5.0;  // 4 GEMMs + 4 elementwise kernels per layer
+  EXPECT_NEAR(rooflinePass(c, seqs).gemm_ms, 2 * base.gemm_ms + 32 * 8 * 0.005, 1e-9);
+  EXPECT_EQ(rooflinePass(c, {}).total_ms, 0.0);
+}
+
+TEST(RooflineTest, CoefficientTableCoversEveryMemberWithSaneBounds) {
+  const auto table = rooflineCoefficientTable();
+  ASSERT_EQ(table.size(), kNumRooflineCoefficients);
+  const RooflineCoefficients defaults;
+  std::set<std::string_view> names;
+  std::vector<double RooflineCoefficients::*> members;
+  for (const RooflineCoefficientInfo& e : table) {
+    EXPECT_TRUE(names.insert(e.name).second) << e.name;
+    EXPECT_EQ(std::count(members.begin(), members.end(), e.member), 0) << e.name;
+    members.push_back(e.member);
+    EXPECT_EQ(defaults.*e.member, e.default_value) << e.name;
+    EXPECT_LE(e.lower, e.default_value) << e.name;
+    EXPECT_GE(e.upper, e.default_value) << e.name;
+    EXPECT_LT(e.lower, e.upper) << e.name;
+    EXPECT_FALSE(e.doc.empty()) << e.name;
+    EXPECT_EQ(findRooflineCoefficient(e.name), &e);
+  }
+  // Every double member of the struct is in the table.
+  EXPECT_EQ(sizeof(RooflineCoefficients), table.size() * sizeof(double));
+  EXPECT_EQ(findRooflineCoefficient("nope"), nullptr);
+}
+
+TEST(RooflineTest, KvCapacityFollowsVllmsMemoryProfile) {
+  // The recorded rtx4090 run: Llama-3.1-8B, RTX 4090 (25,250,627,584 B), gpu_memory_utilization
+  // 0.9, max_num_batched_tokens 2048, max_num_seqs 256, block 16: vLLM reported 2,588 blocks.
+  RooflineConfig c = deployment(llama8b(), "RTX4090");
+  c.coefficients = RooflineCoefficients{};
+  const auto kv = rooflineKvCapacity(c, 16, 2048, 256);
+  ASSERT_TRUE(kv.has_value()) << kv.error().message;
+  // Weights: 8,030,261,248 parameters x 2 B = 14.96 GiB ("Model loading took 14.99 GiB").
+  EXPECT_NEAR(modelParameters(c.model), 8030261248.0, 1.0);
+  EXPECT_NEAR(static_cast<double>(kv->num_blocks), 2588.0, 2588 * 0.05);
+  EXPECT_EQ(kvBytesPerToken(c.model), 131072.0);
+  // No room: a clear error naming the field.
+  c.gpu_memory_utilization = 0.5;
+  const auto none = rooflineKvCapacity(c, 16, 2048, 256);
+  ASSERT_FALSE(none.has_value());
+  EXPECT_NE(none.error().message.find("roofline.gpu_memory_utilization"), std::string::npos);
+}
+
+TEST(RooflineTest, EngineConfigRequiresAndValidatesTheDeployment) {
+  EngineConfig c{.timing_model = TimingModelKind::Roofline};
+  auto e = checkEngineConfig(c);
+  ASSERT_TRUE(e.has_value());
+  EXPECT_EQ(e->fields.front(), "roofline");
+  c.roofline = deployment(llama8b(), "RTX4090");
+  c.roofline->coefficients = RooflineCoefficients{};
+  EXPECT_FALSE(checkEngineConfig(c).has_value());
+  c.roofline->tensor_parallel_size = 3;
+  e = checkEngineConfig(c);
+  ASSERT_TRUE(e.has_value());
+  EXPECT_NE(e->error.message.find("roofline.tensor_parallel_size must divide"), std::string::npos);
+  c.roofline->tensor_parallel_size = 1;
+  c.roofline->coefficients.gemm_compute_efficiency = 2.0;
+  e = checkEngineConfig(c);
+  ASSERT_TRUE(e.has_value());
+  EXPECT_NE(e->error.message.find("roofline.gemm_compute_efficiency must be in"),
+            std::string::npos);
+  // The deployment without timing_model = roofline is refused, not ignored.
+  EngineConfig stray;
+  stray.roofline = deployment(llama8b(), "RTX4090");
+  ASSERT_TRUE(checkEngineConfig(stray).has_value());
+}
+
+TEST(RooflineTest, KvCapacitySizesTheEngineWhenNumGpuBlocksIsUnset) {
+  EngineConfig c{.block_size = 16,
+                 .max_num_seqs = 256,
+                 .max_num_batched_tokens = 2048,
+                 .timing_model = TimingModelKind::Roofline};
+  c.roofline = deployment(llama8b(), "RTX4090");
+  c.roofline->coefficients = RooflineCoefficients{};
+  const auto kv = engineKvCapacity(c);
+  ASSERT_TRUE(kv.has_value());
+  EXPECT_EQ(effectiveNumGpuBlocks(c), kv->num_blocks);
+  c.num_gpu_blocks = 100;
+  EXPECT_EQ(effectiveNumGpuBlocks(c), 100u);
+}
+
+EngineConfig rooflineEngine(EngineType type) {
+  EngineConfig c{.engine_type = type,
+                 .num_gpu_blocks = 1000,
+                 .block_size = 16,
+                 .max_num_batched_tokens = 256,
+                 .timing_model = TimingModelKind::Roofline};
+  if (type == EngineType::Sglang) c.sglang.chunked_prefill_size = 256;
+  c.roofline = deployment(llama8b(), "RTX4090");
+  c.roofline->coefficients = RooflineCoefficients{};
+  return c;
+}
+
+double totalMs(const EngineConfig& c, const std::vector<PassSequence>& seqs) {
+  return rooflinePass(*c.roofline, seqs).total_ms;
+}
+
+TEST(RooflineTest, VllmTimesTheMixedPassFromItsSequences) {
+  const EngineConfig c = rooflineEngine(EngineType::Vllm);
+  Harness h(c);
+  const RequestId a = h.submit(range(1, 100), 3);
+  // Pass 1: a's 100-token prompt; the pass is all prefill.
+  const PassResult& p1 = h.step();
+  EXPECT_DOUBLE_EQ(p1.prefill_ms + p1.decode_ms, totalMs(c, {{100, 0}}));
+  EXPECT_EQ(p1.decode_ms, 0.0);
+  // Pass 2: b's first 255-token chunk (budget 256 minus a's decode) with a's decode.
+  h.submit(range(1000, 1400), 2);
+  const PassResult& p2 = h.step();
+  const double decode = totalMs(c, {{1, 100}});
+  EXPECT_DOUBLE_EQ(p2.decode_ms, decode);
+  EXPECT_NEAR(p2.prefill_ms + p2.decode_ms, totalMs(c, {{255, 0}, {1, 100}}), 1e-9);
+  EXPECT_LT(p2.prefill_ms, totalMs(c, {{255, 0}}));  // the weights are read once
+  h.runUntilIdle();
+  EXPECT_EQ(h.signalsOf(a).size(), 3u);
+}
+
+TEST(RooflineTest, SglangTimesExtendAndDecodePasses) {
+  const EngineConfig c = rooflineEngine(EngineType::Sglang);
+  Harness h(c);
+  h.submit(range(1, 100), 3);
+  const PassResult& p1 = h.step();  // extend: the prompt, its first token included
+  EXPECT_DOUBLE_EQ(p1.prefill_ms, totalMs(c, {{100, 0}}));
+  EXPECT_EQ(p1.decode_ms, 0.0);
+  const PassResult& p2 = h.step();  // decode: the first token over the 100 of the prompt
+  EXPECT_EQ(p2.prefill_ms, 0.0);
+  EXPECT_DOUBLE_EQ(p2.decode_ms, totalMs(c, {{1, 100}}));
+}
+
+TEST(RooflineTest, SpeedupRatiosScaleRooflineTimes) {
+  EngineConfig c = rooflineEngine(EngineType::Vllm);
+  c.speedup_ratio = 2.0;
+  Harness h(c);
+  h.submit(range(1, 100), 2);
+  EXPECT_DOUBLE_EQ(h.step().prefill_ms, totalMs(c, {{100, 0}}) / 2);
+  EXPECT_DOUBLE_EQ(h.step().decode_ms, totalMs(c, {{1, 100}}) / 2);
+}
+
+}  // namespace
+}  // namespace mocker::engine
