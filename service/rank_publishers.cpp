@@ -5,6 +5,7 @@
 #include <chrono>
 #include <zmq.hpp>
 
+#include "base/endpoint.h"
 #include "protocol/kv_events.h"
 #include "service/server.h"
 
@@ -15,13 +16,6 @@ namespace {
 /// CURVE the handshake commands must fit as well.
 const std::int64_t kReplayMaxMessageBytes = publishers::ZmqReplayConfig{}.max_request_bytes;
 constexpr std::int64_t kCurveReplayMaxMessageBytes = 1024;
-
-/// Whether a bound endpoint is reachable only from this host (loopback, ipc, inproc).
-bool loopbackOnly(const std::string& endpoint) {
-  if (!endpoint.starts_with("tcp://")) return true;
-  const std::string host = endpoint.substr(6, endpoint.rfind(':') - 6);
-  return host == "localhost" || host.starts_with("127.") || host == "[::1]" || host == "::1";
-}
 
 std::string ranked(const char* what, std::uint32_t r) {
   return std::string(what) + "[" + std::to_string(r) + "]";
@@ -35,7 +29,9 @@ double unixSeconds() {
 
 void warnIfExposed(spdlog::logger& log, const std::string& what, const std::string& endpoint,
                    bool curve_on, bool publisher) {
-  if (curve_on || loopbackOnly(endpoint)) return;
+  if (curve_on) return;
+  // A bound endpoint reachable from this host only (ipc, inproc, loopback) needs no warning.
+  if (const auto ep = parseEndpoint(endpoint); !ep || ep->loopbackOnly()) return;
   if (publisher) {
     log.warn(
         "{} is bound to {}, reachable from other hosts, without CURVE: anyone who can connect "
