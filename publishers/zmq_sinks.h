@@ -4,7 +4,7 @@
 // Endpoints: both sockets BIND unless `connect = true` is configured (we do not copy vLLM's
 // guess-from-the-address rule; set connect for consumers that bind their SUB, such as
 // llm-d's older indexer, or for a replay ROUTER that dials a fixed broker). The caller applies
-// the DP-rank offset (publishers/endpoint.h) first.
+// the DP-rank offset (base/endpoint.h, offsetEndpoint) first.
 //
 // Each object owns its socket and must be used by one thread only (the one that created it);
 // neither copyable nor movable. Sends never block. The zmq::context_t must outlive them.

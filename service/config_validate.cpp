@@ -18,7 +18,7 @@
 #include <vector>
 
 #include "base/check.h"
-#include "publishers/endpoint.h"
+#include "base/endpoint.h"
 #include "service/config.h"
 #include "service/detail/config_keys.h"
 #include "service/fleet.h"
@@ -55,37 +55,27 @@ std::optional<ConfigError> checkHwm(const std::string& key, std::uint32_t hwm) {
                         std::to_string(hwm) + ")");
 }
 
+/// A tcp:// endpoint, parsed; nullopt for other schemes and malformed text.
+std::optional<Endpoint> tcpEndpoint(std::string_view text) {
+  auto ep = parseEndpoint(text);
+  if (!ep || !ep->isTcp()) return std::nullopt;
+  return std::move(*ep);
+}
+
 bool isWildcardTcp(std::string_view endpoint) {
-  return endpoint.starts_with("tcp://") && endpoint.ends_with(":*");
-}
-
-/// (host, port) of a tcp endpoint; nullopt for other schemes.
-std::optional<std::pair<std::string, std::string>> tcpHostPort(std::string_view endpoint) {
-  if (!endpoint.starts_with("tcp://")) return std::nullopt;
-  const auto colon = endpoint.rfind(':');
-  if (colon < 6) return std::nullopt;
-  return std::pair{std::string(endpoint.substr(6, colon - 6)),
-                   std::string(endpoint.substr(colon + 1))};
-}
-
-// Whether a tcp:// endpoint's host is a wildcard (*, 0.0.0.0, [::]): bindable, not connectable.
-bool wildcardHost(std::string_view endpoint) {
-  if (!endpoint.starts_with("tcp://")) return false;
-  const std::size_t colon = endpoint.rfind(':');
-  if (colon < 6) return false;
-  const std::string_view host = endpoint.substr(6, colon - 6);
-  return host == "*" || host == "0.0.0.0" || host == "[::]" || host == "::" || host == "[*]";
+  const auto ep = tcpEndpoint(endpoint);
+  return ep && ep->wildcardPort();
 }
 
 /// Whether two bound endpoints would fight over the same address.
 bool collide(std::string_view a, std::string_view b) {
   if (isWildcardTcp(a) || isWildcardTcp(b)) return false;  // ephemeral ports never collide
-  const auto ta = tcpHostPort(a);
-  const auto tb = tcpHostPort(b);
+  const auto ta = tcpEndpoint(a);
+  const auto tb = tcpEndpoint(b);
   if (ta && tb) {
-    if (ta->second != tb->second) return false;
+    if (ta->port != tb->port) return false;
     const auto any = [](const std::string& h) { return h == "*" || h == "0.0.0.0"; };
-    return ta->first == tb->first || any(ta->first) || any(tb->first);
+    return ta->host == tb->host || any(ta->host) || any(tb->host);
   }
   return a == b;
 }
@@ -203,13 +193,9 @@ std::optional<ConfigError> checkEngineTypeKeysApply(const engine::EngineConfig& 
 }  // namespace
 
 Result<std::string> rankEndpoint(const EndpointConfig& endpoint, std::uint32_t dp_rank) {
-  if (isWildcardTcp(endpoint.endpoint)) {
-    if (!tcpHostPort(endpoint.endpoint)) {
-      return invalidArgument("endpoint '" + endpoint.endpoint + "': expected tcp://host:port");
-    }
-    return endpoint.endpoint;
-  }
-  return publishers::offsetEndpoint(endpoint.endpoint, dp_rank);
+  // Every rank binds its own ephemeral port.
+  if (isWildcardTcp(endpoint.endpoint)) return endpoint.endpoint;
+  return offsetEndpoint(endpoint.endpoint, dp_rank);
 }
 
 std::optional<ConfigError> checkServiceConfig(const ServiceConfig& c, ConfigUse use) {
@@ -371,8 +357,8 @@ std::optional<ConfigError> checkServiceConfig(const ServiceConfig& c, ConfigUse 
   // against those alone (dp_size 1024 binds 3,072 endpoints; all pairs took a third of a second).
   std::unordered_map<std::string, std::vector<std::size_t>> same_port;  // indices into `bound`
   const auto collisionKey = [](const std::string& address) {
-    const auto hp = tcpHostPort(address);
-    return hp ? "tcp:" + hp->second : address;
+    const auto ep = tcpEndpoint(address);
+    return ep ? "tcp:" + ep->port : address;
   };
   for (const Socket& sock : sockets) {
     if (!sock.enabled) continue;
@@ -408,7 +394,8 @@ std::optional<ConfigError> checkServiceConfig(const ServiceConfig& c, ConfigUse 
   if (prefill) {
     const std::string& adv = c.endpoints.handoff_advertise;
     if (adv.empty()) {
-      if (!c.endpoints.handoff.connect && wildcardHost(c.endpoints.handoff.endpoint)) {
+      const auto bound_at = tcpEndpoint(c.endpoints.handoff.endpoint);
+      if (!c.endpoints.handoff.connect && bound_at && bound_at->wildcardHost()) {
         return issue("endpoints.handoff.endpoint",
                      "binds a wildcard host (" + c.endpoints.handoff.endpoint +
                          "), which decode workers cannot connect to: set "
@@ -422,9 +409,9 @@ std::optional<ConfigError> checkServiceConfig(const ServiceConfig& c, ConfigUse 
                        std::to_string(c.fleet.num_workers) +
                        " workers binds its own handoff socket",
                    {"fleet.num_workers"});
-    } else if (const auto hp = tcpHostPort(adv);
-               !hp || hp->first.empty() || wildcardHost(adv) || hp->second.empty() ||
-               hp->second.find_first_not_of("0123456789") != std::string::npos) {
+    } else if (const auto ep = tcpEndpoint(adv);
+               !ep || ep->host.empty() || ep->wildcardHost() || ep->port.empty() ||
+               ep->port.find_first_not_of("0123456789") != std::string::npos) {
       return issue("endpoints.handoff.advertise",
                    "must be tcp://HOST:PORT with a connectable host and port (got '" + adv + "')");
     }

@@ -15,6 +15,7 @@
 #include <thread>
 #include <utility>
 
+#include "base/endpoint.h"
 #include "engine/config.h"
 #include "service/http_server.h"
 
@@ -30,23 +31,10 @@ constexpr std::string_view kEndpointKeys[] = {
     "endpoints.kv_replay.endpoint", "endpoints.kv_replay.connect",  "endpoints.fpm.endpoint",
     "endpoints.fpm.connect",        "endpoints.handoff.endpoint",   "endpoints.handoff.connect"};
 
-/// (host, port text) of "tcp://HOST:PORT"; nullopt for other schemes.
-std::optional<std::pair<std::string, std::string>> splitTcp(std::string_view endpoint) {
-  if (!endpoint.starts_with("tcp://")) return std::nullopt;
-  const auto colon = endpoint.rfind(':');
-  if (colon == std::string_view::npos || colon < 6) return std::nullopt;
-  return std::pair{std::string(endpoint.substr(6, colon - 6)),
-                   std::string(endpoint.substr(colon + 1))};
-}
-
+/// The numeric port of a tcp://HOST:PORT endpoint; nullopt for a wildcard port or other schemes.
 std::optional<std::uint32_t> fixedPort(std::string_view endpoint) {
-  const auto hp = splitTcp(endpoint);
-  if (!hp) return std::nullopt;
-  std::uint32_t port = 0;
-  const std::string& text = hp->second;
-  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), port);
-  if (text.empty() || ec != std::errc{} || end != text.data() + text.size()) return std::nullopt;
-  return port;
+  const auto ep = parseEndpoint(endpoint);
+  return ep ? ep->numericPort() : std::nullopt;
 }
 
 struct Socket {
@@ -204,9 +192,10 @@ Result<std::vector<ServiceConfig>> planFleet(const ServiceConfig& config) {
     w.service.worker_label = label(base_id + i);
     for (EndpointConfig* ep : mutableEndpoints(w)) {
       if (ep->connect) continue;
-      if (const auto port = fixedPort(ep->endpoint)) {
-        ep->endpoint = tcpAt(splitTcp(ep->endpoint)->first, *port + shift);
-      } else if (ep->endpoint.starts_with("ipc://") || ep->endpoint.starts_with("inproc://")) {
+      const auto parsed = parseEndpoint(ep->endpoint);
+      if (const auto port = parsed ? parsed->numericPort() : std::nullopt) {
+        ep->endpoint = tcpAt(parsed->host, *port + shift);
+      } else if (parsed && !parsed->isTcp()) {
         ep->endpoint += "_w" + std::to_string(i);
       }
     }

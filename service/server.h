@@ -15,8 +15,11 @@
 //
 // The bookkeeping is in socket-free units the loop calls: RouteTable (who owns which request,
 // what it was sent, owed terminals), OutputBatcher (a pass's outputs -> one message per client),
-// LoopClock / PollTimeout (engine time <-> wall time, the poll timeout); service/README.md has
-// the file table.
+// LoopClock / PollTimeout (engine time <-> wall time, the poll timeout), admission (limits,
+// rank choice, paused submits, the address-space probe), PrefillHolds / PendingHandoffs (the
+// two sides of a live handoff); RankPublishers opens each rank's publishers. Server::Impl lives
+// in service/detail/server_impl.h, implemented in server*.cpp; service/README.md has the file
+// table.
 //
 // Backpressure: the submit ROUTER uses ROUTER_MANDATORY; what a client is owed but could not be
 // sent (its pipe is full) waits in its queue, in order — acks, outputs, terminals — each request

@@ -105,4 +105,34 @@ RoutedEnvelope splitRoutedEnvelope(const std::vector<zmq::message_t>& parts,
 
 std::string_view sendOutcomeName(SendOutcome outcome) { return enumName(kSendOutcomes, outcome); }
 
+PollSet::Slot PollSet::add(void* socket_handle, bool wanted) {
+  items_.push_back({socket_handle, 0, static_cast<short>(wanted ? ZMQ_POLLIN : 0), 0});
+  return items_.size() - 1;
+}
+
+PollSet::Slot PollSet::addFd(int fd) {
+  items_.push_back({nullptr, fd, ZMQ_POLLIN, 0});
+  return items_.size() - 1;
+}
+
+void PollSet::poll(std::chrono::milliseconds timeout) {
+  for (zmq::pollitem_t& item : items_) item.revents = 0;
+  try {
+    zmq::poll(items_, timeout);
+  } catch (const zmq::error_t& e) {
+    if (e.num() != EINTR) throw;
+  }
+}
+
+bool PollSet::readable(Slot slot) const {
+  return slot < items_.size() && (items_[slot].revents & ZMQ_POLLIN) != 0;
+}
+
+bool PollSet::anyReadable(Range range) const {
+  for (Slot s = range.begin; s < range.end; ++s) {
+    if (readable(s)) return true;
+  }
+  return false;
+}
+
 }  // namespace mocker::service

@@ -15,6 +15,7 @@
 // Thread-compatible: a socket is used by one thread at a time, as ZeroMQ requires.
 #pragma once
 
+#include <chrono>
 #include <cstddef>
 #include <optional>
 #include <span>
@@ -101,5 +102,34 @@ RoutedEnvelope splitRoutedEnvelope(const std::vector<zmq::message_t>& parts,
 
 /// Lower-case name of an outcome ("would_block"), for logs and tests.
 std::string_view sendOutcomeName(SendOutcome outcome);
+
+/// A zmq_poll set rebuilt each loop turn, whose entries are named by the slot add() returned
+/// (not by their position): the loop keeps the slots of what it added and asks readable(slot).
+class PollSet {
+ public:
+  using Slot = std::size_t;
+  /// Consecutive slots [begin, end) (e.g. one per DP rank).
+  struct Range {
+    Slot begin = 0;
+    Slot end = 0;
+  };
+
+  void clear() { items_.clear(); }
+  /// A ZeroMQ socket (its handle); `wanted` false polls it for nothing (kept in the set, never
+  /// readable).
+  Slot add(void* socket_handle, bool wanted = true);
+  /// A file descriptor (eventfd, timerfd).
+  Slot addFd(int fd);
+  /// The next slot add() will return (the start of a Range).
+  Slot next() const { return items_.size(); }
+  /// zmq_poll for up to `timeout` (-1: no limit). An interrupted poll (EINTR) returns with
+  /// nothing readable; other errors throw zmq::error_t.
+  void poll(std::chrono::milliseconds timeout);
+  bool readable(Slot slot) const;
+  bool anyReadable(Range range) const;
+
+ private:
+  std::vector<zmq::pollitem_t> items_;
+};
 
 }  // namespace mocker::service

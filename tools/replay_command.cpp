@@ -15,6 +15,7 @@
 #include <sstream>
 #include <tuple>
 
+#include "base/endpoint.h"
 #include "tools/replay/azure_trace.h"
 #include "tools/replay/collector.h"
 #include "tools/replay/live_replay.h"
@@ -27,7 +28,6 @@
 #include "tools/replay/trace_dialect.h"
 
 #include "engine/config.h"
-#include "publishers/endpoint.h"
 #include "service/config.h"
 #include "service/fleet.h"
 #include "tools/build_info.h"
@@ -662,20 +662,6 @@ bool ReplayCommand::parsed() const { return cmd_->parsed(); }
 
 namespace {
 
-/// The endpoint `offset` ports after a tcp://HOST:PORT submit endpoint (the `mocker serve`
-/// default layout: cancel + 1, kv_events + 2, kv_replay + 3).
-Result<std::string> defaultEndpointAfter(const std::string& submit, std::uint32_t offset,
-                                         const char* flag) {
-  auto cancel = replay::defaultCancelEndpoint(submit);  // checks the form, gives port + 1
-  if (!cancel) {
-    return invalidArgument(std::string(flag) + ": cannot derive it from '" + submit +
-                           "' (give it explicitly): " + cancel.error().message);
-  }
-  auto shifted = publishers::offsetEndpoint(*cancel, offset - 1);
-  if (!shifted) return invalidArgument(std::string(flag) + ": " + shifted.error().message);
-  return *shifted;
-}
-
 /// --connect-kv-events / --connect-kv-replay: one per server, or none (the default layout).
 Status addKvEndpoints(const ReplayFlags& f, std::vector<replay::LiveTarget>& targets) {
   if (!f.fleet_kv_events.empty() && f.connect_kv_events.empty() && f.connect_kv_replay.empty()) {
@@ -705,7 +691,11 @@ Status addKvEndpoints(const ReplayFlags& f, std::vector<replay::LiveTarget>& tar
     for (std::size_t i = 0; i < targets.size(); ++i) {
       std::string ep;
       if (list->empty()) {
-        MOCKER_TRY(ep, defaultEndpointAfter(targets[i].submit_endpoint, offset, flag));
+        auto derived = replay::defaultEndpointAfter(
+            targets[i].submit_endpoint, offset,
+            offset == 2 ? "the KV-event endpoint" : "the KV-event replay endpoint", flag);
+        if (!derived) return invalidArgument(std::string(flag) + ": " + derived.error().message);
+        ep = std::move(*derived);
       } else {
         ep = (*list)[i];
       }
@@ -728,6 +718,9 @@ Result<std::vector<replay::LiveTarget>> liveTargets(const ReplayFlags& f) {
   std::vector<replay::LiveTarget> targets;
   for (std::size_t i = 0; i < f.connect.size(); ++i) {
     replay::LiveTarget t{.submit_endpoint = f.connect[i]};
+    if (auto parsed = parseEndpoint(f.connect[i]); !parsed) {
+      return invalidArgument("--connect: " + parsed.error().message);
+    }
     if (f.connect_cancel.empty()) {
       MOCKER_TRY(t.cancel_endpoint, replay::defaultCancelEndpoint(f.connect[i]));
     } else {

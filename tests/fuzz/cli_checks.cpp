@@ -6,7 +6,7 @@
 #include <string_view>
 #include <vector>
 
-#include "publishers/endpoint.h"
+#include "base/endpoint.h"
 #include "service/config.h"
 #include "tests/fuzz/fuzz_checks.h"
 #include "tests/fuzz/fuzz_util.h"
@@ -61,7 +61,7 @@ void checkCliText(Input input) {
       break;
     }
     case 2: {
-      const auto endpoint = publishers::offsetEndpoint(text, arg);
+      const auto endpoint = offsetEndpoint(text, arg);
       if (!endpoint) MOCKER_FUZZ_REQUIRE(!endpoint.error().message.empty());
       if (endpoint && arg == 0) MOCKER_FUZZ_REQUIRE(*endpoint == text);
       break;

@@ -225,5 +225,33 @@ TEST(ZmqIoTest, OutcomeNames) {
   EXPECT_EQ(sendOutcomeName(SendOutcome::Failed), "failed");
 }
 
+TEST(PollSetTest, SlotsNameWhatWasAddedAndOnlyReadableOnesReport) {
+  RouterDealer s;
+  zmq::context_t ctx;
+  zmq::socket_t quiet(ctx, zmq::socket_type::pull);
+  quiet.bind("inproc://poll-set-quiet");
+  PollSet poll;
+  const PollSet::Slot dealer = poll.add(s.dealer.handle());
+  const PollSet::Range ranks{poll.next(), poll.next()};  // an empty range
+  const PollSet::Slot router = poll.add(s.router.handle());
+  const PollSet::Slot unwanted = poll.add(quiet.handle(), /*wanted=*/false);
+  EXPECT_EQ(router, dealer + 1);
+  EXPECT_EQ(unwanted, router + 1);
+  const std::array<zmq::const_buffer, 1> hello{zmq::str_buffer("hello")};
+  ASSERT_EQ(trySendMultipart(s.dealer, hello), SendOutcome::Sent);
+  poll.poll(std::chrono::milliseconds(10000));
+  EXPECT_TRUE(poll.readable(router));
+  EXPECT_FALSE(poll.readable(dealer));
+  EXPECT_FALSE(poll.readable(unwanted));
+  EXPECT_FALSE(poll.readable(unwanted + 1));  // past the set: never readable
+  EXPECT_FALSE(poll.anyReadable(ranks));
+  EXPECT_TRUE(poll.anyReadable({dealer, unwanted + 1}));
+  // Rebuilt for the next turn: nothing is readable until polled again.
+  poll.clear();
+  const PollSet::Slot again = poll.add(s.router.handle());
+  EXPECT_EQ(again, 0u);
+  EXPECT_FALSE(poll.readable(again));
+}
+
 }  // namespace
 }  // namespace mocker::service

@@ -112,6 +112,17 @@ TEST(DefaultCancelEndpointTest, TcpPortPlusOneElseAnErrorNamingTheEndpoint) {
     ASSERT_FALSE(r.has_value()) << bad;
     EXPECT_NE(r.error().message.find(bad), std::string::npos) << r.error().message;
   }
+  // An endpoint without its scheme says what is missing (`--connect localhost:5555`).
+  const auto no_scheme = defaultCancelEndpoint("localhost:5555");
+  ASSERT_FALSE(no_scheme.has_value());
+  EXPECT_NE(no_scheme.error().message.find("missing tcp://"), std::string::npos)
+      << no_scheme.error().message;
+  // The layout's other endpoints: PORT + 2 (KV events), PORT + 3 (KV replay).
+  EXPECT_EQ(defaultEndpointAfter("tcp://127.0.0.1:5555", 3, "the replay endpoint", "--x").value(),
+            "tcp://127.0.0.1:5558");
+  const auto past = defaultEndpointAfter("tcp://h:65533", 3, "the replay endpoint", "--x");
+  ASSERT_FALSE(past.has_value());
+  EXPECT_NE(past.error().message.find("1..65532"), std::string::npos) << past.error().message;
 }
 
 // The tiny trace through one live server: every request completes with its planned tokens,

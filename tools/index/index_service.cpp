@@ -15,11 +15,11 @@
 #include <zmq.hpp>
 #include <zmq_addon.hpp>
 
+#include "base/endpoint.h"
 #include "protocol/client.h"
 #include "protocol/framing.h"
 #include "protocol/kv_events.h"
 #include "protocol/limits.h"
-#include "publishers/endpoint.h"
 #include "service/security.h"
 #include "service/stop_event.h"
 #include "service/zap_handler.h"
@@ -119,9 +119,9 @@ Result<std::vector<WorkerEndpoint>> parseWorkerSpec(std::string_view spec) {
   for (std::uint32_t r = 0; r < dp; ++r) {
     WorkerEndpoint w = base;
     w.dp_rank = r;
-    MOCKER_TRY(w.events, publishers::offsetEndpoint(base.events, r));
+    MOCKER_TRY(w.events, offsetEndpoint(base.events, r));
     if (!base.replay.empty()) {
-      MOCKER_TRY(w.replay, publishers::offsetEndpoint(base.replay, r));
+      MOCKER_TRY(w.replay, offsetEndpoint(base.replay, r));
     }
     out.push_back(std::move(w));
   }

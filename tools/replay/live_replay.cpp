@@ -19,8 +19,8 @@
 #include <zmq_addon.hpp>
 
 #include "base/check.h"
+#include "base/endpoint.h"
 #include "protocol/index_query.h"
-#include "publishers/endpoint.h"
 #include "service/client.h"
 #include "service/loop_clock.h"
 #include "tools/index/index_service.h"
@@ -172,7 +172,7 @@ class LiveKvIndex {
                              " endpoint of server " + server);
     }
     if (rank < endpoints.size()) return endpoints[rank];
-    if (endpoints.size() == 1) return publishers::offsetEndpoint(endpoints.front(), rank);
+    if (endpoints.size() == 1) return offsetEndpoint(endpoints.front(), rank);
     return invalidArgument("server " + server + " has more DP ranks than " + what +
                            " endpoints given");
   }
@@ -971,28 +971,27 @@ Result<std::uint32_t> resolveKvBlockSize(
   return *reported;
 }
 
+Result<std::string> defaultEndpointAfter(std::string_view submit_endpoint, std::uint32_t offset,
+                                         std::string_view what, std::string_view flag) {
+  const std::string text(submit_endpoint);
+  const std::string plus = "PORT + " + std::to_string(offset);
+  MOCKER_TRY(const Endpoint ep, parseEndpoint(submit_endpoint));
+  if (!ep.isTcp()) {
+    return invalidArgument("cannot derive " + std::string(what) + " of '" + text +
+                           "' (only tcp://HOST:PORT has a default, " + plus + "): give it with " +
+                           std::string(flag));
+  }
+  const std::optional<std::uint32_t> port = ep.numericPort();
+  if (!port || *port == 0 || std::uint64_t{*port} + offset > 65535) {
+    return invalidArgument("endpoint '" + text + "': expected a port in 1.." +
+                           std::to_string(65535 - offset) + " after the last ':' (" +
+                           std::string(what) + " is " + plus + ")");
+  }
+  return ep.withPort(*port + offset);
+}
+
 Result<std::string> defaultCancelEndpoint(std::string_view submit_endpoint) {
-  const std::string ep(submit_endpoint);
-  if (!submit_endpoint.starts_with("tcp://")) {
-    return invalidArgument("cannot derive the cancel endpoint of '" + ep +
-                           "' (only tcp://HOST:PORT has a default, PORT + 1): give it with "
-                           "--connect-cancel");
-  }
-  const std::size_t colon = submit_endpoint.rfind(':');
-  if (colon == std::string_view::npos || colon < 6) {
-    return invalidArgument("endpoint '" + ep + "' has no port (expected tcp://HOST:PORT)");
-  }
-  const std::string_view port_text = submit_endpoint.substr(colon + 1);
-  std::uint32_t port = 0;
-  const auto [ptr, ec] =
-      std::from_chars(port_text.data(), port_text.data() + port_text.size(), port);
-  if (port_text.empty() || ec != std::errc{} || ptr != port_text.data() + port_text.size() ||
-      port == 0 || port >= 65535) {
-    return invalidArgument("endpoint '" + ep +
-                           "': expected a port in 1..65534 after the last ':' (the cancel "
-                           "endpoint is PORT + 1)");
-  }
-  return std::string(submit_endpoint.substr(0, colon + 1)) + std::to_string(port + 1);
+  return defaultEndpointAfter(submit_endpoint, 1, "the cancel endpoint", "--connect-cancel");
 }
 
 LiveTimingSummary summarizeLiveTiming(const LiveReplayStats& stats, bool closed_loop,

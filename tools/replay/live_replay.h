@@ -77,10 +77,15 @@ struct LiveTarget {
   std::vector<std::string> kv_replay{};
 };
 
-/// The cancel endpoint of a server whose submit endpoint is `submit_endpoint` when none is
-/// given: the same tcp:// host with port + 1 (the `mocker serve` default layout). Errors for
-/// other schemes (ipc://, inproc://: give the cancel endpoint explicitly), a missing or wildcard
-/// port, or port 65535.
+/// The endpoint `offset` ports after a server's tcp://HOST:PORT submit endpoint, when none is
+/// given (the `mocker serve` default layout: cancel + 1, kv_events + 2, kv_replay + 3). `what`
+/// names it in errors ("the cancel endpoint"), `flag` the option that gives it explicitly.
+/// Errors for text that is no endpoint (e.g. "missing tcp://"), other schemes (ipc://,
+/// inproc://), a missing or wildcard port, or a port past 65535 - offset.
+Result<std::string> defaultEndpointAfter(std::string_view submit_endpoint, std::uint32_t offset,
+                                         std::string_view what, std::string_view flag);
+
+/// defaultEndpointAfter(submit_endpoint, 1): the cancel endpoint (--connect-cancel).
 Result<std::string> defaultCancelEndpoint(std::string_view submit_endpoint);
 
 /// How a dispatch picks its server.

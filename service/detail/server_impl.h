@@ -1,0 +1,263 @@
+// Server::Impl, the serve loop's state and steps, shared by the files that implement it:
+//   server.cpp           setup, the loop (poll set, timeout, readable sockets), passes, shutdown
+//   server_requests.cpp  sends, and the requests read from the submit and cancel sockets
+//   server_streams.cpp   outputs delivered per client, owed messages, streams that end early
+//   server_handoff.cpp   disaggregated prefill/decode: holds, kv_fetch / kv_release, handoffs
+// Internal to service/ (see server.h for the design).
+#pragma once
+
+#include <spdlog/spdlog.h>
+
+#include <chrono>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+#include <zmq.hpp>
+
+#include "engine/engine.h"
+#include "protocol/client.h"
+#include "service/admission.h"
+#include "service/connection_monitor.h"
+#include "service/loop_clock.h"
+#include "service/metrics_publisher.h"
+#include "service/output_batcher.h"
+#include "service/pending_handoffs.h"
+#include "service/prefill_holds.h"
+#include "service/rank_publishers.h"
+#include "service/route_table.h"
+#include "service/security.h"
+#include "service/server.h"
+#include "service/stop_event.h"
+#include "service/zap_handler.h"
+#include "service/zmq_io.h"
+
+namespace mocker::service {
+
+class Server::Impl {
+ public:
+  using Clock = std::chrono::steady_clock;
+  using ClientMessage = protocol::ClientMessage;
+  using FinishReason = protocol::FinishReason;
+
+  /// Submits read per loop iteration before cancels are looked at again (cancel latency bound).
+  static constexpr int kSubmitsPerIteration = 64;
+  /// Submits read per iteration even when a pass end is due (the rest wait for the next
+  /// iteration, after the pass is published): progress for submits, bounded delay for passes.
+  static constexpr int kSubmitsPastDeadline = 8;
+  /// How often a client owed a terminal message is retried while nothing else wakes the loop.
+  static constexpr auto kOwedRetryInterval = std::chrono::milliseconds(5);
+  /// A client whose sends keep failing with EHOSTUNREACH this long is considered gone.
+  static constexpr auto kGoneAfter = std::chrono::milliseconds(1000);
+  /// How far behind the modelled timeline a rank's next pass may start (catching up by running
+  /// passes back to back) before the schedule gives up and starts it now (a resync: lateness
+  /// is then inherited, and counted).
+  static constexpr double kMaxCatchUpMs = 100.0;
+  /// After client traffic, free heap memory is handed back to the OS at most this often.
+  static constexpr auto kTrimInterval = std::chrono::milliseconds(1000);
+
+  /// Who sent a message, beyond its routing id (service/README.md, "Ownership").
+  struct Peer {
+    std::string principal;  ///< the CURVE public key (Z85); empty without CURVE
+    int connection_fd = -1;
+  };
+  static Peer peerOf(const std::vector<zmq::message_t>& parts);
+  /// The "serve" logger (registered on first use).
+  static std::shared_ptr<spdlog::logger> serveLogger();
+  /// Sends one message on a decode worker's DEALER to a prefill worker, without blocking; false
+  /// if it could not be queued (the pipe is full, or the socket failed).
+  static bool sendToSource(zmq::socket_t& dealer, const ClientMessage& message);
+
+  Impl(ServiceConfig config, ServerOptions options, engine::Engine&& engine)
+      : config_(std::move(config)),
+        options_(options),
+        engine_(std::move(engine)),
+        log_(options_.log_name.empty() ? serveLogger() : serveLogger()->clone(options_.log_name)),
+        routes_(kGoneAfter),
+        metrics_(config_, log_, start_,
+                 [this](std::vector<engine::LoadMetrics>& load, ServiceMetrics& service) {
+                   collectMetrics(load, service);
+                 }) {}
+
+  Status init();
+  Status run();
+  void requestStop() { stop_event_.notify(); }
+  std::uint64_t numRefusedHandshakes() const { return zap_ ? zap_->numRefused() : 0; }
+  const MetricsBoard& metricsBoard() const { return metrics_.board(); }
+
+  BoundEndpoints endpoints;
+  ServerCounters counters;
+
+ private:
+  struct Rank {
+    std::optional<engine::PassResult> in_flight;
+    Clock::time_point deadline{};
+    bool stalled = false;  // a pass made no progress: wait for input before stepping again
+    // Where the next pass starts on the engine clock: the previous pass's modelled end while the
+    // rank stays busy, the arrival of the submit that woke it when it was idle (none: now).
+    std::optional<double> anchor_ms;
+    RankPublishers pub;
+  };
+
+  double engineNowMs() const { return clock_.engineMs(Clock::now()); }
+
+  // Disaggregated prefill/decode (service/README.md "Disaggregated prefill/decode (live)").
+  bool isPrefill() const { return config_.engine.worker_type == engine::WorkerType::Prefill; }
+  bool isDecode() const { return config_.engine.worker_type == engine::WorkerType::Decode; }
+  /// Prefill: sends the `handoff` of each ticket of a completed pass (or ends its request).
+  void publishHandoffs(const engine::PassResult& pass);
+  /// Prefill: frees held request `id` (no longer held) in the engine and closes its route.
+  void endHeld(engine::RequestId id);
+  void handleHandoffSocketMessage(std::vector<zmq::message_t>& parts);
+  /// Prefill: answers a kv_fetch on the handoff ROUTER.
+  void replyFetch(const PrefillHolds::Requester& to, const std::string& key,
+                  protocol::KvFetchResult result);
+  /// Prefill: answers the kv_fetches whose transfer end has come.
+  void answerDueFetches();
+  /// Decode: a submit carrying a ticket; the refusal reason, or the engine's id.
+  Result<engine::RequestId> submitHandoff(const protocol::SubmitRequest& req, std::uint32_t rank,
+                                          double now_ms);
+  /// Decode: the DEALER to `source`, connected on first use; nullptr past the source limit.
+  zmq::socket_t* sourceSocket(const std::string& source);
+  /// Decode: sends the kv_fetch of every handoff the engine reserved since the last call.
+  void sendFetches();
+  void readFetchReplies(zmq::socket_t& dealer);
+  /// Decode: ends a pending handoff's request with finish "error", reason `why` ("handoff: ...");
+  /// `release`: tell the source to free the KV.
+  void failHandoff(engine::RequestId id, std::string why, bool release);
+  void expireFetches();
+
+  // Sockets: setup, sends.
+  Result<zmq::socket_t> makeRouter(const EndpointConfig& ep, std::string& resolved,
+                                   const char* zap_domain = kZapDomain);
+  Status startSecurity();
+  /// Sets CURVE server options on a socket about to bind (no-op without CURVE).
+  void secure(zmq::socket_t& socket, const char* zap_domain = kZapDomain) const {
+    if (curve_) makeCurveServer(socket, *curve_, zap_domain);
+  }
+  SendOutcome sendTo(zmq::socket_t& socket, const std::string& client, bool delimiter,
+                     std::vector<std::byte>&& payload);
+  void reply(zmq::socket_t& socket, const RoutedEnvelope& to, const ClientMessage& message);
+
+  // Requests: read and answer.
+  void drainCancels();
+  std::optional<ClientMessage> decodeRequest(zmq::socket_t& socket, const RoutedEnvelope& from);
+  void handleCancelSocketMessage(std::vector<zmq::message_t>& parts);
+  /// Reads up to `budget` submit-socket messages, stopping early (after kSubmitsPastDeadline)
+  /// once `until` (the next pass end) has passed: a burst of large submits must not make the
+  /// pass late.
+  int drainSubmits(int budget, std::optional<Clock::time_point> until = std::nullopt);
+  void handleSubmitSocketMessage(std::vector<zmq::message_t>& parts);
+  /// Accepts one submit. Throws std::bad_alloc (engine and route table unchanged) when it runs
+  /// out of memory; drainSubmits turns that into a `resource_exhausted` error.
+  void handleSubmit(const RoutedEnvelope& from, const Peer& peer, protocol::SubmitRequest&& req);
+  /// Answers a submit-socket message that ran out of memory with `resource_exhausted`.
+  void refuseOutOfMemory(std::vector<zmq::message_t>& parts);
+  void handleCancel(zmq::socket_t& reply_socket, const RoutedEnvelope& from, const Peer& peer,
+                    const protocol::CancelRequest& req);
+  protocol::StatsReply statsReply(const RoutedEnvelope& from, const Peer& peer) const;
+  /// The kv_snapshot reply, or the error when it would not fit the protocol's limits.
+  ClientMessage kvSnapshotReply(const protocol::KvSnapshotRequest& req) const;
+  bool submitsPaused() const {
+    return service::submitsPaused(engine_, config_.service.max_submit_backlog);
+  }
+
+  // Passes: start, complete, deliver outputs.
+  void startPasses();
+  /// Whether passes wait for their modelled end (speedup_ratio > 0).
+  bool paced() const { return config_.engine.speedup_ratio > 0; }
+  void completeDuePasses(bool force);
+  /// Publishes rank r's in-flight pass; `timed`: record its lateness (when its outputs go out).
+  void completePass(std::uint32_t r, bool timed);
+  void deliver();
+  void heartbeats();
+  void serviceReplays();
+  void trimHeap();
+  /// The gauges and counters of a metrics snapshot (MetricsPublisher calls it when due).
+  void collectMetrics(std::vector<engine::LoadMetrics>& load, ServiceMetrics& service) const;
+  /// Waits until the startup delay is over; false if a stop came first.
+  bool awaitStartup();
+  /// The poll timeout of this loop turn (pass ends, heartbeats, timers, retries); arms the pass
+  /// timer at the earliest in-flight pass end, returned in `next_end`.
+  std::chrono::milliseconds pollTimeout(Clock::time_point now,
+                                        std::optional<Clock::time_point>& next_end);
+  /// What one loop turn polls, by name (slots of `poll_`).
+  struct PollSlots {
+    PollSet::Slot stop = 0, pass_timer = 0, cancel = 0, submit = 0, monitor = 0;
+    PollSet::Range replays;
+    std::optional<PollSet::Slot> handoff;
+    PollSet::Range sources;  ///< in sources_ order
+  };
+  PollSlots fillPollSet();
+  /// Reads what the poll found readable; false when a stop without drain ends the loop.
+  bool serviceReadable(const PollSlots& slots, std::optional<Clock::time_point> next_end,
+                       bool& draining);
+
+  // Streams that end early: cancel in the engine, owe the client its terminal.
+  void cancelInEngine(engine::RequestId id, std::uint32_t rank);
+  /// The KV-event batch whose state the engine's cache of rank `r` is in now: the last one
+  /// published, or the next one when a running pass has events still to publish at its end.
+  std::optional<std::uint64_t> lastKvSeq(std::uint32_t r) const {
+    const Rank& rank = ranks_[r];
+    return rank.pub.lastKvSeq(rank.in_flight && !rank.in_flight->kv_events.empty());
+  }
+  void abandon(engine::RequestId id, std::string why);
+  /// Forgets `client`, cancelling its active requests (counted in `cancelled`).
+  void dropClient(const std::string& client, std::uint64_t& cancelled);
+  void endClosedConnections();
+  /// What flush() left: the queue is empty, still waiting (pipe full), or the client is gone.
+  enum class Flush { Done, Blocked, Gone };
+  /// Sends `client`'s queue in order, as many messages as its pipe takes.
+  Flush flush(const std::string& client);
+  void retryOwed();
+  /// Queues entry `e` of a batch that could not be sent, or abandons its request when its
+  /// buffer is full.
+  void bufferOrAbandon(const OutputBatcher::Entry& e);
+  void shutdown();
+
+  ServiceConfig config_;
+  ServerOptions options_;
+  engine::Engine engine_;
+  std::shared_ptr<spdlog::logger> log_;
+  StopEvent stop_event_;
+  PassTimer pass_timer_;  // fires at the earliest pass end
+  LatenessStats lateness_;
+  std::uint64_t resyncs_ = 0;
+  bool stopping_ = false;
+  Clock::time_point start_ = Clock::now();
+  LoopClock clock_{start_};
+  Clock::time_point accept_from_ = start_;
+
+  // The context: options_.context when given (shared by a fleet), else one of this server's own.
+  std::shared_ptr<zmq::context_t> context_owner_ =
+      options_.context ? options_.context : std::make_shared<zmq::context_t>(1);
+  zmq::context_t& context_ = *context_owner_;
+  std::optional<CurveServerKeys> curve_;  // set iff security.curve
+  std::unique_ptr<ZapHandler> zap_;       // before every socket: destroyed after them
+  zmq::socket_t submit_;
+  zmq::socket_t cancel_;
+  std::unique_ptr<ConnectionMonitor> submit_monitor_;
+  std::vector<int> closed_fds_;  // scratch: submit connections that closed
+  std::vector<Rank> ranks_;
+  PollSet poll_;
+  zmq::socket_t handoff_;                         // prefill worker: handoff ROUTER
+  PrefillHolds holds_{config_.engine};            // prefill: KV held for decode workers
+  PendingHandoffs pending_;                       // decode: handoffs waiting for their KV
+  std::map<std::string, zmq::socket_t> sources_;  // decode: DEALER per prefill worker
+  CurveClientKeys handoff_client_;                // decode: CURVE toward sources (or disabled)
+
+  RouteTable routes_;
+  OutputBatcher batcher_;
+  std::vector<std::string> gone_;                   // scratch: clients found gone while delivering
+  std::vector<protocol::RequestOutputView> views_;  // scratch: queued outputs being encoded
+  std::uint64_t reads_since_trim_ = 0;              // client messages read since the last trimHeap
+  Clock::time_point last_trim_ = start_;
+  std::size_t iterations_since_check_ = 0;  // debug builds: loop turns since the routes' check
+  AddressSpaceProbe address_space_;         // refuses submits when memory runs out
+
+  MetricsPublisher metrics_;  // after log_ and start_, which it is built from
+};
+
+}  // namespace mocker::service
