@@ -28,6 +28,9 @@ const std::array<RooflineCoefficientInfo, kNumRooflineCoefficients> kTable{{
     {"attention_decode_efficiency", &C::attention_decode_efficiency,
      kDefaults.attention_decode_efficiency, 0.02, 1.0,
      "attention KV-read bytes/s as a fraction of memory bandwidth (decodes)"},
+    {"attention_mixed_decode_factor", &C::attention_mixed_decode_factor,
+     kDefaults.attention_mixed_decode_factor, 0.05, 1.0,
+     "multiplies the decode attention efficiency for decodes in a pass with a prompt chunk"},
     {"moe_compute_efficiency", &C::moe_compute_efficiency, kDefaults.moe_compute_efficiency, 0.02,
      1.0, "expert GEMM FLOP/s as a fraction of the BF16 peak"},
     {"moe_memory_efficiency", &C::moe_memory_efficiency, kDefaults.moe_memory_efficiency, 0.02, 1.0,
@@ -100,14 +103,19 @@ double denseLayerMs(const Shapes& s, const C& k, double tokens) {
 /// Attention of one layer: per sequence, max(causal FLOPs of its chunk over its context, KV
 /// bytes it reads), summed; one kernel launch.
 double attentionLayerMs(const Shapes& s, const C& k, std::span<const PassSequence> seqs) {
+  const bool mixed =
+      std::any_of(seqs.begin(), seqs.end(), [](const PassSequence& q) { return q.new_tokens > 1; });
+  const double decode_efficiency =
+      k.attention_decode_efficiency * (mixed ? k.attention_mixed_decode_factor : 1.0);
   double seconds = 0.0;
   for (const PassSequence& q : seqs) {
     const double n = q.new_tokens;
     const double ctx = static_cast<double>(q.context);
     const double flops = 4.0 * s.heads * s.hd * n * (ctx + (n + 1.0) / 2.0);
     const double bytes = (ctx + n) * 2.0 * s.kvd * s.kvb + n * 2.0 * s.qd * kActBytes;
+    const double efficiency = q.new_tokens == 1 ? decode_efficiency : k.attention_decode_efficiency;
     seconds += std::max(flops / (s.flops_per_s * k.attention_prefill_efficiency),
-                        bytes / (s.bytes_per_s * k.attention_decode_efficiency));
+                        bytes / (s.bytes_per_s * efficiency));
   }
   return k.kernel_overhead_us * 1e-3 + seconds * 1e3;
 }

@@ -22,17 +22,20 @@ namespace mocker::engine {
 /// per-operator kernel profiles (data/calibration/README.md); every member is listed in
 /// rooflineCoefficientTable() with its bounds.
 struct RooflineCoefficients {
-  double pass_overhead_ms = 2.0;         ///< fixed per pass (scheduling, launch, sync)
-  double sequence_overhead_us = 15.0;    ///< per scheduled sequence (input prep, sampling)
-  double kernel_overhead_us = 4.0;       ///< per kernel launch (GEMM, attention, MoE, norm group)
-  double gemm_compute_efficiency = 0.7;  ///< dense GEMM FLOP/s / peak
-  double gemm_memory_efficiency = 0.8;   ///< dense GEMM and elementwise bytes/s / bandwidth
-  double attention_prefill_efficiency = 0.5;  ///< attention FLOP/s / peak (prefill chunks)
-  double attention_decode_efficiency = 0.6;   ///< attention KV-read bytes/s / bandwidth (decodes)
-  double moe_compute_efficiency = 0.4;        ///< expert GEMM FLOP/s / peak
-  double moe_memory_efficiency = 0.6;         ///< expert-weight bytes/s / bandwidth
-  double allreduce_efficiency = 0.7;          ///< all-reduce bytes/s / interconnect bandwidth
-  double allreduce_latency_us = 10.0;         ///< fixed latency of one all-reduce
+  double pass_overhead_ms = 1.0;          ///< fixed per pass (scheduling, launch, sync)
+  double sequence_overhead_us = 2.0;      ///< per scheduled sequence (input prep, sampling)
+  double kernel_overhead_us = 8.0;        ///< per kernel launch (GEMM, attention, MoE, norm group)
+  double gemm_compute_efficiency = 0.75;  ///< dense GEMM FLOP/s / peak
+  double gemm_memory_efficiency = 0.85;   ///< dense GEMM and elementwise bytes/s / bandwidth
+  double attention_prefill_efficiency = 0.4;  ///< attention FLOP/s / peak (prefill chunks)
+  double attention_decode_efficiency = 0.7;   ///< attention KV-read bytes/s / bandwidth (decodes)
+  /// Multiplies attention_decode_efficiency for decodes in a pass that also has a prompt chunk
+  /// (the varlen prefill kernel reads their KV at about half the decode kernel's rate).
+  double attention_mixed_decode_factor = 0.5;
+  double moe_compute_efficiency = 0.5;  ///< expert GEMM FLOP/s / peak
+  double moe_memory_efficiency = 0.8;   ///< expert-weight bytes/s / bandwidth
+  double allreduce_efficiency = 0.7;    ///< all-reduce bytes/s / interconnect bandwidth
+  double allreduce_latency_us = 10.0;   ///< fixed latency of one all-reduce
 };
 
 /// One fitted coefficient: name (config key under [engine.roofline]), the member, its default,
@@ -46,7 +49,7 @@ struct RooflineCoefficientInfo {
   std::string_view doc;
 };
 
-inline constexpr std::size_t kNumRooflineCoefficients = 11;
+inline constexpr std::size_t kNumRooflineCoefficients = 12;
 
 /// Every coefficient (kNumRooflineCoefficients), in a fixed order. Calibration fits exactly
 /// these, by name.
@@ -73,7 +76,8 @@ struct RooflineConfig {
 std::optional<std::string> checkRooflineConfig(const RooflineConfig& config);
 
 /// One sequence of a pass: `new_tokens` computed this pass (a prompt chunk, or 1 for a decode)
-/// after `context` tokens already in KV.
+/// after `context` tokens already in KV. A pass with any sequence of more than one new token is
+/// "mixed": its one-token sequences (decodes) read KV at the mixed-decode rate.
 struct PassSequence {
   std::uint32_t new_tokens = 0;
   std::uint64_t context = 0;

@@ -535,7 +535,11 @@ Result<ServiceConfig> finishServiceConfig(ServiceConfig config, const KeyOrigins
     }
     auto built = buildRooflineConfig(config.roofline, text);
     if (!built) {
-      return Error{built.error().code, origin("engine.model_config_path") + built.error().message};
+      // The message starts with the key it is about ("engine.gpu: …", "engine.model.x is …").
+      const std::string& message = built.error().message;
+      const std::string key = message.substr(0, message.find_first_of(": ("));
+      return Error{built.error().code,
+                   origin(origins.contains(key) ? key : "engine.model_config_path") + message};
     }
     config.engine.roofline = std::move(*built);
     // A handoff moves every layer's K and V of the model unless the key says otherwise.

@@ -62,7 +62,7 @@ ModelArch qwen3_30b_a3b() {
 RooflineCoefficients ideal() {
   RooflineCoefficients c;
   for (const RooflineCoefficientInfo& e : rooflineCoefficientTable()) {
-    c.*e.member = e.name.ends_with("efficiency") ? 1.0 : 0.0;
+    c.*e.member = e.name.ends_with("efficiency") || e.name.ends_with("factor") ? 1.0 : 0.0;
   }
   return c;
 }
@@ -118,7 +118,11 @@ TEST(RooflineTest, MixedPassCountsEveryTokenOnceAndEverySequencesAttention) {
   const RooflineBreakdown d = rooflinePass(c, decodes);
   // Attention is per sequence: additive. GEMMs read the weights once for the whole batch: the
   // mixed pass costs less than the two passes apart.
-  EXPECT_NEAR(m.attention_ms, p.attention_ms + d.attention_ms - 32 * 0.0, 1e-9);
+  EXPECT_NEAR(m.attention_ms, p.attention_ms + d.attention_ms, 1e-9);
+  RooflineConfig slow = c;
+  slow.coefficients.attention_mixed_decode_factor = 0.5;  // decodes next to a chunk: 2x slower
+  EXPECT_NEAR(rooflinePass(slow, mixed).attention_ms, p.attention_ms + 2 * d.attention_ms, 1e-9);
+  EXPECT_NEAR(rooflinePass(slow, decodes).attention_ms, d.attention_ms, 1e-12);
   EXPECT_LT(m.gemm_ms, p.gemm_ms + d.gemm_ms);
   EXPECT_GT(m.gemm_ms, p.gemm_ms);
 }
