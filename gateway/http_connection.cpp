@@ -4,6 +4,7 @@
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
 
+#include <algorithm>
 #include <array>
 #include <cstdio>
 #include <optional>
@@ -289,6 +290,12 @@ class Listener final : public HttpListener {
       if (ec == asio::error::operation_aborted || !acceptor_.is_open()) return;
       if (!ec) {
         socket.set_option(tcp::no_delay(true), ec);
+        // The kernel's send buffer is bounded like the gateway's own: left to autotuning it grows
+        // to tcp_wmem's maximum (4 MiB by default) per connection, which a reader that never
+        // reads would fill before the per-connection bound below it is ever reached.
+        const std::size_t sndbuf =
+            std::min<std::size_t>(shared_->limits.max_stream_buffer_bytes, 1 << 30);
+        socket.set_option(asio::socket_base::send_buffer_size(static_cast<int>(sndbuf)), ec);
         const bool full = shared_->connections >= shared_->limits.max_connections;
         auto session = std::make_shared<Session>(std::move(socket), shared_);
         if (full) {

@@ -142,8 +142,8 @@ void addGatewayCommand(CLI::App& app, GatewayCommand& command) {
       ->capture_default_str()
       ->group(http);
   c.add_option("--max-stream-buffer-bytes", g.max_stream_buffer_bytes,
-               "unsent stream bytes per connection; a slower reader is disconnected and its "
-               "request cancelled")
+               "unsent stream bytes per connection (also its kernel send buffer, SO_SNDBUF); a "
+               "slower reader is disconnected and its request cancelled")
       ->check(atLeast(1024))
       ->capture_default_str()
       ->group(http);
