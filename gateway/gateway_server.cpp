@@ -169,7 +169,8 @@ class Server final : public GatewayServer, public ExchangeHost {
 
   HttpReply tokenizeReply(const std::string& body) const {
     // /tokenize takes a completion-style `prompt` or chat-style `messages`.
-    const bool chat = body.find("\"messages\"") != std::string::npos;
+    const auto probe = nlohmann::json::parse(body, nullptr, /*allow_exceptions=*/false);
+    const bool chat = probe.is_object() && probe.contains("messages");
     const auto parsed = chat ? parseChatRequest(body, tokenizer_, tokenizeLimits())
                              : parseCompletionRequest(body, tokenizer_, tokenizeLimits());
     if (const auto* e = std::get_if<ApiError>(&parsed)) return errorReply(*e);
