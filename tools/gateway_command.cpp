@@ -64,6 +64,7 @@ Result<gateway::GatewayOptions> gatewayOptions(const GatewayCommand& c) {
   o.http.max_stream_buffer_bytes = c.max_stream_buffer_bytes;
   o.http.read_timeout = std::chrono::milliseconds(static_cast<long>(c.read_timeout_s * 1000.0));
   o.max_inflight = c.max_inflight;
+  o.request_timeout = std::chrono::milliseconds(static_cast<long>(c.request_timeout_s * 1000.0));
   if (!c.api_key_file.empty()) {
     MOCKER_TRY(o.api_keys, gateway::loadApiKeys(c.api_key_file));
   }
@@ -145,6 +146,12 @@ void addGatewayCommand(CLI::App& app, GatewayCommand& command) {
                "unsent stream bytes per connection; a slower reader is disconnected and its "
                "request cancelled")
       ->check(atLeast(1024))
+      ->capture_default_str()
+      ->group(http);
+  c.add_option("--request-timeout-s", g.request_timeout_s,
+               "a generation request not finished this long after it arrived is cancelled on "
+               "its worker and fails with 504 (a worker gone without a word)")
+      ->check(greaterThan(0))
       ->capture_default_str()
       ->group(http);
   c.add_option("--read-timeout-s", g.read_timeout_s,

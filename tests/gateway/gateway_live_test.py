@@ -387,6 +387,28 @@ class GatewayLimitsTest(unittest.TestCase):
         finally:
             gw.close()
             serve.close()
+    def test_a_request_past_its_timeout_fails_with_504_and_is_cancelled(self):
+        serve = Serve(*paced(2, 2))
+        gw = Gateway([serve], "--request-timeout-s", "0.5")
+        try:
+            # 8,000 tokens at 2 ms a pass: far longer than the timeout.
+            status, _, raw = gw.request("POST", "/v1/completions",
+                                        {"prompt": "x", "max_tokens": 8000, "ignore_eos": True})
+            self.assertEqual(status, 504, raw)
+            err = json.loads(raw)["error"]
+            self.assertEqual(err["type"], "GatewayTimeoutError")
+            self.assertIn("timed out", err["message"])
+            client = serve.client()
+            try:
+                poll_until(lambda: client.stats()["routes"] == 0, "the timed-out request cancelled")
+            finally:
+                client.close()
+            status, _, raw = gw.request("POST", "/v1/completions", {"prompt": "x", "max_tokens": 2})
+            self.assertEqual(status, 200, raw)
+        finally:
+            gw.close()
+            serve.close()
+
 
 if __name__ == "__main__":
     unittest.main()
