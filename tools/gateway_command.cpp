@@ -107,10 +107,12 @@ void addGatewayCommand(CLI::App& app, GatewayCommand& command) {
       ->group(workers);
   auto* server_key = c.add_option("--curve-server-key-file", g.curve_server_key_file,
                                   "CURVE: the workers' public key file (NAME.pub)")
+                         ->option_text("FILE")
                          ->group(workers);
   auto* secret_key = c.add_option("--curve-secret-key-file", g.curve_secret_key_file,
                                   "CURVE: this client's secret key file (NAME.key; its public "
                                   "key must be on the workers' allow-list)")
+                         ->option_text("FILE")
                          ->group(workers);
   server_key->needs(secret_key);
   secret_key->needs(server_key);

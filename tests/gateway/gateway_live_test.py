@@ -163,6 +163,32 @@ class GatewayTest(unittest.TestCase):
         self.assertEqual(lengths[0], lengths[1])  # same seed, same length
         self.assertTrue(all(1 <= n <= 30 for n in lengths), lengths)
 
+    def test_prompt_batches_and_n_give_one_choice_each(self):
+        status, _, raw = self.post("/v1/completions", {"prompt": ["one two", [7, 8, 9]], "n": 2,
+                                                       "max_tokens": 3, "ignore_eos": True})
+        self.assertEqual(status, 200, raw)
+        body = json.loads(raw)
+        self.assertEqual([c["index"] for c in body["choices"]], [0, 1, 2, 3])
+        self.assertTrue(all(self.tokenize(c["text"]) == 3 for c in body["choices"]))
+        self.assertEqual(body["usage"]["prompt_tokens"], 2 + 3)  # each prompt once
+        self.assertEqual(body["usage"]["completion_tokens"], 4 * 3)
+
+    def test_a_stop_string_ends_the_choice_and_cancels_its_worker_request(self):
+        # Every generated token is spelled " t<hex>": the stop string " t" matches at once.
+        status, _, raw = self.post("/v1/completions", {"prompt": "x", "max_tokens": 8000,
+                                                       "ignore_eos": True, "stop": [" t"]})
+        self.assertEqual(status, 200, raw)
+        choice = json.loads(raw)["choices"][0]
+        self.assertEqual((choice["text"], choice["finish_reason"], choice["stop_reason"]),
+                         ("", "stop", " t"))
+        clients = [srv.client() for srv in self.serves]
+        try:
+            poll_until(lambda: sum(c.stats()["routes"] for c in clients) == 0,
+                       "the stopped request cancelled on its worker")
+        finally:
+            for c in clients:
+                c.close()
+
     def test_chat_stream_with_usage(self):
         body = {"messages": [{"role": "user", "content": "Hi there"}], "max_tokens": 5,
                 "ignore_eos": True, "stream": True, "stream_options": {"include_usage": True}}
