@@ -435,6 +435,32 @@ class GatewayLimitsTest(unittest.TestCase):
             gw.close()
             serve.close()
 
+    def test_curve_workers(self):
+        keys = tempfile.mkdtemp()
+        for name in ("server", "gateway"):
+            subprocess.run([mocker_bin(), "keygen", os.path.join(keys, name)], check=True,
+                           capture_output=True, timeout=WAIT_S)
+        with open(os.path.join(keys, "gateway.pub"), encoding="ascii") as f:
+            gateway_public = f.read().strip()
+        serve = Serve("--curve", "--server-secret-key-file", os.path.join(keys, "server.key"),
+                      "--client-public-keys", gateway_public)
+        try:
+            # Gateway() waits for /ready: the workers answered over CURVE.
+            gw = Gateway([serve], "--curve-server-key-file", os.path.join(keys, "server.pub"),
+                         "--curve-secret-key-file", os.path.join(keys, "gateway.key"))
+            try:
+                status, _, raw = gw.request("POST", "/v1/completions",
+                                            {"prompt": "x", "max_tokens": 3, "ignore_eos": True})
+                self.assertEqual(status, 200, raw)
+                self.assertEqual(json.loads(raw)["usage"]["completion_tokens"], 3)
+            finally:
+                gw.close()
+        finally:
+            serve.close()
+            for name in os.listdir(keys):
+                os.unlink(os.path.join(keys, name))
+            os.rmdir(keys)
+
 
 if __name__ == "__main__":
     unittest.main()
