@@ -21,6 +21,7 @@ set(MOCKER_INSTALLED_DOCS
   publishers/README.md        publishers.md
   tools/replay/README.md      replay.md
   tools/index/README.md       index.md
+  gateway/README.md           gateway.md
   docs/benchmarks.md          benchmarks.md
   deploy/kubernetes/README.md kubernetes.md
   docs/engine.md              docs/engine.md

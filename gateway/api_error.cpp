@@ -22,6 +22,8 @@ const char* errorType(int status) {
       return "RequestHeaderFieldsTooLarge";
     case 503:
       return "ServiceUnavailableError";
+    case 504:
+      return "GatewayTimeoutError";
     default:
       return "InternalServerError";
   }

@@ -17,7 +17,8 @@ struct ApiError {
 
 /// The error's `type` as vLLM names it: "BadRequestError" (400), "AuthenticationError" (401),
 /// "NotFoundError" (404), "MethodNotAllowed" (405), "RequestTooLarge" (413),
-/// "RateLimitError" (429), "ServiceUnavailableError" (503), "InternalServerError" (others).
+/// "RateLimitError" (429), "RequestHeaderFieldsTooLarge" (431), "ServiceUnavailableError"
+/// (503), "GatewayTimeoutError" (504), "InternalServerError" (others).
 const char* errorType(int status);
 
 /// `{"error": {"message": ..., "type": ..., "param": ..., "code": status}}`.

@@ -90,6 +90,19 @@ void Exchange::onFailure(std::size_t c, int status, const std::string& message) 
   completeIfDone();
 }
 
+void Exchange::expire(const std::string& message) {
+  if (completed_) return;
+  auto self = shared_from_this();
+  if (failure_status_ == 0) failure_status_ = 504;
+  for (std::size_t c = 0; c < choices_.size(); ++c) {
+    if (!choices_[c].open) continue;
+    close(c, /*cancel=*/true);
+    const std::string body = shaper_.onFinish(c, ChoiceEnd::Failed, message);
+    if (stream_) send(body);
+  }
+  completeIfDone();
+}
+
 void Exchange::close(std::size_t c, bool cancel) {
   Choice& choice = choices_[c];
   if (!choice.open) return;

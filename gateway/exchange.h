@@ -60,6 +60,9 @@ class Exchange final : public std::enable_shared_from_this<Exchange> {
   void onOutput(std::size_t choice, const protocol::RequestOutput& output);
   /// The worker refused or failed choice `choice`: the response fails with `status`.
   void onFailure(std::size_t choice, int status, const std::string& message);
+  /// The request ran out of time: every open choice is cancelled on its worker and fails
+  /// (504: the worker did not finish in time, e.g. it is gone).
+  void expire(const std::string& message);
 
   const std::string& endpoint() const { return endpoint_; }
   const ResponseShaper& shaper() const { return shaper_; }

@@ -59,15 +59,40 @@ class Server final : public GatewayServer, public ExchangeHost {
     signals.async_wait([this](const boost::system::error_code& ec, int) {
       if (!ec) requestStop();
     });
+    sweep();
     if (on_listening) on_listening();
     io_.run();
     pool_.reset();  // joins the pool thread; its posts after this are never run
+    sweep_timer_.cancel();
     return {};
+  }
+
+  /// Every second (or sooner for short timeouts): requests past their timeout expire.
+  void sweep() {
+    const auto period = std::min<std::chrono::milliseconds>(
+        std::chrono::seconds(1), std::max<std::chrono::milliseconds>(std::chrono::milliseconds(10),
+                                                                     options_.request_timeout / 4));
+    sweep_timer_.expires_after(period);
+    sweep_timer_.async_wait([this](const boost::system::error_code& ec) {
+      if (ec) return;
+      const auto now = Clock::now();
+      std::vector<std::shared_ptr<Exchange>> expired;
+      for (const auto& [key, exchange] : inflight_) {
+        if (now - exchange->timing().arrival > options_.request_timeout)
+          expired.push_back(exchange);
+      }
+      const std::string message = "request timed out: not finished within " +
+                                  std::to_string(options_.request_timeout.count()) +
+                                  " ms (--request-timeout-s)";
+      for (const auto& exchange : expired) exchange->expire(message);
+      sweep();
+    });
   }
 
   void requestStop() override {
     asio::post(io_, [this] {
       listener_->close();
+      sweep_timer_.cancel();
       io_.stop();
     });
   }
@@ -169,7 +194,8 @@ class Server final : public GatewayServer, public ExchangeHost {
 
   HttpReply tokenizeReply(const std::string& body) const {
     // /tokenize takes a completion-style `prompt` or chat-style `messages`.
-    const bool chat = body.find("\"messages\"") != std::string::npos;
+    const auto probe = nlohmann::json::parse(body, nullptr, /*allow_exceptions=*/false);
+    const bool chat = probe.is_object() && probe.contains("messages");
     const auto parsed = chat ? parseChatRequest(body, tokenizer_, tokenizeLimits())
                              : parseCompletionRequest(body, tokenizer_, tokenizeLimits());
     if (const auto* e = std::get_if<ApiError>(&parsed)) return errorReply(*e);
@@ -316,6 +342,7 @@ class Server final : public GatewayServer, public ExchangeHost {
 
   GatewayOptions options_;
   asio::io_context io_{1};
+  asio::steady_timer sweep_timer_{io_};
   std::unique_ptr<HttpListener> listener_;
   std::unique_ptr<WorkerPool> pool_;
   BuiltinTokenizer tokenizer_;

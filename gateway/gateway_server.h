@@ -37,7 +37,10 @@ struct GatewayOptions {
   LengthModel lengths{};
   RouterKind router = RouterKind::RoundRobin;
   std::size_t max_inflight = 10'000;  ///< generation requests in flight; more get 429
-  std::set<std::string> api_keys;     ///< empty: no authentication
+  /// A request not finished this long after it arrived is cancelled and fails with 504 (its
+  /// worker may be gone without a word).
+  std::chrono::milliseconds request_timeout{600'000};
+  std::set<std::string> api_keys;  ///< empty: no authentication
 };
 
 class GatewayServer {

@@ -100,6 +100,28 @@ class Session final : public HttpConnection, public std::enable_shared_from_this
     parser_->body_limit(shared_->limits.max_body_bytes);
     parser_->header_limit(static_cast<std::uint32_t>(shared_->limits.max_header_bytes));
     stream_.expires_after(shared_->limits.read_timeout);
+    http::async_read_header(
+        stream_, buffer_, *parser_,
+        [self = shared_from_this()](beast::error_code ec, std::size_t) { self->onHeader(ec); });
+  }
+
+  /// Headers read: a client that sent `Expect: 100-continue` waits for the interim response
+  /// before its body (curl does for bodies over 1 KiB), so it gets one; then the body.
+  void onHeader(beast::error_code ec) {
+    if (ec || closed_ || parser_->is_done()) return onRead(ec);
+    if (beast::iequals(parser_->get()[http::field::expect], "100-continue")) {
+      static constexpr std::string_view kContinue = "HTTP/1.1 100 Continue\r\n\r\n";
+      asio::async_write(stream_, asio::buffer(kContinue.data(), kContinue.size()),
+                        [self = shared_from_this()](beast::error_code wec, std::size_t) {
+                          if (wec) return self->onRead(wec);
+                          self->readBody();
+                        });
+      return;
+    }
+    readBody();
+  }
+
+  void readBody() {
     http::async_read(
         stream_, buffer_, *parser_,
         [self = shared_from_this()](beast::error_code ec, std::size_t) { self->onRead(ec); });

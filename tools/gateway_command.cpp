@@ -64,6 +64,7 @@ Result<gateway::GatewayOptions> gatewayOptions(const GatewayCommand& c) {
   o.http.max_stream_buffer_bytes = c.max_stream_buffer_bytes;
   o.http.read_timeout = std::chrono::milliseconds(static_cast<long>(c.read_timeout_s * 1000.0));
   o.max_inflight = c.max_inflight;
+  o.request_timeout = std::chrono::milliseconds(static_cast<long>(c.request_timeout_s * 1000.0));
   if (!c.api_key_file.empty()) {
     MOCKER_TRY(o.api_keys, gateway::loadApiKeys(c.api_key_file));
   }
@@ -106,10 +107,12 @@ void addGatewayCommand(CLI::App& app, GatewayCommand& command) {
       ->group(workers);
   auto* server_key = c.add_option("--curve-server-key-file", g.curve_server_key_file,
                                   "CURVE: the workers' public key file (NAME.pub)")
+                         ->option_text("FILE")
                          ->group(workers);
   auto* secret_key = c.add_option("--curve-secret-key-file", g.curve_secret_key_file,
                                   "CURVE: this client's secret key file (NAME.key; its public "
                                   "key must be on the workers' allow-list)")
+                         ->option_text("FILE")
                          ->group(workers);
   server_key->needs(secret_key);
   secret_key->needs(server_key);
@@ -145,6 +148,12 @@ void addGatewayCommand(CLI::App& app, GatewayCommand& command) {
                "unsent stream bytes per connection (also its kernel send buffer, SO_SNDBUF); a "
                "slower reader is disconnected and its request cancelled")
       ->check(atLeast(1024))
+      ->capture_default_str()
+      ->group(http);
+  c.add_option("--request-timeout-s", g.request_timeout_s,
+               "a generation request not finished this long after it arrived is cancelled on "
+               "its worker and fails with 504 (a worker gone without a word)")
+      ->check(greaterThan(0))
       ->capture_default_str()
       ->group(http);
   c.add_option("--read-timeout-s", g.read_timeout_s,

@@ -35,6 +35,7 @@ struct GatewayCommand {
   std::size_t max_header_bytes = 16 << 10;
   std::size_t max_stream_buffer_bytes = 1 << 20;
   double read_timeout_s = 30.0;
+  double request_timeout_s = 600.0;
   std::uint32_t stats_interval_ms = 1000;
   std::string api_key_file;
   std::string curve_server_key_file;

@@ -19,6 +19,7 @@ import time
 import unittest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+NODE_DIR = os.path.join(HERE, "node")  # the openai SDK, installed by scripts/dev (npm ci)
 sys.path.insert(0, os.path.join(os.path.dirname(HERE), "fault"))
 
 from fault_harness import (ORPHAN_GUARD, STARTUP_TIMEOUT_S, WAIT_S, Serve, mocker_bin,  # noqa: E402
@@ -162,6 +163,32 @@ class GatewayTest(unittest.TestCase):
         self.assertEqual(lengths[0], lengths[1])  # same seed, same length
         self.assertTrue(all(1 <= n <= 30 for n in lengths), lengths)
 
+    def test_prompt_batches_and_n_give_one_choice_each(self):
+        status, _, raw = self.post("/v1/completions", {"prompt": ["one two", [7, 8, 9]], "n": 2,
+                                                       "max_tokens": 3, "ignore_eos": True})
+        self.assertEqual(status, 200, raw)
+        body = json.loads(raw)
+        self.assertEqual([c["index"] for c in body["choices"]], [0, 1, 2, 3])
+        self.assertTrue(all(self.tokenize(c["text"]) == 3 for c in body["choices"]))
+        self.assertEqual(body["usage"]["prompt_tokens"], 2 + 3)  # each prompt once
+        self.assertEqual(body["usage"]["completion_tokens"], 4 * 3)
+
+    def test_a_stop_string_ends_the_choice_and_cancels_its_worker_request(self):
+        # Every generated token is spelled " t<hex>": the stop string " t" matches at once.
+        status, _, raw = self.post("/v1/completions", {"prompt": "x", "max_tokens": 8000,
+                                                       "ignore_eos": True, "stop": [" t"]})
+        self.assertEqual(status, 200, raw)
+        choice = json.loads(raw)["choices"][0]
+        self.assertEqual((choice["text"], choice["finish_reason"], choice["stop_reason"]),
+                         ("", "stop", " t"))
+        clients = [srv.client() for srv in self.serves]
+        try:
+            poll_until(lambda: sum(c.stats()["routes"] for c in clients) == 0,
+                       "the stopped request cancelled on its worker")
+        finally:
+            for c in clients:
+                c.close()
+
     def test_chat_stream_with_usage(self):
         body = {"messages": [{"role": "user", "content": "Hi there"}], "max_tokens": 5,
                 "ignore_eos": True, "stream": True, "stream_options": {"include_usage": True}}
@@ -196,6 +223,17 @@ class GatewayTest(unittest.TestCase):
         self.assertTrue(all(c["object"] == "text_completion" for c in chunks))
         self.assertEqual(chunks[-1]["choices"][0]["finish_reason"], "length")
         self.assertEqual(self.tokenize("".join(c["choices"][0]["text"] for c in chunks)), 4)
+
+    def test_expect_100_continue_gets_the_interim_response(self):
+        # curl waits up to --expect100-timeout for "100 Continue" before sending the body.
+        out = subprocess.run(
+            ["curl", "-sv", "--expect100-timeout", "60", "--max-time", str(WAIT_S),
+             "http://%s:%d/v1/completions" % (self.gw.host, self.gw.port),
+             "-H", "Content-Type: application/json", "-H", "Expect: 100-continue",
+             "-d", json.dumps({"prompt": " ".join(["long"] * 600), "max_tokens": 2})],
+            check=True, capture_output=True, timeout=WAIT_S + 5)
+        self.assertIn(b"< HTTP/1.1 100 Continue", out.stderr)
+        self.assertEqual(json.loads(out.stdout)["usage"]["prompt_tokens"], 600)
 
     def test_keep_alive_serves_several_requests_on_one_connection(self):
         c = self.gw.connection()
@@ -241,6 +279,31 @@ class GatewayTest(unittest.TestCase):
                 c.close()
         poll_until(lambda: self.gw.metric("dynamo_frontend_disconnects_total") == before + 1,
                    "the disconnect counted")
+
+    def test_the_openai_node_sdk(self):
+        if not os.path.isdir(os.path.join(NODE_DIR, "node_modules", "openai")):
+            self.skipTest("the openai SDK is not installed: (cd %s && npm ci)" % NODE_DIR)
+        clients = [srv.client() for srv in self.serves]
+        proc = subprocess.Popen(["node", os.path.join(NODE_DIR, "openai_sdk_test.mjs"),
+                                 "http://%s:%d" % (self.gw.host, self.gw.port)],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=NODE_DIR)
+        try:
+            out, err = proc.communicate(timeout=60)
+            self.assertEqual(proc.returncode, 0, err.decode())
+            steps = {s["step"]: s for s in map(json.loads, out.decode().splitlines())}
+            self.assertEqual(set(steps), {"models", "completion", "chat", "chat_stream",
+                                          "aborted"})
+            self.assertEqual(self.tokenize(steps["completion"]["text"]), 6)
+            self.assertEqual(self.tokenize(steps["chat_stream"]["text"]), 5)
+            # The aborted stream is cancelled on its worker.
+            poll_until(lambda: sum(c.stats()["routes"] for c in clients) == 0,
+                       "the SDK-aborted stream cancelled on the worker")
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+            for c in clients:
+                c.close()
 
     def assert_error(self, status, raw, expected_status, param=None, says=None):
         self.assertEqual(status, expected_status, raw)
@@ -321,27 +384,28 @@ class GatewayLimitsTest(unittest.TestCase):
             os.unlink(keys.name)
 
     def test_a_reader_too_slow_for_the_stream_buffer_is_cut_and_cancelled(self):
-        serve = Serve(*paced(1, 1))
-        gw = Gateway([serve], "--max-stream-buffer-bytes", "4096")
+        # An unpaced worker produces a 150,000-token stream (about 20 MB of SSE, more than the
+        # kernel buffers on both ends hold) as fast as it can; the client never reads it.
+        serve = Serve("--speedup-ratio", "0")
+        gw = Gateway([serve], "--max-stream-buffer-bytes", "4096", "--max-model-len", "200000")
         try:
-            # A client that asks for a long stream and never reads it: once the kernel buffers
-            # are full, the gateway's per-connection buffer passes its bound.
             s = socket.socket()
             s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
             s.settimeout(WAIT_S)
             s.connect((gw.host, gw.port))
-            body = json.dumps({"prompt": "x", "max_tokens": 8000, "ignore_eos": True,
+            body = json.dumps({"prompt": "x", "max_tokens": 150000, "ignore_eos": True,
                                "stream": True}).encode()
             s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n%s"
                       % (len(body), body))
+            poll_until(lambda: gw.metric("dynamo_frontend_disconnects_total") == 1,
+                       "the slow reader cut off", timeout=60)
             client = serve.client()
             try:
-                poll_until(lambda: client.stats()["routes"] == 1, "the stream running")
-                poll_until(lambda: gw.metric("dynamo_frontend_disconnects_total") == 1,
-                           "the slow reader cut off", timeout=60)
-                poll_until(lambda: client.stats()["routes"] == 0, "its request cancelled")
+                poll_until(lambda: client.stats()["routes"] == 0, "its request ended")
             finally:
                 client.close()
+            # Cut off (and cancelled) long before the end of its stream.
+            self.assertLess(gw.metric("dynamo_frontend_output_sequence_tokens_total"), 150000)
             s.close()
             # Everyone else is still served.
             status, _, raw = gw.request("POST", "/v1/completions", {"prompt": "x"})
@@ -349,6 +413,53 @@ class GatewayLimitsTest(unittest.TestCase):
         finally:
             gw.close()
             serve.close()
+    def test_a_request_past_its_timeout_fails_with_504_and_is_cancelled(self):
+        serve = Serve(*paced(2, 2))
+        gw = Gateway([serve], "--request-timeout-s", "0.5")
+        try:
+            # 8,000 tokens at 2 ms a pass: far longer than the timeout.
+            status, _, raw = gw.request("POST", "/v1/completions",
+                                        {"prompt": "x", "max_tokens": 8000, "ignore_eos": True})
+            self.assertEqual(status, 504, raw)
+            err = json.loads(raw)["error"]
+            self.assertEqual(err["type"], "GatewayTimeoutError")
+            self.assertIn("timed out", err["message"])
+            client = serve.client()
+            try:
+                poll_until(lambda: client.stats()["routes"] == 0, "the timed-out request cancelled")
+            finally:
+                client.close()
+            status, _, raw = gw.request("POST", "/v1/completions", {"prompt": "x", "max_tokens": 2})
+            self.assertEqual(status, 200, raw)
+        finally:
+            gw.close()
+            serve.close()
+
+    def test_curve_workers(self):
+        keys = tempfile.mkdtemp()
+        for name in ("server", "gateway"):
+            subprocess.run([mocker_bin(), "keygen", os.path.join(keys, name)], check=True,
+                           capture_output=True, timeout=WAIT_S)
+        with open(os.path.join(keys, "gateway.pub"), encoding="ascii") as f:
+            gateway_public = f.read().strip()
+        serve = Serve("--curve", "--server-secret-key-file", os.path.join(keys, "server.key"),
+                      "--client-public-keys", gateway_public)
+        try:
+            # Gateway() waits for /ready: the workers answered over CURVE.
+            gw = Gateway([serve], "--curve-server-key-file", os.path.join(keys, "server.pub"),
+                         "--curve-secret-key-file", os.path.join(keys, "gateway.key"))
+            try:
+                status, _, raw = gw.request("POST", "/v1/completions",
+                                            {"prompt": "x", "max_tokens": 3, "ignore_eos": True})
+                self.assertEqual(status, 200, raw)
+                self.assertEqual(json.loads(raw)["usage"]["completion_tokens"], 3)
+            finally:
+                gw.close()
+        finally:
+            serve.close()
+            for name in os.listdir(keys):
+                os.unlink(os.path.join(keys, name))
+            os.rmdir(keys)
 
 
 if __name__ == "__main__":
