@@ -202,6 +202,10 @@ class Session final : public HttpConnection, public std::enable_shared_from_this
     inflight_.clear();
     if (closed_) return;
     if (ec) return closeNow();
+    if (idle_timeout_due_) {
+      idle_timeout_due_ = false;
+      stream_.expires_after(shared_->limits.read_timeout);
+    }
     if (!pending_.empty()) return flush();
     maybeContinue();
   }
@@ -209,8 +213,14 @@ class Session final : public HttpConnection, public std::enable_shared_from_this
   void endResponse() {
     response_open_ = false;
     on_close_ = nullptr;
-    // Bounds the flush of what is queued and the idle wait for the next request.
-    stream_.expires_after(shared_->limits.read_timeout);
+    // Bounds the flush of what is queued and the idle wait for the next request. Beast forbids
+    // changing a stream's timeout while both a read (the watch) and a write are pending, so with
+    // a write in flight it is armed when that write completes.
+    if (writing_) {
+      idle_timeout_due_ = true;
+    } else {
+      stream_.expires_after(shared_->limits.read_timeout);
+    }
     maybeContinue();
   }
 
@@ -271,6 +281,7 @@ class Session final : public HttpConnection, public std::enable_shared_from_this
   bool keep_alive_ = true;
   bool watching_ = false;
   bool writing_ = false;
+  bool idle_timeout_due_ = false;  ///< endResponse ran while a write was pending
   bool closed_ = false;
   bool lingering_ = false;
   bool counted_out_ = false;
