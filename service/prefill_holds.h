@@ -39,6 +39,7 @@ class PrefillHolds {
 
   /// `engine` prices a transfer (engine::kvTransferMs); it must outlive the holds.
   explicit PrefillHolds(const engine::EngineConfig& engine) : engine_(engine) {}
+  explicit PrefillHolds(engine::EngineConfig&&) = delete;  // a temporary would dangle
 
   /// Holds request `id` under `key` (a new key): its prefill pass ended at `prefill_end_ms`,
   /// and `max_tokens` tokens of KV (the prompt rounded up to blocks) can be transferred.

@@ -58,7 +58,8 @@ TEST(PrefillHoldsTest, FetchIsDueAtThePrefillEndPlusTheTransferOfAtMostTheHeldTo
 }
 
 TEST(PrefillHoldsTest, UnknownOrAlreadyFetchingKeysAreNotFound) {
-  PrefillHolds holds(oneMsPerToken());
+  const engine::EngineConfig config = oneMsPerToken();
+  PrefillHolds holds(config);
   holds.hold("a", rid(1), 0.0, 16);
   EXPECT_EQ(holds.fetch("x", 1, {"p", false}, Clock::time_point{}, nullptr), std::nullopt);
   EXPECT_TRUE(holds.fetch("a", 1, {"p", false}, Clock::time_point{}, nullptr));
@@ -93,7 +94,8 @@ TEST(PrefillHoldsTest, TakeDueReleasesInDueOrderAndLeavesTheRest) {
 }
 
 TEST(PrefillHoldsTest, AForgottenHoldIsAnsweredNotFoundWhenItsFetchIsDue) {
-  PrefillHolds holds(oneMsPerToken());
+  const engine::EngineConfig config = oneMsPerToken();
+  PrefillHolds holds(config);
   holds.hold("a", rid(1), 0.0, 16);
   ASSERT_TRUE(holds.fetch("a", 16, {"p", false}, Clock::time_point{}, nullptr));
   EXPECT_TRUE(holds.forget(rid(1)));
@@ -106,7 +108,8 @@ TEST(PrefillHoldsTest, AForgottenHoldIsAnsweredNotFoundWhenItsFetchIsDue) {
 }
 
 TEST(PrefillHoldsTest, ReleaseFreesTheHoldAndDropsItsFetch) {
-  PrefillHolds holds(oneMsPerToken());
+  const engine::EngineConfig config = oneMsPerToken();
+  PrefillHolds holds(config);
   holds.hold("a", rid(1), 0.0, 16);
   holds.hold("b", rid(2), 0.0, 16);
   ASSERT_TRUE(holds.fetch("a", 16, {"p", false}, Clock::time_point{}, nullptr));
@@ -119,7 +122,8 @@ TEST(PrefillHoldsTest, ReleaseFreesTheHoldAndDropsItsFetch) {
 }
 
 TEST(PrefillHoldsTest, ExpireReturnsTheKeyAndItsWaitingFetchers) {
-  PrefillHolds holds(oneMsPerToken());
+  const engine::EngineConfig config = oneMsPerToken();
+  PrefillHolds holds(config);
   holds.hold("a", rid(1), 0.0, 16);
   holds.hold("b", rid(2), 0.0, 16);
   ASSERT_TRUE(holds.fetch("a", 16, {"pa", true}, Clock::time_point{}, nullptr));
@@ -140,7 +144,8 @@ TEST(PrefillHoldsTest, ExpireReturnsTheKeyAndItsWaitingFetchers) {
 }
 
 TEST(PrefillHoldsTest, TakeAllEmptiesEverything) {
-  PrefillHolds holds(oneMsPerToken());
+  const engine::EngineConfig config = oneMsPerToken();
+  PrefillHolds holds(config);
   holds.hold("a", rid(1), 0.0, 16);
   holds.hold("b", rid(2), 0.0, 16);
   ASSERT_TRUE(holds.fetch("a", 16, {"p", false}, Clock::time_point{}, nullptr));
