@@ -23,6 +23,13 @@ if(MOCKER_SANITIZE)
                          -fno-omit-frame-pointer -fno-sanitize-recover=all
                          $<$<AND:$<CXX_COMPILER_ID:GNU>,$<NOT:$<CONFIG:Debug>>>:-Wno-maybe-uninitialized>)
   target_link_options(mocker_sanitizers INTERFACE -fsanitize=${MOCKER_SANITIZE})
+  # g++ 12 warns (-Wtsan) wherever Boost.Asio's fenced blocks call std::atomic_thread_fence, which
+  # TSan does not model. The gateway (the only Asio user) hands work between its two threads
+  # through Asio's mutex-protected queues, so the fences add nothing TSan needs to see; without
+  # this, -Werror stops the TSan build at the first gateway source.
+  if(MOCKER_SANITIZE MATCHES "thread" AND CMAKE_CXX_COMPILER_ID STREQUAL "GNU")
+    target_compile_options(mocker_sanitizers INTERFACE -Wno-tsan)
+  endif()
 endif()
 
 # mocker_configure_target(<target>): warnings + sanitizers for one of our own targets.
@@ -38,6 +45,10 @@ function(mocker_add_test name)
   add_executable(${name} ${ARG_SOURCES})
   target_link_libraries(${name} PRIVATE ${ARG_LIBS} GTest::gmock GTest::gtest_main)
   mocker_configure_target(${name})
+  # The test bodies need no -O3: the code under test is in the libraries, which keep the build's
+  # optimisation. At -O1 a test source compiles in about two thirds of the time (measured on
+  # cli_test.cpp: 28.9 s at -O3, 19.2 s at -O1), and CI compiles every test four times.
+  target_compile_options(${name} PRIVATE $<$<CONFIG:Release>:-O1>)
   gtest_discover_tests(${name} DISCOVERY_TIMEOUT 60
                        PROPERTIES ENVIRONMENT "MOCKER_SOURCE_DIR=${PROJECT_SOURCE_DIR}"
                                   LABELS ${name})

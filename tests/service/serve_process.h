@@ -3,6 +3,7 @@
 // Waiting is a poll on the child's stdout with a deadline, never a sleep.
 #pragma once
 
+#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <poll.h>
 #include <signal.h>
@@ -26,8 +27,9 @@ class ServeProcess {
   using Clock = std::chrono::steady_clock;
 
   /// Starts `mocker serve --submit-endpoint tcp://127.0.0.1:* ... <extra>`; `launched` is the
-  /// time just before the spawn.
-  explicit ServeProcess(const std::vector<std::string>& extra) {
+  /// time just before the spawn. Its stderr (the log) goes to `stderr_path` when one is given.
+  explicit ServeProcess(const std::vector<std::string>& extra,
+                        const std::string& stderr_path = {}) {
     std::vector<std::string> args = {MOCKER_BINARY_FOR_TEST, "serve"};
     for (const char* flag : {"--submit-endpoint", "--cancel-endpoint", "--kv-events-endpoint",
                              "--kv-replay-endpoint", "--fpm-endpoint"}) {
@@ -50,6 +52,10 @@ class ServeProcess {
     posix_spawn_file_actions_adddup2(&actions, out[1], STDOUT_FILENO);
     posix_spawn_file_actions_addclose(&actions, out[0]);
     posix_spawn_file_actions_addclose(&actions, out[1]);
+    if (!stderr_path.empty()) {
+      posix_spawn_file_actions_addopen(&actions, STDERR_FILENO, stderr_path.c_str(),
+                                       O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    }
     launched = Clock::now();
     const int rc = posix_spawn(&pid_, argv[0], &actions, nullptr, argv.data(), environ);
     posix_spawn_file_actions_destroy(&actions);

@@ -4,6 +4,10 @@
 
 #include <zmq.hpp>
 
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+
 #include "live_service.h"
 #include "serve_process.h"
 
@@ -61,6 +65,34 @@ TEST(ServeProcessTest, ReadyOnlyAfterTheStartupDelayAndNothingServedBefore) {
   EXPECT_GE(acked_s, kDelay) << "a submit sent during startup was served before the delay ended";
   EXPECT_EQ(streams["early"].tokens.size(), 2u);
   EXPECT_EQ(serve.stop(), 0);
+}
+
+// The start-up log line names the worker type, so a prefill or decode worker started by mistake
+// as the other kind (or as an aggregated one) shows in its first line.
+TEST(ServeProcessTest, StartupLogLineNamesTheWorkerType) {
+  const std::filesystem::path dir =
+      std::filesystem::temp_directory_path() / ("mocker-serve-log-" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  for (const auto& [args, expected] : std::vector<std::pair<std::vector<std::string>, std::string>>{
+           {{}, "mocker serve: 1 aggregated worker(s)"},
+           {{"--worker-type", "prefill", "--handoff-endpoint", "tcp://127.0.0.1:*"},
+            "mocker serve: 1 prefill worker(s)"},
+           {{"--worker-type", "decode"}, "mocker serve: 1 decode worker(s)"},
+       }) {
+    SCOPED_TRACE(expected);
+    const std::filesystem::path log = dir / "stderr";
+    std::vector<std::string> all = {"--speedup-ratio", "0"};
+    all.insert(all.end(), args.begin(), args.end());
+    ServeProcess serve(all, log.string());
+    // `ready` is printed after the start-up line was logged (and flushed: spdlog writes each
+    // stderr line at once).
+    ASSERT_TRUE(serve.awaitReady());
+    std::ifstream in(log);
+    const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    EXPECT_NE(text.find(expected), std::string::npos) << text;
+    EXPECT_EQ(serve.stop(), 0);
+  }
+  std::filesystem::remove_all(dir);
 }
 
 // Stats-only clients leave no state behind: 50,000 DEALERs, each with its own routing id, send
