@@ -304,7 +304,7 @@ class LiveReplay {
 
   std::uint32_t route() {
     const std::uint32_t n = num_prefill_;
-    if (options_.router == LiveRouterKind::Random) {
+    if (options_.router == RouterKind::Random) {
       return static_cast<std::uint32_t>(rng_.uniformIndex(n));
     }
     return static_cast<std::uint32_t>(sent_.size() % n);
@@ -544,17 +544,18 @@ class LiveReplay {
   std::uint32_t routeDecode(std::size_t index) const {
     const auto n = static_cast<std::uint32_t>(decode_in_flight_.size());
     switch (options_.decode_router) {
-      case LiveRouterKind::Random: {
+      case RouterKind::Random: {
         // Mixed with the dispatch index: the same request goes to the same decode server
         // whatever order the handoffs arrive in.
         SplitMix64 mix(options_.router_seed ^ (0xD1B5'4A32'D192'ED03ull * (index + 1)));
         return static_cast<std::uint32_t>(mix.uniformIndex(n));
       }
-      case LiveRouterKind::Kv:  // overlap credit 0: fewest in flight, ties to the lowest index
+      case RouterKind::Kv:  // overlap credit 0: fewest in flight, ties to the lowest index
         return static_cast<std::uint32_t>(
             std::min_element(decode_in_flight_.begin(), decode_in_flight_.end()) -
             decode_in_flight_.begin());
-      case LiveRouterKind::RoundRobin:
+      case RouterKind::RoundRobin:
+      case RouterKind::KvPrefix:  // refused by runLiveReplay
         break;
     }
     return static_cast<std::uint32_t>(index % n);
@@ -964,14 +965,17 @@ Result<LiveReplayStats> runLiveReplay(const Workload& workload, const LiveReplay
       }
     }
   }
-  if (options.router == LiveRouterKind::Kv) {
+  if (options.router == RouterKind::KvPrefix || options.decode_router == RouterKind::KvPrefix) {
+    return invalidArgument("the kv_prefix router is offline only");
+  }
+  if (options.router == RouterKind::Kv) {
     MOCKER_TRY_VOID(validateKvRouterConfig(options.kv_router));
   }
   LiveReplayStats stats;
   MOCKER_TRY(auto clients, connectAll(options, stats));
   // The kv router hashes with the servers' block size (the copy lives as long as the replay).
   LiveReplayOptions resolved = options;
-  if (options.router == LiveRouterKind::Kv) {
+  if (options.router == RouterKind::Kv) {
     std::vector<std::string> servers;
     for (const LiveTarget& t : options.targets) servers.push_back(t.submit_endpoint);
     const std::vector<std::optional<protocol::EngineInfo>> engines(
@@ -985,7 +989,7 @@ Result<LiveReplayStats> runLiveReplay(const Workload& workload, const LiveReplay
     return stats;
   }
   std::unique_ptr<index::LiveKvIndex> kv_index;
-  if (options.router == LiveRouterKind::Kv) {
+  if (options.router == RouterKind::Kv) {
     MOCKER_TRY(kv_index,
                index::LiveKvIndex::start(kvIndexConfig(resolved, stats.ranks_per_target)));
     MOCKER_TRY_VOID(kv_index->waitCaughtUp(

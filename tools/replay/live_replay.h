@@ -63,6 +63,7 @@
 #include "service/security.h"
 #include "tools/replay/collector.h"
 #include "tools/replay/kv_router.h"
+#include "tools/replay/router_kind.h"
 #include "tools/replay/workload.h"
 
 namespace mocker::replay {
@@ -88,9 +89,6 @@ Result<std::string> defaultEndpointAfter(std::string_view submit_endpoint, std::
 /// defaultEndpointAfter(submit_endpoint, 1): the cancel endpoint (--connect-cancel).
 Result<std::string> defaultCancelEndpoint(std::string_view submit_endpoint);
 
-/// How a dispatch picks its server.
-enum class LiveRouterKind : std::uint8_t { RoundRobin, Random, Kv };
-
 struct LiveProgress {
   std::uint64_t dispatched = 0;
   std::uint64_t ended = 0;
@@ -103,8 +101,9 @@ struct LiveReplayOptions {
   /// Disaggregated when non-empty: the decode servers (handoff targets).
   std::vector<LiveTarget> decode_targets{};
   /// Disaggregated: how a handoff picks its decode server (Kv = fewest requests in flight).
-  LiveRouterKind decode_router = LiveRouterKind::RoundRobin;
-  LiveRouterKind router = LiveRouterKind::RoundRobin;
+  RouterKind decode_router = RouterKind::RoundRobin;
+  /// How a dispatch picks its server (RoundRobin, Random or Kv; KvPrefix is offline only).
+  RouterKind router = RouterKind::RoundRobin;
   std::uint64_t router_seed = 0;
   KvRouterConfig kv_router{};  ///< Kv only
   /// Kv: the servers' block size; 0 = the one they report at start-up (stats_reply.engine). Set:
