@@ -19,6 +19,8 @@
 #include <utility>
 #include <vector>
 
+#include "base/enum_names.h"
+#include "base/lines.h"
 #include "tools/replay/detail/agentic_graph.h"
 #include "tools/replay/detail/trace_row.h"
 
@@ -247,15 +249,10 @@ class Parser {
 }  // namespace
 
 std::string_view toString(TraceFormat format) {
-  switch (format) {
-    case TraceFormat::Mooncake:
-      return "mooncake";
-    case TraceFormat::MooncakeDelta:
-      return "mooncake-delta";
-    case TraceFormat::Agentic:
-      return "agentic";
-  }
-  return "mooncake";
+  static constexpr EnumNames<TraceFormat, 3> kNames{{{"mooncake", TraceFormat::Mooncake},
+                                                     {"mooncake-delta", TraceFormat::MooncakeDelta},
+                                                     {"agentic", TraceFormat::Agentic}}};
+  return enumName(kNames, format);
 }
 
 Result<Workload> parseMooncakeTrace(std::string_view text, const TraceOptions& options,
@@ -266,14 +263,7 @@ Result<Workload> parseMooncakeTrace(std::string_view text, const TraceOptions& o
   workload.cumulative_prompts = format == TraceFormat::MooncakeDelta;
   Parser parser(options, format);
 
-  std::size_t line = 0;
-  std::size_t pos = 0;
-  while (pos < text.size()) {
-    std::size_t end = text.find('\n', pos);
-    if (end == std::string_view::npos) end = text.size();
-    std::string_view row = text.substr(pos, end - pos);
-    pos = end + 1;
-    ++line;
+  for (const auto [row, line] : Lines(text)) {
     if (row.find_first_not_of(" \t\r\f\v") == std::string_view::npos) continue;  // blank
     if (Status s = parser.addLine(row, line); !s) {
       if (!options.skip_invalid) {
