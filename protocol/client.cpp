@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "base/enum_names.h"
 #include "protocol/detail/msgpack_io.h"
 #include "protocol/detail/output_fast_path.h"
 #include "protocol/limits.h"
@@ -413,26 +414,20 @@ Result<ClientMessage> decodeKvSnapshotReply(const MapView& m) {
 
 }  // namespace
 
-std::string_view toString(FinishReason reason) {
-  switch (reason) {
-    case FinishReason::Length:
-      return "length";
-    case FinishReason::Cancelled:
-      return "cancelled";
-    case FinishReason::Rejected:
-      return "rejected";
-    case FinishReason::Error:
-      return "error";
-    case FinishReason::Shutdown:
-      return "shutdown";
-  }
-  return "?";
-}
+namespace {
+constexpr EnumNames<FinishReason, 5> kFinishReasonNames{{{"length", FinishReason::Length},
+                                                         {"cancelled", FinishReason::Cancelled},
+                                                         {"rejected", FinishReason::Rejected},
+                                                         {"error", FinishReason::Error},
+                                                         {"shutdown", FinishReason::Shutdown}}};
+}  // namespace
+
+std::string_view toString(FinishReason reason) { return enumName(kFinishReasonNames, reason); }
 
 Result<FinishReason> parseFinishReason(std::string_view s) {
-  for (FinishReason r : {FinishReason::Length, FinishReason::Cancelled, FinishReason::Rejected,
-                         FinishReason::Error, FinishReason::Shutdown}) {
-    if (s == toString(r)) return r;
+  // Exact spelling on the wire (enumFromName would accept any case).
+  for (const auto& [name, reason] : kFinishReasonNames) {
+    if (s == name) return reason;
   }
   return corruption("finish: '" + std::string(detail::clipUtf8(s, 64)) +
                     "' is not one of length, cancelled, rejected, error, shutdown");

@@ -54,7 +54,6 @@ class FpmPublisher {
   /// goes idle), else the time at which onIdle() will publish.
   std::optional<double> nextHeartbeatDue() const;
 
-  std::uint64_t nextCounterId() const { return next_counter_; }
   std::uint64_t numSent() const { return num_sent_; }
   std::uint64_t numDropped() const { return num_dropped_; }
   std::uint64_t numHeartbeats() const { return num_heartbeats_; }

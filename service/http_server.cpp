@@ -13,6 +13,8 @@
 #include <utility>
 #include <vector>
 
+#include "base/enum_names.h"
+
 namespace mocker::service {
 namespace {
 
@@ -31,19 +33,12 @@ constexpr std::size_t kMaxPayloadBytes = 1024;
 /// second while HTTP is on, so this is a loop stuck in one step).
 constexpr auto kStalledAfter = std::chrono::seconds(10);
 
-std::string_view phaseName(LoopPhase p) {
-  switch (p) {
-    case LoopPhase::Starting:
-      return "starting";
-    case LoopPhase::Serving:
-      return "serving";
-    case LoopPhase::Draining:
-      return "draining";
-    case LoopPhase::Stopped:
-      return "stopped";
-  }
-  return "unknown";
-}
+constexpr EnumNames<LoopPhase, 4> kPhaseNames{{{"starting", LoopPhase::Starting},
+                                               {"serving", LoopPhase::Serving},
+                                               {"draining", LoopPhase::Draining},
+                                               {"stopped", LoopPhase::Stopped}}};
+
+std::string_view phaseName(LoopPhase p) { return enumName(kPhaseNames, p); }
 
 void json(httplib::Response& res, int status, bool ok, LoopPhase phase, std::string_view extra) {
   res.status = status;

@@ -110,7 +110,7 @@ void ZapHandler::serve(zmq::socket_t& socket) {
                   address, key, frame(2));
       }
     }
-    (status == "200" ? accepted_ : refused_).fetch_add(1, std::memory_order_relaxed);
+    if (status != "200") refused_.fetch_add(1, std::memory_order_relaxed);
     const std::array<zmq::const_buffer, 6> reply = {
         zmq::buffer(std::string_view("1.0")),
         zmq::buffer(req.size() > 1 ? req[1].data() : nullptr, req.size() > 1 ? req[1].size() : 0),

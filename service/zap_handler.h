@@ -45,8 +45,7 @@ class ZapHandler final {
   ZapHandler(const ZapHandler&) = delete;
   ZapHandler& operator=(const ZapHandler&) = delete;
 
-  /// Handshakes accepted / refused so far (any thread).
-  std::uint64_t numAccepted() const { return accepted_.load(std::memory_order_relaxed); }
+  /// Handshakes refused so far (any thread).
   std::uint64_t numRefused() const { return refused_.load(std::memory_order_relaxed); }
 
  private:
@@ -56,7 +55,6 @@ class ZapHandler final {
 
   // Allow-list per ZAP domain; immutable once the thread runs.
   const std::map<std::string, std::set<std::string>> allowed_;
-  std::atomic<std::uint64_t> accepted_{0};
   std::atomic<std::uint64_t> refused_{0};
   StopEvent stop_;
   std::thread thread_;

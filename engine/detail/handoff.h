@@ -85,8 +85,6 @@ class HandoffBook {
       deadlines_.pop_front();
     }
   }
-  std::uint64_t numHeld() const { return num_held_; }
-  std::uint64_t numExpired() const { return expired_; }
 
   // Decode worker.
   /// Adds `request` (built from `ticket`) to the scheduler's `requests` in state Reserving and to

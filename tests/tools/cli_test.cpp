@@ -20,6 +20,7 @@
 
 #include "service/config.h"
 #include "tests/service/serve_process.h"
+#include "tests/tools/cli_run.h"
 #include "tools/index_command.h"
 #include "tools/serve_flags.h"
 #include "tools/stats_command.h"
@@ -27,34 +28,24 @@
 namespace mocker::tools {
 namespace {
 
-struct CliRun {
-  int code;
-  std::string out;
-  std::string err;
-};
-
-CliRun run(std::vector<std::string> args) {
-  args.insert(args.begin(), "mocker");
-  std::ostringstream out, err;
-  const int code = runCli(args, out, err);
-  return {code, out.str(), err.str()};
-}
+using cli_test::CliRun;
+using cli_test::runMocker;
 
 TEST(CliTest, VersionPrintsProjectVersion) {
-  const auto r = run({"--version"});
+  const auto r = runMocker({"--version"});
   EXPECT_EQ(r.code, 0);
   EXPECT_EQ(r.out, versionString() + "\n");
   EXPECT_EQ(versionString(), std::string("mocker ") + MOCKER_VERSION_FOR_TEST);
 }
 
 TEST(CliTest, HelpListsUsage) {
-  const auto r = run({"--help"});
+  const auto r = runMocker({"--help"});
   EXPECT_EQ(r.code, 0);
   EXPECT_NE(r.out.find("Usage: mocker"), std::string::npos);
 }
 
 TEST(CliTest, UnknownOptionIsAUsageError) {
-  const auto r = run({"--no-such-flag"});
+  const auto r = runMocker({"--no-such-flag"});
   EXPECT_NE(r.code, 0);
   EXPECT_NE(r.err.find("--no-such-flag"), std::string::npos);
 }
@@ -88,7 +79,7 @@ service::ServiceConfig parseDump(const std::string& text) {
 }
 
 TEST(CliConfigTest, DumpWithoutArgumentsPrintsTheDefaults) {
-  const auto r = run({"config", "--dump"});
+  const auto r = runMocker({"config", "--dump"});
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_TRUE(r.err.empty());
   // The defaults, with block_size 0 ("the engine's default") written as what it means.
@@ -108,19 +99,19 @@ TEST(CliConfigTest, DumpShowsTheEffectiveBlockSizeOfEachEngine) {
        }) {
     std::vector<std::string> argv{"config", "--dump"};
     argv.insert(argv.end(), args.begin(), args.end());
-    const auto r = run(argv);
+    const auto r = runMocker(argv);
     ASSERT_EQ(r.code, 0) << r.err;
     EXPECT_NE(r.out.find("\nblock_size = " + block_size + "\n"), std::string::npos)
         << block_size << "\n"
         << r.out;
     // The dump is a configuration file that passes validation as it is.
     const TempFile file("dump.toml", r.out);
-    EXPECT_EQ(run({"config", "--config", file.path()}).code, 0) << r.out;
+    EXPECT_EQ(runMocker({"config", "--config", file.path()}).code, 0) << r.out;
   }
 }
 
 TEST(CliConfigTest, WithoutDumpOnlyValidates) {
-  const auto r = run({"config"});
+  const auto r = runMocker({"config"});
   EXPECT_EQ(r.code, 0);
   EXPECT_EQ(r.out, "configuration OK\n");
 }
@@ -136,27 +127,27 @@ layout = "p7"
 [fpm]
 enabled = false
 )");
-  const auto r = run({"config",
-                      "--dump",
-                      "--config",
-                      file.path(),
-                      "--num-gpu-blocks",
-                      "7",
-                      "--enable-prefix-caching",
-                      "--max-num-seqs",
-                      "none",
-                      "--kv-events-layout",
-                      "MAP",
-                      "--fpm",
-                      "--fpm-endpoint",
-                      "tcp://collector:20380",
-                      "--fpm-connect",
-                      "--log-level",
-                      "debug",
-                      "--dp-size",
-                      "2",
-                      "--kv-replay-endpoint",
-                      "tcp://127.0.0.1:6000"});
+  const auto r = runMocker({"config",
+                            "--dump",
+                            "--config",
+                            file.path(),
+                            "--num-gpu-blocks",
+                            "7",
+                            "--enable-prefix-caching",
+                            "--max-num-seqs",
+                            "none",
+                            "--kv-events-layout",
+                            "MAP",
+                            "--fpm",
+                            "--fpm-endpoint",
+                            "tcp://collector:20380",
+                            "--fpm-connect",
+                            "--log-level",
+                            "debug",
+                            "--dp-size",
+                            "2",
+                            "--kv-replay-endpoint",
+                            "tcp://127.0.0.1:6000"});
   ASSERT_EQ(r.code, 0) << r.err;
   const auto c = parseDump(r.out);
   EXPECT_EQ(c.engine.num_gpu_blocks, 7u);           // flag over file
@@ -171,9 +162,9 @@ enabled = false
 }
 
 TEST(CliConfigTest, HttpAndLoggingFlagsSetTheirKeys) {
-  auto r = run({"config", "--dump", "--http-endpoint", "0.0.0.0:9100", "--log-format", "JSON",
-                "--log-stats-interval", "2.5", "--served-model-name", "llama", "--worker-label",
-                "pod-3"});
+  auto r = runMocker({"config", "--dump", "--http-endpoint", "0.0.0.0:9100", "--log-format", "JSON",
+                      "--log-stats-interval", "2.5", "--served-model-name", "llama",
+                      "--worker-label", "pod-3"});
   ASSERT_EQ(r.code, 0) << r.err;
   auto c = parseDump(r.out);
   EXPECT_EQ(c.endpoints.http, (service::HttpEndpointConfig{"0.0.0.0:9100", true}));
@@ -181,21 +172,21 @@ TEST(CliConfigTest, HttpAndLoggingFlagsSetTheirKeys) {
   EXPECT_EQ(c.log_stats_interval_s, 2.5);
   EXPECT_EQ(c.service.served_model_name, "llama");
   EXPECT_EQ(c.service.worker_label, "pod-3");
-  r = run({"config", "--dump", "--no-http"});
+  r = runMocker({"config", "--dump", "--no-http"});
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_FALSE(parseDump(r.out).endpoints.http.enabled);
-  r = run({"config", "--http-endpoint", "http://127.0.0.1:8000"});
+  r = runMocker({"config", "--http-endpoint", "http://127.0.0.1:8000"});
   EXPECT_EQ(r.code, 2);
   EXPECT_NE(r.err.find("--http-endpoint: endpoints.http.endpoint"), std::string::npos) << r.err;
-  r = run({"config", "--log-stats-interval", "-1"});
+  r = runMocker({"config", "--log-stats-interval", "-1"});
   EXPECT_EQ(r.code, 2);
   EXPECT_NE(r.err.find("logging.stats_interval_s"), std::string::npos) << r.err;
 }
 
 TEST(CliConfigTest, NegatedFlagsTurnOptionsOff) {
   const auto r =
-      run({"config", "--dump", "--no-enable-prefix-caching", "--no-enable-chunked-prefill",
-           "--no-kv-events", "--no-fpm", "--allow-empty-output"});
+      runMocker({"config", "--dump", "--no-enable-prefix-caching", "--no-enable-chunked-prefill",
+                 "--no-kv-events", "--no-fpm", "--allow-empty-output"});
   ASSERT_EQ(r.code, 0) << r.err;
   const auto c = parseDump(r.out);
   EXPECT_FALSE(c.engine.enable_prefix_caching);
@@ -207,7 +198,7 @@ TEST(CliConfigTest, NegatedFlagsTurnOptionsOff) {
 
 TEST(CliConfigTest, FileErrorIsOneLineWithFileLineColumnAndExitCode2) {
   const TempFile file("bad.toml", "[engine]\nnum_gpu_blocks = 0\n");
-  const auto r = run({"config", "--dump", "--config", file.path()});
+  const auto r = runMocker({"config", "--dump", "--config", file.path()});
   EXPECT_EQ(r.code, 2);
   EXPECT_TRUE(r.out.empty());
   EXPECT_EQ(r.err, "mocker: configuration error: " + file.path() +
@@ -216,7 +207,7 @@ TEST(CliConfigTest, FileErrorIsOneLineWithFileLineColumnAndExitCode2) {
 
 TEST(CliConfigTest, AFlagCanFixABadFileValue) {
   const TempFile file("bad.toml", "[engine]\nnum_gpu_blocks = 0\n");
-  const auto r = run({"config", "--config", file.path(), "--num-gpu-blocks", "3"});
+  const auto r = runMocker({"config", "--config", file.path(), "--num-gpu-blocks", "3"});
   EXPECT_EQ(r.code, 0) << r.err;
 }
 
@@ -242,7 +233,7 @@ TEST(CliConfigTest, FlagErrorsNameTheFlag) {
        }) {
     std::vector<std::string> argv{"config"};
     argv.insert(argv.end(), args.begin(), args.end());
-    const auto r = run(argv);
+    const auto r = runMocker(argv);
     EXPECT_EQ(r.code, 2) << args[0];
     EXPECT_NE(r.err.find("mocker: configuration error: " + fragment), std::string::npos) << r.err;
     EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
@@ -253,13 +244,14 @@ TEST(CliConfigTest, OfflineReplayChecksEngineRulesButNotEndpointRules) {
   const TempFile trace("t.jsonl", "{\"timestamp\": 0, \"output_length\": 2, \"hash_ids\": [1]}\n");
   // dp_size 2 with given ports that collide: a service's endpoints collide, an offline replay
   // opens none. (With no endpoint given the default port plan spaces them: PortPlanTest.)
-  EXPECT_EQ(run({"config", "--dp-size", "2", "--kv-events-endpoint", "tcp://127.0.0.1:5557"}).code,
-            2);
-  EXPECT_EQ(run({"config", "--dp-size", "2"}).code, 0);
-  const auto ok = run({"replay", trace.path(), "--dp-size", "2"});
+  EXPECT_EQ(
+      runMocker({"config", "--dp-size", "2", "--kv-events-endpoint", "tcp://127.0.0.1:5557"}).code,
+      2);
+  EXPECT_EQ(runMocker({"config", "--dp-size", "2"}).code, 0);
+  const auto ok = runMocker({"replay", trace.path(), "--dp-size", "2"});
   EXPECT_EQ(ok.code, 0) << ok.err;
   // The engine's rules still apply, with the same message as for a service.
-  const auto bad = run({"replay", trace.path(), "--dp-size", "0"});
+  const auto bad = runMocker({"replay", trace.path(), "--dp-size", "0"});
   EXPECT_EQ(bad.code, 2);
   EXPECT_EQ(bad.err,
             "mocker replay: configuration error: --dp-size: engine.dp_size must be >= 1 (got 0)\n");
@@ -280,7 +272,7 @@ TEST(CliConfigTest, OfflineReplayRefusesFlagsThatOnlyConfigureTheService) {
        }) {
     std::vector<std::string> argv{"replay", trace.path()};
     argv.insert(argv.end(), flag.begin(), flag.end());
-    const auto r = run(argv);
+    const auto r = runMocker(argv);
     EXPECT_EQ(r.code, 2) << flag[0];
     EXPECT_NE(r.err.find("configuration error: " + flag[0] + ": " + key + " has no effect here"),
               std::string::npos)
@@ -288,18 +280,19 @@ TEST(CliConfigTest, OfflineReplayRefusesFlagsThatOnlyConfigureTheService) {
   }
   // Engine keys apply, and a service's file may be reused (only its [engine] table is read).
   const TempFile file("serve.toml", "[engine]\nnum_gpu_blocks = 64\n[kv_events]\nhwm = 5\n");
-  const auto ok = run({"replay", trace.path(), "--config", file.path(), "--speedup-ratio", "0"});
+  const auto ok =
+      runMocker({"replay", trace.path(), "--config", file.path(), "--speedup-ratio", "0"});
   EXPECT_EQ(ok.code, 0) << ok.err;
 }
 
 TEST(CliConfigTest, MissingConfigFileIsAnError) {
-  const auto r = run({"config", "--config", "/nonexistent/mocker.toml"});
+  const auto r = runMocker({"config", "--config", "/nonexistent/mocker.toml"});
   EXPECT_EQ(r.code, 2);
   EXPECT_NE(r.err.find("/nonexistent/mocker.toml"), std::string::npos) << r.err;
 }
 
 TEST(CliConfigTest, HelpCoversEveryConfigurationKey) {
-  const auto r = run({"config", "--help"});
+  const auto r = runMocker({"config", "--help"});
   ASSERT_EQ(r.code, 0);
   for (const std::string& key : service::configKeys()) {
     if (key == "engine.trtllm.capacity_scheduler_policy") {
@@ -314,7 +307,7 @@ TEST(CliConfigTest, HelpCoversEveryConfigurationKey) {
   EXPECT_NE(r.out.find("--dump"), std::string::npos);
   // A refused key is not advertised (it used to be listed as if it worked).
   EXPECT_EQ(r.out.find("max-queue-size"), std::string::npos);
-  EXPECT_EQ(run({"serve", "--help"}).out.find("max-queue-size"), std::string::npos);
+  EXPECT_EQ(runMocker({"serve", "--help"}).out.find("max-queue-size"), std::string::npos);
 }
 
 // --- --help: types, defaults, what applies ------------------------------------------------------
@@ -332,7 +325,7 @@ std::string helpEntry(const std::string& help, const std::string& flag) {
 }
 
 TEST(CliHelpTest, ServeOptionsShowTheirTypeAndDefault) {
-  const auto r = run({"serve", "--help"});
+  const auto r = runMocker({"serve", "--help"});
   ASSERT_EQ(r.code, 0);
   for (const auto& [flag, fragments] :
        std::vector<std::pair<std::string, std::vector<std::string>>>{
@@ -358,7 +351,7 @@ TEST(CliHelpTest, ServeOptionsShowTheirTypeAndDefault) {
 // One metavar per kind of value, ranges spelled one way, and what an option excludes in its
 // description rather than on its name line.
 TEST(CliHelpTest, ReplayHelpSpeaksOneStyle) {
-  const auto r = run({"replay", "--help"});
+  const auto r = runMocker({"replay", "--help"});
   ASSERT_EQ(r.code, 0);
   EXPECT_EQ(r.out.find("Excludes:"), std::string::npos) << r.out;
   EXPECT_EQ(r.out.find("TEXT:{"), std::string::npos) << r.out;
@@ -379,17 +372,17 @@ TEST(CliHelpTest, ReplayHelpSpeaksOneStyle) {
 // default (vllm, 64 tokens per block), or an index next to a default worker hashes every query
 // into the wrong blocks. tests/tools/index_restart_test.py checks the same through a real query.
 TEST(CliHelpTest, IndexBlockSizeDefaultIsServesDefault) {
-  const auto r = run({"index", "--help"});
+  const auto r = runMocker({"index", "--help"});
   ASSERT_EQ(r.code, 0);
   const std::string entry = helpEntry(r.out, "--block-size");
   EXPECT_NE(entry.find("(default: 64)"), std::string::npos) << entry;
-  const auto serve = run({"config", "--dump"});  // a default worker's effective config
+  const auto serve = runMocker({"config", "--dump"});  // a default worker's effective config
   ASSERT_EQ(serve.code, 0) << serve.err;
   EXPECT_NE(serve.out.find("\nblock_size = 64\n"), std::string::npos);
 }
 
 TEST(CliHelpTest, BooleanPairsShowTheirRealDefault) {
-  const auto r = run({"serve", "--help"});
+  const auto r = runMocker({"serve", "--help"});
   ASSERT_EQ(r.code, 0);
   // CLI11 printed "--x,--no-x{false}", which reads as "default false".
   EXPECT_EQ(r.out.find("{false}"), std::string::npos) << r.out;
@@ -402,8 +395,8 @@ TEST(CliHelpTest, BooleanPairsShowTheirRealDefault) {
 }
 
 TEST(CliHelpTest, ReplayHelpShowsOnlyTheFlagsThatApply) {
-  const auto replay = run({"replay", "--help"});
-  const auto serve = run({"serve", "--help"});
+  const auto replay = runMocker({"replay", "--help"});
+  const auto serve = runMocker({"serve", "--help"});
   ASSERT_EQ(replay.code, 0);
   for (const std::string& key : service::configKeys()) {
     const bool shown = replay.out.find("[" + key + "]") != std::string::npos;
@@ -443,16 +436,16 @@ TEST(CliErrorTest, UnknownOptionsAndCommandsGetTheNearestName) {
            {{"serv"}, "mocker: unknown command 'serv' (did you mean 'serve'?)"},
        }) {
     std::vector<std::string> argv = args;
-    const auto r = run(argv);
+    const auto r = runMocker(argv);
     EXPECT_EQ(r.code, 2) << args[0];
     EXPECT_NE(r.err.find(expected), std::string::npos) << r.err;
   }
   // Nothing near: no suggestion.
-  const auto far = run({"serve", "--frobnicate"});
+  const auto far = runMocker({"serve", "--frobnicate"});
   EXPECT_EQ(far.code, 2);
   EXPECT_EQ(far.err.find("did you mean"), std::string::npos) << far.err;
   // A flag replay hides (no effect there) is not suggested.
-  const auto hidden = run({"replay", "x.jsonl", "--submit-endpoin", "x"});
+  const auto hidden = runMocker({"replay", "x.jsonl", "--submit-endpoin", "x"});
   EXPECT_EQ(hidden.err.find("--submit-endpoint'"), std::string::npos) << hidden.err;
 }
 
@@ -471,7 +464,7 @@ TEST(CliErrorTest, RangesAreWordedForPeople) {
            {{"submit", "--prompt-len", "4", "--timeout-s", "0"},
             "--timeout-s: must be > 0 (got 0)"},
        }) {
-    const auto r = run(args);
+    const auto r = runMocker(args);
     EXPECT_EQ(r.code, 2) << args[1];
     EXPECT_NE(r.err.find(expected), std::string::npos) << r.err;
     EXPECT_EQ(r.err.find("not in range"), std::string::npos) << r.err;
@@ -480,24 +473,24 @@ TEST(CliErrorTest, RangesAreWordedForPeople) {
 
 TEST(CliErrorTest, ConfigKeyTyposGetTheNearestKey) {
   const TempFile file("typo.toml", "[engine]\nnum_gpu_block = 5\n");
-  const auto r = run({"config", "--config", file.path()});
+  const auto r = runMocker({"config", "--config", file.path()});
   EXPECT_EQ(r.code, 2);
   EXPECT_NE(r.err.find("engine.num_gpu_block: unknown key (did you mean 'engine.num_gpu_blocks'?)"),
             std::string::npos)
       << r.err;
   const TempFile table("table.toml", "[kv_event]\nhwm = 5\n");
-  const auto t = run({"config", "--config", table.path()});
+  const auto t = runMocker({"config", "--config", table.path()});
   EXPECT_NE(t.err.find("unknown table (did you mean 'kv_events'?)"), std::string::npos) << t.err;
 }
 
 TEST(CliErrorTest, SyntheticWorkloadNeedsAnOutputLength) {
   // Without it every output used to be one token long (lengths are raised to at least 1).
-  const auto r =
-      run({"replay", "--format", "synthetic", "--num-requests", "3", "--input-tokens-mean", "64"});
+  const auto r = runMocker(
+      {"replay", "--format", "synthetic", "--num-requests", "3", "--input-tokens-mean", "64"});
   EXPECT_EQ(r.code, 2);
   EXPECT_EQ(r.err, "mocker replay: --output-tokens-mean: required (> 0)\n");
-  const auto zero = run({"replay", "--format", "synthetic", "--num-requests", "3",
-                         "--input-tokens-mean", "64", "--output-tokens-mean", "0"});
+  const auto zero = runMocker({"replay", "--format", "synthetic", "--num-requests", "3",
+                               "--input-tokens-mean", "64", "--output-tokens-mean", "0"});
   EXPECT_EQ(zero.code, 2);
   EXPECT_NE(zero.err.find("--output-tokens-mean: must be > 0 (got 0)"), std::string::npos)
       << zero.err;
@@ -506,14 +499,15 @@ TEST(CliErrorTest, SyntheticWorkloadNeedsAnOutputLength) {
 // --- aliases: names users already type -----------------------------------------------------------
 
 TEST(CliAliasTest, VllmAndSglangEngineFlagNames) {
-  const auto r = run({"config", "--dump", "--num-gpu-blocks-override", "77", "--engine-type",
-                      "sglang", "--schedule-policy", "lpm"});
+  const auto r = runMocker({"config", "--dump", "--num-gpu-blocks-override", "77", "--engine-type",
+                            "sglang", "--schedule-policy", "lpm"});
   ASSERT_EQ(r.code, 0) << r.err;
   const auto c = parseDump(r.out);
   EXPECT_EQ(c.engine.num_gpu_blocks, 77u);
   EXPECT_NE(r.out.find("schedule_policy = \"lpm\""), std::string::npos) << r.out;
   // A policy SGLang has but mocker does not model is refused, naming the accepted ones.
-  const auto bad = run({"config", "--engine-type", "sglang", "--schedule-policy", "dfs-weight"});
+  const auto bad =
+      runMocker({"config", "--engine-type", "sglang", "--schedule-policy", "dfs-weight"});
   EXPECT_EQ(bad.code, 2);
   EXPECT_NE(bad.err.find("--sglang-schedule-policy: engine.sglang.schedule_policy"),
             std::string::npos)
@@ -522,9 +516,9 @@ TEST(CliAliasTest, VllmAndSglangEngineFlagNames) {
 
 // The rest of a vLLM / SGLang launch line (service/README.md, "vLLM and SGLang launch lines").
 TEST(CliAliasTest, LaunchLineFlagsMapOntoTheirKeys) {
-  const auto r = run({"config", "--dump", "--host", "0.0.0.0", "--port", "9000", "--model",
-                      "meta-llama/Llama-3.1-8B", "--disable-log-stats", "--max-running-requests",
-                      "8", "--disable-radix-cache"});
+  const auto r = runMocker({"config", "--dump", "--host", "0.0.0.0", "--port", "9000", "--model",
+                            "meta-llama/Llama-3.1-8B", "--disable-log-stats",
+                            "--max-running-requests", "8", "--disable-radix-cache"});
   ASSERT_EQ(r.code, 0) << r.err;
   const auto c = parseDump(r.out);
   EXPECT_EQ(c.endpoints.http.endpoint, "0.0.0.0:9000");
@@ -533,8 +527,8 @@ TEST(CliAliasTest, LaunchLineFlagsMapOntoTheirKeys) {
   EXPECT_EQ(c.engine.max_num_seqs, 8u);
   EXPECT_FALSE(c.engine.enable_prefix_caching);
   // Each part keeps its default; --served-model-name wins over --model, as in vLLM.
-  const auto port_only =
-      run({"config", "--dump", "--port", "9001", "--model", "m", "--served-model-name", "name"});
+  const auto port_only = runMocker(
+      {"config", "--dump", "--port", "9001", "--model", "m", "--served-model-name", "name"});
   ASSERT_EQ(port_only.code, 0) << port_only.err;
   EXPECT_EQ(parseDump(port_only.out).endpoints.http.endpoint, "127.0.0.1:9001");
   EXPECT_EQ(parseDump(port_only.out).service.served_model_name, "name");
@@ -547,18 +541,18 @@ TEST(CliAliasTest, LaunchLineFlagsMapOntoTheirKeys) {
              "--output-tokens-mean", "2", "--model", "m"},
             "--model has no effect here"},
        }) {
-    const auto bad = run(args);
+    const auto bad = runMocker(args);
     EXPECT_EQ(bad.code, 2) << message;
     EXPECT_NE(bad.err.find(message), std::string::npos) << bad.err;
   }
   // vLLM's --tensor-parallel-size is another setting, not a typo of --data-parallel-size.
-  const auto tp = run({"config", "--tensor-parallel-size", "2"});
+  const auto tp = runMocker({"config", "--tensor-parallel-size", "2"});
   EXPECT_EQ(tp.err.find("--data-parallel-size"), std::string::npos) << tp.err;
 }
 
 TEST(CliAliasTest, VllmKvEventsConfigJsonSetsTheMatchingKeys) {
-  const auto r = run({"config", "--dump", "--kv-events-config",
-                      R"({"enable_kv_cache_events": true, "publisher": "zmq",
+  const auto r = runMocker({"config", "--dump", "--kv-events-config",
+                            R"({"enable_kv_cache_events": true, "publisher": "zmq",
                           "endpoint": "tcp://*:6557", "replay_endpoint": "tcp://*:6558",
                           "buffer_steps": 500, "hwm": 1000, "topic": "kv@pod@model"})"});
   ASSERT_EQ(r.code, 0) << r.err;
@@ -574,16 +568,17 @@ TEST(CliAliasTest, VllmKvEventsConfigJsonSetsTheMatchingKeys) {
 
   // A host name is connected to, as vLLM does; a null replay endpoint means no replay; a later
   // flag overrides the JSON.
-  const auto connect = run({"config", "--dump", "--kv-events-config",
-                            R"({"endpoint": "tcp://indexer:5557", "replay_endpoint": null,
+  const auto connect = runMocker({"config", "--dump", "--kv-events-config",
+                                  R"({"endpoint": "tcp://indexer:5557", "replay_endpoint": null,
                                 "hwm": 5})",
-                            "--kv-events-hwm", "9"});
+                                  "--kv-events-hwm", "9"});
   ASSERT_EQ(connect.code, 0) << connect.err;
   const auto cc = parseDump(connect.out);
   EXPECT_EQ(cc.endpoints.kv_events, (service::EndpointConfig{"tcp://indexer:5557", true}));
   EXPECT_FALSE(cc.kv_events.replay_enabled);
   EXPECT_EQ(cc.kv_events.hwm, 9u);
-  const auto off = run({"config", "--dump", "--kv-events-config", R"({"publisher": "null"})"});
+  const auto off =
+      runMocker({"config", "--dump", "--kv-events-config", R"({"publisher": "null"})"});
   ASSERT_EQ(off.code, 0) << off.err;
   EXPECT_FALSE(parseDump(off.out).kv_events.enabled);
 }
@@ -599,12 +594,12 @@ TEST(CliAliasTest, VllmKvEventsConfigRefusesWhatItCannotMap) {
            {R"([1, 2])", "--kv-events-config: expected a JSON object"},
            {R"({"hwm": )", "--kv-events-config: not JSON"},
        }) {
-    const auto r = run({"config", "--kv-events-config", json});
+    const auto r = runMocker({"config", "--kv-events-config", json});
     EXPECT_EQ(r.code, 2) << json;
     EXPECT_NE(r.err.find(expected), std::string::npos) << json << "\n" << r.err;
   }
   // An offline replay opens no socket: the flag has no effect there.
-  const auto replay = run({"replay", "x.jsonl", "--kv-events-config", "{}"});
+  const auto replay = runMocker({"replay", "x.jsonl", "--kv-events-config", "{}"});
   EXPECT_EQ(replay.code, 2);
   EXPECT_NE(replay.err.find("--kv-events-config has no effect here"), std::string::npos)
       << replay.err;
@@ -621,7 +616,7 @@ std::string syntheticReport(const std::vector<std::string>& extra, int* code = n
                                 "7",          "--report-json",
                                 report.path()};
   argv.insert(argv.end(), extra.begin(), extra.end());
-  const auto r = run(argv);
+  const auto r = runMocker(argv);
   if (code != nullptr) *code = r.code;
   EXPECT_EQ(r.code, 0) << r.err;
   std::ifstream in(report.path());
@@ -670,7 +665,7 @@ TEST(CliAliasTest, VllmBenchWorkloadFlagsRefuseWhatTheyCannotMean) {
         "replay", "--format", "synthetic", "--input-tokens-mean", "10", "--output-tokens-mean",
         "2"};
     argv.insert(argv.end(), args.begin(), args.end());
-    const auto r = run(argv);
+    const auto r = runMocker(argv);
     EXPECT_EQ(r.code, 2) << args[2];
     EXPECT_NE(r.err.find(expected), std::string::npos) << r.err;
   }
@@ -890,7 +885,7 @@ TEST(CliSubmitTest, APrefillWorkerHandsOffAndDecodeEndpointRunsTheSecondHop) {
 // in use names --query-endpoint; a worker that could not be compared is an error, not a
 // difference of 0 sources.
 TEST(CliIndexTest, ErrorsNameTheFlagAndTheForm) {
-  const auto bare = run({"index", "--worker", "0=localhost:5557"});
+  const auto bare = runMocker({"index", "--worker", "0=localhost:5557"});
   EXPECT_EQ(bare.code, 2);
   EXPECT_NE(bare.err.find("endpoint 'localhost:5557' has no transport; expected "
                           "ID[/RANK]=tcp://HOST:PORT"),
@@ -901,7 +896,7 @@ TEST(CliIndexTest, ErrorsNameTheFlagAndTheForm) {
   holder.bind("tcp://127.0.0.1:*");
   const std::string taken = holder.get(zmq::sockopt::last_endpoint);
   const std::string worker = "tcp://127.0.0.1:" + std::to_string(unusedPort());
-  const auto busy = run({"index", "--worker", "0=" + worker, "--query-endpoint", taken});
+  const auto busy = runMocker({"index", "--worker", "0=" + worker, "--query-endpoint", taken});
   EXPECT_EQ(busy.code, 1);
   EXPECT_NE(busy.err.find("give --query-endpoint another address"), std::string::npos) << busy.err;
 

@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "tests/tools/cli_run.h"
 #include "tools/cli.h"
 #include "tools/replay/collector.h"
 #include "tools/replay/report_output.h"
@@ -295,18 +296,8 @@ std::string tempDir() {
   return pattern;
 }
 
-struct CliRun {
-  int code;
-  std::string out;
-  std::string err;
-};
-
-CliRun cli(std::vector<std::string> args) {
-  args.insert(args.begin(), "mocker");
-  std::ostringstream out, err;
-  const int code = tools::runCli(args, out, err);
-  return {code, out.str(), err.str()};
-}
+using tools::cli_test::CliRun;
+using tools::cli_test::runMocker;
 
 TEST(CompareCommandTest, WritesTheTableAndTheOutputsAndExitCodesFollowTheConventions) {
   const std::string dir = tempDir();
@@ -319,27 +310,28 @@ TEST(CompareCommandTest, WritesTheTableAndTheOutputsAndExitCodesFollowTheConvent
   const std::string bad = write("bad.json", "{\"num_requests\": ");
   const std::string other = write("other.json", "{\"hello\": 1}");
 
-  const CliRun run = cli({"compare", a, b, "--html", dir + "/c.html", "--json", dir + "/c.json"});
+  const CliRun run =
+      runMocker({"compare", a, b, "--html", dir + "/c.html", "--json", dir + "/c.json"});
   EXPECT_EQ(run.code, 0) << run.err;
   EXPECT_THAT(run.out, HasSubstr("[2] b.json"));
   EXPECT_THAT(run.out, HasSubstr("TTFT p99 (ms)"));
   EXPECT_TRUE(std::filesystem::file_size(dir + "/c.html") > 0);
   EXPECT_EQ(nlohmann::json::parse(std::ifstream(dir + "/c.json"))["runs"].size(), 2u);
 
-  EXPECT_EQ(cli({"compare", a}).code, 2);  // one report: usage error
-  EXPECT_THAT(cli({"compare", a}).err, HasSubstr("give at least two reports"));
-  EXPECT_EQ(cli({"compare"}).code, 2);
-  EXPECT_EQ(cli({"compare", a, b, "--bogus"}).code, 2);
-  const CliRun broken = cli({"compare", a, bad});
+  EXPECT_EQ(runMocker({"compare", a}).code, 2);  // one report: usage error
+  EXPECT_THAT(runMocker({"compare", a}).err, HasSubstr("give at least two reports"));
+  EXPECT_EQ(runMocker({"compare"}).code, 2);
+  EXPECT_EQ(runMocker({"compare", a, b, "--bogus"}).code, 2);
+  const CliRun broken = runMocker({"compare", a, bad});
   EXPECT_EQ(broken.code, 1);
   EXPECT_THAT(broken.err, HasSubstr("mocker compare: " + bad + ": not valid JSON"));
-  const CliRun foreign = cli({"compare", other, a});
+  const CliRun foreign = runMocker({"compare", other, a});
   EXPECT_EQ(foreign.code, 1);
   EXPECT_THAT(foreign.err, HasSubstr(other + ": not a mocker report"));
-  const CliRun missing = cli({"compare", a, dir + "/nope.json"});
+  const CliRun missing = runMocker({"compare", a, dir + "/nope.json"});
   EXPECT_EQ(missing.code, 1);
   EXPECT_THAT(missing.err, HasSubstr("cannot open '" + dir + "/nope.json'"));
-  const CliRun unwritable = cli({"compare", a, b, "--html", dir + "/no/such/dir/c.html"});
+  const CliRun unwritable = runMocker({"compare", a, b, "--html", dir + "/no/such/dir/c.html"});
   EXPECT_EQ(unwritable.code, 1);
   EXPECT_THAT(unwritable.err, HasSubstr("cannot write '" + dir + "/no/such/dir/c.html'"));
   std::filesystem::remove_all(dir);

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "replay_test_util.h"
+#include "tests/tools/cli_run.h"
 #include "tools/cli.h"
 
 namespace mocker::tools {
@@ -27,18 +28,8 @@ using nlohmann::ordered_json;
 using replay::testing::sampleTrace;
 using replay::testing::sourceDir;
 
-struct CliRun {
-  int code;
-  std::string out;
-  std::string err;
-};
-
-CliRun run(std::vector<std::string> args) {
-  args.insert(args.begin(), "mocker");
-  std::ostringstream out, err;
-  const int code = runCli(args, out, err);
-  return {code, out.str(), err.str()};
-}
+using cli_test::CliRun;
+using cli_test::runMocker;
 
 std::string readAll(const fs::path& path) {
   std::ifstream in(path, std::ios::binary);
@@ -104,8 +95,8 @@ bool updateGolden() {
 TEST(ReplayGoldenTest, TinyTraceReportMatchesGoldenFieldByField) {
   TempDir dir;
   const std::string trace = sourceDir() + "/tests/data/tiny_trace.jsonl";
-  const CliRun r = run({"replay", trace, "--report-json", dir.file("report.json"),
-                        "--requests-jsonl", dir.file("requests.jsonl")});
+  const CliRun r = runMocker({"replay", trace, "--report-json", dir.file("report.json"),
+                              "--requests-jsonl", dir.file("requests.jsonl")});
   ASSERT_EQ(r.code, 0) << r.err;
   const ordered_json actual = withoutMachineFields(readAll(dir.file("report.json")));
   const std::string requests = readAll(dir.file("requests.jsonl"));
@@ -149,7 +140,7 @@ void expectIdenticalRuns(const std::vector<std::string>& args) {
       a.push_back(flag);
       a.push_back(dir.file(std::string(flag + 2) + n));
     }
-    const CliRun r = run(a);
+    const CliRun r = runMocker(a);
     ASSERT_EQ(r.code, 0) << r.err;
     outputs[i] = {withoutWallTime(readAll(dir.file("report-json" + n))).dump(2),
                   readAll(dir.file("requests-jsonl" + n))};
@@ -218,14 +209,14 @@ TEST(ReplayCliTest, MalformedLineIsReportedWithItsNumberAndNothingRuns) {
                 "\n"
                 "{\"timestamp\": 5, \"output_length\": 1, \"hash_ids\": []}\n"
                 "{\"timestamp\": 9, \"output_length\": 2, \"hash_ids\": [2]}\n");
-  const CliRun r = run({"replay", trace, "--report-json", dir.file("r.json")});
+  const CliRun r = runMocker({"replay", trace, "--report-json", dir.file("r.json")});
   EXPECT_EQ(r.code, 1);
   EXPECT_NE(r.err.find("line 3"), std::string::npos) << r.err;
   EXPECT_TRUE(r.out.empty()) << "nothing may be simulated: " << r.out;
   EXPECT_FALSE(fs::exists(dir.file("r.json")));
 
   const CliRun skipped =
-      run({"replay", trace, "--skip-invalid", "--report-json", dir.file("r.json")});
+      runMocker({"replay", trace, "--skip-invalid", "--report-json", dir.file("r.json")});
   EXPECT_EQ(skipped.code, 0) << skipped.err;
   EXPECT_NE(skipped.err.find("skipped line 3"), std::string::npos) << skipped.err;
   EXPECT_EQ(ordered_json::parse(readAll(dir.file("r.json")))["num_requests"], 2);
@@ -233,7 +224,7 @@ TEST(ReplayCliTest, MalformedLineIsReportedWithItsNumberAndNothingRuns) {
 
 TEST(ReplayCliTest, UnknownRouterIsAUsageError) {
   const CliRun r =
-      run({"replay", sourceDir() + "/tests/data/tiny_trace.jsonl", "--router", "nearest"});
+      runMocker({"replay", sourceDir() + "/tests/data/tiny_trace.jsonl", "--router", "nearest"});
   EXPECT_EQ(r.code, 2) << r.err;
   EXPECT_NE(r.err.find("--router"), std::string::npos) << r.err;
 }
@@ -270,7 +261,7 @@ TEST(ReplayCliTest, LiveModeUsageErrorsExitTwo) {
   for (const auto& c : cases) {
     std::vector<std::string> args = {"replay", trace};
     args.insert(args.end(), c.extra.begin(), c.extra.end());
-    const CliRun r = run(args);
+    const CliRun r = runMocker(args);
     EXPECT_EQ(r.code, 2) << c.message << ": " << r.err;
     EXPECT_NE(r.err.find(c.message), std::string::npos) << r.err;
     EXPECT_TRUE(r.out.empty());
@@ -280,25 +271,25 @@ TEST(ReplayCliTest, LiveModeUsageErrorsExitTwo) {
 TEST(ReplayCliTest, FormatErrorsNameTheProblem) {
   TempDir dir;
   const std::string odd = dir.write("trace.txt", "x\n");
-  CliRun r = run({"replay", odd});
+  CliRun r = runMocker({"replay", odd});
   EXPECT_EQ(r.code, 2);  // usage: the command line does not say what the file is
   EXPECT_NE(r.err.find("--format"), std::string::npos) << r.err;
-  r = run({"replay", dir.file("missing.jsonl")});
+  r = runMocker({"replay", dir.file("missing.jsonl")});
   EXPECT_EQ(r.code, 1);  // input: the file named is not there
   EXPECT_NE(r.err.find("missing.jsonl"), std::string::npos) << r.err;
-  r = run({"replay", "--format", "synthetic", "--input-tokens-mean", "10"});
+  r = runMocker({"replay", "--format", "synthetic", "--input-tokens-mean", "10"});
   EXPECT_EQ(r.code, 2);
   EXPECT_NE(r.err.find("--num-requests"), std::string::npos) << r.err;
-  r = run({"replay", sourceDir() + "/tests/data/tiny_trace.jsonl", "--num-gpu-blocks", "0"});
+  r = runMocker({"replay", sourceDir() + "/tests/data/tiny_trace.jsonl", "--num-gpu-blocks", "0"});
   EXPECT_EQ(r.code, 2);
   EXPECT_NE(r.err.find("num_gpu_blocks"), std::string::npos) << r.err;
 }
 
 TEST(ReplayCliTest, ClosedLoopAndSloOptionsReachTheReport) {
   TempDir dir;
-  const CliRun r = run({"replay", sourceDir() + "/tests/data/tiny_trace.jsonl", "--concurrency",
-                        "1", "--slo-ttft-ms", "1000000", "--report-json", dir.file("r.json"),
-                        "--requests-jsonl", dir.file("r.jsonl")});
+  const CliRun r = runMocker({"replay", sourceDir() + "/tests/data/tiny_trace.jsonl",
+                              "--concurrency", "1", "--slo-ttft-ms", "1000000", "--report-json",
+                              dir.file("r.json"), "--requests-jsonl", dir.file("r.jsonl")});
   ASSERT_EQ(r.code, 0) << r.err;
   const ordered_json j = ordered_json::parse(readAll(dir.file("r.json")));
   EXPECT_EQ(j["completed_requests"], 8);
@@ -323,9 +314,10 @@ TEST(ReplayCliTest, ClosedLoopAndSloOptionsReachTheReport) {
 TEST(ReplayCliTest, ReportsCarryTheRunIdentity) {
   TempDir dir;
   const std::string trace = sourceDir() + "/tests/data/tiny_trace.jsonl";
-  const CliRun r = run({"replay", trace, "--block-size", "32", "--num-workers", "2", "--router",
-                        "random", "--report-json", dir.file("r.json"), "--requests-jsonl",
-                        dir.file("r.jsonl"), "--report-html", dir.file("r.html")});
+  const CliRun r =
+      runMocker({"replay", trace, "--block-size", "32", "--num-workers", "2", "--router", "random",
+                 "--report-json", dir.file("r.json"), "--requests-jsonl", dir.file("r.jsonl"),
+                 "--report-html", dir.file("r.html")});
   ASSERT_EQ(r.code, 0) << r.err;
   const ordered_json j = ordered_json::parse(readAll(dir.file("r.json")));
   const ordered_json& id = j["identity"];
@@ -356,8 +348,8 @@ TEST(ReplayCliTest, ReportsCarryTheRunIdentity) {
   }
   // A synthetic workload has no trace file.
   const CliRun s =
-      run({"replay", "--format", "synthetic", "--num-requests", "3", "--input-tokens-mean", "50",
-           "--output-tokens-mean", "2", "--report-json", dir.file("s.json")});
+      runMocker({"replay", "--format", "synthetic", "--num-requests", "3", "--input-tokens-mean",
+                 "50", "--output-tokens-mean", "2", "--report-json", dir.file("s.json")});
   ASSERT_EQ(s.code, 0) << s.err;
   const ordered_json sj = ordered_json::parse(readAll(dir.file("s.json")));
   EXPECT_EQ(sj["identity"]["format"], "synthetic");
@@ -389,7 +381,7 @@ TEST(ReplayCliTest, UnwritableOutputPathsFailBeforeTheRun) {
   for (const auto& c : cases) {
     std::vector<std::string> args = {"replay", trace};
     args.insert(args.end(), c.args.begin(), c.args.end());
-    const CliRun r = run(args);
+    const CliRun r = runMocker(args);
     EXPECT_EQ(r.code, 1) << c.message;
     EXPECT_NE(r.err.find(c.message), std::string::npos) << r.err;
     EXPECT_TRUE(r.out.empty()) << "nothing may be simulated: " << r.out;
@@ -402,8 +394,8 @@ TEST(ReplayCliTest, UnwritableOutputPathsFailBeforeTheRun) {
 TEST(ReplayCliTest, EveryRequestRejectedExitsOneWithTheReasons) {
   TempDir dir;
   const CliRun r =
-      run({"replay", sourceDir() + "/tests/data/tiny_trace.jsonl", "--max-model-len", "8",
-           "--report-json", dir.file("r.json"), "--requests-jsonl", dir.file("r.jsonl")});
+      runMocker({"replay", sourceDir() + "/tests/data/tiny_trace.jsonl", "--max-model-len", "8",
+                 "--report-json", dir.file("r.json"), "--requests-jsonl", dir.file("r.jsonl")});
   EXPECT_EQ(r.code, 1);
   EXPECT_NE(r.err.find("every request was rejected (8): max_model_len 8, kv capacity 0"),
             std::string::npos)
@@ -419,21 +411,21 @@ TEST(ReplayCliTest, EveryRequestRejectedExitsOneWithTheReasons) {
   }
   EXPECT_EQ(n, 8);
   // One request served is enough for success.
-  EXPECT_EQ(run({"replay", sourceDir() + "/tests/data/tiny_trace.jsonl"}).code, 0);
+  EXPECT_EQ(runMocker({"replay", sourceDir() + "/tests/data/tiny_trace.jsonl"}).code, 0);
 }
 
 TEST(ReplayCliTest, SyntheticWorkloadRunsWithTheEngineFlags) {
-  const CliRun r = run({"replay", "--format", "synthetic", "--num-requests", "20",
-                        "--input-tokens-mean", "300", "--output-tokens-mean", "10", "--arrival",
-                        "burst", "--block-size", "16", "--num-workers", "2"});
+  const CliRun r = runMocker({"replay", "--format", "synthetic", "--num-requests", "20",
+                              "--input-tokens-mean", "300", "--output-tokens-mean", "10",
+                              "--arrival", "burst", "--block-size", "16", "--num-workers", "2"});
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_NE(r.out.find("Requests per worker (round_robin): 10 10"), std::string::npos) << r.out;
 }
 
 TEST(ReplayCliTest, AgenticAndDeltaFormatsAreNamedAndTheirLineErrorsStopTheRun) {
   TempDir dir;
-  const CliRun ok = run({"replay", sourceDir() + "/data/traces/agentic_sample.jsonl", "--format",
-                         "agentic", "--report-json", dir.file("a.json")});
+  const CliRun ok = runMocker({"replay", sourceDir() + "/data/traces/agentic_sample.jsonl",
+                               "--format", "agentic", "--report-json", dir.file("a.json")});
   if (fs::exists(sourceDir() + "/data/traces/agentic_sample.jsonl")) {
     ASSERT_EQ(ok.code, 0) << ok.err;
     EXPECT_EQ(ordered_json::parse(readAll(dir.file("a.json")))["completed_requests"], 10);
@@ -446,19 +438,20 @@ TEST(ReplayCliTest, AgenticAndDeltaFormatsAreNamedAndTheirLineErrorsStopTheRun) 
                 "[\"a\", \"c\"]}\n"
                 "{\"request_id\": \"c\", \"output_length\": 1, \"hash_ids\": [1], \"wait_for\": "
                 "[\"b\"]}\n");
-  const CliRun bad = run({"replay", cycle, "--format", "agentic_mooncake"});
+  const CliRun bad = runMocker({"replay", cycle, "--format", "agentic_mooncake"});
   EXPECT_EQ(bad.code, 1);
   EXPECT_NE(bad.err.find("line 2: 'wait_for' forms a cycle"), std::string::npos) << bad.err;
   EXPECT_TRUE(bad.out.empty()) << bad.out;
   // The same file read as plain Mooncake ignores the agentic keys (closed loop: its rows 2 and 3
   // have no timestamp).
-  const CliRun plain = run({"replay", cycle, "--format", "mooncake", "--concurrency", "1"});
+  const CliRun plain = runMocker({"replay", cycle, "--format", "mooncake", "--concurrency", "1"});
   EXPECT_EQ(plain.code, 0) << plain.err;
   const std::string delta = dir.write(
       "delta.jsonl",
       "{\"session_id\": \"s\", \"timestamp\": 0, \"input_length\": 10, \"output_length\": 3, "
       "\"hash_ids\": [1, 2]}\n");
-  const CliRun d = run({"replay", delta, "--format", "mooncake-delta", "--trace-block-size", "16"});
+  const CliRun d =
+      runMocker({"replay", delta, "--format", "mooncake-delta", "--trace-block-size", "16"});
   EXPECT_EQ(d.code, 1);
   EXPECT_NE(d.err.find("line 1: 'hash_ids' has 2 ids but a delta of 10 tokens fills 1 blocks"),
             std::string::npos)
@@ -496,14 +489,14 @@ TEST(ReplayCliTest, SyntheticAgenticIsDeterministicAndNeedsAToolOutputLength) {
   first.insert(first.end(), {"--requests-jsonl", dir.file("1.jsonl")});
   std::vector<std::string> second = args;
   second.insert(second.end(), {"--requests-jsonl", dir.file("2.jsonl")});
-  const CliRun a = run(first);
+  const CliRun a = runMocker(first);
   ASSERT_EQ(a.code, 0) << a.err;
-  ASSERT_EQ(run(second).code, 0);
+  ASSERT_EQ(runMocker(second).code, 0);
   EXPECT_EQ(readAll(dir.file("1.jsonl")), readAll(dir.file("2.jsonl")));
   EXPECT_NE(readAll(dir.file("1.jsonl")).find("\"request_id\":\"agent_0.1\""), std::string::npos);
 
-  const CliRun missing = run({"replay", "--format", "synthetic-agentic", "--num-requests", "2",
-                              "--input-tokens-mean", "10", "--output-tokens-mean", "5"});
+  const CliRun missing = runMocker({"replay", "--format", "synthetic-agentic", "--num-requests",
+                                    "2", "--input-tokens-mean", "10", "--output-tokens-mean", "5"});
   EXPECT_EQ(missing.code, 2);
   EXPECT_NE(missing.err.find("--tool-output-tokens-mean"), std::string::npos) << missing.err;
 }
@@ -540,7 +533,7 @@ TEST(ReplayCliTest, DisaggregatedRunWithPerRoleConfigs) {
   std::vector<std::string> first = args, second = args;
   first.insert(first.end(), {"--report-json", dir.file("a.json")});
   second.insert(second.end(), {"--report-json", dir.file("b.json")});
-  const CliRun r = run(first);
+  const CliRun r = runMocker(first);
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_NE(r.out.find("Handoffs (prefill to decode)"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("30 (activated 30, refused by decode 0, expired holds 0)"),
@@ -548,7 +541,7 @@ TEST(ReplayCliTest, DisaggregatedRunWithPerRoleConfigs) {
       << r.out;
   EXPECT_NE(r.out.find("Handoffs per decode worker (kv):"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("KV transfer (ms)"), std::string::npos) << r.out;
-  ASSERT_EQ(run(second).code, 0);
+  ASSERT_EQ(runMocker(second).code, 0);
   const std::string a = readAll(dir.file("a.json"));
   EXPECT_EQ(withoutWallTime(a), withoutWallTime(readAll(dir.file("b.json"))));
   const ordered_json j = ordered_json::parse(a);
@@ -577,7 +570,7 @@ TEST(ReplayCliTest, DisaggregatedUsageErrors) {
   const auto with = [&](std::vector<std::string> extra) {
     std::vector<std::string> a = base;
     a.insert(a.end(), extra.begin(), extra.end());
-    return run(a);
+    return runMocker(a);
   };
   const std::string bs32 = dir.write("bs32.toml", "[engine]\nblock_size = 32\n");
   CliRun r =

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "tests/tools/cli_run.h"
 #include "tests/tools/replay_test_util.h"
 #include "tools/cli.h"
 
@@ -78,23 +79,13 @@ TEST(TraceDialectTest, BothKindsOfTurnsAreRefusedNamingTheFlag) {
             "line 4): give --format mooncake or --format mooncake-delta");
 }
 
-struct CliRun {
-  int code;
-  std::string out;
-  std::string err;
-};
-
-CliRun run(std::vector<std::string> args) {
-  args.insert(args.begin(), "mocker");
-  std::ostringstream out, err;
-  const int code = tools::runCli(args, out, err);
-  return {code, out.str(), err.str()};
-}
+using tools::cli_test::CliRun;
+using tools::cli_test::runMocker;
 
 nlohmann::json reportOf(const std::vector<std::string>& args, const std::string& json_path) {
   std::vector<std::string> full = args;
   full.insert(full.end(), {"--report-json", json_path});
-  const CliRun r = run(full);
+  const CliRun r = runMocker(full);
   EXPECT_EQ(r.code, 0) << r.err;
   std::ifstream in(json_path);
   return nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
@@ -107,7 +98,7 @@ TEST(TraceDialectCliTest, ShippedSamplesAreReadInTheirDialect) {
       std::filesystem::temp_directory_path() / ("mocker_dialect_" + std::to_string(::getpid()));
   std::filesystem::create_directories(dir);
   const std::string delta = testing::sourceDir() + "/data/traces/mooncake_delta_sample.jsonl";
-  const CliRun said = run({"replay", delta});
+  const CliRun said = runMocker({"replay", delta});
   EXPECT_EQ(said.code, 0) << said.err;
   EXPECT_NE(said.err.find("reading it as --format mooncake-delta ("), std::string::npos)
       << said.err;
@@ -120,13 +111,13 @@ TEST(TraceDialectCliTest, ShippedSamplesAreReadInTheirDialect) {
   EXPECT_LT(plain["total_input_tokens"], given["total_input_tokens"]);
 
   const std::string agentic = testing::sourceDir() + "/data/traces/agentic_sample.jsonl";
-  const CliRun a = run({"replay", agentic});
+  const CliRun a = runMocker({"replay", agentic});
   EXPECT_EQ(a.code, 0) << a.err;
   EXPECT_NE(a.err.find("reading it as --format agentic (line 1 has 'prefix_reset')"),
             std::string::npos)
       << a.err;
   // Forced into the wrong dialect, the parser's error says which one the lines look like.
-  const CliRun forced = run({"replay", agentic, "--format", "mooncake"});
+  const CliRun forced = runMocker({"replay", agentic, "--format", "mooncake"});
   EXPECT_EQ(forced.code, 1);
   EXPECT_NE(forced.err.find("(its first lines look like --format agentic: "), std::string::npos)
       << forced.err;

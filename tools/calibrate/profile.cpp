@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <map>
 
+#include "base/lines.h"
 #include "tools/replay/workload.h"
 
 namespace mocker::calibrate {
@@ -69,14 +70,7 @@ std::string formatProfile(const ProfileHeader& header,
 
 Result<ClientOverhead> parseClientOverhead(std::string_view text, std::string_view source) {
   ClientOverhead c;
-  std::size_t line_no = 0;
-  std::size_t pos = 0;
-  while (pos < text.size()) {
-    std::size_t eol = text.find('\n', pos);
-    if (eol == std::string_view::npos) eol = text.size();
-    std::string_view line = text.substr(pos, eol - pos);
-    pos = eol + 1;
-    ++line_no;
+  for (auto [line, line_no] : Lines(text)) {
     if (!line.starts_with("# client.")) continue;
     line.remove_prefix(2);
     const std::size_t eq = line.find(" = ");

@@ -9,6 +9,7 @@
 #include <map>
 #include <sstream>
 
+#include "base/lines.h"
 #include "tools/replay/mooncake_trace.h"
 #include "tools/replay/run_identity.h"
 
@@ -117,14 +118,7 @@ Result<std::vector<RecordedRequest>> parseGroundTruthCsv(std::string_view text,
   const std::vector<TraceTurn> turns = traceTurns(trace);
   std::vector<RecordedRequest> out;
   std::map<std::string, std::size_t, std::less<>> column;
-  std::size_t line_no = 0;
-  std::size_t pos = 0;
-  while (pos < text.size()) {
-    std::size_t eol = text.find('\n', pos);
-    if (eol == std::string_view::npos) eol = text.size();
-    std::string_view line = text.substr(pos, eol - pos);
-    pos = eol + 1;
-    ++line_no;
+  for (auto [line, line_no] : Lines(text)) {
     if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
     if (line.empty()) continue;
     const std::vector<std::string_view> cells = splitCsv(line);

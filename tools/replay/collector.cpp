@@ -4,22 +4,29 @@
 #include <utility>
 
 #include "base/check.h"
+#include "base/enum_names.h"
 
 namespace mocker::replay {
 
-const char* stopReasonName(StopReason reason) {
-  switch (reason) {
-    case StopReason::None:
-      return "";
-    case StopReason::MaxModelLen:
-      return "max_model_len";
-    case StopReason::KvCapacity:
-      return "kv_capacity";
-    case StopReason::MaxNumBatchedTokens:
-      return "max_num_batched_tokens";
-  }
-  return "";
-}
+namespace {
+
+constexpr EnumNames<StopReason, 4> kStopReasonNames{
+    {{"", StopReason::None},
+     {"max_model_len", StopReason::MaxModelLen},
+     {"kv_capacity", StopReason::KvCapacity},
+     {"max_num_batched_tokens", StopReason::MaxNumBatchedTokens}}};
+
+constexpr EnumNames<TerminalStatus, 5> kTerminalStatusNames{
+    {{"incomplete", TerminalStatus::Incomplete},
+     {"completed", TerminalStatus::Completed},
+     {"rejected", TerminalStatus::Rejected},
+     {"cancelled", TerminalStatus::Cancelled},
+     {"failed", TerminalStatus::Failed}}};
+
+}  // namespace
+
+// The tables hold string literals: .data() is NUL-terminated.
+const char* stopReasonName(StopReason reason) { return enumName(kStopReasonNames, reason).data(); }
 
 StopReason parseWireStopReason(std::string_view reason) {
   for (const auto& [prefix, value] :
@@ -48,19 +55,7 @@ void StopReasonCounts::add(StopReason reason) {
 }
 
 const char* terminalStatusName(TerminalStatus status) {
-  switch (status) {
-    case TerminalStatus::Incomplete:
-      return "incomplete";
-    case TerminalStatus::Completed:
-      return "completed";
-    case TerminalStatus::Rejected:
-      return "rejected";
-    case TerminalStatus::Cancelled:
-      return "cancelled";
-    case TerminalStatus::Failed:
-      return "failed";
-  }
-  return "incomplete";
+  return enumName(kTerminalStatusNames, status).data();
 }
 
 RequestLatencies latenciesOf(const RequestRecord& record) {
