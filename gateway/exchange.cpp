@@ -28,11 +28,22 @@ void Exchange::start() {
     connection_->beginStream(headers_);
     send(shaper_.start());
   }
-  for (std::size_t c = 0; c < choices_.size(); ++c) {
-    host_.submit(choices_[c].worker, protocol::SubmitRequest{.id = choices_[c].wire_id,
-                                                             .prompt = shaper_.prompt(c),
-                                                             .max_tokens = shaper_.planned(c)});
-  }
+  for (std::size_t c = 0; c < choices_.size(); ++c)
+    host_.submit(choices_[c].worker, submitRequest(c));
+}
+
+protocol::SubmitRequest Exchange::submitRequest(std::size_t c) const {
+  return protocol::SubmitRequest{
+      .id = choices_[c].wire_id, .prompt = shaper_.prompt(c), .max_tokens = shaper_.planned(c)};
+}
+
+void Exchange::handOff(std::size_t c, std::size_t decode_worker, protocol::HandoffTicket ticket) {
+  Choice& choice = choices_.at(c);
+  if (completed_ || !choice.open) return;
+  choice.worker = decode_worker;
+  protocol::SubmitRequest request = submitRequest(c);
+  request.handoff = std::move(ticket);
+  host_.submit(decode_worker, std::move(request));
 }
 
 void Exchange::send(const std::string& bytes) {

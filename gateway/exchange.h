@@ -56,6 +56,11 @@ class Exchange final : public std::enable_shared_from_this<Exchange> {
   void addChoice(std::size_t worker, std::string wire_id);
   /// Submits every choice and, when streaming, opens the stream.
   void start();
+  /// Disaggregated: choice `choice`'s prefill worker handed it off; the same request with the
+  /// ticket goes to `decode_worker`, which then holds it (cancels go there).
+  void handOff(std::size_t choice, std::size_t decode_worker, protocol::HandoffTicket ticket);
+  /// The worker that holds choice `choice` now.
+  std::size_t choiceWorker(std::size_t choice) const { return choices_.at(choice).worker; }
 
   void onOutput(std::size_t choice, const protocol::RequestOutput& output);
   /// The worker refused or failed choice `choice`: the response fails with `status`.
@@ -75,6 +80,7 @@ class Exchange final : public std::enable_shared_from_this<Exchange> {
     std::string wire_id;
     bool open = true;  // the worker request may still send something
   };
+  protocol::SubmitRequest submitRequest(std::size_t choice) const;
   void close(std::size_t choice, bool cancel);
   void send(const std::string& bytes);
   void completeIfDone();

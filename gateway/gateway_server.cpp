@@ -11,6 +11,7 @@
 #include "gateway/exchange.h"
 #include "gateway/gateway_metrics.h"
 #include "gateway/tokenizer.h"
+#include "tools/replay/decode_router.h"
 #include "tools/replay/random.h"
 
 namespace mocker::gateway {
@@ -102,7 +103,12 @@ class Server final : public GatewayServer, public ExchangeHost {
     pool_->submit(worker, std::move(request));
   }
   void cancel(std::size_t worker, const std::string& id) override { pool_->cancel(worker, id); }
-  void forget(const std::string& id) override { routes_.erase(id); }
+  void forget(const std::string& id) override {
+    const auto it = routes_.find(id);
+    if (it == routes_.end()) return;
+    if (it->second.worker >= numPrefill()) --decode_in_flight_[it->second.worker - numPrefill()];
+    routes_.erase(it);
+  }
   void finished(Exchange& exchange, int status) override {
     metrics_.countRequest(exchange.endpoint(), status);
     const auto& t = exchange.timing();
@@ -288,33 +294,69 @@ class Server final : public GatewayServer, public ExchangeHost {
     for (std::size_t c = 0; c < exchange->shaper().numChoices(); ++c) {
       const std::size_t worker = pickWorker();
       std::string wire_id = prefix + std::to_string(c);
-      routes_[wire_id] = {exchange, c};
+      routes_[wire_id] = {
+          .exchange = exchange, .choice = c, .worker = worker, .dispatch = next_dispatch_++};
       exchange->addChoice(worker, std::move(wire_id));
     }
     exchange->start();
   }
 
+  /// The workers requests are sent to: all of them, or the prefill workers (the first ones).
+  std::size_t numPrefill() const { return pool_->size() - options_.num_decode_workers; }
+
   std::size_t pickWorker() {
     if (options_.router == RouterKind::Random) {
-      return static_cast<std::size_t>(router_rng_.uniformIndex(pool_->size()));
+      return static_cast<std::size_t>(router_rng_.uniformIndex(numPrefill()));
     }
-    return round_robin_++ % pool_->size();
+    return round_robin_++ % numPrefill();
+  }
+
+  /// Hop 2 of a disaggregated request: the prefill worker's handoff goes to a decode worker.
+  void onHandoff(std::size_t worker, protocol::Handoff& handoff) {
+    auto route = find(handoff.id, worker);
+    if (!route || worker >= numPrefill()) {
+      // Gone (cancelled: the cancel sent to the prefill worker releases what it holds).
+      SPDLOG_DEBUG("gateway: handoff of {} from worker {} routes nowhere", handoff.id, worker);
+      return;
+    }
+    Route& r = routes_.at(handoff.id);
+    const replay::DecodeRouterKind kind =
+        options_.decode_router == RouterKind::Random ? replay::DecodeRouterKind::Random
+        : options_.decode_router == RouterKind::Kv   ? replay::DecodeRouterKind::LeastLoaded
+                                                     : replay::DecodeRouterKind::RoundRobin;
+    const std::size_t d =
+        replay::pickDecodeWorker(kind, options_.lengths.seed, r.dispatch, decode_in_flight_);
+    ++decode_in_flight_[d];
+    r.prefill_worker = worker;
+    r.worker = numPrefill() + d;
+    route->first->handOff(route->second, numPrefill() + d, std::move(handoff.ticket));
+  }
+
+  /// A decode worker refused a handoff: the prefill worker still holds the KV; release it.
+  void releaseHeld(const std::string& id) {
+    const auto it = routes_.find(id);
+    if (it != routes_.end() && it->second.prefill_worker)
+      pool_->cancel(*it->second.prefill_worker, id);
   }
 
   void onWorkerEvents(std::vector<WorkerEvent>& events) {
     for (auto& event : events) {
+      const std::size_t w = event.worker;
       if (auto* batch = std::get_if<protocol::OutputBatch>(&event.message)) {
         for (auto& output : batch->outputs) {
-          if (auto route = find(output.id)) route->first->onOutput(route->second, output);
+          if (auto route = find(output.id, w)) route->first->onOutput(route->second, output);
         }
+      } else if (auto* handoff = std::get_if<protocol::Handoff>(&event.message)) {
+        onHandoff(w, *handoff);
       } else if (auto* reject = std::get_if<protocol::SubmitReject>(&event.message)) {
-        if (auto route = find(reject->id)) {
+        if (auto route = find(reject->id, w)) {
+          releaseHeld(reject->id);
           route->first->onFailure(route->second, 400,
                                   "worker rejected the request: " + reject->reason);
         }
       } else if (auto* error = std::get_if<protocol::ErrorReply>(&event.message)) {
         if (error->id) {
-          if (auto route = find(*error->id)) {
+          if (auto route = find(*error->id, w)) {
             route->first->onFailure(route->second, 500, "worker error: " + error->message);
           }
         }
@@ -323,15 +365,19 @@ class Server final : public GatewayServer, public ExchangeHost {
     }
   }
 
-  std::optional<std::pair<std::shared_ptr<Exchange>, std::size_t>> find(const std::string& id) {
+  /// The exchange and choice of wire id `id`, when it is live and (given `worker`) held by
+  /// that worker: a prefill worker's late message after its handoff routes nowhere.
+  std::optional<std::pair<std::shared_ptr<Exchange>, std::size_t>> find(
+      const std::string& id, std::optional<std::size_t> worker = {}) {
     const auto it = routes_.find(id);
     if (it == routes_.end()) return {};
-    auto exchange = it->second.first.lock();
+    if (worker && *worker != it->second.worker) return {};
+    auto exchange = it->second.exchange.lock();
     if (!exchange) {
-      routes_.erase(it);
+      forget(id);
       return {};
     }
-    return std::make_pair(std::move(exchange), it->second.second);
+    return std::make_pair(std::move(exchange), it->second.choice);
   }
 
   static std::int64_t wallSeconds() {
@@ -351,7 +397,18 @@ class Server final : public GatewayServer, public ExchangeHost {
   std::uint64_t next_sequence_ = 0;
   std::size_t round_robin_ = 0;
   replay::SplitMix64 router_rng_{options_.lengths.seed};
-  std::map<std::string, std::pair<std::weak_ptr<Exchange>, std::size_t>> routes_;
+  /// Where a wire id's messages go, and who holds it.
+  struct Route {
+    std::weak_ptr<Exchange> exchange;
+    std::size_t choice = 0;
+    std::size_t worker = 0;                     ///< the worker holding it now
+    std::uint64_t dispatch = 0;                 ///< dispatch order of the choice (decode router)
+    std::optional<std::size_t> prefill_worker;  ///< disaggregated, after the handoff
+  };
+  std::map<std::string, Route> routes_;
+  std::vector<std::uint32_t> decode_in_flight_ =
+      std::vector<std::uint32_t>(options_.num_decode_workers, 0);
+  std::uint64_t next_dispatch_ = 0;
   std::map<const Exchange*, std::shared_ptr<Exchange>> inflight_;  // owns them
 };
 

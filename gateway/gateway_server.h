@@ -25,7 +25,7 @@
 
 namespace mocker::gateway {
 
-enum class RouterKind { RoundRobin, Random };
+enum class RouterKind { RoundRobin, Random, Kv };
 
 struct GatewayOptions {
   std::string host = "127.0.0.1";
@@ -36,6 +36,13 @@ struct GatewayOptions {
   RequestLimits request{};
   LengthModel lengths{};
   RouterKind router = RouterKind::RoundRobin;
+  /// Disaggregated when > 0: the last `num_decode_workers` of pool.workers are `mocker serve
+  /// --worker-type decode` workers, the others `--worker-type prefill` workers. Requests go to a
+  /// prefill worker (by `router`); its handoff goes on to the decode worker `decode_router`
+  /// picks (tools/replay/decode_router.h, as `mocker replay --mode live`: round_robin, random,
+  /// or kv = the decode worker with the fewest requests in flight).
+  std::size_t num_decode_workers = 0;
+  RouterKind decode_router = RouterKind::RoundRobin;
   std::size_t max_inflight = 10'000;  ///< generation requests in flight; more get 429
   /// A request not finished this long after it arrived is cancelled and fails with 504 (its
   /// worker may be gone without a word).

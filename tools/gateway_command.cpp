@@ -11,12 +11,43 @@
 namespace mocker::tools {
 namespace {
 
-/// The workers: --connect (cancel endpoints given or derived) or the fleet file.
+/// Appends every worker of fleet file `path` (named `flag` in errors) to `out`.
+Status addFleet(const std::string& path, const char* flag,
+                std::vector<gateway::WorkerEndpoints>& out, std::string& model_from_fleet) {
+  auto manifest = service::loadFleetManifest(path);
+  if (!manifest) return invalidArgument(std::string(flag) + ": " + manifest.error().message);
+  for (const auto& w : manifest->workers) out.push_back({.submit = w.submit, .cancel = w.cancel});
+  if (model_from_fleet.empty()) model_from_fleet = manifest->model_name;
+  return {};
+}
+
+/// The workers: --connect (cancel endpoints given or derived), the fleet file, or the prefill
+/// fleet then the decode fleet (`num_decode` of them).
 Result<std::vector<gateway::WorkerEndpoints>> workers(const GatewayCommand& c,
-                                                      std::string& model_from_fleet) {
+                                                      std::string& model_from_fleet,
+                                                      std::size_t& num_decode) {
   std::vector<gateway::WorkerEndpoints> out;
   if (!c.connect.empty() && !c.fleet_file.empty()) {
     return invalidArgument("give --connect or --fleet, not both");
+  }
+  if (c.prefill_fleet.empty() != c.decode_fleet.empty()) {
+    return invalidArgument(c.prefill_fleet.empty()
+                               ? "--decode-fleet needs the prefill workers: --prefill-fleet"
+                               : "--prefill-fleet needs the decode workers: --decode-fleet");
+  }
+  if (!c.prefill_fleet.empty()) {
+    if (!c.connect.empty() || !c.fleet_file.empty()) {
+      return invalidArgument(
+          "--prefill-fleet / --decode-fleet replace --connect / --fleet: give one or the other");
+    }
+    MOCKER_TRY_VOID(addFleet(c.prefill_fleet, "--prefill-fleet", out, model_from_fleet));
+    const std::size_t num_prefill = out.size();
+    MOCKER_TRY_VOID(addFleet(c.decode_fleet, "--decode-fleet", out, model_from_fleet));
+    num_decode = out.size() - num_prefill;
+    if (num_prefill == 0 || num_decode == 0) {
+      return invalidArgument("--prefill-fleet / --decode-fleet: a fleet file lists no worker");
+    }
+    return out;
   }
   if (!c.connect_cancel.empty() && c.connect_cancel.size() != c.connect.size()) {
     return invalidArgument("--connect-cancel: " + std::to_string(c.connect_cancel.size()) +
@@ -32,19 +63,23 @@ Result<std::vector<gateway::WorkerEndpoints>> workers(const GatewayCommand& c,
     out.push_back({.submit = c.connect[i], .cancel = std::move(cancel)});
   }
   if (!c.fleet_file.empty()) {
-    MOCKER_TRY(const auto manifest, service::loadFleetManifest(c.fleet_file));
-    for (const auto& w : manifest.workers) out.push_back({.submit = w.submit, .cancel = w.cancel});
-    model_from_fleet = manifest.model_name;
+    MOCKER_TRY_VOID(addFleet(c.fleet_file, "--fleet", out, model_from_fleet));
   }
   if (out.empty())
     return invalidArgument("no workers: give --connect EP (repeatable) or --fleet FILE");
   return out;
 }
 
+gateway::RouterKind routerKind(const std::string& name) {
+  if (name == "random") return gateway::RouterKind::Random;
+  if (name == "kv") return gateway::RouterKind::Kv;
+  return gateway::RouterKind::RoundRobin;
+}
+
 Result<gateway::GatewayOptions> gatewayOptions(const GatewayCommand& c) {
   gateway::GatewayOptions o;
   std::string fleet_model;
-  MOCKER_TRY(o.pool.workers, workers(c, fleet_model));
+  MOCKER_TRY(o.pool.workers, workers(c, fleet_model, o.num_decode_workers));
   if (!c.curve_server_key_file.empty()) {
     MOCKER_TRY(o.pool.curve,
                service::loadCurveClientKeys(c.curve_server_key_file, c.curve_secret_key_file));
@@ -53,7 +88,8 @@ Result<gateway::GatewayOptions> gatewayOptions(const GatewayCommand& c) {
   o.host = c.host;
   o.port = c.port;
   o.model = !c.model.empty() ? c.model : !fleet_model.empty() ? fleet_model : "mocker";
-  o.router = c.router == "random" ? gateway::RouterKind::Random : gateway::RouterKind::RoundRobin;
+  o.router = routerKind(c.router);
+  o.decode_router = routerKind(c.decode_router);
   o.request.max_model_len = c.max_model_len;
   o.request.default_completion_max_tokens = c.default_max_tokens;
   o.request.max_n = c.max_n;
@@ -95,6 +131,23 @@ void addGatewayCommand(CLI::App& app, GatewayCommand& command) {
                "every worker of a `mocker serve --fleet-file FILE` (submit and cancel endpoints; "
                "its model name is the default --model)")
       ->option_text("FILE")
+      ->group(workers);
+  c.add_option("--prefill-fleet", g.prefill_fleet,
+               "disaggregated: the `mocker serve --worker-type prefill --fleet-file FILE` "
+               "workers; requests go to them (by --router) and each handoff goes on to a "
+               "--decode-fleet worker (by --decode-router). Replaces --connect / --fleet")
+      ->option_text("FILE")
+      ->group(workers);
+  c.add_option("--decode-fleet", g.decode_fleet,
+               "disaggregated: the `mocker serve --worker-type decode --fleet-file FILE` workers")
+      ->option_text("FILE")
+      ->group(workers);
+  c.add_option("--decode-router", g.decode_router,
+               "disaggregated: the decode worker of a handoff, as `mocker replay --mode live` "
+               "picks it: round_robin (request order), random (seeded by --seed), kv (the "
+               "fewest requests in flight)")
+      ->check(CLI::IsMember({"round_robin", "random", "kv"}))
+      ->capture_default_str()
       ->group(workers);
   c.add_option("--router", g.router, "how a request picks its worker")
       ->check(CLI::IsMember({"round_robin", "random"}))

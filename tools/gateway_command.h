@@ -19,6 +19,9 @@ struct GatewayCommand {
   std::vector<std::string> connect;
   std::vector<std::string> connect_cancel;
   std::string fleet_file;
+  std::string prefill_fleet;
+  std::string decode_fleet;
+  std::string decode_router = "round_robin";
   std::string host = "127.0.0.1";
   std::uint16_t port = 8080;
   std::string model;

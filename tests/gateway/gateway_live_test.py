@@ -22,12 +22,13 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 NODE_DIR = os.path.join(HERE, "node")  # the openai SDK, installed by scripts/dev (npm ci)
 sys.path.insert(0, os.path.join(os.path.dirname(HERE), "fault"))
 
-from fault_harness import (ORPHAN_GUARD, STARTUP_TIMEOUT_S, WAIT_S, Serve, mocker_bin,  # noqa: E402
-                           paced, poll_until)
+from fault_harness import (EPHEMERAL, ORPHAN_GUARD, STARTUP_TIMEOUT_S, WAIT_S,  # noqa: E402
+                           MockerClient, Serve, mocker_bin, paced, poll_until)
 
 
 class Gateway:
-    """A `mocker gateway` child process on an ephemeral port."""
+    """A `mocker gateway` child process on an ephemeral port, in front of `serves` (--connect)
+    and whatever `flags` name (--fleet ...)."""
 
     def __init__(self, serves, *flags):
         args = ["--port", "0"]
@@ -84,6 +85,43 @@ class Gateway:
             assert code == 0, "gateway exited %s: %s" % (code, self.stderr_text())
         self.proc.stdout.close()
         self.stderr.close()
+
+
+class FleetServe(Serve):
+    """A `mocker serve --fleet-file` process (any number of workers) and its fleet file."""
+
+    def __init__(self, *flags):
+        fd, self.fleet_file = tempfile.mkstemp(suffix=".json")
+        os.close(fd)
+        super().__init__("--fleet-file", self.fleet_file, *flags)
+        self.http = self.endpoints["http"]
+
+    def per_worker(self, metric, **only):
+        """{worker label: value} of a counter of the process's /metrics, summed over the lines
+        whose labels include `only` (finished_reason="length", ...)."""
+        host, port = self.http[len("http://"):].rsplit(":", 1)
+        c = http.client.HTTPConnection(host, int(port), timeout=WAIT_S)
+        try:
+            c.request("GET", "/metrics")
+            body = c.getresponse().read().decode()
+        finally:
+            c.close()
+        out = {}
+        for line in body.splitlines():
+            if line.startswith(metric + "{") or line.startswith(metric + " "):
+                labels = dict(kv.split("=", 1) for kv in
+                              line[line.find("{") + 1:line.find("}")].split(",") if "=" in kv)
+                if any(labels.get(k, "").strip('"') != v for k, v in only.items()):
+                    continue
+                worker = labels.get("worker", '"0"').strip('"')
+                out[worker] = out.get(worker, 0.0) + float(line.rsplit(" ", 1)[1])
+        return out
+
+    def close(self):
+        try:
+            super().close()
+        finally:
+            os.unlink(self.fleet_file)
 
 
 def sse_payloads(raw):
@@ -460,6 +498,92 @@ class GatewayLimitsTest(unittest.TestCase):
             for name in os.listdir(keys):
                 os.unlink(os.path.join(keys, name))
             os.rmdir(keys)
+
+
+class DisaggregatedGatewayTest(unittest.TestCase):
+    """The gateway over real disaggregated workers: one `mocker serve --worker-type prefill`
+    and a two-worker `--worker-type decode` fleet. Every request is prefilled on the prefill
+    worker, handed off, and decoded on the decode worker the decode router picks. Fresh
+    processes per test: the workers' counters are then this test's alone."""
+
+    def setUp(self):
+        self.prefill = FleetServe("--worker-type", "prefill", "--handoff-endpoint", EPHEMERAL,
+                                  *paced(2, 2))
+        self.decode = FleetServe("--worker-type", "decode", "--num-workers", "2", *paced(2, 2))
+        self.gw = Gateway([], "--prefill-fleet", self.prefill.fleet_file, "--decode-fleet",
+                          self.decode.fleet_file, "--max-model-len", "300000")
+
+    def tearDown(self):
+        self.gw.close()
+        self.decode.close()
+        self.prefill.close()
+
+    def test_requests_run_through_both_hops_round_robin_over_the_decode_workers(self):
+        status, _, raw = self.gw.request("GET", "/ready")
+        self.assertEqual((status, json.loads(raw)["workers"]), (200, 3))
+        for i in range(4):
+            status, _, raw = self.gw.request("POST", "/v1/completions",
+                                             {"prompt": "disaggregated prompt %d" % i,
+                                              "max_tokens": 5, "ignore_eos": True})
+            self.assertEqual(status, 200, raw)
+            body = json.loads(raw)
+            self.assertEqual(body["usage"]["completion_tokens"], 5)
+            self.assertEqual(body["choices"][0]["finish_reason"], "length")
+        # Round robin: two requests of 5 tokens on each decode worker.
+        poll_until(lambda: self.decode.per_worker("vllm:generation_tokens_total")
+                   == {"0": 10.0, "1": 10.0}, "10 tokens generated on each decode worker")
+        # The prefill worker finished its part of all four (a sent handoff counts as `length`)
+        # and generated no token itself.
+        poll_until(lambda: self.prefill.per_worker("vllm:request_success_total",
+                                                   finished_reason="length") == {"0": 4.0},
+                   "four handoffs counted on the prefill worker")
+        self.assertEqual(self.prefill.per_worker("vllm:generation_tokens_total"), {"0": 0.0})
+
+    def test_streaming_chat_and_the_prefill_workers_cache(self):
+        prompt = {"messages": [{"role": "user", "content": "a shared prefix " * 40}],
+                  "max_tokens": 4, "ignore_eos": True, "stream": True,
+                  "stream_options": {"include_usage": True}}
+        cached = []
+        for _ in range(2):
+            status, _, raw = self.gw.request("POST", "/v1/chat/completions", prompt)
+            self.assertEqual(status, 200, raw)
+            frames = sse_payloads(raw)
+            self.assertEqual(frames[-1], "[DONE]")
+            chunks = [json.loads(f) for f in frames[:-1]]
+            self.assertEqual(chunks[0]["choices"][0]["delta"]["role"], "assistant")
+            text = "".join(c["choices"][0]["delta"].get("content", "") for c in chunks
+                           if c["choices"])
+            usage = chunks[-1]["usage"]
+            self.assertEqual(usage["completion_tokens"], 4)
+            _, _, counted = self.gw.request("POST", "/tokenize", {"prompt": text})
+            self.assertEqual(json.loads(counted)["count"], 4)
+            cached.append(usage["prompt_tokens_details"]["cached_tokens"])
+        # The second request's prompt is in the prefill worker's cache (the ticket's count).
+        self.assertEqual(cached[0], 0)
+        self.assertGreater(cached[1], 0)
+
+    def test_a_client_abort_before_the_end_cancels_on_the_decode_worker(self):
+        s = socket.create_connection((self.gw.host, self.gw.port), timeout=WAIT_S)
+        # 200,000 tokens at 2 ms a pass: it would run for minutes.
+        body = json.dumps({"prompt": "long", "max_tokens": 200000, "ignore_eos": True,
+                           "stream": True}).encode()
+        s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json"
+                  b"\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body))
+        got = b""
+        while b'"text"' not in got:  # tokens are flowing: the decode hop runs
+            chunk = s.recv(65536)
+            self.assertTrue(chunk, "stream closed early")
+            got += chunk
+        s.close()
+        with open(self.decode.fleet_file, encoding="utf-8") as f:
+            workers = json.load(f)["workers"]
+        clients = [MockerClient.connect(w["submit"], w["cancel"]) for w in workers]
+        try:
+            poll_until(lambda: all(c.stats()["routes"] == 0 for c in clients),
+                       "the decode worker's request cancelled")
+        finally:
+            for c in clients:
+                c.close()
 
 
 if __name__ == "__main__":
