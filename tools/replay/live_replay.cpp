@@ -13,17 +13,11 @@
 #include <utility>
 #include <variant>
 
-#include <thread>
-
-#include <zmq.hpp>
-#include <zmq_addon.hpp>
-
 #include "base/check.h"
 #include "base/endpoint.h"
-#include "protocol/index_query.h"
 #include "service/client.h"
 #include "service/loop_clock.h"
-#include "tools/index/index_service.h"
+#include "tools/index/live_kv_index.h"
 #include "tools/replay/decode_router.h"
 #include "tools/replay/detail/eligible_turn.h"
 #include "tools/replay/random.h"
@@ -69,158 +63,21 @@ struct Deadline {
   }
 };
 
-/// How long one overlap query may take before the dispatch goes ahead with no overlap.
-constexpr auto kKvQueryTimeout = std::chrono::milliseconds(1000);
-
-/// The kv router's view of the servers' caches: `mocker index`'s IndexService (KvIndex +
-/// per-rank sequencer with gap healing and resync) running on its own thread, subscribed to every
-/// (server, rank), and a DEALER that asks its query ROUTER for overlaps. Source (worker_id,
-/// dp_rank) = (server index, rank).
-class LiveKvIndex {
- public:
-  static Result<std::unique_ptr<LiveKvIndex>> start(const LiveReplayOptions& options,
-                                                    const std::vector<std::uint32_t>& ranks) {
-    index::IndexServiceConfig config;
-    config.query_endpoint = "tcp://127.0.0.1:*";
-    config.block_size = options.kv_block_size;
-    config.seeds = options.kv_hash_seeds;
-    config.linger_ms = 0;
-    for (std::uint32_t t = 0; t < options.targets.size(); ++t) {
-      const LiveTarget& target = options.targets[t];
-      for (std::uint32_t r = 0; r < ranks[t]; ++r) {
-        index::WorkerEndpoint w{.worker_id = t, .dp_rank = r, .snapshot = target.submit_endpoint};
-        MOCKER_TRY(w.events, rankOf(target.kv_events, r, "KV-event", target.submit_endpoint));
-        MOCKER_TRY(w.replay, rankOf(target.kv_replay, r, "KV replay", target.submit_endpoint));
-        config.workers.push_back(std::move(w));
-      }
-    }
-    MOCKER_TRY(auto service, index::IndexService::create(std::move(config)));
-    auto self = std::unique_ptr<LiveKvIndex>(new LiveKvIndex(std::move(service)));
-    self->socket_.set(zmq::sockopt::linger, 0);
-    self->socket_.connect(self->service_->queryEndpoint());
-    self->thread_ = std::thread([raw = self.get()] { raw->status_ = raw->service_->run(); });
-    return self;
+/// The kv router's index over the (prefill) servers: their KV-event and replay endpoints, the
+/// DP ranks each reported at the handshake, the resolved block size and the hash seeds.
+index::LiveKvIndexConfig kvIndexConfig(const LiveReplayOptions& options,
+                                       const std::vector<std::uint32_t>& ranks) {
+  index::LiveKvIndexConfig config{.block_size = options.kv_block_size,
+                                  .seeds = options.kv_hash_seeds};
+  for (std::uint32_t t = 0; t < options.targets.size(); ++t) {
+    const LiveTarget& target = options.targets[t];
+    config.servers.push_back({.submit_endpoint = target.submit_endpoint,
+                              .kv_events = target.kv_events,
+                              .kv_replay = target.kv_replay,
+                              .ranks = ranks[t]});
   }
-
-  ~LiveKvIndex() {
-    service_->requestStop();
-    if (thread_.joinable()) thread_.join();
-  }
-  LiveKvIndex(const LiveKvIndex&) = delete;
-  LiveKvIndex& operator=(const LiveKvIndex&) = delete;
-
-  /// Waits until every subscription finished its initial replay (what the servers published
-  /// before the run is in the index), at most until `deadline`.
-  Status waitCaughtUp(Clock::time_point deadline) {
-    while (true) {
-      Result<index::QueryReply> reply = ask(index::StatsQuery{}, deadline);
-      if (!reply) return reply.error();
-      if (const auto* stats = std::get_if<index::StatsReply>(&*reply)) {
-        for (const auto& [name, value] : stats->counters) {
-          if (name == "caught_up" && value == 1) return {};
-        }
-      }
-      // Not yet: look again in a few milliseconds (a poll on the idle socket, bounded).
-      zmq::pollitem_t item{socket_.handle(), 0, ZMQ_POLLIN, 0};
-      zmq::poll(&item, 1, std::chrono::milliseconds(5));
-      if (Clock::now() >= deadline) {
-        return Error{ErrorCode::IoError,
-                     "the KV index did not catch up with the servers' KV events in time (are "
-                     "their kv_events / kv_replay endpoints right?)"};
-      }
-    }
-  }
-
-  /// Leading cached blocks of `hashes` per (server, rank) source, into `overlaps`, and the
-  /// blocks the index holds for each, into `cached` (both by global rank index
-  /// rank_offset[server] + rank). An empty `hashes` (a prompt shorter than a block) is still
-  /// asked: the cache sizes break ties. Errors: no answer in time, an error reply.
-  Status overlaps(std::span<const std::uint64_t> hashes,
-                  const std::vector<std::uint32_t>& rank_offset,
-                  const std::vector<std::uint32_t>& ranks, std::vector<std::uint32_t>& overlaps,
-                  std::vector<std::uint64_t>& cached) {
-    std::fill(overlaps.begin(), overlaps.end(), 0);
-    std::fill(cached.begin(), cached.end(), 0);
-    MOCKER_TRY(const index::QueryReply reply,
-               ask(index::OverlapQuery{.block_hashes =
-                                           std::vector<std::uint64_t>(hashes.begin(), hashes.end()),
-                                       .with_cached = true},
-                   Clock::now() + kKvQueryTimeout));
-    const auto* overlap = std::get_if<index::OverlapReply>(&reply);
-    if (!overlap) return Error{ErrorCode::Internal, "the KV index did not answer an overlap"};
-    for (const index::WorkerOverlap& w : overlap->workers) {
-      if (w.worker_id >= rank_offset.size()) continue;
-      const auto t = static_cast<std::size_t>(w.worker_id);
-      for (const index::RankOverlap& r : w.ranks) {
-        if (r.dp_rank >= ranks[t]) continue;
-        overlaps[rank_offset[t] + r.dp_rank] = r.blocks;
-        cached[rank_offset[t] + r.dp_rank] = r.cached.value_or(0);
-      }
-    }
-    return {};
-  }
-
-  index::IndexStats stats() const { return service_->stats(); }
-
- private:
-  explicit LiveKvIndex(std::unique_ptr<index::IndexService> service)
-      : service_(std::move(service)) {}
-
-  static Result<std::string> rankOf(const std::vector<std::string>& endpoints, std::uint32_t rank,
-                                    const char* what, const std::string& server) {
-    if (endpoints.empty()) {
-      return invalidArgument(std::string("the kv router needs the ") + what +
-                             " endpoint of server " + server);
-    }
-    if (rank < endpoints.size()) return endpoints[rank];
-    if (endpoints.size() == 1) return offsetEndpoint(endpoints.front(), rank);
-    return invalidArgument("server " + server + " has more DP ranks than " + what +
-                           " endpoints given");
-  }
-
-  /// One request, one reply (matched by id; stale replies of an earlier timed-out request are
-  /// skipped).
-  Result<index::QueryReply> ask(index::QueryRequest request, Clock::time_point deadline) {
-    const std::string id = "q" + std::to_string(next_id_++);
-    std::visit([&id](auto& q) { q.id = id; }, request);
-    const std::vector<std::byte> frame = index::encodeQueryRequest(request);
-    if (!socket_.send(zmq::buffer(frame.data(), frame.size()), zmq::send_flags::dontwait)) {
-      return Error{ErrorCode::IoError, "cannot send a query to the KV index"};
-    }
-    while (true) {
-      const auto left = std::chrono::ceil<std::chrono::milliseconds>(deadline - Clock::now());
-      if (left <= std::chrono::milliseconds::zero()) {
-        return Error{ErrorCode::IoError, "no answer from the KV index in time"};
-      }
-      zmq::pollitem_t item{socket_.handle(), 0, ZMQ_POLLIN, 0};
-      zmq::poll(&item, 1, left);
-      if (!(item.revents & ZMQ_POLLIN)) continue;
-      std::vector<zmq::message_t> parts;
-      if (!zmq::recv_multipart(socket_, std::back_inserter(parts), zmq::recv_flags::dontwait) ||
-          parts.empty()) {
-        continue;
-      }
-      const zmq::message_t& p = parts.back();
-      Result<index::QueryReply> reply =
-          index::decodeQueryReply({static_cast<const std::byte*>(p.data()), p.size()});
-      if (!reply) return reply.error();
-      const std::optional<std::string> reply_id =
-          std::visit([](const auto& r) { return r.id; }, *reply);
-      if (reply_id != id) continue;
-      if (const auto* err = std::get_if<index::QueryError>(&*reply)) {
-        return Error{ErrorCode::Internal, "the KV index answered: " + err->message};
-      }
-      return reply;
-    }
-  }
-
-  std::unique_ptr<index::IndexService> service_;
-  std::thread thread_;
-  Status status_;
-  zmq::context_t context_{1};
-  zmq::socket_t socket_{context_, zmq::socket_type::dealer};
-  std::uint64_t next_id_ = 0;
-};
+  return config;
+}
 
 /// "r<index>". (Built by appending: GCC 12 reports a false -Wrestrict on "r" + to_string.)
 std::string requestId(std::size_t index) {
@@ -255,7 +112,7 @@ class LiveReplay {
  public:
   LiveReplay(const Workload& workload, const LiveReplayOptions& options, ReplayCollector& collector,
              std::vector<std::unique_ptr<service::Client>> clients, LiveReplayStats stats,
-             std::unique_ptr<LiveKvIndex> kv_index)
+             std::unique_ptr<index::LiveKvIndex> kv_index)
       : workload_(workload),
         options_(options),
         collector_(collector),
@@ -434,9 +291,7 @@ class LiveReplay {
   std::pair<std::uint32_t, std::uint32_t> routeKv(const std::vector<std::uint32_t>& prompt) {
     hashes_.clear();
     engine::extendSequenceHashes(prompt, options_.kv_block_size, options_.kv_hash_seeds, hashes_);
-    if (const Status s = kv_index_->overlaps(hashes_, stats_.rank_offset, stats_.ranks_per_target,
-                                             overlaps_, cached_);
-        !s) {
+    if (const Status s = kv_index_->overlaps(hashes_, overlaps_, cached_); !s) {
       ++stats_.kv_query_failures;
       warnOnce("kv router: " + s.error().message + " (routed as if nothing were cached)");
       std::fill(overlaps_.begin(), overlaps_.end(), 0);
@@ -837,7 +692,7 @@ class LiveReplay {
   double last_progress_ms_ = 0.0;
   std::size_t reason_warnings_ = 0;
   // Kv router.
-  std::unique_ptr<LiveKvIndex> kv_index_;
+  std::unique_ptr<index::LiveKvIndex> kv_index_;
   std::optional<KvCostRouter> kv_router_;
   std::vector<std::pair<std::uint32_t, std::uint32_t>> candidates_;  // g → (server, rank)
   std::vector<std::uint64_t> hashes_;                                // scratch
@@ -1120,9 +975,10 @@ Result<LiveReplayStats> runLiveReplay(const Workload& workload, const LiveReplay
     stats.per_target.assign(options.targets.size(), 0);
     return stats;
   }
-  std::unique_ptr<LiveKvIndex> kv_index;
+  std::unique_ptr<index::LiveKvIndex> kv_index;
   if (options.router == LiveRouterKind::Kv) {
-    MOCKER_TRY(kv_index, LiveKvIndex::start(resolved, stats.ranks_per_target));
+    MOCKER_TRY(kv_index,
+               index::LiveKvIndex::start(kvIndexConfig(resolved, stats.ranks_per_target)));
     MOCKER_TRY_VOID(kv_index->waitCaughtUp(
         Clock::now() + std::chrono::duration_cast<Clock::duration>(
                            std::chrono::duration<double, std::milli>(options.connect_timeout_ms))));
