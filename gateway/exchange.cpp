@@ -13,9 +13,10 @@ Exchange::Exchange(ExchangeHost& host, std::shared_ptr<HttpConnection> connectio
       shaper_(std::move(shaper)),
       stream_(shaper_.streaming()) {}
 
-void Exchange::addChoice(std::size_t worker, std::string wire_id) {
+void Exchange::addChoice(std::size_t worker, std::string wire_id,
+                         std::optional<std::uint32_t> dp_rank) {
   MOCKER_CHECK(choices_.size() < shaper_.numChoices());
-  choices_.push_back({.worker = worker, .wire_id = std::move(wire_id)});
+  choices_.push_back({.worker = worker, .wire_id = std::move(wire_id), .dp_rank = dp_rank});
 }
 
 void Exchange::start() {
@@ -33,14 +34,17 @@ void Exchange::start() {
 }
 
 protocol::SubmitRequest Exchange::submitRequest(std::size_t c) const {
-  return protocol::SubmitRequest{
-      .id = choices_[c].wire_id, .prompt = shaper_.prompt(c), .max_tokens = shaper_.planned(c)};
+  return protocol::SubmitRequest{.id = choices_[c].wire_id,
+                                 .prompt = shaper_.prompt(c),
+                                 .max_tokens = shaper_.planned(c),
+                                 .dp_rank = choices_[c].dp_rank};
 }
 
 void Exchange::handOff(std::size_t c, std::size_t decode_worker, protocol::HandoffTicket ticket) {
   Choice& choice = choices_.at(c);
   if (completed_ || !choice.open) return;
   choice.worker = decode_worker;
+  choice.dp_rank.reset();
   protocol::SubmitRequest request = submitRequest(c);
   request.handoff = std::move(ticket);
   host_.submit(decode_worker, std::move(request));

@@ -52,8 +52,10 @@ class Exchange final : public std::enable_shared_from_this<Exchange> {
   Exchange(const Exchange&) = delete;
   Exchange& operator=(const Exchange&) = delete;
 
-  /// Before start(): choice `shaper().numChoices()`-th in order goes to `worker` as `wire_id`.
-  void addChoice(std::size_t worker, std::string wire_id);
+  /// Before start(): choice `shaper().numChoices()`-th in order goes to `worker` as `wire_id`
+  /// (to its DP rank `dp_rank` when given: the kv router's pick).
+  void addChoice(std::size_t worker, std::string wire_id,
+                 std::optional<std::uint32_t> dp_rank = std::nullopt);
   /// Submits every choice and, when streaming, opens the stream.
   void start();
   /// Disaggregated: choice `choice`'s prefill worker handed it off; the same request with the
@@ -78,7 +80,8 @@ class Exchange final : public std::enable_shared_from_this<Exchange> {
   struct Choice {
     std::size_t worker = 0;
     std::string wire_id;
-    bool open = true;  // the worker request may still send something
+    std::optional<std::uint32_t> dp_rank;  // hop 1 only: a decode worker picks its own
+    bool open = true;                      // the worker request may still send something
   };
   protocol::SubmitRequest submitRequest(std::size_t choice) const;
   void close(std::size_t choice, bool cancel);

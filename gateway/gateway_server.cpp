@@ -50,6 +50,10 @@ class Server final : public GatewayServer, public ExchangeHost {
     });
     if (!pool) return pool.error();
     pool_ = std::move(*pool);
+    if (options_.router == RouterKind::Kv) {
+      if (!options_.kv) return invalidArgument("--router kv needs the workers' KV-event endpoints");
+      MOCKER_TRY(kv_, KvRouting::start(*options_.kv));
+    }
     return {};
   }
 
@@ -107,6 +111,7 @@ class Server final : public GatewayServer, public ExchangeHost {
     const auto it = routes_.find(id);
     if (it == routes_.end()) return;
     if (it->second.worker >= numPrefill()) --decode_in_flight_[it->second.worker - numPrefill()];
+    if (kv_) kv_->remove(it->second.dispatch);
     routes_.erase(it);
   }
   void finished(Exchange& exchange, int status) override {
@@ -138,6 +143,7 @@ class Server final : public GatewayServer, public ExchangeHost {
     if (path == "/ready" && get) return answer("ready", readyReply());
     if (path == "/metrics" && get) {
       metrics_.setInflight(inflight_.size());
+      if (kv_) metrics_.setKvRouting(kv_->figures());
       return answer("metrics", HttpReply{.content_type = "text/plain; version=0.0.4",
                                          .body = metrics_.render()});
     }
@@ -202,8 +208,8 @@ class Server final : public GatewayServer, public ExchangeHost {
     // /tokenize takes a completion-style `prompt` or chat-style `messages`.
     const auto probe = nlohmann::json::parse(body, nullptr, /*allow_exceptions=*/false);
     const bool chat = probe.is_object() && probe.contains("messages");
-    const auto parsed = chat ? parseChatRequest(body, tokenizer_, tokenizeLimits())
-                             : parseCompletionRequest(body, tokenizer_, tokenizeLimits());
+    const auto parsed = chat ? parseChatRequest(body, *tokenizer_, tokenizeLimits())
+                             : parseCompletionRequest(body, *tokenizer_, tokenizeLimits());
     if (const auto* e = std::get_if<ApiError>(&parsed)) return errorReply(*e);
     const auto& request = std::get<GenerateRequest>(parsed);
     if (request.prompts.size() != 1) {
@@ -246,7 +252,7 @@ class Server final : public GatewayServer, public ExchangeHost {
       }
       ids.push_back(static_cast<std::uint32_t>(t.get<std::uint64_t>()));
     }
-    return jsonReply(ojson{{"prompt", tokenizer_.decode(ids)}});
+    return jsonReply(ojson{{"prompt", tokenizer_->decode(ids)}});
   }
 
   void generate(const std::shared_ptr<HttpConnection>& connection, HttpRequest&& request,
@@ -266,8 +272,8 @@ class Server final : public GatewayServer, public ExchangeHost {
                                 std::to_string(options_.max_inflight) + ")"});
     }
     auto parsed = endpoint == "completions"
-                      ? parseCompletionRequest(request.body, tokenizer_, options_.request)
-                      : parseChatRequest(request.body, tokenizer_, options_.request);
+                      ? parseCompletionRequest(request.body, *tokenizer_, options_.request)
+                      : parseChatRequest(request.body, *tokenizer_, options_.request);
     if (auto* e = std::get_if<ApiError>(&parsed)) return refuse(std::move(*e));
     auto& req = std::get<GenerateRequest>(parsed);
     if (!req.model.empty() && req.model != options_.model) {
@@ -287,16 +293,25 @@ class Server final : public GatewayServer, public ExchangeHost {
     ResponseIdentity identity{.request_id = id, .model = options_.model, .created = wallSeconds()};
     auto exchange = std::make_shared<Exchange>(
         *this, connection, endpoint, std::move(headers),
-        ResponseShaper(req, std::move(lengths), std::move(identity), tokenizer_));
+        ResponseShaper(req, std::move(lengths), std::move(identity), *tokenizer_));
     inflight_.emplace(exchange.get(), exchange);
     metrics_.setInflight(inflight_.size());
     const std::string prefix = "gw" + std::to_string(seq) + "-";
     for (std::size_t c = 0; c < exchange->shaper().numChoices(); ++c) {
-      const std::size_t worker = pickWorker();
+      const std::uint64_t dispatch = next_dispatch_++;
+      std::size_t worker = 0;
+      std::optional<std::uint32_t> dp_rank;
+      if (kv_) {
+        const KvRouting::Pick pick = kv_->route(exchange->shaper().prompt(c), dispatch);
+        worker = pick.worker;
+        dp_rank = pick.dp_rank;
+      } else {
+        worker = pickWorker();
+      }
       std::string wire_id = prefix + std::to_string(c);
       routes_[wire_id] = {
-          .exchange = exchange, .choice = c, .worker = worker, .dispatch = next_dispatch_++};
-      exchange->addChoice(worker, std::move(wire_id));
+          .exchange = exchange, .choice = c, .worker = worker, .dispatch = dispatch};
+      exchange->addChoice(worker, std::move(wire_id), dp_rank);
     }
     exchange->start();
   }
@@ -327,6 +342,7 @@ class Server final : public GatewayServer, public ExchangeHost {
     const std::size_t d =
         replay::pickDecodeWorker(kind, options_.lengths.seed, r.dispatch, decode_in_flight_);
     ++decode_in_flight_[d];
+    if (kv_) kv_->remove(r.dispatch);  // the prefill worker's part is done
     r.prefill_worker = worker;
     r.worker = numPrefill() + d;
     route->first->handOff(route->second, numPrefill() + d, std::move(handoff.ticket));
@@ -344,7 +360,10 @@ class Server final : public GatewayServer, public ExchangeHost {
       const std::size_t w = event.worker;
       if (auto* batch = std::get_if<protocol::OutputBatch>(&event.message)) {
         for (auto& output : batch->outputs) {
-          if (auto route = find(output.id, w)) route->first->onOutput(route->second, output);
+          auto route = find(output.id, w);
+          if (!route) continue;
+          if (kv_ && !output.tokens.empty()) kv_->prefillDone(routes_.at(output.id).dispatch);
+          route->first->onOutput(route->second, output);
         }
       } else if (auto* handoff = std::get_if<protocol::Handoff>(&event.message)) {
         onHandoff(w, *handoff);
@@ -391,7 +410,9 @@ class Server final : public GatewayServer, public ExchangeHost {
   asio::steady_timer sweep_timer_{io_};
   std::unique_ptr<HttpListener> listener_;
   std::unique_ptr<WorkerPool> pool_;
-  BuiltinTokenizer tokenizer_;
+  std::unique_ptr<KvRouting> kv_;  // --router kv
+  std::shared_ptr<const Tokenizer> tokenizer_ =
+      options_.tokenizer ? options_.tokenizer : std::make_shared<BuiltinTokenizer>();
   GatewayMetrics metrics_;
   std::int64_t created_ = wallSeconds();
   std::uint64_t next_sequence_ = 0;

@@ -19,8 +19,10 @@
 
 #include "base/result.h"
 #include "gateway/http_connection.h"
+#include "gateway/kv_routing.h"
 #include "gateway/openai_request.h"
 #include "gateway/output_plan.h"
+#include "gateway/tokenizer.h"
 #include "gateway/worker_pool.h"
 
 namespace mocker::gateway {
@@ -36,6 +38,8 @@ struct GatewayOptions {
   RequestLimits request{};
   LengthModel lengths{};
   RouterKind router = RouterKind::RoundRobin;
+  /// Kv: the index of the workers requests go to (all, or the prefill workers) and the cost.
+  std::optional<KvRoutingOptions> kv;
   /// Disaggregated when > 0: the last `num_decode_workers` of pool.workers are `mocker serve
   /// --worker-type decode` workers, the others `--worker-type prefill` workers. Requests go to a
   /// prefill worker (by `router`); its handoff goes on to the decode worker `decode_router`
@@ -48,6 +52,8 @@ struct GatewayOptions {
   /// worker may be gone without a word).
   std::chrono::milliseconds request_timeout{600'000};
   std::set<std::string> api_keys;  ///< empty: no authentication
+  /// --tokenizer (a tokenizer.json); null: the built-in tokenizer.
+  std::shared_ptr<const Tokenizer> tokenizer;
 };
 
 class GatewayServer {

@@ -74,7 +74,7 @@ ResponseShaper::Step ResponseShaper::onOutput(std::size_t c, std::span<const std
   if (cached) choice.cached = *cached;
   const std::size_t before = choice.text.size();
   choice.tokens += static_cast<std::uint32_t>(tokens.size());
-  choice.text += tokenizer_.decode(tokens);
+  choice.text += tokenizer_.outputText(tokens);
   if (!request_.stop.empty() && matchStop(choice, before)) {
     step.stop_matched = true;
     step.body = onFinish(c, ChoiceEnd::Planned);

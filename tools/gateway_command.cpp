@@ -3,6 +3,7 @@
 #include <CLI/CLI.hpp>
 
 #include "gateway/gateway_server.h"
+#include "gateway/hf_tokenizer.h"
 #include "service/fleet.h"
 #include "service/security.h"
 #include "tools/cli_options.h"
@@ -11,21 +12,42 @@
 namespace mocker::tools {
 namespace {
 
-/// Appends every worker of fleet file `path` (named `flag` in errors) to `out`.
+/// Appends every worker of fleet file `path` (named `flag` in errors) to `out`; with `kv`, the
+/// workers' KV-event and replay endpoints (every rank's) and block size for the kv router.
 Status addFleet(const std::string& path, const char* flag,
-                std::vector<gateway::WorkerEndpoints>& out, std::string& model_from_fleet) {
+                std::vector<gateway::WorkerEndpoints>& out, std::string& model_from_fleet,
+                index::LiveKvIndexConfig* kv = nullptr) {
   auto manifest = service::loadFleetManifest(path);
   if (!manifest) return invalidArgument(std::string(flag) + ": " + manifest.error().message);
   for (const auto& w : manifest->workers) out.push_back({.submit = w.submit, .cancel = w.cancel});
   if (model_from_fleet.empty()) model_from_fleet = manifest->model_name;
+  if (!kv) return {};
+  kv->block_size = manifest->block_size;
+  for (std::size_t i = 0; i < manifest->workers.size(); ++i) {
+    const auto& w = manifest->workers[i];
+    index::LiveKvServer server{.submit_endpoint = w.submit,
+                               .ranks = static_cast<std::uint32_t>(w.ranks.size())};
+    for (std::size_t r = 0; r < w.ranks.size(); ++r) {
+      if (w.ranks[r].kv_events.empty() || w.ranks[r].kv_replay.empty()) {
+        return invalidArgument(std::string(flag) + ": --router kv: worker " + std::to_string(i) +
+                               " rank " + std::to_string(r) +
+                               " publishes no KV events or has no KV replay socket");
+      }
+      server.kv_events.push_back(w.ranks[r].kv_events);
+      server.kv_replay.push_back(w.ranks[r].kv_replay);
+    }
+    kv->servers.push_back(std::move(server));
+  }
   return {};
 }
 
 /// The workers: --connect (cancel endpoints given or derived), the fleet file, or the prefill
-/// fleet then the decode fleet (`num_decode` of them).
+/// fleet then the decode fleet (`num_decode` of them). With `kv`, the kv router's index of the
+/// workers requests go to (a fleet file's or the prefill fleet's).
 Result<std::vector<gateway::WorkerEndpoints>> workers(const GatewayCommand& c,
                                                       std::string& model_from_fleet,
-                                                      std::size_t& num_decode) {
+                                                      std::size_t& num_decode,
+                                                      index::LiveKvIndexConfig* kv) {
   std::vector<gateway::WorkerEndpoints> out;
   if (!c.connect.empty() && !c.fleet_file.empty()) {
     return invalidArgument("give --connect or --fleet, not both");
@@ -40,7 +62,7 @@ Result<std::vector<gateway::WorkerEndpoints>> workers(const GatewayCommand& c,
       return invalidArgument(
           "--prefill-fleet / --decode-fleet replace --connect / --fleet: give one or the other");
     }
-    MOCKER_TRY_VOID(addFleet(c.prefill_fleet, "--prefill-fleet", out, model_from_fleet));
+    MOCKER_TRY_VOID(addFleet(c.prefill_fleet, "--prefill-fleet", out, model_from_fleet, kv));
     const std::size_t num_prefill = out.size();
     MOCKER_TRY_VOID(addFleet(c.decode_fleet, "--decode-fleet", out, model_from_fleet));
     num_decode = out.size() - num_prefill;
@@ -48,6 +70,11 @@ Result<std::vector<gateway::WorkerEndpoints>> workers(const GatewayCommand& c,
       return invalidArgument("--prefill-fleet / --decode-fleet: a fleet file lists no worker");
     }
     return out;
+  }
+  if (kv && !c.connect.empty()) {
+    return invalidArgument(
+        "--router kv needs every worker's KV-event endpoints: give the workers with --fleet (or "
+        "--prefill-fleet), not --connect");
   }
   if (!c.connect_cancel.empty() && c.connect_cancel.size() != c.connect.size()) {
     return invalidArgument("--connect-cancel: " + std::to_string(c.connect_cancel.size()) +
@@ -63,7 +90,7 @@ Result<std::vector<gateway::WorkerEndpoints>> workers(const GatewayCommand& c,
     out.push_back({.submit = c.connect[i], .cancel = std::move(cancel)});
   }
   if (!c.fleet_file.empty()) {
-    MOCKER_TRY_VOID(addFleet(c.fleet_file, "--fleet", out, model_from_fleet));
+    MOCKER_TRY_VOID(addFleet(c.fleet_file, "--fleet", out, model_from_fleet, kv));
   }
   if (out.empty())
     return invalidArgument("no workers: give --connect EP (repeatable) or --fleet FILE");
@@ -79,7 +106,16 @@ gateway::RouterKind routerKind(const std::string& name) {
 Result<gateway::GatewayOptions> gatewayOptions(const GatewayCommand& c) {
   gateway::GatewayOptions o;
   std::string fleet_model;
-  MOCKER_TRY(o.pool.workers, workers(c, fleet_model, o.num_decode_workers));
+  index::LiveKvIndexConfig kv_index;
+  const bool kv = c.router == "kv";
+  MOCKER_TRY(o.pool.workers,
+             workers(c, fleet_model, o.num_decode_workers, kv ? &kv_index : nullptr));
+  if (kv) {
+    o.kv = gateway::KvRoutingOptions{
+        .index = std::move(kv_index),
+        .router = {.overlap_weight = c.router_overlap_weight, .temperature = c.router_temperature},
+        .seed = c.seed};
+  }
   if (!c.curve_server_key_file.empty()) {
     MOCKER_TRY(o.pool.curve,
                service::loadCurveClientKeys(c.curve_server_key_file, c.curve_secret_key_file));
@@ -103,6 +139,9 @@ Result<gateway::GatewayOptions> gatewayOptions(const GatewayCommand& c) {
   o.request_timeout = std::chrono::milliseconds(static_cast<long>(c.request_timeout_s * 1000.0));
   if (!c.api_key_file.empty()) {
     MOCKER_TRY(o.api_keys, gateway::loadApiKeys(c.api_key_file));
+  }
+  if (!c.tokenizer_file.empty()) {
+    MOCKER_TRY(o.tokenizer, gateway::HfTokenizer::load(c.tokenizer_file));
   }
   return o;
 }
@@ -149,8 +188,25 @@ void addGatewayCommand(CLI::App& app, GatewayCommand& command) {
       ->check(CLI::IsMember({"round_robin", "random", "kv"}))
       ->capture_default_str()
       ->group(workers);
-  c.add_option("--router", g.router, "how a request picks its worker")
-      ->check(CLI::IsMember({"round_robin", "random"}))
+  c.add_option("--router", g.router,
+               "how a request picks its worker (with --prefill-fleet: its prefill worker): "
+               "round_robin, random (seeded by --seed), or kv: Dynamo's KV-router cost over "
+               "every worker rank, with the overlaps from a live KV index subscribed to the "
+               "workers' KV events (gap healing through their replay sockets) and the load this "
+               "gateway routed; needs --fleet or --prefill-fleet (the event endpoints)")
+      ->check(CLI::IsMember({"round_robin", "random", "kv"}))
+      ->capture_default_str()
+      ->group(workers);
+  c.add_option("--router-overlap-weight", g.router_overlap_weight,
+               "--router kv: weight of the prefill blocks in the cost (Dynamo's "
+               "overlap_score_weight)")
+      ->check(atLeast(0))
+      ->capture_default_str()
+      ->group(workers);
+  c.add_option("--router-temperature", g.router_temperature,
+               "--router kv: 0 picks the lowest cost; T > 0 draws by softmax(-cost / T) (seeded "
+               "by --seed)")
+      ->check(atLeast(0))
       ->capture_default_str()
       ->group(workers);
   c.add_option("--stats-interval-ms", g.stats_interval_ms,
@@ -217,6 +273,13 @@ void addGatewayCommand(CLI::App& app, GatewayCommand& command) {
 
   const std::string model = "Model";
   c.add_option("--model", g.model, "served model name (default: the fleet file's, else \"mocker\")")
+      ->group(model);
+  c.add_option("--tokenizer", g.tokenizer_file,
+               "a Hugging Face tokenizer.json (byte-level BPE: GPT-2, Llama 3, Qwen 2 style) "
+               "instead of the built-in tokenizer: prompt token counts and prefix hashes then "
+               "match the real model's; generated text is spelled with its \" word\" tokens so "
+               "it re-tokenizes to the reported count")
+      ->option_text("FILE")
       ->group(model);
   c.add_option("--max-model-len", g.max_model_len,
                "prompt + max_tokens limit (400 beyond); chat without max_tokens gets the rest")

@@ -25,7 +25,10 @@ struct GatewayCommand {
   std::string host = "127.0.0.1";
   std::uint16_t port = 8080;
   std::string model;
+  std::string tokenizer_file;
   std::string router = "round_robin";
+  double router_overlap_weight = 1.0;
+  double router_temperature = 0.0;
   std::uint32_t max_model_len = 8192;
   std::uint32_t default_max_tokens = 16;
   std::uint32_t max_n = 16;

@@ -7,6 +7,9 @@ hits on either path).
     MOCKER_BIN=build/mocker /usr/bin/python3 tests/bench/gateway_overhead_bench.py \
         --streams 100 --tokens 32 --rounds 2
     ... gateway_overhead_bench.py --hold 2000      # 2,000 concurrent streams: the gateway's RSS
+    ... gateway_overhead_bench.py --throughput 4000 --concurrency 64 --tokens 16 \
+        --prefill-ms 0.1 --decode-ms 0.1
+        # non-streaming requests per second, direct vs through the gateway (same workers)
 """
 
 import argparse
@@ -97,6 +100,76 @@ async def http_stream(host, port, tokens):
     return t0, times
 
 
+async def direct_throughput(serves, total, concurrency, tokens):
+    """Requests per second of `total` non-streaming-equivalent requests (the client waits for
+    the finish), `concurrency` in flight, round robin over one DEALER per worker."""
+    ctx = zmq.asyncio.Context()
+    socks = []
+    for s in serves:
+        sock = ctx.socket(zmq.DEALER)
+        sock.setsockopt(zmq.LINGER, 0)
+        sock.setsockopt(zmq.RCVHWM, 0)
+        sock.connect(s.submit)
+        socks.append(sock)
+    sent, finished, done = [0], [0], asyncio.Event()
+
+    async def submit_one():
+        i = sent[0]
+        sent[0] += 1
+        await socks[i % len(socks)].send(encode_message("submit", id="t%d" % i,
+                                                        prompt=fresh_prompt(), max_tokens=tokens))
+
+    async def reader(sock):
+        while True:
+            m = decode_message(await sock.recv())
+            if m["type"] != "output":
+                continue
+            for o in m["outputs"]:
+                if o.get("finish"):
+                    finished[0] += 1
+                    if sent[0] < total:
+                        await submit_one()
+                    if finished[0] == total:
+                        done.set()
+
+    readers = [asyncio.create_task(reader(s)) for s in socks]
+    t0 = time.perf_counter()
+    for _ in range(min(concurrency, total)):
+        await submit_one()
+    await asyncio.wait_for(done.wait(), 300)
+    elapsed = time.perf_counter() - t0
+    for r in readers:
+        r.cancel()
+    ctx.destroy(0)
+    return total / elapsed
+
+
+async def gateway_throughput(gw, total, concurrency, tokens):
+    """Requests per second of `total` non-streaming /v1/completions, `concurrency` keep-alive
+    connections each sending its next request when the previous answer arrived."""
+    left = [total]
+
+    async def connection():
+        reader, writer = await asyncio.open_connection(gw.host, gw.port)
+        while left[0] > 0:
+            left[0] -= 1
+            body = json.dumps({"prompt": fresh_prompt(), "max_tokens": tokens,
+                               "ignore_eos": True}).encode()
+            writer.write(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\n"
+                         b"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n%s"
+                         % (len(body), body))
+            head = await reader.readuntil(b"\r\n\r\n")
+            assert head.startswith(b"HTTP/1.1 200"), head
+            length = next(int(line.split(b":")[1]) for line in head.split(b"\r\n")
+                          if line.lower().startswith(b"content-length:"))
+            await reader.readexactly(length)
+        writer.close()
+
+    t0 = time.perf_counter()
+    await asyncio.gather(*(connection() for _ in range(concurrency)))
+    return total / (time.perf_counter() - t0)
+
+
 async def gateway_round(gw, streams, tokens):
     return await asyncio.gather(*(http_stream(gw.host, gw.port, tokens) for _ in range(streams)))
 
@@ -156,6 +229,10 @@ def main():
     ap.add_argument("--decode-ms", type=float, default=10)
     ap.add_argument("--hold", type=int, default=0,
                     help="instead: hold this many concurrent streams and report the RSS")
+    ap.add_argument("--throughput", type=int, default=0,
+                    help="instead: this many non-streaming requests per path and round, "
+                         "--concurrency in flight: requests per second direct vs gateway")
+    ap.add_argument("--concurrency", type=int, default=64)
     args = ap.parse_args()
     serves = [Serve(*paced(args.prefill_ms, args.decode_ms)) for _ in range(args.workers)]
     gw = Gateway(serves)
@@ -164,6 +241,22 @@ def main():
             before, held, routes = asyncio.run(hold(gw, serves, args.hold))
             print("held %d streams (%d running on the workers): gateway RSS %d KiB idle, %d KiB "
                   "holding them; all cancelled on close" % (args.hold, routes, before, held))
+            return 0
+        if args.throughput:
+            rates = {"zeromq": [], "gateway": []}
+            for _ in range(args.rounds):
+                rates["zeromq"].append(asyncio.run(direct_throughput(
+                    serves, args.throughput, args.concurrency, args.tokens)))
+                rates["gateway"].append(asyncio.run(gateway_throughput(
+                    gw, args.throughput, args.concurrency, args.tokens)))
+            med = {k: sorted(v)[len(v) // 2] for k, v in rates.items()}
+            print("%d requests x %d tokens per path and round, %d in flight, %d rounds, %d workers "
+                  "(prefill %g ms, decode %g ms)" % (args.throughput, args.tokens,
+                                                      args.concurrency, args.rounds, args.workers,
+                                                      args.prefill_ms, args.decode_ms))
+            for k, v in rates.items():
+                print("%-8s %s req/s (median %.0f)" % (k, " ".join("%.0f" % r for r in v), med[k]))
+            print("gateway / zeromq: %.1f %%" % (100.0 * med["gateway"] / med["zeromq"]))
             return 0
         direct, through = [], []
         for _ in range(args.rounds):

@@ -500,6 +500,127 @@ class GatewayLimitsTest(unittest.TestCase):
             os.rmdir(keys)
 
 
+TINY_TOKENIZER = os.path.join(os.path.dirname(HERE), "data",
+                              "tiny_tokenizer.json")
+
+
+def reference_token_ids(texts):
+    """Token ids of `texts` by Hugging Face's JavaScript tokenizer.json implementation
+    (@huggingface/tokenizers, tests/gateway/node), or None where it is not installed."""
+    if not os.path.isdir(os.path.join(NODE_DIR, "node_modules", "@huggingface", "tokenizers")):
+        return None
+    r = subprocess.run(["node", os.path.join(NODE_DIR, "tokenizer_check.mjs"), TINY_TOKENIZER],
+                       input=json.dumps(texts).encode(), capture_output=True, timeout=WAIT_S,
+                       check=True)
+    return json.loads(r.stdout)
+
+
+class TokenizerFileGatewayTest(unittest.TestCase):
+    """`--tokenizer tests/data/tiny_tokenizer.json` (a byte-level BPE tokenizer.json): prompt
+    counts as the reference implementation counts them, generated text that re-tokenizes to
+    the reported count (by the gateway and by the reference), shared text sharing KV blocks."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.serve = Serve(*paced(1, 1))
+        cls.gw = Gateway([cls.serve], "--tokenizer", TINY_TOKENIZER)
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.gw.close()
+        cls.serve.close()
+
+    def tokenize(self, text):
+        status, _, raw = self.gw.request("POST", "/tokenize", {"prompt": text})
+        self.assertEqual(status, 200, raw)
+        return json.loads(raw)["tokens"]
+
+    def test_prompt_tokens_match_the_reference_implementation(self):
+        texts = ["Hello world, the gateway!", "can't 12345 héllo <|im_start|>user\n",
+                 "Ünïcödé 😀 text\twith\ttabs", "  spaces   and\n\nnewlines  ",
+                 "The quick brown fox jumps over the lazy dog. " * 5]
+        ours = [self.tokenize(t) for t in texts]
+        reference = reference_token_ids(texts)
+        if reference is None:
+            self.skipTest("@huggingface/tokenizers not installed (scripts/dev test runs npm ci)")
+        self.assertEqual(ours, reference)
+        status, _, raw = self.gw.request("POST", "/v1/completions",
+                                         {"prompt": texts[0], "max_tokens": 1})
+        self.assertEqual(status, 200, raw)
+        self.assertEqual(json.loads(raw)["usage"]["prompt_tokens"], len(reference[0]))
+
+    def test_generated_text_retokenizes_to_the_reported_count(self):
+        for n in (1, 7, 33):
+            status, _, raw = self.gw.request("POST", "/v1/completions",
+                                             {"prompt": "Tell me about the workers",
+                                              "max_tokens": n, "ignore_eos": True})
+            self.assertEqual(status, 200, raw)
+            body = json.loads(raw)
+            text = body["choices"][0]["text"]
+            self.assertEqual(body["usage"]["completion_tokens"], n)
+            self.assertEqual(len(self.tokenize(text)), n, text)
+            reference = reference_token_ids([text])
+            if reference is not None:
+                self.assertEqual(len(reference[0]), n, text)
+
+    def test_shared_text_shares_kv_blocks(self):
+        shared = "The gateway takes requests from clients that speak the OpenAI protocol. " * 6
+        cached = []
+        for tail in ("first question?", "second one!"):
+            status, _, raw = self.gw.request("POST", "/v1/completions",
+                                             {"prompt": shared + tail, "max_tokens": 1})
+            self.assertEqual(status, 200, raw)
+            cached.append(json.loads(raw)["usage"]["prompt_tokens_details"]["cached_tokens"])
+        self.assertEqual(cached[0], 0)
+        self.assertGreater(cached[1], 0)
+
+
+class KvRouterGatewayTest(unittest.TestCase):
+    """`--router kv` over a real two-worker `mocker serve --num-workers 2` fleet: the gateway's
+    live KV index follows both workers' KV events, and a repeated prompt goes to the worker
+    that holds its prefix (with round robin, the fourth request of this test would not)."""
+
+    def test_repeated_prompts_go_to_the_worker_holding_their_prefix(self):
+        fleet = FleetServe("--num-workers", "2", *paced(1, 1))
+        try:
+            gw = Gateway([], "--fleet", fleet.fleet_file, "--router", "kv")
+            try:
+                with open(fleet.fleet_file, encoding="utf-8") as f:
+                    block = json.load(f)["block_size"]
+                # Token-id prompts of 3 full blocks + 1 token; 2 output tokens complete no
+                # further block, so the index ends up with exactly 3 blocks per prompt.
+                prompts = [[1000 * (i + 1) + k for k in range(3 * block + 1)] for i in range(3)]
+
+                def complete(prompt):
+                    status, _, raw = gw.request("POST", "/v1/completions",
+                                                {"prompt": prompt, "max_tokens": 2,
+                                                 "ignore_eos": True})
+                    self.assertEqual(status, 200, raw)
+                    return json.loads(raw)["usage"]["prompt_tokens_details"]["cached_tokens"]
+
+                for p in prompts:
+                    self.assertEqual(complete(p), 0)
+                # The index has seen every worker's stored blocks before the repeats route.
+                poll_until(lambda: gw.metric("dynamo_frontend_kv_index_blocks") == 9,
+                           "the KV index holding the 9 prompt blocks")
+                for _ in range(3):
+                    for p in prompts:
+                        self.assertEqual(complete(p), 3 * block)
+                self.assertEqual(gw.metric("dynamo_frontend_kv_routed_total"), 12)
+                self.assertEqual(gw.metric("dynamo_frontend_kv_routed_cached_prefix_total"), 9)
+                self.assertEqual(gw.metric("dynamo_frontend_kv_query_failures_total"), 0)
+            finally:
+                gw.close()
+        finally:
+            fleet.close()
+
+    def test_kv_needs_the_event_endpoints_of_a_fleet_file(self):
+        r = subprocess.run([mocker_bin(), "gateway", "--connect", "tcp://127.0.0.1:5999",
+                            "--router", "kv"], capture_output=True, timeout=WAIT_S)
+        self.assertEqual(r.returncode, 2)
+        self.assertIn(b"--router kv needs every worker's KV-event endpoints", r.stderr)
+
+
 class DisaggregatedGatewayTest(unittest.TestCase):
     """The gateway over real disaggregated workers: one `mocker serve --worker-type prefill`
     and a two-worker `--worker-type decode` fleet. Every request is prefilled on the prefill
