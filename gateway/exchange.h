@@ -65,8 +65,10 @@ class Exchange final : public std::enable_shared_from_this<Exchange> {
   std::size_t choiceWorker(std::size_t choice) const { return choices_.at(choice).worker; }
 
   void onOutput(std::size_t choice, const protocol::RequestOutput& output);
-  /// The worker refused or failed choice `choice`: the response fails with `status`.
-  void onFailure(std::size_t choice, int status, const std::string& message);
+  /// The worker refused or failed choice `choice`: the response fails with `status` (a stream
+  /// gets an error frame with that code). `cancel`: also cancel it on its worker (a worker that
+  /// stopped answering may still hold it).
+  void onFailure(std::size_t choice, int status, const std::string& message, bool cancel = false);
   /// The request ran out of time: every open choice is cancelled on its worker and fails
   /// (504: the worker did not finish in time, e.g. it is gone).
   void expire(const std::string& message);

@@ -8,9 +8,11 @@
 #include <fstream>
 #include <map>
 
+#include "base/check.h"
 #include "gateway/exchange.h"
 #include "gateway/gateway_metrics.h"
 #include "gateway/tokenizer.h"
+#include "gateway/worker_choice.h"
 #include "tools/replay/decode_router.h"
 #include "tools/replay/random.h"
 
@@ -50,6 +52,13 @@ class Server final : public GatewayServer, public ExchangeHost {
     });
     if (!pool) return pool.error();
     pool_ = std::move(*pool);
+    const replay::DecodeRouterKind decode_router =
+        options_.decode_router == RouterKind::Random ? replay::DecodeRouterKind::Random
+        : options_.decode_router == RouterKind::Kv   ? replay::DecodeRouterKind::LeastLoaded
+                                                     : replay::DecodeRouterKind::RoundRobin;
+    choice_ = std::make_unique<WorkerChoice>(
+        pool_->size() - options_.num_decode_workers, options_.num_decode_workers,
+        options_.router == RouterKind::Random, decode_router, options_.lengths.seed);
     if (options_.router == RouterKind::Kv) {
       if (!options_.kv) return invalidArgument("--router kv needs the workers' KV-event endpoints");
       MOCKER_TRY(kv_, KvRouting::start(*options_.kv));
@@ -110,7 +119,7 @@ class Server final : public GatewayServer, public ExchangeHost {
   void forget(const std::string& id) override {
     const auto it = routes_.find(id);
     if (it == routes_.end()) return;
-    if (it->second.worker >= numPrefill()) --decode_in_flight_[it->second.worker - numPrefill()];
+    choice_->decodeEnded(it->second.worker);
     if (kv_) kv_->remove(it->second.dispatch);
     routes_.erase(it);
   }
@@ -184,10 +193,11 @@ class Server final : public GatewayServer, public ExchangeHost {
   }
 
   HttpReply readyReply() const {
-    const bool ready = pool_->ready();
+    const bool ready = pool_->ready() && pool_->lostCount() == 0;
     ojson body = {{"status", ready ? "ready" : "not ready"},
                   {"workers", pool_->size()},
-                  {"workers_ready", pool_->readyCount()}};
+                  {"workers_ready", pool_->readyCount()},
+                  {"workers_lost", pool_->lostCount()}};
     HttpReply reply = jsonReply(body);
     reply.status = ready ? 200 : 503;
     return reply;
@@ -266,6 +276,11 @@ class Server final : public GatewayServer, public ExchangeHost {
     if (pool_->readyCount() == 0) {
       return refuse({.status = 503, .message = "no worker is ready (none answered yet)"});
     }
+    if (!choice_->anyLiveRequestWorker()) {
+      return refuse({.status = 503,
+                     .message = "no worker is answering (every worker requests go to is lost: "
+                                "--worker-timeout-s)"});
+    }
     if (inflight_.size() >= options_.max_inflight) {
       return refuse({.status = 429,
                      .message = "too many requests in flight (limit " +
@@ -299,53 +314,62 @@ class Server final : public GatewayServer, public ExchangeHost {
     const std::string prefix = "gw" + std::to_string(seq) + "-";
     for (std::size_t c = 0; c < exchange->shaper().numChoices(); ++c) {
       const std::uint64_t dispatch = next_dispatch_++;
-      std::size_t worker = 0;
+      std::optional<std::size_t> worker;
       std::optional<std::uint32_t> dp_rank;
       if (kv_) {
         const KvRouting::Pick pick = kv_->route(exchange->shaper().prompt(c), dispatch);
-        worker = pick.worker;
-        dp_rank = pick.dp_rank;
+        worker = choice_->keepOrPick(pick.worker);
+        if (worker == pick.worker) dp_rank = pick.dp_rank;
       } else {
-        worker = pickWorker();
+        worker = choice_->pickRequestWorker();
       }
+      MOCKER_CHECK(worker.has_value());  // a live request worker was checked above
       std::string wire_id = prefix + std::to_string(c);
       routes_[wire_id] = {
-          .exchange = exchange, .choice = c, .worker = worker, .dispatch = dispatch};
-      exchange->addChoice(worker, std::move(wire_id), dp_rank);
+          .exchange = exchange, .choice = c, .worker = *worker, .dispatch = dispatch};
+      exchange->addChoice(*worker, std::move(wire_id), dp_rank);
     }
     exchange->start();
-  }
-
-  /// The workers requests are sent to: all of them, or the prefill workers (the first ones).
-  std::size_t numPrefill() const { return pool_->size() - options_.num_decode_workers; }
-
-  std::size_t pickWorker() {
-    if (options_.router == RouterKind::Random) {
-      return static_cast<std::size_t>(router_rng_.uniformIndex(numPrefill()));
-    }
-    return round_robin_++ % numPrefill();
   }
 
   /// Hop 2 of a disaggregated request: the prefill worker's handoff goes to a decode worker.
   void onHandoff(std::size_t worker, protocol::Handoff& handoff) {
     auto route = find(handoff.id, worker);
-    if (!route || worker >= numPrefill()) {
+    if (!route || choice_->isDecode(worker)) {
       // Gone (cancelled: the cancel sent to the prefill worker releases what it holds).
       SPDLOG_DEBUG("gateway: handoff of {} from worker {} routes nowhere", handoff.id, worker);
       return;
     }
     Route& r = routes_.at(handoff.id);
-    const replay::DecodeRouterKind kind =
-        options_.decode_router == RouterKind::Random ? replay::DecodeRouterKind::Random
-        : options_.decode_router == RouterKind::Kv   ? replay::DecodeRouterKind::LeastLoaded
-                                                     : replay::DecodeRouterKind::RoundRobin;
-    const std::size_t d =
-        replay::pickDecodeWorker(kind, options_.lengths.seed, r.dispatch, decode_in_flight_);
-    ++decode_in_flight_[d];
     if (kv_) kv_->remove(r.dispatch);  // the prefill worker's part is done
+    const std::optional<std::size_t> d = choice_->pickDecodeWorker(r.dispatch);
+    if (!d) {
+      pool_->cancel(worker, handoff.id);  // releases the KV the prefill worker holds
+      route->first->onFailure(route->second, 503,
+                              "no decode worker is answering (every one lost: --worker-timeout-s)");
+      return;
+    }
     r.prefill_worker = worker;
-    r.worker = numPrefill() + d;
-    route->first->handOff(route->second, numPrefill() + d, std::move(handoff.ticket));
+    r.worker = *d;
+    route->first->handOff(route->second, *d, std::move(handoff.ticket));
+  }
+
+  /// Worker `w` stopped answering (or answers again): routing skips it while lost, and every
+  /// choice it holds fails now with 504 (and is cancelled there, should it wake up).
+  void onLiveness(std::size_t w, bool lost) {
+    choice_->setLost(w, lost);
+    if (!lost) return;
+    std::vector<std::pair<std::shared_ptr<Exchange>, std::size_t>> held;
+    for (const auto& [id, route] : routes_) {
+      if (route.worker != w) continue;
+      if (auto exchange = route.exchange.lock())
+        held.emplace_back(std::move(exchange), route.choice);
+    }
+    const std::string message =
+        "worker " + std::to_string(w) + " (" + options_.pool.workers[w].submit +
+        ") stopped answering: nothing from it for " +
+        std::to_string(options_.pool.worker_timeout.count()) + " ms (--worker-timeout-s)";
+    for (auto& [exchange, c] : held) exchange->onFailure(c, 504, message, /*cancel=*/true);
   }
 
   /// A decode worker refused a handoff: the prefill worker still holds the KV; release it.
@@ -358,6 +382,10 @@ class Server final : public GatewayServer, public ExchangeHost {
   void onWorkerEvents(std::vector<WorkerEvent>& events) {
     for (auto& event : events) {
       const std::size_t w = event.worker;
+      if (event.liveness != Liveness::None) {
+        onLiveness(w, event.liveness == Liveness::Lost);
+        continue;
+      }
       if (auto* batch = std::get_if<protocol::OutputBatch>(&event.message)) {
         for (auto& output : batch->outputs) {
           auto route = find(output.id, w);
@@ -416,8 +444,6 @@ class Server final : public GatewayServer, public ExchangeHost {
   GatewayMetrics metrics_;
   std::int64_t created_ = wallSeconds();
   std::uint64_t next_sequence_ = 0;
-  std::size_t round_robin_ = 0;
-  replay::SplitMix64 router_rng_{options_.lengths.seed};
   /// Where a wire id's messages go, and who holds it.
   struct Route {
     std::weak_ptr<Exchange> exchange;
@@ -427,8 +453,7 @@ class Server final : public GatewayServer, public ExchangeHost {
     std::optional<std::size_t> prefill_worker;  ///< disaggregated, after the handoff
   };
   std::map<std::string, Route> routes_;
-  std::vector<std::uint32_t> decode_in_flight_ =
-      std::vector<std::uint32_t>(options_.num_decode_workers, 0);
+  std::unique_ptr<WorkerChoice> choice_;  // created with the pool
   std::uint64_t next_dispatch_ = 0;
   std::map<const Exchange*, std::shared_ptr<Exchange>> inflight_;  // owns them
 };

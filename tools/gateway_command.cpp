@@ -121,6 +121,13 @@ Result<gateway::GatewayOptions> gatewayOptions(const GatewayCommand& c) {
                service::loadCurveClientKeys(c.curve_server_key_file, c.curve_secret_key_file));
   }
   o.pool.stats_interval = std::chrono::milliseconds(c.stats_interval_ms);
+  o.pool.worker_timeout = std::chrono::milliseconds(static_cast<long>(c.worker_timeout_s * 1000.0));
+  if (o.pool.worker_timeout < 2 * o.pool.stats_interval) {
+    return invalidArgument("--worker-timeout-s " + std::to_string(c.worker_timeout_s) +
+                           " must be at least twice --stats-interval-ms (" +
+                           std::to_string(c.stats_interval_ms) +
+                           " ms): a live worker answers one stats request per interval");
+  }
   o.host = c.host;
   o.port = c.port;
   o.model = !c.model.empty() ? c.model : !fleet_model.empty() ? fleet_model : "mocker";
@@ -212,6 +219,13 @@ void addGatewayCommand(CLI::App& app, GatewayCommand& command) {
   c.add_option("--stats-interval-ms", g.stats_interval_ms,
                "ask every worker for stats this often (readiness, liveness)")
       ->check(atLeast(10))
+      ->capture_default_str()
+      ->group(workers);
+  c.add_option("--worker-timeout-s", g.worker_timeout_s,
+               "a worker silent this long (no stats reply, no output) is lost: its requests fail "
+               "at once with 504 (and are cancelled there), new ones go to the others, /ready "
+               "says 503 until it answers again (at least 2 x --stats-interval-ms)")
+      ->check(greaterThan(0))
       ->capture_default_str()
       ->group(workers);
   auto* server_key = c.add_option("--curve-server-key-file", g.curve_server_key_file,
@@ -311,7 +325,8 @@ void addGatewayCommand(CLI::App& app, GatewayCommand& command) {
       ->group(model);
   c.footer(
       "Endpoints: POST /v1/completions, POST /v1/chat/completions, GET /v1/models, POST "
-      "/tokenize, POST /detokenize, GET /health, GET /ready (200 once every worker answered), GET "
+      "/tokenize, POST /detokenize, GET /health, GET /ready (200 once every worker answered and "
+      "none is lost), GET "
       "/metrics. Prints http://HOST:PORT when listening; SIGINT/SIGTERM stop it.\n"
       "Exit codes: 0 stopped by a signal, 1 error, 2 usage error.");
 }

@@ -43,6 +43,7 @@ struct GatewayCommand {
   double read_timeout_s = 30.0;
   double request_timeout_s = 600.0;
   std::uint32_t stats_interval_ms = 1000;
+  double worker_timeout_s = 5.0;
   std::string api_key_file;
   std::string curve_server_key_file;
   std::string curve_secret_key_file;

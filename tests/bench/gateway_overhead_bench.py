@@ -9,7 +9,8 @@ hits on either path).
     ... gateway_overhead_bench.py --hold 2000      # 2,000 concurrent streams: the gateway's RSS
     ... gateway_overhead_bench.py --throughput 4000 --concurrency 64 --tokens 16 \
         --prefill-ms 0.1 --decode-ms 0.1
-        # non-streaming requests per second, direct vs through the gateway (same workers)
+        # non-streaming requests per second, direct (mocker's C++ client) vs through the gateway
+        # (an asyncio HTTP client), same workers; and the gateway's CPU per request
 """
 
 import argparse
@@ -17,7 +18,9 @@ import asyncio
 import itertools
 import json
 import os
+import subprocess
 import sys
+import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -26,7 +29,8 @@ sys.path.insert(0, os.path.join(os.path.dirname(HERE), "gateway"))
 
 import zmq  # noqa: E402
 import zmq.asyncio  # noqa: E402
-from fault_harness import Serve, paced, percentile, poll_until, proc_status_kib  # noqa: E402
+from fault_harness import (Serve, mocker_bin, paced, percentile, poll_until,  # noqa: E402
+                           proc_status_kib)
 from gateway_live_test import Gateway  # noqa: E402
 from mocker_client import decode_message, encode_message  # noqa: E402
 
@@ -100,48 +104,31 @@ async def http_stream(host, port, tokens):
     return t0, times
 
 
-async def direct_throughput(serves, total, concurrency, tokens):
-    """Requests per second of `total` non-streaming-equivalent requests (the client waits for
-    the finish), `concurrency` in flight, round robin over one DEALER per worker."""
-    ctx = zmq.asyncio.Context()
-    socks = []
-    for s in serves:
-        sock = ctx.socket(zmq.DEALER)
-        sock.setsockopt(zmq.LINGER, 0)
-        sock.setsockopt(zmq.RCVHWM, 0)
-        sock.connect(s.submit)
-        socks.append(sock)
-    sent, finished, done = [0], [0], asyncio.Event()
+def direct_throughput(serves, total, concurrency, tokens):
+    """Requests per second of the direct ZeroMQ path, driven by mocker's own C++ client: `mocker
+    replay --mode live` in closed loop (`concurrency` in flight) with `total` synthetic requests of
+    a fresh PROMPT_LEN-token prompt and exactly `tokens` output tokens, round robin over the
+    workers. (A Python client would measure itself: it decodes one message per token.)"""
+    with tempfile.TemporaryDirectory() as tmp:
+        report = os.path.join(tmp, "report.json")
+        args = [mocker_bin(), "replay", "--format", "synthetic", "--num-prompts", str(total),
+                "--input-tokens-mean", str(PROMPT_LEN), "--input-tokens-stddev", "0",
+                "--output-tokens-mean", str(tokens), "--output-tokens-stddev", "0",
+                "--concurrency", str(concurrency), "--report-json", report]
+        for s in serves:
+            args += ["--connect", s.submit, "--connect-cancel", s.cancel]
+        subprocess.run(args, check=True, capture_output=True, timeout=300)
+        with open(report, encoding="utf-8") as f:
+            r = json.load(f)
+    assert r["num_requests"] == total, r["num_requests"]
+    return r["request_throughput_rps"]
 
-    async def submit_one():
-        i = sent[0]
-        sent[0] += 1
-        await socks[i % len(socks)].send(encode_message("submit", id="t%d" % i,
-                                                        prompt=fresh_prompt(), max_tokens=tokens))
 
-    async def reader(sock):
-        while True:
-            m = decode_message(await sock.recv())
-            if m["type"] != "output":
-                continue
-            for o in m["outputs"]:
-                if o.get("finish"):
-                    finished[0] += 1
-                    if sent[0] < total:
-                        await submit_one()
-                    if finished[0] == total:
-                        done.set()
-
-    readers = [asyncio.create_task(reader(s)) for s in socks]
-    t0 = time.perf_counter()
-    for _ in range(min(concurrency, total)):
-        await submit_one()
-    await asyncio.wait_for(done.wait(), 300)
-    elapsed = time.perf_counter() - t0
-    for r in readers:
-        r.cancel()
-    ctx.destroy(0)
-    return total / elapsed
+def cpu_seconds(pid):
+    """utime + stime of a process, in seconds (/proc/PID/stat)."""
+    with open("/proc/%d/stat" % pid, encoding="ascii") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 async def gateway_throughput(gw, total, concurrency, tokens):
@@ -244,11 +231,14 @@ def main():
             return 0
         if args.throughput:
             rates = {"zeromq": [], "gateway": []}
+            cpu = []  # the gateway's CPU per request (µs): its capacity on one core
             for _ in range(args.rounds):
-                rates["zeromq"].append(asyncio.run(direct_throughput(
-                    serves, args.throughput, args.concurrency, args.tokens)))
+                rates["zeromq"].append(direct_throughput(
+                    serves, args.throughput, args.concurrency, args.tokens))
+                before = cpu_seconds(gw.proc.pid)
                 rates["gateway"].append(asyncio.run(gateway_throughput(
                     gw, args.throughput, args.concurrency, args.tokens)))
+                cpu.append((cpu_seconds(gw.proc.pid) - before) / args.throughput * 1e6)
             med = {k: sorted(v)[len(v) // 2] for k, v in rates.items()}
             print("%d requests x %d tokens per path and round, %d in flight, %d rounds, %d workers "
                   "(prefill %g ms, decode %g ms)" % (args.throughput, args.tokens,
@@ -257,6 +247,10 @@ def main():
             for k, v in rates.items():
                 print("%-8s %s req/s (median %.0f)" % (k, " ".join("%.0f" % r for r in v), med[k]))
             print("gateway / zeromq: %.1f %%" % (100.0 * med["gateway"] / med["zeromq"]))
+            c = sorted(cpu)[len(cpu) // 2]
+            print("gateway CPU per request: %s us (median %.0f: at most %.0f req/s on its cores "
+                  "when the client is not the limit)" % (" ".join("%.0f" % x for x in cpu), c,
+                                                        1e6 / c if c else float("inf")))
             return 0
         direct, through = [], []
         for _ in range(args.rounds):

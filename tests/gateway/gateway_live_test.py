@@ -11,6 +11,7 @@ import http.client
 import json
 import os
 import select
+import signal
 import socket
 import subprocess
 import sys
@@ -498,6 +499,104 @@ class GatewayLimitsTest(unittest.TestCase):
             for name in os.listdir(keys):
                 os.unlink(os.path.join(keys, name))
             os.rmdir(keys)
+
+
+def read_sse_until(sock, needle, deadline_s=WAIT_S):
+    """Bytes read from a raw HTTP socket until `needle` is among them (or the peer closes)."""
+    got = b""
+    deadline = time.monotonic() + deadline_s
+    while needle not in got:
+        sock.settimeout(max(0.01, deadline - time.monotonic()))
+        chunk = sock.recv(65536)
+        if not chunk:
+            break
+        got += chunk
+    return got
+
+
+def error_frames(raw):
+    """The `data: {"error": ...}` frames of raw chunked SSE bytes, parsed."""
+    return [json.loads(line[len(b"data: "):]) for line in raw.split(b"\n")
+            if line.startswith(b'data: {"error"')]
+
+
+def open_stream(gw, max_tokens=200000):
+    """A raw streaming completion that runs for minutes; returns the socket once tokens flow."""
+    s = socket.create_connection((gw.host, gw.port), timeout=WAIT_S)
+    body = json.dumps({"prompt": "long", "max_tokens": max_tokens, "ignore_eos": True,
+                       "stream": True}).encode()
+    s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json"
+              b"\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body))
+    assert b'"text"' in read_sse_until(s, b'"text"')
+    return s
+
+
+class WorkerFailureGatewayTest(unittest.TestCase):
+    """Workers that fail: one that stops answering (SIGSTOP) is lost after --worker-timeout-s —
+    its streams end with a 504 error frame and are cancelled there, /ready says 503, new
+    requests go to the other worker, and it is back once it answers; one that shuts down
+    mid-stream (SIGTERM) gives a 503 error frame (its `shutdown` terminal), not a 500."""
+
+    def setUp(self):
+        self.serves = [Serve(*paced(2, 2)), Serve(*paced(2, 2))]
+        self.gw = Gateway(self.serves, "--stats-interval-ms", "100", "--worker-timeout-s", "2",
+                          "--max-model-len", "300000")
+
+    def tearDown(self):
+        self.gw.close()
+        for s in self.serves:
+            if s.proc.poll() is None:
+                os.kill(s.pid, signal.SIGCONT)
+            s.close()
+
+    def holder(self):
+        """The serve whose worker runs the one request in flight."""
+        clients = [s.client() for s in self.serves]
+        try:
+            routes = [c.stats()["routes"] for c in clients]
+        finally:
+            for c in clients:
+                c.close()
+        self.assertEqual(sorted(routes), [0, 1])
+        return self.serves[routes.index(1)]
+
+    def test_a_worker_that_stops_answering_is_lost_and_its_streams_fail_with_504(self):
+        s = open_stream(self.gw)
+        stuck = self.holder()
+        os.kill(stuck.pid, signal.SIGSTOP)
+        try:
+            got = read_sse_until(s, b"[DONE]")
+            frames = error_frames(got)
+            self.assertEqual(len(frames), 1, got[-500:])
+            err = frames[0]["error"]
+            self.assertEqual((err["code"], err["type"]), (504, "GatewayTimeoutError"))
+            self.assertIn("stopped answering", err["message"])
+            s.close()
+            status, _, raw = self.gw.request("GET", "/ready")
+            self.assertEqual((status, json.loads(raw)["workers_lost"]), (503, 1))
+            for _ in range(3):  # every new request goes to the live worker
+                status, _, raw = self.gw.request("POST", "/v1/completions",
+                                                 {"prompt": "x", "max_tokens": 2})
+                self.assertEqual(status, 200, raw)
+        finally:
+            os.kill(stuck.pid, signal.SIGCONT)
+        poll_until(lambda: self.gw.request("GET", "/ready")[0] == 200, "the worker back")
+        client = stuck.client()
+        try:
+            poll_until(lambda: client.stats()["routes"] == 0, "the lost request cancelled there")
+        finally:
+            client.close()
+
+    def test_a_worker_shutting_down_mid_stream_gives_a_503_error_frame(self):
+        s = open_stream(self.gw)
+        self.assertEqual(self.holder().terminate(), 0)
+        got = read_sse_until(s, b"[DONE]")
+        s.close()
+        frames = error_frames(got)
+        self.assertEqual(len(frames), 1, got[-500:])
+        err = frames[0]["error"]
+        self.assertEqual((err["code"], err["type"]), (503, "ServiceUnavailableError"))
+        self.assertIn("shutdown", err["message"])
 
 
 TINY_TOKENIZER = os.path.join(os.path.dirname(HERE), "data",
