@@ -7,6 +7,7 @@
 #include <fstream>
 #include <limits>
 #include <optional>
+#include <queue>
 #include <sstream>
 #include <unordered_map>
 
@@ -95,23 +96,33 @@ struct HfTokenizer::Impl {
 
 void HfTokenizer::Impl::encodeText(std::string_view text, std::vector<std::uint32_t>& ids) const {
   // Added tokens first: the leftmost occurrence, the longest there; the text between is encoded.
-  while (!text.empty()) {
-    std::size_t best_at = std::string_view::npos;
-    const std::pair<std::string, std::uint32_t>* best = nullptr;
-    for (const auto& a : added) {
-      const std::size_t at = text.find(a.first);
-      if (at == std::string_view::npos) continue;
-      if (at < best_at || (at == best_at && a.first.size() > best->first.size())) {
+  // Each token's next occurrence is remembered and searched again only once passed, so a text
+  // full of added tokens costs O(text · tokens), not quadratic.
+  constexpr std::size_t kNone = std::string_view::npos;
+  std::vector<std::size_t> next(added.size(), 0);
+  std::vector<bool> searched(added.size(), false);
+  std::size_t pos = 0;
+  while (pos < text.size()) {
+    std::size_t best_at = kNone;
+    std::size_t best = 0;
+    for (std::size_t k = 0; k < added.size(); ++k) {
+      if (!searched[k] || (next[k] != kNone && next[k] < pos)) {
+        next[k] = text.find(added[k].first, pos);
+        searched[k] = true;
+      }
+      const std::size_t at = next[k];
+      if (at == kNone) continue;
+      if (at < best_at || (at == best_at && added[k].first.size() > added[best].first.size())) {
         best_at = at;
-        best = &a;
+        best = k;
       }
     }
-    if (!best) break;
-    encodeSegment(text.substr(0, best_at), ids);
-    ids.push_back(best->second);
-    text.remove_prefix(best_at + best->first.size());
+    if (best_at == kNone) break;
+    encodeSegment(text.substr(pos, best_at - pos), ids);
+    ids.push_back(added[best].second);
+    pos = best_at + added[best].first.size();
   }
-  encodeSegment(text, ids);
+  encodeSegment(text.substr(std::min(pos, text.size())), ids);
 }
 
 void HfTokenizer::Impl::encodeSegment(std::string_view text,
@@ -138,43 +149,63 @@ void HfTokenizer::Impl::encodeSegment(std::string_view text,
 }
 
 void HfTokenizer::Impl::bpe(std::string_view piece, std::vector<std::uint32_t>& ids) const {
-  std::vector<std::string> symbols;
-  symbols.reserve(piece.size());
-  for (const char c : piece) symbols.push_back(byte_chars[static_cast<unsigned char>(c)]);
+  // Symbols as a linked list over the piece; a min-heap of candidate merges by (rank, left
+  // position) — the order the tokenizers library applies them — so a long word costs
+  // O(n log n), not O(n²). A heap entry is stale once either side changed (lengths differ).
+  struct Symbol {
+    std::string text;
+    std::size_t prev = 0, next = 0;  // next == size: none; prev == size: none
+    bool alive = true;
+  };
+  const std::size_t n = piece.size();
+  std::vector<Symbol> sym(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    sym[i] = {byte_chars[static_cast<unsigned char>(piece[i])], i == 0 ? n : i - 1, i + 1, true};
+  }
   if (ignore_merges) {
     std::string whole;
-    for (const auto& s : symbols) whole += s;
+    for (const auto& s : sym) whole += s.text;
     if (const auto it = vocab.find(whole); it != vocab.end()) {
       ids.push_back(it->second);
       return;
     }
   }
+  struct Candidate {
+    std::uint32_t rank;
+    std::size_t left, right, left_len, right_len;
+    bool operator>(const Candidate& o) const {
+      return rank != o.rank ? rank > o.rank : left > o.left;
+    }
+  };
+  std::priority_queue<Candidate, std::vector<Candidate>, std::greater<>> heap;
   std::string key;
-  while (symbols.size() > 1) {
-    std::uint32_t best = std::numeric_limits<std::uint32_t>::max();
-    for (std::size_t i = 0; i + 1 < symbols.size(); ++i) {
-      key.assign(symbols[i]).append(" ").append(symbols[i + 1]);
-      if (const auto it = ranks.find(key); it != ranks.end()) best = std::min(best, it->second);
+  auto consider = [&](std::size_t left) {
+    if (left >= n || sym[left].next >= n) return;
+    const std::size_t right = sym[left].next;
+    key.assign(sym[left].text).append(" ").append(sym[right].text);
+    if (const auto it = ranks.find(key); it != ranks.end()) {
+      heap.push({it->second, left, right, sym[left].text.size(), sym[right].text.size()});
     }
-    if (best == std::numeric_limits<std::uint32_t>::max()) break;
-    std::vector<std::string> merged;
-    merged.reserve(symbols.size());
-    for (std::size_t i = 0; i < symbols.size(); ++i) {
-      if (i + 1 < symbols.size()) {
-        key.assign(symbols[i]).append(" ").append(symbols[i + 1]);
-        const auto it = ranks.find(key);
-        if (it != ranks.end() && it->second == best) {
-          merged.push_back(symbols[i] + symbols[i + 1]);
-          ++i;
-          continue;
-        }
-      }
-      merged.push_back(std::move(symbols[i]));
+  };
+  for (std::size_t i = 0; i + 1 < n; ++i) consider(i);
+  while (!heap.empty()) {
+    const Candidate c = heap.top();
+    heap.pop();
+    Symbol& l = sym[c.left];
+    Symbol& r = sym[c.right];
+    if (!l.alive || !r.alive || l.next != c.right || l.text.size() != c.left_len ||
+        r.text.size() != c.right_len) {
+      continue;  // stale
     }
-    symbols.swap(merged);
+    l.text += r.text;
+    r.alive = false;
+    l.next = r.next;
+    if (r.next < n) sym[r.next].prev = c.left;
+    if (l.prev < n) consider(l.prev);
+    consider(c.left);
   }
-  for (const auto& s : symbols) {
-    if (const auto it = vocab.find(s); it != vocab.end()) ids.push_back(it->second);
+  for (std::size_t i = 0; i < n; i = sym[i].next) {
+    if (const auto it = vocab.find(sym[i].text); it != vocab.end()) ids.push_back(it->second);
     // Unreachable for a validated byte-level vocabulary (every byte character is a token).
   }
 }

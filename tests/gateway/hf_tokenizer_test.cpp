@@ -63,6 +63,23 @@ TEST(HfTokenizerTest, DecodeInvertsEncode) {
   EXPECT_EQ(t->decode(Ids{4'000'000}), "");  // unknown ids decode to nothing
 }
 
+// A request body may be megabytes of one word, or of added tokens: both encode in O(n log n)
+// (the quadratic forms would run for hours here and trip the test timeout).
+TEST(HfTokenizerTest, HostileLongInputsEncodeQuickly) {
+  const auto t = parse(tinyJson());
+  ASSERT_TRUE(t);
+  std::string word;
+  for (int i = 0; i < 200'000; ++i) word += static_cast<char>('a' + (i * 7 + i / 26) % 26);
+  const Ids ids = t->encodeText(word);
+  EXPECT_LT(ids.size(), word.size());
+  EXPECT_EQ(t->decode(ids), word);
+  std::string specials;
+  for (int i = 0; i < 40'000; ++i) specials += i % 3 ? "<|im_end|>" : "x<|im_start|>";
+  const Ids sids = t->encodeText(specials);
+  EXPECT_EQ(t->decode(sids), specials);
+  EXPECT_EQ(t->encodeText(std::string(300'000, ' ')).size(), 300'000u);  // " " has no merge
+}
+
 TEST(HfTokenizerTest, OutputTextRetokenizesToItsCount) {
   const auto t = parse(tinyJson());
   ASSERT_TRUE(t);
