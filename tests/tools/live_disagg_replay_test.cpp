@@ -339,8 +339,8 @@ TEST(LiveDisaggReplayTest, BothHopsRouteDeterministically) {
   const auto randomRun = [&](std::uint64_t seed) {
     Workers fresh(2, 2);
     LiveReplayOptions o = fresh.options();
-    o.router = LiveRouterKind::Random;
-    o.decode_router = LiveRouterKind::Random;
+    o.router = RouterKind::Random;
+    o.decode_router = RouterKind::Random;
     o.router_seed = seed;
     const LiveRun run = runLive(w, o);
     EXPECT_EQ(run.collector.buildReport({}).completed_requests, 12u);
@@ -362,7 +362,7 @@ TEST(LiveDisaggReplayTest, BothHopsRouteDeterministically) {
 
   Workers kv_ws(1, 2, {}, {.role = Role::Decode, .silent = true});
   LiveReplayOptions kv = kv_ws.options();
-  kv.decode_router = LiveRouterKind::Kv;
+  kv.decode_router = RouterKind::Kv;
   kv.request_timeout_ms = 300.0 * service::testing::kSlowdown;  // silent decoders: timeouts
   const LiveRun k = runLive(smallTrace(4), kv);
   // All four are in flight on the decode servers at once: the fewest-in-flight choice

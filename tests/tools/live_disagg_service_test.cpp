@@ -167,8 +167,8 @@ TEST(LiveDisaggServiceTest, BothHopsRouteAndAreDeterministic) {
     EXPECT_EQ(run.stats.handoff->per_decode_target, (std::vector<std::uint64_t>{6, 6}));
   }
   LiveReplayOptions random = f.options();
-  random.router = LiveRouterKind::Random;
-  random.decode_router = LiveRouterKind::Random;
+  random.router = RouterKind::Random;
+  random.decode_router = RouterKind::Random;
   random.router_seed = 7;
   const LiveRun a = runLive(w, random);
   const LiveRun b = runLive(w, random);
@@ -178,7 +178,7 @@ TEST(LiveDisaggServiceTest, BothHopsRouteAndAreDeterministic) {
   EXPECT_EQ(sum(a.stats.handoff->per_decode_target), 12u);
 
   LiveReplayOptions kv = f.options();
-  kv.decode_router = LiveRouterKind::Kv;
+  kv.decode_router = RouterKind::Kv;
   kv.concurrency = 4;
   const LiveRun k = runLive(w, kv);
   EXPECT_EQ(k.collector.buildReport({}).completed_requests, 12u);

@@ -510,11 +510,9 @@ TEST(LiveReplayTest, RandomRouterIsSeededAndUsesEveryServerOverManyRequests) {
   }
   const Workload w = parse(text);
   const LiveRun first = runLive(
-      w,
-      {.targets = {targetOf(a), targetOf(b)}, .router = LiveRouterKind::Random, .router_seed = 7});
+      w, {.targets = {targetOf(a), targetOf(b)}, .router = RouterKind::Random, .router_seed = 7});
   const LiveRun second = runLive(
-      w,
-      {.targets = {targetOf(a), targetOf(b)}, .router = LiveRouterKind::Random, .router_seed = 7});
+      w, {.targets = {targetOf(a), targetOf(b)}, .router = RouterKind::Random, .router_seed = 7});
   EXPECT_EQ(first.stats.per_target, second.stats.per_target);
   EXPECT_EQ(first.stats.per_target[0] + first.stats.per_target[1], 16u);
   EXPECT_GT(first.stats.per_target[0], 0u);
@@ -539,7 +537,7 @@ LiveTarget kvTargetOf(const LiveService& s) {
 
 LiveReplayOptions kvOptions(const std::vector<LiveTarget>& targets, std::uint64_t seed) {
   return {.targets = targets,
-          .router = LiveRouterKind::Kv,
+          .router = RouterKind::Kv,
           .router_seed = seed,
           .kv_block_size = 0,  // the servers' (4), from their start-up stats
           .connect_timeout_ms = 10'000.0 * service::testing::kSlowdown};
@@ -684,6 +682,10 @@ TEST(LiveReplayTest, OptionErrors) {
   EXPECT_FALSE(runLiveReplay(w, {.targets = {t}, .concurrency = 0}, c).has_value());
   EXPECT_FALSE(runLiveReplay(w, {.targets = {t}, .request_timeout_ms = 0}, c).has_value());
   EXPECT_FALSE(runLiveReplay(w, {.targets = {t}, .connect_timeout_ms = -1}, c).has_value());
+  const auto kv_prefix = runLiveReplay(w, {.targets = {t}, .router = RouterKind::KvPrefix}, c);
+  ASSERT_FALSE(kv_prefix.has_value());
+  EXPECT_NE(kv_prefix.error().message.find("kv_prefix router is offline only"), std::string::npos)
+      << kv_prefix.error().message;
   EXPECT_TRUE(c.requests().empty());
 }
 

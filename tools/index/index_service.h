@@ -33,26 +33,9 @@
 #include "engine/block_hash.h"
 #include "protocol/index_query.h"
 #include "tools/index/kv_index.h"
+#include "tools/index/worker_spec.h"
 
 namespace mocker::index {
-
-/// One rank endpoint of a worker.
-struct WorkerEndpoint {
-  std::uint64_t worker_id = 0;
-  std::optional<std::uint32_t> dp_rank;  ///< given explicitly (ID/R=…) or by dp=N expansion
-  std::string events;                    ///< the rank's KV-event PUB (the SUB connects)
-  std::string replay;                    ///< the rank's replay ROUTER; "" = no replay
-  std::string snapshot;                  ///< the worker's submit ROUTER (kv_snapshot); "" = none
-  std::string topic;                     ///< SUB prefix filter (default "": everything)
-  friend bool operator==(const WorkerEndpoint&, const WorkerEndpoint&) = default;
-};
-
-/// Parses one `--worker` value:
-///   ID[/RANK]=EVENTS[,replay=EP][,snapshot=EP][,dp=N][,topic=T]
-/// ID is a decimal u64. `dp=N` (N >= 1, without /RANK) expands to ranks 0..N-1 with the DP port
-/// offset (rank r uses port + r) applied to EVENTS and replay (snapshot is per worker, not offset).
-/// Errors name what is wrong.
-Result<std::vector<WorkerEndpoint>> parseWorkerSpec(std::string_view spec);
 
 /// Cumulative counters and gauges (a consistent copy, see IndexService::stats()).
 struct IndexStats {

@@ -14,12 +14,12 @@
 #include <variant>
 
 #include "base/check.h"
-#include "base/endpoint.h"
 #include "service/client.h"
 #include "service/loop_clock.h"
 #include "tools/index/live_kv_index.h"
 #include "tools/replay/decode_router.h"
 #include "tools/replay/detail/eligible_turn.h"
+#include "tools/replay/live_connect.h"
 #include "tools/replay/random.h"
 
 namespace mocker::replay {
@@ -84,13 +84,6 @@ std::string requestId(std::size_t index) {
   std::string id(1, 'r');
   id.append(std::to_string(index));
   return id;
-}
-
-/// Holds released by the hold timeout, over the server's ranks (0 from a server without them).
-std::uint64_t handoffExpired(const protocol::StatsReply& reply) {
-  std::uint64_t n = 0;
-  for (const protocol::RankStats& r : reply.ranks) n += r.handoff_expired.value_or(0);
-  return n;
 }
 
 TerminalStatus statusOf(protocol::FinishReason reason) {
@@ -305,7 +298,7 @@ class LiveReplay {
 
   std::uint32_t route() {
     const std::uint32_t n = num_prefill_;
-    if (options_.router == LiveRouterKind::Random) {
+    if (options_.router == RouterKind::Random) {
       return static_cast<std::uint32_t>(rng_.uniformIndex(n));
     }
     return static_cast<std::uint32_t>(sent_.size() % n);
@@ -526,7 +519,7 @@ class LiveReplay {
     } else if (const auto* reply = std::get_if<protocol::StatsReply>(&msg)) {
       stats_pending_[target] = false;
       stats_.timing_end[target] = reply->timing;
-      stats_.handoff_expired_end[target] = handoffExpired(*reply);
+      stats_.handoff_expired_end[target] = handoffExpiredOf(*reply);
       const std::uint32_t ranks = stats_.ranks_per_target[target];
       for (const protocol::RankStats& rs : reply->ranks) {
         if (rs.dp_rank >= ranks) continue;
@@ -544,10 +537,11 @@ class LiveReplay {
   /// Hop 2: the decode server for a handoff, by options_.decode_router (decode_router.h; kv =
   /// overlap credit 0: the least loaded).
   std::uint32_t routeDecode(std::size_t index) const {
-    const DecodeRouterKind kind =
-        options_.decode_router == LiveRouterKind::Random ? DecodeRouterKind::Random
-        : options_.decode_router == LiveRouterKind::Kv   ? DecodeRouterKind::LeastLoaded
-                                                         : DecodeRouterKind::RoundRobin;
+    const DecodeRouterKind kind = options_.decode_router == RouterKind::Random
+                                      ? DecodeRouterKind::Random
+                                  : options_.decode_router == RouterKind::Kv
+                                      ? DecodeRouterKind::LeastLoaded
+                                      : DecodeRouterKind::RoundRobin;  // KvPrefix: refused
     return pickDecodeWorker(kind, options_.router_seed, index, decode_in_flight_);
   }
 
@@ -700,236 +694,7 @@ class LiveReplay {
   std::vector<std::uint64_t> cached_;  // scratch, by g: blocks the index holds (tie-break)
 };
 
-/// Connects to every target and waits for each one's answer to a `stats` request (which also
-/// tells its number of DP ranks).
-Result<std::vector<std::unique_ptr<service::Client>>> connectAll(const LiveReplayOptions& options,
-                                                                 LiveReplayStats& stats) {
-  std::vector<std::unique_ptr<service::Client>> clients;
-  std::vector<LiveTarget> all = options.targets;
-  all.insert(all.end(), options.decode_targets.begin(), options.decode_targets.end());
-  for (const LiveTarget& target : all) {
-    service::ClientOptions client_options{.submit_endpoint = target.submit_endpoint,
-                                          .cancel_endpoint = target.cancel_endpoint,
-                                          .rcvhwm = 0,  // never make the server drop streams
-                                          .sndhwm = 0,  // an open loop never blocks on a send
-                                          .nonblocking_send = true};
-    if (options.curve) {
-      client_options.curve_server_key = options.curve->server_public_key;
-      client_options.curve_public_key = options.curve->public_key;
-      client_options.curve_secret_key = options.curve->secret_key;
-    }
-    auto client = service::Client::connect(client_options);
-    if (!client) {
-      return Error{client.error().code, "cannot connect to " + target.submit_endpoint + " / " +
-                                            target.cancel_endpoint + ": " + client.error().message};
-    }
-    MOCKER_TRY_VOID((*client)->send(protocol::StatsRequest{}));
-    clients.push_back(std::move(*client));
-  }
-  std::vector<service::Client*> ptrs;
-  for (const auto& c : clients) ptrs.push_back(c.get());
-  std::vector<std::optional<std::uint32_t>> ranks(clients.size());
-  stats.timing_start.assign(clients.size(), std::nullopt);
-  stats.engines.assign(clients.size(), std::nullopt);
-  stats.handoff_expired_start.assign(clients.size(), 0);
-  const auto deadline =
-      Clock::now() + std::chrono::duration_cast<Clock::duration>(
-                         std::chrono::duration<double, std::milli>(options.connect_timeout_ms));
-  const auto answered = [&ranks] {
-    return std::all_of(ranks.begin(), ranks.end(), [](const auto& r) { return r.has_value(); });
-  };
-  while (!answered()) {
-    const auto left = deadline - Clock::now();
-    if (left <= Clock::duration::zero()) {
-      for (std::size_t t = 0; t < ranks.size(); ++t) {
-        if (!ranks[t]) {
-          return Error{ErrorCode::IoError,
-                       "no answer from " + all[t].submit_endpoint + " within " +
-                           std::to_string(static_cast<long long>(options.connect_timeout_ms)) +
-                           " ms: is `mocker serve` running there?"};
-        }
-      }
-    }
-    const auto wait = std::chrono::ceil<std::chrono::milliseconds>(left);
-    MOCKER_TRY(const std::vector<std::size_t> ready, service::Client::waitReadable(ptrs, wait));
-    for (const std::size_t t : ready) {
-      while (true) {
-        auto msg = clients[t]->receive(std::chrono::milliseconds(0));
-        if (!msg) {
-          return Error{msg.error().code,
-                       "server " + all[t].submit_endpoint +
-                           " answered with a message that does not decode: " + msg.error().message};
-        }
-        if (!*msg) break;
-        if (const auto* reply = std::get_if<protocol::StatsReply>(&**msg)) {
-          ranks[t] = static_cast<std::uint32_t>(reply->ranks.size());
-          stats.timing_start[t] = reply->timing;
-          stats.engines[t] = reply->engine;
-          stats.handoff_expired_start[t] = handoffExpired(*reply);
-        }
-      }
-    }
-  }
-  std::uint32_t offset = 0;
-  for (const auto& r : ranks) {
-    stats.ranks_per_target.push_back(*r);
-    stats.rank_offset.push_back(offset);
-    offset += *r;
-  }
-  return clients;
-}
-
 }  // namespace
-
-Result<std::uint32_t> resolveKvBlockSize(
-    std::uint32_t given, const std::vector<std::optional<protocol::EngineInfo>>& engines,
-    const std::vector<std::string>& servers) {
-  MOCKER_CHECK(engines.size() == servers.size());
-  std::optional<std::uint32_t> reported;
-  std::size_t first = 0;
-  for (std::size_t t = 0; t < engines.size(); ++t) {
-    if (!engines[t]) continue;
-    const std::uint32_t bs = engines[t]->block_size;
-    if (given != 0 && bs != given) {
-      return invalidArgument("--router-block-size " + std::to_string(given) + " but server " +
-                             servers[t] + " hashes its KV events in blocks of " +
-                             std::to_string(bs) + " tokens: drop the flag (the servers say it)");
-    }
-    if (reported && bs != *reported) {
-      return invalidArgument("the servers use different KV block sizes (" + servers[first] + ": " +
-                             std::to_string(*reported) + ", " + servers[t] + ": " +
-                             std::to_string(bs) + "): one kv router cannot hash for both");
-    }
-    if (!reported) first = t;
-    reported = bs;
-  }
-  if (given != 0) return given;
-  if (!reported) {
-    return invalidArgument(
-        "the servers do not report their KV block size (a mocker older than this one?): give "
-        "--router-block-size");
-  }
-  const auto silent = std::find(engines.begin(), engines.end(), std::nullopt);
-  if (silent != engines.end()) {
-    return invalidArgument("server " + servers[static_cast<std::size_t>(silent - engines.begin())] +
-                           " does not report its KV block size: give --router-block-size");
-  }
-  return *reported;
-}
-
-Result<std::string> defaultEndpointAfter(std::string_view submit_endpoint, std::uint32_t offset,
-                                         std::string_view what, std::string_view flag) {
-  const std::string text(submit_endpoint);
-  const std::string plus = "PORT + " + std::to_string(offset);
-  MOCKER_TRY(const Endpoint ep, parseEndpoint(submit_endpoint));
-  if (!ep.isTcp()) {
-    return invalidArgument("cannot derive " + std::string(what) + " of '" + text +
-                           "' (only tcp://HOST:PORT has a default, " + plus + "): give it with " +
-                           std::string(flag));
-  }
-  const std::optional<std::uint32_t> port = ep.numericPort();
-  if (!port || *port == 0 || std::uint64_t{*port} + offset > 65535) {
-    return invalidArgument("endpoint '" + text + "': expected a port in 1.." +
-                           std::to_string(65535 - offset) + " after the last ':' (" +
-                           std::string(what) + " is " + plus + ")");
-  }
-  return ep.withPort(*port + offset);
-}
-
-Result<std::string> defaultCancelEndpoint(std::string_view submit_endpoint) {
-  return defaultEndpointAfter(submit_endpoint, 1, "the cancel endpoint", "--connect-cancel");
-}
-
-LiveTimingSummary summarizeLiveTiming(const LiveReplayStats& stats, bool closed_loop,
-                                      std::size_t num_prefill) {
-  // Beyond these the live timelines drift measurably from the model (service/README.md,
-  // "Live timing").
-  constexpr double kMaxDispatchLagP99Ms = 1.0;
-  constexpr double kMaxLatenessP99Ms = 1.0;
-  LiveTimingSummary summary;
-  std::vector<std::string>& warnings = summary.warnings;
-  std::ostringstream fmt;
-  fmt.setf(std::ios::fixed);
-  fmt.precision(3);
-  if (!closed_loop) {
-    fmt << "Live timing: driver dispatch lag mean " << stats.mean_dispatch_lag_ms << " ms, p99 "
-        << stats.p99_dispatch_lag_ms << " ms, max " << stats.max_dispatch_lag_ms << " ms\n";
-    if (stats.p99_dispatch_lag_ms > kMaxDispatchLagP99Ms) {
-      std::ostringstream w;
-      w.setf(std::ios::fixed);
-      w.precision(3);
-      w << "live timing not faithful: the driver sent requests late (dispatch lag p99 "
-        << stats.p99_dispatch_lag_ms << " ms > " << kMaxDispatchLagP99Ms
-        << " ms): this machine does not keep up with the arrival rate";
-      warnings.push_back(w.str());
-    }
-  }
-  for (std::size_t t = 0; t < stats.timing_end.size(); ++t) {
-    const std::string who = num_prefill == 0  ? "server " + std::to_string(t)
-                            : t < num_prefill ? "prefill server " + std::to_string(t)
-                                              : "decode server " + std::to_string(t - num_prefill);
-    const auto& end = stats.timing_end[t];
-    if (!end) {
-      fmt << "Live timing: " << who << " reports no pass timing\n";
-      continue;
-    }
-    const protocol::PassTiming start = t < stats.timing_start.size() && stats.timing_start[t]
-                                           ? *stats.timing_start[t]
-                                           : protocol::PassTiming{};
-    const std::uint64_t passes = end->passes >= start.passes ? end->passes - start.passes : 0;
-    const std::uint64_t resyncs = end->resyncs >= start.resyncs ? end->resyncs - start.resyncs : 0;
-    const double mean = passes == 0 ? 0.0
-                                    : (end->lateness_mean_ms * static_cast<double>(end->passes) -
-                                       start.lateness_mean_ms * static_cast<double>(start.passes)) /
-                                          static_cast<double>(passes);
-    fmt << "Live timing: " << who << " published " << passes << " passes, lateness mean "
-        << std::max(mean, 0.0) << " ms during the run; since it started: p50 "
-        << end->lateness_p50_ms << " ms, p99 " << end->lateness_p99_ms << " ms, max "
-        << end->lateness_max_ms << " ms; " << resyncs << " resyncs\n";
-    if (resyncs > 0 || end->lateness_p99_ms > kMaxLatenessP99Ms) {
-      std::ostringstream w;
-      w.setf(std::ios::fixed);
-      w.precision(3);
-      w << "live timing not faithful: " << who << " published passes late (lateness p99 "
-        << end->lateness_p99_ms << " ms, " << resyncs
-        << " resyncs): its timelines are stretched against the model";
-      warnings.push_back(w.str());
-    }
-  }
-  summary.text = fmt.str();
-  return summary;
-}
-
-HandoffReport summarizeLiveHandoffs(const LiveHandoffStats& stats) {
-  return {.handoffs = stats.handoffs,
-          .activations = stats.activations,
-          .refused = stats.decode_rejects,
-          .expired_holds = stats.expired_holds,
-          .transfer_ms = summarize(stats.transfer_ms),
-          .queue_ms = {},
-          .wait_ms = summarize(stats.wait_ms)};
-}
-
-std::string formatLiveHandoffs(const LiveHandoffStats& stats) {
-  std::ostringstream out;
-  out.setf(std::ios::fixed);
-  out.precision(3);
-  const auto row = [&out](const char* what, const std::vector<double>& samples) {
-    const Distribution d = summarize(samples);
-    out << "Live handoff: " << what << " (ms, n " << samples.size() << "): p50 " << d.p50
-        << ", p99 " << d.p99 << ", max " << d.max << "\n";
-  };
-  row("handoff received - dispatch", stats.handoff_ms);
-  row("decode ack - handoff received", stats.decode_ack_ms);
-  row("first decode token - decode ack", stats.first_token_ms);
-  out << "Live handoff: " << stats.handoffs << " handoffs, " << stats.decode_acks
-      << " decode acks, " << stats.activations << " decode streams started, "
-      << stats.decode_rejects << " decode rejects, " << stats.ended_on_prefill
-      << " ended on the prefill server, " << stats.expired_holds << " expired holds";
-  if (stats.prefill_tokens > 0) out << ", " << stats.prefill_tokens << " prefill tokens ignored";
-  out << "\n";
-  return out.str();
-}
 
 Result<LiveReplayStats> runLiveReplay(const Workload& workload, const LiveReplayOptions& options,
                                       ReplayCollector& collector) {
@@ -955,14 +720,21 @@ Result<LiveReplayStats> runLiveReplay(const Workload& workload, const LiveReplay
       }
     }
   }
-  if (options.router == LiveRouterKind::Kv) {
+  if (options.router == RouterKind::KvPrefix || options.decode_router == RouterKind::KvPrefix) {
+    return invalidArgument("the kv_prefix router is offline only");
+  }
+  if (options.router == RouterKind::Kv) {
     MOCKER_TRY_VOID(validateKvRouterConfig(options.kv_router));
   }
   LiveReplayStats stats;
-  MOCKER_TRY(auto clients, connectAll(options, stats));
+  std::vector<LiveTarget> all_servers = options.targets;
+  all_servers.insert(all_servers.end(), options.decode_targets.begin(),
+                     options.decode_targets.end());
+  MOCKER_TRY(auto clients,
+             connectServers(all_servers, options.curve, options.connect_timeout_ms, stats));
   // The kv router hashes with the servers' block size (the copy lives as long as the replay).
   LiveReplayOptions resolved = options;
-  if (options.router == LiveRouterKind::Kv) {
+  if (options.router == RouterKind::Kv) {
     std::vector<std::string> servers;
     for (const LiveTarget& t : options.targets) servers.push_back(t.submit_endpoint);
     const std::vector<std::optional<protocol::EngineInfo>> engines(
@@ -976,7 +748,7 @@ Result<LiveReplayStats> runLiveReplay(const Workload& workload, const LiveReplay
     return stats;
   }
   std::unique_ptr<index::LiveKvIndex> kv_index;
-  if (options.router == LiveRouterKind::Kv) {
+  if (options.router == RouterKind::Kv) {
     MOCKER_TRY(kv_index,
                index::LiveKvIndex::start(kvIndexConfig(resolved, stats.ranks_per_target)));
     MOCKER_TRY_VOID(kv_index->waitCaughtUp(

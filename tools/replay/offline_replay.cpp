@@ -614,29 +614,6 @@ HandoffReport summarizeHandoffs(const HandoffStats& stats) {
           .wait_ms = summarize(stats.wait_ms)};
 }
 
-std::string_view toString(RouterKind kind) {
-  switch (kind) {
-    case RouterKind::RoundRobin:
-      return "round_robin";
-    case RouterKind::Kv:
-      return "kv";
-    case RouterKind::Random:
-      return "random";
-    case RouterKind::KvPrefix:
-      return "kv_prefix";
-  }
-  return "round_robin";
-}
-
-Result<RouterKind> parseRouterKind(std::string_view text) {
-  if (text == "round_robin" || text == "round-robin") return RouterKind::RoundRobin;
-  if (text == "kv") return RouterKind::Kv;
-  if (text == "random") return RouterKind::Random;
-  if (text == "kv_prefix") return RouterKind::KvPrefix;
-  return invalidArgument("router: expected round_robin | kv | kv_prefix | random (got '" +
-                         std::string(text) + "')");
-}
-
 Result<OfflineReplayStats> runOfflineReplay(const Workload& workload,
                                             const OfflineReplayOptions& options,
                                             ReplayCollector& collector) {

@@ -28,6 +28,7 @@
 #include "engine/config.h"
 #include "tools/replay/collector.h"
 #include "tools/replay/kv_router.h"
+#include "tools/replay/router_kind.h"
 #include "tools/replay/workload.h"
 
 namespace mocker::replay {
@@ -46,10 +47,7 @@ namespace mocker::replay {
 ///               index says it holds. Highest overlap wins; ties go to the fewest requests in
 ///               flight on that (worker, rank) (dispatched and not yet ended at the dispatch
 ///               instant); then to the lowest worker index, then the lowest rank.
-enum class RouterKind : std::uint8_t { RoundRobin, Kv, Random, KvPrefix };
-
-std::string_view toString(RouterKind kind);  ///< "round_robin", "kv", "random", "kv_prefix"
-Result<RouterKind> parseRouterKind(std::string_view text);
+/// (RouterKind, its names and parser: tools/replay/router_kind.h.)
 
 /// Progress, reported every few thousand passes and once at the end.
 struct OfflineProgress {

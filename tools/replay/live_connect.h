@@ -1,0 +1,63 @@
+// Reaching the `mocker serve` instances of a live replay (tools/replay/live_replay.h): a
+// server's endpoints (LiveTarget) and their default layout after its submit endpoint, the
+// start-up handshake (a client per server, a `stats` round trip that tells its DP ranks, pass
+// timing and engine), and the kv router's block size from what the servers reported.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "base/result.h"
+#include "protocol/client.h"
+#include "service/security.h"
+#include "tools/replay/live_stats.h"
+
+namespace mocker::service {
+class Client;
+}  // namespace mocker::service
+
+namespace mocker::replay {
+
+/// One running `mocker serve`: its submit and cancel ROUTER endpoints, and for the kv router its
+/// KV-event PUB and replay ROUTER endpoints (one per DP rank, or only rank 0's: rank r then
+/// uses port + r).
+struct LiveTarget {
+  std::string submit_endpoint;
+  std::string cancel_endpoint;
+  std::vector<std::string> kv_events{};
+  std::vector<std::string> kv_replay{};
+};
+
+/// The endpoint `offset` ports after a server's tcp://HOST:PORT submit endpoint, when none is
+/// given (the `mocker serve` default layout: cancel + 1, kv_events + 2, kv_replay + 3). `what`
+/// names it in errors ("the cancel endpoint"), `flag` the option that gives it explicitly.
+/// Errors for text that is no endpoint (e.g. "missing tcp://"), other schemes (ipc://,
+/// inproc://), a missing or wildcard port, or a port past 65535 - offset.
+Result<std::string> defaultEndpointAfter(std::string_view submit_endpoint, std::uint32_t offset,
+                                         std::string_view what, std::string_view flag);
+
+/// defaultEndpointAfter(submit_endpoint, 1): the cancel endpoint (--connect-cancel).
+Result<std::string> defaultCancelEndpoint(std::string_view submit_endpoint);
+
+/// The kv router's block size: `given` (--router-block-size; 0 = not given) or the one every
+/// server reports (`engines[t]`, stats_reply.engine; `servers[t]` names it). Errors: a server
+/// that reports another size than `given`, servers that disagree, no size given and one server
+/// that does not report it.
+Result<std::uint32_t> resolveKvBlockSize(
+    std::uint32_t given, const std::vector<std::optional<protocol::EngineInfo>>& engines,
+    const std::vector<std::string>& servers);
+
+/// Connects a client to every server of `servers` (CURVE with `curve`) and waits, at most
+/// `connect_timeout_ms`, for each one's answer to a `stats` request; fills `stats`'s
+/// ranks_per_target, rank_offset, timing_start, engines and handoff_expired_start (servers in
+/// order). Errors name the server: a socket that cannot connect, no answer in time, a reply that
+/// does not decode.
+Result<std::vector<std::unique_ptr<service::Client>>> connectServers(
+    const std::vector<LiveTarget>& servers, const std::optional<service::CurveClientKeys>& curve,
+    double connect_timeout_ms, LiveReplayStats& stats);
+
+}  // namespace mocker::replay

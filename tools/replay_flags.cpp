@@ -1,0 +1,551 @@
+#include "tools/replay_flags.h"
+
+#include <CLI/CLI.hpp>
+
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include "service/fleet.h"
+#include "tools/cli_options.h"
+
+namespace mocker::tools {
+
+namespace {
+
+// Help groups that more than one of the functions below fills.
+constexpr const char* kRunGroup = "Replay";
+constexpr const char* kLiveGroup = "Live replay (--mode live)";
+
+/// Input: the trace and how to read it.
+void registerInputFlags(CLI::App& cmd, ReplayFlags& f) {
+  cmd.add_option("trace", f.trace, "trace file (.jsonl = Mooncake, .csv = Azure)")
+      ->option_text("TRACE");
+  const char* input = "Input";
+  cmd.add_option("--format", f.format,
+                 "mooncake | mooncake-delta | agentic | azure | synthetic | synthetic-agentic "
+                 "(default: .csv = azure; .jsonl / .json = the JSONL dialect its first lines "
+                 "show, said on stderr)")
+      ->check(CLI::IsMember({"mooncake", "mooncake-delta", "mooncake_delta", "agentic",
+                             "agentic-mooncake", "agentic_mooncake", "azure", "synthetic",
+                             "synthetic-agentic"}))
+      ->group(input);
+  cmd.add_option("--trace-block-size", f.trace_block_size,
+                 "tokens per trace hash id (Mooncake 512)")
+      ->check(atLeast(1))
+      ->capture_default_str()
+      ->group(input);
+  cmd.add_option("--arrival-speedup-ratio", f.arrival_speedup_ratio,
+                 "divide arrival times and inter-turn delays by this")
+      ->check(greaterThan(0))
+      ->capture_default_str()
+      ->group(input);
+  cmd.add_flag("--skip-invalid", f.skip_invalid,
+               std::string("skip malformed trace lines (reported on stderr) instead of "
+                           "stopping") +
+                   flagDefault(false))
+      ->group(input);
+}
+
+/// The synthetic workload generator (--format synthetic).
+void registerSyntheticFlags(CLI::App& cmd, ReplayFlags& f) {
+  const char* synth = "Synthetic workload (--format synthetic)";
+  auto* num_requests =
+      cmd.add_option("--num-requests", f.num_requests, "sessions to generate (required)")
+          ->check(atLeast(1))
+          ->group(synth);
+  cmd.add_option("--num-prompts", f.num_prompts,
+                 "vLLM bench's name: requests to generate, as single-turn sessions (= "
+                 "--num-requests with --turns-per-session 1)")
+      ->check(atLeast(1))
+      ->excludes(num_requests)
+      ->group(synth);
+  cmd.add_option("--input-tokens-mean", f.input_mean, "prompt length mean (required)")
+      ->check(greaterThan(0))
+      ->group(synth);
+  cmd.add_option("--input-tokens-stddev", f.input_stddev, "prompt length stddev")
+      ->check(atLeast(0))
+      ->capture_default_str()
+      ->group(synth);
+  cmd.add_option("--output-tokens-mean", f.output_mean,
+                 "output length mean (required; samples are rounded, at least 1)")
+      ->check(greaterThan(0))
+      ->group(synth);
+  cmd.add_option("--output-tokens-stddev", f.output_stddev, "output length stddev")
+      ->check(atLeast(0))
+      ->capture_default_str()
+      ->group(synth);
+  cmd.add_option("--arrival", f.arrival, "burst | constant | poisson | gamma | interval")
+      ->check(CLI::IsMember({"burst", "constant", "poisson", "gamma", "interval"}))
+      ->capture_default_str()
+      ->group(synth);
+  cmd.add_option("--request-rate", f.request_rate, "sessions/s (constant, poisson, gamma)")
+      ->check(greaterThan(0))
+      ->capture_default_str()
+      ->group(synth);
+  auto* smoothness =
+      cmd.add_option("--gamma-smoothness", f.gamma_smoothness, "gamma shape (1 = Poisson)")
+          ->check(greaterThan(0))
+          ->capture_default_str()
+          ->group(synth);
+  cmd.add_option("--burstiness", f.burstiness,
+                 "vLLM bench's name: gamma arrivals of this shape at --request-rate (= "
+                 "--arrival gamma --gamma-smoothness X; 1 = Poisson, < 1 burstier)")
+      ->check(greaterThan(0))
+      ->excludes(smoothness)
+      ->group(synth);
+  cmd.add_option("--arrival-interval-ms", f.arrival_interval_ms, "gap for --arrival interval")
+      ->check(atLeast(0))
+      ->capture_default_str()
+      ->group(synth);
+  cmd.add_option("--shared-prefix-ratio", f.shared_prefix_ratio,
+                 "fraction of each prompt taken from its group's shared prefix")
+      ->check(between(0, 1))
+      ->capture_default_str()
+      ->group(synth);
+  cmd.add_option("--num-prefix-groups", f.num_prefix_groups, "prefix groups (0 = no sharing)")
+      ->capture_default_str()
+      ->group(synth);
+  cmd.add_option("--turns-per-session", f.turns_per_session, "turns per session")
+      ->check(atLeast(1))
+      ->capture_default_str()
+      ->group(synth);
+  cmd.add_option("--inter-turn-delay", f.inter_turn_delay, "none | constant | exponential")
+      ->check(CLI::IsMember({"none", "constant", "exponential"}))
+      ->capture_default_str()
+      ->group(synth);
+  cmd.add_option("--inter-turn-delay-ms", f.inter_turn_delay_ms,
+                 "constant delay, or exponential mean")
+      ->check(atLeast(0))
+      ->capture_default_str()
+      ->group(synth);
+  cmd.add_flag("--session-context", f.session_context,
+               "multi-turn sessions: each turn's prompt is the previous turn's prompt followed "
+               "by its own new input (the conversation so far)")
+      ->group(synth);
+  cmd.add_option("--seed", f.seed, "RNG seed of the synthetic workload")
+      ->capture_default_str()
+      ->group(synth);
+}
+
+/// The synthetic agentic sessions (--format synthetic-agentic).
+void registerAgenticFlags(CLI::App& cmd, ReplayFlags& f) {
+  const char* agentic =
+      "Synthetic agentic sessions (--format synthetic-agentic: --num-requests sessions of "
+      "--turns-per-session LLM calls; --input-tokens-* is the user prompt, --output-tokens-* "
+      "each call's output; the arrival flags and --seed apply)";
+  cmd.add_option("--system-prompt-tokens", f.system_prompt_tokens,
+                 "system prompt shared by every call of every session")
+      ->capture_default_str()
+      ->group(agentic);
+  cmd.add_option("--tool-output-tokens-mean", f.tool_output_mean,
+                 "tokens each tool result adds to the context (required)")
+      ->check(greaterThan(0))
+      ->group(agentic);
+  cmd.add_option("--tool-output-tokens-stddev", f.tool_output_stddev, "its stddev")
+      ->check(atLeast(0))
+      ->capture_default_str()
+      ->group(agentic);
+  cmd.add_option("--tool-wait", f.tool_wait,
+                 "none | constant | exponential: time a tool call takes between a call's end "
+                 "and the next call")
+      ->check(CLI::IsMember({"none", "constant", "exponential"}))
+      ->capture_default_str()
+      ->group(agentic);
+  cmd.add_option("--tool-wait-ms", f.tool_wait_ms, "constant tool wait, or exponential mean")
+      ->check(atLeast(0))
+      ->capture_default_str()
+      ->group(agentic);
+  cmd.add_option("--subagent-probability", f.subagent_probability,
+                 "chance that a call (not the last) spawns sub-agents, which the next call "
+                 "waits for")
+      ->check(between(0, 1))
+      ->capture_default_str()
+      ->group(agentic);
+  cmd.add_option("--subagent-fanout", f.subagent_fanout, "sub-agent requests per spawn (in 1..64)")
+      ->check(CLI::Range(1, 64))
+      ->capture_default_str()
+      ->group(agentic);
+}
+
+/// The run: mode, workers, routers, closed loop.
+void registerRunFlags(CLI::App& cmd, ReplayFlags& f) {
+  cmd.add_option("--mode", f.mode,
+                 "offline (in-process engines, virtual clock) | live (wall clock, against "
+                 "running `mocker serve` instances given by --connect)")
+      ->check(CLI::IsMember({"offline", "live"}))
+      ->capture_default_str()
+      ->group(kRunGroup);
+  cmd.add_option("--num-workers", f.num_workers, "in-process workers (offline)")
+      ->check(atLeast(1))
+      ->capture_default_str()
+      ->group(kRunGroup);
+  cmd.add_option("--router", f.router,
+                 "round_robin | kv | kv_prefix | random (between workers, or servers in live "
+                 "mode; kv: Dynamo's KV-router cost, overlap weight x blocks to prefill + "
+                 "active blocks; kv_prefix: longest cached prefix, offline only)")
+      ->check(CLI::IsMember({"round_robin", "kv", "kv_prefix", "random"}))
+      ->capture_default_str()
+      ->group(kRunGroup);
+  cmd.add_option("--router-seed", f.router_seed,
+                 "seed of the random router and of the kv router's tie-breaks and sampling")
+      ->capture_default_str()
+      ->group(kRunGroup);
+  cmd.add_option("--router-overlap-weight", f.router_overlap_weight,
+                 "kv router: weight of the blocks to prefill against the active blocks "
+                 "(Dynamo's default)")
+      ->check(CLI::Range(0.0, 1e9))
+      ->capture_default_str()
+      ->group(kRunGroup);
+  cmd.add_option("--router-temperature", f.router_temperature,
+                 "kv router: 0 = lowest cost wins; > 0 = softmax sampling over the normalised "
+                 "costs (Dynamo's default 0)")
+      ->check(CLI::Range(0.0, 1e9))
+      ->capture_default_str()
+      ->group(kRunGroup);
+  cmd.add_option("--concurrency", f.concurrency,
+                 "closed loop: keep N requests in flight, ignoring first-turn timestamps")
+      ->check(atLeast(1))
+      ->group(kRunGroup);
+}
+
+/// Offline disaggregated prefill/decode.
+void registerOfflineDisaggFlags(CLI::App& cmd, ReplayFlags& f) {
+  const char* disagg_group = "Disaggregated prefill/decode (offline)";
+  auto* num_prefill =
+      cmd.add_option("--num-prefill-workers", f.num_prefill_workers,
+                     "prefill workers: compute prompts and hand their KV to decode workers "
+                     "(with --num-decode-workers; replaces --num-workers)")
+          ->check(atLeast(1))
+          ->group(disagg_group);
+  auto* num_decode = cmd.add_option("--num-decode-workers", f.num_decode_workers,
+                                    "decode workers: generate every output token")
+                         ->check(atLeast(1))
+                         ->group(disagg_group);
+  num_prefill->needs(num_decode);
+  num_decode->needs(num_prefill);
+  cmd.add_option("--prefill-config", f.prefill_config,
+                 "TOML file whose [engine] keys override --config / the flags for the prefill "
+                 "workers")
+      ->option_text("FILE")
+      ->needs(num_prefill)
+      ->group(disagg_group);
+  cmd.add_option("--decode-config", f.decode_config,
+                 "the same for the decode workers (both sides need the same block size)")
+      ->option_text("FILE")
+      ->needs(num_prefill)
+      ->group(disagg_group);
+  cmd.add_option("--decode-router", f.decode_router,
+                 "handoff to decode worker: round_robin | random | kv (kv = overlap credit 0: "
+                 "fewest requests in flight); --router routes requests to prefill workers "
+                 "(offline, or live with --connect-decode / --decode-fleet)")
+      ->check(CLI::IsMember({"round_robin", "kv", "random"}))
+      ->capture_default_str()
+      ->group(disagg_group);
+}
+
+/// Live: the servers and their endpoints.
+void registerLiveServerFlags(CLI::App& cmd, ReplayFlags& f) {
+  cmd.add_option("--connect", f.connect,
+                 "submit endpoint of a running `mocker serve` (tcp://HOST:PORT); repeat for "
+                 "several servers; implies --mode live")
+      ->option_text("EP")
+      ->group(kLiveGroup);
+  cmd.add_option("--connect-kv-events", f.connect_kv_events,
+                 "--router kv: KV-event PUB endpoint of each --connect server's rank 0, in the "
+                 "same order (default: the submit port + 2; rank r at port + r)")
+      ->option_text("EP")
+      ->group(kLiveGroup);
+  cmd.add_option("--connect-kv-replay", f.connect_kv_replay,
+                 "--router kv: KV replay ROUTER endpoint of each --connect server's rank 0, in "
+                 "the same order (default: the submit port + 3; rank r at port + r)")
+      ->option_text("EP")
+      ->group(kLiveGroup);
+  cmd.add_option("--router-block-size", f.router_block_size,
+                 "--router kv: the servers' KV block size, for hashing prompts the way their "
+                 "KV events do (default hash seeds). Default: the size every server reports at "
+                 "start-up (with --connect or --fleet); given, a server that reports another "
+                 "size is an error")
+      ->check(atLeast(1))
+      ->group(kLiveGroup);
+  cmd.add_option("--connect-cancel", f.connect_cancel,
+                 "cancel endpoint of each --connect server, in the same order (default: the "
+                 "submit port + 1)")
+      ->option_text("EP")
+      ->group(kLiveGroup);
+  cmd.add_option("--fleet", f.fleet_file,
+                 "every worker of a `mocker serve --fleet-file FILE` (their submit and cancel "
+                 "endpoints), instead of --connect; implies --mode live")
+      ->option_text("FILE")
+      ->group(kLiveGroup);
+}
+
+/// Live disaggregated prefill/decode: the two server sets.
+void registerLiveDisaggFlags(CLI::App& cmd, ReplayFlags& f) {
+  const char* live_disagg_group = "Disaggregated prefill/decode (live)";
+  cmd.add_option("--connect-prefill", f.connect_prefill,
+                 "submit endpoint of a `mocker serve --worker-type prefill` (repeat; instead "
+                 "of --connect, whose --connect-cancel / --connect-kv-* flags it takes); "
+                 "with --connect-decode or --decode-fleet")
+      ->option_text("EP")
+      ->group(live_disagg_group);
+  cmd.add_option("--connect-decode", f.connect_decode,
+                 "submit endpoint of a `mocker serve --worker-type decode` (repeat): handoffs "
+                 "go there, routed by --decode-router")
+      ->option_text("EP")
+      ->group(live_disagg_group);
+  cmd.add_option("--connect-decode-cancel", f.connect_decode_cancel,
+                 "cancel endpoint of each --connect-decode server, in the same order (default: "
+                 "the submit port + 1)")
+      ->option_text("EP")
+      ->group(live_disagg_group);
+  cmd.add_option("--prefill-fleet", f.prefill_fleet,
+                 "the prefill servers: every worker of a `mocker serve --worker-type prefill "
+                 "--fleet-file FILE` (as --fleet)")
+      ->option_text("FILE")
+      ->group(live_disagg_group);
+  cmd.add_option("--decode-fleet", f.decode_fleet,
+                 "the decode servers: every worker of a `mocker serve --worker-type decode "
+                 "--fleet-file FILE`")
+      ->option_text("FILE")
+      ->group(live_disagg_group);
+}
+
+/// Live: CURVE, timeouts, stats polling; and the progress bar.
+void registerLiveConnectionFlags(CLI::App& cmd, ReplayFlags& f) {
+  auto* curve_server =
+      cmd.add_option("--curve-server-key-file", f.curve_server_key_file,
+                     "CURVE: the servers' public key file (NAME.pub of their key pair; every "
+                     "--connect server uses it)")
+          ->option_text("FILE")
+          ->group(kLiveGroup);
+  auto* curve_secret =
+      cmd.add_option("--curve-secret-key-file", f.curve_secret_key_file,
+                     "CURVE: this client's secret key file (NAME.key of `mocker keygen`; its "
+                     "public key must be on every server's allow-list)")
+          ->option_text("FILE")
+          ->group(kLiveGroup);
+  curve_server->needs(curve_secret);
+  curve_secret->needs(curve_server);
+  cmd.add_option("--request-timeout-s", f.request_timeout_s,
+                 "cancel a request (counted cancelled) that has not ended after this long")
+      ->check(greaterThan(0))
+      ->capture_default_str()
+      ->group(kLiveGroup);
+  cmd.add_option("--connect-timeout-s", f.connect_timeout_s,
+                 "every server must answer a start-up `stats` request within this long")
+      ->check(greaterThan(0))
+      ->capture_default_str()
+      ->group(kLiveGroup);
+  cmd.add_option("--stats-interval-ms", f.stats_interval_ms,
+                 "poll each server's `stats` this often for KV usage / batch size (0 = off)")
+      ->check(atLeast(0))
+      ->capture_default_str()
+      ->group(kLiveGroup);
+
+  cmd.add_flag("--progress,!--no-progress", f.progress,
+               std::string("progress bar on stderr (only on a terminal, after one second)") +
+                   flagDefault(true))
+      ->group(kRunGroup);
+}
+
+/// The report outputs and SLOs; the engine flags (offline) and the help footer.
+void registerReportFlags(CLI::App& cmd, ReplayFlags& f) {
+  const char* out_group = "Report";
+  cmd.add_option("--report-json", f.report_json,
+                 "write the JSON report (with the run identity: version, git revision, trace "
+                 "SHA-256, engine config, date, command line)")
+      ->option_text("FILE")
+      ->group(out_group);
+  cmd.add_option("--requests-jsonl", f.requests_jsonl,
+                 "write per-request timelines (JSONL), and the run identity to FILE.run.json")
+      ->option_text("FILE")
+      ->group(out_group);
+  cmd.add_option("--report-html", f.report_html, "write a self-contained HTML report")
+      ->option_text("FILE")
+      ->group(out_group);
+  auto* slo_ttft = cmd.add_option("--slo-ttft-ms", f.slo_ttft_ms,
+                                  "goodput SLO on TTFT (a good request has TTFT <= this)")
+                       ->check(atLeast(0))
+                       ->group(out_group);
+  auto* slo_tpot = cmd.add_option("--slo-tpot-ms", f.slo_tpot_ms, "goodput SLO on TPOT")
+                       ->check(atLeast(0))
+                       ->group(out_group);
+  auto* slo_e2e = cmd.add_option("--slo-e2e-ms", f.slo_e2e_ms, "goodput SLO on end-to-end latency")
+                      ->check(atLeast(0))
+                      ->group(out_group);
+  cmd.add_option("--goodput", f.goodput,
+                 "vLLM bench's form of the SLOs: KEY:MS pairs, keys ttft, tpot, e2el (= "
+                 "--slo-ttft-ms / --slo-tpot-ms / --slo-e2e-ms)")
+      ->option_text("KEY:MS ...")
+      ->excludes(slo_ttft)
+      ->excludes(slo_tpot)
+      ->excludes(slo_e2e)
+      ->group(out_group);
+
+  addServeFlags(cmd, f.serve, ConfigUse::EngineOnly);
+  cmd.footer(
+      "Offline mode runs the engines in-process with the --config / [engine] settings above. "
+      "Offline, --speedup-ratio R models a GPU R times faster (every pass takes 1/R of the "
+      "time, so latencies shrink); it does not make the replay itself faster, which runs on a "
+      "virtual clock as fast as it can (--arrival-speedup-ratio compresses the trace's arrivals). "
+      "Live mode (--mode live --connect tcp://HOST:PORT ...) drives running `mocker serve` "
+      "instances on the wall clock and takes none of the settings above (each server has its own; "
+      "give the servers --allow-empty-output to replay 0-token outputs, which offline always "
+      "accepts). See replay.md in /usr/share/doc/mocker (tools/replay/README.md in the sources).");
+}
+
+}  // namespace
+
+void registerReplayFlags(CLI::App& cmd, ReplayFlags& flags) {
+  registerInputFlags(cmd, flags);
+  registerSyntheticFlags(cmd, flags);
+  registerAgenticFlags(cmd, flags);
+  registerRunFlags(cmd, flags);
+  registerOfflineDisaggFlags(cmd, flags);
+  registerLiveServerFlags(cmd, flags);
+  registerLiveDisaggFlags(cmd, flags);
+  registerLiveConnectionFlags(cmd, flags);
+  registerReportFlags(cmd, flags);
+}
+
+GivenFlags givenFlags(const CLI::App& cmd) {
+  GivenFlags given;
+  for (const CLI::Option* opt : cmd.get_options()) {
+    if (opt->count() == 0) continue;
+    for (const std::string& name : opt->get_lnames()) given.insert("--" + name);
+  }
+  return given;
+}
+
+namespace {
+
+/// --connect-prefill / --prefill-fleet / --decode-fleet / --fleet into --connect,
+/// --connect-cancel, --connect-decode, --connect-decode-cancel and the fleet's KV endpoints.
+Status applyServerAliases(ReplayFlags& f, const GivenFlags& given) {
+  // Live disaggregated: the prefill servers are the --connect / --fleet servers.
+  const bool prefill_given = !f.connect_prefill.empty() || !f.prefill_fleet.empty();
+  const bool decode_given = !f.connect_decode.empty() || !f.decode_fleet.empty();
+  if (prefill_given != decode_given) {
+    return invalidArgument(prefill_given ? "--connect-prefill / --prefill-fleet need the decode "
+                                           "servers: --connect-decode or --decode-fleet"
+                                         : "--connect-decode / --decode-fleet need the prefill "
+                                           "servers: --connect-prefill or --prefill-fleet");
+  }
+  if (!f.connect_decode_cancel.empty() && f.connect_decode.empty()) {
+    return invalidArgument("--connect-decode-cancel is for --connect-decode servers");
+  }
+  if (prefill_given) {
+    if (!f.connect.empty() || !f.fleet_file.empty()) {
+      return invalidArgument(
+          "--connect-prefill / --prefill-fleet replace --connect / --fleet: give one or the other");
+    }
+    if (!f.connect_prefill.empty() && !f.prefill_fleet.empty()) {
+      return invalidArgument(
+          "give the prefill servers with --connect-prefill or --prefill-fleet, "
+          "not both");
+    }
+    if (!f.connect_decode.empty() && !f.decode_fleet.empty()) {
+      return invalidArgument(
+          "give the decode servers with --connect-decode or --decode-fleet, "
+          "not both");
+    }
+    if (given.contains("--mode") && f.mode == "offline") {
+      return invalidArgument(
+          "--connect-prefill / --prefill-fleet are for --mode live (got --mode "
+          "offline; offline disaggregation is --num-prefill-workers)");
+    }
+    f.connect = f.connect_prefill;
+    f.fleet_file = f.prefill_fleet;
+    if (!f.decode_fleet.empty()) {
+      auto manifest = service::loadFleetManifest(f.decode_fleet);
+      if (!manifest) return invalidArgument("--decode-fleet: " + manifest.error().message);
+      for (const service::FleetManifest::Worker& w : manifest->workers) {
+        f.connect_decode.push_back(w.submit);
+        f.connect_decode_cancel.push_back(w.cancel);
+      }
+    }
+  }
+  if (!f.fleet_file.empty()) {
+    // --fleet is one --connect / --connect-cancel pair per worker, read from the file.
+    if (!f.connect.empty() || !f.connect_cancel.empty()) {
+      return invalidArgument(
+          "--fleet replaces --connect and --connect-cancel: give one or the other");
+    }
+    if (given.contains("--mode") && f.mode == "offline") {
+      return invalidArgument("--fleet is for --mode live (got --mode offline)");
+    }
+    auto manifest = service::loadFleetManifest(f.fleet_file);
+    if (!manifest) return invalidArgument("--fleet: " + manifest.error().message);
+    for (const service::FleetManifest::Worker& w : manifest->workers) {
+      f.connect.push_back(w.submit);
+      f.connect_cancel.push_back(w.cancel);
+      auto& events = f.fleet_kv_events.emplace_back();
+      auto& replays = f.fleet_kv_replay.emplace_back();
+      for (const service::FleetManifest::Rank& r : w.ranks) {
+        events.push_back(r.kv_events);
+        replays.push_back(r.kv_replay);
+      }
+    }
+  }
+  return {};
+}
+
+/// --num-prompts into --num-requests, --burstiness into --arrival gamma.
+Status applyWorkloadAliases(ReplayFlags& f, const GivenFlags& given) {
+  if (given.contains("--num-prompts")) {
+    if (f.turns_per_session != 1) {
+      return invalidArgument(
+          "--num-prompts counts single-turn requests; with --turns-per-session " +
+          std::to_string(f.turns_per_session) + " give the number of sessions with --num-requests");
+    }
+    f.num_requests = f.num_prompts;
+  }
+  if (given.contains("--burstiness")) {
+    if (given.contains("--arrival") && f.arrival != "gamma") {
+      return invalidArgument(
+          "--burstiness sets gamma arrivals; it does not combine with --arrival " + f.arrival);
+    }
+    f.arrival = "gamma";
+    f.gamma_smoothness = f.burstiness;
+  }
+  return {};
+}
+
+/// --goodput KEY:MS items into the --slo-*-ms values.
+Status applyGoodput(ReplayFlags& f) {
+  std::vector<std::string> seen;
+  for (const std::string& item : f.goodput) {
+    const std::size_t colon = item.find(':');
+    const std::string key = item.substr(0, colon);
+    double* slo = key == "ttft"   ? &f.slo_ttft_ms
+                  : key == "tpot" ? &f.slo_tpot_ms
+                  : key == "e2el" ? &f.slo_e2e_ms
+                                  : nullptr;
+    if (colon == std::string::npos || slo == nullptr) {
+      return invalidArgument(
+          "--goodput: expected KEY:MS with KEY one of ttft, tpot, e2el, got '" + item + "'" +
+          (colon == std::string::npos ? " (it takes every following word: put TRACE first)" : ""));
+    }
+    if (std::find(seen.begin(), seen.end(), key) != seen.end()) {
+      return invalidArgument("--goodput: " + key + " given twice");
+    }
+    seen.push_back(key);
+    std::string ms = item.substr(colon + 1);
+    if (const std::string problem = atLeast(0)(ms); !problem.empty()) {
+      return invalidArgument("--goodput: " + key + ": " + problem);
+    }
+    *slo = std::stod(ms);
+  }
+  return {};
+}
+
+}  // namespace
+
+Status applyReplayAliases(ReplayFlags& f, const GivenFlags& given) {
+  MOCKER_TRY_VOID(applyServerAliases(f, given));
+  MOCKER_TRY_VOID(applyWorkloadAliases(f, given));
+  return applyGoodput(f);
+}
+
+}  // namespace mocker::tools
