@@ -21,7 +21,7 @@ RUN BUILD_DIR=/src/build-image \
 FROM debian:bookworm
 # One package per library in the binary's NEEDED list (readelf -d, mapped with dpkg -S); apt
 # brings their own dependencies. dpkg -i below fails if the package needs anything not here.
-ARG RUNTIME_PACKAGES="libc6 libcpp-httplib0.11 libfmt9 libgcc-s1 libnlopt0 libspdlog1.10 libssl3 libstdc++6 libtomlplusplus3 libxxhash0 libzmq5"
+ARG RUNTIME_PACKAGES="libc6 libcpp-httplib0.11 libfmt9 libgcc-s1 libnlopt0 libpcre2-8-0 libspdlog1.10 libssl3 libstdc++6 libtomlplusplus3 libxxhash0 libzmq5"
 COPY --from=build /tmp/mocker.deb /tmp/mocker.deb
 RUN apt-get update \
  && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends ${RUNTIME_PACKAGES} \

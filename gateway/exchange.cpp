@@ -3,6 +3,26 @@
 #include "base/check.h"
 
 namespace mocker::gateway {
+namespace {
+
+/// The HTTP status of a stream the worker ended other than by its length: its scheduler refused
+/// the request (400: too long for it), it shut down or dropped the request itself (503: try
+/// again), it failed (500).
+int finishStatus(protocol::FinishReason reason) {
+  switch (reason) {
+    case protocol::FinishReason::Rejected:
+      return 400;
+    case protocol::FinishReason::Shutdown:
+    case protocol::FinishReason::Cancelled:
+      return 503;
+    case protocol::FinishReason::Length:
+    case protocol::FinishReason::Error:
+      break;
+  }
+  return 500;
+}
+
+}  // namespace
 
 Exchange::Exchange(ExchangeHost& host, std::shared_ptr<HttpConnection> connection,
                    std::string endpoint, HttpHeaders headers, ResponseShaper&& shaper)
@@ -13,9 +33,10 @@ Exchange::Exchange(ExchangeHost& host, std::shared_ptr<HttpConnection> connectio
       shaper_(std::move(shaper)),
       stream_(shaper_.streaming()) {}
 
-void Exchange::addChoice(std::size_t worker, std::string wire_id) {
+void Exchange::addChoice(std::size_t worker, std::string wire_id,
+                         std::optional<std::uint32_t> dp_rank) {
   MOCKER_CHECK(choices_.size() < shaper_.numChoices());
-  choices_.push_back({.worker = worker, .wire_id = std::move(wire_id)});
+  choices_.push_back({.worker = worker, .wire_id = std::move(wire_id), .dp_rank = dp_rank});
 }
 
 void Exchange::start() {
@@ -28,11 +49,25 @@ void Exchange::start() {
     connection_->beginStream(headers_);
     send(shaper_.start());
   }
-  for (std::size_t c = 0; c < choices_.size(); ++c) {
-    host_.submit(choices_[c].worker, protocol::SubmitRequest{.id = choices_[c].wire_id,
-                                                             .prompt = shaper_.prompt(c),
-                                                             .max_tokens = shaper_.planned(c)});
-  }
+  for (std::size_t c = 0; c < choices_.size(); ++c)
+    host_.submit(choices_[c].worker, submitRequest(c));
+}
+
+protocol::SubmitRequest Exchange::submitRequest(std::size_t c) const {
+  return protocol::SubmitRequest{.id = choices_[c].wire_id,
+                                 .prompt = shaper_.prompt(c),
+                                 .max_tokens = shaper_.planned(c),
+                                 .dp_rank = choices_[c].dp_rank};
+}
+
+void Exchange::handOff(std::size_t c, std::size_t decode_worker, protocol::HandoffTicket ticket) {
+  Choice& choice = choices_.at(c);
+  if (completed_ || !choice.open) return;
+  choice.worker = decode_worker;
+  choice.dp_rank.reset();
+  protocol::SubmitRequest request = submitRequest(c);
+  request.handoff = std::move(ticket);
+  host_.submit(decode_worker, std::move(request));
 }
 
 void Exchange::send(const std::string& bytes) {
@@ -70,22 +105,21 @@ void Exchange::onOutput(std::size_t c, const protocol::RequestOutput& output) {
       const std::string why =
           "worker ended the request: " + std::string(protocol::toString(*output.finish)) +
           (output.reason.empty() ? "" : " (" + output.reason + ")");
-      if (failure_status_ == 0) {
-        failure_status_ = *output.finish == protocol::FinishReason::Shutdown ? 503 : 500;
-      }
-      const std::string body = shaper_.onFinish(c, ChoiceEnd::Failed, why);
+      const int status = finishStatus(*output.finish);
+      if (failure_status_ == 0) failure_status_ = status;
+      const std::string body = shaper_.onFinish(c, ChoiceEnd::Failed, why, status);
       if (stream_) send(body);
     }
   }
   completeIfDone();
 }
 
-void Exchange::onFailure(std::size_t c, int status, const std::string& message) {
+void Exchange::onFailure(std::size_t c, int status, const std::string& message, bool cancel) {
   if (completed_ || !choices_.at(c).open) return;
   auto self = shared_from_this();
-  close(c, false);
+  close(c, cancel);
   if (failure_status_ == 0) failure_status_ = status;
-  const std::string body = shaper_.onFinish(c, ChoiceEnd::Failed, message);
+  const std::string body = shaper_.onFinish(c, ChoiceEnd::Failed, message, status);
   if (stream_) send(body);
   completeIfDone();
 }
@@ -97,7 +131,7 @@ void Exchange::expire(const std::string& message) {
   for (std::size_t c = 0; c < choices_.size(); ++c) {
     if (!choices_[c].open) continue;
     close(c, /*cancel=*/true);
-    const std::string body = shaper_.onFinish(c, ChoiceEnd::Failed, message);
+    const std::string body = shaper_.onFinish(c, ChoiceEnd::Failed, message, 504);
     if (stream_) send(body);
   }
   completeIfDone();

@@ -52,14 +52,23 @@ class Exchange final : public std::enable_shared_from_this<Exchange> {
   Exchange(const Exchange&) = delete;
   Exchange& operator=(const Exchange&) = delete;
 
-  /// Before start(): choice `shaper().numChoices()`-th in order goes to `worker` as `wire_id`.
-  void addChoice(std::size_t worker, std::string wire_id);
+  /// Before start(): choice `shaper().numChoices()`-th in order goes to `worker` as `wire_id`
+  /// (to its DP rank `dp_rank` when given: the kv router's pick).
+  void addChoice(std::size_t worker, std::string wire_id,
+                 std::optional<std::uint32_t> dp_rank = std::nullopt);
   /// Submits every choice and, when streaming, opens the stream.
   void start();
+  /// Disaggregated: choice `choice`'s prefill worker handed it off; the same request with the
+  /// ticket goes to `decode_worker`, which then holds it (cancels go there).
+  void handOff(std::size_t choice, std::size_t decode_worker, protocol::HandoffTicket ticket);
+  /// The worker that holds choice `choice` now.
+  std::size_t choiceWorker(std::size_t choice) const { return choices_.at(choice).worker; }
 
   void onOutput(std::size_t choice, const protocol::RequestOutput& output);
-  /// The worker refused or failed choice `choice`: the response fails with `status`.
-  void onFailure(std::size_t choice, int status, const std::string& message);
+  /// The worker refused or failed choice `choice`: the response fails with `status` (a stream
+  /// gets an error frame with that code). `cancel`: also cancel it on its worker (a worker that
+  /// stopped answering may still hold it).
+  void onFailure(std::size_t choice, int status, const std::string& message, bool cancel = false);
   /// The request ran out of time: every open choice is cancelled on its worker and fails
   /// (504: the worker did not finish in time, e.g. it is gone).
   void expire(const std::string& message);
@@ -73,8 +82,10 @@ class Exchange final : public std::enable_shared_from_this<Exchange> {
   struct Choice {
     std::size_t worker = 0;
     std::string wire_id;
-    bool open = true;  // the worker request may still send something
+    std::optional<std::uint32_t> dp_rank;  // hop 1 only: a decode worker picks its own
+    bool open = true;                      // the worker request may still send something
   };
+  protocol::SubmitRequest submitRequest(std::size_t choice) const;
   void close(std::size_t choice, bool cancel);
   void send(const std::string& bytes);
   void completeIfDone();

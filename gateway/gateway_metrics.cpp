@@ -38,6 +38,30 @@ void histogram(std::string& out, std::string_view name, std::string_view help,
   out.append("\n").append(name).append("_count ").append(std::to_string(h.count)).append("\n");
 }
 
+void renderKv(std::string& out, const KvRoutingFigures& kv) {
+  counter(out, "dynamo_frontend_kv_routed_total", "Choices routed by the kv router.", kv.routed);
+  counter(out, "dynamo_frontend_kv_routed_cached_prefix_total",
+          "Choices the kv router sent to a worker holding a prefix of their prompt.",
+          kv.routed_cached);
+  counter(out, "dynamo_frontend_kv_query_failures_total",
+          "Overlap queries the KV index did not answer in time (routed as if nothing cached).",
+          kv.query_failures);
+  header(out, "dynamo_frontend_kv_index_blocks", "gauge",
+         "(block, worker rank) pairs the live KV index holds.");
+  out.append("dynamo_frontend_kv_index_blocks ")
+      .append(std::to_string(kv.index.blocks_indexed))
+      .append("\n");
+  counter(out, "dynamo_frontend_kv_index_batches_applied_total",
+          "KV-event batches the index applied.", kv.index.batches_applied);
+  counter(out, "dynamo_frontend_kv_index_gaps_detected_total",
+          "Gaps in a rank's KV-event sequence numbers.", kv.index.gaps_detected);
+  counter(out, "dynamo_frontend_kv_index_gaps_healed_total",
+          "Gaps filled from the worker's KV replay ring.", kv.index.gaps_healed);
+  counter(out, "dynamo_frontend_kv_index_resyncs_total",
+          "Ranks rebuilt from a kv_snapshot (gap not healable, or worker restart).",
+          kv.index.resyncs);
+}
+
 }  // namespace
 
 GatewayMetrics::GatewayMetrics()
@@ -77,6 +101,7 @@ std::string GatewayMetrics::render() const {
           "Prompt tokens the workers found in their prefix cache.", cached_tokens_);
   counter(out, "dynamo_frontend_disconnects_total",
           "Requests cancelled because their client went away or read too slowly.", disconnects_);
+  if (kv_) renderKv(out, *kv_);
   return out;
 }
 

@@ -8,6 +8,11 @@
 //   dynamo_frontend_input_sequence_tokens_total, dynamo_frontend_output_sequence_tokens_total
 //   dynamo_frontend_cached_tokens_total                  prompt tokens the workers found cached
 //   dynamo_frontend_disconnects_total                    streams cancelled by their client
+// With --router kv (KvRoutingFigures): dynamo_frontend_kv_routed_total,
+// dynamo_frontend_kv_routed_cached_prefix_total (to a worker holding a prefix of the prompt),
+// dynamo_frontend_kv_query_failures_total, and the live KV index's
+// dynamo_frontend_kv_index_blocks (gauge), _batches_applied_total, _gaps_detected_total,
+// _gaps_healed_total, _resyncs_total.
 // Why not vLLM's `vllm:` names: the workers behind the gateway already export those for the
 // engine's view; a scrape of both would mix two measurements under one name.
 //
@@ -16,9 +21,11 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <utility>
 
+#include "gateway/kv_routing.h"
 #include "service/metrics.h"
 
 namespace mocker::gateway {
@@ -38,6 +45,7 @@ class GatewayMetrics {
   }
   void countDisconnect() { ++disconnects_; }
   void setInflight(std::uint64_t n) { inflight_ = n; }
+  void setKvRouting(const KvRoutingFigures& figures) { kv_ = figures; }
 
   /// Requests answered with `status` on `endpoint` so far (tests).
   std::uint64_t requests(const std::string& endpoint, int status) const;
@@ -55,6 +63,7 @@ class GatewayMetrics {
   std::uint64_t cached_tokens_ = 0;
   std::uint64_t disconnects_ = 0;
   std::uint64_t inflight_ = 0;
+  std::optional<KvRoutingFigures> kv_;
 };
 
 }  // namespace mocker::gateway

@@ -8,9 +8,12 @@
 #include <fstream>
 #include <map>
 
+#include "base/check.h"
 #include "gateway/exchange.h"
 #include "gateway/gateway_metrics.h"
 #include "gateway/tokenizer.h"
+#include "gateway/worker_choice.h"
+#include "tools/replay/decode_router.h"
 #include "tools/replay/random.h"
 
 namespace mocker::gateway {
@@ -49,6 +52,17 @@ class Server final : public GatewayServer, public ExchangeHost {
     });
     if (!pool) return pool.error();
     pool_ = std::move(*pool);
+    const replay::DecodeRouterKind decode_router =
+        options_.decode_router == RouterKind::Random ? replay::DecodeRouterKind::Random
+        : options_.decode_router == RouterKind::Kv   ? replay::DecodeRouterKind::LeastLoaded
+                                                     : replay::DecodeRouterKind::RoundRobin;
+    choice_ = std::make_unique<WorkerChoice>(
+        pool_->size() - options_.num_decode_workers, options_.num_decode_workers,
+        options_.router == RouterKind::Random, decode_router, options_.lengths.seed);
+    if (options_.router == RouterKind::Kv) {
+      if (!options_.kv) return invalidArgument("--router kv needs the workers' KV-event endpoints");
+      MOCKER_TRY(kv_, KvRouting::start(*options_.kv));
+    }
     return {};
   }
 
@@ -102,7 +116,13 @@ class Server final : public GatewayServer, public ExchangeHost {
     pool_->submit(worker, std::move(request));
   }
   void cancel(std::size_t worker, const std::string& id) override { pool_->cancel(worker, id); }
-  void forget(const std::string& id) override { routes_.erase(id); }
+  void forget(const std::string& id) override {
+    const auto it = routes_.find(id);
+    if (it == routes_.end()) return;
+    choice_->decodeEnded(it->second.worker);
+    if (kv_) kv_->remove(it->second.dispatch);
+    routes_.erase(it);
+  }
   void finished(Exchange& exchange, int status) override {
     metrics_.countRequest(exchange.endpoint(), status);
     const auto& t = exchange.timing();
@@ -132,6 +152,7 @@ class Server final : public GatewayServer, public ExchangeHost {
     if (path == "/ready" && get) return answer("ready", readyReply());
     if (path == "/metrics" && get) {
       metrics_.setInflight(inflight_.size());
+      if (kv_) metrics_.setKvRouting(kv_->figures());
       return answer("metrics", HttpReply{.content_type = "text/plain; version=0.0.4",
                                          .body = metrics_.render()});
     }
@@ -172,10 +193,11 @@ class Server final : public GatewayServer, public ExchangeHost {
   }
 
   HttpReply readyReply() const {
-    const bool ready = pool_->ready();
+    const bool ready = pool_->ready() && pool_->lostCount() == 0;
     ojson body = {{"status", ready ? "ready" : "not ready"},
                   {"workers", pool_->size()},
-                  {"workers_ready", pool_->readyCount()}};
+                  {"workers_ready", pool_->readyCount()},
+                  {"workers_lost", pool_->lostCount()}};
     HttpReply reply = jsonReply(body);
     reply.status = ready ? 200 : 503;
     return reply;
@@ -196,8 +218,8 @@ class Server final : public GatewayServer, public ExchangeHost {
     // /tokenize takes a completion-style `prompt` or chat-style `messages`.
     const auto probe = nlohmann::json::parse(body, nullptr, /*allow_exceptions=*/false);
     const bool chat = probe.is_object() && probe.contains("messages");
-    const auto parsed = chat ? parseChatRequest(body, tokenizer_, tokenizeLimits())
-                             : parseCompletionRequest(body, tokenizer_, tokenizeLimits());
+    const auto parsed = chat ? parseChatRequest(body, *tokenizer_, tokenizeLimits())
+                             : parseCompletionRequest(body, *tokenizer_, tokenizeLimits());
     if (const auto* e = std::get_if<ApiError>(&parsed)) return errorReply(*e);
     const auto& request = std::get<GenerateRequest>(parsed);
     if (request.prompts.size() != 1) {
@@ -240,7 +262,7 @@ class Server final : public GatewayServer, public ExchangeHost {
       }
       ids.push_back(static_cast<std::uint32_t>(t.get<std::uint64_t>()));
     }
-    return jsonReply(ojson{{"prompt", tokenizer_.decode(ids)}});
+    return jsonReply(ojson{{"prompt", tokenizer_->decode(ids)}});
   }
 
   void generate(const std::shared_ptr<HttpConnection>& connection, HttpRequest&& request,
@@ -254,14 +276,19 @@ class Server final : public GatewayServer, public ExchangeHost {
     if (pool_->readyCount() == 0) {
       return refuse({.status = 503, .message = "no worker is ready (none answered yet)"});
     }
+    if (!choice_->anyLiveRequestWorker()) {
+      return refuse({.status = 503,
+                     .message = "no worker is answering (every worker requests go to is lost: "
+                                "--worker-timeout-s)"});
+    }
     if (inflight_.size() >= options_.max_inflight) {
       return refuse({.status = 429,
                      .message = "too many requests in flight (limit " +
                                 std::to_string(options_.max_inflight) + ")"});
     }
     auto parsed = endpoint == "completions"
-                      ? parseCompletionRequest(request.body, tokenizer_, options_.request)
-                      : parseChatRequest(request.body, tokenizer_, options_.request);
+                      ? parseCompletionRequest(request.body, *tokenizer_, options_.request)
+                      : parseChatRequest(request.body, *tokenizer_, options_.request);
     if (auto* e = std::get_if<ApiError>(&parsed)) return refuse(std::move(*e));
     auto& req = std::get<GenerateRequest>(parsed);
     if (!req.model.empty() && req.model != options_.model) {
@@ -281,40 +308,102 @@ class Server final : public GatewayServer, public ExchangeHost {
     ResponseIdentity identity{.request_id = id, .model = options_.model, .created = wallSeconds()};
     auto exchange = std::make_shared<Exchange>(
         *this, connection, endpoint, std::move(headers),
-        ResponseShaper(req, std::move(lengths), std::move(identity), tokenizer_));
+        ResponseShaper(req, std::move(lengths), std::move(identity), *tokenizer_));
     inflight_.emplace(exchange.get(), exchange);
     metrics_.setInflight(inflight_.size());
     const std::string prefix = "gw" + std::to_string(seq) + "-";
     for (std::size_t c = 0; c < exchange->shaper().numChoices(); ++c) {
-      const std::size_t worker = pickWorker();
+      const std::uint64_t dispatch = next_dispatch_++;
+      std::optional<std::size_t> worker;
+      std::optional<std::uint32_t> dp_rank;
+      if (kv_) {
+        const KvRouting::Pick pick = kv_->route(exchange->shaper().prompt(c), dispatch);
+        worker = choice_->keepOrPick(pick.worker);
+        if (worker == pick.worker) dp_rank = pick.dp_rank;
+      } else {
+        worker = choice_->pickRequestWorker();
+      }
+      MOCKER_CHECK(worker.has_value());  // a live request worker was checked above
       std::string wire_id = prefix + std::to_string(c);
-      routes_[wire_id] = {exchange, c};
-      exchange->addChoice(worker, std::move(wire_id));
+      routes_[wire_id] = {
+          .exchange = exchange, .choice = c, .worker = *worker, .dispatch = dispatch};
+      exchange->addChoice(*worker, std::move(wire_id), dp_rank);
     }
     exchange->start();
   }
 
-  std::size_t pickWorker() {
-    if (options_.router == RouterKind::Random) {
-      return static_cast<std::size_t>(router_rng_.uniformIndex(pool_->size()));
+  /// Hop 2 of a disaggregated request: the prefill worker's handoff goes to a decode worker.
+  void onHandoff(std::size_t worker, protocol::Handoff& handoff) {
+    auto route = find(handoff.id, worker);
+    if (!route || choice_->isDecode(worker)) {
+      // Gone (cancelled: the cancel sent to the prefill worker releases what it holds).
+      SPDLOG_DEBUG("gateway: handoff of {} from worker {} routes nowhere", handoff.id, worker);
+      return;
     }
-    return round_robin_++ % pool_->size();
+    Route& r = routes_.at(handoff.id);
+    if (kv_) kv_->remove(r.dispatch);  // the prefill worker's part is done
+    const std::optional<std::size_t> d = choice_->pickDecodeWorker(r.dispatch);
+    if (!d) {
+      pool_->cancel(worker, handoff.id);  // releases the KV the prefill worker holds
+      route->first->onFailure(route->second, 503,
+                              "no decode worker is answering (every one lost: --worker-timeout-s)");
+      return;
+    }
+    r.prefill_worker = worker;
+    r.worker = *d;
+    route->first->handOff(route->second, *d, std::move(handoff.ticket));
+  }
+
+  /// Worker `w` stopped answering (or answers again): routing skips it while lost, and every
+  /// choice it holds fails now with 504 (and is cancelled there, should it wake up).
+  void onLiveness(std::size_t w, bool lost) {
+    choice_->setLost(w, lost);
+    if (!lost) return;
+    std::vector<std::pair<std::shared_ptr<Exchange>, std::size_t>> held;
+    for (const auto& [id, route] : routes_) {
+      if (route.worker != w) continue;
+      if (auto exchange = route.exchange.lock())
+        held.emplace_back(std::move(exchange), route.choice);
+    }
+    const std::string message =
+        "worker " + std::to_string(w) + " (" + options_.pool.workers[w].submit +
+        ") stopped answering: nothing from it for " +
+        std::to_string(options_.pool.worker_timeout.count()) + " ms (--worker-timeout-s)";
+    for (auto& [exchange, c] : held) exchange->onFailure(c, 504, message, /*cancel=*/true);
+  }
+
+  /// A decode worker refused a handoff: the prefill worker still holds the KV; release it.
+  void releaseHeld(const std::string& id) {
+    const auto it = routes_.find(id);
+    if (it != routes_.end() && it->second.prefill_worker)
+      pool_->cancel(*it->second.prefill_worker, id);
   }
 
   void onWorkerEvents(std::vector<WorkerEvent>& events) {
     for (auto& event : events) {
+      const std::size_t w = event.worker;
+      if (event.liveness != Liveness::None) {
+        onLiveness(w, event.liveness == Liveness::Lost);
+        continue;
+      }
       if (auto* batch = std::get_if<protocol::OutputBatch>(&event.message)) {
         for (auto& output : batch->outputs) {
-          if (auto route = find(output.id)) route->first->onOutput(route->second, output);
+          auto route = find(output.id, w);
+          if (!route) continue;
+          if (kv_ && !output.tokens.empty()) kv_->prefillDone(routes_.at(output.id).dispatch);
+          route->first->onOutput(route->second, output);
         }
+      } else if (auto* handoff = std::get_if<protocol::Handoff>(&event.message)) {
+        onHandoff(w, *handoff);
       } else if (auto* reject = std::get_if<protocol::SubmitReject>(&event.message)) {
-        if (auto route = find(reject->id)) {
+        if (auto route = find(reject->id, w)) {
+          releaseHeld(reject->id);
           route->first->onFailure(route->second, 400,
                                   "worker rejected the request: " + reject->reason);
         }
       } else if (auto* error = std::get_if<protocol::ErrorReply>(&event.message)) {
         if (error->id) {
-          if (auto route = find(*error->id)) {
+          if (auto route = find(*error->id, w)) {
             route->first->onFailure(route->second, 500, "worker error: " + error->message);
           }
         }
@@ -323,15 +412,19 @@ class Server final : public GatewayServer, public ExchangeHost {
     }
   }
 
-  std::optional<std::pair<std::shared_ptr<Exchange>, std::size_t>> find(const std::string& id) {
+  /// The exchange and choice of wire id `id`, when it is live and (given `worker`) held by
+  /// that worker: a prefill worker's late message after its handoff routes nowhere.
+  std::optional<std::pair<std::shared_ptr<Exchange>, std::size_t>> find(
+      const std::string& id, std::optional<std::size_t> worker = {}) {
     const auto it = routes_.find(id);
     if (it == routes_.end()) return {};
-    auto exchange = it->second.first.lock();
+    if (worker && *worker != it->second.worker) return {};
+    auto exchange = it->second.exchange.lock();
     if (!exchange) {
-      routes_.erase(it);
+      forget(id);
       return {};
     }
-    return std::make_pair(std::move(exchange), it->second.second);
+    return std::make_pair(std::move(exchange), it->second.choice);
   }
 
   static std::int64_t wallSeconds() {
@@ -345,13 +438,23 @@ class Server final : public GatewayServer, public ExchangeHost {
   asio::steady_timer sweep_timer_{io_};
   std::unique_ptr<HttpListener> listener_;
   std::unique_ptr<WorkerPool> pool_;
-  BuiltinTokenizer tokenizer_;
+  std::unique_ptr<KvRouting> kv_;  // --router kv
+  std::shared_ptr<const Tokenizer> tokenizer_ =
+      options_.tokenizer ? options_.tokenizer : std::make_shared<BuiltinTokenizer>();
   GatewayMetrics metrics_;
   std::int64_t created_ = wallSeconds();
   std::uint64_t next_sequence_ = 0;
-  std::size_t round_robin_ = 0;
-  replay::SplitMix64 router_rng_{options_.lengths.seed};
-  std::map<std::string, std::pair<std::weak_ptr<Exchange>, std::size_t>> routes_;
+  /// Where a wire id's messages go, and who holds it.
+  struct Route {
+    std::weak_ptr<Exchange> exchange;
+    std::size_t choice = 0;
+    std::size_t worker = 0;                     ///< the worker holding it now
+    std::uint64_t dispatch = 0;                 ///< dispatch order of the choice (decode router)
+    std::optional<std::size_t> prefill_worker;  ///< disaggregated, after the handoff
+  };
+  std::map<std::string, Route> routes_;
+  std::unique_ptr<WorkerChoice> choice_;  // created with the pool
+  std::uint64_t next_dispatch_ = 0;
   std::map<const Exchange*, std::shared_ptr<Exchange>> inflight_;  // owns them
 };
 

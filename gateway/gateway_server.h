@@ -19,13 +19,15 @@
 
 #include "base/result.h"
 #include "gateway/http_connection.h"
+#include "gateway/kv_routing.h"
 #include "gateway/openai_request.h"
 #include "gateway/output_plan.h"
+#include "gateway/tokenizer.h"
 #include "gateway/worker_pool.h"
 
 namespace mocker::gateway {
 
-enum class RouterKind { RoundRobin, Random };
+enum class RouterKind { RoundRobin, Random, Kv };
 
 struct GatewayOptions {
   std::string host = "127.0.0.1";
@@ -36,11 +38,22 @@ struct GatewayOptions {
   RequestLimits request{};
   LengthModel lengths{};
   RouterKind router = RouterKind::RoundRobin;
+  /// Kv: the index of the workers requests go to (all, or the prefill workers) and the cost.
+  std::optional<KvRoutingOptions> kv;
+  /// Disaggregated when > 0: the last `num_decode_workers` of pool.workers are `mocker serve
+  /// --worker-type decode` workers, the others `--worker-type prefill` workers. Requests go to a
+  /// prefill worker (by `router`); its handoff goes on to the decode worker `decode_router`
+  /// picks (tools/replay/decode_router.h, as `mocker replay --mode live`: round_robin, random,
+  /// or kv = the decode worker with the fewest requests in flight).
+  std::size_t num_decode_workers = 0;
+  RouterKind decode_router = RouterKind::RoundRobin;
   std::size_t max_inflight = 10'000;  ///< generation requests in flight; more get 429
   /// A request not finished this long after it arrived is cancelled and fails with 504 (its
   /// worker may be gone without a word).
   std::chrono::milliseconds request_timeout{600'000};
   std::set<std::string> api_keys;  ///< empty: no authentication
+  /// --tokenizer (a tokenizer.json); null: the built-in tokenizer.
+  std::shared_ptr<const Tokenizer> tokenizer;
 };
 
 class GatewayServer {

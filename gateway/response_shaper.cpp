@@ -1,5 +1,7 @@
 #include "gateway/response_shaper.h"
 
+#include "gateway/api_error.h"
+
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
@@ -74,7 +76,7 @@ ResponseShaper::Step ResponseShaper::onOutput(std::size_t c, std::span<const std
   if (cached) choice.cached = *cached;
   const std::size_t before = choice.text.size();
   choice.tokens += static_cast<std::uint32_t>(tokens.size());
-  choice.text += tokenizer_.decode(tokens);
+  choice.text += tokenizer_.outputText(tokens);
   if (!request_.stop.empty() && matchStop(choice, before)) {
     step.stop_matched = true;
     step.body = onFinish(c, ChoiceEnd::Planned);
@@ -91,7 +93,8 @@ ResponseShaper::Step ResponseShaper::onOutput(std::size_t c, std::span<const std
   return step;
 }
 
-std::string ResponseShaper::onFinish(std::size_t c, ChoiceEnd end, const std::string& message) {
+std::string ResponseShaper::onFinish(std::size_t c, ChoiceEnd end, const std::string& message,
+                                     int status) {
   Choice& choice = choices_.at(c);
   if (choice.ended) return {};
   choice.ended = true;
@@ -107,7 +110,7 @@ std::string ResponseShaper::onFinish(std::size_t c, ChoiceEnd end, const std::st
   if (!request_.stream) return {};
   if (end == ChoiceEnd::Failed && !choice.stop) {
     ojson error = {
-        {"message", message}, {"type", "InternalServerError"}, {"param", nullptr}, {"code", 500}};
+        {"message", message}, {"type", errorType(status)}, {"param", nullptr}, {"code", status}};
     return sse(ojson{{"error", error}});
   }
   const std::string rest = choice.text.substr(std::min(choice.emitted, choice.text.size()));

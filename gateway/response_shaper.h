@@ -64,7 +64,9 @@ class ResponseShaper {
   Step onOutput(std::size_t c, std::span<const std::uint32_t> tokens,
                 std::optional<std::uint32_t> cached);
   /// The worker's end of choice `c`. `message` says why for Failed. Ignored after it ended.
-  std::string onFinish(std::size_t c, ChoiceEnd end, const std::string& message = {});
+  /// A Failed end while streaming gives an error frame with `status`'s type and code.
+  std::string onFinish(std::size_t c, ChoiceEnd end, const std::string& message = {},
+                       int status = 500);
 
   /// Every choice has ended.
   bool done() const { return num_done_ == choices_.size(); }

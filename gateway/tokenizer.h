@@ -34,6 +34,9 @@ class Tokenizer {
   virtual std::string decode(std::span<const std::uint32_t> ids) const = 0;
   /// Text of one id (decode of a one-element sequence).
   virtual std::string piece(std::uint32_t id) const = 0;
+  /// Text of generated ids (the workers' output tokens): it re-tokenizes to exactly ids.size()
+  /// tokens. The built-in tokenizer spells the ids themselves.
+  virtual std::string outputText(std::span<const std::uint32_t> ids) const { return decode(ids); }
 };
 
 class BuiltinTokenizer final : public Tokenizer {

@@ -13,6 +13,8 @@ struct WorkerPool::Impl {
   EventSink on_events;
   std::vector<std::unique_ptr<service::Client>> clients;
   std::vector<bool> answered;
+  std::vector<std::chrono::steady_clock::time_point> last_heard;
+  std::vector<bool> lost;
   int wake_fd = -1;
   ~Impl() {
     if (wake_fd >= 0) ::close(wake_fd);
@@ -44,6 +46,8 @@ Result<std::unique_ptr<WorkerPool>> WorkerPool::start(WorkerPoolOptions options,
     impl.clients.push_back(std::move(*client));
   }
   impl.answered.assign(options.workers.size(), false);
+  impl.last_heard.assign(options.workers.size(), std::chrono::steady_clock::now());
+  impl.lost.assign(options.workers.size(), false);
   pool->num_workers_ = options.workers.size();
   impl.options = std::move(options);
   impl.on_events = std::move(on_events);
@@ -77,14 +81,15 @@ void WorkerPool::cancel(std::size_t worker, std::string id) {
 
 void WorkerPool::run() {
   Impl& impl = *impl_;
-  using Clock = std::chrono::steady_clock;
   auto next_stats = Clock::now();
   std::vector<service::Client*> raw;
   for (auto& c : impl.clients) raw.push_back(c.get());
   std::vector<Command> commands;
+  std::vector<WorkerEvent> events;
   while (!stop_.load()) {
     const auto now = Clock::now();
     if (now >= next_stats) {
+      checkLiveness(now, events);
       for (std::size_t w = 0; w < raw.size(); ++w) {
         if (auto s = raw[w]->send(protocol::StatsRequest{}); !s) {
           SPDLOG_DEBUG("gateway: stats to worker {}: {}", w, s.error().message);
@@ -105,7 +110,6 @@ void WorkerPool::run() {
       std::lock_guard lock(mutex_);
       commands.swap(commands_);
     }
-    std::vector<WorkerEvent> events;
     for (auto& command : commands) {
       service::Client& client = *raw[command.worker];
       if (auto* id = std::get_if<std::string>(&command.what)) {
@@ -131,6 +135,7 @@ void WorkerPool::run() {
           continue;
         }
         if (!*message) break;
+        heard(w, Clock::now(), events);
         if (std::holds_alternative<protocol::StatsReply>(**message) && !impl.answered[w]) {
           impl.answered[w] = true;
           num_ready_.fetch_add(1);
@@ -138,7 +143,31 @@ void WorkerPool::run() {
         events.push_back({.worker = w, .message = std::move(**message)});
       }
     }
-    if (!events.empty()) impl.on_events(std::move(events));
+    if (!events.empty()) {
+      impl.on_events(std::move(events));
+      events = {};
+    }
+  }
+}
+
+void WorkerPool::heard(std::size_t w, Clock::time_point now, std::vector<WorkerEvent>& events) {
+  Impl& impl = *impl_;
+  impl.last_heard[w] = now;
+  if (!impl.lost[w]) return;
+  impl.lost[w] = false;
+  num_lost_.fetch_sub(1);
+  events.push_back({.worker = w, .liveness = Liveness::Back});
+}
+
+void WorkerPool::checkLiveness(Clock::time_point now, std::vector<WorkerEvent>& events) {
+  Impl& impl = *impl_;
+  for (std::size_t w = 0; w < impl.lost.size(); ++w) {
+    if (impl.lost[w] || now - impl.last_heard[w] <= impl.options.worker_timeout) continue;
+    impl.lost[w] = true;
+    num_lost_.fetch_add(1);
+    spdlog::warn("gateway: worker {} ({}) lost: nothing from it for {} ms", w,
+                 impl.options.workers[w].submit, impl.options.worker_timeout.count());
+    events.push_back({.worker = w, .liveness = Liveness::Lost});
   }
 }
 

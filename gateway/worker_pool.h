@@ -6,6 +6,9 @@
 //
 // Readiness: at start the pool asks every worker for `stats`; a worker is ready once it
 // answered. Stats are asked again every `stats_interval` (load for routing, liveness).
+// Liveness: a worker from which nothing at all (stats reply, outputs, ...) arrived for
+// `worker_timeout` is lost — the pool hands a Liveness::Lost event up once, then
+// Liveness::Back when it is heard from again (checked at every stats round).
 //
 // Thread-safety: submit, cancel, ready and readyCount from any thread; the callback runs on
 // the pool's thread. Not copyable or movable.
@@ -37,12 +40,16 @@ struct WorkerPoolOptions {
   std::vector<WorkerEndpoints> workers;
   service::CurveClientKeys curve{};
   std::chrono::milliseconds stats_interval{1000};
+  std::chrono::milliseconds worker_timeout{5000};  ///< silence that makes a worker lost
 };
 
-/// A message from worker `worker`.
+enum class Liveness : std::uint8_t { None, Lost, Back };
+
+/// A message from worker `worker`, or (liveness != None) a change of its liveness.
 struct WorkerEvent {
   std::size_t worker = 0;
   protocol::ClientMessage message;
+  Liveness liveness = Liveness::None;
 };
 
 class WorkerPool final {
@@ -61,20 +68,26 @@ class WorkerPool final {
   /// Workers that answered a stats request at least once.
   std::size_t readyCount() const { return num_ready_.load(); }
   bool ready() const { return readyCount() == num_workers_; }
+  /// Workers lost now (silent for worker_timeout).
+  std::size_t lostCount() const { return num_lost_.load(); }
 
  private:
   struct Command {
     std::size_t worker = 0;
     std::variant<protocol::SubmitRequest, std::string> what;  // submit, or cancel of an id
   };
+  using Clock = std::chrono::steady_clock;
   WorkerPool() = default;
   void run();
+  void heard(std::size_t worker, Clock::time_point now, std::vector<WorkerEvent>& events);
+  void checkLiveness(Clock::time_point now, std::vector<WorkerEvent>& events);
   void push(Command&& command);
 
   struct Impl;  // clients and the event fd (pool thread)
   std::unique_ptr<Impl> impl_;
   std::size_t num_workers_ = 0;
   std::atomic<std::size_t> num_ready_{0};
+  std::atomic<std::size_t> num_lost_{0};
   std::atomic<bool> stop_{false};
   std::mutex mutex_;
   // Guarded by mutex_.

@@ -3,6 +3,7 @@
 #include <CLI/CLI.hpp>
 
 #include "gateway/gateway_server.h"
+#include "gateway/hf_tokenizer.h"
 #include "service/fleet.h"
 #include "service/security.h"
 #include "tools/cli_options.h"
@@ -11,12 +12,69 @@
 namespace mocker::tools {
 namespace {
 
-/// The workers: --connect (cancel endpoints given or derived) or the fleet file.
+/// Appends every worker of fleet file `path` (named `flag` in errors) to `out`; with `kv`, the
+/// workers' KV-event and replay endpoints (every rank's) and block size for the kv router.
+Status addFleet(const std::string& path, const char* flag,
+                std::vector<gateway::WorkerEndpoints>& out, std::string& model_from_fleet,
+                index::LiveKvIndexConfig* kv = nullptr) {
+  auto manifest = service::loadFleetManifest(path);
+  if (!manifest) return invalidArgument(std::string(flag) + ": " + manifest.error().message);
+  for (const auto& w : manifest->workers) out.push_back({.submit = w.submit, .cancel = w.cancel});
+  if (model_from_fleet.empty()) model_from_fleet = manifest->model_name;
+  if (!kv) return {};
+  kv->block_size = manifest->block_size;
+  for (std::size_t i = 0; i < manifest->workers.size(); ++i) {
+    const auto& w = manifest->workers[i];
+    index::LiveKvServer server{.submit_endpoint = w.submit,
+                               .ranks = static_cast<std::uint32_t>(w.ranks.size())};
+    for (std::size_t r = 0; r < w.ranks.size(); ++r) {
+      if (w.ranks[r].kv_events.empty() || w.ranks[r].kv_replay.empty()) {
+        return invalidArgument(std::string(flag) + ": --router kv: worker " + std::to_string(i) +
+                               " rank " + std::to_string(r) +
+                               " publishes no KV events or has no KV replay socket");
+      }
+      server.kv_events.push_back(w.ranks[r].kv_events);
+      server.kv_replay.push_back(w.ranks[r].kv_replay);
+    }
+    kv->servers.push_back(std::move(server));
+  }
+  return {};
+}
+
+/// The workers: --connect (cancel endpoints given or derived), the fleet file, or the prefill
+/// fleet then the decode fleet (`num_decode` of them). With `kv`, the kv router's index of the
+/// workers requests go to (a fleet file's or the prefill fleet's).
 Result<std::vector<gateway::WorkerEndpoints>> workers(const GatewayCommand& c,
-                                                      std::string& model_from_fleet) {
+                                                      std::string& model_from_fleet,
+                                                      std::size_t& num_decode,
+                                                      index::LiveKvIndexConfig* kv) {
   std::vector<gateway::WorkerEndpoints> out;
   if (!c.connect.empty() && !c.fleet_file.empty()) {
     return invalidArgument("give --connect or --fleet, not both");
+  }
+  if (c.prefill_fleet.empty() != c.decode_fleet.empty()) {
+    return invalidArgument(c.prefill_fleet.empty()
+                               ? "--decode-fleet needs the prefill workers: --prefill-fleet"
+                               : "--prefill-fleet needs the decode workers: --decode-fleet");
+  }
+  if (!c.prefill_fleet.empty()) {
+    if (!c.connect.empty() || !c.fleet_file.empty()) {
+      return invalidArgument(
+          "--prefill-fleet / --decode-fleet replace --connect / --fleet: give one or the other");
+    }
+    MOCKER_TRY_VOID(addFleet(c.prefill_fleet, "--prefill-fleet", out, model_from_fleet, kv));
+    const std::size_t num_prefill = out.size();
+    MOCKER_TRY_VOID(addFleet(c.decode_fleet, "--decode-fleet", out, model_from_fleet));
+    num_decode = out.size() - num_prefill;
+    if (num_prefill == 0 || num_decode == 0) {
+      return invalidArgument("--prefill-fleet / --decode-fleet: a fleet file lists no worker");
+    }
+    return out;
+  }
+  if (kv && !c.connect.empty()) {
+    return invalidArgument(
+        "--router kv needs every worker's KV-event endpoints: give the workers with --fleet (or "
+        "--prefill-fleet), not --connect");
   }
   if (!c.connect_cancel.empty() && c.connect_cancel.size() != c.connect.size()) {
     return invalidArgument("--connect-cancel: " + std::to_string(c.connect_cancel.size()) +
@@ -32,28 +90,49 @@ Result<std::vector<gateway::WorkerEndpoints>> workers(const GatewayCommand& c,
     out.push_back({.submit = c.connect[i], .cancel = std::move(cancel)});
   }
   if (!c.fleet_file.empty()) {
-    MOCKER_TRY(const auto manifest, service::loadFleetManifest(c.fleet_file));
-    for (const auto& w : manifest.workers) out.push_back({.submit = w.submit, .cancel = w.cancel});
-    model_from_fleet = manifest.model_name;
+    MOCKER_TRY_VOID(addFleet(c.fleet_file, "--fleet", out, model_from_fleet, kv));
   }
   if (out.empty())
     return invalidArgument("no workers: give --connect EP (repeatable) or --fleet FILE");
   return out;
 }
 
+gateway::RouterKind routerKind(const std::string& name) {
+  if (name == "random") return gateway::RouterKind::Random;
+  if (name == "kv") return gateway::RouterKind::Kv;
+  return gateway::RouterKind::RoundRobin;
+}
+
 Result<gateway::GatewayOptions> gatewayOptions(const GatewayCommand& c) {
   gateway::GatewayOptions o;
   std::string fleet_model;
-  MOCKER_TRY(o.pool.workers, workers(c, fleet_model));
+  index::LiveKvIndexConfig kv_index;
+  const bool kv = c.router == "kv";
+  MOCKER_TRY(o.pool.workers,
+             workers(c, fleet_model, o.num_decode_workers, kv ? &kv_index : nullptr));
+  if (kv) {
+    o.kv = gateway::KvRoutingOptions{
+        .index = std::move(kv_index),
+        .router = {.overlap_weight = c.router_overlap_weight, .temperature = c.router_temperature},
+        .seed = c.seed};
+  }
   if (!c.curve_server_key_file.empty()) {
     MOCKER_TRY(o.pool.curve,
                service::loadCurveClientKeys(c.curve_server_key_file, c.curve_secret_key_file));
   }
   o.pool.stats_interval = std::chrono::milliseconds(c.stats_interval_ms);
+  o.pool.worker_timeout = std::chrono::milliseconds(static_cast<long>(c.worker_timeout_s * 1000.0));
+  if (o.pool.worker_timeout < 2 * o.pool.stats_interval) {
+    return invalidArgument("--worker-timeout-s " + std::to_string(c.worker_timeout_s) +
+                           " must be at least twice --stats-interval-ms (" +
+                           std::to_string(c.stats_interval_ms) +
+                           " ms): a live worker answers one stats request per interval");
+  }
   o.host = c.host;
   o.port = c.port;
   o.model = !c.model.empty() ? c.model : !fleet_model.empty() ? fleet_model : "mocker";
-  o.router = c.router == "random" ? gateway::RouterKind::Random : gateway::RouterKind::RoundRobin;
+  o.router = routerKind(c.router);
+  o.decode_router = routerKind(c.decode_router);
   o.request.max_model_len = c.max_model_len;
   o.request.default_completion_max_tokens = c.default_max_tokens;
   o.request.max_n = c.max_n;
@@ -67,6 +146,9 @@ Result<gateway::GatewayOptions> gatewayOptions(const GatewayCommand& c) {
   o.request_timeout = std::chrono::milliseconds(static_cast<long>(c.request_timeout_s * 1000.0));
   if (!c.api_key_file.empty()) {
     MOCKER_TRY(o.api_keys, gateway::loadApiKeys(c.api_key_file));
+  }
+  if (!c.tokenizer_file.empty()) {
+    MOCKER_TRY(o.tokenizer, gateway::HfTokenizer::load(c.tokenizer_file));
   }
   return o;
 }
@@ -96,13 +178,54 @@ void addGatewayCommand(CLI::App& app, GatewayCommand& command) {
                "its model name is the default --model)")
       ->option_text("FILE")
       ->group(workers);
-  c.add_option("--router", g.router, "how a request picks its worker")
-      ->check(CLI::IsMember({"round_robin", "random"}))
+  c.add_option("--prefill-fleet", g.prefill_fleet,
+               "disaggregated: the `mocker serve --worker-type prefill --fleet-file FILE` "
+               "workers; requests go to them (by --router) and each handoff goes on to a "
+               "--decode-fleet worker (by --decode-router). Replaces --connect / --fleet")
+      ->option_text("FILE")
+      ->group(workers);
+  c.add_option("--decode-fleet", g.decode_fleet,
+               "disaggregated: the `mocker serve --worker-type decode --fleet-file FILE` workers")
+      ->option_text("FILE")
+      ->group(workers);
+  c.add_option("--decode-router", g.decode_router,
+               "disaggregated: the decode worker of a handoff, as `mocker replay --mode live` "
+               "picks it: round_robin (request order), random (seeded by --seed), kv (the "
+               "fewest requests in flight)")
+      ->check(CLI::IsMember({"round_robin", "random", "kv"}))
+      ->capture_default_str()
+      ->group(workers);
+  c.add_option("--router", g.router,
+               "how a request picks its worker (with --prefill-fleet: its prefill worker): "
+               "round_robin, random (seeded by --seed), or kv: Dynamo's KV-router cost over "
+               "every worker rank, with the overlaps from a live KV index subscribed to the "
+               "workers' KV events (gap healing through their replay sockets) and the load this "
+               "gateway routed; needs --fleet or --prefill-fleet (the event endpoints)")
+      ->check(CLI::IsMember({"round_robin", "random", "kv"}))
+      ->capture_default_str()
+      ->group(workers);
+  c.add_option("--router-overlap-weight", g.router_overlap_weight,
+               "--router kv: weight of the prefill blocks in the cost (Dynamo's "
+               "overlap_score_weight)")
+      ->check(atLeast(0))
+      ->capture_default_str()
+      ->group(workers);
+  c.add_option("--router-temperature", g.router_temperature,
+               "--router kv: 0 picks the lowest cost; T > 0 draws by softmax(-cost / T) (seeded "
+               "by --seed)")
+      ->check(atLeast(0))
       ->capture_default_str()
       ->group(workers);
   c.add_option("--stats-interval-ms", g.stats_interval_ms,
                "ask every worker for stats this often (readiness, liveness)")
       ->check(atLeast(10))
+      ->capture_default_str()
+      ->group(workers);
+  c.add_option("--worker-timeout-s", g.worker_timeout_s,
+               "a worker silent this long (no stats reply, no output) is lost: its requests fail "
+               "at once with 504 (and are cancelled there), new ones go to the others, /ready "
+               "says 503 until it answers again (at least 2 x --stats-interval-ms)")
+      ->check(greaterThan(0))
       ->capture_default_str()
       ->group(workers);
   auto* server_key = c.add_option("--curve-server-key-file", g.curve_server_key_file,
@@ -165,6 +288,13 @@ void addGatewayCommand(CLI::App& app, GatewayCommand& command) {
   const std::string model = "Model";
   c.add_option("--model", g.model, "served model name (default: the fleet file's, else \"mocker\")")
       ->group(model);
+  c.add_option("--tokenizer", g.tokenizer_file,
+               "a Hugging Face tokenizer.json (byte-level BPE: GPT-2, Llama 3, Qwen 2 style) "
+               "instead of the built-in tokenizer: prompt token counts and prefix hashes then "
+               "match the real model's; generated text is spelled with its \" word\" tokens so "
+               "it re-tokenizes to the reported count")
+      ->option_text("FILE")
+      ->group(model);
   c.add_option("--max-model-len", g.max_model_len,
                "prompt + max_tokens limit (400 beyond); chat without max_tokens gets the rest")
       ->check(atLeast(2))
@@ -195,7 +325,8 @@ void addGatewayCommand(CLI::App& app, GatewayCommand& command) {
       ->group(model);
   c.footer(
       "Endpoints: POST /v1/completions, POST /v1/chat/completions, GET /v1/models, POST "
-      "/tokenize, POST /detokenize, GET /health, GET /ready (200 once every worker answered), GET "
+      "/tokenize, POST /detokenize, GET /health, GET /ready (200 once every worker answered and "
+      "none is lost), GET "
       "/metrics. Prints http://HOST:PORT when listening; SIGINT/SIGTERM stop it.\n"
       "Exit codes: 0 stopped by a signal, 1 error, 2 usage error.");
 }

@@ -19,10 +19,16 @@ struct GatewayCommand {
   std::vector<std::string> connect;
   std::vector<std::string> connect_cancel;
   std::string fleet_file;
+  std::string prefill_fleet;
+  std::string decode_fleet;
+  std::string decode_router = "round_robin";
   std::string host = "127.0.0.1";
   std::uint16_t port = 8080;
   std::string model;
+  std::string tokenizer_file;
   std::string router = "round_robin";
+  double router_overlap_weight = 1.0;
+  double router_temperature = 0.0;
   std::uint32_t max_model_len = 8192;
   std::uint32_t default_max_tokens = 16;
   std::uint32_t max_n = 16;
@@ -37,6 +43,7 @@ struct GatewayCommand {
   double read_timeout_s = 30.0;
   double request_timeout_s = 600.0;
   std::uint32_t stats_interval_ms = 1000;
+  double worker_timeout_s = 5.0;
   std::string api_key_file;
   std::string curve_server_key_file;
   std::string curve_secret_key_file;

@@ -7,6 +7,10 @@ hits on either path).
     MOCKER_BIN=build/mocker /usr/bin/python3 tests/bench/gateway_overhead_bench.py \
         --streams 100 --tokens 32 --rounds 2
     ... gateway_overhead_bench.py --hold 2000      # 2,000 concurrent streams: the gateway's RSS
+    ... gateway_overhead_bench.py --throughput 4000 --concurrency 64 --tokens 16 \
+        --prefill-ms 0.1 --decode-ms 0.1
+        # non-streaming requests per second, direct (mocker's C++ client) vs through the gateway
+        # (an asyncio HTTP client), same workers; and the gateway's CPU per request
 """
 
 import argparse
@@ -14,7 +18,9 @@ import asyncio
 import itertools
 import json
 import os
+import subprocess
 import sys
+import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -23,7 +29,8 @@ sys.path.insert(0, os.path.join(os.path.dirname(HERE), "gateway"))
 
 import zmq  # noqa: E402
 import zmq.asyncio  # noqa: E402
-from fault_harness import Serve, paced, percentile, poll_until, proc_status_kib  # noqa: E402
+from fault_harness import (Serve, mocker_bin, paced, percentile, poll_until,  # noqa: E402
+                           proc_status_kib)
 from gateway_live_test import Gateway  # noqa: E402
 from mocker_client import decode_message, encode_message  # noqa: E402
 
@@ -97,6 +104,59 @@ async def http_stream(host, port, tokens):
     return t0, times
 
 
+def direct_throughput(serves, total, concurrency, tokens):
+    """Requests per second of the direct ZeroMQ path, driven by mocker's own C++ client: `mocker
+    replay --mode live` in closed loop (`concurrency` in flight) with `total` synthetic requests of
+    a fresh PROMPT_LEN-token prompt and exactly `tokens` output tokens, round robin over the
+    workers. (A Python client would measure itself: it decodes one message per token.)"""
+    with tempfile.TemporaryDirectory() as tmp:
+        report = os.path.join(tmp, "report.json")
+        args = [mocker_bin(), "replay", "--format", "synthetic", "--num-prompts", str(total),
+                "--input-tokens-mean", str(PROMPT_LEN), "--input-tokens-stddev", "0",
+                "--output-tokens-mean", str(tokens), "--output-tokens-stddev", "0",
+                "--concurrency", str(concurrency), "--report-json", report]
+        for s in serves:
+            args += ["--connect", s.submit, "--connect-cancel", s.cancel]
+        subprocess.run(args, check=True, capture_output=True, timeout=300)
+        with open(report, encoding="utf-8") as f:
+            r = json.load(f)
+    assert r["num_requests"] == total, r["num_requests"]
+    return r["request_throughput_rps"]
+
+
+def cpu_seconds(pid):
+    """utime + stime of a process, in seconds (/proc/PID/stat)."""
+    with open("/proc/%d/stat" % pid, encoding="ascii") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+async def gateway_throughput(gw, total, concurrency, tokens):
+    """Requests per second of `total` non-streaming /v1/completions, `concurrency` keep-alive
+    connections each sending its next request when the previous answer arrived."""
+    left = [total]
+
+    async def connection():
+        reader, writer = await asyncio.open_connection(gw.host, gw.port)
+        while left[0] > 0:
+            left[0] -= 1
+            body = json.dumps({"prompt": fresh_prompt(), "max_tokens": tokens,
+                               "ignore_eos": True}).encode()
+            writer.write(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\n"
+                         b"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n%s"
+                         % (len(body), body))
+            head = await reader.readuntil(b"\r\n\r\n")
+            assert head.startswith(b"HTTP/1.1 200"), head
+            length = next(int(line.split(b":")[1]) for line in head.split(b"\r\n")
+                          if line.lower().startswith(b"content-length:"))
+            await reader.readexactly(length)
+        writer.close()
+
+    t0 = time.perf_counter()
+    await asyncio.gather(*(connection() for _ in range(concurrency)))
+    return total / (time.perf_counter() - t0)
+
+
 async def gateway_round(gw, streams, tokens):
     return await asyncio.gather(*(http_stream(gw.host, gw.port, tokens) for _ in range(streams)))
 
@@ -156,6 +216,10 @@ def main():
     ap.add_argument("--decode-ms", type=float, default=10)
     ap.add_argument("--hold", type=int, default=0,
                     help="instead: hold this many concurrent streams and report the RSS")
+    ap.add_argument("--throughput", type=int, default=0,
+                    help="instead: this many non-streaming requests per path and round, "
+                         "--concurrency in flight: requests per second direct vs gateway")
+    ap.add_argument("--concurrency", type=int, default=64)
     args = ap.parse_args()
     serves = [Serve(*paced(args.prefill_ms, args.decode_ms)) for _ in range(args.workers)]
     gw = Gateway(serves)
@@ -164,6 +228,29 @@ def main():
             before, held, routes = asyncio.run(hold(gw, serves, args.hold))
             print("held %d streams (%d running on the workers): gateway RSS %d KiB idle, %d KiB "
                   "holding them; all cancelled on close" % (args.hold, routes, before, held))
+            return 0
+        if args.throughput:
+            rates = {"zeromq": [], "gateway": []}
+            cpu = []  # the gateway's CPU per request (µs): its capacity on one core
+            for _ in range(args.rounds):
+                rates["zeromq"].append(direct_throughput(
+                    serves, args.throughput, args.concurrency, args.tokens))
+                before = cpu_seconds(gw.proc.pid)
+                rates["gateway"].append(asyncio.run(gateway_throughput(
+                    gw, args.throughput, args.concurrency, args.tokens)))
+                cpu.append((cpu_seconds(gw.proc.pid) - before) / args.throughput * 1e6)
+            med = {k: sorted(v)[len(v) // 2] for k, v in rates.items()}
+            print("%d requests x %d tokens per path and round, %d in flight, %d rounds, %d workers "
+                  "(prefill %g ms, decode %g ms)" % (args.throughput, args.tokens,
+                                                      args.concurrency, args.rounds, args.workers,
+                                                      args.prefill_ms, args.decode_ms))
+            for k, v in rates.items():
+                print("%-8s %s req/s (median %.0f)" % (k, " ".join("%.0f" % r for r in v), med[k]))
+            print("gateway / zeromq: %.1f %%" % (100.0 * med["gateway"] / med["zeromq"]))
+            c = sorted(cpu)[len(cpu) // 2]
+            print("gateway CPU per request: %s us (median %.0f: at most %.0f req/s on its cores "
+                  "when the client is not the limit)" % (" ".join("%.0f" % x for x in cpu), c,
+                                                        1e6 / c if c else float("inf")))
             return 0
         direct, through = [], []
         for _ in range(args.rounds):

@@ -90,8 +90,9 @@ class Serve:
         for line in lines[:lines.index(b"ready")]:
             name, endpoint = line.decode().split(" ", 1)
             self.endpoints[name] = endpoint
-        self.submit = self.endpoints["submit"]
-        self.cancel = self.endpoints["cancel"]
+        # A fleet (--num-workers > 1) prints "worker[i].submit": worker 0's are the defaults.
+        self.submit = self.endpoints.get("submit", self.endpoints.get("worker[0].submit"))
+        self.cancel = self.endpoints.get("cancel", self.endpoints.get("worker[0].cancel"))
         self.pid = self.proc.pid
 
     def endpoint_by_flag(self):

@@ -11,6 +11,7 @@ import http.client
 import json
 import os
 import select
+import signal
 import socket
 import subprocess
 import sys
@@ -22,12 +23,13 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 NODE_DIR = os.path.join(HERE, "node")  # the openai SDK, installed by scripts/dev (npm ci)
 sys.path.insert(0, os.path.join(os.path.dirname(HERE), "fault"))
 
-from fault_harness import (ORPHAN_GUARD, STARTUP_TIMEOUT_S, WAIT_S, Serve, mocker_bin,  # noqa: E402
-                           paced, poll_until)
+from fault_harness import (EPHEMERAL, ORPHAN_GUARD, STARTUP_TIMEOUT_S, WAIT_S,  # noqa: E402
+                           MockerClient, Serve, mocker_bin, paced, poll_until)
 
 
 class Gateway:
-    """A `mocker gateway` child process on an ephemeral port."""
+    """A `mocker gateway` child process on an ephemeral port, in front of `serves` (--connect)
+    and whatever `flags` name (--fleet ...)."""
 
     def __init__(self, serves, *flags):
         args = ["--port", "0"]
@@ -84,6 +86,43 @@ class Gateway:
             assert code == 0, "gateway exited %s: %s" % (code, self.stderr_text())
         self.proc.stdout.close()
         self.stderr.close()
+
+
+class FleetServe(Serve):
+    """A `mocker serve --fleet-file` process (any number of workers) and its fleet file."""
+
+    def __init__(self, *flags):
+        fd, self.fleet_file = tempfile.mkstemp(suffix=".json")
+        os.close(fd)
+        super().__init__("--fleet-file", self.fleet_file, *flags)
+        self.http = self.endpoints["http"]
+
+    def per_worker(self, metric, **only):
+        """{worker label: value} of a counter of the process's /metrics, summed over the lines
+        whose labels include `only` (finished_reason="length", ...)."""
+        host, port = self.http[len("http://"):].rsplit(":", 1)
+        c = http.client.HTTPConnection(host, int(port), timeout=WAIT_S)
+        try:
+            c.request("GET", "/metrics")
+            body = c.getresponse().read().decode()
+        finally:
+            c.close()
+        out = {}
+        for line in body.splitlines():
+            if line.startswith(metric + "{") or line.startswith(metric + " "):
+                labels = dict(kv.split("=", 1) for kv in
+                              line[line.find("{") + 1:line.find("}")].split(",") if "=" in kv)
+                if any(labels.get(k, "").strip('"') != v for k, v in only.items()):
+                    continue
+                worker = labels.get("worker", '"0"').strip('"')
+                out[worker] = out.get(worker, 0.0) + float(line.rsplit(" ", 1)[1])
+        return out
+
+    def close(self):
+        try:
+            super().close()
+        finally:
+            os.unlink(self.fleet_file)
 
 
 def sse_payloads(raw):
@@ -460,6 +499,311 @@ class GatewayLimitsTest(unittest.TestCase):
             for name in os.listdir(keys):
                 os.unlink(os.path.join(keys, name))
             os.rmdir(keys)
+
+
+def read_sse_until(sock, needle, deadline_s=WAIT_S):
+    """Bytes read from a raw HTTP socket until `needle` is among them (or the peer closes)."""
+    got = b""
+    deadline = time.monotonic() + deadline_s
+    while needle not in got:
+        sock.settimeout(max(0.01, deadline - time.monotonic()))
+        chunk = sock.recv(65536)
+        if not chunk:
+            break
+        got += chunk
+    return got
+
+
+def error_frames(raw):
+    """The `data: {"error": ...}` frames of raw chunked SSE bytes, parsed."""
+    return [json.loads(line[len(b"data: "):]) for line in raw.split(b"\n")
+            if line.startswith(b'data: {"error"')]
+
+
+def open_stream(gw, max_tokens=200000):
+    """A raw streaming completion that runs for minutes; returns the socket once tokens flow."""
+    s = socket.create_connection((gw.host, gw.port), timeout=WAIT_S)
+    body = json.dumps({"prompt": "long", "max_tokens": max_tokens, "ignore_eos": True,
+                       "stream": True}).encode()
+    s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json"
+              b"\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body))
+    assert b'"text"' in read_sse_until(s, b'"text"')
+    return s
+
+
+class WorkerFailureGatewayTest(unittest.TestCase):
+    """Workers that fail: one that stops answering (SIGSTOP) is lost after --worker-timeout-s —
+    its streams end with a 504 error frame and are cancelled there, /ready says 503, new
+    requests go to the other worker, and it is back once it answers; one that shuts down
+    mid-stream (SIGTERM) gives a 503 error frame (its `shutdown` terminal), not a 500."""
+
+    def setUp(self):
+        self.serves = [Serve(*paced(2, 2)), Serve(*paced(2, 2))]
+        self.gw = Gateway(self.serves, "--stats-interval-ms", "100", "--worker-timeout-s", "2",
+                          "--max-model-len", "300000")
+
+    def tearDown(self):
+        self.gw.close()
+        for s in self.serves:
+            if s.proc.poll() is None:
+                os.kill(s.pid, signal.SIGCONT)
+            s.close()
+
+    def holder(self):
+        """The serve whose worker runs the one request in flight."""
+        clients = [s.client() for s in self.serves]
+        try:
+            routes = [c.stats()["routes"] for c in clients]
+        finally:
+            for c in clients:
+                c.close()
+        self.assertEqual(sorted(routes), [0, 1])
+        return self.serves[routes.index(1)]
+
+    def test_a_worker_that_stops_answering_is_lost_and_its_streams_fail_with_504(self):
+        s = open_stream(self.gw)
+        stuck = self.holder()
+        os.kill(stuck.pid, signal.SIGSTOP)
+        try:
+            got = read_sse_until(s, b"[DONE]")
+            frames = error_frames(got)
+            self.assertEqual(len(frames), 1, got[-500:])
+            err = frames[0]["error"]
+            self.assertEqual((err["code"], err["type"]), (504, "GatewayTimeoutError"))
+            self.assertIn("stopped answering", err["message"])
+            s.close()
+            status, _, raw = self.gw.request("GET", "/ready")
+            self.assertEqual((status, json.loads(raw)["workers_lost"]), (503, 1))
+            for _ in range(3):  # every new request goes to the live worker
+                status, _, raw = self.gw.request("POST", "/v1/completions",
+                                                 {"prompt": "x", "max_tokens": 2})
+                self.assertEqual(status, 200, raw)
+        finally:
+            os.kill(stuck.pid, signal.SIGCONT)
+        poll_until(lambda: self.gw.request("GET", "/ready")[0] == 200, "the worker back")
+        client = stuck.client()
+        try:
+            poll_until(lambda: client.stats()["routes"] == 0, "the lost request cancelled there")
+        finally:
+            client.close()
+
+    def test_a_worker_shutting_down_mid_stream_gives_a_503_error_frame(self):
+        s = open_stream(self.gw)
+        self.assertEqual(self.holder().terminate(), 0)
+        got = read_sse_until(s, b"[DONE]")
+        s.close()
+        frames = error_frames(got)
+        self.assertEqual(len(frames), 1, got[-500:])
+        err = frames[0]["error"]
+        self.assertEqual((err["code"], err["type"]), (503, "ServiceUnavailableError"))
+        self.assertIn("shutdown", err["message"])
+
+
+TINY_TOKENIZER = os.path.join(os.path.dirname(HERE), "data",
+                              "tiny_tokenizer.json")
+
+
+def reference_token_ids(texts):
+    """Token ids of `texts` by Hugging Face's JavaScript tokenizer.json implementation
+    (@huggingface/tokenizers, tests/gateway/node), or None where it is not installed."""
+    if not os.path.isdir(os.path.join(NODE_DIR, "node_modules", "@huggingface", "tokenizers")):
+        return None
+    r = subprocess.run(["node", os.path.join(NODE_DIR, "tokenizer_check.mjs"), TINY_TOKENIZER],
+                       input=json.dumps(texts).encode(), capture_output=True, timeout=WAIT_S,
+                       check=True)
+    return json.loads(r.stdout)
+
+
+class TokenizerFileGatewayTest(unittest.TestCase):
+    """`--tokenizer tests/data/tiny_tokenizer.json` (a byte-level BPE tokenizer.json): prompt
+    counts as the reference implementation counts them, generated text that re-tokenizes to
+    the reported count (by the gateway and by the reference), shared text sharing KV blocks."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.serve = Serve(*paced(1, 1))
+        cls.gw = Gateway([cls.serve], "--tokenizer", TINY_TOKENIZER)
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.gw.close()
+        cls.serve.close()
+
+    def tokenize(self, text):
+        status, _, raw = self.gw.request("POST", "/tokenize", {"prompt": text})
+        self.assertEqual(status, 200, raw)
+        return json.loads(raw)["tokens"]
+
+    def test_prompt_tokens_match_the_reference_implementation(self):
+        texts = ["Hello world, the gateway!", "can't 12345 héllo <|im_start|>user\n",
+                 "Ünïcödé 😀 text\twith\ttabs", "  spaces   and\n\nnewlines  ",
+                 "The quick brown fox jumps over the lazy dog. " * 5]
+        ours = [self.tokenize(t) for t in texts]
+        reference = reference_token_ids(texts)
+        if reference is None:
+            self.skipTest("@huggingface/tokenizers not installed (scripts/dev test runs npm ci)")
+        self.assertEqual(ours, reference)
+        status, _, raw = self.gw.request("POST", "/v1/completions",
+                                         {"prompt": texts[0], "max_tokens": 1})
+        self.assertEqual(status, 200, raw)
+        self.assertEqual(json.loads(raw)["usage"]["prompt_tokens"], len(reference[0]))
+
+    def test_generated_text_retokenizes_to_the_reported_count(self):
+        for n in (1, 7, 33):
+            status, _, raw = self.gw.request("POST", "/v1/completions",
+                                             {"prompt": "Tell me about the workers",
+                                              "max_tokens": n, "ignore_eos": True})
+            self.assertEqual(status, 200, raw)
+            body = json.loads(raw)
+            text = body["choices"][0]["text"]
+            self.assertEqual(body["usage"]["completion_tokens"], n)
+            self.assertEqual(len(self.tokenize(text)), n, text)
+            reference = reference_token_ids([text])
+            if reference is not None:
+                self.assertEqual(len(reference[0]), n, text)
+
+    def test_shared_text_shares_kv_blocks(self):
+        shared = "The gateway takes requests from clients that speak the OpenAI protocol. " * 6
+        cached = []
+        for tail in ("first question?", "second one!"):
+            status, _, raw = self.gw.request("POST", "/v1/completions",
+                                             {"prompt": shared + tail, "max_tokens": 1})
+            self.assertEqual(status, 200, raw)
+            cached.append(json.loads(raw)["usage"]["prompt_tokens_details"]["cached_tokens"])
+        self.assertEqual(cached[0], 0)
+        self.assertGreater(cached[1], 0)
+
+
+class KvRouterGatewayTest(unittest.TestCase):
+    """`--router kv` over a real two-worker `mocker serve --num-workers 2` fleet: the gateway's
+    live KV index follows both workers' KV events, and a repeated prompt goes to the worker
+    that holds its prefix (with round robin, the fourth request of this test would not)."""
+
+    def test_repeated_prompts_go_to_the_worker_holding_their_prefix(self):
+        fleet = FleetServe("--num-workers", "2", *paced(1, 1))
+        try:
+            gw = Gateway([], "--fleet", fleet.fleet_file, "--router", "kv")
+            try:
+                with open(fleet.fleet_file, encoding="utf-8") as f:
+                    block = json.load(f)["block_size"]
+                # Token-id prompts of 3 full blocks + 1 token; 2 output tokens complete no
+                # further block, so the index ends up with exactly 3 blocks per prompt.
+                prompts = [[1000 * (i + 1) + k for k in range(3 * block + 1)] for i in range(3)]
+
+                def complete(prompt):
+                    status, _, raw = gw.request("POST", "/v1/completions",
+                                                {"prompt": prompt, "max_tokens": 2,
+                                                 "ignore_eos": True})
+                    self.assertEqual(status, 200, raw)
+                    return json.loads(raw)["usage"]["prompt_tokens_details"]["cached_tokens"]
+
+                for p in prompts:
+                    self.assertEqual(complete(p), 0)
+                # The index has seen every worker's stored blocks before the repeats route.
+                poll_until(lambda: gw.metric("dynamo_frontend_kv_index_blocks") == 9,
+                           "the KV index holding the 9 prompt blocks")
+                for _ in range(3):
+                    for p in prompts:
+                        self.assertEqual(complete(p), 3 * block)
+                self.assertEqual(gw.metric("dynamo_frontend_kv_routed_total"), 12)
+                self.assertEqual(gw.metric("dynamo_frontend_kv_routed_cached_prefix_total"), 9)
+                self.assertEqual(gw.metric("dynamo_frontend_kv_query_failures_total"), 0)
+            finally:
+                gw.close()
+        finally:
+            fleet.close()
+
+    def test_kv_needs_the_event_endpoints_of_a_fleet_file(self):
+        r = subprocess.run([mocker_bin(), "gateway", "--connect", "tcp://127.0.0.1:5999",
+                            "--router", "kv"], capture_output=True, timeout=WAIT_S)
+        self.assertEqual(r.returncode, 2)
+        self.assertIn(b"--router kv needs every worker's KV-event endpoints", r.stderr)
+
+
+class DisaggregatedGatewayTest(unittest.TestCase):
+    """The gateway over real disaggregated workers: one `mocker serve --worker-type prefill`
+    and a two-worker `--worker-type decode` fleet. Every request is prefilled on the prefill
+    worker, handed off, and decoded on the decode worker the decode router picks. Fresh
+    processes per test: the workers' counters are then this test's alone."""
+
+    def setUp(self):
+        self.prefill = FleetServe("--worker-type", "prefill", "--handoff-endpoint", EPHEMERAL,
+                                  *paced(2, 2))
+        self.decode = FleetServe("--worker-type", "decode", "--num-workers", "2", *paced(2, 2))
+        self.gw = Gateway([], "--prefill-fleet", self.prefill.fleet_file, "--decode-fleet",
+                          self.decode.fleet_file, "--max-model-len", "300000")
+
+    def tearDown(self):
+        self.gw.close()
+        self.decode.close()
+        self.prefill.close()
+
+    def test_requests_run_through_both_hops_round_robin_over_the_decode_workers(self):
+        status, _, raw = self.gw.request("GET", "/ready")
+        self.assertEqual((status, json.loads(raw)["workers"]), (200, 3))
+        for i in range(4):
+            status, _, raw = self.gw.request("POST", "/v1/completions",
+                                             {"prompt": "disaggregated prompt %d" % i,
+                                              "max_tokens": 5, "ignore_eos": True})
+            self.assertEqual(status, 200, raw)
+            body = json.loads(raw)
+            self.assertEqual(body["usage"]["completion_tokens"], 5)
+            self.assertEqual(body["choices"][0]["finish_reason"], "length")
+        # Round robin: two requests of 5 tokens on each decode worker.
+        poll_until(lambda: self.decode.per_worker("vllm:generation_tokens_total")
+                   == {"0": 10.0, "1": 10.0}, "10 tokens generated on each decode worker")
+        # The prefill worker finished its part of all four (a sent handoff counts as `length`)
+        # and generated no token itself.
+        poll_until(lambda: self.prefill.per_worker("vllm:request_success_total",
+                                                   finished_reason="length") == {"0": 4.0},
+                   "four handoffs counted on the prefill worker")
+        self.assertEqual(self.prefill.per_worker("vllm:generation_tokens_total"), {"0": 0.0})
+
+    def test_streaming_chat_and_the_prefill_workers_cache(self):
+        prompt = {"messages": [{"role": "user", "content": "a shared prefix " * 40}],
+                  "max_tokens": 4, "ignore_eos": True, "stream": True,
+                  "stream_options": {"include_usage": True}}
+        cached = []
+        for _ in range(2):
+            status, _, raw = self.gw.request("POST", "/v1/chat/completions", prompt)
+            self.assertEqual(status, 200, raw)
+            frames = sse_payloads(raw)
+            self.assertEqual(frames[-1], "[DONE]")
+            chunks = [json.loads(f) for f in frames[:-1]]
+            self.assertEqual(chunks[0]["choices"][0]["delta"]["role"], "assistant")
+            text = "".join(c["choices"][0]["delta"].get("content", "") for c in chunks
+                           if c["choices"])
+            usage = chunks[-1]["usage"]
+            self.assertEqual(usage["completion_tokens"], 4)
+            _, _, counted = self.gw.request("POST", "/tokenize", {"prompt": text})
+            self.assertEqual(json.loads(counted)["count"], 4)
+            cached.append(usage["prompt_tokens_details"]["cached_tokens"])
+        # The second request's prompt is in the prefill worker's cache (the ticket's count).
+        self.assertEqual(cached[0], 0)
+        self.assertGreater(cached[1], 0)
+
+    def test_a_client_abort_before_the_end_cancels_on_the_decode_worker(self):
+        s = socket.create_connection((self.gw.host, self.gw.port), timeout=WAIT_S)
+        # 200,000 tokens at 2 ms a pass: it would run for minutes.
+        body = json.dumps({"prompt": "long", "max_tokens": 200000, "ignore_eos": True,
+                           "stream": True}).encode()
+        s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json"
+                  b"\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body))
+        got = b""
+        while b'"text"' not in got:  # tokens are flowing: the decode hop runs
+            chunk = s.recv(65536)
+            self.assertTrue(chunk, "stream closed early")
+            got += chunk
+        s.close()
+        with open(self.decode.fleet_file, encoding="utf-8") as f:
+            workers = json.load(f)["workers"]
+        clients = [MockerClient.connect(w["submit"], w["cancel"]) for w in workers]
+        try:
+            poll_until(lambda: all(c.stats()["routes"] == 0 for c in clients),
+                       "the decode worker's request cancelled")
+        finally:
+            for c in clients:
+                c.close()
 
 
 if __name__ == "__main__":

@@ -171,7 +171,18 @@ TEST_F(ResponseShaperTest, AFailedChoiceIsReported) {
   const auto f = frames(s.onFinish(0, ChoiceEnd::Failed, "worker ended the request: error"));
   ASSERT_EQ(f.size(), 1u);
   EXPECT_EQ(f[0]["error"]["message"], "worker ended the request: error");
+  EXPECT_EQ(f[0]["error"]["code"], 500);
+  EXPECT_EQ(f[0]["error"]["type"], "InternalServerError");
   EXPECT_EQ(s.failure(), "worker ended the request: error");
+}
+
+TEST_F(ResponseShaperTest, AnErrorFrameCarriesTheFailuresStatus) {
+  auto s = shaper({.prompts = {{1}}, .max_tokens = 4, .stream = true}, {4});
+  const auto f =
+      frames(s.onFinish(0, ChoiceEnd::Failed, "worker ended the request: shutdown", 503));
+  ASSERT_EQ(f.size(), 1u);
+  EXPECT_EQ(f[0]["error"]["code"], 503);
+  EXPECT_EQ(f[0]["error"]["type"], "ServiceUnavailableError");
 }
 
 }  // namespace

@@ -17,6 +17,7 @@
 #include "service/client.h"
 #include "service/loop_clock.h"
 #include "tools/index/live_kv_index.h"
+#include "tools/replay/decode_router.h"
 #include "tools/replay/detail/eligible_turn.h"
 #include "tools/replay/live_connect.h"
 #include "tools/replay/random.h"
@@ -533,25 +534,15 @@ class LiveReplay {
     // cancel_reply and anything else: nothing to record.
   }
 
-  /// Hop 2: the decode server for a handoff, by options_.decode_router.
+  /// Hop 2: the decode server for a handoff, by options_.decode_router (decode_router.h; kv =
+  /// overlap credit 0: the least loaded).
   std::uint32_t routeDecode(std::size_t index) const {
-    const auto n = static_cast<std::uint32_t>(decode_in_flight_.size());
-    switch (options_.decode_router) {
-      case RouterKind::Random: {
-        // Mixed with the dispatch index: the same request goes to the same decode server
-        // whatever order the handoffs arrive in.
-        SplitMix64 mix(options_.router_seed ^ (0xD1B5'4A32'D192'ED03ull * (index + 1)));
-        return static_cast<std::uint32_t>(mix.uniformIndex(n));
-      }
-      case RouterKind::Kv:  // overlap credit 0: fewest in flight, ties to the lowest index
-        return static_cast<std::uint32_t>(
-            std::min_element(decode_in_flight_.begin(), decode_in_flight_.end()) -
-            decode_in_flight_.begin());
-      case RouterKind::RoundRobin:
-      case RouterKind::KvPrefix:  // refused by runLiveReplay
-        break;
-    }
-    return static_cast<std::uint32_t>(index % n);
+    const DecodeRouterKind kind = options_.decode_router == RouterKind::Random
+                                      ? DecodeRouterKind::Random
+                                  : options_.decode_router == RouterKind::Kv
+                                      ? DecodeRouterKind::LeastLoaded
+                                      : DecodeRouterKind::RoundRobin;  // KvPrefix: refused
+    return pickDecodeWorker(kind, options_.router_seed, index, decode_in_flight_);
   }
 
   void onHandoff(Sent& r, const protocol::Handoff& handoff, double now) {
