@@ -122,6 +122,10 @@ void RadixCache::freePrivate(std::uint32_t n) {
 }
 
 void RadixCache::evict(std::uint32_t count, std::vector<KvEvent>& events) {
+  // One BlockRemoved per page: grow the event list once (geometrically), not per event.
+  if (const std::size_t need = events.size() + count; need > events.capacity()) {
+    events.reserve(std::max(need, 2 * events.capacity()));
+  }
   while (count > 0) {
     MOCKER_CHECK(!leaves_.empty());
     // The set node is taken out and reused for the leaf the victim's parent page may become, so
@@ -207,49 +211,63 @@ RadixCache::NodeId RadixCache::splitBefore(NodeId n, std::uint32_t split) {
   return head;
 }
 
-std::pair<RadixCache::PageRef, bool> RadixCache::insert(PageRef& parent, BlockHash hash) {
-  MOCKER_CHECK(num_private_ > 0);
+std::uint32_t RadixCache::share(NodeId node, std::uint32_t from, std::uint32_t n) {
+  for (std::uint32_t k = from; k < from + n; ++k) {
+    lockPage(node, k);  // leaves the leaf set (keyed by the old tick) before the tick changes
+    at(node).pages[k].tick = ++clock_;
+  }
+  freePrivate(n);  // the duplicates go back
+  return n;
+}
+
+std::uint32_t RadixCache::insertRun(PageRef& parent, std::span<const BlockHash> hashes,
+                                    bool& created) {
+  MOCKER_CHECK(!hashes.empty() && hashes.size() <= num_private_);
   MOCKER_CHECK(parent.node == kRoot || at(parent.node).pages[parent.offset].lock > 0);
-  PageRef existing{};
-  bool found = false;
+  created = false;
   if (parent.node != kRoot && parent.offset + 1 < at(parent.node).pages.size()) {
-    // Inside a run the parent page's only child is the run's next page.
-    if (at(parent.node).pages[parent.offset + 1].hash == hash) {
-      existing = {parent.node, parent.offset + 1};
-      found = true;
-    } else {
-      parent.node = splitBefore(parent.node, parent.offset + 1);
+    // Inside a run the parent page's only child is the run's next page: share while they agree.
+    const std::vector<Page>& pages = at(parent.node).pages;
+    const std::size_t limit = std::min(pages.size() - parent.offset - 1, hashes.size());
+    std::uint32_t n = 0;
+    while (n < limit && pages[parent.offset + 1 + n].hash == hashes[n]) ++n;
+    if (n > 0) {
+      share(parent.node, parent.offset + 1, n);
+      parent.offset += n;
+      return n;
     }
-  } else if (NodeId child; findChild(parent.node, hash, child)) {
-    existing = {child, 0};
-    found = true;
+    parent.node = splitBefore(parent.node, parent.offset + 1);  // diverges: a new child below
+  } else if (NodeId child; (parent.node == kRoot || at(parent.node).num_children != 0) &&
+                           findChild(parent.node, hashes.front(), child)) {
+    const std::vector<Page>& pages = at(child).pages;
+    const std::size_t limit = std::min(pages.size(), hashes.size());
+    std::uint32_t n = 1;  // the first page matched through the index
+    while (n < limit && pages[n].hash == hashes[n]) ++n;
+    share(child, 0, n);
+    parent = {child, n - 1};
+    return n;
   }
-  if (found) {
-    // A copy is already visible: share it and give the duplicate page back.
-    lockPage(existing.node, existing.offset);
-    at(existing.node).pages[existing.offset].tick = ++clock_;
-    freePrivate(1);
-    return {existing, false};
+  // No page of `hashes` can be cached: they would all descend from a page that has no such child.
+  created = true;
+  const auto n = static_cast<std::uint32_t>(hashes.size());
+  num_private_ -= n;
+  num_cached_ += n;
+  NodeId target = parent.node;
+  if (parent.node == kRoot || at(parent.node).num_children != 0) {
+    target = newNode(parent.node);
+    auto [entry, inserted] = index_.findOrInsert(hashes.front().value());
+    // Only a 64-bit collision of sequence hashes could put this hash under another parent.
+    MOCKER_CHECK(inserted);
+    entry->count = 1;
+    entry->node = target;
   }
-  const Page page{hash, ++clock_, 1};
-  --num_private_;
-  ++num_cached_;
-  if (parent.node != kRoot && at(parent.node).num_children == 0) {
-    // The parent page ends a childless run (locked by the inserting request, so not a leaf in
-    // the set): the run grows instead of getting a child.
-    MOCKER_DCHECK(!at(parent.node).in_leaves);
-    at(parent.node).pages.push_back(page);
-    return {PageRef{parent.node, parent.offset + 1}, true};
-  }
-  MOCKER_DCHECK(parent.node == kRoot || !at(parent.node).in_leaves);
-  const NodeId id = newNode(parent.node);
-  at(id).pages.push_back(page);
-  auto [entry, inserted] = index_.findOrInsert(hash.value());
-  // Only a 64-bit collision of sequence hashes could put this hash under another parent.
-  MOCKER_CHECK(inserted);
-  entry->count = 1;
-  entry->node = id;
-  return {PageRef{id, 0}, true};
+  // Otherwise the parent page ends a childless run (locked by the caller, so not a leaf in the
+  // set): the run grows instead of getting a child.
+  std::vector<Page>& pages = at(target).pages;
+  MOCKER_DCHECK(!at(target).in_leaves);
+  for (const BlockHash h : hashes) pages.push_back(Page{h, ++clock_, 1});
+  parent = {target, static_cast<std::uint32_t>(pages.size() - 1)};
+  return n;
 }
 
 void RadixCache::releasePath(std::span<const BlockHash> hashes) {

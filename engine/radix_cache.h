@@ -48,7 +48,7 @@ class RadixCache final {
   /// The root: parent of every node that starts at page 0. Holds no page.
   static constexpr NodeId kRoot{0};
   /// One cached page: `offset` within `node`'s run, or the root itself (node kRoot). Valid until
-  /// the next call that changes the tree, except that insert() keeps the ref it is given valid.
+  /// the next call that changes the tree (insertRun() keeps the ref it advances valid).
   struct PageRef {
     NodeId node = kRoot;
     std::uint32_t offset = 0;
@@ -84,12 +84,19 @@ class RadixCache final {
   /// Returns `n` private pages to the free pool.
   void freePrivate(std::uint32_t n);
 
-  /// Publishes one private, now complete page with sequence hash `hash` whose previous page is
-  /// `parent` (the root for page 0; the caller holds it locked). If `hash` is not cached, the
-  /// page becomes cached, locked once (returned `created` = true ⇒ the caller emits Stored);
-  /// otherwise the private page is freed and the cached page is locked instead. Either way the
-  /// page is marked accessed now. Returns the page (and keeps `parent` valid).
-  std::pair<PageRef, bool> insert(PageRef& parent, BlockHash hash);
+  /// Publishes private, now complete pages with sequence hashes `hashes` (non-empty) that follow
+  /// page `parent` (the root for page 0; the caller holds it locked): takes the longest leading
+  /// run of them that is either all new or all already cached and returns its length. New pages
+  /// become cached, locked once (`created` = true ⇒ the caller emits Stored); for cached ones the
+  /// private pages are freed and the cached pages are locked instead. Either way each page is
+  /// marked accessed now, in order. `parent` advances to the run's last page.
+  std::uint32_t insertRun(PageRef& parent, std::span<const BlockHash> hashes, bool& created);
+  /// insertRun() of one page; returns `created`.
+  bool insert(PageRef& parent, BlockHash hash) {
+    bool created = false;
+    insertRun(parent, std::span(&hash, 1), created);
+    return created;
+  }
 
   /// Releases a request's hold on its cached path `hashes` (root first): marks the path accessed
   /// now (leaf-first eviction within it, least recently released first across paths) and
@@ -148,6 +155,9 @@ class RadixCache final {
   NodeId newNode(NodeId parent);
   /// Moves pages [0, at) of `n` into a new node that becomes `n`'s parent; returns it.
   NodeId splitBefore(NodeId n, std::uint32_t at);
+  /// Locks pages [from, from + n) of `node` (cached copies of a caller's private pages, which
+  /// are freed) and marks them accessed; returns n.
+  std::uint32_t share(NodeId node, std::uint32_t from, std::uint32_t n);
   /// Evicts `count` unlocked leaf pages, oldest tick first; one BlockRemoved each.
   void evict(std::uint32_t count, std::vector<KvEvent>& events);
   /// Drops the last page of unlocked leaf node `victim` (out of the leaf set). Returns the node

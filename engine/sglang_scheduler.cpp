@@ -144,13 +144,14 @@ void SglangScheduler::publishPages(Req& r, std::vector<KvEvent>& events) {
   // Newly created pages form maximal runs of consecutive pages; one Stored per run.
   detail::StoredRuns runs(r, page_size_, events);
   RadixCache::PageRef parent = cache_.locate(r.path());
-  for (std::uint32_t i = first; i < full; ++i) {
-    MOCKER_CHECK(r.private_pages > 0);
-    const auto [page, created] = cache_.insert(parent, r.hashes[i]);
-    --r.private_pages;
-    ++r.path_pages;
-    parent = page;
-    runs.visit(i, created);
+  MOCKER_CHECK(r.private_pages >= full - first);
+  for (std::uint32_t i = first; i < full;) {
+    bool created = false;
+    const std::uint32_t n =
+        cache_.insertRun(parent, std::span(r.hashes).subspan(i, full - i), created);
+    r.private_pages -= n;
+    r.path_pages += n;
+    for (const std::uint32_t end = i + n; i < end; ++i) runs.visit(i, created);
   }
   runs.close(full);
 }

@@ -147,12 +147,21 @@ TEST(RadixCacheTest, MatchesPageGranularReferenceUnderRandomTraffic) {
         const auto mid = static_cast<std::uint32_t>(prefix + rng() % (total - prefix + 1));
         for (const std::uint32_t end : {mid, total}) {
           RadixCache::PageRef parent = cache.locate(std::span(h.hashes).first(h.path));
-          for (; h.path < end; ++h.path, --h.private_pages) {
-            const std::optional<std::uint64_t> ref_parent =
-                h.path == 0 ? std::nullopt : std::optional(h.hashes[h.path - 1].value());
-            const auto [page, created] = cache.insert(parent, h.hashes[h.path]);
-            ASSERT_EQ(created, ref.insert(ref_parent, h.hashes[h.path]));
-            parent = page;
+          while (h.path < end) {
+            // Runs of random length, one page at a time or all at once.
+            const auto want = static_cast<std::uint32_t>(1 + rng() % (end - h.path));
+            bool created = false;
+            const std::uint32_t n =
+                cache.insertRun(parent, std::span(h.hashes).subspan(h.path, want), created);
+            ASSERT_TRUE(n >= 1 && n <= want);
+            for (const std::uint32_t stop = h.path + n; h.path < stop; ++h.path) {
+              const std::optional<std::uint64_t> ref_parent =
+                  h.path == 0 ? std::nullopt : std::optional(h.hashes[h.path - 1].value());
+              ASSERT_EQ(created, ref.insert(ref_parent, h.hashes[h.path]));
+              --h.private_pages;
+            }
+            ASSERT_EQ(cache.locate(std::span(h.hashes).first(h.path)).node, parent.node);
+            ASSERT_EQ(cache.locate(std::span(h.hashes).first(h.path)).offset, parent.offset);
           }
         }
         held.push_back(std::move(h));

@@ -562,9 +562,9 @@ TEST(RadixCacheTest, ChainEvictionKeepsOldestLeafFirstOrder) {
   std::vector<KvEvent> events;
   const auto build = [&](BlockHash first, BlockHash second) {
     cache.allocatePrivate(2, events);
-    RadixCache::PageRef root;
-    auto page = cache.insert(root, first).first;
-    cache.insert(page, second);
+    RadixCache::PageRef parent;
+    cache.insert(parent, first);
+    cache.insert(parent, second);
     return std::vector<BlockHash>{first, second};
   };
   const auto a = build(BlockHash{11}, BlockHash{12});
