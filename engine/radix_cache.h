@@ -34,9 +34,9 @@
 #include <utility>
 #include <vector>
 
+#include "base/hash_index.h"
 #include "base/result.h"
 #include "base/strong_id.h"
-#include "engine/detail/hash_index.h"
 #include "engine/types.h"
 
 namespace mocker::engine {
@@ -173,7 +173,7 @@ class RadixCache final {
   std::uint64_t clock_ = 0;
   std::vector<Node> nodes_;         // slot per node id (slot 0: the root); free slots recycled
   std::vector<NodeId> free_slots_;  // stack
-  detail::HashIndex<Entry> index_;  // first page hash of a node → node
+  HashIndex<Entry> index_;          // first page hash of a node → node
   std::set<LeafKey> leaves_;        // nodes whose last page is an unlocked leaf, by (tick, id)
   std::vector<Segment> segments_;   // scratch of releasePath
 };
