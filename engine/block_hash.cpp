@@ -1,5 +1,8 @@
 #include "engine/block_hash.h"
 
+// Inlined (header-only mode): page size 1 hashes every token, and the call into the shared
+// library costs as much as the hash of 16 bytes itself. Same function, same values.
+#define XXH_INLINE_ALL
 #include <xxhash.h>
 
 #include <algorithm>
@@ -59,12 +62,15 @@ void extendChain(std::span<const std::uint32_t> tokens, std::uint32_t block_size
   // predecessor's content hash: same c_i, one XXH3 call instead of two.
   std::span<const std::uint32_t> previous;
   std::uint64_t previous_c = 0;
+  // One allocation for a whole prompt; growth stays geometric for one-block extensions.
+  if (num_full > hashes.capacity()) hashes.reserve(std::max(num_full, 2 * hashes.capacity()));
   for (std::size_t i = hashes.size(); i < num_full; ++i) {
     const std::span<const std::uint32_t> block = tokens.subspan(i * block_size, block_size);
-    const std::uint64_t c =
-        !previous.empty() && std::equal(block.begin(), block.end(), previous.begin())
-            ? previous_c
-            : contentHash(block, seeds.hash_seed);
+    const bool repeat =
+        !previous.empty() &&
+        (block_size == 1 ? block[0] == previous[0]
+                         : std::equal(block.begin(), block.end(), previous.begin()));
+    const std::uint64_t c = repeat ? previous_c : contentHash(block, seeds.hash_seed);
     parent = i == 0 ? c : chainHash(parent, c, seeds.chain_seed);
     hashes.push_back(Hash{parent});
     previous = block;

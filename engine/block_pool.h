@@ -20,9 +20,9 @@
 #include <span>
 #include <vector>
 
+#include "base/hash_index.h"
 #include "base/result.h"
 #include "base/strong_id.h"
-#include "engine/detail/hash_index.h"
 #include "engine/types.h"
 
 namespace mocker::engine {
@@ -106,7 +106,7 @@ class BlockPool final {
   BlockId lru_head_ = kNil;
   BlockId lru_tail_ = kNil;
   std::uint32_t num_inactive_ = 0;
-  detail::HashIndex<Copies> copies_;  // hash value → copies; lookup only, cachedHashes() sorts
+  HashIndex<Copies> copies_;  // hash value → copies; lookup only, cachedHashes() sorts
 };
 
 }  // namespace mocker::engine

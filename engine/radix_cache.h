@@ -1,27 +1,31 @@
 // RadixCache: the SGLang-style prefix cache of one DP rank (docs/engine.md, Radix cache).
 //
 // The token pool has N pages of `page_size` tokens. A page is free, *private* (held by one
-// request, not cache-visible: uncomputed, partial, or prefix caching off) or a tree *node*. The
-// tree is a radix tree over pages: a node is one complete page, its parent the previous page of
-// the same sequence. Because a node's identity is its sequence hash s_i, which already
-// chains the whole prefix, nodes are found through one hash → node index instead of per-node
-// child maps; walking s_0, s_1, … while the index has them is the radix prefix match (edges are
-// never compressed, so no split is needed). There is exactly one node per hash: a request whose
-// page completes with a hash that already has a node frees its private page and shares the node.
+// request, not cache-visible: uncomputed, partial, or prefix caching off) or *cached* (in the
+// tree). The tree is a compressed radix tree over pages, as SGLang's RadixCache: a node holds a
+// run of consecutive pages of one sequence (its edge), and a run is split where sequences
+// diverge. A cached page's identity is its sequence hash s_i, which already chains the whole
+// prefix, so a node's children are found through one index from a node's *first* page hash to
+// the node (one entry per node, not per page); inside a node the walk compares the run's hashes
+// in order. There is exactly one cached page per hash: a request whose page completes with a
+// hash that is already cached frees its private page and shares the cached one.
 //
-// Nodes carry `lock_ref` (the number of requests holding them; a request holds its whole path,
-// so ancestors of a locked node are locked) and a logical access tick. Unlocked nodes are
-// *evictable*; eviction repeatedly removes the unlocked leaf with the oldest tick and produces a
-// BlockRemoved for its hash. A node's creation is the caller's Stored event.
+// Every cached page carries its own `lock` (the number of requests holding it; a request holds
+// its whole path, so along a path locks never grow with depth) and logical access tick. Unlocked
+// pages are *evictable*; eviction repeatedly removes the unlocked leaf page (the last page of a
+// node without children) with the oldest tick and produces a BlockRemoved for its hash. A page's
+// creation is the caller's Stored event. This is exactly the page-granular LRU-of-leaves order
+// of an uncompressed tree (ticks are unique, so no tie-break is ever needed); compressing runs
+// only changes the cost: with page size 1 one request's prompt is one node, not 40,000.
 //
-// Invariants (checkInvariants): free + private + nodes = N; evictable = unlocked nodes; the leaf
-// set holds exactly the unlocked nodes without children; lock_ref(parent) >= lock_ref(child).
+// Invariants (checkInvariants): free + private + cached = N; evictable = unlocked pages; the leaf
+// set holds exactly the nodes without children whose last page is unlocked; locks never grow
+// along a path; every node but the root holds >= 1 page.
 //
-// Costs: match O(pages matched); lock/unlock O(1) + O(log n) leaf-set update; eviction
-// O(log n) per page, O(1) while it follows a chain: a victim's parent that becomes the oldest
-// unlocked leaf is evicted next without entering the leaf set (a released path — with page
-// size 1, one node per token — is evicted leaf-first this way). Not thread-safe; owned by one
-// rank's SglangScheduler.
+// Costs: match, lock and release O(pages on the path), sequential within a node, plus one index
+// lookup per node; inserting a page O(1) amortised, plus O(run) for a split (the split node's
+// pages are moved once); eviction O(1) per page while it follows its node and chain, O(log n)
+// per leaf-set update. Not thread-safe; owned by one rank's SglangScheduler.
 #pragma once
 
 #include <cstdint>
@@ -30,19 +34,25 @@
 #include <utility>
 #include <vector>
 
+#include "base/hash_index.h"
 #include "base/result.h"
 #include "base/strong_id.h"
-#include "engine/detail/hash_index.h"
 #include "engine/types.h"
 
 namespace mocker::engine {
 
 class RadixCache final {
  public:
-  /// Slot of a tree node; slots of evicted nodes are reused.
+  /// Slot of a tree node; slots of removed nodes are reused.
   using NodeId = StrongId<struct RadixNodeTag, std::uint32_t>;
-  /// The (virtual) root: parent of every page-0 node. Holds no page.
-  static constexpr NodeId kRoot{~std::uint32_t{0}};
+  /// The root: parent of every node that starts at page 0. Holds no page.
+  static constexpr NodeId kRoot{0};
+  /// One cached page: `offset` within `node`'s run, or the root itself (node kRoot). Valid until
+  /// the next call that changes the tree (insertRun() keeps the ref it advances valid).
+  struct PageRef {
+    NodeId node = kRoot;
+    std::uint32_t offset = 0;
+  };
 
   explicit RadixCache(std::uint32_t num_pages);
   RadixCache(const RadixCache&) = delete;
@@ -51,19 +61,22 @@ class RadixCache final {
   std::uint32_t numPages() const { return num_pages_; }
   std::uint32_t numFree() const { return num_free_; }
   std::uint32_t numPrivate() const { return num_private_; }
-  std::uint32_t numNodes() const { return static_cast<std::uint32_t>(index_.size()); }
-  /// Unlocked nodes (reclaimable by eviction).
+  /// Pages in the tree.
+  std::uint32_t numCached() const { return num_cached_; }
+  /// Unlocked cached pages (reclaimable by eviction).
   std::uint32_t numEvictable() const { return num_evictable_; }
-  /// Private pages plus locked nodes (active_blocks of "Load metrics").
-  std::uint32_t numActive() const { return num_private_ + numNodes() - num_evictable_; }
+  /// Private pages plus locked cached pages (active_blocks of "Load metrics").
+  std::uint32_t numActive() const { return num_private_ + num_cached_ - num_evictable_; }
 
-  /// Number of leading hashes that form a path of nodes from the root. Side-effect free.
+  /// Number of leading hashes that form a path of cached pages from the root. Side-effect free.
   std::uint32_t matchLength(std::span<const BlockHash> hashes) const;
-  /// How many of the nodes of `hashes` (a matched path) are currently unlocked.
+  /// How many of the pages of `hashes` (a matched path) are currently unlocked.
   std::uint32_t countUnlocked(std::span<const BlockHash> hashes) const;
-  /// Locks the nodes of the matched path `hashes` (REQUIRES matchLength(hashes) == size) and
-  /// appends their ids to `path`.
-  void lockPath(std::span<const BlockHash> hashes, std::vector<NodeId>& path);
+  /// Locks the pages of the matched path `hashes` (REQUIRES matchLength(hashes) == size), root
+  /// first, marking each accessed now.
+  void lockPath(std::span<const BlockHash> hashes);
+  /// The last page of the cached path `hashes` (the root if empty). REQUIRES: matched.
+  PageRef locate(std::span<const BlockHash> hashes) const;
 
   /// Takes `n` private pages, evicting unlocked leaves (oldest first) when free pages run out;
   /// each eviction appends a BlockRemoved to `events`. REQUIRES: n <= numFree() + numEvictable().
@@ -71,69 +84,98 @@ class RadixCache final {
   /// Returns `n` private pages to the free pool.
   void freePrivate(std::uint32_t n);
 
-  /// Publishes one private, now complete page with sequence hash `hash` whose previous page is
-  /// node `parent` (kRoot for page 0; the caller holds it locked). If `hash` has no node, the page
-  /// becomes a new node locked once (returned `created` = true ⇒ the caller emits Stored);
-  /// otherwise the private page is freed and the existing node is locked instead.
-  std::pair<NodeId, bool> insert(NodeId parent, BlockHash hash);
+  /// Publishes private, now complete pages with sequence hashes `hashes` (non-empty) that follow
+  /// page `parent` (the root for page 0; the caller holds it locked): takes the longest leading
+  /// run of them that is either all new or all already cached and returns its length. New pages
+  /// become cached, locked once (`created` = true ⇒ the caller emits Stored); for cached ones the
+  /// private pages are freed and the cached pages are locked instead. Either way each page is
+  /// marked accessed now, in order. `parent` advances to the run's last page.
+  std::uint32_t insertRun(PageRef& parent, std::span<const BlockHash> hashes, bool& created);
+  /// insertRun() of one page; returns `created`.
+  bool insert(PageRef& parent, BlockHash hash) {
+    bool created = false;
+    insertRun(parent, std::span(&hash, 1), created);
+    return created;
+  }
 
-  /// Releases a request's hold on `path` (root first): marks the path accessed now (leaf-first
-  /// eviction within it, least recently released first across paths) and unlocks every node.
-  void releasePath(std::span<const NodeId> path);
+  /// Releases a request's hold on its cached path `hashes` (root first): marks the path accessed
+  /// now (leaf-first eviction within it, least recently released first across paths) and
+  /// unlocks every page.
+  void releasePath(std::span<const BlockHash> hashes);
 
-  /// Prefetches the index slot of `hash` ahead of an insert or match of it (a hint only).
-  void prefetch(BlockHash hash) const { index_.prefetch(hash.value()); }
-
-  /// Sequence hash of a node.
-  BlockHash hashOf(NodeId node) const { return at(node).hash; }
-  std::uint32_t lockRef(NodeId node) const { return at(node).lock_ref; }
-
-  /// Sorted hashes of every node.
+  /// Sorted hashes of every cached page.
   std::vector<BlockHash> cachedHashes() const;
-  /// Drops every node without events if no page is active; false otherwise.
+  /// Drops every cached page without events if no page is active; false otherwise.
   bool clear();
 
-  /// Checks the tree and pool accounting. `expected_locks` (node id → number of holders as the
-  /// scheduler sees them, indexed by NodeId::value(), may be shorter) must match every lock_ref.
-  Status checkInvariants(std::span<const std::uint32_t> expected_locks) const;
-  /// Size of the node id space (for building `expected_locks`).
-  std::size_t nodeCapacity() const { return nodes_.size(); }
+  /// Checks the tree and pool accounting. `held` is every holder's cached path (a request holds
+  /// each page of its path once); every page's lock must equal the number of paths through it.
+  Status checkInvariants(std::span<const std::span<const BlockHash>> held) const;
 
  private:
-  struct Node {
+  struct Page {
     BlockHash hash;
+    std::uint64_t tick = 0;
+    std::uint32_t lock = 0;
+  };
+  struct Node {
     NodeId parent = kRoot;
     std::uint32_t num_children = 0;
-    std::uint32_t lock_ref = 0;
-    std::uint64_t tick = 0;
     bool live = false;
     bool in_leaves = false;
+    std::vector<Page> pages;  // the run, root side first
   };
   struct Entry {
     std::uint32_t count = 0;  // 1 while present (HashIndex's occupancy marker)
     NodeId node;
   };
+  // A run of one path's pages inside one node.
+  struct Segment {
+    NodeId node;
+    std::uint32_t begin;
+    std::uint32_t end;
+  };
+  using LeafKey = std::pair<std::uint64_t, NodeId>;
+  static constexpr std::size_t kKeptCapacity = 64;  // pages a free node slot may keep allocated
 
   Node& at(NodeId n) { return nodes_[n.value()]; }
   const Node& at(NodeId n) const { return nodes_[n.value()]; }
-  void lock(NodeId n);
-  void unlock(NodeId n);
+  /// The child of `parent` whose run starts with `hash`, if any.
+  bool findChild(NodeId parent, BlockHash hash, NodeId& child) const;
+  /// Calls f(Segment) for the per-node runs of the cached path `hashes`, root first, and returns
+  /// how many leading hashes are cached: with `compare`, the walk stops at the first hash that
+  /// is not; without, the path is trusted (REQUIRES: cached) and only node starts are looked up.
+  template <typename F>
+  std::uint32_t walk(std::span<const BlockHash> hashes, bool compare, F&& f) const;
+  void lockPage(NodeId n, std::uint32_t offset);
+  void unlockPage(NodeId n, std::uint32_t offset);
+  LeafKey leafKey(NodeId n) const { return {at(n).pages.back().tick, n}; }
   void addLeaf(NodeId n);
   void removeLeaf(NodeId n);
-  /// Evicts `count` unlocked leaves, oldest (tick, id) first; one BlockRemoved each.
+  NodeId newNode(NodeId parent);
+  /// Moves pages [0, at) of `n` into a new node that becomes `n`'s parent; returns it.
+  NodeId splitBefore(NodeId n, std::uint32_t at);
+  /// Locks pages [from, from + n) of `node` (cached copies of a caller's private pages, which
+  /// are freed) and marks them accessed; returns n.
+  std::uint32_t share(NodeId node, std::uint32_t from, std::uint32_t n);
+  /// Evicts `count` unlocked leaf pages, oldest tick first; one BlockRemoved each.
   void evict(std::uint32_t count, std::vector<KvEvent>& events);
-  /// Drops unlocked leaf `victim` (already out of the leaf set); returns its parent.
-  NodeId removeNode(NodeId victim, std::vector<KvEvent>& events);
+  /// Drops the last page of unlocked leaf node `victim` (out of the leaf set). Returns the node
+  /// that holds the victim page's parent page (the same node unless it became empty, then its
+  /// parent, whose child count is decremented).
+  NodeId removeLastPage(NodeId victim, std::vector<KvEvent>& events);
 
   std::uint32_t num_pages_;
   std::uint32_t num_free_;
   std::uint32_t num_private_ = 0;
+  std::uint32_t num_cached_ = 0;
   std::uint32_t num_evictable_ = 0;
   std::uint64_t clock_ = 0;
-  std::vector<Node> nodes_;                            // slot per node id; free slots recycled
-  std::vector<NodeId> free_slots_;                     // stack
-  detail::HashIndex<Entry> index_;                     // hash value → node
-  std::set<std::pair<std::uint64_t, NodeId>> leaves_;  // unlocked leaves by (tick, id)
+  std::vector<Node> nodes_;         // slot per node id (slot 0: the root); free slots recycled
+  std::vector<NodeId> free_slots_;  // stack
+  HashIndex<Entry> index_;          // first page hash of a node → node
+  std::set<LeafKey> leaves_;        // nodes whose last page is an unlocked leaf, by (tick, id)
+  std::vector<Segment> segments_;   // scratch of releasePath
 };
 
 }  // namespace mocker::engine

@@ -127,9 +127,9 @@ void SglangScheduler::ensureHashes(Req& r, std::uint32_t pages) const {
 
 void SglangScheduler::releaseKv(Req& r) {
   const std::uint64_t before = overheadOf(r);
-  cache_.releasePath(r.path);
+  cache_.releasePath(r.path());
   cache_.freePrivate(r.private_pages);
-  r.path.clear();
+  r.path_pages = 0;
   r.private_pages = 0;
   r.materialized = 0;
   page_overhead_ -= before;
@@ -138,25 +138,20 @@ void SglangScheduler::releaseKv(Req& r) {
 void SglangScheduler::publishPages(Req& r, std::vector<KvEvent>& events) {
   if (!config_.enable_prefix_caching) return;
   const std::uint32_t full = r.materialized / page_size_;
-  const auto first = static_cast<std::uint32_t>(r.path.size());
+  const std::uint32_t first = r.path_pages;
   if (full <= first) return;
   ensureHashes(r, full);
-  // Newly created nodes form maximal runs of consecutive pages; one Stored per run.
+  // Newly created pages form maximal runs of consecutive pages; one Stored per run.
   detail::StoredRuns runs(r, page_size_, events);
-  // With page size 1 every token is an index insert into a table far larger than the caches;
-  // prefetching a few pages ahead overlaps those memory waits.
-  constexpr std::uint32_t kPrefetchAhead = 8;
-  for (std::uint32_t i = first; i < std::min(full, first + kPrefetchAhead); ++i) {
-    cache_.prefetch(r.hashes[i]);
-  }
-  for (std::uint32_t i = first; i < full; ++i) {
-    if (i + kPrefetchAhead < full) cache_.prefetch(r.hashes[i + kPrefetchAhead]);
-    MOCKER_CHECK(r.private_pages > 0);
-    const RadixCache::NodeId parent = i == 0 ? RadixCache::kRoot : r.path[i - 1];
-    const auto [node, created] = cache_.insert(parent, r.hashes[i]);
-    --r.private_pages;
-    r.path.push_back(node);
-    runs.visit(i, created);
+  RadixCache::PageRef parent = cache_.locate(r.path());
+  MOCKER_CHECK(r.private_pages >= full - first);
+  for (std::uint32_t i = first; i < full;) {
+    bool created = false;
+    const std::uint32_t n =
+        cache_.insertRun(parent, std::span(r.hashes).subspan(i, full - i), created);
+    r.private_pages -= n;
+    r.path_pages += n;
+    for (const std::uint32_t end = i + n; i < end; ++i) runs.visit(i, created);
   }
   runs.close(full);
 }
@@ -167,7 +162,8 @@ bool SglangScheduler::lockAndAllocate(Req& r, std::span<const BlockHash> prefix,
   const std::uint32_t newly_locked = prefix.empty() ? 0 : cache_.countUnlocked(prefix);
   const auto required = static_cast<std::uint32_t>(total_pages - prefix.size());
   if (required > reclaimable - newly_locked) return false;
-  cache_.lockPath(prefix, r.path);  // protect the hit before evicting for the rest
+  cache_.lockPath(prefix);  // protect the hit before evicting for the rest
+  r.path_pages = static_cast<std::uint32_t>(prefix.size());
   cache_.allocatePrivate(required, events);
   r.private_pages = required;
   return true;
@@ -690,19 +686,12 @@ Status SglangScheduler::checkInvariants() const {
   const auto fail = [](const std::string& what) {
     return Error{ErrorCode::Internal, "sglang scheduler invariant: " + what};
   };
-  std::vector<std::uint32_t> locks(cache_.nodeCapacity(), 0);
+  std::vector<std::span<const BlockHash>> paths;
   std::uint64_t private_pages = 0, overhead = 0, num_held = 0;
   std::unordered_map<RequestId, int> seen;
   for (const auto& [id, r] : requests_) {
-    for (RadixCache::NodeId n : r.path) {
-      if (n.value() >= locks.size()) return fail("path holds an unknown node");
-      ++locks[n.value()];
-    }
-    for (std::size_t i = 0; i < r.path.size(); ++i) {
-      if (i >= r.hashes.size() || cache_.hashOf(r.path[i]) != r.hashes[i]) {
-        return fail("path node does not advertise the request's page hash");
-      }
-    }
+    if (r.path_pages > r.hashes.size()) return fail("path beyond the request's page hashes");
+    if (r.path_pages > 0) paths.push_back(r.path());
     private_pages += r.private_pages;
     overhead += overheadOf(r);
     if (r.state == ReqState::Held) {
@@ -716,17 +705,18 @@ Status SglangScheduler::checkInvariants() const {
       const std::uint32_t pages = r.state == ReqState::Reserved ? pagesFor(r.prompt_len) : 0;
       if (r.heldPages() != pages) return fail("handoff holds the wrong number of pages");
       if (r.materialized != 0) return fail("handoff materialised before activation");
-      if (r.path.size() > r.prompt_len / page_size_) return fail("handoff path beyond its prompt");
+      if (r.path_pages > r.prompt_len / page_size_) return fail("handoff path beyond its prompt");
       continue;
     }
     if (r.heldPages() != pagesFor(r.materialized)) return fail("held pages != ceil(kv / B)");
-    if (config_.enable_prefix_caching && r.path.size() != r.materialized / page_size_) {
+    if (config_.enable_prefix_caching && r.path_pages != r.materialized / page_size_) {
       return fail("a complete page is not in the radix tree");
     }
-    if (!config_.enable_prefix_caching && !r.path.empty()) return fail("tree use without caching");
+    if (!config_.enable_prefix_caching && r.path_pages != 0)
+      return fail("tree use without caching");
     if (r.materialized > r.len()) return fail("materialized > len");
   }
-  MOCKER_TRY_VOID(cache_.checkInvariants(locks));
+  MOCKER_TRY_VOID(cache_.checkInvariants(paths));
   if (private_pages != cache_.numPrivate()) return fail("private page count mismatch");
   if (overhead != page_overhead_) return fail("page overhead mismatch");
   if (config_.max_num_seqs && running_.size() > *config_.max_num_seqs) {

@@ -85,16 +85,15 @@ class SglangScheduler final : public detail::RankCore {
 
   struct Req : detail::RequestRecord {
     using RequestRecord::RequestRecord;
-    std::uint32_t materialized = 0;        // tokens whose KV exists
-    std::vector<RadixCache::NodeId> path;  // tree nodes held; page i ↔ path[i]
-    std::uint32_t private_pages = 0;       // pages held after the path (not cache-visible)
+    std::uint32_t materialized = 0;   // tokens whose KV exists
+    std::uint32_t path_pages = 0;     // cached pages held: the radix path hashes[0, path_pages)
+    std::uint32_t private_pages = 0;  // pages held after the path (not cache-visible)
     ReqState state = ReqState::Waiting;
     std::uint32_t num_retractions = 0;
 
     std::uint32_t remainingOutput() const { return max_output - generated(); }
-    std::uint32_t heldPages() const {
-      return static_cast<std::uint32_t>(path.size()) + private_pages;
-    }
+    std::uint32_t heldPages() const { return path_pages + private_pages; }
+    std::span<const BlockHash> path() const { return std::span(hashes).first(path_pages); }
   };
 
   // One request's prefill work in the current pass.

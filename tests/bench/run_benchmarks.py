@@ -16,6 +16,7 @@ import json
 import os
 import platform
 import re
+import resource
 import statistics
 import subprocess
 import sys
@@ -88,31 +89,42 @@ def fmt(x, digits=0):
 
 # --- the benches ------------------------------------------------------------------------------
 
+def time_replay(cmd):
+    """Runs `cmd` (a mocker replay) RUNS times: median wall and median CPU (user + sys) in s."""
+    walls, cpus = [], []
+    for _ in range(RUNS):
+        log(" ".join(cmd))
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
+        t0 = time.monotonic()
+        proc = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                              check=False)
+        walls.append(time.monotonic() - t0)
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        cpus.append(after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime)
+        if proc.returncode != 0:
+            raise RuntimeError(f"mocker replay exited {proc.returncode}: {proc.stderr}")
+    return statistics.median(walls), statistics.median(cpus)
+
+
+def scaled_trace(ctx, tmp, copies):
+    trace = os.path.join(tmp, f"trace_x{copies}.jsonl")
+    with open(trace, "w", encoding="utf-8") as out:
+        subprocess.run(["/usr/bin/python3", os.path.join(ROOT, "tools", "bench", "scale_trace.py"),
+                        ctx.trace, str(copies)], stdout=out, check=True)
+    return trace
+
+
 def bench_replay(ctx):
     """Offline replay of the trace 1x, 2x and 4x concatenated; process wall time, median."""
     rows = []
     mocker = os.path.join(ctx.build, "tools", "mocker")
-    scale = os.path.join(ROOT, "tools", "bench", "scale_trace.py")
     with tempfile.TemporaryDirectory() as tmp:
         for copies in (1, 2, 4):
-            trace = os.path.join(tmp, f"trace_x{copies}.jsonl")
-            with open(trace, "w", encoding="utf-8") as out:
-                subprocess.run(["/usr/bin/python3", scale, ctx.trace, str(copies)], stdout=out,
-                               check=True)
+            trace = scaled_trace(ctx, tmp, copies)
             report_path = os.path.join(tmp, "report.json")
-            cmd = [mocker, "replay", trace, "--report-json", report_path]
-            walls = []
-            for _ in range(RUNS):
-                log(" ".join(cmd))
-                t0 = time.monotonic()
-                proc = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                                      text=True, check=False)
-                walls.append(time.monotonic() - t0)
-                if proc.returncode != 0:
-                    raise RuntimeError(f"mocker replay exited {proc.returncode}: {proc.stderr}")
+            wall, _ = time_replay([mocker, "replay", trace, "--report-json", report_path])
             with open(report_path, encoding="utf-8") as f:
                 report = json.load(f)
-            wall = statistics.median(walls)
             n = report["num_requests"]
             span_s = report["duration_ms"] / 1000
             shown = ["build/tools/mocker", "replay",
@@ -122,10 +134,41 @@ def bench_replay(ctx):
                 f"{fmt(span_s, 1)} s)",
                 f"{fmt(wall, 2)} s wall, {fmt(n / wall)} req/s, {fmt(span_s / wall)}× real time",
                 "`" + " ".join(shown) + "`"))
-            log(f"replay x{copies}: walls {', '.join(f'{w:.3f}' for w in walls)} s")
     ctx.notes.append(f"TRACE = `{os.path.relpath(ctx.trace, ROOT)}` (the sample Mooncake trace); "
                      "TRACE_xN = `tools/bench/scale_trace.py TRACE N > TRACE_xN`. Replay rows: "
                      f"median of {RUNS} runs, wall = process start to exit.")
+    return rows
+
+
+def bench_replay_modes(ctx):
+    """Engine types and kv-routed fleets against their reference run, in the same run: SGLang at
+    page size 1 and 16 against vllm on TRACE; 16 kv-routed workers against one on TRACE_x3."""
+    mocker = os.path.join(ctx.build, "tools", "mocker")
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        x3 = scaled_trace(ctx, tmp, 3)
+        cases = [
+            ("TRACE", ctx.trace, ["--engine-type", "vllm"], None),
+            ("TRACE", ctx.trace, ["--engine-type", "sglang", "--block-size", "1"], 0),
+            ("TRACE", ctx.trace, ["--engine-type", "sglang", "--block-size", "16"], 0),
+            ("TRACE_x3", x3, [], None),
+            ("TRACE_x3", x3, ["--num-workers", "16", "--router", "kv"], 3),
+        ]
+        timed = []
+        for shown_trace, trace, args, _ in cases:
+            timed.append(time_replay([mocker, "replay", trace, *args, "--report-json",
+                                      os.path.join(tmp, "r.json")]))
+        for (shown_trace, _, args, ref), (wall, cpu) in zip(cases, timed):
+            ratio = ""
+            if ref is not None:
+                ratio = (f"; {cpu / timed[ref][1]:.1f}× the CPU of "
+                         f"`{' '.join(cases[ref][2]) or 'one worker'}`")
+            rows.append((f"offline replay {shown_trace} {' '.join(args) or '(vllm, 1 worker)'}",
+                         f"{fmt(wall, 2)} s wall, {fmt(cpu, 2)} s CPU{ratio}",
+                         "`" + " ".join(["build/tools/mocker", "replay", shown_trace, *args,
+                                         "--report-json", "r.json"]) + "`"))
+    ctx.notes.append(f"replay_modes rows: median of {RUNS} runs each; CPU = user + sys of the "
+                     "process (steadier than wall on a shared machine).")
     return rows
 
 
@@ -266,6 +309,7 @@ def bench_live_fidelity(ctx):
 
 BENCHES = {
     "replay": bench_replay,
+    "replay_modes": bench_replay_modes,
     "live": bench_live_wide,
     "live1000": bench_live_many,
     "cancel": bench_cancel,

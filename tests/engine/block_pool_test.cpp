@@ -6,7 +6,7 @@
 #include <random>
 #include <type_traits>
 
-#include "engine/detail/hash_index.h"
+#include "base/hash_index.h"
 #include "engine/detail/stats.h"
 
 namespace mocker::engine {
@@ -20,7 +20,7 @@ struct Counted {
 // Randomized comparison with std::map, with keys chosen to collide in the low bits so that
 // probe runs wrap around the table and backward-shift deletion is exercised.
 TEST(HashIndexTest, MatchesStdMapUnderRandomInsertAndErase) {
-  detail::HashIndex<Counted> index(64);  // 128 slots
+  HashIndex<Counted> index(64);  // 128 slots
   std::map<std::uint64_t, std::uint32_t> ref;
   std::mt19937_64 rng(7);
   for (int i = 0; i < 200000; ++i) {

@@ -562,23 +562,22 @@ TEST(RadixCacheTest, ChainEvictionKeepsOldestLeafFirstOrder) {
   std::vector<KvEvent> events;
   const auto build = [&](BlockHash first, BlockHash second) {
     cache.allocatePrivate(2, events);
-    std::vector<RadixCache::NodeId> path;
-    path.push_back(cache.insert(RadixCache::kRoot, first).first);
-    path.push_back(cache.insert(path[0], second).first);
-    return path;
+    RadixCache::PageRef parent;
+    cache.insert(parent, first);
+    cache.insert(parent, second);
+    return std::vector<BlockHash>{first, second};
   };
   const auto a = build(BlockHash{11}, BlockHash{12});
   const auto b = build(BlockHash{21}, BlockHash{22});
   cache.releasePath(a);
   cache.releasePath(b);
-  // Touch a's first page: it becomes the most recently used node, younger than all of b.
-  std::vector<RadixCache::NodeId> touch;
+  // Touch a's first page: it becomes the most recently used page, younger than all of b.
   const std::vector<BlockHash> a0{BlockHash{11}};
-  cache.lockPath(a0, touch);
-  cache.releasePath(touch);
+  cache.lockPath(a0);
+  cache.releasePath(a0);
   ASSERT_TRUE(events.empty());
 
-  const std::vector<std::uint32_t> no_locks;
+  const std::vector<std::span<const BlockHash>> no_locks;
   cache.allocatePrivate(4, events);  // 1 free page + 3 evictions
   EXPECT_TRUE(cache.checkInvariants(no_locks).has_value());
   cache.allocatePrivate(1, events);
@@ -588,7 +587,7 @@ TEST(RadixCacheTest, ChainEvictionKeepsOldestLeafFirstOrder) {
   // 12 (oldest leaf); its parent 11 is the youngest node, so it waits and 22 goes next; 22's
   // parent 21 is then the oldest leaf, evicted in the same call (chain); 11 last.
   EXPECT_EQ(removed, (std::vector<std::uint64_t>{12, 22, 21, 11}));
-  EXPECT_EQ(cache.numNodes(), 0u);
+  EXPECT_EQ(cache.numCached(), 0u);
   EXPECT_EQ(cache.numPrivate(), 5u);
 }
 

@@ -1,11 +1,14 @@
 // Dynamo's KV-router cost, selection rule and load accounting (tools/replay/kv_router.h), on
-// hand-computed cases.
+// hand-computed cases and against a per-candidate reference model.
 #include "tools/replay/kv_router.h"
 
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <cstdint>
+#include <iterator>
+#include <map>
+#include <random>
 #include <set>
 #include <vector>
 
@@ -67,6 +70,48 @@ TEST(KvRouterLoad, CountsDistinctActiveBlocksAndQueuedPrefill) {
   load.remove(10);  // unknown: ignored
   EXPECT_EQ(load.activeBlocks(0), 0u);
   EXPECT_EQ(load.activeRequests(), 0u);
+}
+
+// The shared hash → holders index against one reference-counted set per candidate: many
+// candidates holding the same hashes (inline holder, list holders, promotion on removal),
+// duplicate hashes in one prompt, random removal order.
+TEST(KvRouterLoad, SharedIndexMatchesPerCandidateSets) {
+  constexpr std::uint32_t kCandidates = 5;
+  std::mt19937_64 rng(7);
+  ActiveLoad load(kCandidates);
+  std::vector<std::map<std::uint64_t, int>> expected(kCandidates);
+  std::map<std::uint64_t, std::pair<std::uint32_t, std::vector<std::uint64_t>>> active;
+  std::uint64_t next = 1;
+  for (int step = 0; step < 3000; ++step) {
+    if (!active.empty() && rng() % 2 == 0) {
+      auto it = active.begin();
+      std::advance(it, static_cast<std::ptrdiff_t>(rng() % active.size()));
+      for (std::uint64_t h : it->second.second) {
+        if (--expected[it->second.first][h] == 0) expected[it->second.first].erase(h);
+      }
+      load.remove(it->first);
+      active.erase(it);
+    } else {
+      const auto candidate = static_cast<std::uint32_t>(rng() % kCandidates);
+      std::vector<std::uint64_t> hashes(rng() % 6);
+      for (std::uint64_t& h : hashes) h = rng() % 12;  // few hashes: heavy sharing, duplicates
+      for (std::uint64_t h : hashes) ++expected[candidate][h];
+      load.add(next, candidate, hashes, 0);
+      active[next++] = {candidate, hashes};
+    }
+    std::vector<std::uint64_t> query(8);
+    for (std::uint64_t& h : query) h = rng() % 14;
+    std::vector<std::uint64_t> held;
+    load.heldBlocks(query, held);
+    ASSERT_EQ(held.size(), kCandidates);
+    for (std::uint32_t c = 0; c < kCandidates; ++c) {
+      ASSERT_EQ(load.activeBlocks(c), expected[c].size()) << "step " << step;
+      std::uint64_t in = 0;
+      for (std::uint64_t h : query) in += expected[c].contains(h) ? 1u : 0u;
+      ASSERT_EQ(held[c], in) << "step " << step << " candidate " << c;
+      ASSERT_EQ(load.newBlocks(c, query), query.size() - in);
+    }
+  }
 }
 
 TEST(KvRouterSelect, LowestCostOfOverlapAgainstLoad) {

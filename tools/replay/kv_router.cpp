@@ -83,19 +83,80 @@ std::size_t selectByCost(std::span<const double> costs, std::span<const std::uin
 }
 
 ActiveLoad::ActiveLoad(std::size_t candidates)
-    : blocks_(candidates), queued_prefill_(candidates, 0) {}
+    : holders_(std::numeric_limits<std::size_t>::max()),
+      active_blocks_(candidates, 0),
+      queued_prefill_(candidates, 0) {}
 
 void ActiveLoad::add(std::uint64_t request, std::uint32_t candidate,
                      std::span<const std::uint64_t> hashes, std::uint64_t prefill_tokens) {
-  MOCKER_CHECK(candidate < blocks_.size());
+  MOCKER_CHECK(candidate < active_blocks_.size());
   auto [it, inserted] = requests_.try_emplace(request);
   MOCKER_CHECK(inserted);
   Active& a = it->second;
   a.candidate = candidate;
   a.hashes.assign(hashes.begin(), hashes.end());
   a.prefill_tokens = prefill_tokens;
-  for (const std::uint64_t h : hashes) ++blocks_[candidate][h];
+  for (const std::uint64_t h : hashes) addRef(h, candidate);
   queued_prefill_[candidate] += prefill_tokens;
+}
+
+void ActiveLoad::addRef(std::uint64_t hash, std::uint32_t candidate) {
+  auto [e, inserted] = holders_.findOrInsert(hash);
+  if (inserted) {
+    *e = Holders{1, {candidate, 1}, kNoList};
+    ++active_blocks_[candidate];
+    return;
+  }
+  if (e->first.candidate == candidate) {
+    ++e->first.refs;
+    return;
+  }
+  if (e->more != kNoList) {
+    for (Holder& h : lists_[e->more]) {
+      if (h.candidate == candidate) {
+        ++h.refs;
+        return;
+      }
+    }
+  } else if (!free_lists_.empty()) {
+    e->more = free_lists_.back();
+    free_lists_.pop_back();
+  } else {
+    e->more = static_cast<std::uint32_t>(lists_.size());
+    lists_.emplace_back();
+  }
+  lists_[e->more].push_back({candidate, 1});
+  ++e->count;
+  ++active_blocks_[candidate];
+}
+
+void ActiveLoad::dropRef(std::uint64_t hash, std::uint32_t candidate) {
+  Holders* e = holders_.find(hash);
+  MOCKER_CHECK(e != nullptr);
+  Holder* h = &e->first;
+  if (h->candidate != candidate) {
+    MOCKER_CHECK(e->more != kNoList);
+    std::vector<Holder>& list = lists_[e->more];
+    const auto it = std::find_if(list.begin(), list.end(),
+                                 [&](const Holder& x) { return x.candidate == candidate; });
+    MOCKER_CHECK(it != list.end());
+    h = &*it;
+  }
+  if (--h->refs > 0) return;
+  --active_blocks_[candidate];
+  if (e->count == 1) {
+    holders_.erase(hash);
+    return;
+  }
+  // Another holder remains: the list's last one fills the gap (inline or in the list).
+  std::vector<Holder>& list = lists_[e->more];
+  *h = list.back();
+  list.pop_back();
+  --e->count;
+  if (list.empty()) {
+    free_lists_.push_back(e->more);
+    e->more = kNoList;
+  }
 }
 
 void ActiveLoad::prefillDone(std::uint64_t request) {
@@ -109,28 +170,31 @@ void ActiveLoad::remove(std::uint64_t request) {
   const auto it = requests_.find(request);
   if (it == requests_.end()) return;
   prefillDone(request);
-  auto& blocks = blocks_[it->second.candidate];
-  for (const std::uint64_t h : it->second.hashes) {
-    const auto b = blocks.find(h);
-    MOCKER_CHECK(b != blocks.end());
-    if (--b->second == 0) blocks.erase(b);
-  }
+  for (const std::uint64_t h : it->second.hashes) dropRef(h, it->second.candidate);
   requests_.erase(it);
 }
 
 std::uint64_t ActiveLoad::activeBlocks(std::uint32_t candidate) const {
-  return blocks_[candidate].size();
+  return active_blocks_[candidate];
 }
 
 std::uint64_t ActiveLoad::newBlocks(std::uint32_t candidate,
                                     std::span<const std::uint64_t> hashes) const {
-  const auto& blocks = blocks_[candidate];
-  if (blocks.empty()) return hashes.size();
-  std::uint64_t n = 0;
-  for (const std::uint64_t h : hashes) {
-    if (!blocks.contains(h)) ++n;
+  std::vector<std::uint64_t> held;
+  heldBlocks(hashes, held);
+  return hashes.size() - held[candidate];
+}
+
+void ActiveLoad::heldBlocks(std::span<const std::uint64_t> hashes,
+                            std::vector<std::uint64_t>& held) const {
+  held.assign(active_blocks_.size(), 0);
+  for (const std::uint64_t hash : hashes) {
+    const Holders* e = holders_.find(hash);
+    if (e == nullptr) continue;
+    ++held[e->first.candidate];
+    if (e->more == kNoList) continue;
+    for (const Holder& h : lists_[e->more]) ++held[h.candidate];
   }
-  return n;
 }
 
 std::uint64_t ActiveLoad::queuedPrefillTokens(std::uint32_t candidate) const {
@@ -160,13 +224,14 @@ std::uint32_t KvCostRouter::select(std::span<const std::uint64_t> hashes,
   MOCKER_CHECK(overlaps.size() == costs_.size());
   MOCKER_CHECK(first < last && last <= costs_.size());
   MOCKER_CHECK(tree_sizes.empty() || tree_sizes.size() == costs_.size());
+  load_.heldBlocks(hashes, held_);  // one probe per block for every candidate
   for (std::uint32_t c = first; c < last; ++c) {
     costs_[c] = kvCost(config_.overlap_weight,
                        {.prompt_tokens = prompt_tokens,
                         .block_size = block_size_,
                         .overlap_blocks = overlaps[c],
                         .queued_prefill_tokens = load_.queuedPrefillTokens(c),
-                        .decode_blocks = load_.activeBlocks(c) + load_.newBlocks(c, hashes)});
+                        .decode_blocks = load_.activeBlocks(c) + hashes.size() - held_[c]});
   }
   const std::span<const double> costs =
       std::span<const double>(costs_).subspan(first, last - first);

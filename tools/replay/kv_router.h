@@ -23,6 +23,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "base/hash_index.h"
 #include "base/result.h"
 #include "tools/replay/random.h"
 
@@ -55,7 +56,10 @@ std::size_t selectByCost(std::span<const double> costs, std::span<const std::uin
                          double temperature, SplitMix64& rng);
 
 /// Each candidate's in-flight load as Dynamo's router counts it: the distinct block hashes of
-/// its active prompts (reference-counted) and the prefill tokens not yet done.
+/// its active prompts (reference-counted) and the prefill tokens not yet done. One index from
+/// block hash to the candidates whose active prompts hold it (with their reference counts)
+/// serves every candidate: scoring a request probes it once per prompt block, whatever the
+/// number of candidates.
 class ActiveLoad {
  public:
   explicit ActiveLoad(std::size_t candidates);
@@ -69,18 +73,38 @@ class ActiveLoad {
   std::uint64_t activeBlocks(std::uint32_t candidate) const;
   /// How many of `hashes` the candidate's active blocks do not hold.
   std::uint64_t newBlocks(std::uint32_t candidate, std::span<const std::uint64_t> hashes) const;
+  /// For every candidate at once: how many of `hashes` its active blocks hold (`held` resized to
+  /// the number of candidates). One index probe per hash.
+  void heldBlocks(std::span<const std::uint64_t> hashes, std::vector<std::uint64_t>& held) const;
   std::uint64_t queuedPrefillTokens(std::uint32_t candidate) const;
   std::size_t activeRequests() const { return requests_.size(); }
 
  private:
+  static constexpr std::uint32_t kNoList = ~std::uint32_t{0};
   struct Active {
     std::uint32_t candidate = 0;
     std::vector<std::uint64_t> hashes;
     std::uint64_t prefill_tokens = 0;
     bool prefill_queued = true;
   };
+  struct Holder {
+    std::uint32_t candidate = 0;
+    std::uint32_t refs = 0;  // active prompts of the candidate holding the hash
+  };
+  // The holders of one hash: the first inline (the common case: one candidate), more in a list.
+  struct Holders {
+    std::uint32_t count = 0;  // candidates holding the hash (HashIndex's occupancy marker)
+    Holder first;
+    std::uint32_t more = kNoList;  // index into lists_
+  };
+  void addRef(std::uint64_t hash, std::uint32_t candidate);
+  void dropRef(std::uint64_t hash, std::uint32_t candidate);
+
   std::unordered_map<std::uint64_t, Active> requests_;
-  std::vector<std::unordered_map<std::uint64_t, std::uint32_t>> blocks_;  // hash → refcount
+  HashIndex<Holders> holders_;              // hash → candidates holding it
+  std::vector<std::vector<Holder>> lists_;  // further holders; slots recycled (free_lists_)
+  std::vector<std::uint32_t> free_lists_;
+  std::vector<std::uint64_t> active_blocks_;  // distinct hashes per candidate
   std::vector<std::uint64_t> queued_prefill_;
 };
 
@@ -113,6 +137,7 @@ class KvCostRouter {
   SplitMix64 rng_;
   ActiveLoad load_;
   std::vector<double> costs_;
+  std::vector<std::uint64_t> held_;  // scratch: blocks of the request each candidate holds
 };
 
 }  // namespace mocker::replay

@@ -40,6 +40,32 @@ bool repeatsPrompt(const std::vector<std::uint64_t>& earlier,
 
 }  // namespace
 
+namespace {
+
+// Whether parsing `line` can change the guess: only rows with a session id or an agentic key
+// can. Without a backslash a JSON key is spelled literally, so a line lacking every such name as
+// a quoted string is skipped unparsed (a plain Mooncake trace: no line is parsed twice).
+bool mayMatter(std::string_view line) {
+  if (line.find('\\') != std::string_view::npos) return true;
+  const auto has = [&](std::string_view key) {
+    for (std::size_t at = line.find(key); at != std::string_view::npos;
+         at = line.find(key, at + 1)) {
+      if (at > 0 && line[at - 1] == '"' && at + key.size() < line.size() &&
+          line[at + key.size()] == '"') {
+        return true;
+      }
+    }
+    return false;
+  };
+  if (has("session_id")) return true;
+  for (const char* key : kAgenticKeys) {
+    if (has(key)) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
 Result<DialectGuess> detectJsonlDialect(std::string_view head) {
   std::unordered_map<std::string, std::vector<std::uint64_t>> last_prompt;  // per session
   std::optional<std::size_t> first_full, first_delta;
@@ -51,6 +77,7 @@ Result<DialectGuess> detectJsonlDialect(std::string_view head) {
     const std::string_view line = head.substr(0, end);
     head.remove_prefix(end + 1);
     ++line_no;
+    if (!mayMatter(line)) continue;
     const json row = json::parse(line, nullptr, /*allow_exceptions=*/false);
     if (!row.is_object()) continue;
     for (const char* key : kAgenticKeys) {

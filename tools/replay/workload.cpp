@@ -77,7 +77,7 @@ SynthesizedPrompt synthesizePrompt(const Turn& turn, std::uint32_t trace_block_s
   SynthesizedPrompt out;
   const std::size_t capacity = turn.hash_ids.size() * std::size_t{trace_block_size};
   const std::size_t length = std::min<std::size_t>(turn.input_length, capacity);
-  out.tokens.reserve(length);
+  out.tokens.reserve(length + std::min(turn.output_length, kReservedOutputTokens));
   for (const std::uint64_t h : turn.hash_ids) {
     if (out.tokens.size() >= length) break;
     if (h > kMaxUnaliasedHashId) out.aliased_hash_id = true;

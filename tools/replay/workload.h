@@ -102,8 +102,10 @@ inline constexpr std::uint64_t kMaxUnaliasedHashId = 0xFFFF'FFFFull;
 /// `h mod 2^32`; the concatenation is truncated to min(input_length, capacity).
 /// Example: hash_ids [7, 9], input_length 700, block 512 ⇒ 512 × 7 then 188 × 9.
 /// `aliased_hash_id` is set when some id was >= 2^32 (and so may alias another id).
-/// Nothing is reserved for output tokens: memory follows the tokens actually generated, never
-/// the requested output length.
+/// Room for at most kReservedOutputTokens output tokens is reserved, so the engine appending the
+/// first outputs does not copy the whole prompt; beyond that, memory follows the tokens actually
+/// generated, never the requested output length.
+inline constexpr std::uint32_t kReservedOutputTokens = 4096;
 struct SynthesizedPrompt {
   std::vector<std::uint32_t> tokens{};
   bool aliased_hash_id = false;

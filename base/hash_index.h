@@ -1,12 +1,13 @@
 // HashIndex<V>: an open-addressing map from 64-bit block hashes to small values, used by the
-// block pool for hash → copies. Block hashes are XXH3 outputs, i.e. already uniformly
-// distributed, so the slot is the hash's low bits; linear probing with backward-shift deletion
-// (no tombstones) keeps lookups short. The table starts small and doubles whenever it would
-// become more than half full, so memory follows the keys actually present, not the pool size
+// engine's block pool (hash → copies) and radix cache (first page hash → run), and by the KV
+// router's active-block load (hash → holders). Block hashes are XXH3 outputs, i.e. already
+// uniformly distributed, so the slot is the hash's low bits; linear probing with backward-shift
+// deletion (no tombstones) keeps lookups short. The table starts small and doubles whenever it
+// would become more than half full, so memory follows the keys actually present, not the pool size
 // (an idle 1 Mi-page pool costs a few hundred bytes, not 32 MiB); growth is amortised O(1).
 //
 // REQUIRES: V has a member `count`; a slot is occupied iff count > 0 (callers erase at 0).
-// Internal to engine/. Not thread-safe. Iteration order is unspecified: never use it for output.
+// Not thread-safe. Iteration order is unspecified: never use it for output.
 #pragma once
 
 #include <bit>
@@ -16,7 +17,7 @@
 
 #include "base/check.h"
 
-namespace mocker::engine::detail {
+namespace mocker {
 
 template <typename V>
 class HashIndex {
@@ -118,4 +119,4 @@ class HashIndex {
   std::size_t size_ = 0;
 };
 
-}  // namespace mocker::engine::detail
+}  // namespace mocker

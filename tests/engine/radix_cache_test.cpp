@@ -1,0 +1,184 @@
+// RadixCache (compressed runs) against a page-granular reference model: one node per page, a
+// hash → page map, eviction of the unlocked leaf page with the oldest tick. Random requests
+// over a small token alphabet share prefixes, diverge inside runs (splits), re-lock matched
+// prefixes, publish in chunks and release in random order under a small pool (constant
+// eviction); every step compares events, counts and created flags, and checks the invariants.
+#include <gtest/gtest.h>
+
+#include <map>
+#include <optional>
+#include <random>
+#include <span>
+#include <vector>
+
+#include "engine/radix_cache.h"
+
+namespace mocker::engine {
+namespace {
+
+// The uncompressed page tree the compressed one must be indistinguishable from.
+class ReferenceTree {
+ public:
+  explicit ReferenceTree(std::uint32_t pages) : free_(pages) {}
+
+  std::uint32_t free() const { return free_; }
+  std::uint32_t evictable() const {
+    std::uint32_t n = 0;
+    for (const auto& [h, p] : pages_) n += p.lock == 0 ? 1u : 0u;
+    return n;
+  }
+  std::uint32_t cached() const { return static_cast<std::uint32_t>(pages_.size()); }
+  std::uint32_t match(std::span<const BlockHash> hashes) const {
+    std::uint32_t n = 0;
+    while (n < hashes.size() && pages_.contains(hashes[n].value())) ++n;
+    return n;
+  }
+  std::uint32_t countUnlocked(std::span<const BlockHash> hashes) const {
+    std::uint32_t n = 0;
+    for (BlockHash h : hashes) n += pages_.at(h.value()).lock == 0 ? 1u : 0u;
+    return n;
+  }
+  void lock(std::span<const BlockHash> hashes) {
+    for (BlockHash h : hashes) {
+      Page& p = pages_.at(h.value());
+      ++p.lock;
+      p.tick = ++clock_;
+    }
+  }
+  void allocate(std::uint32_t n, std::vector<std::uint64_t>& removed) {
+    while (free_ < n) {
+      std::optional<std::uint64_t> victim;
+      for (const auto& [h, p] : pages_) {
+        if (p.lock == 0 && p.children == 0 && (!victim || p.tick < pages_.at(*victim).tick)) {
+          victim = h;
+        }
+      }
+      ASSERT_TRUE(victim.has_value());
+      if (const auto parent = pages_.at(*victim).parent) --pages_.at(*parent).children;
+      pages_.erase(*victim);
+      removed.push_back(*victim);
+      ++free_;
+    }
+    free_ -= n;
+  }
+  bool insert(std::optional<std::uint64_t> parent, BlockHash h) {
+    if (auto it = pages_.find(h.value()); it != pages_.end()) {
+      ++it->second.lock;
+      it->second.tick = ++clock_;
+      ++free_;
+      return false;
+    }
+    pages_[h.value()] = Page{parent, ++clock_, 1, 0};
+    if (parent) ++pages_.at(*parent).children;
+    return true;
+  }
+  void release(std::span<const BlockHash> hashes, std::uint32_t private_pages) {
+    for (BlockHash h : hashes) pages_.at(h.value()).tick = ++clock_;
+    for (BlockHash h : hashes) --pages_.at(h.value()).lock;
+    free_ += private_pages;
+  }
+
+ private:
+  struct Page {
+    std::optional<std::uint64_t> parent;
+    std::uint64_t tick;
+    std::uint32_t lock;
+    std::uint32_t children;
+  };
+  std::map<std::uint64_t, Page> pages_;
+  std::uint32_t free_;
+  std::uint64_t clock_ = 0;
+};
+
+struct Holder {
+  std::vector<BlockHash> hashes;
+  std::uint32_t path = 0;  // cached pages held
+  std::uint32_t private_pages = 0;
+};
+
+std::vector<BlockHash> randomSequence(std::mt19937_64& rng) {
+  // Alphabet 3, length 1..14: sequences share prefixes often and diverge at every depth.
+  const auto len = static_cast<std::size_t>(1 + rng() % 14);
+  std::vector<BlockHash> out;
+  std::uint64_t h = 0x9e3779b97f4a7c15ull;
+  for (std::size_t i = 0; i < len; ++i) {
+    h = (h ^ (rng() % 3 + 1)) * 0xff51afd7ed558ccdull;
+    h ^= h >> 29;
+    out.push_back(BlockHash{h});
+  }
+  return out;
+}
+
+TEST(RadixCacheTest, MatchesPageGranularReferenceUnderRandomTraffic) {
+  constexpr std::uint32_t kPages = 40;
+  for (std::uint64_t seed = 1; seed <= 30; ++seed) {
+    std::mt19937_64 rng(seed);
+    RadixCache cache(kPages);
+    ReferenceTree ref(kPages);
+    std::vector<Holder> held;
+    for (int step = 0; step < 400; ++step) {
+      SCOPED_TRACE("seed " + std::to_string(seed) + " step " + std::to_string(step));
+      std::vector<KvEvent> events;
+      std::vector<std::uint64_t> expected_removed;
+      if (!held.empty() && (rng() % 2 == 0 || held.size() > 6)) {
+        const std::size_t i = rng() % held.size();
+        Holder& h = held[i];
+        cache.releasePath(std::span(h.hashes).first(h.path));
+        cache.freePrivate(h.private_pages);
+        ref.release(std::span(h.hashes).first(h.path), h.private_pages);
+        held.erase(held.begin() + static_cast<std::ptrdiff_t>(i));
+      } else {
+        Holder h{randomSequence(rng)};
+        const std::uint32_t matched = cache.matchLength(h.hashes);
+        ASSERT_EQ(matched, ref.match(h.hashes));
+        const auto prefix = static_cast<std::uint32_t>(rng() % (matched + 1));
+        const auto total = static_cast<std::uint32_t>(h.hashes.size());
+        const std::span<const BlockHash> lock = std::span(h.hashes).first(prefix);
+        const std::uint32_t newly = cache.countUnlocked(lock);
+        ASSERT_EQ(newly, ref.countUnlocked(lock));
+        if (total - prefix + newly > cache.numFree() + cache.numEvictable()) continue;
+        cache.lockPath(lock);
+        ref.lock(lock);
+        cache.allocatePrivate(total - prefix, events);
+        ref.allocate(total - prefix, expected_removed);
+        h.path = prefix;
+        h.private_pages = total - prefix;
+        // Publish in up to two chunks, locating the path end afresh for each.
+        const auto mid = static_cast<std::uint32_t>(prefix + rng() % (total - prefix + 1));
+        for (const std::uint32_t end : {mid, total}) {
+          RadixCache::PageRef parent = cache.locate(std::span(h.hashes).first(h.path));
+          while (h.path < end) {
+            // Runs of random length, one page at a time or all at once.
+            const auto want = static_cast<std::uint32_t>(1 + rng() % (end - h.path));
+            bool created = false;
+            const std::uint32_t n =
+                cache.insertRun(parent, std::span(h.hashes).subspan(h.path, want), created);
+            ASSERT_TRUE(n >= 1 && n <= want);
+            for (const std::uint32_t stop = h.path + n; h.path < stop; ++h.path) {
+              const std::optional<std::uint64_t> ref_parent =
+                  h.path == 0 ? std::nullopt : std::optional(h.hashes[h.path - 1].value());
+              ASSERT_EQ(created, ref.insert(ref_parent, h.hashes[h.path]));
+              --h.private_pages;
+            }
+            ASSERT_EQ(cache.locate(std::span(h.hashes).first(h.path)).node, parent.node);
+            ASSERT_EQ(cache.locate(std::span(h.hashes).first(h.path)).offset, parent.offset);
+          }
+        }
+        held.push_back(std::move(h));
+      }
+      std::vector<std::uint64_t> removed;
+      for (const KvEvent& e : events) removed.push_back(std::get<BlockRemoved>(e).block_hash);
+      ASSERT_EQ(removed, expected_removed);
+      ASSERT_EQ(cache.numFree(), ref.free());
+      ASSERT_EQ(cache.numEvictable(), ref.evictable());
+      ASSERT_EQ(cache.numCached(), ref.cached());
+      std::vector<std::span<const BlockHash>> paths;
+      for (const Holder& h : held) paths.push_back(std::span(h.hashes).first(h.path));
+      const Status ok = cache.checkInvariants(paths);
+      ASSERT_TRUE(ok.has_value()) << ok.error().message;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace mocker::engine
