@@ -1057,6 +1057,9 @@ int ReplayCommand::run(std::ostream& out, std::ostream& err,
       .date_utc = date_utc,
       .command_line = replay::shellQuotedCommandLine(command_line),
   };
+  if (config && !prefill_config && mode != ReplayMode::Live) {
+    identity.gpu_kv_cache_tokens = engine::deploymentKvCacheTokens(config->engine);
+  }
   if (*trace_format != "synthetic" && *trace_format != "synthetic-agentic") {
     identity.trace_path = f.trace;
     Result<std::string> sha = replay::fileSha256(f.trace);
