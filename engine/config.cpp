@@ -190,6 +190,24 @@ std::uint32_t effectiveNumGpuBlocks(const EngineConfig& config) {
   return static_cast<std::uint32_t>((kDefaultKvCapacityTokens + block_size - 1) / block_size);
 }
 
+std::optional<std::uint64_t> deploymentKvCacheTokens(const EngineConfig& config) {
+  if (config.num_gpu_blocks || config.timing_model != TimingModelKind::Roofline ||
+      !config.roofline) {
+    return std::nullopt;
+  }
+  return std::uint64_t{effectiveNumGpuBlocks(config)} * effectiveBlockSize(config);
+}
+
+std::string gpuKvCacheSizeText(std::uint64_t tokens) {
+  const std::string digits = std::to_string(tokens);
+  std::string grouped;
+  for (std::size_t i = 0; i < digits.size(); ++i) {
+    if (i > 0 && (digits.size() - i) % 3 == 0) grouped.push_back(',');
+    grouped.push_back(digits[i]);
+  }
+  return "GPU KV cache size: " + grouped + " tokens";
+}
+
 std::optional<ConfigError> checkEngineConfig(const EngineConfig& c) {
   const auto u = [](std::uint64_t v) { return std::to_string(v); };
   if (c.num_gpu_blocks && *c.num_gpu_blocks < 1) {

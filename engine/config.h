@@ -132,6 +132,14 @@ std::uint32_t effectiveNumGpuBlocks(const EngineConfig& config);
 /// sampled sequences: max_num_seqs, 256 when unbounded). REQUIRES: config.roofline.
 Result<KvCapacity> engineKvCapacity(const EngineConfig& config);
 
+/// KV tokens per DP rank when the roofline deployment sizes the cache (timing_model = roofline,
+/// num_gpu_blocks unset): effectiveNumGpuBlocks × effective block size; else nullopt.
+/// REQUIRES: a valid config.
+std::optional<std::uint64_t> deploymentKvCacheTokens(const EngineConfig& config);
+
+/// vLLM's start-up line for a KV capacity: "GPU KV cache size: 617,440 tokens".
+std::string gpuKvCacheSizeText(std::uint64_t tokens);
+
 /// Most draft tokens speculative decoding accepts (spec_num_draft_tokens, spec_accept_rates).
 inline constexpr std::uint32_t kMaxSpecDraftTokens = 5;
 

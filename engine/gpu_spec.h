@@ -4,6 +4,7 @@
 // Plain value type and an immutable table; thread-safe.
 #pragma once
 
+#include <cstdint>
 #include <optional>
 #include <span>
 #include <string>
@@ -18,6 +19,14 @@ struct GpuSpec {
   double memory_bandwidth_gbps = 0.0;  ///< device memory bandwidth, decimal GB/s (1e9 B/s)
   double memory_gib = 0.0;  ///< device memory as the driver reports it (torch total_memory), GiB
   double interconnect_gbps = 0.0;  ///< per-direction GPU-to-GPU bandwidth for all-reduce, GB/s
+  /// Streaming multiprocessors (datasheet). Prompt-chunk attention runs one thread block per
+  /// (query head, 64-query tile), in waves of sm_count blocks; a partly filled last wave costs a
+  /// whole one. 0 = unknown: no wave quantisation.
+  std::uint32_t sm_count = 0;
+  /// Multiplies the GEMM compute efficiencies (dense and expert) on this GPU: its measured
+  /// dense-GEMM throughput relative to the datasheet peak, over the typical data-centre ratio
+  /// the default efficiencies are fitted to (1 = typical; docs/engine.md, GPU table).
+  double compute_efficiency_scale = 1.0;
 };
 
 /// One built-in GPU: its spec, the accepted names (first = canonical) and the datasheet.

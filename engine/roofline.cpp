@@ -29,8 +29,9 @@ const std::array<RooflineCoefficientInfo, kNumRooflineCoefficients> kTable{{
      kDefaults.attention_decode_efficiency, 0.02, 1.0,
      "attention KV-read bytes/s as a fraction of memory bandwidth (decodes)"},
     {"attention_mixed_decode_factor", &C::attention_mixed_decode_factor,
-     kDefaults.attention_mixed_decode_factor, 0.05, 1.0,
-     "multiplies the decode attention efficiency for decodes in a pass with a prompt chunk"},
+     kDefaults.attention_mixed_decode_factor, 0.05, 4.0,
+     "multiplies the decode attention efficiency for decodes in a pass with a prompt chunk (which "
+     "read KV per query head)"},
     {"moe_compute_efficiency", &C::moe_compute_efficiency, kDefaults.moe_compute_efficiency, 0.02,
      1.0, "expert GEMM FLOP/s as a fraction of the BF16 peak"},
     {"moe_memory_efficiency", &C::moe_memory_efficiency, kDefaults.moe_memory_efficiency, 0.02, 1.0,
@@ -42,11 +43,17 @@ const std::array<RooflineCoefficientInfo, kNumRooflineCoefficients> kTable{{
 }};
 
 constexpr double kActBytes = 2.0;  // activations are bf16/fp16
+/// Query rows one attention thread block covers in a prompt chunk (per query head); fitted with
+/// attention_prefill_efficiency to the prompt-chunk attention profiles (docs/engine.md).
+constexpr double kAttentionQueryTile = 64.0;
 
 /// Per-GPU shapes and hardware rates, derived once per pass.
 struct Shapes {
   double p, h, qd, kvd, heads, kv_heads, hd, inter, moe_inter, experts, topk, vocab, mats, wb, kvb;
-  double flops_per_s, bytes_per_s;
+  double ep;             ///< expert-parallel GPUs (1 = experts sharded by TP)
+  double local_experts;  ///< experts one GPU holds
+  double token_scale;    ///< tokens an expert GPU serves per token of this rank's batch (EP / TP)
+  double flops_per_s, bytes_per_s, gemm_flops_per_s, sms;
 };
 
 Shapes shapesOf(const RooflineConfig& c) {
@@ -61,8 +68,11 @@ Shapes shapesOf(const RooflineConfig& c) {
   s.qd = s.heads * s.hd;
   s.kvd = s.kv_heads * s.hd;
   s.inter = m.num_experts == 0 ? m.intermediate_size / s.p : 0.0;
-  s.moe_inter = m.moe_intermediate_size / s.p;
+  s.ep = c.expert_parallel_size;
+  s.moe_inter = s.ep > 1.0 ? m.moe_intermediate_size : m.moe_intermediate_size / s.p;
   s.experts = m.num_experts;
+  s.local_experts = s.experts / s.ep;
+  s.token_scale = s.ep > 1.0 ? s.ep / s.p : 1.0;
   s.topk = m.experts_per_token;
   s.vocab = m.vocab_size / s.p;
   s.mats = m.gated_mlp ? 3.0 : 2.0;
@@ -70,12 +80,14 @@ Shapes shapesOf(const RooflineConfig& c) {
   s.kvb = m.kv_bytes;
   s.flops_per_s = c.gpu.bf16_tflops * 1e12;
   s.bytes_per_s = c.gpu.memory_bandwidth_gbps * 1e9;
+  s.gemm_flops_per_s = s.flops_per_s * c.gpu.compute_efficiency_scale;
+  s.sms = c.gpu.sm_count;
   return s;
 }
 
 /// One GEMM kernel: launch + max(compute, memory), ms.
 double gemmMs(const Shapes& s, const C& k, double flops, double bytes) {
-  const double compute = flops / (s.flops_per_s * k.gemm_compute_efficiency);
+  const double compute = flops / (s.gemm_flops_per_s * k.gemm_compute_efficiency);
   const double memory = bytes / (s.bytes_per_s * k.gemm_memory_efficiency);
   return k.kernel_overhead_us * 1e-3 + std::max(compute, memory) * 1e3;
 }
@@ -100,38 +112,79 @@ double denseLayerMs(const Shapes& s, const C& k, double tokens) {
   return ms;
 }
 
+/// Fraction of the GPU's thread-block slots the prompt chunks' attention keeps busy: one block
+/// per (query head, query tile) of every chunk, run in waves of sm_count; the last wave's idle
+/// slots are paid for (1 when the SM count is unknown or there is no chunk).
+double attentionWaveUtilisation(const Shapes& s, std::span<const PassSequence> seqs) {
+  double blocks = 0.0;
+  for (const PassSequence& q : seqs) {
+    if (q.new_tokens > 1) blocks += s.heads * std::ceil(q.new_tokens / kAttentionQueryTile);
+  }
+  if (s.sms < 1.0 || blocks <= 0.0) return 1.0;
+  return blocks / (std::ceil(blocks / s.sms) * s.sms);
+}
+
 /// Attention of one layer: per sequence, max(causal FLOPs of its chunk over its context, KV
-/// bytes it reads), summed; one kernel launch.
+/// bytes it reads), summed; one kernel launch. Prompt-chunk FLOPs run at the wave utilisation;
+/// decodes beside a prompt chunk go through the chunk's varlen kernel, which reads their K and V
+/// once per query head (heads · head_dim per token instead of kv_heads · head_dim).
 double attentionLayerMs(const Shapes& s, const C& k, std::span<const PassSequence> seqs) {
   const bool mixed =
       std::any_of(seqs.begin(), seqs.end(), [](const PassSequence& q) { return q.new_tokens > 1; });
   const double decode_efficiency =
       k.attention_decode_efficiency * (mixed ? k.attention_mixed_decode_factor : 1.0);
+  const double prefill_flops_per_s =
+      s.flops_per_s * k.attention_prefill_efficiency * attentionWaveUtilisation(s, seqs);
   double seconds = 0.0;
   for (const PassSequence& q : seqs) {
     const double n = q.new_tokens;
     const double ctx = static_cast<double>(q.context);
     const double flops = 4.0 * s.heads * s.hd * n * (ctx + (n + 1.0) / 2.0);
-    const double bytes = (ctx + n) * 2.0 * s.kvd * s.kvb + n * 2.0 * s.qd * kActBytes;
-    const double efficiency = q.new_tokens == 1 ? decode_efficiency : k.attention_decode_efficiency;
-    seconds += std::max(flops / (s.flops_per_s * k.attention_prefill_efficiency),
-                        bytes / (s.bytes_per_s * efficiency));
+    const bool decode = q.new_tokens == 1;
+    const double kv_width = decode && mixed ? s.qd : s.kvd;
+    const double bytes = (ctx + n) * 2.0 * kv_width * s.kvb + n * 2.0 * s.qd * kActBytes;
+    const double efficiency = decode ? decode_efficiency : k.attention_decode_efficiency;
+    const double compute =
+        flops / (decode ? s.flops_per_s * k.attention_prefill_efficiency : prefill_flops_per_s);
+    seconds += std::max(compute, bytes / (s.bytes_per_s * efficiency));
   }
   return k.kernel_overhead_us * 1e-3 + seconds * 1e3;
 }
 
 /// MoE block of one layer: router GEMM, then the experts the batch touches (2 fused kernels).
+/// With expert parallelism this GPU holds local_experts whole experts and serves the tokens of
+/// EP / TP ranks (token_scale); each token still has top-k / EP of its assignments here on
+/// average, so the FLOPs are those of this rank's tokens, while the weight reads are the local
+/// experts that all ranks' tokens touch.
 double moeLayerMs(const Shapes& s, const C& k, double tokens) {
   if (s.experts == 0) return 0.0;
   const double router = linearMs(s, k, tokens, s.h, s.experts);
-  const double touched = expectedDistinctExperts(static_cast<std::uint32_t>(s.experts),
-                                                 static_cast<std::uint32_t>(s.topk), tokens);
-  const double flops = 2.0 * tokens * s.topk * s.mats * s.h * s.moe_inter;
+  const double served = tokens * s.token_scale;
+  const double touched = s.local_experts / s.experts *
+                         expectedDistinctExperts(static_cast<std::uint32_t>(s.experts),
+                                                 static_cast<std::uint32_t>(s.topk), served);
+  const double assignments = served * s.topk / s.ep;
+  const double flops = 2.0 * assignments * s.mats * s.h * s.moe_inter;
   const double bytes = touched * s.mats * s.h * s.moe_inter * s.wb +
-                       tokens * s.topk * (2.0 * s.h + s.mats * s.moe_inter) * kActBytes;
-  const double seconds = std::max(flops / (s.flops_per_s * k.moe_compute_efficiency),
+                       assignments * (2.0 * s.h + s.mats * s.moe_inter) * kActBytes;
+  const double seconds = std::max(flops / (s.gemm_flops_per_s * k.moe_compute_efficiency),
                                   bytes / (s.bytes_per_s * k.moe_memory_efficiency));
   return router + 2.0 * k.kernel_overhead_us * 1e-3 + seconds * 1e3;
+}
+
+/// One collective over the interconnect moving `bytes` per GPU: latency + bytes / bandwidth.
+double collectiveMs(const RooflineConfig& c, const C& k, double bytes) {
+  return k.allreduce_latency_us * 1e-3 +
+         bytes / (c.gpu.interconnect_gbps * 1e9 * k.allreduce_efficiency) * 1e3;
+}
+
+/// Expert-parallel dispatch and combine of one MoE layer (vLLM's all-gather / reduce-scatter):
+/// each GPU receives, then returns, the hidden states of the other EP − 1 GPUs' share of the
+/// served tokens.
+double expertDispatchLayerMs(const RooflineConfig& c, const Shapes& s, const C& k, double tokens) {
+  if (s.experts == 0 || s.ep <= 1.0) return 0.0;
+  const double bytes = (s.ep - 1.0) / s.ep * tokens * s.token_scale * s.h * kActBytes;
+  return 2.0 * collectiveMs(c, k, bytes);
 }
 
 /// The two all-reduces of one layer (after attention and after the MLP), ring algorithm.
@@ -139,9 +192,7 @@ double allreduceLayerMs(const RooflineConfig& c, const C& k, double tokens) {
   const double p = c.tensor_parallel_size;
   if (p <= 1.0) return 0.0;
   const double bytes = tokens * c.model.hidden_size * kActBytes;
-  const double seconds =
-      2.0 * (p - 1.0) / p * bytes / (c.gpu.interconnect_gbps * 1e9 * k.allreduce_efficiency);
-  return 2.0 * (k.allreduce_latency_us * 1e-3 + seconds * 1e3);
+  return 2.0 * collectiveMs(c, k, 2.0 * (p - 1.0) / p * bytes);
 }
 
 std::string num(double v) { return std::to_string(v); }
@@ -163,6 +214,14 @@ std::optional<std::string> checkRooflineConfig(const RooflineConfig& c) {
   if (c.tensor_parallel_size < 1 || c.tensor_parallel_size > 64) {
     return "roofline.tensor_parallel_size must be in 1..=64 (got " +
            std::to_string(c.tensor_parallel_size) + ")";
+  }
+  if (c.expert_parallel_size < 1 || c.expert_parallel_size > 1024 ||
+      (c.model.num_experts > 0 && c.model.num_experts % c.expert_parallel_size != 0) ||
+      (c.expert_parallel_size > 1 && c.expert_parallel_size % c.tensor_parallel_size != 0)) {
+    return "roofline.expert_parallel_size must be in 1..=1024, divide model.num_experts (" +
+           std::to_string(c.model.num_experts) + ") and be a multiple of tensor_parallel_size (" +
+           std::to_string(c.tensor_parallel_size) + ") (got " +
+           std::to_string(c.expert_parallel_size) + ")";
   }
   if (c.model.num_heads % c.tensor_parallel_size != 0) {
     return "roofline.tensor_parallel_size must divide model.num_heads (" +
@@ -208,14 +267,19 @@ RooflineBreakdown rooflinePass(const RooflineConfig& c, std::span<const PassSequ
   b.attention_ms = layers * attentionLayerMs(s, k, seqs);
   b.moe_ms = layers * moeLayerMs(s, k, tokens);
   b.allreduce_ms = layers * allreduceLayerMs(c, k, tokens);
+  b.expert_dispatch_ms = layers * expertDispatchLayerMs(c, s, k, tokens);
   b.lm_head_ms = linearMs(s, k, n_seq, s.h, s.vocab);
-  b.total_ms =
-      b.overhead_ms + b.gemm_ms + b.attention_ms + b.moe_ms + b.allreduce_ms + b.lm_head_ms;
+  b.total_ms = b.overhead_ms + b.gemm_ms + b.attention_ms + b.moe_ms + b.allreduce_ms +
+               b.expert_dispatch_ms + b.lm_head_ms;
   return b;
 }
 
 double weightBytesPerGpu(const RooflineConfig& c) {
-  return modelParameters(c.model) * c.model.weight_bytes / c.tensor_parallel_size;
+  const ModelArch& m = c.model;
+  const double experts = static_cast<double>(m.num_experts) * m.num_layers *
+                         (m.gated_mlp ? 3.0 : 2.0) * m.hidden_size * m.moe_intermediate_size;
+  const double ep = c.expert_parallel_size > 1 ? c.expert_parallel_size : c.tensor_parallel_size;
+  return ((modelParameters(m) - experts) / c.tensor_parallel_size + experts / ep) * m.weight_bytes;
 }
 
 Result<KvCapacity> rooflineKvCapacity(const RooflineConfig& c, std::uint32_t block_size,

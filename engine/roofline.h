@@ -27,15 +27,16 @@ struct RooflineCoefficients {
   double kernel_overhead_us = 8.0;        ///< per kernel launch (GEMM, attention, MoE, norm group)
   double gemm_compute_efficiency = 0.75;  ///< dense GEMM FLOP/s / peak
   double gemm_memory_efficiency = 0.85;   ///< dense GEMM and elementwise bytes/s / bandwidth
-  double attention_prefill_efficiency = 0.4;  ///< attention FLOP/s / peak (prefill chunks)
+  double attention_prefill_efficiency = 0.5;  ///< attention FLOP/s / peak (prefill chunks)
   double attention_decode_efficiency = 0.7;   ///< attention KV-read bytes/s / bandwidth (decodes)
-  /// Multiplies attention_decode_efficiency for decodes in a pass that also has a prompt chunk
-  /// (the varlen prefill kernel reads their KV at about half the decode kernel's rate).
-  double attention_mixed_decode_factor = 0.5;
+  /// Multiplies attention_decode_efficiency for decodes in a pass that also has a prompt chunk:
+  /// the varlen prefill kernel reads their KV once per query head, not once per KV head (no
+  /// sharing across a GQA group), partly from L2 (hence a factor above 1).
+  double attention_mixed_decode_factor = 2.0;
   double moe_compute_efficiency = 0.5;  ///< expert GEMM FLOP/s / peak
   double moe_memory_efficiency = 0.8;   ///< expert-weight bytes/s / bandwidth
   double allreduce_efficiency = 0.7;    ///< all-reduce bytes/s / interconnect bandwidth
-  double allreduce_latency_us = 10.0;   ///< fixed latency of one all-reduce
+  double allreduce_latency_us = 36.0;   ///< fixed latency of one collective (all-reduce, EP)
 };
 
 /// One fitted coefficient: name (config key under [engine.roofline]), the member, its default,
@@ -63,7 +64,12 @@ struct RooflineConfig {
   ModelArch model;
   GpuSpec gpu;
   std::uint32_t tensor_parallel_size = 1;  ///< GPUs one engine (DP rank) spans; >= 1
-  double gpu_memory_utilization = 0.9;     ///< vLLM's flag: fraction of GPU memory to use
+  /// GPUs the experts are spread over (vLLM --enable-expert-parallel: TP × DP); 1 = no expert
+  /// parallelism (experts sharded by TP like dense MLPs). Each GPU holds num_experts / EP whole
+  /// experts and serves the tokens of EP / TP data-parallel ranks, assumed to run batches like
+  /// this one; the MoE layer adds a dispatch and a combine collective.
+  std::uint32_t expert_parallel_size = 1;
+  double gpu_memory_utilization = 0.9;  ///< vLLM's flag: fraction of GPU memory to use
   /// Memory per GPU held outside weights, KV and activations (CUDA context, NCCL, CUDA graphs),
   /// GiB.
   double non_torch_memory_gib = 0.75;
@@ -90,7 +96,8 @@ struct RooflineBreakdown {
   double attention_ms = 0.0;  ///< prefill FLOPs and decode KV reads
   double moe_ms = 0.0;        ///< router + touched experts
   double allreduce_ms = 0.0;  ///< TP all-reduce (2 per layer)
-  double lm_head_ms = 0.0;    ///< logits of each sequence's last token
+  double expert_dispatch_ms = 0.0;  ///< EP dispatch + combine (2 collectives per MoE layer)
+  double lm_head_ms = 0.0;          ///< logits of each sequence's last token
   double total_ms = 0.0;
 };
 
@@ -102,7 +109,8 @@ RooflineBreakdown rooflinePass(const RooflineConfig& config,
 /// uniformly: E · (1 − (1 − k/E)^tokens).
 double expectedDistinctExperts(std::uint32_t num_experts, std::uint32_t top_k, double tokens);
 
-/// Weight bytes one GPU holds: parameters · weight_bytes / tensor_parallel_size.
+/// Weight bytes one GPU holds: (non-expert parameters / TP + expert parameters / EP) ·
+/// weight_bytes (without EP, expert parameters are divided by TP as well).
 double weightBytesPerGpu(const RooflineConfig& config);
 
 /// KV cache blocks that fit on one GPU, as vLLM sizes it: (memory · gpu_memory_utilization −

@@ -4,56 +4,88 @@
 Re-states the per-operator formulas of docs/engine.md "Roofline timing" (GEMM, attention, MoE) and
 reports, per profile, the mean absolute log error (|ln(model/measured)|, 0.10 ~ 10 %) of the model
 at the given coefficients against the measured kernel times: vidur's mlp.csv (A100, H100: QKV, O,
-up, down projections) and LLMServingSim's dense.csv / attention.csv / moe.csv (RTX 4090, RTX PRO
-6000). PROFILES is the `profiles/` folder of the calibration reference data (its README gives the
+up, down projections), vidur's NCCL all_reduce.csv (NVLink and PCIe nodes) and LLMServingSim's
+dense.csv / attention.csv / moe.csv (RTX 4090, RTX PRO 6000). PROFILES is the `profiles/` folder of the calibration reference data (its README gives the
 formats and sources). Stdlib only.
 
-    scripts/roofline_profile_check.py PROFILES [--stride N]
-"""
-import argparse, csv, glob, json, math, os, statistics as st
+    scripts/roofline_profile_check.py PROFILES [--stride N] [--bounds FILE]
 
-GPU = {"RTX4090": (165.2, 1008.0), "RTXPRO6000": (503.8, 1792.0), "h100": (989.4, 3350.0),
-       "a100": (312.0, 2039.0)}  # engine/gpu_spec.cpp
-DEFAULTS = dict(kernel_us=8.0, gemm_compute=0.75, gemm_memory=0.85, attn_prefill=0.4,
-                attn_decode=0.7, mixed_factor=0.5, moe_compute=0.5, moe_memory=0.8)
+With --bounds (a JSON object: report line label -> largest accepted mean |log err|), exits 1 when
+a profile's error exceeds its bound or a bounded profile is missing: the CI check that a change
+to the roofline formulas keeps agreeing with real kernels (data/calibration/profiles/bounds.json).
+"""
+import argparse, csv, glob, json, math, os, statistics as st, sys
+
+# engine/gpu_spec.cpp: BF16 TFLOP/s, GB/s, SMs, compute efficiency scale
+GPU = {"RTX4090": (165.2, 1008.0, 128, 1.3), "RTXPRO6000": (503.8, 1792.0, 188, 1.0),
+       "h100": (989.4, 3350.0, 132, 1.0), "a100": (312.0, 2039.0, 108, 1.0)}
+DEFAULTS = dict(kernel_us=8.0, gemm_compute=0.75, gemm_memory=0.85, attn_prefill=0.5,
+                attn_decode=0.7, mixed_factor=2.0, moe_compute=0.5, moe_memory=0.8,
+                allreduce=0.7, allreduce_latency_us=36.0)
+QUERY_TILE = 64  # engine/roofline.cpp kAttentionQueryTile
+# vidur network profiles: (node, GPUs) -> per-direction link bandwidth an all-reduce crosses
+# (NVLink 3/4 per direction; the 4-GPU rings of the pairwise-NVLink nodes cross PCIe Gen4/Gen5).
+LINKS = {("a100_dgx", 2): 300.0, ("a100_dgx", 4): 300.0, ("a100_dgx", 8): 300.0,
+         ("h100_dgx", 2): 450.0, ("h100_dgx", 4): 450.0, ("h100_dgx", 8): 450.0,
+         ("a100_pairwise_nvlink", 2): 300.0, ("h100_pairwise_nvlink", 2): 450.0,
+         ("a100_pairwise_nvlink", 4): 32.0, ("h100_pairwise_nvlink", 4): 64.0}
 
 
 def gemm_us(gpu, c, tokens, din, dout):
-    peak, bw = GPU[gpu]
-    compute = 2 * tokens * din * dout / (peak * 1e12 * c["gemm_compute"])
+    peak, bw, _, scale = GPU[gpu]
+    compute = 2 * tokens * din * dout / (peak * scale * 1e12 * c["gemm_compute"])
     memory = (din * dout * 2 + tokens * (din + dout) * 2) / (bw * 1e9 * c["gemm_memory"])
     return c["kernel_us"] + max(compute, memory) * 1e6
 
 
 def attention_us(gpu, c, heads, kv_heads, hd, chunk, kv_prefill, n_decode, kv_decode):
-    peak, bw = GPU[gpu]
-    def one(n, ctx, eff):
+    peak, bw, sms, _ = GPU[gpu]
+    blocks = heads * math.ceil(chunk / QUERY_TILE) if chunk > 1 else 0
+    wave = blocks / (math.ceil(blocks / sms) * sms) if blocks else 1.0
+    def one(n, ctx, eff, util=1.0, kv_width=kv_heads):
         flops = 4 * heads * hd * n * (ctx + (n + 1) / 2)
-        nbytes = (ctx + n) * 2 * kv_heads * hd * 2 + n * 2 * heads * hd * 2
-        return max(flops / (peak * 1e12 * c["attn_prefill"]), nbytes / (bw * 1e9 * eff))
-    s = one(chunk, kv_prefill, c["attn_decode"]) if chunk else 0.0
+        nbytes = (ctx + n) * 2 * kv_width * hd * 2 + n * 2 * heads * hd * 2
+        return max(flops / (peak * 1e12 * c["attn_prefill"] * util), nbytes / (bw * 1e9 * eff))
+    s = one(chunk, kv_prefill, c["attn_decode"], wave) if chunk else 0.0
     if n_decode:
+        # Beside a prompt chunk, decodes read K/V once per query head (varlen prefill kernel).
         eff = c["attn_decode"] * (c["mixed_factor"] if chunk > 1 else 1.0)
-        s += n_decode * one(1, max(kv_decode - 1, 0), eff)
+        s += n_decode * one(1, max(kv_decode - 1, 0), eff, 1.0, heads if chunk > 1 else kv_heads)
     return c["kernel_us"] + s * 1e6
 
 
 def moe_us(gpu, c, tokens, active, h, inter, experts, topk):
-    peak, bw = GPU[gpu]
+    peak, bw, _, scale = GPU[gpu]
+    peak *= scale
     flops = 2 * tokens * topk * 3 * h * inter
     nbytes = active * 3 * h * inter * 2 + tokens * topk * (2 * h + 3 * inter) * 2
     return (gemm_us(gpu, c, tokens, h, experts) + 2 * c["kernel_us"] +
             max(flops / (peak * 1e12 * c["moe_compute"]), nbytes / (bw * 1e9 * c["moe_memory"])) * 1e6)
 
 
+def allreduce_us(c, gpus, link_gbps, nbytes):
+    return c["allreduce_latency_us"] + 2 * (gpus - 1) / gpus * nbytes / (
+        link_gbps * 1e9 * c["allreduce"]) * 1e6
+
+
 def err(pairs):
     return st.mean(abs(math.log(m / t)) for m, t in pairs), len(pairs)
+
+
+RESULTS = {}
+
+
+def report(label, pairs):
+    e, n = err(pairs)
+    RESULTS[label] = e
+    print(f"{label}: mean |log err| %.3f over %d" % (e, n))
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("profiles")
     ap.add_argument("--stride", type=int, default=1, help="use every Nth profile row (speed)")
+    ap.add_argument("--bounds", help="JSON: label -> largest accepted mean |log err|")
     a = ap.parse_args()
     c = DEFAULTS
     models = json.load(open(os.path.join(a.profiles, "models.json")))["models"]
@@ -71,19 +103,19 @@ def main():
         rows = list(csv.DictReader(open(os.path.join(path, "dense.csv"))))
         pairs = [(gemm_us(gpu, c, int(r["tokens"]), *shapes[r["layer"]]), float(r["time_us"]))
                  for r in rows if r["layer"] in shapes]
-        print(f"{gpu} {model} tp{tp} dense GEMMs: mean |log err| %.3f over %d" % err(pairs))
+        report(f"{gpu} {model} tp{tp} dense GEMMs", pairs)
         rows = list(csv.DictReader(open(os.path.join(path, "attention.csv"))))[::a.stride]
         pairs = [(attention_us(gpu, c, heads, kvh, hd, int(r["prefill_chunk"]),
                                int(r["kv_prefill"]), int(r["n_decode"]), int(r["kv_decode"])),
                   float(r["time_us"])) for r in rows]
-        print(f"{gpu} {model} tp{tp} attention: mean |log err| %.3f over %d" % err(pairs))
+        report(f"{gpu} {model} tp{tp} attention", pairs)
         moe = os.path.join(path, "moe.csv")
         if os.path.exists(moe) and m.get("moe"):
             e = m["moe"]
             pairs = [(moe_us(gpu, c, int(r["tokens"]), int(r["activated_experts"]), h,
                              e["moe_intermediate_size"], e["num_experts"], e["experts_per_token"]),
                       float(r["time_us"])) for r in csv.DictReader(open(moe))]
-            print(f"{gpu} {model} tp{tp} MoE block: mean |log err| %.3f over %d" % err(pairs))
+            report(f"{gpu} {model} tp{tp} MoE block", pairs)
     for path in sorted(glob.glob(os.path.join(a.profiles, "vidur/compute/*/*/*/mlp.csv"))):
         gpu = path.split(os.sep)[-4]
         pairs = []
@@ -100,8 +132,32 @@ def main():
                                     "mlp_up_proj": (h, up), "mlp_down_proj": (inter, h)}.items():
                 pairs.append((gemm_us(gpu, c, tokens, din, dout),
                               float(r[f"time_stats.{op}.median"]) * 1000))
-        print(f"{gpu} {'/'.join(path.split(os.sep)[-3:-1])} GEMMs: mean |log err| %.3f over %d"
-              % err(pairs))
+        report(f"{gpu} {'/'.join(path.split(os.sep)[-3:-1])} GEMMs", pairs)
+    for path in sorted(glob.glob(os.path.join(a.profiles, "vidur/network/*/all_reduce.csv"))):
+        node = path.split(os.sep)[-2]
+        by_gpus = {}
+        for r in csv.DictReader(open(path)):
+            gpus, size = int(r["num_workers"]), int(r["size"])
+            link = LINKS.get((node, gpus))
+            # One node (devices_per_node = GPUs); 8 KiB..64 MiB = 2..8,192 tokens of 4,096.
+            if link and int(r["devices_per_node"]) == gpus and 8192 <= size <= 64 << 20:
+                by_gpus.setdefault(gpus, []).append(
+                    (allreduce_us(c, gpus, link, size),
+                     float(r["time_stats.all_reduce.median"]) * 1000))
+        for gpus, pairs in sorted(by_gpus.items()):
+            report(f"{node} {gpus} GPUs all-reduce", pairs)
+    if a.bounds:
+        failed = []
+        for label, bound in json.load(open(a.bounds)).items():
+            if label not in RESULTS:
+                failed.append(f"{label}: no such profile in {a.profiles}")
+            elif not RESULTS[label] <= bound:
+                failed.append(f"{label}: mean |log err| {RESULTS[label]:.3f} > bound {bound}")
+        for f in failed:
+            print("FAIL " + f)
+        if failed:
+            sys.exit(1)
+        print("all %d profiles within their bounds" % len(json.load(open(a.bounds))))
 
 
 if __name__ == "__main__":

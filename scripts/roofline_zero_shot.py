@@ -4,7 +4,7 @@
 For each run directory (trace.jsonl + ground_truth.csv + run.json, the format of
 data/calibration/README.md), replays the trace with `mocker replay` (trace block size 16, the run's
 `mocker_engine` settings) once with the roofline model and its default coefficients (the run's
-model config.json, GPU and TP) and once with the default polynomial model, and prints the
+model config.json, GPU, TP and expert parallelism) and once with the default polynomial model, and prints the
 absolute percentage error of TTFT mean/p90/p99, E2E mean/p90/p99 and ITL
 ((mean E2E - mean TTFT) / (mean output tokens - 1)) per run and the median across runs.
 
@@ -72,6 +72,8 @@ def main():
         tp = meta["engine"]["tensor_parallel_size"]
         roof = ["--timing-model", "roofline", "--gpu", label, "--tp", str(tp),
                 "--model-config", os.path.join(a.models, MODELS[meta["model"]])]
+        if meta["engine"].get("enable_expert_parallel"):
+            roof.append("--enable-expert-parallel")  # experts over TP x DP GPUs
         for name, extra in (("roofline", roof), ("polynomial", [])):
             rows = replay(a.mocker, run, extra)
             sim = summary([r["ttft_ms"] for r in rows], [r["e2e_latency_ms"] for r in rows],

@@ -155,7 +155,8 @@ inline constexpr std::uint32_t kMaxFleetWorkers = 4096;
 enum class LogFormat { Text, Json };
 
 /// The roofline deployment as configured (`[engine]` model_config_path, gpu,
-/// tensor_parallel_size, gpu_memory_utilization; `[engine.model]`, `[engine.gpu]`,
+/// tensor_parallel_size, enable_expert_parallel, gpu_memory_utilization; `[engine.model]`,
+/// `[engine.gpu]`,
 /// `[engine.roofline]`): finishServiceConfig turns it into engine.roofline when timing_model =
 /// roofline (buildRooflineConfig). Unset overrides (none / "") take the config.json's value.
 struct RooflineSettings {
@@ -168,7 +169,13 @@ struct RooflineSettings {
   std::string gpu;           ///< built-in GPU name (engine::gpuTable); "" = explicit values only
   std::optional<double> gpu_tflops, gpu_memory_bandwidth_gbps, gpu_memory_gib,
       gpu_interconnect_gbps;
+  /// Optional for every GPU (a custom one: SM count unknown = no wave quantisation, scale 1).
+  std::optional<std::uint32_t> gpu_sm_count;
+  std::optional<double> gpu_compute_efficiency_scale;
   std::uint32_t tensor_parallel_size = 1;
+  /// vLLM's --enable-expert-parallel: experts spread over TP × dp_size GPUs
+  /// (engine::RooflineConfig::expert_parallel_size).
+  bool enable_expert_parallel = false;
   double gpu_memory_utilization = 0.9;
   double non_torch_memory_gib = 0.75;
   engine::RooflineCoefficients coefficients;

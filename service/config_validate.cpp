@@ -88,6 +88,7 @@ bool collide(std::string_view a, std::string_view b) {
 std::optional<std::string> rooflineKeySet(const RooflineSettings& r) {
   if (!r.model_config_path.empty()) return "engine.model_config_path";
   if (!r.gpu.empty()) return "engine.gpu";
+  if (r.enable_expert_parallel) return "engine.enable_expert_parallel";
   const std::pair<const char*, const std::optional<std::uint32_t>*> counts[] = {
       {"num_layers", &r.num_layers},
       {"hidden_size", &r.hidden_size},
@@ -106,10 +107,12 @@ std::optional<std::string> rooflineKeySet(const RooflineSettings& r) {
       {"tflops", &r.gpu_tflops},
       {"memory_bandwidth_gbps", &r.gpu_memory_bandwidth_gbps},
       {"memory_gib", &r.gpu_memory_gib},
-      {"interconnect_gbps", &r.gpu_interconnect_gbps}};
+      {"interconnect_gbps", &r.gpu_interconnect_gbps},
+      {"compute_efficiency_scale", &r.gpu_compute_efficiency_scale}};
   for (const auto& [name, v] : gpu) {
     if (*v) return "engine.gpu_spec." + std::string(name);
   }
+  if (r.gpu_sm_count) return "engine.gpu_spec.sm_count";
   return std::nullopt;
 }
 
@@ -540,6 +543,13 @@ Result<ServiceConfig> finishServiceConfig(ServiceConfig config, const KeyOrigins
       const std::string key = message.substr(0, message.find_first_of(": ("));
       return Error{built.error().code,
                    origin(origins.contains(key) ? key : "engine.model_config_path") + message};
+    }
+    // vLLM's expert-parallel group spans every GPU of every DP rank.
+    if (config.roofline.enable_expert_parallel) {
+      const std::uint64_t ep =
+          std::uint64_t{built->tensor_parallel_size} * std::uint64_t{config.engine.dp_size};
+      built->expert_parallel_size =
+          static_cast<std::uint32_t>(std::min<std::uint64_t>(ep, 1u << 20));
     }
     config.engine.roofline = std::move(*built);
     // A handoff moves every layer's K and V of the model unless the key says otherwise.

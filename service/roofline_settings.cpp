@@ -102,6 +102,8 @@ Result<engine::GpuSpec> buildGpu(const RooflineSettings& s) {
                              engine::gpuNameList(", ") + ")");
     }
   }
+  if (s.gpu_sm_count) g.sm_count = *s.gpu_sm_count;
+  if (s.gpu_compute_efficiency_scale) g.compute_efficiency_scale = *s.gpu_compute_efficiency_scale;
   if (auto problem = engine::checkGpuSpec(g, "engine.gpu_spec.")) return invalidArgument(*problem);
   return g;
 }
@@ -112,7 +114,7 @@ bool isRooflineKey(std::string_view key) {
   return key.starts_with("engine.model.") || key.starts_with("engine.gpu_spec.") ||
          key.starts_with("engine.roofline.") || key == "engine.model_config_path" ||
          key == "engine.gpu" || key == "engine.tensor_parallel_size" ||
-         key == "engine.gpu_memory_utilization";
+         key == "engine.enable_expert_parallel" || key == "engine.gpu_memory_utilization";
 }
 
 Result<engine::RooflineConfig> buildRooflineConfig(const RooflineSettings& s,

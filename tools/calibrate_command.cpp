@@ -315,11 +315,8 @@ int runEvaluate(Context& ctx, const RunSet& set) {
     }
     Result<cal::Prediction> pred = cal::simulateRun(*p.run, config, profile->client);
     if (!pred) return fail(ctx.err, pred.error());
-    cal::MetricValues predicted{};
-    if (pred->completed > 0) predicted = cal::summarizeLatencies(pred->samples);
-    evals.push_back(
-        {cal::scoreRun(p.run->name, p.recorded, predicted, p.run->requests.size(), pred->completed),
-         std::move(*pred)});
+    cal::RunScore score = cal::scorePrediction(p, *pred);
+    evals.push_back({std::move(score), std::move(*pred)});
     runs.push_back(&p);
   }
   Outputs o;

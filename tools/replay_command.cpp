@@ -298,6 +298,7 @@ int ReplayCommand::run(std::ostream& out, std::ostream& err,
       .router = plan->router,
       .servers = plan->servers,
       .engine_config = plan->engine_config,
+      .gpu_kv_cache_tokens = plan->gpu_kv_cache_tokens,
       .date_utc = date_utc,
       .command_line = replay::shellQuotedCommandLine(command_line),
   };

@@ -234,6 +234,7 @@ Status planOffline(const ReplayFlags& f, const GivenFlags& given, ReplayPlan& pl
     plan.engine_config = roleSettings(*prefill_config, *decode_config);
   } else {
     plan.engine_config = engineSettings(*config);
+    plan.gpu_kv_cache_tokens = engine::deploymentKvCacheTokens(config->engine);
   }
   plan.options = std::move(options);
   return {};

@@ -11,6 +11,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <variant>
 #include <vector>
@@ -42,6 +43,9 @@ struct ReplayPlan {
   std::string router;                  ///< "kv", or "kv (prefill), round_robin (decode)"
   std::vector<std::string> servers{};  ///< live: the (prefill) servers
   std::vector<replay::ConfigSetting> engine_config{};  ///< offline: the effective [engine]
+  /// Offline, aggregated: the KV cache in tokens when sized from the deployment (no
+  /// num_gpu_blocks), as vLLM's "GPU KV cache size" line gives it.
+  std::optional<std::uint64_t> gpu_kv_cache_tokens{};
 };
 
 /// The plan for `flags` (aliases applied; `given` = the flags the command line gave). Errors:

@@ -186,6 +186,10 @@ int runServeCommand(const ServeCommand& command, std::ostream& out, std::ostream
       f.size(), engine::toString(config->engine.worker_type),
       engine::toString(config->engine.engine_type), config->engine.dp_size,
       engine::effectiveNumGpuBlocks(config->engine), engine::effectiveBlockSize(config->engine));
+  if (const auto tokens = engine::deploymentKvCacheTokens(config->engine)) {
+    // vLLM's start-up line, per DP rank, when the deployment sized the cache.
+    spdlog::info("{} (per rank, from the deployment)", engine::gpuKvCacheSizeText(*tokens));
+  }
 
   g_fleet.store(&f);
   struct sigaction action {};

@@ -137,6 +137,19 @@ TEST(CalibrateCommandTest, RecoversPolynomialSpeedRatios) {
   EXPECT_NEAR(speedup * decode, kTrueSpeedup * kTrueDecodeSpeedup,
               0.05 * kTrueSpeedup * kTrueDecodeSpeedup)
       << text;
+  // With a client term the reports show the engine-side latencies beside the client-side ones.
+  EXPECT_THAT(r.out, HasSubstr("engine-side (without the client overhead)"));
+  const auto e = runCalibrate({fit.string(), "--evaluate", profile, "--json"});
+  ASSERT_EQ(e.code, 0) << e.err;
+  const nlohmann::json run = nlohmann::json::parse(e.out)["tables"][0]["runs"][0];
+  const double client = profileValue(text, "client.overhead_per_request_ms");
+  for (const char* m : {"e2e_mean", "ttft_mean", "ttft_p99"}) {
+    EXPECT_NEAR(run["predicted_engine_side"][m].get<double>(),
+                run["predicted"][m].get<double>() - client, 1e-6)
+        << m;
+  }
+  EXPECT_NEAR(run["predicted_engine_side"]["itl"].get<double>(),
+              run["predicted"]["itl"].get<double>(), 1e-9);
 }
 
 TEST(CalibrateCommandTest, ProfileIsAcceptedByTheConfigurationAndEvaluates) {

@@ -137,6 +137,21 @@ TEST(RecordedRunTest, LoadsAReferenceRunDirectory) {
   EXPECT_TRUE(has("max_num_seqs", "256"));
 }
 
+TEST(RecordedRunTest, ExpertParallelRunSpreadsTheExpertsOverBothRanks) {
+  // DP 2 with enable_expert_parallel at TP 1: vLLM's expert-parallel group is 2 GPUs.
+  const std::string dir = std::string(MOCKER_SOURCE_DIR_FOR_TEST) +
+                          "/data/calibration/recorded/rtxpro6000-qwen3-30b-a3b-dp2-ep2";
+  const auto run = loadRecordedRun(dir, 512);
+  ASSERT_TRUE(run.has_value()) << run.error().message;
+  EXPECT_EQ(run->tensor_parallel, 1u);
+  EXPECT_EQ(run->expert_parallel, 2u);
+  const auto dense = loadRecordedRun(std::string(MOCKER_SOURCE_DIR_FOR_TEST) +
+                                         "/data/calibration/recorded/rtxpro6000-qwen3-32b-tp2",
+                                     512);
+  ASSERT_TRUE(dense.has_value()) << dense.error().message;
+  EXPECT_EQ(dense->expert_parallel, std::nullopt);
+}
+
 TEST(RecordedRunTest, UnrecordedBlocksFallBackToTheEstimate) {
   const std::string dir = std::string(MOCKER_SOURCE_DIR_FOR_TEST) +
                           "/data/calibration/recorded/rtx4090-llama3.1-8b-mns128";
@@ -183,6 +198,12 @@ TEST(RecordedRunTest, MissingFilesAndBadRunJsonAreNamed) {
   const auto bad_tp = loadRecordedRun((tmp.path() / "r").string(), 16);
   ASSERT_FALSE(bad_tp.has_value());
   EXPECT_THAT(bad_tp.error().message, HasSubstr("field 'engine.tensor_parallel_size'"));
+
+  testing::writeFile(tmp.path() / "r" / "run.json",
+                     "{\"mocker_engine\":{},\"engine\":{\"enable_expert_parallel\":\"yes\"}}");
+  const auto bad_ep = loadRecordedRun((tmp.path() / "r").string(), 16);
+  ASSERT_FALSE(bad_ep.has_value());
+  EXPECT_THAT(bad_ep.error().message, HasSubstr("field 'engine.enable_expert_parallel'"));
 }
 
 }  // namespace

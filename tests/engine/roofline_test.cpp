@@ -96,15 +96,34 @@ TEST(RooflineTest, DecodeOfOneTokenIsTheWeightReadTime) {
 
 TEST(RooflineTest, PrefillIsComputeBoundAndAttentionCausal) {
   // 2048 prompt tokens from scratch: every GEMM compute bound, 2 x 2048 x 218,103,808 weights
-  // = 893.4 GFLOP per layer / 165.2e12 = 5.4083 ms, plus elementwise 2048 x 139,264 B / 1008e9
-  // = 0.28295 ms: 5.690656 ms. Attention: 4 x 32 heads x 128 x 2048 x (0 + 2049/2) causal
-  // = 34.38 GFLOP / 165.2e12 = 0.208090 ms. One sampled token: the LM head as for a decode.
+  // = 893.4 GFLOP per layer at the RTX 4090's 165.2e12 x its compute efficiency scale 1.3
+  // = 4.159775 ms, plus elementwise 2048 x 139,264 B / 1008e9 = 0.28295 ms: 4.442724 ms.
+  // Attention: 4 x 32 heads x 128 x 2048 x (0 + 2049/2) causal = 34.38 GFLOP / 165.2e12
+  // = 0.208090 ms (32 heads x 32 query tiles = 1,024 blocks: 8 full waves of 128 SMs). One
+  // sampled token: the LM head as for a decode.
   const RooflineConfig c = deployment(llama8b(), "RTX4090");
+  ASSERT_EQ(c.gpu.compute_efficiency_scale, 1.3);
   const std::vector<PassSequence> seqs = {{.new_tokens = 2048, .context = 0}};
   const RooflineBreakdown b = rooflinePass(c, seqs);
-  EXPECT_NEAR(b.gemm_ms / 32, 5.690656086435, 1e-9);
+  EXPECT_NEAR(b.gemm_ms / 32, 4.442723700188, 1e-9);
   EXPECT_NEAR(b.attention_ms / 32, 0.2080902880387, 1e-10);
-  EXPECT_NEAR(b.total_ms, 189.802481063, 1e-7);
+  EXPECT_NEAR(b.total_ms, 149.868644702635, 1e-7);
+}
+
+TEST(RooflineTest, PromptAttentionPaysForItsLastPartialWave) {
+  // A 100-token chunk after 4,000 tokens of context on the RTX 4090: 32 heads x ceil(100 / 64)
+  // = 64 thread blocks on 128 SMs, one half-empty wave: the chunk's 4 x 32 x 128 x 100 x
+  // (4000 + 101/2) = 6,636,339,200 FLOPs run at half the rate, 6.6363392e9 / (165.2e12 x 0.5)
+  // = 0.0803431 ms (compute bound: the KV read is 18,432,000 B / 1008e9 = 0.0183 ms).
+  RooflineConfig c = deployment(llama8b(), "RTX4090");
+  const std::vector<PassSequence> chunk = {{.new_tokens = 100, .context = 4000}};
+  EXPECT_NEAR(rooflinePass(c, chunk).attention_ms / 32, 0.08034308958838, 1e-11);
+  // Two such chunks fill the wave: twice the FLOPs in the same time.
+  const std::vector<PassSequence> two(2, {.new_tokens = 100, .context = 4000});
+  EXPECT_NEAR(rooflinePass(c, two).attention_ms / 32, 0.08034308958838, 1e-11);
+  // Decodes are not tiled (split-KV kernels fill the GPU), and an unknown SM count disables it.
+  c.gpu.sm_count = 0;
+  EXPECT_NEAR(rooflinePass(c, chunk).attention_ms / 32, 0.08034308958838 / 2, 1e-11);
 }
 
 TEST(RooflineTest, MixedPassCountsEveryTokenOnceAndEverySequencesAttention) {
@@ -116,13 +135,18 @@ TEST(RooflineTest, MixedPassCountsEveryTokenOnceAndEverySequencesAttention) {
   const RooflineBreakdown m = rooflinePass(c, mixed);
   const RooflineBreakdown p = rooflinePass(c, prefill);
   const RooflineBreakdown d = rooflinePass(c, decodes);
-  // Attention is per sequence: additive. GEMMs read the weights once for the whole batch: the
-  // mixed pass costs less than the two passes apart.
-  EXPECT_NEAR(m.attention_ms, p.attention_ms + d.attention_ms, 1e-9);
-  RooflineConfig slow = c;
-  slow.coefficients.attention_mixed_decode_factor = 0.5;  // decodes next to a chunk: 2x slower
-  EXPECT_NEAR(rooflinePass(slow, mixed).attention_ms, p.attention_ms + 2 * d.attention_ms, 1e-9);
-  EXPECT_NEAR(rooflinePass(slow, decodes).attention_ms, d.attention_ms, 1e-12);
+  // Attention is per sequence: additive, except that decodes beside a prompt chunk read K and V
+  // once per query head (32), not per KV head (8): 701 x 2 x 4096 x 2 B + q and out 2 x 4096 x
+  // 2 B = 11,501,568 B each instead of 701 x 2 x 1024 x 2 B + 16,384 B = 2,887,680 B.
+  EXPECT_NEAR(d.attention_ms, 32 * 20 * 2887680.0 / 1008e9 * 1e3, 1e-9);
+  EXPECT_NEAR(m.attention_ms, p.attention_ms + 32 * 20 * 11501568.0 / 1008e9 * 1e3, 1e-9);
+  RooflineConfig fast = c;
+  fast.coefficients.attention_mixed_decode_factor = 2.0;  // half of it from L2: 2x the rate
+  EXPECT_NEAR(rooflinePass(fast, mixed).attention_ms,
+              p.attention_ms + 32 * 20 * 11501568.0 / 1008e9 * 1e3 / 2, 1e-9);
+  EXPECT_NEAR(rooflinePass(fast, decodes).attention_ms, d.attention_ms, 1e-12);
+  // GEMMs read the weights once for the whole batch: the mixed pass costs less than the two
+  // passes apart.
   EXPECT_LT(m.gemm_ms, p.gemm_ms + d.gemm_ms);
   EXPECT_GT(m.gemm_ms, p.gemm_ms);
 }
@@ -154,6 +178,43 @@ TEST(RooflineTest, MoeReadsOnlyTheExpertsItsTokensTouch) {
   const double touched = expectedDistinctExperts(128, 8, 512);
   EXPECT_GT(touched, 127.0);
   EXPECT_GT(rooflinePass(c, many).moe_ms, 10 * rooflinePass(c, one).moe_ms);
+}
+
+TEST(RooflineTest, ExpertParallelHoldsPartOfTheExpertsAndAddsDispatchAndCombine) {
+  // Qwen3-30B-A3B, DP 2 x EP 2 on RTX PRO 6000s (TP 1): each GPU holds 64 of the 128 experts
+  // and serves the tokens of both ranks. One decode token per rank: 2 tokens route to 64 x (1 -
+  // (120/128)^2) = 7.75 distinct local experts on average, read at 3 x 2048 x 768 x 2 B =
+  // 9,437,184 B each = 73,138,176 B, plus 2 x 8 / 2 = 8 assignments' activations 8 x (2 x 2048
+  // + 3 x 768) x 2 B = 102,400 B and the router GEMM 528,640 B: 73,769,216 B / 1792e9 per layer.
+  RooflineConfig c = deployment(qwen3_30b_a3b(), "RTXPRO6000");
+  c.expert_parallel_size = 2;
+  ASSERT_EQ(checkRooflineConfig(c), std::nullopt);
+  const std::vector<PassSequence> one = {{.new_tokens = 1, .context = 0}};
+  const RooflineBreakdown b = rooflinePass(c, one);
+  EXPECT_NEAR(b.moe_ms, 48 * 73769216.0 / 1792e9 * 1e3, 1e-9);
+  // Dispatch and combine: each moves (2 - 1) / 2 x 2 tokens x 2048 x 2 B = 4,096 B over PCIe
+  // Gen5 (64 GB/s), 2 per layer; with the 36 us latency of a collective on top.
+  EXPECT_NEAR(b.expert_dispatch_ms, 48 * 2 * 4096.0 / 64e9 * 1e3, 1e-12);
+  EXPECT_EQ(b.allreduce_ms, 0.0);
+  c.coefficients.allreduce_latency_us = 36.0;
+  EXPECT_NEAR(rooflinePass(c, one).expert_dispatch_ms, 48 * 2 * (4096.0 / 64e9 * 1e3 + 0.036),
+              1e-12);
+  // Weights per GPU: 1,541,081,088 non-expert parameters + 28,991,029,248 / 2 expert ones.
+  EXPECT_NEAR(weightBytesPerGpu(c), (1541081088.0 + 28991029248.0 / 2) * 2, 1.0);
+  c.expert_parallel_size = 1;
+  EXPECT_NEAR(weightBytesPerGpu(c), (1541081088.0 + 28991029248.0) * 2, 1.0);
+  EXPECT_EQ(rooflinePass(c, one).expert_dispatch_ms, 0.0);
+  // More KV room with half the experts.
+  c.coefficients = RooflineCoefficients{};
+  const auto without = rooflineKvCapacity(c, 16, 2048, 128);
+  c.expert_parallel_size = 2;
+  const auto with = rooflineKvCapacity(c, 16, 2048, 128);
+  ASSERT_TRUE(without.has_value() && with.has_value());
+  EXPECT_NEAR(with->kv_bytes - without->kv_bytes, 28991029248.0, 1.0);
+  // EP must divide the experts and be a multiple of TP.
+  c.expert_parallel_size = 3;
+  EXPECT_NE(checkRooflineConfig(c).value_or("").find("roofline.expert_parallel_size"),
+            std::string::npos);
 }
 
 TEST(RooflineTest, TensorParallelSplitsWeightsAndAddsTwoAllReducesPerLayer) {
@@ -261,8 +322,18 @@ TEST(RooflineTest, KvCapacitySizesTheEngineWhenNumGpuBlocksIsUnset) {
   const auto kv = engineKvCapacity(c);
   ASSERT_TRUE(kv.has_value());
   EXPECT_EQ(effectiveNumGpuBlocks(c), kv->num_blocks);
+  // The start-up line and the reports' identity: blocks x block size, as vLLM logs it.
+  EXPECT_EQ(deploymentKvCacheTokens(c), kv->num_blocks * 16);
+  EXPECT_EQ(gpuKvCacheSizeText(617440), "GPU KV cache size: 617,440 tokens");
+  EXPECT_EQ(gpuKvCacheSizeText(999), "GPU KV cache size: 999 tokens");
+  EXPECT_EQ(gpuKvCacheSizeText(1000), "GPU KV cache size: 1,000 tokens");
+  EXPECT_EQ(gpuKvCacheSizeText(1234567890), "GPU KV cache size: 1,234,567,890 tokens");
   c.num_gpu_blocks = 100;
   EXPECT_EQ(effectiveNumGpuBlocks(c), 100u);
+  EXPECT_EQ(deploymentKvCacheTokens(c), std::nullopt);  // given, not computed
+  c.num_gpu_blocks.reset();
+  c.timing_model = TimingModelKind::Polynomial;
+  EXPECT_EQ(deploymentKvCacheTokens(c), std::nullopt);
 }
 
 EngineConfig rooflineEngine(EngineType type) {

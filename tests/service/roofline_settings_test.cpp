@@ -29,6 +29,36 @@ TEST(RooflineSettingsTest, ConfigJsonPlusOverridesPlusGpu) {
   EXPECT_EQ(c->gpu.name, "RTX4090");
   EXPECT_EQ(c->gpu.bf16_tflops, 165.2);
   EXPECT_EQ(c->gpu.memory_bandwidth_gbps, 900.0);
+  // The table's SM count and compute efficiency scale, unless overridden.
+  EXPECT_EQ(c->gpu.sm_count, 128u);
+  EXPECT_EQ(c->gpu.compute_efficiency_scale, 1.3);
+  s.gpu_sm_count = 100;
+  s.gpu_compute_efficiency_scale = 1.0;
+  const auto over = buildRooflineConfig(s, R"({"num_hidden_layers": 32, "hidden_size": 4096,
+      "num_attention_heads": 32, "intermediate_size": 14336, "vocab_size": 128256})");
+  ASSERT_TRUE(over.has_value()) << over.error().message;
+  EXPECT_EQ(over->gpu.sm_count, 100u);
+  EXPECT_EQ(over->gpu.compute_efficiency_scale, 1.0);
+  // A custom GPU: SM count unknown (no wave quantisation), scale 1; a bad scale is named.
+  RooflineSettings custom = s;
+  custom.gpu.clear();
+  custom.gpu_sm_count.reset();
+  custom.gpu_compute_efficiency_scale.reset();
+  custom.gpu_tflops = 100.0;
+  custom.gpu_memory_gib = 40.0;
+  custom.gpu_interconnect_gbps = 32.0;
+  const auto c2 = buildRooflineConfig(custom, R"({"num_hidden_layers": 32, "hidden_size": 4096,
+      "num_attention_heads": 32, "intermediate_size": 14336, "vocab_size": 128256})");
+  ASSERT_TRUE(c2.has_value()) << c2.error().message;
+  EXPECT_EQ(c2->gpu.sm_count, 0u);
+  EXPECT_EQ(c2->gpu.compute_efficiency_scale, 1.0);
+  custom.gpu_compute_efficiency_scale = 9.0;
+  const auto bad = buildRooflineConfig(custom, R"({"num_hidden_layers": 32, "hidden_size": 4096,
+      "num_attention_heads": 32, "intermediate_size": 14336, "vocab_size": 128256})");
+  ASSERT_FALSE(bad.has_value());
+  EXPECT_NE(bad.error().message.find("engine.gpu_spec.compute_efficiency_scale must be in (0, 4]"),
+            std::string::npos)
+      << bad.error().message;
 }
 
 TEST(RooflineSettingsTest, ErrorsNameTheKey) {
@@ -93,6 +123,30 @@ TEST(RooflineSettingsTest, TomlProfileAppliesCoefficientsAndSizesTheKvCache) {
   const auto again = parseServiceConfig(dump, "dump.toml");
   ASSERT_TRUE(again.has_value()) << again.error().message;
   EXPECT_TRUE(*again == *c);
+}
+
+TEST(RooflineSettingsTest, ExpertParallelSpansEveryRanksGpus) {
+  // vLLM's --enable-expert-parallel with DP 2 and TP 1: the experts spread over 2 GPUs.
+  std::string toml = "[engine]\ntiming_model = \"roofline\"\ngpu = \"RTXPRO6000\"\n";
+  toml += "model_config_path = \"";
+  toml += kModels;
+  toml += "Qwen3-30B-A3B-Instruct-2507.json\"\ndp_size = 2\nenable_expert_parallel = true\n";
+  const auto c = parseServiceConfig(toml, "p.toml");
+  ASSERT_TRUE(c.has_value()) << c.error().message;
+  EXPECT_EQ(c->engine.roofline->expert_parallel_size, 2u);
+  const auto again = parseServiceConfig(dumpServiceConfig(*c), "dump.toml");
+  ASSERT_TRUE(again.has_value()) << again.error().message;
+  EXPECT_EQ(again->engine.roofline->expert_parallel_size, 2u);
+  // Off by default; refused without the roofline model.
+  const auto off = parseServiceConfig(toml.substr(0, toml.find("enable_expert")), "p.toml");
+  ASSERT_TRUE(off.has_value()) << off.error().message;
+  EXPECT_EQ(off->engine.roofline->expert_parallel_size, 1u);
+  const auto alone = parseServiceConfig("[engine]\nenable_expert_parallel = true\n", "p.toml");
+  ASSERT_FALSE(alone.has_value());
+  EXPECT_NE(alone.error().message.find("engine.enable_expert_parallel applies only to "
+                                       "timing_model = roofline"),
+            std::string::npos)
+      << alone.error().message;
 }
 
 TEST(RooflineSettingsTest, DeploymentKeysNeedTheRooflineModel) {

@@ -190,6 +190,15 @@ TEST(ReportJsonTest, IdentityAndRunObjectsComeLast) {
   const auto side = nlohmann::ordered_json::parse(formatRunIdentityJson(*r.identity));
   EXPECT_EQ(side["identity"], j["identity"]);
   EXPECT_EQ(side["run"], j["run"]);
+  EXPECT_EQ(formatReportTable(r).find("GPU KV cache size"), std::string::npos);
+  // A KV capacity computed from the roofline deployment is part of the identity.
+  r.identity->gpu_kv_cache_tokens = 40400;
+  const auto kv = nlohmann::ordered_json::parse(formatReportJson(r));
+  EXPECT_EQ(kv["identity"]["gpu_kv_cache_tokens"], 40400);
+  EXPECT_NE(formatReportTable(r).find("GPU KV cache size                     40400 tokens per "
+                                      "rank (from the deployment)"),
+            std::string::npos)
+      << formatReportTable(r);
 }
 
 // A live identity records each server's speedup; the table says the latencies are wall-clock and

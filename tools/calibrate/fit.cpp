@@ -164,10 +164,7 @@ Result<std::vector<RunEvaluation>> evaluateRuns(std::span<const PreparedRun> run
     if (Status s = applyParameters(params, values, config, client); !s) return s.error();
     Result<Prediction> p = simulateRun(*run.run, config, client);
     if (!p) return p.error();
-    MetricValues predicted{};
-    if (p->completed > 0) predicted = summarizeLatencies(p->samples);
-    RunScore score =
-        scoreRun(run.run->name, run.recorded, predicted, run.run->requests.size(), p->completed);
+    RunScore score = scorePrediction(run, *p);
     out.push_back({std::move(score), std::move(*p)});
   }
   return out;

@@ -313,6 +313,28 @@ Status checkSettingsAgree(const json& meta, const std::string& path) {
   return {};
 }
 
+/// vLLM's expert-parallel group: TP × DP GPUs when engine.enable_expert_parallel is true.
+Status loadExpertParallel(const json& engine, const std::string& path, RecordedRun& run) {
+  const auto on = engine.find("enable_expert_parallel");
+  if (on == engine.end() || on->is_null()) return {};
+  if (!on->is_boolean()) {
+    return invalidArgument(path +
+                           ": field 'engine.enable_expert_parallel': expected true or false");
+  }
+  if (!on->get<bool>()) return {};
+  std::uint64_t dp = 1;
+  if (const auto d = engine.find("data_parallel_size"); d != engine.end() && !d->is_null()) {
+    if (!d->is_number_unsigned() || d->get<std::uint64_t>() == 0 ||
+        d->get<std::uint64_t>() > 1024) {
+      return invalidArgument(path + ": field 'engine.data_parallel_size': expected an integer " +
+                             "in 1..=1024");
+    }
+    dp = d->get<std::uint64_t>();
+  }
+  run.expert_parallel = static_cast<std::uint32_t>(dp * run.tensor_parallel.value_or(1));
+  return {};
+}
+
 Status loadRunJson(const std::string& path, RecordedRun& run) {
   const Result<json> meta = readJson(path);
   if (!meta) return meta.error();
@@ -351,6 +373,7 @@ Status loadRunJson(const std::string& path, RecordedRun& run) {
       }
       run.tensor_parallel = tp->get<std::uint32_t>();
     }
+    if (Status s = loadExpertParallel(*e, path, run); !s) return s;
   }
   return {};
 }

@@ -6,7 +6,8 @@
 //   * a run directory: trace.jsonl (Mooncake JSONL), ground_truth.csv (one row per trace line,
 //     same order: request_id, arrival_ms, input_length, output_length, ttft_ms, e2e_ms, …),
 //     run.json (`mocker_engine`: [engine] keys; `hardware.label`/`gpus`;
-//     `engine.tensor_parallel_size`; `workload.trace_block_size`) and optionally config.json
+//     `engine.tensor_parallel_size`, `engine.data_parallel_size`, `engine.enable_expert_parallel`;
+//     `workload.trace_block_size`) and optionally config.json
 //     (the model's Hugging Face config);
 //   * the per-request JSONL of `mocker replay --requests-jsonl FILE` with its FILE.run.json
 //     sidecar (engine settings from identity.engine_config, the trace from identity.trace_path,
@@ -54,6 +55,9 @@ struct RecordedRun {
   std::optional<std::string> model{};              ///< run.json "model"
   std::optional<std::string> gpu_label{};          ///< run.json hardware.label
   std::optional<std::uint32_t> tensor_parallel{};  ///< run.json engine.tensor_parallel_size
+  /// GPUs the experts are spread over: TP × engine.data_parallel_size when run.json
+  /// engine.enable_expert_parallel is true (vLLM's expert-parallel group), else absent.
+  std::optional<std::uint32_t> expert_parallel{};
   std::optional<std::string> model_config_path{};  ///< config.json beside run.json, if present
   std::string trace_sha256;                        ///< of the replayed trace's bytes
 };

@@ -123,6 +123,14 @@ std::string formatScoreTable(const ScoreTable& table) {
     out += "  " + padded(r.run, name_width) + "  " + pair(Metric::E2eMean, 1) + ", " +
            pair(Metric::TtftMean, 1) + ", " + pair(Metric::Itl, 2) + "; " +
            std::to_string(r.predicted_completed) + "/" + std::to_string(r.recorded_requests) + "\n";
+    if (r.predicted_engine) {
+      const auto at = [&](Metric m, int d) {
+        return fixed((*r.predicted_engine)[static_cast<std::size_t>(m)], d, 0);
+      };
+      out += "  " + padded("", name_width) +
+             "  engine-side (without the client overhead): " + at(Metric::E2eMean, 1) + ", " +
+             at(Metric::TtftMean, 1) + ", " + at(Metric::Itl, 2) + "\n";
+    }
   }
   return out;
 }
@@ -152,6 +160,7 @@ nlohmann::ordered_json scoreTableJson(const ScoreTable& t) {
     jr["recorded"] = metricsJson(r.recorded);
     jr["predicted"] = metricsJson(r.predicted);
     jr["error_pct"] = metricsJson(r.error_pct);
+    if (r.predicted_engine) jr["predicted_engine_side"] = metricsJson(*r.predicted_engine);
     jt["runs"].push_back(std::move(jr));
   }
   jt["median_error_pct"] = metricsJson(t.median_error_pct);

@@ -11,6 +11,7 @@
 
 #include <array>
 #include <cstddef>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -45,6 +46,9 @@ struct RunScore {
   MetricValues recorded{};
   MetricValues predicted{};
   MetricValues error_pct{};  ///< absolutePercentageError per metric
+  /// With a client overhead: the predicted metrics at the engine, without it (predicted is
+  /// client-side, as the recorded ones are scored); nullopt when the overhead is zero.
+  std::optional<MetricValues> predicted_engine{};
   std::size_t recorded_requests = 0;
   std::size_t predicted_completed = 0;  ///< simulated requests that completed
 };
@@ -66,12 +70,12 @@ ScoreTable makeScoreTable(std::string title, std::vector<RunScore> runs);
 double median(std::vector<double> values);
 
 /// Fixed-width text: one line per run with the seven errors (%), then the median line; below it,
-/// recorded vs predicted means per run.
+/// recorded vs predicted means per run (and the engine-side prediction when it differs).
 std::string formatScoreTable(const ScoreTable& table);
 
 /// JSON object {"title", "runs": [{run, recorded_requests, predicted_completed, recorded:{…},
-/// predicted:{…}, error_pct:{…}}], "median_error_pct": {…}}, keys in metric order; an infinite
-/// error is null.
+/// predicted:{…}, error_pct:{…}, predicted_engine_side:{…} when set}], "median_error_pct": {…}},
+/// keys in metric order; an infinite error is null.
 nlohmann::ordered_json scoreTableJson(const ScoreTable& table);
 
 }  // namespace mocker::calibrate

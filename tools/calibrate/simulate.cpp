@@ -52,14 +52,29 @@ Result<Prediction> simulateRun(const RecordedRun& run, const service::ServiceCon
     p.samples.ttft_ms.push_back(ttft);
     p.samples.e2e_ms.push_back(e2e);
     p.samples.output_tokens.push_back(n);
+    p.engine_samples.ttft_ms.push_back(*l.ttft_ms);
+    p.engine_samples.e2e_ms.push_back(*l.e2e_ms);
+    p.engine_samples.output_tokens.push_back(n);
     e2e_by_key.emplace(r.info.session_id + "#" + std::to_string(r.info.turn_index), e2e);
   }
   p.completed = p.samples.e2e_ms.size();
+  p.client_overhead = client.per_request_ms != 0.0 || client.per_token_ms != 0.0;
   for (const RecordedRequest& r : run.requests) {
     const auto it = e2e_by_key.find(r.key);
     if (it != e2e_by_key.end()) p.e2e_pairs.emplace_back(r.e2e_ms, it->second);
   }
   return p;
+}
+
+RunScore scorePrediction(const PreparedRun& run, const Prediction& p) {
+  MetricValues predicted{};
+  if (p.completed > 0) predicted = summarizeLatencies(p.samples);
+  RunScore score =
+      scoreRun(run.run->name, run.recorded, predicted, run.run->requests.size(), p.completed);
+  if (p.client_overhead && p.completed > 0) {
+    score.predicted_engine = summarizeLatencies(p.engine_samples);
+  }
+  return score;
 }
 
 Result<std::optional<engine::RooflineConfig>> loadDeployment(const RecordedRun& run) {
@@ -76,7 +91,8 @@ Result<std::optional<engine::RooflineConfig>> loadDeployment(const RecordedRun& 
   }
   engine::RooflineConfig config{.model = std::move(*model),
                                 .gpu = *gpu,
-                                .tensor_parallel_size = run.tensor_parallel.value_or(1)};
+                                .tensor_parallel_size = run.tensor_parallel.value_or(1),
+                                .expert_parallel_size = run.expert_parallel.value_or(1)};
   return std::optional<engine::RooflineConfig>(std::move(config));
 }
 

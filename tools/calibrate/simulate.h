@@ -57,7 +57,9 @@ Status useRoofline(const PreparedRun& run, service::ServiceConfig& config);
 
 /// One simulated run: samples for scoring, and (recorded, predicted) E2E per request for plots.
 struct Prediction {
-  LatencySamples samples;
+  LatencySamples samples;         ///< client-side: with the ClientOverhead
+  LatencySamples engine_samples;  ///< the same requests at the engine (no overhead)
+  bool client_overhead = false;   ///< the overhead was non-zero
   std::vector<std::pair<double, double>> e2e_pairs;  ///< ms, recorded requests that completed
   std::size_t completed = 0;
 };
@@ -65,5 +67,9 @@ struct Prediction {
 /// Validates `config` (its errors are prefixed with the run name) and replays the run's trace.
 Result<Prediction> simulateRun(const RecordedRun& run, const service::ServiceConfig& config,
                                const ClientOverhead& client);
+
+/// The run's score for a prediction: client-side metrics against the recorded ones, and the
+/// engine-side metrics beside them when a client overhead was set.
+RunScore scorePrediction(const PreparedRun& run, const Prediction& prediction);
 
 }  // namespace mocker::calibrate

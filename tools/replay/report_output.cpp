@@ -129,6 +129,7 @@ ordered_json identityJson(const RunIdentity& id) {
     for (const ConfigSetting& c : id.engine_config) engine[c.key] = settingJson(c);
     j["engine_config"] = std::move(engine);
   }
+  if (id.gpu_kv_cache_tokens) j["gpu_kv_cache_tokens"] = *id.gpu_kv_cache_tokens;
   return j;
 }
 
@@ -190,6 +191,9 @@ std::string identityTable(const RunIdentity& id) {
     words.reserve(id.engine_config.size());
     for (const ConfigSetting& c : id.engine_config) words.push_back(c.key + "=" + c.text);
     out += wrappedWords("Engine config", words);
+    if (id.gpu_kv_cache_tokens) {
+      line("GPU KV cache size", std::to_string(*id.gpu_kv_cache_tokens) + " tokens per rank");
+    }
   }
   return out;
 }

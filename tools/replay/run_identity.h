@@ -40,6 +40,9 @@ struct RunIdentity {
   std::vector<std::optional<double>> server_speedup_ratios{};
   /// Offline: every effective [engine] key in dump order. Live: empty (each server has its own).
   std::vector<ConfigSetting> engine_config{};
+  /// Offline, roofline timing without num_gpu_blocks: the KV tokens per DP rank the deployment
+  /// gives (vLLM's "GPU KV cache size"); nullopt otherwise.
+  std::optional<std::uint64_t> gpu_kv_cache_tokens{};
   // Differs between runs (the JSON report's "run" object).
   std::string date_utc;      ///< start of the run, ISO-8601 UTC ("2026-11-30T18:21:20Z")
   std::string command_line;  ///< the full command line, shell-quoted
