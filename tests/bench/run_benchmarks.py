@@ -161,8 +161,9 @@ def bench_replay_modes(ctx):
         for (shown_trace, _, args, ref), (wall, cpu) in zip(cases, timed):
             ratio = ""
             if ref is not None:
+                ref_args = " ".join(cases[ref][2])
                 ratio = (f"; {cpu / timed[ref][1]:.1f}× the CPU of "
-                         f"`{' '.join(cases[ref][2]) or 'one worker'}`")
+                         + (f"`{ref_args}`" if ref_args else "one worker"))
             rows.append((f"offline replay {shown_trace} {' '.join(args) or '(vllm, 1 worker)'}",
                          f"{fmt(wall, 2)} s wall, {fmt(cpu, 2)} s CPU{ratio}",
                          "`" + " ".join(["build/tools/mocker", "replay", shown_trace, *args,
