@@ -133,51 +133,29 @@ Status addKvEndpoints(const ReplayFlags& f, std::vector<replay::LiveTarget>& tar
   return {};
 }
 
-/// The live targets from --connect / --connect-cancel.
-Result<std::vector<replay::LiveTarget>> liveTargets(const ReplayFlags& f) {
-  if (f.connect.empty()) {
-    return invalidArgument("live mode needs --connect tcp://HOST:PORT (a running `mocker serve`)");
-  }
-  if (!f.connect_cancel.empty() && f.connect_cancel.size() != f.connect.size()) {
-    return invalidArgument("--connect-cancel: give one per --connect (got " +
-                           std::to_string(f.connect_cancel.size()) + " for " +
-                           std::to_string(f.connect.size()) + " servers), or none");
-  }
-  std::vector<replay::LiveTarget> targets;
-  for (std::size_t i = 0; i < f.connect.size(); ++i) {
-    replay::LiveTarget t{.submit_endpoint = f.connect[i]};
-    if (auto parsed = parseEndpoint(f.connect[i]); !parsed) {
-      return invalidArgument("--connect: " + parsed.error().message);
-    }
-    if (f.connect_cancel.empty()) {
-      auto cancel = replay::defaultCancelEndpoint(f.connect[i]);
-      if (!cancel) return invalidArgument(cancel.error().message);
-      t.cancel_endpoint = std::move(*cancel);
-    } else {
-      t.cancel_endpoint = f.connect_cancel[i];
-    }
-    targets.push_back(std::move(t));
-  }
-  return targets;
-}
-
-/// The decode servers from --connect-decode / --connect-decode-cancel (none: not disaggregated).
-Result<std::vector<replay::LiveTarget>> decodeTargets(const ReplayFlags& f) {
-  if (!f.connect_decode_cancel.empty() &&
-      f.connect_decode_cancel.size() != f.connect_decode.size()) {
-    return invalidArgument("--connect-decode-cancel: give one per --connect-decode (got " +
-                           std::to_string(f.connect_decode_cancel.size()) + " for " +
-                           std::to_string(f.connect_decode.size()) + " servers), or none");
+/// The servers named by `submits` (--connect or --connect-decode) with their `cancels` (one per
+/// server, or none: each submit port + 1). Errors name `submit_flag` / `cancel_flag`.
+Result<std::vector<replay::LiveTarget>> serverTargets(const std::vector<std::string>& submits,
+                                                      const std::vector<std::string>& cancels,
+                                                      const std::string& submit_flag,
+                                                      const std::string& cancel_flag) {
+  if (!cancels.empty() && cancels.size() != submits.size()) {
+    return invalidArgument(cancel_flag + ": give one per " + submit_flag + " (got " +
+                           std::to_string(cancels.size()) + " for " +
+                           std::to_string(submits.size()) + " servers), or none");
   }
   std::vector<replay::LiveTarget> targets;
-  for (std::size_t i = 0; i < f.connect_decode.size(); ++i) {
-    replay::LiveTarget t{.submit_endpoint = f.connect_decode[i]};
-    if (f.connect_decode_cancel.empty()) {
-      auto cancel = replay::defaultCancelEndpoint(f.connect_decode[i]);
-      if (!cancel) return invalidArgument("--connect-decode: " + cancel.error().message);
+  for (std::size_t i = 0; i < submits.size(); ++i) {
+    replay::LiveTarget t{.submit_endpoint = submits[i]};
+    if (auto parsed = parseEndpoint(submits[i]); !parsed) {
+      return invalidArgument(submit_flag + ": " + parsed.error().message);
+    }
+    if (cancels.empty()) {
+      auto cancel = replay::defaultCancelEndpoint(submits[i]);
+      if (!cancel) return invalidArgument(submit_flag + ": " + cancel.error().message);
       t.cancel_endpoint = std::move(*cancel);
     } else {
-      t.cancel_endpoint = f.connect_decode_cancel[i];
+      t.cancel_endpoint = cancels[i];
     }
     targets.push_back(std::move(t));
   }
@@ -278,8 +256,13 @@ Status planLive(const ReplayFlags& f, const GivenFlags& given, ReplayPlan& plan)
       .connect_timeout_ms = f.connect_timeout_s * 1000.0,
       .stats_interval_ms = f.stats_interval_ms,
   };
-  MOCKER_TRY(options.targets, liveTargets(f));
-  MOCKER_TRY(options.decode_targets, decodeTargets(f));
+  if (f.connect.empty()) {
+    return invalidArgument("live mode needs --connect tcp://HOST:PORT (a running `mocker serve`)");
+  }
+  MOCKER_TRY(options.targets,
+             serverTargets(f.connect, f.connect_cancel, "--connect", "--connect-cancel"));
+  MOCKER_TRY(options.decode_targets, serverTargets(f.connect_decode, f.connect_decode_cancel,
+                                                   "--connect-decode", "--connect-decode-cancel"));
   if (router == replay::RouterKind::Kv) {
     if (!f.curve_secret_key_file.empty()) {
       return invalidArgument(

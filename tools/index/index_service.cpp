@@ -23,6 +23,7 @@
 #include "service/zap_handler.h"
 #include "service/zmq_io.h"
 #include "tools/index/sequencer.h"
+#include "tools/index/verify.h"
 
 namespace mocker::index {
 namespace {
@@ -113,7 +114,7 @@ class IndexService::Impl {
     // seq; a snapshot ahead of the index waits here until the index applies that seq.
     bool logging = false;
     bool log_broken = false;  // a restart or lost range while logging: compare as is
-    std::vector<std::pair<std::uint64_t, protocol::KvEventBatch>> log;
+    std::vector<LoggedBatch> log;
     struct Deferred {
       std::vector<std::uint64_t> hashes;
       std::uint64_t seq = 0;
@@ -589,13 +590,7 @@ void IndexService::Impl::onSnapshot(std::size_t chi, const SnapRequest& req,
 
 void IndexService::Impl::compareNow(WorkerRank src,
                                     const std::vector<std::uint64_t>& worker_hashes) {
-  SnapshotDiff diff = diffSnapshot(index_, src, worker_hashes);
-  verifies_.front().reply.sources.push_back({.worker_id = src.worker_id,
-                                             .dp_rank = src.dp_rank,
-                                             .index_blocks = index_.numBlocks(src),
-                                             .worker_blocks = worker_hashes.size(),
-                                             .missing = std::move(diff.missing_in_index),
-                                             .extra = std::move(diff.extra_in_index)});
+  verifies_.front().reply.sources.push_back(compareSource(index_, src, worker_hashes));
 }
 
 void IndexService::Impl::compareAt(std::size_t chi, const protocol::RankBlocks& r) {
@@ -618,29 +613,14 @@ void IndexService::Impl::compareAt(std::size_t chi, const protocol::RankBlocks& 
   if (conn->last_applied && *conn->last_applied > at) {
     // The index is ahead: carry the snapshot forward through the batches logged since the
     // request was sent (it was sent before the worker published `at + 1`, so they cover it).
-    const auto first = std::find_if(conn->log.begin(), conn->log.end(),
-                                    [&](const auto& e) { return e.first > at; });
-    if (first == conn->log.end() || first->first != at + 1) {
-      verifies_.front().reply.errors.push_back(
-          rankName(src.worker_id, src.dp_rank) + ": the kv_snapshot is at seq " +
-          std::to_string(at) + ", but the batches after it were not logged (index at seq " +
-          std::to_string(*conn->last_applied) + ")");
+    Result<std::vector<std::uint64_t>> carried =
+        carrySnapshotForward(src, r.block_hashes, at, conn->log, *conn->last_applied);
+    if (!carried) {
+      verifies_.front().reply.errors.push_back(rankName(src.worker_id, src.dp_rank) + ": " +
+                                               carried.error().message);
       return;
     }
-    KvIndex worker;
-    worker.applyStored(src, r.block_hashes, std::nullopt);
-    for (auto it = first; it != conn->log.end(); ++it) {
-      for (const protocol::KvEvent& ev : it->second.events) {
-        if (const auto* st = std::get_if<protocol::BlockStoredEvent>(&ev)) {
-          worker.applyStored(src, st->block_hashes, st->parent_block_hash);
-        } else if (const auto* rm = std::get_if<protocol::BlockRemovedEvent>(&ev)) {
-          worker.applyRemoved(src, rm->block_hashes);
-        } else {
-          worker.applyCleared(src);
-        }
-      }
-    }
-    compareNow(src, worker.snapshot(src));
+    compareNow(src, *carried);
     return;
   }
   // The index has not reached the snapshot's seq yet: compare when it applies it.
@@ -920,12 +900,7 @@ void IndexService::Impl::finishVerify() {
   verifies_.pop_front();
   VerifyReply& r = job.reply;
   r.id = job.id;
-  std::sort(r.sources.begin(), r.sources.end(), [](const SourceDiff& a, const SourceDiff& b) {
-    return std::pair(a.worker_id, a.dp_rank) < std::pair(b.worker_id, b.dp_rank);
-  });
-  r.ok = r.errors.empty() && std::all_of(r.sources.begin(), r.sources.end(), [](const auto& d) {
-           return d.missing.empty() && d.extra.empty();
-         });
+  finishVerifyReply(r);
   ++s_.verify_runs;
   if (!r.ok) ++s_.verify_differences;
   if (job.requester) {
