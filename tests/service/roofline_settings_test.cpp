@@ -3,6 +3,7 @@
 
 #include <fstream>
 #include <string>
+#include <tuple>
 
 #include "engine/roofline.h"
 #include "service/config.h"
@@ -32,29 +33,28 @@ TEST(RooflineSettingsTest, ConfigJsonPlusOverridesPlusGpu) {
   // The table's SM count and compute efficiency scale, unless overridden.
   EXPECT_EQ(c->gpu.sm_count, 128u);
   EXPECT_EQ(c->gpu.compute_efficiency_scale, 1.3);
-  s.gpu_sm_count = 100;
-  s.gpu_compute_efficiency_scale = 1.0;
-  const auto over = buildRooflineConfig(s, R"({"num_hidden_layers": 32, "hidden_size": 4096,
-      "num_attention_heads": 32, "intermediate_size": 14336, "vocab_size": 128256})");
-  ASSERT_TRUE(over.has_value()) << over.error().message;
-  EXPECT_EQ(over->gpu.sm_count, 100u);
-  EXPECT_EQ(over->gpu.compute_efficiency_scale, 1.0);
-  // A custom GPU: SM count unknown (no wave quantisation), scale 1; a bad scale is named.
+  const std::string_view mha = R"({"num_hidden_layers": 32, "hidden_size": 4096,
+      "num_attention_heads": 32, "intermediate_size": 14336, "vocab_size": 128256})";
+  // Overrides of the named GPU; a custom GPU: SM count unknown (no wave quantisation), scale 1.
+  RooflineSettings over = s;
+  over.gpu_sm_count = 100;
+  over.gpu_compute_efficiency_scale = 1.0;
   RooflineSettings custom = s;
   custom.gpu.clear();
-  custom.gpu_sm_count.reset();
-  custom.gpu_compute_efficiency_scale.reset();
   custom.gpu_tflops = 100.0;
   custom.gpu_memory_gib = 40.0;
   custom.gpu_interconnect_gbps = 32.0;
-  const auto c2 = buildRooflineConfig(custom, R"({"num_hidden_layers": 32, "hidden_size": 4096,
-      "num_attention_heads": 32, "intermediate_size": 14336, "vocab_size": 128256})");
-  ASSERT_TRUE(c2.has_value()) << c2.error().message;
-  EXPECT_EQ(c2->gpu.sm_count, 0u);
-  EXPECT_EQ(c2->gpu.compute_efficiency_scale, 1.0);
+  const std::tuple<const RooflineSettings*, std::uint32_t, double> cases[] = {{&over, 100u, 1.0},
+                                                                              {&custom, 0u, 1.0}};
+  for (const auto& [settings, sms, scale] : cases) {
+    const auto built = buildRooflineConfig(*settings, mha);
+    ASSERT_TRUE(built.has_value()) << built.error().message;
+    EXPECT_EQ(built->gpu.sm_count, sms);
+    EXPECT_EQ(built->gpu.compute_efficiency_scale, scale);
+  }
+  // A bad scale is named.
   custom.gpu_compute_efficiency_scale = 9.0;
-  const auto bad = buildRooflineConfig(custom, R"({"num_hidden_layers": 32, "hidden_size": 4096,
-      "num_attention_heads": 32, "intermediate_size": 14336, "vocab_size": 128256})");
+  const auto bad = buildRooflineConfig(custom, mha);
   ASSERT_FALSE(bad.has_value());
   EXPECT_NE(bad.error().message.find("engine.gpu_spec.compute_efficiency_scale must be in (0, 4]"),
             std::string::npos)

@@ -192,7 +192,8 @@ std::string identityTable(const RunIdentity& id) {
     for (const ConfigSetting& c : id.engine_config) words.push_back(c.key + "=" + c.text);
     out += wrappedWords("Engine config", words);
     if (id.gpu_kv_cache_tokens) {
-      line("GPU KV cache size", std::to_string(*id.gpu_kv_cache_tokens) + " tokens per rank");
+      line("GPU KV cache size",
+           std::to_string(*id.gpu_kv_cache_tokens) + " tokens per rank (from the deployment)");
     }
   }
   return out;
