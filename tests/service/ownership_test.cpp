@@ -21,7 +21,11 @@ protocol::SubmitRequest longRequest(const std::string& id) {
 }
 
 TEST(OwnershipTest, CancelNamingAnotherClientIsRefusedAndTheStreamGoesOn) {
-  LiveService svc(TestConfig().paced(1, 1).build());
+  // 10 ms decode passes: the owner reads nothing while the other client's cancels and the stats
+  // round trip go on, and its stream must not overflow its pipe and output buffer meanwhile
+  // (~1,000 passes). At 1 ms passes a TSan build on a loaded machine took longer than that and
+  // the service rightly cancelled the owner as a slow reader.
+  LiveService svc(TestConfig().paced(1, 10).build());
   auto owner = svc.client({.routing_id = "owner"});
   auto other = svc.client({.routing_id = "other"});
   ASSERT_TRUE(owner->submit(longRequest("r")));
