@@ -16,6 +16,7 @@ struct Client::Impl {
   zmq::socket_t submit{context, zmq::socket_type::dealer};
   zmq::socket_t cancel{context, zmq::socket_type::dealer};
   std::string routing_id;
+  bool has_cancel = true;  ///< false: `cancel` was never connected (no cancel endpoint given)
   bool nonblocking_send = false;
   std::vector<zmq::message_t> parts;  // receive scratch
 
@@ -67,6 +68,13 @@ Result<std::unique_ptr<Client>> Client::connect(ClientOptions options) {
                               .public_key = options.curve_public_key,
                               .secret_key = options.curve_secret_key};
   if (auto st = checkCurveClientKeys(curve); !st) return st.error();
+  if (options.cancel_endpoint == options.submit_endpoint) {
+    return invalidArgument("client connect: the cancel endpoint '" + options.cancel_endpoint +
+                           "' is the submit endpoint; both sockets carry one routing id, so the "
+                           "service would refuse one of them (give the cancel ROUTER's address, "
+                           "or none)");
+  }
+  impl->has_cancel = !options.cancel_endpoint.empty();
   try {
     for (zmq::socket_t* s : {&impl->submit, &impl->cancel}) {
       makeCurveClient(*s, curve);
@@ -77,7 +85,7 @@ Result<std::unique_ptr<Client>> Client::connect(ClientOptions options) {
     impl->submit.set(zmq::sockopt::sndhwm, options.sndhwm);
     impl->submit.set(zmq::sockopt::rcvbuf, options.rcvbuf);
     impl->submit.connect(options.submit_endpoint);
-    impl->cancel.connect(options.cancel_endpoint);
+    if (impl->has_cancel) impl->cancel.connect(options.cancel_endpoint);
   } catch (const zmq::error_t& e) {
     return Error{ErrorCode::IoError, std::string("client connect: ") + e.what()};
   }
@@ -95,6 +103,11 @@ Status Client::send(const protocol::ClientMessage& message) {
 }
 
 Status Client::cancel(const std::string& id, std::optional<std::string> client) {
+  if (!impl_->has_cancel) {
+    return invalidArgument("cancel '" + id +
+                           "': this client was connected without a cancel "
+                           "endpoint");
+  }
   const auto bytes = protocol::encodeClientMessage(protocol::CancelRequest{id, std::move(client)});
   return impl_->sendOn(impl_->cancel, bytes, "send cancel");
 }

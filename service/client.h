@@ -30,6 +30,9 @@ namespace mocker::service {
 
 struct ClientOptions {
   std::string submit_endpoint = "tcp://127.0.0.1:5555";
+  /// Empty: no cancel socket (a client that only asks for stats or snapshots); cancel() then
+  /// fails. Must differ from submit_endpoint: two connections with one routing id to one ROUTER
+  /// race, and the ROUTER refuses whichever comes second.
   std::string cancel_endpoint = "tcp://127.0.0.1:5556";
   /// Routing id of both sockets; empty ⇒ a random 16-character id.
   std::string routing_id;

@@ -136,8 +136,9 @@ void addStatsCommand(CLI::App& app, StatsCommand& command) {
 }
 
 int runStatsCommand(const StatsCommand& command, std::ostream& out, std::ostream& err) {
-  service::ClientOptions options{.submit_endpoint = command.endpoint,
-                                 .cancel_endpoint = command.endpoint};  // never used
+  // No cancel socket: it would carry the submit socket's routing id, and a second connection to
+  // the submit ROUTER with that id is refused (the stats request was then lost at random).
+  service::ClientOptions options{.submit_endpoint = command.endpoint, .cancel_endpoint = ""};
   if (!command.curve_secret_key_file.empty()) {
     auto keys =
         service::loadCurveClientKeys(command.curve_server_key_file, command.curve_secret_key_file);

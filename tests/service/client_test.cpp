@@ -67,6 +67,30 @@ TEST(ClientTest, NonBlockingSendToAPeerThatNeverTakesSaysItWouldBlock) {
   EXPECT_EQ(*cancel_error, "send cancel: would block (high-water mark reached)");
 }
 
+// Both sockets carry one routing id, so a cancel endpoint equal to the submit endpoint would put
+// two connections with that id on one ROUTER, which refuses whichever comes second: at random the
+// submit socket's messages were lost (`mocker stats` waited out its timeout). Refused at connect;
+// a client without a cancel endpoint has no cancel socket, and its submits all arrive.
+TEST(ClientTest, CancelEndpointIsAnotherAddressOrNone) {
+  FakeService service;
+  const std::string submit = service.submit.get(zmq::sockopt::last_endpoint);
+  const auto same = Client::connect({.submit_endpoint = submit, .cancel_endpoint = submit});
+  ASSERT_FALSE(same.has_value());
+  EXPECT_NE(same.error().message.find("is the submit endpoint"), std::string::npos)
+      << same.error().message;
+
+  for (int attempt = 0; attempt < 20; ++attempt) {
+    auto c = Client::connect({.submit_endpoint = submit, .cancel_endpoint = ""});
+    ASSERT_TRUE(c.has_value());
+    ASSERT_TRUE((*c)->send(protocol::StatsRequest{}));
+    service.awaitHello();
+    const Status cancel = (*c)->cancel("r1");
+    ASSERT_FALSE(cancel);
+    EXPECT_EQ(cancel.error().message,
+              "cancel 'r1': this client was connected without a cancel endpoint");
+  }
+}
+
 TEST(ClientTest, ReceivesOneFrameMessagesAndRefusesOthers) {
   FakeService svc;
   auto c = svc.connect();

@@ -798,13 +798,23 @@ TEST(CliSubmitTest, APeerThatNeverAnswersIsNamedBeforeTheTimeout) {
   zmq::context_t context;
   zmq::socket_t silent(context, zmq::socket_type::router);
   silent.bind("tcp://127.0.0.1:*");
+  zmq::socket_t silent_cancel(context, zmq::socket_type::router);
+  silent_cancel.bind("tcp://127.0.0.1:*");
   const std::string endpoint = silent.get(zmq::sockopt::last_endpoint);
+  const std::string cancel = silent_cancel.get(zmq::sockopt::last_endpoint);
   const ProcessRun r = runBinary({"submit", "--prompt-len", "4", "--submit-endpoint", endpoint,
-                                  "--cancel-endpoint", endpoint, "--timeout-s", "2"});
+                                  "--cancel-endpoint", cancel, "--timeout-s", "2"});
   EXPECT_EQ(r.code, 1);
   EXPECT_NE(r.err.find("connected to " + endpoint + " but no answer yet"), std::string::npos)
       << r.err;
   EXPECT_NE(r.err.find("timed out"), std::string::npos) << r.err;
+
+  // One address for both sockets is refused before anything is sent: the ROUTER would refuse
+  // the second connection with the client's routing id.
+  const ProcessRun same = runBinary({"submit", "--prompt-len", "4", "--submit-endpoint", endpoint,
+                                     "--cancel-endpoint", endpoint, "--timeout-s", "2"});
+  EXPECT_EQ(same.code, 1);
+  EXPECT_NE(same.err.find("is the submit endpoint"), std::string::npos) << same.err;
 }
 
 TEST(CliSubmitTest, ShowsTtftAndPrefixCacheHits) {
