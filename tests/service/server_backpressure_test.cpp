@@ -196,13 +196,16 @@ TEST(ServerBackpressureTest, FloodedClientGetsEveryAckBeforeThatRequestsOutputs)
   }
 }
 
-// With max_buffered_outputs = 2, a client that never reads has its
-// request cancelled once its buffer overflows; a concurrent request of another client completes
-// with all its tokens, one per pass, meanwhile.
+// A client that never reads has its request cancelled once its buffer overflows; a concurrent
+// request of another client completes with all its tokens, one per pass, meanwhile. The buffer
+// (400 signals) is larger than the fast request's whole output (300 tokens), so the fast stream
+// cannot overflow however late this process's threads run on a loaded machine (with 2, a CI run
+// at load 10 cancelled it after 177 passes: the service's own I/O thread lagged 32 messages);
+// the slow request, a million tokens long, overflows it whatever the scheduling.
 TEST(ServerBackpressureTest, SlowReaderOverItsBufferIsCancelledOthersCompleteEveryPass) {
   LiveService svc(TestConfig()
                       .paced(0, 1)
-                      .maxBufferedOutputs(2)
+                      .maxBufferedOutputs(400)
                       .submitSndhwm(32)
                       .numGpuBlocks(1000000)
                       .build());

@@ -213,10 +213,17 @@ TEST(ServerTest, CancelMidStreamDuringAnInFlightPass) {
 // A client that never reads, with a tiny high-water mark, has its requests cancelled; another
 // client's stream completes in full meanwhile and the slow one learns of the cancel later.
 TEST(ServerTest, SlowReaderIsCancelledOthersUnaffected) {
-  // A small pipe, but not so small that a reading client on a loaded machine trips it: the
-  // fast client would have to stall for ~32 passes (32 ms) to be cancelled.
-  LiveService svc(
-      TestConfig().paced(0, 1).submitSndhwm(32).numGpuBlocks(1000000).maxNumSeqs(512).build());
+  // A small pipe, and a buffer of 400 signals per request: more than the fast request's whole
+  // output (300 tokens), so no stall of this process's threads can cancel it (with the default
+  // of 8, a 40 ms stall on a loaded machine or under TSan did), while each slow request, a
+  // million tokens long, overflows it whatever the scheduling.
+  LiveService svc(TestConfig()
+                      .paced(0, 1)
+                      .submitSndhwm(32)
+                      .maxBufferedOutputs(400)
+                      .numGpuBlocks(1000000)
+                      .maxNumSeqs(512)
+                      .build());
   auto slow = svc.client({.rcvhwm = 2, .rcvbuf = 2048});
   auto fast = svc.client();
   auto observer = svc.client();
