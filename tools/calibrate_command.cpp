@@ -4,20 +4,24 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <fstream>
 #include <iostream>
 #include <memory>
 #include <set>
+#include <string_view>
 
 #include "tools/build_info.h"
 #include "tools/calibrate/calibrate_html.h"
 #include "tools/calibrate/fit.h"
+#include "tools/calibrate/pass_fit.h"
 #include "tools/calibrate/profile.h"
 #include "tools/calibrate/recorded_run.h"
 #include "tools/calibrate/simulate.h"
 #include "tools/cli_options.h"
+#include "tools/replay/workload.h"
 
 namespace mocker::tools {
 
@@ -28,11 +32,10 @@ void addCalibrateCommand(CLI::App& app, CalibrateCommand& c) {
       "calibrate",
       "Fit the timing model to recorded runs of a real engine, score it (TTFT, E2E, ITL) and "
       "write a profile for --config");
-  c.cmd
-      ->add_option("RUN", c.runs,
-                   "recorded runs: a run directory (trace.jsonl, ground_truth.csv, run.json) or "
-                   "a `mocker replay --requests-jsonl` file with its .run.json sidecar")
-      ->required();
+  c.cmd->add_option("RUN", c.runs,
+                    "recorded runs: a run directory (trace.jsonl, ground_truth.csv, run.json) or "
+                    "a `mocker replay --requests-jsonl` file with its .run.json sidecar (required "
+                    "unless --passes)");
   c.cmd->add_option("--holdout", c.holdout,
                     "runs scored but not fitted on (each also given as RUN or only here)");
   c.cmd->add_flag("--leave-one-out", c.leave_one_out,
@@ -68,6 +71,14 @@ void addCalibrateCommand(CLI::App& app, CalibrateCommand& c) {
                    "trace block size of --requests-jsonl runs (run directories: run.json, 16)")
       ->check(CLI::Range(1u, 1u << 20))
       ->capture_default_str();
+  c.cmd->add_option("--passes", c.passes,
+                    "per-pass CSV (pass,new_tokens,context,duration_ms; one row per sequence of a "
+                    "measured forward pass): fit the roofline coefficients to it by least squares "
+                    "instead of replaying RUNs");
+  c.cmd->add_option("--deployment", c.deployment,
+                    "with --passes: a mocker config (TOML) with timing_model = \"roofline\" naming "
+                    "the passes' model (model_config_path or [engine.model]), gpu and "
+                    "tensor_parallel_size; its [engine.roofline] coefficients are the start");
   c.cmd->add_flag("--progress,!--no-progress", c.progress,
                   std::string("progress on stderr (only on a terminal)") + flagDefault(true));
   std::string footer = "Parameters (name: bounds, start — doc; * = not fitted by default):\n";
@@ -232,6 +243,9 @@ std::string profileText(const Context& ctx, const FitOutcome& fit) {
                 static_cast<unsigned long long>(ctx.options.seed), ctx.options.max_evaluations,
                 fit.result.stop_reason.c_str());
   header.fit_summary = summary;
+  for (const std::string& key : fit.result.kept) {
+    header.notes.push_back(key + " kept at its start value: no fit run exercises it");
+  }
   return cal::formatProfile(header, fixedSettings(ctx.params), ctx.params, fit.result.values);
 }
 
@@ -242,6 +256,7 @@ nlohmann::ordered_json fitJson(const Context& ctx, const FitOutcome& fit) {
   j["loss"] = fit.result.loss;
   j["evaluations"] = fit.result.evaluations;
   j["stop_reason"] = fit.result.stop_reason;
+  j["kept"] = fit.result.kept;
   nlohmann::ordered_json values = nlohmann::ordered_json::object();
   for (std::size_t i = 0; i < ctx.params.size(); ++i) {
     values[ctx.params[i].key] = fit.result.values[i];
@@ -386,9 +401,79 @@ int runLeaveOneOut(Context& ctx, const RunSet& set) {
   return emit(ctx, o);
 }
 
+/// --passes: the per-pass least-squares fit of the roofline coefficients.
+int runPasses(const CalibrateCommand& c, std::ostream& out, std::ostream& err) {
+  if (!c.runs.empty() || !c.holdout.empty() || c.leave_one_out || !c.evaluate.empty() ||
+      !c.html.empty() || c.deployment.empty()) {
+    err << "mocker calibrate: --passes needs --deployment and takes no RUN, --holdout, "
+           "--leave-one-out, --evaluate or --html\n";
+    return 2;
+  }
+  std::vector<std::string> names;
+  for (const std::string& key : c.params) {
+    if (!cal::isRooflineKey(key)) {
+      err << "mocker calibrate: --params: '" << key
+          << "' is not a roofline coefficient (a per-pass fit fits roofline.<name> only)\n";
+      return 2;
+    }
+    names.push_back(key.substr(std::string_view("roofline.").size()));
+  }
+  Result<service::ServiceConfig> config = service::loadServiceConfig(c.deployment);
+  if (!config) return fail(err, config.error());
+  if (!config->engine.roofline) {
+    err << "mocker calibrate: " << c.deployment
+        << ": the deployment needs [engine] timing_model = \"roofline\"\n";
+    return 1;
+  }
+  const Result<std::string> text = replay::readTextFile(c.passes);
+  if (!text) return fail(err, text.error());
+  const Result<std::vector<cal::MeasuredPass>> passes = cal::parsePassesCsv(*text, c.passes);
+  if (!passes) return fail(err, passes.error());
+  const Result<cal::PassFitResult> fit = cal::fitPasses(*config->engine.roofline, *passes, names);
+  if (!fit) return fail(err, fit.error().withContext(c.passes));
+  std::vector<cal::FitParameter> params;
+  std::vector<double> values;
+  for (const cal::FitParameter& p : cal::allFitParameters()) {
+    const std::string name = p.key.substr(std::min(p.key.size(), std::string("roofline.").size()));
+    if (!cal::isRooflineKey(p.key) ||
+        std::find(fit->fitted.begin(), fit->fitted.end(), name) == fit->fitted.end()) {
+      continue;
+    }
+    params.push_back(p);
+    values.push_back(fit->coefficients.*(engine::findRooflineCoefficient(name)->member));
+  }
+  char line[320];
+  std::snprintf(line, sizeof line,
+                "%zu passes; |modelled / measured - 1|: median %.2f %%, mean %.2f %%, max %.2f %% "
+                "(start: median %.2f %%, mean %.2f %%, max %.2f %%)",
+                passes->size(), fit->after.median_abs_error_pct, fit->after.mean_abs_error_pct,
+                fit->after.max_abs_error_pct, fit->before.median_abs_error_pct,
+                fit->before.mean_abs_error_pct, fit->before.max_abs_error_pct);
+  cal::ProfileHeader header{
+      .generator =
+          std::string("mocker calibrate ") + buildVersion() + " (git " + buildGitRevision() + ")",
+      .fitted_on = {c.passes + " (per-pass fit on " + c.deployment + ")"},
+      .fit_summary = std::string(line) + "; Levenberg-Marquardt, " +
+                     std::to_string(fit->evaluations) + " evaluations, " + fit->stop_reason};
+  for (const std::string& n : fit->unconstrained) {
+    header.notes.push_back("roofline." + n + " kept at its start value: no pass exercises it");
+  }
+  out << line << "\n";
+  for (const std::string& note : header.notes) out << note << "\n";
+  const std::string profile = cal::formatProfile(header, fixedSettings(params), params, values);
+  if (!c.output.empty()) return writeFile(c.output, profile, err) ? 0 : 1;
+  out << profile;
+  return 0;
+}
+
 }  // namespace
 
 int runCalibrateCommand(const CalibrateCommand& c, std::ostream& out, std::ostream& err) {
+  if (!c.passes.empty()) return runPasses(c, out, err);
+  if (c.runs.empty()) {
+    err << "mocker calibrate: RUN is required (or --passes)\n";
+    return 2;
+  }
   const int modes =
       (c.leave_one_out ? 1 : 0) + (c.evaluate.empty() ? 0 : 1) + (c.holdout.empty() ? 0 : 1);
   if (modes > 1) {

@@ -4,7 +4,9 @@
 // tools/calibrate/README.md). Modes:
 //   * fit (default): fit on every RUN but the --holdout ones, score both sets, write the profile;
 //   * --leave-one-out: for each RUN, fit on the others and score it (held-out table);
-//   * --evaluate PROFILE: score PROFILE on every RUN, no fit.
+//   * --evaluate PROFILE: score PROFILE on every RUN, no fit;
+//   * --passes CSV --deployment CONFIG: fit the roofline coefficients to measured forward passes
+//     (tools/calibrate/pass_fit.h), no RUN.
 // Exit codes: 0 done, 1 bad input (an unreadable or inconsistent run, a profile the
 // configuration rejects, an output that cannot be written), 2 usage error.
 #pragma once
@@ -35,6 +37,8 @@ struct CalibrateCommand {
   std::uint64_t seed = 1;
   std::uint32_t starts = 4;
   std::uint32_t trace_block_size = 512;
+  std::string passes;      ///< per-pass CSV (pass mode)
+  std::string deployment;  ///< mocker config (TOML) naming the passes' model, GPU, TP
   bool progress = true;
 };
 

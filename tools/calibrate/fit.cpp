@@ -93,7 +93,9 @@ Result<FitAlgorithm> parseFitAlgorithm(std::string_view name) {
 
 std::string_view toString(FitAlgorithm algorithm) { return enumName(kAlgorithmNames, algorithm); }
 
-bool isRooflineKey(std::string_view key) { return key.starts_with("roofline."); }
+constexpr std::string_view kRooflinePrefix = "roofline.";
+
+bool isRooflineKey(std::string_view key) { return key.starts_with(kRooflinePrefix); }
 
 std::vector<FitParameter> allFitParameters() {
   std::vector<FitParameter> out;
@@ -139,8 +141,8 @@ Status applyParameters(std::span<const FitParameter> params, std::span<const dou
     } else if (params[i].key == kClientPerTokenKey) {
       client.per_token_ms = values[i];
     } else if (isRooflineKey(params[i].key)) {
-      const engine::RooflineCoefficientInfo* c =
-          engine::findRooflineCoefficient(std::string_view(params[i].key).substr(9));
+      const engine::RooflineCoefficientInfo* c = engine::findRooflineCoefficient(
+          std::string_view(params[i].key).substr(kRooflinePrefix.size()));
       if (c == nullptr || !config.engine.roofline) {
         return invalidArgument(params[i].key + ": not a coefficient of a configured roofline");
       }
@@ -218,10 +220,37 @@ double objective(unsigned n, const double* x, double* /*grad*/, void* data) {
 
 }  // namespace
 
-Result<FitResult> fitParameters(std::span<const PreparedRun> runs,
-                                std::span<const FitParameter> params, const FitOptions& options) {
-  if (params.empty()) return invalidArgument("no parameters to fit");
-  if (runs.empty()) return invalidArgument("no runs to fit on");
+bool parameterExercised(const FitParameter& param, std::span<const PreparedRun> runs) {
+  if (!isRooflineKey(param.key)) return true;
+  const engine::RooflineCoefficientInfo* e =
+      engine::findRooflineCoefficient(std::string_view(param.key).substr(kRooflinePrefix.size()));
+  if (e == nullptr) return true;
+  // Probe passes: a decode batch, a prompt chunk alone, a prompt chunk beside decodes.
+  const std::vector<std::vector<engine::PassSequence>> probes = {
+      std::vector<engine::PassSequence>(16, {.new_tokens = 1, .context = 1024}),
+      {{.new_tokens = 512, .context = 0}},
+      {{.new_tokens = 256, .context = 512},
+       {.new_tokens = 1, .context = 2048},
+       {.new_tokens = 1, .context = 2048}}};
+  for (const PreparedRun& run : runs) {
+    if (!run.deployment) continue;
+    engine::RooflineConfig low = *run.deployment, high = *run.deployment;
+    low.coefficients.*(e->member) = e->lower;
+    high.coefficients.*(e->member) = e->upper;
+    for (const auto& probe : probes) {
+      if (engine::rooflinePass(low, probe).total_ms != engine::rooflinePass(high, probe).total_ms) {
+        return true;
+      }
+    }
+  }
+  return false;
+}
+
+namespace {
+
+Result<FitResult> searchParameters(std::span<const PreparedRun> runs,
+                                   std::span<const FitParameter> params,
+                                   const FitOptions& options) {
   const auto n = static_cast<unsigned>(params.size());
   const std::uint32_t starts = std::max<std::uint32_t>(1, options.starts);
   const std::uint32_t total = std::max<std::uint32_t>(1, options.max_evaluations);
@@ -259,6 +288,36 @@ Result<FitResult> fitParameters(std::span<const PreparedRun> runs,
                    .loss = o.best_loss,
                    .evaluations = o.evaluations,
                    .stop_reason = reasons};
+}
+
+}  // namespace
+
+Result<FitResult> fitParameters(std::span<const PreparedRun> runs,
+                                std::span<const FitParameter> params, const FitOptions& options) {
+  if (params.empty()) return invalidArgument("no parameters to fit");
+  if (runs.empty()) return invalidArgument("no runs to fit on");
+  std::vector<FitParameter> active;
+  std::vector<std::size_t> index;
+  std::vector<std::string> kept;
+  for (std::size_t i = 0; i < params.size(); ++i) {
+    if (parameterExercised(params[i], runs)) {
+      active.push_back(params[i]);
+      index.push_back(i);
+    } else {
+      kept.push_back(params[i].key);
+    }
+  }
+  if (active.empty()) {
+    return invalidArgument("no parameter to fit is exercised by the fit runs' deployments");
+  }
+  Result<FitResult> result = searchParameters(runs, active, options);
+  if (!result) return result;
+  std::vector<double> values;
+  for (const FitParameter& p : params) values.push_back(std::clamp(p.initial, p.lower, p.upper));
+  for (std::size_t k = 0; k < index.size(); ++k) values[index[k]] = result->values[k];
+  result->values = std::move(values);
+  result->kept = std::move(kept);
+  return result;
 }
 
 }  // namespace mocker::calibrate

@@ -100,9 +100,18 @@ struct FitResult {
   double loss = 0.0;
   std::uint32_t evaluations = 0;
   std::string stop_reason;  ///< NLopt's result of each local search, e.g. "xtol reached"
+  /// Parameters no fit run exercises (parameterExercised), kept at their start value.
+  std::vector<std::string> kept;
 };
 
-/// Fits `params` to `runs`. An evaluation whose simulation fails (e.g. a configuration the
+/// False for a roofline coefficient that changes no pass of any fit run's deployment (e.g. the
+/// MoE efficiencies when no fit run serves an MoE model, the all-reduce terms when every fit run
+/// is on one GPU): fitted, it would drift freely and decide a held-out run's error by chance.
+/// Probed with three passes (decodes, a prompt chunk, both) at the coefficient's two bounds.
+bool parameterExercised(const FitParameter& param, std::span<const PreparedRun> runs);
+
+/// Fits `params` to `runs`; parameters the runs do not exercise keep their start value
+/// (FitResult::kept). An evaluation whose simulation fails (e.g. a configuration the
 /// engine rejects) scores 1e6; the fit fails only when no evaluation succeeded (that error).
 Result<FitResult> fitParameters(std::span<const PreparedRun> runs,
                                 std::span<const FitParameter> params, const FitOptions& options);

@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include "base/lines.h"
+#include "tools/calibrate/csv_cells.h"
 #include "tools/replay/mooncake_trace.h"
 #include "tools/replay/run_identity.h"
 
@@ -44,41 +45,10 @@ std::vector<TraceTurn> traceTurns(const replay::Workload& trace) {
   return turns;
 }
 
-std::vector<std::string_view> splitCsv(std::string_view line) {
-  std::vector<std::string_view> out;
-  std::size_t start = 0;
-  for (;;) {
-    const std::size_t comma = line.find(',', start);
-    out.push_back(line.substr(start, comma == std::string_view::npos ? comma : comma - start));
-    if (comma == std::string_view::npos) return out;
-    start = comma + 1;
-  }
-}
-
-/// 'text' (built by appending: GCC 12's -Wrestrict misfires on "'" + std::string(...)).
-std::string singleQuoted(std::string_view text) {
-  std::string out;
-  out.reserve(text.size() + 2);
-  out += '\'';
-  out.append(text);
-  out += '\'';
-  return out;
-}
-
-Result<double> parseNumber(std::string_view text) {
-  double v = 0.0;
-  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
-  if (ec != std::errc() || end != text.data() + text.size() || !std::isfinite(v)) {
-    return invalidArgument(singleQuoted(text) + " is not a finite number");
-  }
-  return v;
-}
-
-Error rowError(std::string_view source, std::size_t line, std::string_view field,
-               const std::string& what) {
-  return invalidArgument(std::string(source) + " line " + std::to_string(line) + ": field '" +
-                         std::string(field) + "': " + what);
-}
+using detail::parseNumber;
+using detail::rowError;
+using detail::singleQuoted;
+using detail::splitCsv;
 
 constexpr const char* kCsvColumns[] = {"request_id",    "arrival_ms", "input_length",
                                        "output_length", "ttft_ms",    "e2e_ms"};
