@@ -42,6 +42,18 @@ TEST(TurnScheduleTest, TurnsFollowArrivalsTerminalsAndDelays) {
   EXPECT_EQ(closed.top().time_ms, 0.0);
 }
 
+TEST(TurnScheduleTest, TraceModeNeedsAnArrivalOnEverySessionThatWaitsForNone) {
+  Workload w;
+  w.sessions = {session("a", 0.0, {0.0}, 1), session("b", std::nullopt, {0.0}, 2)};
+  const Status st = TurnSchedule::checkArrivals(w, /*closed_loop=*/false);
+  ASSERT_FALSE(st.has_value());
+  EXPECT_NE(st.error().message.find("session 'b' has no arrival time"), std::string::npos)
+      << st.error().message;
+  EXPECT_TRUE(TurnSchedule::checkArrivals(w, /*closed_loop=*/true).has_value());
+  w.sessions[1].wait_for = {0};  // released by its dependency instead
+  EXPECT_TRUE(TurnSchedule::checkArrivals(w, false).has_value());
+}
+
 TEST(TurnScheduleTest, ADependentSessionStartsAfterTheLatestOfItsDependencies) {
   Workload w;
   w.sessions = {session("a", 0.0, {0.0}, 1), session("b", 0.0, {0.0}, 2),

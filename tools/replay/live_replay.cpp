@@ -545,15 +545,7 @@ Result<LiveReplayStats> runLiveReplay(const Workload& workload, const LiveReplay
   if (!(options.stats_interval_ms >= 0) || !std::isfinite(options.stats_interval_ms)) {
     return invalidArgument("stats interval must be finite and >= 0");
   }
-  if (!options.concurrency) {
-    for (const Session& s : workload.sessions) {
-      if (!s.first_arrival_ms && s.wait_for.empty()) {
-        return invalidArgument("session '" + s.session_id +
-                               "' has no arrival time: trace mode needs a timestamp on every "
-                               "first turn (closed-loop replay with a concurrency does not)");
-      }
-    }
-  }
+  MOCKER_TRY_VOID(TurnSchedule::checkArrivals(workload, options.concurrency.has_value()));
   if (options.router == RouterKind::KvPrefix || options.decode_router == RouterKind::KvPrefix) {
     return invalidArgument("the kv_prefix router is offline only");
   }

@@ -5,6 +5,18 @@
 
 namespace mocker::replay {
 
+Status TurnSchedule::checkArrivals(const Workload& workload, bool closed_loop) {
+  if (closed_loop) return {};
+  for (const Session& s : workload.sessions) {
+    if (!s.first_arrival_ms && s.wait_for.empty()) {
+      return invalidArgument("session '" + s.session_id +
+                             "' has no arrival time: trace mode needs a timestamp on every "
+                             "first turn (closed-loop replay with a concurrency does not)");
+    }
+  }
+  return {};
+}
+
 TurnSchedule::TurnSchedule(const Workload& workload, bool closed_loop) : workload_(workload) {
   const std::size_t n = workload.sessions.size();
   waiting_on_.assign(n, 0);

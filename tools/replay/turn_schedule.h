@@ -13,6 +13,7 @@
 #include <span>
 #include <vector>
 
+#include "base/result.h"
 #include "tools/replay/detail/eligible_turn.h"
 #include "tools/replay/workload.h"
 
@@ -20,7 +21,11 @@ namespace mocker::replay {
 
 class TurnSchedule {
  public:
-  /// `closed_loop`: first turns eligible at 0 (the workload may lack arrival times).
+  /// Error: not `closed_loop` and a session that waits for no other has no arrival time (it
+  /// names the session).
+  static Status checkArrivals(const Workload& workload, bool closed_loop);
+  /// `closed_loop`: first turns eligible at 0 (the workload may lack arrival times); otherwise
+  /// checkArrivals must have passed.
   TurnSchedule(const Workload& workload, bool closed_loop);
 
   bool empty() const { return eligible_.empty(); }
