@@ -8,6 +8,12 @@
 namespace mocker::replay {
 namespace {
 
+TEST(DecodeRouterTest, TheDecodeRouterFlagPicksTheRule) {
+  EXPECT_EQ(decodeRouterKindFor(RouterKind::RoundRobin), DecodeRouterKind::RoundRobin);
+  EXPECT_EQ(decodeRouterKindFor(RouterKind::Random), DecodeRouterKind::Random);
+  EXPECT_EQ(decodeRouterKindFor(RouterKind::Kv), DecodeRouterKind::LeastLoaded);
+}
+
 TEST(DecodeRouterTest, RoundRobinFollowsTheDispatchIndex) {
   const std::vector<std::uint32_t> load = {5, 0, 9};
   for (std::uint64_t i = 0; i < 7; ++i) {

@@ -13,7 +13,8 @@
 // is probed with a replay from its next seq every probe interval so that lost tail batches are
 // found too. A ROUTER answers overlap, stats and verify queries (protocol/index_query.h).
 // Every socket read and write goes through service/zmq_io.h; a send that cannot be done is
-// counted (requests_unsent, replies_unsent) and, for replay requests, retried.
+// counted (requests_unsent, replies_unsent) and, for replay requests, retried. What is not
+// socket I/O (sequencing, applying, verify, queries, counters) is IndexCore (index_core.h).
 //
 // Thread-safety: create, run() and destroy on one thread (the loop owns every socket and the
 // index); requestStop() and stats() may be called from any thread (requestStop also from a

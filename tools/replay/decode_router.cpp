@@ -25,4 +25,17 @@ std::uint32_t pickDecodeWorker(DecodeRouterKind kind, std::uint64_t seed, std::u
   return static_cast<std::uint32_t>(index % n);
 }
 
+DecodeRouterKind decodeRouterKindFor(RouterKind kind) {
+  switch (kind) {
+    case RouterKind::Random:
+      return DecodeRouterKind::Random;
+    case RouterKind::Kv:
+      return DecodeRouterKind::LeastLoaded;
+    case RouterKind::RoundRobin:
+    case RouterKind::KvPrefix:
+      break;
+  }
+  return DecodeRouterKind::RoundRobin;
+}
+
 }  // namespace mocker::replay

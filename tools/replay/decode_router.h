@@ -14,9 +14,15 @@
 #include <cstdint>
 #include <span>
 
+#include "tools/replay/router_kind.h"
+
 namespace mocker::replay {
 
 enum class DecodeRouterKind { RoundRobin, Random, LeastLoaded };
+
+/// The decode hop's rule for `--decode-router`: random → Random, kv → LeastLoaded (overlap
+/// credit 0), round_robin → RoundRobin (kv_prefix is refused before a run; RoundRobin).
+DecodeRouterKind decodeRouterKindFor(RouterKind kind);
 
 /// The decode worker (< in_flight.size(), which must be > 0) for the request dispatched
 /// `index`-th; `in_flight[d]`: requests handed to decode worker d and not ended.

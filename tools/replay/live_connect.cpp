@@ -147,4 +147,17 @@ Result<std::string> defaultCancelEndpoint(std::string_view submit_endpoint) {
   return defaultEndpointAfter(submit_endpoint, 1, "the cancel endpoint", "--connect-cancel");
 }
 
+index::LiveKvIndexConfig liveKvIndexConfig(const std::vector<LiveTarget>& targets,
+                                           const std::vector<std::uint32_t>& ranks,
+                                           std::uint32_t block_size, engine::HashSeeds seeds) {
+  index::LiveKvIndexConfig config{.block_size = block_size, .seeds = seeds};
+  for (std::uint32_t t = 0; t < targets.size(); ++t) {
+    config.servers.push_back({.submit_endpoint = targets[t].submit_endpoint,
+                              .kv_events = targets[t].kv_events,
+                              .kv_replay = targets[t].kv_replay,
+                              .ranks = ranks[t]});
+  }
+  return config;
+}
+
 }  // namespace mocker::replay

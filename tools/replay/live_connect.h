@@ -12,8 +12,10 @@
 #include <vector>
 
 #include "base/result.h"
+#include "engine/block_hash.h"
 #include "protocol/client.h"
 #include "service/security.h"
+#include "tools/index/live_kv_index.h"
 #include "tools/replay/live_stats.h"
 
 namespace mocker::service {
@@ -50,6 +52,13 @@ Result<std::string> defaultCancelEndpoint(std::string_view submit_endpoint);
 Result<std::uint32_t> resolveKvBlockSize(
     std::uint32_t given, const std::vector<std::optional<protocol::EngineInfo>>& engines,
     const std::vector<std::string>& servers);
+
+/// The kv router's index over the (prefill) servers `targets`: their KV-event and replay
+/// endpoints, the DP ranks each reported at the handshake (`ranks[t]`), the block size and the
+/// hash seeds.
+index::LiveKvIndexConfig liveKvIndexConfig(const std::vector<LiveTarget>& targets,
+                                           const std::vector<std::uint32_t>& ranks,
+                                           std::uint32_t block_size, engine::HashSeeds seeds);
 
 /// Connects a client to every server of `servers` (CURVE with `curve`) and waits, at most
 /// `connect_timeout_ms`, for each one's answer to a `stats` request; fills `stats`'s

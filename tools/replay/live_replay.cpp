@@ -1,13 +1,11 @@
 #include "tools/replay/live_replay.h"
 
 #include <algorithm>
-#include <charconv>
 #include <chrono>
 #include <cmath>
 #include <functional>
 #include <limits>
 #include <memory>
-#include <queue>
 #include <sstream>
 #include <string>
 #include <utility>
@@ -18,9 +16,10 @@
 #include "service/loop_clock.h"
 #include "tools/index/live_kv_index.h"
 #include "tools/replay/decode_router.h"
-#include "tools/replay/detail/eligible_turn.h"
 #include "tools/replay/live_connect.h"
+#include "tools/replay/live_requests.h"
 #include "tools/replay/random.h"
+#include "tools/replay/turn_schedule.h"
 
 namespace mocker::replay {
 namespace {
@@ -37,70 +36,6 @@ constexpr std::size_t kMaxReasonWarnings = 5;
 
 using detail::EligibleTurn;
 
-/// A request the driver sent; indexed by its dispatch number (its id is "r<index>").
-struct Sent {
-  RequestHandle handle = 0;
-  std::uint32_t session = 0;
-  std::uint32_t turn = 0;
-  std::uint32_t target = 0;        ///< the (prefill) server of hop 1
-  std::optional<double> ack_ms{};  ///< submit_ack (disaggregated: the prefill server's)
-  // Disaggregated.
-  double send_ms = 0.0;
-  std::optional<double> handoff_ms{};                       ///< handoff received
-  std::optional<double> decode_ack_ms{};                    ///< the decode server's submit_ack
-  std::optional<std::uint32_t> decode_target{};             ///< set ⇔ the decode submit was sent
-  std::optional<protocol::SubmitRequest> decode_request{};  ///< kept until the handoff
-  std::uint32_t tokens = 0;                                 ///< output tokens received so far
-  bool admitted = false;                                    ///< onAdmission recorded
-  bool live = true;                                         ///< no terminal recorded yet
-};
-
-struct Deadline {
-  double time_ms = 0.0;
-  std::size_t request = 0;
-  bool operator>(const Deadline& o) const {
-    return time_ms != o.time_ms ? time_ms > o.time_ms : request > o.request;
-  }
-};
-
-/// The kv router's index over the (prefill) servers: their KV-event and replay endpoints, the
-/// DP ranks each reported at the handshake, the resolved block size and the hash seeds.
-index::LiveKvIndexConfig kvIndexConfig(const LiveReplayOptions& options,
-                                       const std::vector<std::uint32_t>& ranks) {
-  index::LiveKvIndexConfig config{.block_size = options.kv_block_size,
-                                  .seeds = options.kv_hash_seeds};
-  for (std::uint32_t t = 0; t < options.targets.size(); ++t) {
-    const LiveTarget& target = options.targets[t];
-    config.servers.push_back({.submit_endpoint = target.submit_endpoint,
-                              .kv_events = target.kv_events,
-                              .kv_replay = target.kv_replay,
-                              .ranks = ranks[t]});
-  }
-  return config;
-}
-
-/// "r<index>". (Built by appending: GCC 12 reports a false -Wrestrict on "r" + to_string.)
-std::string requestId(std::size_t index) {
-  std::string id(1, 'r');
-  id.append(std::to_string(index));
-  return id;
-}
-
-TerminalStatus statusOf(protocol::FinishReason reason) {
-  switch (reason) {
-    case protocol::FinishReason::Length:
-      return TerminalStatus::Completed;
-    case protocol::FinishReason::Rejected:
-      return TerminalStatus::Rejected;
-    case protocol::FinishReason::Cancelled:
-      return TerminalStatus::Cancelled;
-    case protocol::FinishReason::Error:
-    case protocol::FinishReason::Shutdown:
-      return TerminalStatus::Failed;
-  }
-  return TerminalStatus::Failed;
-}
-
 class LiveReplay {
  public:
   LiveReplay(const Workload& workload, const LiveReplayOptions& options, ReplayCollector& collector,
@@ -115,6 +50,8 @@ class LiveReplay {
         stats_(std::move(stats)),
         stats_pending_(clients_.size(), false),
         num_prefill_(static_cast<std::uint32_t>(options.targets.size())),
+        schedule_(workload, options.concurrency.has_value()),
+        sent_(num_prefill_),
         kv_index_(std::move(kv_index)) {
     for (const auto& c : clients_) client_ptrs_.push_back(c.get());
     if (!options.decode_targets.empty()) {
@@ -139,18 +76,6 @@ class LiveReplay {
     stats_.per_target.assign(num_prefill_, 0);
     total_turns_ = workload.numTurns();
     sent_.reserve(total_turns_);
-    waiting_on_.assign(workload.sessions.size(), 0);
-    released_at_.assign(workload.sessions.size(), 0.0);
-    dependents_.resize(workload.sessions.size());
-    if (workload.cumulative_prompts) history_.resize(workload.sessions.size());
-    for (std::uint32_t s = 0; s < workload.sessions.size(); ++s) {
-      const Session& session = workload.sessions[s];
-      for (std::uint32_t d : session.wait_for) dependents_[d].push_back(s);
-      waiting_on_[s] = static_cast<std::uint32_t>(session.wait_for.size());
-      if (!session.wait_for.empty()) continue;  // released when its dependencies end
-      const double at = options.concurrency ? 0.0 : *session.first_arrival_ms;
-      eligible_.push({at, session.turns.front().line, s, 0});
-    }
   }
 
   LiveReplayStats run() {
@@ -167,8 +92,8 @@ class LiveReplay {
         last_progress_ms_ = now;
         reportProgress(now);
       }
-      if (eligible_.empty() && in_flight_ == 0) break;
-      double wake = std::min({nextDispatchMs(), nextDeadlineMs(), next_stats_ms_});
+      if (schedule_.empty() && in_flight_ == 0) break;
+      double wake = std::min({nextDispatchMs(), sent_.nextDeadlineMs(), next_stats_ms_});
       if (options_.progress) wake = std::min(wake, last_progress_ms_ + kProgressEveryMs);
       // Something is always pending here: an eligible turn (due, or waiting for a closed-loop
       // slot that a request in flight will free) or a request in flight with a deadline.
@@ -210,7 +135,7 @@ class LiveReplay {
       stats_.kv_gaps_healed = s.gaps_healed;
       stats_.kv_resyncs = s.resyncs;
     }
-    summarizeDispatchLag();
+    summarizeDispatchLag(dispatch_lags_, stats_);
     stats_.warnings.insert(stats_.warnings.end(), synth_.warnings().begin(),
                            synth_.warnings().end());
     if (options_.progress) reportProgress(now);
@@ -243,31 +168,14 @@ class LiveReplay {
     }
   }
 
-  void summarizeDispatchLag() {
-    if (dispatch_lags_.empty()) return;
-    double sum = 0.0;
-    for (const double l : dispatch_lags_) sum += l;
-    stats_.mean_dispatch_lag_ms = sum / static_cast<double>(dispatch_lags_.size());
-    const auto k =
-        static_cast<std::size_t>(std::ceil(0.99 * static_cast<double>(dispatch_lags_.size()))) - 1;
-    std::nth_element(dispatch_lags_.begin(),
-                     dispatch_lags_.begin() + static_cast<std::ptrdiff_t>(k), dispatch_lags_.end());
-    stats_.p99_dispatch_lag_ms = dispatch_lags_[k];
-  }
-
   double nowMs() const {
     return std::chrono::duration<double, std::milli>(Clock::now() - start_).count();
   }
 
   double nextDispatchMs() const {
-    if (eligible_.empty()) return kInf;
+    if (schedule_.empty()) return kInf;
     if (options_.concurrency && in_flight_ >= *options_.concurrency) return kInf;
-    return eligible_.top().time_ms;
-  }
-
-  double nextDeadlineMs() {
-    while (!deadlines_.empty() && !sent_[deadlines_.top().request].live) deadlines_.pop();
-    return deadlines_.empty() ? kInf : deadlines_.top().time_ms;
+    return schedule_.top().time_ms;
   }
 
   void warnOnce(std::string message) {
@@ -305,34 +213,22 @@ class LiveReplay {
   }
 
   void dispatchDue(double now) {
-    while (!eligible_.empty() && eligible_.top().time_ms <= now &&
+    while (!schedule_.empty() && schedule_.top().time_ms <= now &&
            (!options_.concurrency || in_flight_ < *options_.concurrency)) {
       dispatchOne();
     }
   }
 
   void dispatchOne() {
-    const EligibleTurn next = eligible_.top();
-    eligible_.pop();
+    const EligibleTurn next = schedule_.pop();
     const Session& session = workload_.sessions[next.session];
     const Turn& turn = session.turns[next.turn];
     const std::size_t index = sent_.size();
     // No `arrival_ms` on the wire: the service stamps a request with its own receive time on
     // its engine clock, so a driver-clock value would only be decoded and then discarded.
-    protocol::SubmitRequest request{.id = requestId(index),
-                                    .prompt = synth_.synthesize(turn),
+    protocol::SubmitRequest request{.id = liveRequestId(index),
+                                    .prompt = schedule_.prompt(next, synth_.synthesize(turn)),
                                     .max_tokens = turn.output_length};
-    if (workload_.cumulative_prompts) {
-      // mooncake-delta: the earlier prompt and the tokens it received, then this turn's delta.
-      std::vector<std::uint32_t>& history = history_[next.session];
-      history.insert(history.end(), request.prompt.begin(), request.prompt.end());
-      if (next.turn + 1 < session.turns.size()) {
-        request.prompt = history;
-      } else {
-        request.prompt = std::move(history);
-        history = {};
-      }
-    }
     std::uint32_t target = 0;
     if (kv_router_) {
       const auto [t, rank] = routeKv(request.prompt);
@@ -354,8 +250,8 @@ class LiveReplay {
                               .requested_output_length = turn.output_length},
                              send_ms);
     MOCKER_CHECK(handle == index);
-    sent_.push_back(
-        {.handle = handle, .session = next.session, .turn = next.turn, .target = target});
+    LiveRequest& sent =
+        sent_.add({.handle = handle, .session = next.session, .turn = next.turn, .target = target});
     ++stats_.per_target[target];
     ++in_flight_;
     stats_.max_in_flight = std::max(stats_.max_in_flight, in_flight_);
@@ -364,8 +260,8 @@ class LiveReplay {
       stats_.max_dispatch_lag_ms = std::max(stats_.max_dispatch_lag_ms, lag);
       dispatch_lags_.push_back(lag);
     }
-    sent_.back().send_ms = send_ms;
-    if (stats_.handoff) sent_.back().decode_request = request;
+    sent.send_ms = send_ms;
+    if (stats_.handoff) sent.decode_request = request;
     const Status status = clients_[target]->submit(request);
     if (!status) {
       ++stats_.send_failures;
@@ -373,13 +269,13 @@ class LiveReplay {
       end(index, nowMs(), TerminalStatus::Failed);
       return;
     }
-    deadlines_.push({send_ms + options_.request_timeout_ms, index});
+    sent_.setDeadline(index, send_ms + options_.request_timeout_ms);
   }
 
   /// Records the terminal of request `index` and makes its session's next turn eligible.
   void end(std::size_t index, double time_ms, TerminalStatus status,
            StopReason reason = StopReason::None) {
-    Sent& r = sent_[index];
+    LiveRequest& r = sent_[index];
     MOCKER_CHECK(r.live);
     r.live = false;
     r.decode_request.reset();
@@ -388,33 +284,16 @@ class LiveReplay {
     collector_.onTerminal(r.handle, time_ms, status, reason);
     --in_flight_;
     ++ended_;
-    const Session& s = workload_.sessions[r.session];
-    if (r.turn + 1 < s.turns.size()) {
-      const Turn& next = s.turns[r.turn + 1];
-      eligible_.push({time_ms + next.delay_after_previous_ms, next.line, r.session, r.turn + 1});
-      return;
-    }
-    // The session ended: release the sessions waiting for it once all their dependencies ended.
-    for (std::uint32_t d : dependents_[r.session]) {
-      released_at_[d] = std::max(released_at_[d], time_ms);
-      if (--waiting_on_[d] > 0) continue;
-      const Session& dependent = workload_.sessions[d];
-      eligible_.push(
-          {released_at_[d] + dependent.dependency_delay_ms, dependent.turns.front().line, d, 0});
-    }
+    schedule_.ended(r.session, r.turn, time_ms);
   }
 
   void expireTimeouts(double now) {
-    while (nextDeadlineMs() <= now) {
-      const std::size_t index = deadlines_.top().request;
-      deadlines_.pop();
-      Sent& r = sent_[index];
+    while (const std::optional<std::size_t> index = sent_.takeExpired(now)) {
       // Best effort: a server that is gone never answers, and a full queue must not block.
       // Disaggregated: the worker that holds it — the decode server once it was submitted there.
-      (void)clients_[r.decode_target ? num_prefill_ + *r.decode_target : r.target]->cancel(
-          requestId(index));
+      (void)clients_[sent_.holder(*index)]->cancel(liveRequestId(*index));
       ++stats_.timeouts;
-      end(index, now, TerminalStatus::Cancelled);
+      end(*index, now, TerminalStatus::Cancelled);
     }
   }
 
@@ -427,25 +306,6 @@ class LiveReplay {
     }
     next_stats_ms_ = now + options_.stats_interval_ms;
   }
-
-  /// The live request `id` names on server `target`, or nullptr (unknown, ended, other server).
-  Sent* find(std::uint32_t target, const std::string& id) {
-    if (id.size() < 2 || id[0] != 'r') return nullptr;
-    std::size_t index = 0;
-    const char* first = id.data() + 1;
-    const char* last = id.data() + id.size();
-    const auto [ptr, ec] = std::from_chars(first, last, index);
-    if (ec != std::errc{} || ptr != last || index >= sent_.size()) return nullptr;
-    Sent& r = sent_[index];
-    if (!r.live) return nullptr;
-    if (target >= num_prefill_) {  // a decode server
-      return r.decode_target && *r.decode_target == target - num_prefill_ ? &r : nullptr;
-    }
-    // A prefill server's messages end with its handoff.
-    if (r.target != target || r.decode_target) return nullptr;
-    return &r;
-  }
-  std::size_t indexOf(const Sent& r) const { return static_cast<std::size_t>(&r - sent_.data()); }
 
   void drain(std::uint32_t target) {
     for (int i = 0; i < kMaxDrainPerWake; ++i) {
@@ -465,7 +325,7 @@ class LiveReplay {
   void handle(std::uint32_t target, const protocol::ClientMessage& msg, double now) {
     const bool prefill_hop = stats_.handoff && target < num_prefill_;
     if (const auto* ack = std::get_if<protocol::SubmitAck>(&msg)) {
-      if (Sent* r = find(target, ack->id)) {
+      if (LiveRequest* r = sent_.find(target, ack->id)) {
         if (stats_.handoff && r->handoff_ms) {  // the decode server's ack
           r->decode_ack_ms = now;
           ++stats_.handoff->decode_acks;
@@ -477,7 +337,7 @@ class LiveReplay {
         ++stats_.late_messages;
       }
     } else if (const auto* reject = std::get_if<protocol::SubmitReject>(&msg)) {
-      Sent* r = find(target, reject->id);
+      LiveRequest* r = sent_.find(target, reject->id);
       if (!r) {
         ++stats_.late_messages;
         return;
@@ -493,9 +353,9 @@ class LiveReplay {
       } else {
         warnOnce("submit rejected: " + reject->reason);
       }
-      end(indexOf(*r), now, TerminalStatus::Rejected);
+      end(sent_.indexOf(*r), now, TerminalStatus::Rejected);
     } else if (const auto* handoff = std::get_if<protocol::Handoff>(&msg)) {
-      Sent* r = prefill_hop ? find(target, handoff->id) : nullptr;
+      LiveRequest* r = prefill_hop ? sent_.find(target, handoff->id) : nullptr;
       if (!r) {
         ++stats_.late_messages;
         if (!prefill_hop) warnOnce("server " + std::to_string(target) + " sent a handoff");
@@ -514,7 +374,8 @@ class LiveReplay {
       ++stats_.error_replies;
       warnOnce("server " + std::to_string(target) + " error: " + error->message);
       if (error->id) {
-        if (Sent* r = find(target, *error->id)) end(indexOf(*r), now, TerminalStatus::Failed);
+        if (LiveRequest* r = sent_.find(target, *error->id))
+          end(sent_.indexOf(*r), now, TerminalStatus::Failed);
       }
     } else if (const auto* reply = std::get_if<protocol::StatsReply>(&msg)) {
       stats_pending_[target] = false;
@@ -537,17 +398,13 @@ class LiveReplay {
   /// Hop 2: the decode server for a handoff, by options_.decode_router (decode_router.h; kv =
   /// overlap credit 0: the least loaded).
   std::uint32_t routeDecode(std::size_t index) const {
-    const DecodeRouterKind kind = options_.decode_router == RouterKind::Random
-                                      ? DecodeRouterKind::Random
-                                  : options_.decode_router == RouterKind::Kv
-                                      ? DecodeRouterKind::LeastLoaded
-                                      : DecodeRouterKind::RoundRobin;  // KvPrefix: refused
-    return pickDecodeWorker(kind, options_.router_seed, index, decode_in_flight_);
+    return pickDecodeWorker(decodeRouterKindFor(options_.decode_router), options_.router_seed,
+                            index, decode_in_flight_);
   }
 
-  void onHandoff(Sent& r, const protocol::Handoff& handoff, double now) {
+  void onHandoff(LiveRequest& r, const protocol::Handoff& handoff, double now) {
     LiveHandoffStats& h = *stats_.handoff;
-    const std::size_t index = indexOf(r);
+    const std::size_t index = sent_.indexOf(r);
     ++h.handoffs;
     r.handoff_ms = now;
     h.handoff_ms.push_back(now - r.send_ms);
@@ -576,7 +433,7 @@ class LiveReplay {
   /// A prefill server's output entry: a terminal instead of a handoff (rejected by its
   /// scheduler, cancelled, error, shutdown) ends the request; tokens are not expected.
   void onPrefillOutput(std::uint32_t target, const protocol::RequestOutput& o, double now) {
-    Sent* r = find(target, o.id);
+    LiveRequest* r = sent_.find(target, o.id);
     if (!r) {
       ++stats_.late_messages;
       return;
@@ -588,25 +445,23 @@ class LiveReplay {
     }
     if (!o.finish) return;
     ++stats_.handoff->ended_on_prefill;
-    const TerminalStatus status = statusOf(*o.finish);
+    const TerminalStatus status = terminalStatusOf(*o.finish);
     if (status == TerminalStatus::Completed && !r->admitted) {
       // A 0-token request completes on its prefill server (nothing to decode), admitted there.
       collector_.onAdmission(r->handle, r->ack_ms.value_or(now), o.cached_tokens.value_or(0),
                              false);
       r->admitted = true;
     }
-    if (status == TerminalStatus::Rejected) ++stats_.finish_rejected;
-    if (status == TerminalStatus::Cancelled) ++stats_.finish_cancelled;
-    if (status == TerminalStatus::Failed) ++stats_.finish_failed;
+    countFinish(status, stats_);
     if (status != TerminalStatus::Completed) {
       warnOnce(std::string("request ended on its prefill server, ") + terminalStatusName(status) +
                (o.reason.empty() ? std::string() : ": " + o.reason));
     }
-    end(indexOf(*r), now, status, parseWireStopReason(o.reason));
+    end(sent_.indexOf(*r), now, status, parseWireStopReason(o.reason));
   }
 
   void onOutput(std::uint32_t target, const protocol::RequestOutput& o, double now) {
-    Sent* r = find(target, o.id);
+    LiveRequest* r = sent_.find(target, o.id);
     if (!r) {
       ++stats_.late_messages;
       return;
@@ -623,33 +478,18 @@ class LiveReplay {
         if (r->decode_ack_ms) stats_.handoff->first_token_ms.push_back(now - *r->decode_ack_ms);
       }
     }
-    if (kv_router_ && !o.tokens.empty()) kv_router_->load().prefillDone(indexOf(*r));
+    if (kv_router_ && !o.tokens.empty()) kv_router_->load().prefillDone(sent_.indexOf(*r));
     if (o.index != r->tokens) ++stats_.index_gaps;
     for (std::size_t k = 0; k < o.tokens.size(); ++k) collector_.onToken(r->handle, now);
-    if (workload_.cumulative_prompts && r->turn + 1 < workload_.sessions[r->session].turns.size()) {
-      std::vector<std::uint32_t>& history = history_[r->session];
-      history.insert(history.end(), o.tokens.begin(), o.tokens.end());
-    }
+    schedule_.received(r->session, r->turn, o.tokens);
     r->tokens = o.index + static_cast<std::uint32_t>(o.tokens.size());
     if (!o.finish) return;
-    const TerminalStatus status = statusOf(*o.finish);
-    switch (status) {
-      case TerminalStatus::Rejected:
-        ++stats_.finish_rejected;
-        break;
-      case TerminalStatus::Cancelled:
-        ++stats_.finish_cancelled;
-        break;
-      case TerminalStatus::Failed:
-        ++stats_.finish_failed;
-        break;
-      default:
-        break;
-    }
+    const TerminalStatus status = terminalStatusOf(*o.finish);
+    countFinish(status, stats_);
     if (status != TerminalStatus::Completed && !o.reason.empty()) {
       warnOnce(std::string("request ended ") + terminalStatusName(status) + ": " + o.reason);
     }
-    end(indexOf(*r), now, status, parseWireStopReason(o.reason));
+    end(sent_.indexOf(*r), now, status, parseWireStopReason(o.reason));
   }
 
   void reportProgress(double now) {
@@ -670,14 +510,8 @@ class LiveReplay {
   std::vector<std::uint32_t> decode_in_flight_;  ///< by decode server: handed off, not ended
   Clock::time_point start_{};
   service::PassTimer wake_timer_;  // wakes the loop at the next dispatch or deadline
-  std::priority_queue<EligibleTurn, std::vector<EligibleTurn>, std::greater<>> eligible_;
-  std::priority_queue<Deadline, std::vector<Deadline>, std::greater<>> deadlines_;
-  // Dependencies (agentic) and cumulative prompts (mooncake-delta), as in the offline loop.
-  std::vector<std::vector<std::uint32_t>> dependents_;
-  std::vector<std::uint32_t> waiting_on_;
-  std::vector<double> released_at_;
-  std::vector<std::vector<std::uint32_t>> history_;
-  std::vector<Sent> sent_;
+  TurnSchedule schedule_;
+  LiveRequests sent_;
   std::vector<double> dispatch_lags_;
   std::uint32_t in_flight_ = 0;
   std::uint64_t ended_ = 0;
@@ -711,15 +545,7 @@ Result<LiveReplayStats> runLiveReplay(const Workload& workload, const LiveReplay
   if (!(options.stats_interval_ms >= 0) || !std::isfinite(options.stats_interval_ms)) {
     return invalidArgument("stats interval must be finite and >= 0");
   }
-  if (!options.concurrency) {
-    for (const Session& s : workload.sessions) {
-      if (!s.first_arrival_ms && s.wait_for.empty()) {
-        return invalidArgument("session '" + s.session_id +
-                               "' has no arrival time: trace mode needs a timestamp on every "
-                               "first turn (closed-loop replay with a concurrency does not)");
-      }
-    }
-  }
+  MOCKER_TRY_VOID(TurnSchedule::checkArrivals(workload, options.concurrency.has_value()));
   if (options.router == RouterKind::KvPrefix || options.decode_router == RouterKind::KvPrefix) {
     return invalidArgument("the kv_prefix router is offline only");
   }
@@ -749,8 +575,9 @@ Result<LiveReplayStats> runLiveReplay(const Workload& workload, const LiveReplay
   }
   std::unique_ptr<index::LiveKvIndex> kv_index;
   if (options.router == RouterKind::Kv) {
-    MOCKER_TRY(kv_index,
-               index::LiveKvIndex::start(kvIndexConfig(resolved, stats.ranks_per_target)));
+    MOCKER_TRY(kv_index, index::LiveKvIndex::start(
+                             liveKvIndexConfig(options.targets, stats.ranks_per_target,
+                                               resolved.kv_block_size, resolved.kv_hash_seeds)));
     MOCKER_TRY_VOID(kv_index->waitCaughtUp(
         Clock::now() + std::chrono::duration_cast<Clock::duration>(
                            std::chrono::duration<double, std::milli>(options.connect_timeout_ms))));

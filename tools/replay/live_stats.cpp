@@ -105,4 +105,30 @@ std::string formatLiveHandoffs(const LiveHandoffStats& stats) {
   return out.str();
 }
 
+void summarizeDispatchLag(std::vector<double>& lags, LiveReplayStats& stats) {
+  if (lags.empty()) return;
+  double sum = 0.0;
+  for (const double l : lags) sum += l;
+  stats.mean_dispatch_lag_ms = sum / static_cast<double>(lags.size());
+  const auto k = static_cast<std::size_t>(std::ceil(0.99 * static_cast<double>(lags.size()))) - 1;
+  std::nth_element(lags.begin(), lags.begin() + static_cast<std::ptrdiff_t>(k), lags.end());
+  stats.p99_dispatch_lag_ms = lags[k];
+}
+
+void countFinish(TerminalStatus status, LiveReplayStats& stats) {
+  switch (status) {
+    case TerminalStatus::Rejected:
+      ++stats.finish_rejected;
+      break;
+    case TerminalStatus::Cancelled:
+      ++stats.finish_cancelled;
+      break;
+    case TerminalStatus::Failed:
+      ++stats.finish_failed;
+      break;
+    default:
+      break;
+  }
+}
+
 }  // namespace mocker::replay

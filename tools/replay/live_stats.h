@@ -106,6 +106,13 @@ HandoffReport summarizeLiveHandoffs(const LiveHandoffStats& stats);
 /// first_token_ms) and the anomaly counters, for the live report's footer.
 std::string formatLiveHandoffs(const LiveHandoffStats& stats);
 
+/// mean_dispatch_lag_ms and p99_dispatch_lag_ms from the per-request lags (reordered); nothing
+/// when there are none.
+void summarizeDispatchLag(std::vector<double>& lags, LiveReplayStats& stats);
+/// Counts a terminal that came as a `finish` entry: rejected, cancelled or failed (finish_*);
+/// completed counts nothing.
+void countFinish(TerminalStatus status, LiveReplayStats& stats);
+
 /// Holds released by the hold timeout, over a server's ranks (its stats_reply's handoff_expired;
 /// 0 from a server without them).
 std::uint64_t handoffExpiredOf(const protocol::StatsReply& reply);

@@ -4,6 +4,7 @@
 #include <functional>
 #include <limits>
 #include <queue>
+#include <span>
 #include <string>
 #include <utility>
 
@@ -11,9 +12,10 @@
 #include "engine/block_hash.h"
 #include "engine/engine.h"
 #include "tools/index/kv_index.h"
-#include "tools/replay/detail/eligible_turn.h"
 #include "tools/replay/kv_router.h"
+#include "tools/replay/offline_workers.h"
 #include "tools/replay/random.h"
+#include "tools/replay/turn_schedule.h"
 
 namespace mocker::replay {
 namespace {
@@ -141,6 +143,7 @@ class OfflineReplay {
         tracked_(workers_.size()),
         next_rank_(workers_.size(), 0),
         first_slot_(workers_.size(), 0),
+        schedule_(workload, options.concurrency.has_value()),
         cost_router_(totalRanks(workers_), block_size_, options.kv_router, options.router_seed) {
     for (std::uint32_t w = 0; w < workers_.size(); ++w) {
       first_slot_[w] = static_cast<std::uint32_t>(slots_.size());
@@ -159,18 +162,6 @@ class OfflineReplay {
     next_pass_ms_.assign(slots_.size(), kInf);
     stats_.per_worker.assign(workers_.size(), 0);
     total_turns_ = workload.numTurns();
-    waiting_on_.assign(workload.sessions.size(), 0);
-    released_at_.assign(workload.sessions.size(), 0.0);
-    dependents_.resize(workload.sessions.size());
-    if (workload.cumulative_prompts) history_.resize(workload.sessions.size());
-    for (std::uint32_t s = 0; s < workload.sessions.size(); ++s) {
-      const Session& session = workload.sessions[s];
-      for (std::uint32_t d : session.wait_for) dependents_[d].push_back(s);
-      waiting_on_[s] = static_cast<std::uint32_t>(session.wait_for.size());
-      if (!session.wait_for.empty()) continue;  // released when its dependencies end
-      const double at = options.concurrency ? 0.0 : *session.first_arrival_ms;
-      eligible_.push({at, session.turns.front().line, s, 0});
-    }
     if (options.concurrency) {
       for (std::uint32_t i = 0; i < *options.concurrency; ++i) free_slots_.push(0.0);
     }
@@ -201,8 +192,8 @@ class OfflineReplay {
 
  private:
   double nextDispatchTime() const {
-    if (eligible_.empty()) return kInf;
-    const double t = eligible_.top().time_ms;
+    if (schedule_.empty()) return kInf;
+    const double t = schedule_.top().time_ms;
     if (!options_.concurrency) return t;
     if (free_slots_.empty()) return kInf;  // every slot in flight: wait for a terminal
     return std::max(t, free_slots_.top());
@@ -327,26 +318,14 @@ class OfflineReplay {
   }
 
   void dispatch(double now) {
-    const EligibleTurn next = eligible_.top();
-    eligible_.pop();
+    const EligibleTurn next = schedule_.pop();
     if (options_.concurrency) free_slots_.pop();
     const Session& session = workload_.sessions[next.session];
     const Turn& turn = session.turns[next.turn];
 
     engine::Request request;
-    request.tokens = synth_.synthesize(turn);
-    if (workload_.cumulative_prompts) {
-      // mooncake-delta: the earlier prompt and its emitted tokens, then this turn's delta. The
-      // history keeps this prompt (the tokens it emits are appended) while turns remain.
-      std::vector<std::uint32_t>& history = history_[next.session];
-      history.insert(history.end(), request.tokens.begin(), request.tokens.end());
-      if (next.turn + 1 < session.turns.size()) {
-        request.tokens = history;
-      } else {
-        request.tokens = std::move(history);
-        history = {};
-      }
-    }
+    // mooncake-delta: the earlier prompt and its emitted tokens, then this turn's delta.
+    request.tokens = schedule_.prompt(next, synth_.synthesize(turn));
     request.max_output_tokens = turn.output_length;
     request.arrival_ms = now;
     const std::size_t input_tokens = request.tokens.size();
@@ -440,20 +419,7 @@ class OfflineReplay {
     collector_.onTerminal(handle, time_ms, status, reason);
     ++ended_;
     if (options_.concurrency) free_slots_.push(time_ms);
-    const Session& s = workload_.sessions[session];
-    if (turn + 1 < s.turns.size()) {
-      const Turn& next = s.turns[turn + 1];
-      eligible_.push({time_ms + next.delay_after_previous_ms, next.line, session, turn + 1});
-      return;
-    }
-    // The session ended: release the sessions waiting for it once all their dependencies ended.
-    for (std::uint32_t d : dependents_[session]) {
-      released_at_[d] = std::max(released_at_[d], time_ms);
-      if (--waiting_on_[d] > 0) continue;
-      const Session& dependent = workload_.sessions[d];
-      eligible_.push(
-          {released_at_[d] + dependent.dependency_delay_ms, dependent.turns.front().line, d, 0});
-    }
+    schedule_.ended(session, turn, time_ms);
   }
 
   void step(std::uint32_t g, double start_ms) {
@@ -484,10 +450,7 @@ class OfflineReplay {
       MOCKER_CHECK(t.live);
       if (sig.token) {
         collector_.onToken(t.handle, sig.time_ms);
-        if (workload_.cumulative_prompts &&
-            t.turn + 1 < workload_.sessions[t.session].turns.size()) {
-          history_[t.session].push_back(*sig.token);
-        }
+        schedule_.received(t.session, t.turn, std::span(&*sig.token, 1));
       }
       if (options_.router == RouterKind::Kv && sig.token && !t.first_token) {
         t.first_token = true;
@@ -577,7 +540,7 @@ class OfflineReplay {
   // Per slot: its clock when it can run a pass (not blocked, its engine rank has work), else
   // +inf; one compact array for the loop's scan instead of asking every engine each iteration.
   std::vector<double> next_pass_ms_;
-  std::priority_queue<EligibleTurn, std::vector<EligibleTurn>, std::greater<>> eligible_;
+  TurnSchedule schedule_;  // eligible turns, dependencies, cumulative prompts
   std::priority_queue<double, std::vector<double>, std::greater<>> free_slots_;  // closed loop
   std::priority_queue<PendingEvents, std::vector<PendingEvents>, PendingEventsLater>
       pending_events_;
@@ -589,13 +552,6 @@ class OfflineReplay {
   KvCostRouter cost_router_;
   std::priority_queue<LoadChange, std::vector<LoadChange>, LoadChangeLater> load_changes_;
   std::uint64_t next_load_seq_ = 0;
-  // Dependencies (agentic): per session, the sessions waiting for it, how many of its own
-  // dependencies have not ended yet, and the latest terminal among those that have.
-  std::vector<std::vector<std::uint32_t>> dependents_;
-  std::vector<std::uint32_t> waiting_on_;
-  std::vector<double> released_at_;
-  // Cumulative prompts (mooncake-delta): per session, the last prompt plus its emitted tokens.
-  std::vector<std::vector<std::uint32_t>> history_;
   std::uint64_t dispatches_ = 0;
   std::uint64_t ended_ = 0;
   std::uint64_t total_turns_ = 0;
@@ -622,66 +578,11 @@ Result<OfflineReplayStats> runOfflineReplay(const Workload& workload,
   if (options.concurrency && *options.concurrency == 0) {
     return invalidArgument("concurrency must be >= 1 (got 0)");
   }
-  if (!options.concurrency) {
-    for (const Session& s : workload.sessions) {
-      if (!s.first_arrival_ms && s.wait_for.empty()) {
-        return invalidArgument("session '" + s.session_id +
-                               "' has no arrival time: trace mode needs a timestamp on every "
-                               "first turn (closed-loop replay with a concurrency does not)");
-      }
-    }
-  }
-  std::vector<engine::Engine> workers;
-  const auto add = [&workers](engine::EngineConfig config, std::uint32_t count,
-                              const char* role) -> Status {
-    config.allow_empty_output = true;
-    for (std::uint32_t w = 0; w < count; ++w) {
-      Result<engine::Engine> e = engine::Engine::create(config);
-      if (!e) {
-        return Error{e.error().code,
-                     std::string(role) + (role[0] != '\0' ? " workers: " : "") + e.error().message};
-      }
-      workers.push_back(std::move(*e));
-    }
-    return {};
-  };
-  std::uint32_t num_prefill = 0;
-  if (options.disagg) {
-    const DisaggOptions& d = *options.disagg;
-    if (d.num_prefill_workers == 0 || d.num_decode_workers == 0) {
-      return invalidArgument(
-          "a disaggregated replay needs >= 1 prefill and >= 1 decode worker (got " +
-          std::to_string(d.num_prefill_workers) + " and " + std::to_string(d.num_decode_workers) +
-          ")");
-    }
-    engine::EngineConfig prefill = d.prefill_engine;
-    prefill.worker_type = engine::WorkerType::Prefill;
-    engine::EngineConfig decode = d.decode_engine;
-    decode.worker_type = engine::WorkerType::Decode;
-    MOCKER_TRY_VOID(add(prefill, d.num_prefill_workers, "prefill"));
-    MOCKER_TRY_VOID(add(decode, d.num_decode_workers, "decode"));
-    const std::uint32_t pb = engine::effectiveBlockSize(prefill);
-    const std::uint32_t db = engine::effectiveBlockSize(decode);
-    if (pb != db) {
-      return invalidArgument("block_size: the prefill workers use " + std::to_string(pb) +
-                             " tokens per block and the decode workers " + std::to_string(db) +
-                             "; a KV handoff needs the same block size on both sides");
-    }
-    num_prefill = d.num_prefill_workers;
-  } else {
-    // A prefill worker alone would hold every request forever, a decode worker would refuse
-    // every fresh one: the roles exist only in pairs.
-    if (options.engine.worker_type != engine::WorkerType::Aggregated) {
-      return invalidArgument(
-          "worker_type: an aggregated replay runs aggregated workers (got '" +
-          std::string(engine::toString(options.engine.worker_type)) +
-          "'); a disaggregated replay is --num-prefill-workers P --num-decode-workers D, which "
-          "sets each role's worker type");
-    }
-    MOCKER_TRY_VOID(add(options.engine, options.num_workers, ""));
-  }
+  MOCKER_TRY_VOID(TurnSchedule::checkArrivals(workload, options.concurrency.has_value()));
+  MOCKER_TRY(OfflineWorkers workers, makeOfflineWorkers(options));
   if (workload.sessions.empty()) return OfflineReplayStats{};
-  OfflineReplay replay(workload, options, collector, std::move(workers), num_prefill);
+  OfflineReplay replay(workload, options, collector, std::move(workers.engines),
+                       workers.num_prefill);
   return replay.run();
 }
 

@@ -1,0 +1,73 @@
+// The live replay's socket-free request bookkeeping (tools/replay/live_requests.h): ids, which
+// connection speaks for a request before and after its handoff, the deadlines in order, and the
+// counters of tools/replay/live_stats.h the loop feeds (finish counts, dispatch lag summary).
+#include "tools/replay/live_requests.h"
+
+#include <gtest/gtest.h>
+
+#include "tools/replay/live_stats.h"
+
+namespace mocker::replay {
+namespace {
+
+TEST(LiveRequestsTest, IdsRoundTripAndOthersAreRefused) {
+  EXPECT_EQ(liveRequestId(42), "r42");
+  EXPECT_EQ(parseLiveRequestId("r42"), std::optional<std::size_t>(42));
+  for (const char* bad : {"", "r", "42", "x42", "r4x", "r-1", "r99999999999999999999999"}) {
+    EXPECT_FALSE(parseLiveRequestId(bad).has_value()) << bad;
+  }
+  EXPECT_EQ(terminalStatusOf(protocol::FinishReason::Length), TerminalStatus::Completed);
+  EXPECT_EQ(terminalStatusOf(protocol::FinishReason::Shutdown), TerminalStatus::Failed);
+}
+
+TEST(LiveRequestsTest, TheHolderChangesAtTheHandoff) {
+  LiveRequests requests(/*num_prefill=*/2);
+  requests.add({.target = 1});
+  EXPECT_EQ(requests.find(1, "r0"), &requests[0]);
+  EXPECT_EQ(requests.find(0, "r0"), nullptr);  // another prefill server
+  EXPECT_EQ(requests.find(1, "r1"), nullptr);  // unknown
+  EXPECT_EQ(requests.holder(0), 1u);
+  requests[0].decode_target = 1;  // the decode submit went to decode server 1 (connection 3)
+  EXPECT_EQ(requests.find(1, "r0"), nullptr);
+  EXPECT_EQ(requests.find(3, "r0"), &requests[0]);
+  EXPECT_EQ(requests.find(2, "r0"), nullptr);
+  EXPECT_EQ(requests.holder(0), 3u);
+  requests[0].live = false;
+  EXPECT_EQ(requests.find(3, "r0"), nullptr);
+}
+
+TEST(LiveRequestsTest, DeadlinesComeOutInOrderAndSkipEndedRequests) {
+  LiveRequests requests(1);
+  for (int i = 0; i < 3; ++i) requests.add({});
+  requests.setDeadline(0, 30.0);
+  requests.setDeadline(1, 10.0);
+  requests.setDeadline(2, 20.0);
+  requests[1].live = false;  // ended before its deadline
+  EXPECT_EQ(requests.nextDeadlineMs(), 20.0);
+  EXPECT_FALSE(requests.takeExpired(19.0).has_value());
+  EXPECT_EQ(requests.takeExpired(25.0), std::optional<std::size_t>(2));
+  EXPECT_FALSE(requests.takeExpired(25.0).has_value());
+  EXPECT_EQ(requests.takeExpired(30.0), std::optional<std::size_t>(0));
+  EXPECT_EQ(requests.nextDeadlineMs(), std::numeric_limits<double>::infinity());
+}
+
+TEST(LiveRequestsTest, FinishCountsAndDispatchLagSummary) {
+  LiveReplayStats stats;
+  countFinish(TerminalStatus::Rejected, stats);
+  countFinish(TerminalStatus::Failed, stats);
+  countFinish(TerminalStatus::Completed, stats);
+  EXPECT_EQ(stats.finish_rejected, 1u);
+  EXPECT_EQ(stats.finish_failed, 1u);
+  EXPECT_EQ(stats.finish_cancelled, 0u);
+  std::vector<double> none;
+  summarizeDispatchLag(none, stats);
+  EXPECT_EQ(stats.mean_dispatch_lag_ms, 0.0);
+  std::vector<double> lags;
+  for (int i = 100; i >= 1; --i) lags.push_back(static_cast<double>(i));
+  summarizeDispatchLag(lags, stats);
+  EXPECT_DOUBLE_EQ(stats.mean_dispatch_lag_ms, 50.5);
+  EXPECT_EQ(stats.p99_dispatch_lag_ms, 99.0);
+}
+
+}  // namespace
+}  // namespace mocker::replay
