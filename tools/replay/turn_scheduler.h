@@ -1,0 +1,65 @@
+// TurnScheduler: which turn of a Workload a live load driver sends next, and when
+// (docs/traces.md, Live replay and Closed loop). Socket-free and clock-free: the driver gives the
+// times (wall milliseconds since its start) and sends what popDue returns.
+//   * trace mode (open loop): a session's first turn is due at its first_arrival_ms; a later turn
+//     at (terminal of the previous turn + delay_after_previous_ms); a session with wait_for at
+//     (last terminal of its dependencies + dependency_delay_ms).
+//   * closed loop (`concurrency`): first turns due at 0, and at most `concurrency` turns in
+//     flight (popped and not yet ended).
+// Due turns come out in (due time, source line, session, turn) order (detail::EligibleTurn), as
+// the offline and ZeroMQ live loops order them.
+//
+//   TurnScheduler s(workload, concurrency);
+//   while (!s.finished()) {
+//     while (auto t = s.popDue(now)) send(*t);      // ... later, for each request that ended:
+//     s.ended(session, turn, now);                  // wait until s.nextDueMs() or an end
+//   }
+//
+// REQUIRES (trace mode): every session without wait_for has a first_arrival_ms (the caller
+// checked it). Not thread-safe.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <queue>
+#include <vector>
+
+#include "base/result.h"
+#include "tools/replay/detail/eligible_turn.h"
+#include "tools/replay/workload.h"
+
+namespace mocker::replay {
+
+/// Whether `workload` can be scheduled: concurrency (closed loop) >= 1 when set; in trace mode
+/// every session without dependencies has a first arrival. The error says which session.
+Status checkSchedulable(const Workload& workload, std::optional<std::uint32_t> concurrency);
+
+class TurnScheduler {
+ public:
+  TurnScheduler(const Workload& workload, std::optional<std::uint32_t> concurrency);
+
+  /// The earliest time a turn could be sent: the top eligible turn's due time; +inf when none is
+  /// eligible or every closed-loop slot is taken.
+  double nextDueMs() const;
+  /// The next turn due at `now_ms` with a free slot (it is then in flight), or nullopt.
+  std::optional<detail::EligibleTurn> popDue(double now_ms);
+  /// The turn (session, turn) popped earlier ended at `time_ms`: frees its slot and makes what
+  /// follows it eligible.
+  void ended(std::uint32_t session, std::uint32_t turn, double time_ms);
+  /// Nothing eligible and nothing in flight.
+  bool finished() const { return eligible_.empty() && in_flight_ == 0; }
+  std::uint32_t inFlight() const { return in_flight_; }
+
+ private:
+  const Workload& workload_;
+  std::optional<std::uint32_t> concurrency_;
+  std::priority_queue<detail::EligibleTurn, std::vector<detail::EligibleTurn>, std::greater<>>
+      eligible_;
+  std::vector<std::vector<std::uint32_t>> dependents_;
+  std::vector<std::uint32_t> waiting_on_;
+  std::vector<double> released_at_;
+  std::uint32_t in_flight_ = 0;
+};
+
+}  // namespace mocker::replay
