@@ -275,9 +275,39 @@ void registerLiveServerFlags(CLI::App& cmd, ReplayFlags& f) {
       ->group(kLiveGroup);
   cmd.add_option("--fleet", f.fleet_file,
                  "every worker of a `mocker serve --fleet-file FILE` (their submit and cancel "
-                 "endpoints), instead of --connect; implies --mode live")
+                 "endpoints), instead of --connect; implies --mode live. Every request names the "
+                 "model of --model "
+                 "(default: the first of GET /v1/models)")
       ->option_text("FILE")
       ->group(kLiveGroup);
+}
+
+/// Live against an OpenAI-compatible HTTP server.
+void registerOpenAiFlags(CLI::App& cmd, ReplayFlags& f) {
+  const char* group = "Live replay against an OpenAI-compatible server (--openai-url)";
+  cmd.add_option(
+         "--openai-url", f.openai_url,
+         "send the requests over HTTP to an OpenAI-compatible server (`mocker gateway`, "
+         "vLLM, SGLang, TensorRT-LLM) at http://HOST:PORT[/v1], streamed with usage, "
+         "instead of --connect; implies --mode live. Every request names the model of --model "
+         "(default: the first of GET /v1/models)")
+      ->option_text("URL")
+      ->group(group);
+  cmd.add_flag("--chat", f.chat,
+               "--openai-url: /v1/chat/completions with the prompt as one user message (text) "
+               "instead of /v1/completions with a token-id prompt")
+      ->group(group);
+  cmd.add_option("--api-key-file", f.api_key_file,
+                 "--openai-url: send `Authorization: Bearer KEY` with KEY the file's first line")
+      ->option_text("FILE")
+      ->group(group);
+  cmd.add_option("--tokenizer", f.tokenizer_file,
+                 "--openai-url: a Hugging Face tokenizer.json (byte-level BPE): prompts are sent "
+                 "as the text these token ids decode to, for servers that need text (default: "
+                 "token-id prompts; --chat without it spells the ids with the built-in tokenizer "
+                 "of `mocker gateway`)")
+      ->option_text("FILE")
+      ->group(group);
 }
 
 /// Live disaggregated prefill/decode: the two server sets.
@@ -405,6 +435,7 @@ void registerReplayFlags(CLI::App& cmd, ReplayFlags& flags) {
   registerOfflineDisaggFlags(cmd, flags);
   registerLiveServerFlags(cmd, flags);
   registerLiveDisaggFlags(cmd, flags);
+  registerOpenAiFlags(cmd, flags);
   registerLiveConnectionFlags(cmd, flags);
   registerReportFlags(cmd, flags);
 }

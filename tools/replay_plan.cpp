@@ -339,6 +339,15 @@ Result<ReplayPlan> planReplay(const ReplayFlags& f, const GivenFlags& given) {
     return invalidArgument("--connect is for --mode live (got --mode offline)");
   }
   ReplayPlan plan;
+  plan.closed_loop = given.contains("--concurrency");
+  if (wantsOpenAi(f, given)) {
+    MOCKER_TRY_VOID(planOpenAi(f, given, plan));
+    MOCKER_TRY(plan.format, workloadFormat(f));
+    plan.router = "server";
+    plan.slo = sloOf(f, given);
+    return plan;
+  }
+  MOCKER_TRY_VOID(refuseOpenAiFlags(given));
   plan.mode = f.mode == "live" || !f.connect.empty() ? ReplayMode::Live : ReplayMode::Offline;
   plan.closed_loop = given.contains("--concurrency");
   if (f.router != "kv") {

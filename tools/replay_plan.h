@@ -20,6 +20,7 @@
 #include "tools/replay/collector.h"
 #include "tools/replay/live_replay.h"
 #include "tools/replay/offline_replay.h"
+#include "tools/replay/openai_replay.h"
 #include "tools/replay/run_identity.h"
 #include "tools/replay_flags.h"
 
@@ -36,8 +37,10 @@ struct ReplayPlan {
   std::string format;
   replay::SloSpec slo{};  ///< --slo-*-ms / --goodput, each only when given
   /// The run's options without a progress callback: OfflineReplayOptions when mode is Offline,
-  /// LiveReplayOptions when Live.
-  std::variant<replay::OfflineReplayOptions, replay::LiveReplayOptions> options;
+  /// LiveReplayOptions when Live against `mocker serve` instances, OpenAiReplayOptions when Live
+  /// against an OpenAI-compatible HTTP server (--openai-url).
+  std::variant<replay::OfflineReplayOptions, replay::LiveReplayOptions, replay::OpenAiReplayOptions>
+      options;
   // The run identity as far as the flags decide it (tools/replay/run_identity.h).
   std::uint32_t num_workers = 1;       ///< workers (offline) or servers (live), both roles
   std::string router;                  ///< "kv", or "kv (prefill), round_robin (decode)"
@@ -54,6 +57,15 @@ struct ReplayPlan {
 /// does not load or validate, no workload described); IoError for a CURVE key file that cannot
 /// be read. Every message names the flag or file.
 Result<ReplayPlan> planReplay(const ReplayFlags& flags, const GivenFlags& given);
+
+// The --openai-url plan (tools/replay_plan_openai.cpp), used by planReplay.
+/// Whether the command line asks for a replay against an OpenAI-compatible server.
+bool wantsOpenAi(const ReplayFlags& flags, const GivenFlags& given);
+/// The live plan against --openai-url: the ZeroMQ-server, router and engine flags refused (usage
+/// errors), the API key file read (IoError when it cannot be), the tokenizer file loaded.
+Status planOpenAi(const ReplayFlags& flags, const GivenFlags& given, ReplayPlan& plan);
+/// Usage errors for --chat / --api-key-file / --tokenizer without --openai-url.
+Status refuseOpenAiFlags(const GivenFlags& given);
 
 /// The exit code of a planning error: 2 for InvalidArgument (usage), 1 otherwise.
 int planExitCode(const Error& error);

@@ -1,11 +1,13 @@
 #include "tools/replay_run.h"
 
 #include <chrono>
+#include <functional>
 #include <sstream>
 #include <utility>
 
 #include "tools/replay/live_replay.h"
 #include "tools/replay/offline_replay.h"
+#include "tools/replay/openai_replay.h"
 
 namespace mocker::tools {
 namespace {
@@ -61,6 +63,14 @@ Result<RunSummary> runOffline(const replay::OfflineReplayOptions& planned,
   return summary;
 }
 
+/// A live driver's progress callback reporting to `progress` (none when it is empty).
+std::function<void(const replay::LiveProgress&)> liveProgress(const RunProgress& progress) {
+  if (!progress) return {};
+  return [&progress](const replay::LiveProgress& p) {
+    progress(p.ended, p.total, p.elapsed_ms / 1000.0, "elapsed");
+  };
+}
+
 /// The live footer's first lines: servers, requests per server, in-flight and dispatch lag, the
 /// handoffs, the kv router's counters.
 std::string liveServerLines(const replay::LiveReplayOptions& options,
@@ -97,11 +107,7 @@ Result<RunSummary> runLive(const replay::LiveReplayOptions& planned, bool closed
                            const replay::Workload& workload, replay::ReplayCollector& collector,
                            const RunProgress& progress) {
   replay::LiveReplayOptions options = planned;
-  if (progress) {
-    options.progress = [&progress](const replay::LiveProgress& p) {
-      progress(p.ended, p.total, p.elapsed_ms / 1000.0, "elapsed");
-    };
-  }
+  options.progress = liveProgress(progress);
   MOCKER_TRY(const replay::LiveReplayStats stats,
              replay::runLiveReplay(workload, options, collector));
   RunSummary summary;
@@ -145,12 +151,30 @@ Result<RunSummary> runLive(const replay::LiveReplayOptions& planned, bool closed
   return summary;
 }
 
+Result<RunSummary> runOpenAi(const replay::OpenAiReplayOptions& planned, bool closed_loop,
+                             const replay::Workload& workload, replay::ReplayCollector& collector,
+                             const RunProgress& progress) {
+  replay::OpenAiReplayOptions options = planned;
+  options.progress = liveProgress(progress);
+  MOCKER_TRY(const replay::OpenAiReplayStats stats,
+             replay::runOpenAiReplay(workload, options, collector));
+  RunSummary summary;
+  summary.wall_ms = stats.wall_ms;
+  summary.warnings = stats.warnings;
+  summary.footer = replay::formatOpenAiReplay(options, stats, closed_loop);
+  summary.server_speedup_ratios = {std::nullopt};  // the HTTP API does not tell it
+  return summary;
+}
+
 }  // namespace
 
 Result<RunSummary> runPlan(const ReplayPlan& plan, const replay::Workload& workload,
                            replay::ReplayCollector& collector, const RunProgress& progress) {
   if (const auto* offline = std::get_if<replay::OfflineReplayOptions>(&plan.options)) {
     return runOffline(*offline, workload, collector, progress);
+  }
+  if (const auto* openai = std::get_if<replay::OpenAiReplayOptions>(&plan.options)) {
+    return runOpenAi(*openai, plan.closed_loop, workload, collector, progress);
   }
   return runLive(std::get<replay::LiveReplayOptions>(plan.options), plan.closed_loop, workload,
                  collector, progress);

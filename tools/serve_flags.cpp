@@ -448,7 +448,7 @@ bool isEngineKey(std::string_view key) {
   return key.starts_with("engine.") && key != "engine.startup_time_s";
 }
 
-std::optional<std::string> firstGivenServeFlag(const ServeFlags& flags) {
+std::optional<std::string> firstGivenServeFlag(const ServeFlags& flags, bool with_model) {
   if (!flags.config_path.empty()) return "--config";
   if (flags.kv_events_config_option != nullptr && flags.kv_events_config_option->count() > 0) {
     return "--kv-events-config";
@@ -457,7 +457,8 @@ std::optional<std::string> firstGivenServeFlag(const ServeFlags& flags) {
     if (b.option->count() > 0) return b.flag;
   }
   for (const CLI::Option* o :
-       {flags.host_option, flags.port_option, flags.model_option, flags.disable_log_stats_option}) {
+       {flags.host_option, flags.port_option, with_model ? flags.model_option : nullptr,
+        flags.disable_log_stats_option}) {
     if (o != nullptr && o->count() > 0) return ("--" + o->get_lnames().front());
   }
   return std::nullopt;

@@ -79,6 +79,7 @@ bool isEngineKey(std::string_view key);
 
 /// The first of --config and the configuration flags that was given on the command line, as
 /// typed ("--num-gpu-blocks"); nullopt if none. For modes that use no configuration at all.
-std::optional<std::string> firstGivenServeFlag(const ServeFlags& flags);
+/// `with_model` false: --model is not counted (a mode that takes it for itself).
+std::optional<std::string> firstGivenServeFlag(const ServeFlags& flags, bool with_model = true);
 
 }  // namespace mocker::tools

@@ -84,6 +84,10 @@ RequestRecord& ReplayCollector::record(RequestHandle request) {
   return requests_[request];
 }
 
+void ReplayCollector::onInputLength(RequestHandle request, std::uint32_t input_length) {
+  record(request).info.input_length = input_length;
+}
+
 void ReplayCollector::onAdmission(RequestHandle request, double time_ms,
                                   std::uint32_t reused_input_tokens, bool is_readmission) {
   RequestRecord& r = record(request);

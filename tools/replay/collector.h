@@ -179,6 +179,9 @@ class ReplayCollector final {
 
   /// Registers a request dispatched at `arrival_ms`; returns its handle (0, 1, 2, …).
   RequestHandle onArrival(RequestInfo info, double arrival_ms);
+  /// The prompt length the server counted (an HTTP server's usage.prompt_tokens), replacing
+  /// RequestInfo::input_length.
+  void onInputLength(RequestHandle request, std::uint32_t input_length);
   /// A move from waiting to running at `time_ms` (pass start). The first admission sets
   /// first_admit_ms and first_reused_input_tokens; every one sets last_reused_input_tokens.
   void onAdmission(RequestHandle request, double time_ms, std::uint32_t reused_input_tokens,

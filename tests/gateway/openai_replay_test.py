@@ -1,0 +1,222 @@
+"""`mocker replay --mode live --openai-url URL`: a trace replayed over HTTP against a real
+`mocker gateway` in front of a real `mocker serve` (child processes, ephemeral ports), compared
+with the same trace over ZeroMQ (--connect) on an identical fresh server; server errors (refused
+connection, HTTP 404 with an OpenAI error body, a malformed SSE stream from a stub server) counted
+per request with the server's message; the flags that do not apply refused as usage errors.
+
+Nothing sleeps to wait for an event: the replay runs to completion and is then read.
+"""
+
+import http.server
+import json
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import unittest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.join(os.path.dirname(HERE), "fault"))
+
+from fault_harness import WAIT_S, Serve, mocker_bin  # noqa: E402
+from gateway_live_test import Gateway  # noqa: E402
+
+BLOCK = 16
+# Three prefix groups of 3 blocks, each prompt adding a block of its own: requests 2.. share a
+# prefix with an earlier one (hash ids 1-3 or 4-6), so a prefix cache finds 48 tokens of them.
+ROWS = [
+    {"timestamp": 0, "hash_ids": [1, 2, 3, 10], "output_length": 4},
+    {"timestamp": 30, "hash_ids": [1, 2, 3, 11], "output_length": 3},
+    {"timestamp": 60, "hash_ids": [4, 5, 6, 12], "output_length": 5},
+    {"timestamp": 90, "hash_ids": [4, 5, 6, 13], "output_length": 2},
+    {"timestamp": 120, "hash_ids": [1, 2, 3, 14], "output_length": 4},
+]
+for r in ROWS:
+    r["input_length"] = BLOCK * len(r["hash_ids"])
+SERVE_FLAGS = ("--block-size", str(BLOCK), "--speedup-ratio", "10")
+
+
+def replay(*args, timeout=WAIT_S * 3):
+    return subprocess.run([mocker_bin(), "replay", *args, "--no-progress"],
+                          stdin=subprocess.DEVNULL, capture_output=True, text=True,
+                          timeout=timeout)
+
+
+class TraceFiles:
+    def __init__(self, rows):
+        self.dir = tempfile.TemporaryDirectory()
+        self.trace = os.path.join(self.dir.name, "trace.jsonl")
+        with open(self.trace, "w") as f:
+            for r in rows:
+                f.write(json.dumps(r) + "\n")
+
+    def path(self, name):
+        return os.path.join(self.dir.name, name)
+
+
+def read_jsonl(path):
+    with open(path) as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+class OpenAiReplayTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.files = TraceFiles(ROWS)
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.files.dir.cleanup()
+
+    def run_against_gateway(self, name, *flags, serve_flags=SERVE_FLAGS):
+        serve = Serve(*serve_flags)
+        try:
+            gw = Gateway([serve])
+            try:
+                report, jsonl = self.files.path(name + ".json"), self.files.path(name + ".jsonl")
+                r = replay(self.files.trace, "--trace-block-size", str(BLOCK), "--openai-url",
+                           "http://%s:%d" % (gw.host, gw.port), "--report-json", report,
+                           "--requests-jsonl", jsonl, *flags)
+                self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+                with open(report) as f:
+                    return json.load(f), read_jsonl(jsonl), r.stdout
+            finally:
+                gw.close()
+        finally:
+            serve.close()
+
+    def run_over_zeromq(self, name, *flags):
+        serve = Serve(*SERVE_FLAGS)
+        try:
+            jsonl = self.files.path(name + ".jsonl")
+            r = replay(self.files.trace, "--trace-block-size", str(BLOCK), "--connect",
+                       serve.submit, "--connect-cancel", serve.cancel, "--requests-jsonl", jsonl,
+                       *flags)
+            self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+            return read_jsonl(jsonl)
+        finally:
+            serve.close()
+
+    def test_trace_timing_counts_equal_the_trace(self):
+        # Real-time passes (about 5 ms a token): each token's time is its own chunk's.
+        report, requests, out = self.run_against_gateway(
+            "timed", serve_flags=("--block-size", str(BLOCK)))
+        self.assertEqual(report["num_requests"], len(ROWS))
+        self.assertEqual(report["completed_requests"], len(ROWS), out)
+        self.assertEqual(report["total_input_tokens"], sum(r["input_length"] for r in ROWS))
+        self.assertEqual(report["total_output_tokens"], sum(r["output_length"] for r in ROWS))
+        self.assertEqual([q["output_length"] for q in requests], [r["output_length"] for r in ROWS])
+        for q in requests:
+            self.assertEqual(q["terminal_status"], "completed")
+            self.assertLessEqual(q["arrival_time_ms"], q["first_token_ms"])
+            self.assertLess(q["first_token_ms"], q["last_token_ms"], q)
+        # Sent on the trace's clock: request 4 no earlier than 120 ms after request 0.
+        self.assertGreaterEqual(requests[4]["arrival_time_ms"] - requests[0]["arrival_time_ms"],
+                                119.0)
+        self.assertIn("Live OpenAI: http://", out)
+        self.assertIn("prompts as token ids", out)
+
+    def test_shared_prefixes_are_cached_as_over_zeromq(self):
+        _, http_requests, _ = self.run_against_gateway("closed", "--concurrency", "1")
+        zmq_requests = self.run_over_zeromq("closed-zmq", "--concurrency", "1")
+        http_reused = [q["reused_input_tokens"] for q in http_requests]
+        self.assertEqual(http_reused, [q["reused_input_tokens"] for q in zmq_requests])
+        self.assertEqual(http_reused, [0, 48, 0, 48, 48])
+
+    def test_chat_sends_text_and_counts_the_servers_prompt_tokens(self):
+        report, requests, out = self.run_against_gateway("chat", "--chat", "--concurrency", "2")
+        self.assertEqual(report["completed_requests"], len(ROWS), out)
+        self.assertEqual(report["total_output_tokens"], sum(r["output_length"] for r in ROWS))
+        self.assertIn("prompts as text (built-in tokenizer)", out)
+        # The chat template adds its role tags: the report counts the server's prompt tokens.
+        for q, row in zip(requests, ROWS):
+            self.assertGreater(q["input_length"], row["input_length"])
+        self.assertIn("usage.prompt_tokens differs", out)
+
+    def test_unknown_model_is_counted_with_the_servers_message(self):
+        _, requests, out = self.run_against_gateway("nomodel", "--model", "no-such-model",
+                                                    "--concurrency", "2")
+        self.assertEqual({q["terminal_status"] for q in requests}, {"failed"})
+        self.assertIn("(%d x 404)" % len(ROWS), out)
+        self.assertIn("no-such-model", out)
+
+    def test_connection_refused_is_counted_per_request(self):
+        s = socket.socket()
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+        s.close()  # nothing listens there now
+        jsonl = self.files.path("refused.jsonl")
+        r = replay(self.files.trace, "--openai-url", "http://127.0.0.1:%d" % port, "--model",
+                   "m", "--concurrency", "2", "--requests-jsonl", jsonl)
+        self.assertIn("%d connection failures" % len(ROWS), r.stdout, r.stderr)
+        self.assertIn("refused", r.stdout)
+        self.assertEqual({q["terminal_status"] for q in read_jsonl(jsonl)}, {"failed"})
+
+    def test_without_model_a_server_that_cannot_be_reached_is_an_error(self):
+        s = socket.socket()
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+        s.close()
+        r = replay(self.files.trace, "--openai-url", "http://127.0.0.1:%d" % port)
+        self.assertEqual(r.returncode, 1)
+        self.assertIn("/v1/models", r.stderr)
+
+
+class StubHandler(http.server.BaseHTTPRequestHandler):
+    """An OpenAI-ish server whose streams are malformed after one good chunk."""
+
+    def do_POST(self):
+        self.rfile.read(int(self.headers["Content-Length"]))
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.end_headers()
+        self.wfile.write(b'data: {"choices":[{"text":"a"}]}\n\ndata: {"choices": [oops\n\n')
+        self.wfile.flush()
+
+    def log_message(self, *args):
+        pass
+
+
+class MalformedStreamTest(unittest.TestCase):
+    def test_a_malformed_sse_stream_fails_its_request_not_the_run(self):
+        server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), StubHandler)
+        thread = threading.Thread(target=server.serve_forever, daemon=True)
+        thread.start()
+        files = TraceFiles(ROWS[:2])
+        try:
+            jsonl = files.path("bad.jsonl")
+            r = replay(files.trace, "--openai-url", "http://127.0.0.1:%d/v1" % server.server_port,
+                       "--model", "m", "--concurrency", "1", "--requests-jsonl", jsonl)
+            self.assertIn("2 malformed streams", r.stdout, r.stderr)
+            self.assertIn("not a JSON object", r.stdout)
+            self.assertEqual([q["terminal_status"] for q in read_jsonl(jsonl)],
+                             ["failed", "failed"])
+        finally:
+            server.shutdown()
+            server.server_close()
+            files.dir.cleanup()
+
+
+class UsageErrorTest(unittest.TestCase):
+    def test_flags_that_do_not_apply_are_usage_errors(self):
+        files = TraceFiles(ROWS[:1])
+        try:
+            url = ["--openai-url", "http://127.0.0.1:1"]
+            for flags, says in [(url + ["--router", "kv"], "--router"),
+                                (url + ["--fleet", files.trace], "--fleet"),
+                                (url + ["--connect", "tcp://127.0.0.1:1"], "--connect"),
+                                (url + ["--num-workers", "2"], "--num-workers"),
+                                (["--chat", "--connect", "tcp://127.0.0.1:1"], "--chat"),
+                                (["--openai-url", "https://h:1"], "https")]:
+                r = replay(files.trace, *flags)
+                self.assertEqual(r.returncode, 2, (flags, r.stderr))
+                self.assertIn(says, r.stderr)
+        finally:
+            files.dir.cleanup()
+
+
+if __name__ == "__main__":
+    unittest.main()

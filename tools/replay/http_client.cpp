@@ -1,0 +1,157 @@
+#include "tools/replay/http_client.h"
+
+#include <array>
+#include <limits>
+
+#include <boost/asio/connect.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/beast/core/flat_buffer.hpp>
+#include <boost/beast/core/tcp_stream.hpp>
+#include <boost/beast/http/buffer_body.hpp>
+#include <boost/beast/http/empty_body.hpp>
+#include <boost/beast/http/parser.hpp>
+#include <boost/beast/http/read.hpp>
+#include <boost/beast/http/string_body.hpp>
+#include <boost/beast/http/write.hpp>
+
+namespace mocker::replay {
+namespace {
+
+namespace asio = boost::asio;
+namespace beast = boost::beast;
+namespace http = beast::http;
+using tcp = asio::ip::tcp;
+
+constexpr std::size_t kReadChunk = 16 << 10;
+constexpr std::size_t kMaxHeaderBytes = 64 << 10;
+
+class BeastCall final : public HttpCall, public std::enable_shared_from_this<BeastCall> {
+ public:
+  BeastCall(asio::io_context& io, http::request<http::string_body> request, HttpCallbacks callbacks)
+      : stream_(io), request_(std::move(request)), callbacks_(std::move(callbacks)) {
+    parser_.header_limit(kMaxHeaderBytes);
+    parser_.body_limit(std::numeric_limits<std::uint64_t>::max());
+  }
+
+  void start(const tcp::resolver::results_type& endpoints) {
+    stream_.async_connect(endpoints,
+                          [self = shared_from_this()](beast::error_code ec, const tcp::endpoint&) {
+                            if (ec) return self->end("connect: " + ec.message());
+                            self->write();
+                          });
+  }
+
+  void abort() override {
+    if (ended_) return;
+    beast::error_code ignored;
+    stream_.socket().close(ignored);
+    end("aborted");
+  }
+
+ private:
+  void write() {
+    http::async_write(stream_, request_,
+                      [self = shared_from_this()](beast::error_code ec, std::size_t) {
+                        if (ec) return self->end("send: " + ec.message());
+                        self->readHeader();
+                      });
+  }
+
+  void readHeader() {
+    http::async_read_header(stream_, buffer_, parser_,
+                            [self = shared_from_this()](beast::error_code ec, std::size_t) {
+                              if (ec) return self->end("response: " + ec.message());
+                              if (self->ended_) return;
+                              if (self->callbacks_.on_status) {
+                                self->callbacks_.on_status(self->parser_.get().result_int());
+                              }
+                              self->readBody();
+                            });
+  }
+
+  void readBody() {
+    if (ended_) return;
+    if (parser_.is_done()) return end(std::nullopt);
+    parser_.get().body().data = chunk_.data();
+    parser_.get().body().size = chunk_.size();
+    // read_some: hand over what arrived (each SSE event at its receive time), not the whole body.
+    http::async_read_some(
+        stream_, buffer_, parser_, [self = shared_from_this()](beast::error_code ec, std::size_t) {
+          if (ec == http::error::need_buffer) ec = {};
+          if (self->ended_) return;
+          const std::size_t got = self->chunk_.size() - self->parser_.get().body().size;
+          if (got > 0 && self->callbacks_.on_body) {
+            self->callbacks_.on_body(std::string_view(self->chunk_.data(), got));
+          }
+          if (ec) return self->end("response body: " + ec.message());
+          self->readBody();
+        });
+  }
+
+  void end(std::optional<std::string> error) {
+    if (ended_) return;
+    ended_ = true;
+    beast::error_code ignored;
+    stream_.socket().shutdown(tcp::socket::shutdown_both, ignored);
+    stream_.socket().close(ignored);
+    if (callbacks_.on_end) callbacks_.on_end(std::move(error));
+    callbacks_ = {};  // drop what the callbacks hold
+  }
+
+  beast::tcp_stream stream_;
+  http::request<http::string_body> request_;
+  HttpCallbacks callbacks_;
+  beast::flat_buffer buffer_;
+  http::response_parser<http::buffer_body> parser_;
+  std::array<char, kReadChunk> chunk_{};
+  bool ended_ = false;
+};
+
+class BeastClient final : public HttpClient {
+ public:
+  BeastClient(asio::io_context& io, std::string host, tcp::resolver::results_type endpoints)
+      : io_(io), host_(std::move(host)), endpoints_(std::move(endpoints)) {}
+
+  std::shared_ptr<HttpCall> request(std::string_view method, std::string_view target,
+                                    std::string body,
+                                    const std::vector<std::pair<std::string, std::string>>& headers,
+                                    HttpCallbacks callbacks) override {
+    http::request<http::string_body> req;
+    req.method_string(method);
+    req.target(target);
+    req.version(11);
+    req.set(http::field::host, host_);
+    req.set(http::field::connection, "close");
+    req.set(http::field::accept, "application/json, text/event-stream");
+    if (!body.empty()) req.set(http::field::content_type, "application/json");
+    for (const auto& [name, value] : headers) req.set(name, value);
+    req.body() = std::move(body);
+    req.prepare_payload();
+    auto call = std::make_shared<BeastCall>(io_, std::move(req), std::move(callbacks));
+    call->start(endpoints_);
+    return call;
+  }
+
+ private:
+  asio::io_context& io_;
+  std::string host_;
+  tcp::resolver::results_type endpoints_;
+};
+
+}  // namespace
+
+Result<std::unique_ptr<HttpClient>> HttpClient::create(asio::io_context& io,
+                                                       const std::string& host,
+                                                       const std::string& port) {
+  tcp::resolver resolver(io);
+  beast::error_code ec;
+  tcp::resolver::results_type endpoints = resolver.resolve(host, port, ec);
+  if (ec)
+    return Error{ErrorCode::IoError, "cannot resolve " + host + ":" + port + ": " + ec.message()};
+  std::unique_ptr<HttpClient> client =
+      std::make_unique<BeastClient>(io, host + ":" + port, std::move(endpoints));
+  return client;
+}
+
+}  // namespace mocker::replay

@@ -1,0 +1,64 @@
+// A streaming HTTP/1.1 client on Boost.Beast/Asio for the OpenAI replay
+// (tools/replay/openai_replay.h): many concurrent POSTs from one thread, each on its own TCP
+// connection (no pooling: the request is sent with `Connection: close`), the response body
+// handed over as it arrives (server-sent events), never buffered whole.
+//
+//   HttpClient client(io, endpoint);                   // resolved once, at start-up
+//   auto call = client.post(target, body, headers, {.on_status = ..., .on_body = ...,
+//                                                   .on_end = ...});
+//   io.run();                                          // callbacks run inside
+//   call->abort();                                     // closes it; on_end("aborted") follows
+//
+// Callbacks run on the io_context's thread: on_status once when the response headers arrive,
+// on_body for each piece of body (chunked or not, de-chunked), on_end exactly once — with
+// nullopt after a complete response, or the error (connect refused, reset, malformed response,
+// aborted). Not thread-safe: one io_context thread.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "base/result.h"
+
+namespace boost::asio {
+class io_context;
+}  // namespace boost::asio
+
+namespace mocker::replay {
+
+struct HttpCallbacks {
+  std::function<void(unsigned status)> on_status;
+  std::function<void(std::string_view bytes)> on_body;
+  std::function<void(std::optional<std::string> error)> on_end;
+};
+
+/// One request in flight.
+class HttpCall {
+ public:
+  virtual ~HttpCall() = default;
+  /// Closes the connection (the server sees the client go); on_end("aborted") follows unless
+  /// the call had already ended.
+  virtual void abort() = 0;
+};
+
+class HttpClient {
+ public:
+  /// Resolves host:port (blocking, once). Errors: a host that does not resolve.
+  static Result<std::unique_ptr<HttpClient>> create(boost::asio::io_context& io,
+                                                    const std::string& host,
+                                                    const std::string& port);
+  virtual ~HttpClient() = default;
+
+  /// Starts `method` `target` with `body` (Content-Type application/json when non-empty) and
+  /// the extra `headers`.
+  virtual std::shared_ptr<HttpCall> request(
+      std::string_view method, std::string_view target, std::string body,
+      const std::vector<std::pair<std::string, std::string>>& headers, HttpCallbacks callbacks) = 0;
+};
+
+}  // namespace mocker::replay
