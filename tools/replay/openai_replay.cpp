@@ -93,7 +93,6 @@ class OpenAiReplay {
         synth_(workload.trace_block_size),
         dispatch_timer_(io),
         progress_timer_(io) {
-    if (workload.cumulative_prompts) history_.resize(workload.sessions.size());
     total_turns_ = workload.numTurns();
     text_tokenizer_ = options.tokenizer ? options.tokenizer.get()
                       : options.chat    ? &builtin_
@@ -153,11 +152,7 @@ class OpenAiReplay {
   /// The prompt of a turn in token ids (mooncake-delta: the session's history, then the delta).
   std::vector<std::uint32_t> promptOf(const detail::EligibleTurn& next) {
     const Session& session = workload_.sessions[next.session];
-    std::vector<std::uint32_t> prompt = synth_.synthesize(session.turns[next.turn]);
-    if (!workload_.cumulative_prompts) return prompt;
-    std::vector<std::uint32_t>& history = history_[next.session];
-    history.insert(history.end(), prompt.begin(), prompt.end());
-    return next.turn + 1 < session.turns.size() ? history : std::move(history);
+    return scheduler_.prompt(next, synth_.synthesize(session.turns[next.turn]));
   }
 
   void dispatch(const detail::EligibleTurn& next) {
@@ -287,8 +282,7 @@ class OpenAiReplay {
     collector_.onTerminal(c.handle, now, status);
     if (workload_.cumulative_prompts && c.turn + 1 < workload_.sessions[c.session].turns.size()) {
       const gateway::Tokenizer& t = text_tokenizer_ ? *text_tokenizer_ : builtin_;
-      const std::vector<std::uint32_t> output = t.encode(c.stream.text());
-      history_[c.session].insert(history_[c.session].end(), output.begin(), output.end());
+      scheduler_.received(c.session, c.turn, t.encode(c.stream.text()));
     }
     c.error_body = {};
     ++ended_;
@@ -312,7 +306,6 @@ class OpenAiReplay {
   asio::steady_timer progress_timer_;
   Clock::time_point start_{};
   std::deque<std::unique_ptr<Call>> calls_;
-  std::vector<std::vector<std::uint32_t>> history_;
   std::vector<double> dispatch_lags_;
   std::vector<std::string> events_;  // scratch
   std::uint64_t ended_ = 0;

@@ -15,6 +15,9 @@
 
 #include <cstdint>
 #include <optional>
+#include <span>
+#include <utility>
+#include <vector>
 
 #include "base/result.h"
 #include "tools/replay/detail/eligible_turn.h"
@@ -42,6 +45,15 @@ class TurnScheduler {
   /// Nothing eligible and nothing in flight.
   bool finished() const { return schedule_.empty() && in_flight_ == 0; }
   std::uint32_t inFlight() const { return in_flight_; }
+  /// The schedule's prompt history (mooncake-delta cumulative prompts): TurnSchedule::prompt and
+  /// TurnSchedule::received.
+  std::vector<std::uint32_t> prompt(const detail::EligibleTurn& turn,
+                                    std::vector<std::uint32_t> tokens) {
+    return schedule_.prompt(turn, std::move(tokens));
+  }
+  void received(std::uint32_t session, std::uint32_t turn, std::span<const std::uint32_t> tokens) {
+    schedule_.received(session, turn, tokens);
+  }
 
  private:
   TurnSchedule schedule_;
