@@ -2,7 +2,8 @@
 `mocker gateway` in front of a real `mocker serve` (child processes, ephemeral ports), compared
 with the same trace over ZeroMQ (--connect) on an identical fresh server; server errors (refused
 connection, HTTP 404 with an OpenAI error body, a malformed SSE stream from a stub server) counted
-per request with the server's message; the flags that do not apply refused as usage errors.
+per request with the server's message; a kept-alive connection the server closed retried on a
+new one; the flags that do not apply refused as usage errors.
 
 Nothing sleeps to wait for an event: the replay runs to completion and is then read.
 """
@@ -194,6 +195,54 @@ class MalformedStreamTest(unittest.TestCase):
             self.assertIn("not a JSON object", r.stdout)
             self.assertEqual([q["terminal_status"] for q in read_jsonl(jsonl)],
                              ["failed", "failed"])
+        finally:
+            server.shutdown()
+            server.server_close()
+            files.dir.cleanup()
+
+
+class ClosingKeepAliveHandler(http.server.BaseHTTPRequestHandler):
+    """HTTP/1.1 without `Connection: close` that still closes every connection after its
+    response, as a server closing idle keep-alive connections does."""
+    protocol_version = "HTTP/1.1"
+    connections = 0
+
+    def setup(self):
+        super().setup()
+        ClosingKeepAliveHandler.connections += 1
+
+    def do_POST(self):
+        self.rfile.read(int(self.headers["Content-Length"]))
+        body = (b'data: {"choices":[{"text":"a","finish_reason":"length"}],'
+                b'"usage":{"prompt_tokens":16,"completion_tokens":1}}\n\ndata: [DONE]\n\n')
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+        self.close_connection = True
+
+    def log_message(self, *args):
+        pass
+
+
+class KeepAliveRetryTest(unittest.TestCase):
+    def test_a_reused_connection_the_server_closed_is_retried_on_a_new_one(self):
+        server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), ClosingKeepAliveHandler)
+        thread = threading.Thread(target=server.serve_forever, daemon=True)
+        thread.start()
+        rows = [{"timestamp": 0, "input_length": 16, "output_length": 1, "hash_ids": [i]}
+                for i in range(4)]
+        files = TraceFiles(rows)
+        try:
+            jsonl = files.path("retry.jsonl")
+            r = replay(files.trace, "--trace-block-size", "16", "--openai-url",
+                       "http://127.0.0.1:%d" % server.server_port, "--model", "m",
+                       "--concurrency", "1", "--requests-jsonl", jsonl)
+            self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+            self.assertNotIn("OpenAI issues", r.stdout)
+            self.assertEqual([q["terminal_status"] for q in read_jsonl(jsonl)], ["completed"] * 4)
+            self.assertEqual(ClosingKeepAliveHandler.connections, 4)
         finally:
             server.shutdown()
             server.server_close()
