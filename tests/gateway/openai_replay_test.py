@@ -8,6 +8,7 @@ new one; the flags that do not apply refused as usage errors.
 Nothing sleeps to wait for an event: the replay runs to completion and is then read.
 """
 
+import contextlib
 import http.server
 import json
 import os
@@ -166,6 +167,25 @@ class OpenAiReplayTest(unittest.TestCase):
         self.assertIn("/v1/models", r.stderr)
 
 
+@contextlib.contextmanager
+def stub_replay(handler, rows, *flags):
+    """A stub HTTP server with `handler` on an ephemeral port, `rows` replayed against it with
+    `flags`: yields (the finished run, its --requests-jsonl records)."""
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    files = TraceFiles(rows)
+    try:
+        jsonl = files.path("stub.jsonl")
+        r = replay(files.trace, "--openai-url", "http://127.0.0.1:%d/v1" % server.server_port,
+                   "--model", "m", "--concurrency", "1", "--requests-jsonl", jsonl, *flags)
+        yield r, read_jsonl(jsonl)
+    finally:
+        server.shutdown()
+        server.server_close()
+        files.dir.cleanup()
+
+
 class StubHandler(http.server.BaseHTTPRequestHandler):
     """An OpenAI-ish server whose streams are malformed after one good chunk."""
 
@@ -183,22 +203,10 @@ class StubHandler(http.server.BaseHTTPRequestHandler):
 
 class MalformedStreamTest(unittest.TestCase):
     def test_a_malformed_sse_stream_fails_its_request_not_the_run(self):
-        server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), StubHandler)
-        thread = threading.Thread(target=server.serve_forever, daemon=True)
-        thread.start()
-        files = TraceFiles(ROWS[:2])
-        try:
-            jsonl = files.path("bad.jsonl")
-            r = replay(files.trace, "--openai-url", "http://127.0.0.1:%d/v1" % server.server_port,
-                       "--model", "m", "--concurrency", "1", "--requests-jsonl", jsonl)
+        with stub_replay(StubHandler, ROWS[:2]) as (r, requests):
             self.assertIn("2 malformed streams", r.stdout, r.stderr)
             self.assertIn("not a JSON object", r.stdout)
-            self.assertEqual([q["terminal_status"] for q in read_jsonl(jsonl)],
-                             ["failed", "failed"])
-        finally:
-            server.shutdown()
-            server.server_close()
-            files.dir.cleanup()
+            self.assertEqual([q["terminal_status"] for q in requests], ["failed", "failed"])
 
 
 class ClosingKeepAliveHandler(http.server.BaseHTTPRequestHandler):
@@ -228,25 +236,13 @@ class ClosingKeepAliveHandler(http.server.BaseHTTPRequestHandler):
 
 class KeepAliveRetryTest(unittest.TestCase):
     def test_a_reused_connection_the_server_closed_is_retried_on_a_new_one(self):
-        server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), ClosingKeepAliveHandler)
-        thread = threading.Thread(target=server.serve_forever, daemon=True)
-        thread.start()
         rows = [{"timestamp": 0, "input_length": 16, "output_length": 1, "hash_ids": [i]}
                 for i in range(4)]
-        files = TraceFiles(rows)
-        try:
-            jsonl = files.path("retry.jsonl")
-            r = replay(files.trace, "--trace-block-size", "16", "--openai-url",
-                       "http://127.0.0.1:%d" % server.server_port, "--model", "m",
-                       "--concurrency", "1", "--requests-jsonl", jsonl)
+        with stub_replay(ClosingKeepAliveHandler, rows, "--trace-block-size", "16") as (r, reqs):
             self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
             self.assertNotIn("OpenAI issues", r.stdout)
-            self.assertEqual([q["terminal_status"] for q in read_jsonl(jsonl)], ["completed"] * 4)
+            self.assertEqual([q["terminal_status"] for q in reqs], ["completed"] * 4)
             self.assertEqual(ClosingKeepAliveHandler.connections, 4)
-        finally:
-            server.shutdown()
-            server.server_close()
-            files.dir.cleanup()
 
 
 class UsageErrorTest(unittest.TestCase):
