@@ -2,11 +2,13 @@
 `mocker gateway` in front of a real `mocker serve` (child processes, ephemeral ports), compared
 with the same trace over ZeroMQ (--connect) on an identical fresh server; server errors (refused
 connection, HTTP 404 with an OpenAI error body, a malformed SSE stream from a stub server) counted
-per request with the server's message; the flags that do not apply refused as usage errors.
+per request with the server's message; a kept-alive connection the server closed retried on a
+new one; the flags that do not apply refused as usage errors.
 
 Nothing sleeps to wait for an event: the replay runs to completion and is then read.
 """
 
+import contextlib
 import http.server
 import json
 import os
@@ -165,6 +167,25 @@ class OpenAiReplayTest(unittest.TestCase):
         self.assertIn("/v1/models", r.stderr)
 
 
+@contextlib.contextmanager
+def stub_replay(handler, rows, *flags):
+    """A stub HTTP server with `handler` on an ephemeral port, `rows` replayed against it with
+    `flags`: yields (the finished run, its --requests-jsonl records)."""
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    files = TraceFiles(rows)
+    try:
+        jsonl = files.path("stub.jsonl")
+        r = replay(files.trace, "--openai-url", "http://127.0.0.1:%d/v1" % server.server_port,
+                   "--model", "m", "--concurrency", "1", "--requests-jsonl", jsonl, *flags)
+        yield r, read_jsonl(jsonl)
+    finally:
+        server.shutdown()
+        server.server_close()
+        files.dir.cleanup()
+
+
 class StubHandler(http.server.BaseHTTPRequestHandler):
     """An OpenAI-ish server whose streams are malformed after one good chunk."""
 
@@ -182,22 +203,46 @@ class StubHandler(http.server.BaseHTTPRequestHandler):
 
 class MalformedStreamTest(unittest.TestCase):
     def test_a_malformed_sse_stream_fails_its_request_not_the_run(self):
-        server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), StubHandler)
-        thread = threading.Thread(target=server.serve_forever, daemon=True)
-        thread.start()
-        files = TraceFiles(ROWS[:2])
-        try:
-            jsonl = files.path("bad.jsonl")
-            r = replay(files.trace, "--openai-url", "http://127.0.0.1:%d/v1" % server.server_port,
-                       "--model", "m", "--concurrency", "1", "--requests-jsonl", jsonl)
+        with stub_replay(StubHandler, ROWS[:2]) as (r, requests):
             self.assertIn("2 malformed streams", r.stdout, r.stderr)
             self.assertIn("not a JSON object", r.stdout)
-            self.assertEqual([q["terminal_status"] for q in read_jsonl(jsonl)],
-                             ["failed", "failed"])
-        finally:
-            server.shutdown()
-            server.server_close()
-            files.dir.cleanup()
+            self.assertEqual([q["terminal_status"] for q in requests], ["failed", "failed"])
+
+
+class ClosingKeepAliveHandler(http.server.BaseHTTPRequestHandler):
+    """HTTP/1.1 without `Connection: close` that still closes every connection after its
+    response, as a server closing idle keep-alive connections does."""
+    protocol_version = "HTTP/1.1"
+    connections = 0
+
+    def setup(self):
+        super().setup()
+        ClosingKeepAliveHandler.connections += 1
+
+    def do_POST(self):
+        self.rfile.read(int(self.headers["Content-Length"]))
+        body = (b'data: {"choices":[{"text":"a","finish_reason":"length"}],'
+                b'"usage":{"prompt_tokens":16,"completion_tokens":1}}\n\ndata: [DONE]\n\n')
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+        self.close_connection = True
+
+    def log_message(self, *args):
+        pass
+
+
+class KeepAliveRetryTest(unittest.TestCase):
+    def test_a_reused_connection_the_server_closed_is_retried_on_a_new_one(self):
+        rows = [{"timestamp": 0, "input_length": 16, "output_length": 1, "hash_ids": [i]}
+                for i in range(4)]
+        with stub_replay(ClosingKeepAliveHandler, rows, "--trace-block-size", "16") as (r, reqs):
+            self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+            self.assertNotIn("OpenAI issues", r.stdout)
+            self.assertEqual([q["terminal_status"] for q in reqs], ["completed"] * 4)
+            self.assertEqual(ClosingKeepAliveHandler.connections, 4)
 
 
 class UsageErrorTest(unittest.TestCase):

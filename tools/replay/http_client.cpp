@@ -25,46 +25,94 @@ using tcp = asio::ip::tcp;
 
 constexpr std::size_t kReadChunk = 16 << 10;
 constexpr std::size_t kMaxHeaderBytes = 64 << 10;
+/// Idle keep-alive connections kept for reuse; more are closed.
+constexpr std::size_t kMaxIdle = 256;
+
+/// The connections of one client: where to connect, and the idle keep-alive ones.
+struct Connections {
+  asio::io_context& io;
+  tcp::resolver::results_type endpoints;
+  std::vector<beast::tcp_stream> idle{};
+};
 
 class BeastCall final : public HttpCall, public std::enable_shared_from_this<BeastCall> {
  public:
-  BeastCall(asio::io_context& io, http::request<http::string_body> request, HttpCallbacks callbacks)
-      : stream_(io), request_(std::move(request)), callbacks_(std::move(callbacks)) {
-    parser_.header_limit(kMaxHeaderBytes);
-    parser_.body_limit(std::numeric_limits<std::uint64_t>::max());
-  }
+  BeastCall(std::shared_ptr<Connections> connections, http::request<http::string_body> request,
+            HttpCallbacks callbacks)
+      : connections_(std::move(connections)),
+        request_(std::move(request)),
+        callbacks_(std::move(callbacks)) {}
 
-  void start(const tcp::resolver::results_type& endpoints) {
-    stream_.async_connect(endpoints,
-                          [self = shared_from_this()](beast::error_code ec, const tcp::endpoint&) {
-                            if (ec) return self->end("connect: " + ec.message());
-                            self->write();
-                          });
+  /// On an idle keep-alive connection when there is one, else on a new connection.
+  void start() {
+    newParser();
+    if (!connections_->idle.empty()) {
+      stream_.emplace(std::move(connections_->idle.back()));
+      connections_->idle.pop_back();
+      reused_ = true;
+      return write();
+    }
+    connect();
   }
 
   void abort() override {
     if (ended_) return;
-    beast::error_code ignored;
-    stream_.socket().close(ignored);
+    closeStream();
     end("aborted");
   }
 
  private:
+  void newParser() {
+    parser_.emplace();
+    parser_->header_limit(kMaxHeaderBytes);
+    parser_->body_limit(std::numeric_limits<std::uint64_t>::max());
+    buffer_.clear();
+  }
+
+  void connect() {
+    reused_ = false;
+    stream_.emplace(connections_->io);
+    stream_->async_connect(connections_->endpoints,
+                           [self = shared_from_this()](beast::error_code ec, const tcp::endpoint&) {
+                             if (self->ended_) return;
+                             if (ec) return self->end("connect: " + ec.message());
+                             self->write();
+                           });
+  }
+
+  /// A reused connection the server had closed while idle fails before any response: the request
+  /// goes again on a new connection (the server did not take it).
+  bool retryFresh() {
+    if (!reused_ || ended_) return false;
+    closeStream();
+    newParser();
+    connect();
+    return true;
+  }
+
   void write() {
-    http::async_write(stream_, request_,
+    http::async_write(*stream_, request_,
                       [self = shared_from_this()](beast::error_code ec, std::size_t) {
-                        if (ec) return self->end("send: " + ec.message());
+                        if (self->ended_) return;
+                        if (ec) {
+                          if (self->retryFresh()) return;
+                          return self->end("send: " + ec.message());
+                        }
                         self->readHeader();
                       });
   }
 
   void readHeader() {
-    http::async_read_header(stream_, buffer_, parser_,
+    http::async_read_header(*stream_, buffer_, *parser_,
                             [self = shared_from_this()](beast::error_code ec, std::size_t) {
-                              if (ec) return self->end("response: " + ec.message());
                               if (self->ended_) return;
+                              if (ec) {
+                                if (self->retryFresh()) return;
+                                return self->end("response: " + ec.message());
+                              }
+                              self->reused_ = false;  // answered: no retry from here on
                               if (self->callbacks_.on_status) {
-                                self->callbacks_.on_status(self->parser_.get().result_int());
+                                self->callbacks_.on_status(self->parser_->get().result_int());
                               }
                               self->readBody();
                             });
@@ -72,46 +120,62 @@ class BeastCall final : public HttpCall, public std::enable_shared_from_this<Bea
 
   void readBody() {
     if (ended_) return;
-    if (parser_.is_done()) return end(std::nullopt);
-    parser_.get().body().data = chunk_.data();
-    parser_.get().body().size = chunk_.size();
+    if (parser_->is_done()) return end(std::nullopt);
+    parser_->get().body().data = chunk_.data();
+    parser_->get().body().size = chunk_.size();
     // read_some: hand over what arrived (each SSE event at its receive time), not the whole body.
-    http::async_read_some(
-        stream_, buffer_, parser_, [self = shared_from_this()](beast::error_code ec, std::size_t) {
-          if (ec == http::error::need_buffer) ec = {};
-          if (self->ended_) return;
-          const std::size_t got = self->chunk_.size() - self->parser_.get().body().size;
-          if (got > 0 && self->callbacks_.on_body) {
-            self->callbacks_.on_body(std::string_view(self->chunk_.data(), got));
-          }
-          if (ec) return self->end("response body: " + ec.message());
-          self->readBody();
-        });
+    http::async_read_some(*stream_, buffer_, *parser_,
+                          [self = shared_from_this()](beast::error_code ec, std::size_t) {
+                            if (ec == http::error::need_buffer) ec = {};
+                            if (self->ended_) return;
+                            const std::size_t got =
+                                self->chunk_.size() - self->parser_->get().body().size;
+                            if (got > 0 && self->callbacks_.on_body) {
+                              self->callbacks_.on_body(std::string_view(self->chunk_.data(), got));
+                            }
+                            if (ec) return self->end("response body: " + ec.message());
+                            self->readBody();
+                          });
+  }
+
+  void closeStream() {
+    if (!stream_) return;
+    beast::error_code ignored;
+    stream_->socket().shutdown(tcp::socket::shutdown_both, ignored);
+    stream_->socket().close(ignored);
+    stream_.reset();
   }
 
   void end(std::optional<std::string> error) {
     if (ended_) return;
     ended_ = true;
-    beast::error_code ignored;
-    stream_.socket().shutdown(tcp::socket::shutdown_both, ignored);
-    stream_.socket().close(ignored);
+    // A complete response on a keep-alive connection with nothing read past it: reusable.
+    if (!error && stream_ && parser_->is_done() && parser_->keep_alive() && buffer_.size() == 0 &&
+        connections_->idle.size() < kMaxIdle) {
+      connections_->idle.push_back(std::move(*stream_));
+      stream_.reset();
+    }
+    closeStream();
     if (callbacks_.on_end) callbacks_.on_end(std::move(error));
     callbacks_ = {};  // drop what the callbacks hold
   }
 
-  beast::tcp_stream stream_;
+  std::shared_ptr<Connections> connections_;
+  std::optional<beast::tcp_stream> stream_;
   http::request<http::string_body> request_;
   HttpCallbacks callbacks_;
   beast::flat_buffer buffer_;
-  http::response_parser<http::buffer_body> parser_;
+  std::optional<http::response_parser<http::buffer_body>> parser_;
   std::array<char, kReadChunk> chunk_{};
+  bool reused_ = false;  ///< on a reused idle connection, no response byte read yet
   bool ended_ = false;
 };
 
 class BeastClient final : public HttpClient {
  public:
   BeastClient(asio::io_context& io, std::string host, tcp::resolver::results_type endpoints)
-      : io_(io), host_(std::move(host)), endpoints_(std::move(endpoints)) {}
+      : host_(std::move(host)),
+        connections_(std::make_shared<Connections>(Connections{io, std::move(endpoints)})) {}
 
   std::shared_ptr<HttpCall> request(std::string_view method, std::string_view target,
                                     std::string body,
@@ -120,23 +184,21 @@ class BeastClient final : public HttpClient {
     http::request<http::string_body> req;
     req.method_string(method);
     req.target(target);
-    req.version(11);
+    req.version(11);  // keep-alive by default
     req.set(http::field::host, host_);
-    req.set(http::field::connection, "close");
     req.set(http::field::accept, "application/json, text/event-stream");
     if (!body.empty()) req.set(http::field::content_type, "application/json");
     for (const auto& [name, value] : headers) req.set(name, value);
     req.body() = std::move(body);
     req.prepare_payload();
-    auto call = std::make_shared<BeastCall>(io_, std::move(req), std::move(callbacks));
-    call->start(endpoints_);
+    auto call = std::make_shared<BeastCall>(connections_, std::move(req), std::move(callbacks));
+    call->start();
     return call;
   }
 
  private:
-  asio::io_context& io_;
   std::string host_;
-  tcp::resolver::results_type endpoints_;
+  std::shared_ptr<Connections> connections_;
 };
 
 }  // namespace
@@ -147,8 +209,9 @@ Result<std::unique_ptr<HttpClient>> HttpClient::create(asio::io_context& io,
   tcp::resolver resolver(io);
   beast::error_code ec;
   tcp::resolver::results_type endpoints = resolver.resolve(host, port, ec);
-  if (ec)
+  if (ec) {
     return Error{ErrorCode::IoError, "cannot resolve " + host + ":" + port + ": " + ec.message()};
+  }
   std::unique_ptr<HttpClient> client =
       std::make_unique<BeastClient>(io, host + ":" + port, std::move(endpoints));
   return client;

@@ -1,7 +1,10 @@
 // A streaming HTTP/1.1 client on Boost.Beast/Asio for the OpenAI replay
-// (tools/replay/openai_replay.h): many concurrent POSTs from one thread, each on its own TCP
-// connection (no pooling: the request is sent with `Connection: close`), the response body
-// handed over as it arrives (server-sent events), never buffered whole.
+// (tools/replay/openai_replay.h): many concurrent requests from one thread, one TCP connection
+// each at a time, the response body handed over as it arrives (server-sent events), never
+// buffered whole. Keep-alive: a connection whose response ended completely (and that the server
+// keeps open) goes to an idle pool (at most 256) and carries a later request; when a reused
+// connection fails before any byte of its response (the server closed it while idle), the
+// request is sent again once on a new connection.
 //
 //   HttpClient client(io, endpoint);                   // resolved once, at start-up
 //   auto call = client.post(target, body, headers, {.on_status = ..., .on_body = ...,
@@ -41,8 +44,8 @@ struct HttpCallbacks {
 class HttpCall {
  public:
   virtual ~HttpCall() = default;
-  /// Closes the connection (the server sees the client go); on_end("aborted") follows unless
-  /// the call had already ended.
+  /// Closes the connection (the server sees the client go; it is never reused); on_end("aborted")
+  /// follows unless the call had already ended.
   virtual void abort() = 0;
 };
 

@@ -4,7 +4,8 @@
 // vLLM, SGLang or TensorRT-LLM servers and give the same report and --requests-jsonl timelines.
 //
 // One thread, one Asio io_context: the dispatch timer, one timeout timer per request and every
-// HTTP connection (tools/replay/http_client.h: one connection per request, many at once). The
+// HTTP connection (tools/replay/http_client.h: many requests at once, keep-alive connections
+// reused). The
 // schedule is TurnScheduler's (trace timing or closed loop, dependencies), prompts are the
 // trace's `hash_ids` through PromptSynthesizer (equal hash ids → equal token ids, so shared
 // prefixes stay shared) and mooncake-delta histories are kept as in the ZeroMQ driver (the
