@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "base/enum_names.h"
+#include "protocol/detail/client_names.h"
 #include "protocol/detail/msgpack_io.h"
 #include "protocol/detail/output_fast_path.h"
 #include "protocol/limits.h"
@@ -43,14 +44,6 @@ void packTokens(Packer& pk, std::span<const std::uint32_t> tokens) {
   for (std::uint32_t t : tokens) pk.pack_uint32(t);
 }
 
-std::string_view cancelResultName(CancelResult r) {
-  return r == CancelResult::Applied ? "applied" : "not_found";
-}
-
-std::string_view kvFetchResultName(KvFetchResult r) {
-  return r == KvFetchResult::Ready ? "ready" : "not_found";
-}
-
 void packTicket(Packer& pk, const HandoffTicket& t) {
   pk.pack_map(7);
   packStr(pk, "source");
@@ -71,23 +64,15 @@ void packTicket(Packer& pk, const HandoffTicket& t) {
 
 }  // namespace
 
-namespace {
-constexpr EnumNames<FinishReason, 5> kFinishReasonNames{{{"length", FinishReason::Length},
-                                                         {"cancelled", FinishReason::Cancelled},
-                                                         {"rejected", FinishReason::Rejected},
-                                                         {"error", FinishReason::Error},
-                                                         {"shutdown", FinishReason::Shutdown}}};
-}  // namespace
-
-std::string_view toString(FinishReason reason) { return enumName(kFinishReasonNames, reason); }
+std::string_view toString(FinishReason reason) {
+  return enumName(detail::kFinishReasonNames, reason);
+}
 
 Result<FinishReason> parseFinishReason(std::string_view s) {
   // Exact spelling on the wire (enumFromName would accept any case).
-  for (const auto& [name, reason] : kFinishReasonNames) {
-    if (s == name) return reason;
-  }
-  return corruption("finish: '" + std::string(detail::clipUtf8(s, 64)) +
-                    "' is not one of length, cancelled, rejected, error, shutdown");
+  if (const auto reason = detail::exactEnum(detail::kFinishReasonNames, s)) return *reason;
+  return corruption("finish: '" + std::string(detail::clipUtf8(s, 64)) + "' is not one of " +
+                    enumNameList(detail::kFinishReasonNames, ", "));
 }
 
 std::string_view messageType(const ClientMessage& message) {
@@ -200,7 +185,7 @@ std::vector<std::byte> encodeClientMessage(const CancelReply& m) {
     packStr(pk, "id");
     packStr(pk, m.id);
     packStr(pk, "result");
-    packStr(pk, cancelResultName(m.result));
+    packStr(pk, enumName(detail::kCancelResultNames, m.result));
   });
 }
 
@@ -366,7 +351,7 @@ std::vector<std::byte> encodeClientMessage(const KvFetchReply& m) {
     packStr(pk, "key");
     packBin(pk, m.key);
     packStr(pk, "result");
-    packStr(pk, kvFetchResultName(m.result));
+    packStr(pk, enumName(detail::kKvFetchResultNames, m.result));
   });
 }
 

@@ -4,7 +4,9 @@
 #include <algorithm>
 #include <cmath>
 
+#include "base/enum_names.h"
 #include "protocol/client.h"
+#include "protocol/detail/client_names.h"
 #include "protocol/detail/msgpack_io.h"
 #include "protocol/detail/output_fast_path.h"
 #include "protocol/limits.h"
@@ -20,6 +22,14 @@ using detail::uintKey;
 
 // ---------------------------------------------------------------------------------------------
 // Decoding helpers
+
+/// `result` of a reply: one of `names`, exactly; the error lists them.
+template <typename Enum, std::size_t N>
+Result<Enum> resultKey(const EnumNames<Enum, N>& names, const std::string& result) {
+  if (const auto v = detail::exactEnum(names, result)) return *v;
+  return corruption("result: '" + std::string(detail::clipUtf8(result, 64)) + "' is not one of " +
+                    enumNameList(names, ", "));
+}
 
 Result<std::string> requestId(const MapView& m, std::string_view key = "id") {
   MOCKER_TRY(const msgpack::object* o, m.require(key));
@@ -114,14 +124,7 @@ Result<ClientMessage> decodeKvFetchReply(const MapView& m) {
   KvFetchReply r;
   MOCKER_TRY(r.key, handoffKey(m));
   MOCKER_TRY(const std::string result, strKey(m, "result"));
-  if (result == "ready") {
-    r.result = KvFetchResult::Ready;
-  } else if (result == "not_found") {
-    r.result = KvFetchResult::NotFound;
-  } else {
-    return corruption("result: '" + std::string(detail::clipUtf8(result, 64)) +
-                      "' is not one of ready, not_found");
-  }
+  MOCKER_TRY(r.result, resultKey(detail::kKvFetchResultNames, result));
   return ClientMessage{std::move(r)};
 }
 
@@ -195,14 +198,7 @@ Result<ClientMessage> decodeCancelReply(const MapView& m) {
   CancelReply r;
   MOCKER_TRY(r.id, requestId(m));
   MOCKER_TRY(const std::string result, strKey(m, "result"));
-  if (result == "applied") {
-    r.result = CancelResult::Applied;
-  } else if (result == "not_found") {
-    r.result = CancelResult::NotFound;
-  } else {
-    return corruption("result: '" + std::string(detail::clipUtf8(result, 64)) +
-                      "' is not one of applied, not_found");
-  }
+  MOCKER_TRY(r.result, resultKey(detail::kCancelResultNames, result));
   return ClientMessage{std::move(r)};
 }
 

@@ -2,6 +2,7 @@
 // (contract in output_batcher.h).
 #include "service/output_batcher.h"
 
+#include "base/enum_names.h"
 #include "protocol/limits.h"
 
 namespace mocker::service {
@@ -10,38 +11,33 @@ namespace {
 
 using engine::LengthLimit;
 
-std::string_view stoppedBy(LengthLimit limit) {
-  switch (limit) {
-    case LengthLimit::None:
-      return {};
-    case LengthLimit::MaxModelLen:
-      return "max_model_len: the sequence reached the model length limit before max_tokens";
-    case LengthLimit::KvCapacity:
-      return "kv capacity: the sequence reached the KV pool size (num_gpu_blocks x block_size) "
-             "before max_tokens";
-    case LengthLimit::MaxNumBatchedTokens:
-      return "max_num_batched_tokens: with chunked prefill off the sequence reached the per-pass "
-             "token budget before max_tokens";
-  }
-  return {};
-}
+// Why a completed stream stopped short of max_tokens ("" for None: it did not).
+constexpr EnumNames<LengthLimit, 4> kStoppedBy{
+    {{"", LengthLimit::None},
+     {"max_model_len: the sequence reached the model length limit before max_tokens",
+      LengthLimit::MaxModelLen},
+     {"kv capacity: the sequence reached the KV pool size (num_gpu_blocks x block_size) "
+      "before max_tokens",
+      LengthLimit::KvCapacity},
+     {"max_num_batched_tokens: with chunked prefill off the sequence reached the per-pass "
+      "token budget before max_tokens",
+      LengthLimit::MaxNumBatchedTokens}}};
 
-std::string_view rejectedBy(LengthLimit limit) {
-  switch (limit) {
-    case LengthLimit::None:
-      break;
-    case LengthLimit::MaxModelLen:
-      return "max_model_len: the prompt is at least max_model_len tokens long";
-    case LengthLimit::KvCapacity:
-      return "kv capacity: the prompt leaves no room for an output token in the KV pool "
-             "(num_gpu_blocks x block_size)";
-    case LengthLimit::MaxNumBatchedTokens:
-      return "max_num_batched_tokens: with chunked prefill off the prompt is at least the "
-             "per-pass token budget";
-  }
-  return "the request can never be scheduled (prompt longer than max_model_len, the KV pool or, "
-         "with chunked prefill off, the token budget)";
-}
+// Why a prompt was rejected (None: the scheduler did not name one limit).
+constexpr EnumNames<LengthLimit, 4> kRejectedBy{
+    {{"the request can never be scheduled (prompt longer than max_model_len, the KV pool or, "
+      "with chunked prefill off, the token budget)",
+      LengthLimit::None},
+     {"max_model_len: the prompt is at least max_model_len tokens long", LengthLimit::MaxModelLen},
+     {"kv capacity: the prompt leaves no room for an output token in the KV pool "
+      "(num_gpu_blocks x block_size)",
+      LengthLimit::KvCapacity},
+     {"max_num_batched_tokens: with chunked prefill off the prompt is at least the "
+      "per-pass token budget",
+      LengthLimit::MaxNumBatchedTokens}}};
+
+std::string_view stoppedBy(LengthLimit limit) { return enumName(kStoppedBy, limit); }
+std::string_view rejectedBy(LengthLimit limit) { return enumName(kRejectedBy, limit); }
 
 }  // namespace
 

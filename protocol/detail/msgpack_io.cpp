@@ -6,6 +6,7 @@
 #include <exception>
 #include <new>
 
+#include "base/enum_names.h"
 #include "protocol/limits.h"
 
 namespace mocker::protocol::detail {
@@ -248,31 +249,19 @@ Result<Unpacked> unpackMessage(std::span<const std::byte> bytes, std::string_vie
 }
 
 const char* typeName(const msgpack::object& o) {
-  switch (o.type) {
-    case msgpack::type::NIL:
-      return "nil";
-    case msgpack::type::BOOLEAN:
-      return "bool";
-    case msgpack::type::POSITIVE_INTEGER:
-      return "positive integer";
-    case msgpack::type::NEGATIVE_INTEGER:
-      return "negative integer";
-    case msgpack::type::FLOAT32:
-      return "float32";
-    case msgpack::type::FLOAT64:
-      return "float64";
-    case msgpack::type::STR:
-      return "str";
-    case msgpack::type::BIN:
-      return "bin";
-    case msgpack::type::ARRAY:
-      return "array";
-    case msgpack::type::MAP:
-      return "map";
-    case msgpack::type::EXT:
-      return "ext";
-  }
-  return "unknown";
+  static constexpr EnumNames<msgpack::type::object_type, 11> kTypeNames{
+      {{"nil", msgpack::type::NIL},
+       {"bool", msgpack::type::BOOLEAN},
+       {"positive integer", msgpack::type::POSITIVE_INTEGER},
+       {"negative integer", msgpack::type::NEGATIVE_INTEGER},
+       {"float32", msgpack::type::FLOAT32},
+       {"float64", msgpack::type::FLOAT64},
+       {"str", msgpack::type::STR},
+       {"bin", msgpack::type::BIN},
+       {"array", msgpack::type::ARRAY},
+       {"map", msgpack::type::MAP},
+       {"ext", msgpack::type::EXT}}};
+  return enumName(kTypeNames, o.type).data();
 }
 
 Error typeError(std::string_view field, std::string_view want, const msgpack::object& got) {

@@ -8,11 +8,30 @@
 #include <vector>
 
 #include "base/closest_name.h"
+#include "base/enum_names.h"
 #include "base/result.h"
 #include "base/strong_id.h"
 
 namespace mocker {
 namespace {
+
+enum class Shade { Red, Blue };
+constexpr EnumNames<Shade, 3> kShades{
+    {{"red", Shade::Red}, {"blue", Shade::Blue}, {"azure", Shade::Blue}}};
+
+TEST(EnumNamesTest, BothWaysWithAliasesAndCase) {
+  EXPECT_EQ(enumName(kShades, Shade::Blue), "blue");  // the first entry is canonical
+  EXPECT_EQ(enumFromName(kShades, "Azure"), Shade::Blue);
+  EXPECT_FALSE(enumFromName(kShades, "green").has_value());
+  EXPECT_EQ(enumNameList(kShades, " | "), "red | blue | azure");
+}
+
+TEST(EnumNamesTest, ErrorCodeNamesAreTheWireNames) {
+  EXPECT_STREQ(errorCodeName(ErrorCode::InvalidArgument), "invalid_argument");
+  EXPECT_STREQ(errorCodeName(ErrorCode::IoError), "io_error");
+  EXPECT_STREQ(errorCodeName(ErrorCode::ResourceExhausted), "resource_exhausted");
+  EXPECT_EQ((Error{ErrorCode::NotFound, "x"}).toString(), "not_found: x");
+}
 
 Result<int> parsePositive(int x) {
   if (x <= 0) return invalidArgument("x must be > 0 (got " + std::to_string(x) + ")");

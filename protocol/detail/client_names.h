@@ -1,0 +1,35 @@
+// The wire names of the client protocol's enums (protocol/README.md), shared by the encoders
+// (client.cpp) and the decoders (client_decode.cpp). Wire names are exact: decoders match them
+// with exactEnum (enumFromName would accept any case).
+#pragma once
+
+#include <cstddef>
+#include <optional>
+#include <string_view>
+
+#include "base/enum_names.h"
+#include "protocol/client.h"
+
+namespace mocker::protocol::detail {
+
+/// The value named exactly `name` (same case), or nullopt.
+template <typename Enum, std::size_t N>
+constexpr std::optional<Enum> exactEnum(const EnumNames<Enum, N>& names, std::string_view name) {
+  for (const auto& [n, value] : names) {
+    if (name == n) return value;
+  }
+  return std::nullopt;
+}
+
+inline constexpr EnumNames<FinishReason, 5> kFinishReasonNames{
+    {{"length", FinishReason::Length},
+     {"cancelled", FinishReason::Cancelled},
+     {"rejected", FinishReason::Rejected},
+     {"error", FinishReason::Error},
+     {"shutdown", FinishReason::Shutdown}}};
+inline constexpr EnumNames<CancelResult, 2> kCancelResultNames{
+    {{"applied", CancelResult::Applied}, {"not_found", CancelResult::NotFound}}};
+inline constexpr EnumNames<KvFetchResult, 2> kKvFetchResultNames{
+    {{"ready", KvFetchResult::Ready}, {"not_found", KvFetchResult::NotFound}}};
+
+}  // namespace mocker::protocol::detail
