@@ -1,7 +1,9 @@
 #include "protocol/client.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
+#include <utility>
 
 #include "base/enum_names.h"
 #include "protocol/detail/msgpack_io.h"
@@ -347,6 +349,25 @@ Result<PassTiming> decodePassTiming(const msgpack::object& o) {
   return t;
 }
 
+constexpr std::array<std::pair<std::string_view, std::uint64_t FaultCounts::*>, 5> kFaultCountKeys{{
+    {"crash", &FaultCounts::crash},
+    {"hang", &FaultCounts::hang},
+    {"slow", &FaultCounts::slow},
+    {"error", &FaultCounts::error},
+    {"abort", &FaultCounts::abort},
+}};
+
+Result<FaultCounts> decodeFaultCounts(const msgpack::object& o) {
+  MOCKER_TRY(const MapView m, MapView::create(o, "faults"));
+  FaultCounts f;
+  for (const auto& [key, member] : kFaultCountKeys) {
+    auto v = uintKey(m, key);
+    if (!v) return v.error().withContext("faults");
+    f.*member = *v;
+  }
+  return f;
+}
+
 Result<EngineInfo> decodeEngineInfo(const msgpack::object& o) {
   MOCKER_TRY(const MapView m, MapView::create(o, "engine"));
   EngineInfo e;
@@ -376,6 +397,9 @@ Result<ClientMessage> decodeStatsReply(const MapView& m) {
   }
   if (const msgpack::object* e = m.findNonNil("engine")) {
     MOCKER_TRY(r.engine, decodeEngineInfo(*e));
+  }
+  if (const msgpack::object* f = m.findNonNil("faults")) {
+    MOCKER_TRY(r.faults, decodeFaultCounts(*f));
   }
   return ClientMessage{std::move(r)};
 }
@@ -567,7 +591,8 @@ std::vector<std::byte> encodeClientMessage(const StatsRequest& /*m*/) {
 std::vector<std::byte> encodeClientMessage(const StatsReply& m) {
   return encodeMap(
       "stats_reply",
-      3u + (m.client_entries ? 1u : 0u) + (m.timing ? 1u : 0u) + (m.engine ? 1u : 0u),
+      3u + (m.client_entries ? 1u : 0u) + (m.timing ? 1u : 0u) + (m.engine ? 1u : 0u) +
+          (m.faults ? 1u : 0u),
       [&](Packer& pk) {
         packStr(pk, "ranks");
         pk.pack_array(static_cast<std::uint32_t>(m.ranks.size()));
@@ -642,6 +667,14 @@ std::vector<std::byte> encodeClientMessage(const StatsReply& m) {
           pk.pack_uint32(m.engine->block_size);
           packStr(pk, "speedup_ratio");
           pk.packF64(m.engine->speedup_ratio);
+        }
+        if (m.faults) {
+          packStr(pk, "faults");
+          pk.pack_map(static_cast<std::uint32_t>(kFaultCountKeys.size()));
+          for (const auto& [key, member] : kFaultCountKeys) {
+            packStr(pk, key);
+            pk.pack_uint64((*m.faults).*member);
+          }
         }
       },
       384 + 200 * m.ranks.size() + 32 * m.clients.size());
