@@ -1,5 +1,7 @@
 #include "service/fault_plan.h"
 
+#include <xxhash.h>
+
 #include <array>
 #include <charconv>
 #include <cmath>
@@ -132,15 +134,6 @@ std::uint64_t mix64(std::uint64_t x) {  // splitmix64's finaliser
   x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
   x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
   return x ^ (x >> 31);
-}
-
-std::uint64_t fnv1a(std::string_view s) {
-  std::uint64_t h = 0xcbf29ce484222325ULL;
-  for (const char c : s) {
-    h ^= static_cast<unsigned char>(c);
-    h *= 0x100000001b3ULL;
-  }
-  return h;
 }
 
 }  // namespace
@@ -279,7 +272,8 @@ bool FaultPlan::inScope(const FaultSpec& spec, std::uint32_t rank) const {
 }
 
 double FaultPlan::draw(std::uint32_t fault, std::string_view request_id) const {
-  const std::uint64_t h = mix64(seed_ ^ mix64(fault + 1) ^ mix64(fnv1a(request_id)));
+  const std::uint64_t id_hash = XXH3_64bits_withSeed(request_id.data(), request_id.size(), seed_);
+  const std::uint64_t h = mix64(id_hash ^ mix64(fault + 1));
   return static_cast<double>(h >> 11) * 0x1.0p-53;  // [0, 1)
 }
 

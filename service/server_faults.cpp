@@ -50,7 +50,9 @@ bool Server::Impl::passFaults(std::uint32_t r, double start_ms, double& slow_fac
   if (f.hang) {
     rank.hung = true;
     rank.anchor_ms.reset();
-    if (f.health_after_ms) {
+    // A worker-wide hang stops each rank at its next pass; /health counts from the first.
+    if (f.health_after_ms && !hang_reported_) {
+      hang_reported_ = true;
       metrics_.markUnhealthyFrom(
           Clock::now() + std::chrono::duration_cast<Clock::duration>(
                              std::chrono::duration<double, std::milli>(*f.health_after_ms)));

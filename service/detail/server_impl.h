@@ -288,6 +288,7 @@ class Server::Impl {
   std::unordered_map<engine::RequestId, FaultPlan::PendingAbort> aborts_;  // armed `abort`s
   std::vector<engine::RequestId> aborting_;  // scratch: streams cut in this pass
   bool crashed_ = false;
+  bool hang_reported_ = false;  // /health already told when to fail
 };
 
 }  // namespace mocker::service
