@@ -209,7 +209,8 @@ std::vector<std::byte> encodeClientMessage(const StatsRequest& /*m*/) {
 std::vector<std::byte> encodeClientMessage(const StatsReply& m) {
   return encodeMap(
       "stats_reply",
-      3u + (m.client_entries ? 1u : 0u) + (m.timing ? 1u : 0u) + (m.engine ? 1u : 0u),
+      3u + (m.client_entries ? 1u : 0u) + (m.timing ? 1u : 0u) + (m.engine ? 1u : 0u) +
+          (m.faults ? 1u : 0u),
       [&](Packer& pk) {
         packStr(pk, "ranks");
         pk.pack_array(static_cast<std::uint32_t>(m.ranks.size()));
@@ -284,6 +285,14 @@ std::vector<std::byte> encodeClientMessage(const StatsReply& m) {
           pk.pack_uint32(m.engine->block_size);
           packStr(pk, "speedup_ratio");
           pk.packF64(m.engine->speedup_ratio);
+        }
+        if (m.faults) {
+          packStr(pk, "faults");
+          pk.pack_map(static_cast<std::uint32_t>(detail::kFaultCountKeys.size()));
+          for (const auto& [key, member] : detail::kFaultCountKeys) {
+            packStr(pk, key);
+            pk.pack_uint64((*m.faults).*member);
+          }
         }
       },
       384 + 200 * m.ranks.size() + 32 * m.clients.size());

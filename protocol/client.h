@@ -178,6 +178,16 @@ struct EngineInfo {
   friend bool operator==(const EngineInfo&, const EngineInfo&) = default;
 };
 
+/// Faults injected by failure drills, by kind (protocol/README.md, `stats_reply.faults`).
+struct FaultCounts {
+  std::uint64_t crash = 0;
+  std::uint64_t hang = 0;
+  std::uint64_t slow = 0;
+  std::uint64_t error = 0;
+  std::uint64_t abort = 0;
+  friend bool operator==(const FaultCounts&, const FaultCounts&) = default;
+};
+
 struct StatsReply {
   std::vector<RankStats> ranks;
   std::uint64_t routes = 0;  ///< live requests across all clients
@@ -189,6 +199,9 @@ struct StatsReply {
   std::optional<PassTiming> timing;
   /// The service's engine. Absent in replies of services that predate it.
   std::optional<EngineInfo> engine;
+  /// Injected faults. Absent when the service has no faults configured (and in replies of
+  /// services that predate it).
+  std::optional<FaultCounts> faults;
   friend bool operator==(const StatsReply&, const StatsReply&) = default;
 };
 

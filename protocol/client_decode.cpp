@@ -289,6 +289,17 @@ Result<PassTiming> decodePassTiming(const msgpack::object& o) {
   return t;
 }
 
+Result<FaultCounts> decodeFaultCounts(const msgpack::object& o) {
+  MOCKER_TRY(const MapView m, MapView::create(o, "faults"));
+  FaultCounts f;
+  for (const auto& [key, member] : detail::kFaultCountKeys) {
+    auto v = uintKey(m, key);
+    if (!v) return v.error().withContext("faults");
+    f.*member = *v;
+  }
+  return f;
+}
+
 Result<EngineInfo> decodeEngineInfo(const msgpack::object& o) {
   MOCKER_TRY(const MapView m, MapView::create(o, "engine"));
   EngineInfo e;
@@ -318,6 +329,9 @@ Result<ClientMessage> decodeStatsReply(const MapView& m) {
   }
   if (const msgpack::object* e = m.findNonNil("engine")) {
     MOCKER_TRY(r.engine, decodeEngineInfo(*e));
+  }
+  if (const msgpack::object* f = m.findNonNil("faults")) {
+    MOCKER_TRY(r.faults, decodeFaultCounts(*f));
   }
   return ClientMessage{std::move(r)};
 }

@@ -151,6 +151,14 @@ struct FleetConfig {
 };
 inline constexpr std::uint32_t kMaxFleetWorkers = 4096;
 
+/// `[faults]`: failure drills (service/README.md "Failure drills"; service/fault_plan.h).
+struct FaultsConfig {
+  std::vector<std::string> inject;  ///< fault specs, `KIND[:KEY=VALUE]...` (`--fault`)
+  std::uint64_t seed = 0;           ///< seed of the rate draws
+  std::string log;                  ///< JSONL fault log (`--fault-log`); "" = none
+  friend bool operator==(const FaultsConfig&, const FaultsConfig&) = default;
+};
+
 /// `[logging] format`: human-readable text lines or one JSON object per line.
 enum class LogFormat { Text, Json };
 
@@ -207,7 +215,8 @@ struct ServiceConfig {
   LogFormat log_format = LogFormat::Text;                     ///< `[logging] format`
   /// `[logging] stats_interval_s`: the periodic "Running: N reqs, …" line; 0 = off.
   double log_stats_interval_s = 10.0;
-  FleetConfig fleet;  ///< `[fleet]`
+  FleetConfig fleet;    ///< `[fleet]`
+  FaultsConfig faults;  ///< `[faults]`
 };
 
 /// Splits an HTTP endpoint "HOST:PORT" (IPv6 as "[::1]:PORT") into host and port; errors say

@@ -465,6 +465,9 @@ const std::vector<ConfigKey>& keys() {
       {"logging", "format", MOCKER_ENUM(log_format, logFormatName, parseLogFormat)},
       {"logging", "stats_interval_s", MOCKER_REF(DoubleRef, log_stats_interval_s)},
       {"fleet", "num_workers", MOCKER_REF(U32Ref, fleet.num_workers)},
+      {"faults", "inject", MOCKER_REF(StringListRef, faults.inject)},
+      {"faults", "seed", MOCKER_REF(U64Ref, faults.seed)},
+      {"faults", "log", MOCKER_REF(StringRef, faults.log)},
   };
   static const std::vector<ConfigKey> kAll = [] {
     std::vector<ConfigKey> all = kKeys;

@@ -21,6 +21,7 @@
 #include "base/endpoint.h"
 #include "service/config.h"
 #include "service/detail/config_keys.h"
+#include "service/fault_plan.h"
 #include "service/fleet.h"
 #include "service/security.h"
 
@@ -231,6 +232,10 @@ std::optional<ConfigError> checkServiceConfig(const ServiceConfig& c, ConfigUse 
   if (c.fleet.num_workers < 1 || c.fleet.num_workers > kMaxFleetWorkers) {
     return issue("fleet.num_workers", "must be in [1, " + std::to_string(kMaxFleetWorkers) +
                                           "] (got " + std::to_string(c.fleet.num_workers) + ")");
+  }
+  if (auto faults = parseFaultSpecs(c.faults.inject, c.fleet.num_workers, c.engine.dp_size);
+      !faults) {
+    return issue("faults.inject", faults.error().message);
   }
   if (s.linger_ms > 60000) {
     return issue("service.linger_ms",

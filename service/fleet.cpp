@@ -383,8 +383,13 @@ Result<std::unique_ptr<Fleet>> Fleet::create(ServiceConfig config, ServerOptions
       if (ready->fetch_add(1) + 1 == n && on_ready) on_ready();
     };
   }
+  // One fault log for every worker: their lines go to the same file.
+  if (!config.faults.log.empty()) {
+    MOCKER_TRY(options.fault_log, FaultLog::open(config.faults.log));
+  }
   for (std::size_t i = 0; i < n; ++i) {
     if (n > 1) options.log_name = "serve[" + plan[i].fpm.worker_id + "]";
+    options.worker_index = static_cast<std::uint32_t>(i);
     auto server = Server::create(plan[i], options);
     if (!server) {
       if (n == 1) return std::move(server.error());
@@ -462,6 +467,11 @@ Status Fleet::run() {
   for (std::thread& t : threads) t.join();
   if (first_error) return std::move(*first_error);
   return {};
+}
+
+bool Fleet::crashed() const {
+  return std::all_of(servers_.begin(), servers_.end(),
+                     [](const std::unique_ptr<Server>& s) { return s->crashed(); });
 }
 
 void Fleet::requestStop() {

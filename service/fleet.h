@@ -131,6 +131,9 @@ class Fleet final {
   /// Runs every worker (one thread each; worker 0 on the caller's) until requestStop(), or
   /// until one fails (the others are then stopped); the first error.
   Status run();
+  /// Whether every worker's run ended by a `crash` fault (service/README.md "Failure drills");
+  /// a fleet whose other workers still serve keeps running (call after run()).
+  bool crashed() const;
   /// Stops every worker. Async-signal-safe; callable from any thread.
   void requestStop();
 

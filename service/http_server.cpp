@@ -96,8 +96,10 @@ class HttpServer::Impl {
         const LoopPhase phase = board->phase();
         const auto since = board->sinceLastTurn(now);
         since_max = std::max(since_max, since);
+        // A hung worker (a `hang` fault) fails from the time its fault says.
         const bool turning =
-            phase == LoopPhase::Starting || (phase != LoopPhase::Stopped && since < kStalledAfter);
+            !board->unhealthy(now) && (phase == LoopPhase::Starting ||
+                                       (phase != LoopPhase::Stopped && since < kStalledAfter));
         if (turning) {
           ++ok;
         } else if (!first_bad) {

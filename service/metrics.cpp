@@ -151,6 +151,21 @@ class Exposition {
     }
   }
 
+  /// `mocker:faults_injected_total{kind}`: one series per fault kind of every snapshot.
+  void faults() {
+    header("mocker:faults_injected_total", "counter",
+           "Faults injected by failure drills ([faults]), by kind.");
+    for (std::size_t w = 0; w < snapshots_.size(); ++w) {
+      for (std::size_t k = 0; k < kNumFaultKinds; ++k) {
+        out_ += "mocker:faults_injected_total{" + labels_[w] + ",kind=\"";
+        out_ += faultKindName(static_cast<FaultKind>(k));
+        out_ += "\"} ";
+        appendNumber(out_, snapshots_[w].service.faults_injected[k]);
+        out_ += '\n';
+      }
+    }
+  }
+
   std::string take() { return std::move(out_); }
 
  private:
@@ -382,6 +397,7 @@ std::string renderPrometheus(std::span<const MetricsSnapshot> snapshots) {
   e.service("mocker:output_messages_total", "Output messages sent to clients.",
             &M::output_messages);
   e.service("mocker:passes_total", "Forward passes computed, all ranks.", &M::passes);
+  e.faults();
   return e.take();
 }
 

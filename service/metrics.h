@@ -21,6 +21,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <limits>
 #include <mutex>
 #include <span>
 #include <string>
@@ -28,6 +29,7 @@
 #include <vector>
 
 #include "engine/types.h"
+#include "service/fault_plan.h"
 
 namespace mocker::service {
 
@@ -86,6 +88,8 @@ struct ServiceMetrics {
   std::uint64_t replay_requests_served = 0;
   std::uint64_t output_messages = 0;
   std::uint64_t passes = 0;
+  /// Injected faults by kind (FaultKind order): `mocker:faults_injected_total{kind}`.
+  std::array<std::uint64_t, kNumFaultKinds> faults_injected{};
 };
 
 /// What the loop publishes: one copy per publish, read by the HTTP thread.
@@ -177,6 +181,14 @@ class MetricsBoard final {
   void noteTurn(Clock::time_point now) {
     last_turn_ns_.store(now.time_since_epoch().count(), std::memory_order_relaxed);
   }
+  /// Loop: a hang fault — /health reports 503 from `from` on.
+  void markUnhealthyFrom(Clock::time_point from) {
+    unhealthy_from_ns_.store(from.time_since_epoch().count(), std::memory_order_relaxed);
+  }
+  /// Whether a hang fault has made /health fail by `now`.
+  bool unhealthy(Clock::time_point now) const {
+    return now.time_since_epoch().count() >= unhealthy_from_ns_.load(std::memory_order_relaxed);
+  }
   void setPhase(LoopPhase phase) { phase_.store(phase, std::memory_order_release); }
   LoopPhase phase() const { return phase_.load(std::memory_order_acquire); }
   /// How long ago the loop last finished a turn.
@@ -190,6 +202,7 @@ class MetricsBoard final {
   MetricsSnapshot published_;
   std::atomic<LoopPhase> phase_{LoopPhase::Starting};
   std::atomic<Clock::rep> last_turn_ns_{Clock::now().time_since_epoch().count()};
+  std::atomic<Clock::rep> unhealthy_from_ns_{std::numeric_limits<Clock::rep>::max()};
 };
 
 }  // namespace mocker::service

@@ -52,6 +52,8 @@ class MetricsPublisher final {
   void serveExternally() { external_ = true; }
   /// The board the HTTP thread reads; lives as long as this publisher.
   const MetricsBoard& board() const { return board_; }
+  /// A hang fault: /health fails from `from` on.
+  void markUnhealthyFrom(Clock::time_point from) { board_.markUnhealthyFrom(from); }
 
   // What the loop saw (each marks the metrics changed).
   void onSubmit(engine::RequestId id, std::uint32_t rank, double now_ms,

@@ -99,6 +99,7 @@ Status Server::Impl::init() {
   } else if (config_.endpoints.http.enabled) {
     MOCKER_TRY(endpoints.http, metrics_.startHttp(config_.endpoints.http));
   }
+  MOCKER_TRY_VOID(initFaults());
   if (config_.service.startup_time_s) {
     accept_from_ = start_ + std::chrono::duration_cast<Clock::duration>(
                                 std::chrono::duration<double>(*config_.service.startup_time_s));
@@ -111,7 +112,7 @@ Status Server::Impl::init() {
 void Server::Impl::startPasses() {
   for (std::uint32_t r = 0; r < ranks_.size(); ++r) {
     Rank& rank = ranks_[r];
-    if (rank.in_flight) continue;
+    if (rank.in_flight || rank.hung) continue;
     const double now_ms = engineNowMs();
     // A disaggregated rank also has timed work without input: a hold's timeout, an activation.
     const std::optional<double> timer = engine_.nextTimerMs(r);
@@ -126,6 +127,11 @@ void Server::Impl::startPasses() {
     // pass's modelled end (publishing it, reading, waking up) is caught up, not inherited.
     const PassStart at =
         paced() ? passStart(rank.anchor_ms, now_ms, kMaxCatchUpMs) : PassStart{now_ms, false};
+    double slow = 1.0;
+    if (!faults_.empty() && !passFaults(r, at.start_ms, slow)) {
+      if (crashed_) return;
+      continue;  // hung
+    }
     if (at.resynced) ++resyncs_;
     engine::PassResult pass = engine_.step(r, at.start_ms);
     if (!pass.did_work) {
@@ -134,6 +140,14 @@ void Server::Impl::startPasses() {
       continue;
     }
     ++counters.passes;
+    ++rank.passes;
+    if (slow != 1.0) {  // a `slow` fault: the pass takes factor × its modelled time
+      pass.end_ms = pass.start_ms + (pass.end_ms - pass.start_ms) * slow;
+      pass.prefill_ms *= slow;
+      pass.decode_ms *= slow;
+      pass.fpm.wall_time *= slow;
+      ++counters.slowed_passes;
+    }
     if (config_.engine.kv_event_visibility == engine::KvEventVisibility::PassStart && rank.pub.kv) {
       rank.pub.kv->publishPass(pass.kv_events, unixSeconds());
       pass.kv_events.clear();
@@ -176,10 +190,12 @@ void Server::Impl::completePass(std::uint32_t r, bool timed) {
   for (const engine::OutputSignal& s : pass.outputs) {
     Route* route = routes_.find(s.id);
     const bool active = route && route->state == RouteState::Active;
+    if (active && !aborts_.empty() && cutByAbort(s)) continue;
     metrics_.onOutput(r, s, active);
     if (active) batcher_.add(s, *route);
   }
   deliver();
+  if (!aborting_.empty()) endAborted();
   // 3. Prefill worker: the handoffs of the prompts this pass completed, and the holds that timed
   //    out at its start (their routes end without a message: the handoff was the last one).
   if (!pass.handoffs.empty()) publishHandoffs(pass);
@@ -246,7 +262,8 @@ void Server::Impl::collectMetrics(std::vector<engine::LoadMetrics>& load,
              .rejected_submits = counters.rejected_submits,
              .limit_rejections = counters.limit_rejections,
              .output_messages = counters.output_messages,
-             .passes = counters.passes};
+             .passes = counters.passes,
+             .faults_injected = counters.faults_injected};
   for (const Rank& rank : ranks_) {
     if (!rank.pub.kv) continue;
     service.kv_event_batches_published += rank.pub.kv->numBatchesSent();
@@ -418,6 +435,10 @@ Status Server::Impl::run() {
     // Passes whose modelled time has elapsed are published; idle ranks with work start one.
     completeDuePasses(false);
     if (!draining || routes_.numRoutes() > 0) startPasses();
+    if (crashed_) {
+      crash();
+      return {};
+    }
     if (draining && routes_.numRoutes() == 0) break;
     // Disaggregation: kv_fetches of new reservations go out, due replies and deadlines.
     sendFetches();
@@ -471,6 +492,7 @@ const BoundEndpoints& Server::endpoints() const { return impl_->endpoints; }
 Status Server::run() { return impl_->run(); }
 void Server::requestStop() { impl_->requestStop(); }
 const ServerCounters& Server::counters() const { return impl_->counters; }
+bool Server::crashed() const { return impl_->crashed(); }
 const MetricsBoard& Server::metricsBoard() const { return impl_->metricsBoard(); }
 std::uint64_t Server::numRefusedHandshakes() const { return impl_->numRefusedHandshakes(); }
 

@@ -32,6 +32,7 @@
 // any thread or a signal handler (it writes an eventfd).
 #pragma once
 
+#include <array>
 #include <atomic>
 #include <functional>
 #include <memory>
@@ -40,6 +41,8 @@
 
 #include "base/result.h"
 #include "service/config.h"
+#include "service/fault_log.h"
+#include "service/fault_plan.h"
 
 namespace zmq {
 class context_t;
@@ -87,6 +90,12 @@ struct ServerCounters {
   std::uint64_t kv_releases = 0;        ///< prefill: kv_release that freed a held request
   std::uint64_t handoff_expired = 0;    ///< prefill: holds ended by kv_hold_timeout_ms
   std::uint64_t handoff_failures = 0;   ///< decode: handoffs ended with a `handoff:` error
+  // Failure drills (service/README.md "Failure drills").
+  std::array<std::uint64_t, kNumFaultKinds> faults_injected{};  ///< by FaultKind
+  std::uint64_t slowed_passes = 0;                              ///< passes a `slow` fault stretched
+  std::uint64_t fault_errors = 0;        ///< submits answered with an injected `error`
+  std::uint64_t fault_aborts = 0;        ///< streams an `abort` fault ended
+  std::uint64_t fault_log_failures = 0;  ///< fault-log lines that could not be written
 };
 
 struct ServerOptions {
@@ -109,6 +118,11 @@ struct ServerOptions {
   /// "serve[<worker id>]" so that its lines (the stats line included) can be told apart. Same
   /// sinks and level as "serve".
   std::string log_name;
+  /// This server's index in its fleet (0 alone): which `[faults]` specs with `worker=` apply.
+  std::uint32_t worker_index = 0;
+  /// The fault log shared by a fleet's workers; null = the server opens `faults.log` itself
+  /// (when set).
+  std::shared_ptr<FaultLog> fault_log;
 };
 
 class Server final {
@@ -130,6 +144,10 @@ class Server final {
 
   /// What the HTTP thread reads (ServerOptions::external_http); lives as long as the server.
   const MetricsBoard& metricsBoard() const;
+
+  /// Whether run() ended because a `crash` fault fired (its sockets are closed, nothing was
+  /// sent to the clients); `mocker serve` then exits with kFaultCrashExitCode.
+  bool crashed() const;
 
   /// Counters; read only from the run() thread or after run() returned.
   const ServerCounters& counters() const;

@@ -211,6 +211,15 @@ protocol::StatsReply Server::Impl::statsReply(const RoutedEnvelope& from, const 
                            .worker_type = std::string(engine::toString(config_.engine.worker_type)),
                            .block_size = engine::effectiveBlockSize(config_.engine),
                            .speedup_ratio = config_.engine.speedup_ratio};
+  if (!faults_.empty()) {
+    const auto& n = counters.faults_injected;
+    const auto at = [&n](FaultKind k) { return n[static_cast<std::size_t>(k)]; };
+    s.faults = protocol::FaultCounts{.crash = at(FaultKind::Crash),
+                                     .hang = at(FaultKind::Hang),
+                                     .slow = at(FaultKind::Slow),
+                                     .error = at(FaultKind::Error),
+                                     .abort = at(FaultKind::Abort)};
+  }
   // Only the sender's own entries: its routing id, or with CURVE every routing id of its key.
   for (protocol::ClientRoutes& c : routes_.routesPerClient()) {
     const bool own = peer.principal.empty() ? c.client == from.routing_id
@@ -281,6 +290,8 @@ void Server::Impl::handleSubmit(const RoutedEnvelope& from, const Peer& peer,
     return;
   }
   const std::uint32_t rank = req.dp_rank.value_or(leastLoadedRank(engine_));
+  std::optional<FaultPlan::PendingAbort> abort;
+  if (!faults_.empty() && submitFaults(from, req.id, rank, abort)) return;
   const auto prompt_tokens = static_cast<std::uint32_t>(req.prompt.size());
   const std::uint64_t output_len =
       req.output_tokens ? req.output_tokens->size() : std::uint64_t{req.max_tokens};
@@ -330,6 +341,7 @@ void Server::Impl::handleSubmit(const RoutedEnvelope& from, const Peer& peer,
   }
   ClientEntry& owner = *opened;
   owner.connection_fd = peer.connection_fd;
+  if (abort) aborts_.insert_or_assign(*id, std::move(*abort));
   address_space_.accepted(cost);
   Rank& woken = ranks_[rank];
   woken.stalled = false;

@@ -12,6 +12,7 @@ namespace mocker::service {
 
 void Server::Impl::cancelInEngine(engine::RequestId id, std::uint32_t rank) {
   engine_.cancel(id);
+  if (!aborts_.empty()) aborts_.erase(id);  // an armed `abort` fault ends with its request
   metrics_.onAbort(id, engineNowMs());
   ranks_[rank].stalled = false;
   if (auto& in_flight = ranks_[rank].in_flight) {

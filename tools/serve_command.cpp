@@ -205,6 +205,11 @@ int runServeCommand(const ServeCommand& command, std::ostream& out, std::ostream
     err << "mocker: " << status.error().message << "\n";
     return 1;
   }
+  if (f.crashed()) {
+    err << "mocker: crashed by a `crash` fault ([faults]); exit code "
+        << service::kFaultCrashExitCode << "\n";
+    return service::kFaultCrashExitCode;
+  }
   spdlog::info("mocker serve: stopped");
   return 0;
 }

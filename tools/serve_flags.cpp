@@ -119,6 +119,10 @@ const std::initializer_list<Group> kGroups = {
     {"--max-clients", "limits.max_clients", "clients with requests in flight (>= 1)"},
     {"--max-request-tokens", "limits.max_request_tokens", "prompt + output tokens of one request (>= 1)"},
   }},
+  {"Failure drills ([faults]; see serve.md \"Failure drills\")", {
+    {"--fault-seed", "faults.seed", "u64 seed of the faults' rate draws (same seed and workload: same faults)"},
+    {"--fault-log", "faults.log", "JSONL fault log: one line per injected fault (time, kind, target)"},
+  }},
   {"Security ([security]; CURVE, see serve.md \"Security\")", {
     {"--curve,!--no-curve", "security.curve", "CURVE on submit, cancel and kv_replay; only allow-listed client keys get in", true},
     {"--server-secret-key-file", "security.server_secret_key_file", "the service's Z85 secret key file (mocker keygen)"},
@@ -388,6 +392,17 @@ void addServeFlags(CLI::App& app, ServeFlags& flags, ConfigUse use) {
           ->option_text("JSON")
           ->group(use == ConfigUse::Serve ? "KV events ([kv_events])" : "");
   addLaunchLineFlags(app, flags, use);
+  if (use == ConfigUse::Serve) {
+    flags.fault_option =
+        app.add_option("--fault", flags.faults,
+                       "inject a fault (repeatable; appended to [faults.inject]): "
+                       "KIND[:KEY=VALUE]..., KIND crash | hang | slow | error | abort, e.g. "
+                       "crash:after_passes=100, slow:factor=3:worker=1, "
+                       "error:rate=0.05:code=resource_exhausted, abort:tokens=5:match=req-*; "
+                       "keys in serve.md \"Failure drills\"")
+            ->option_text("SPEC")
+            ->group("Failure drills ([faults]; see serve.md \"Failure drills\")");
+  }
   for (const Group& group : kGroups) {
     for (const FlagSpec& spec : group.flags) {
       // An engine-only command (`mocker replay`) has a --num-workers of its own (offline workers).
@@ -440,6 +455,11 @@ Result<service::ServiceConfig> resolveServeConfig(const ServeFlags& flags, Confi
     }
     origins[b.key] = b.flag;
   }
+  if (flags.fault_option != nullptr && flags.fault_option->count() > 0) {
+    config.faults.inject.insert(config.faults.inject.end(), flags.faults.begin(),
+                                flags.faults.end());
+    origins["faults.inject"] = "--fault";
+  }
   return service::finishServiceConfig(std::move(config), origins, use);
 }
 
@@ -450,6 +470,7 @@ bool isEngineKey(std::string_view key) {
 
 std::optional<std::string> firstGivenServeFlag(const ServeFlags& flags, bool with_model) {
   if (!flags.config_path.empty()) return "--config";
+  if (flags.fault_option != nullptr && flags.fault_option->count() > 0) return "--fault";
   if (flags.kv_events_config_option != nullptr && flags.kv_events_config_option->count() > 0) {
     return "--kv-events-config";
   }

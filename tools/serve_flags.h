@@ -14,6 +14,7 @@
 #include <deque>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "base/result.h"
 #include "service/config.h"
@@ -53,6 +54,9 @@ struct ServeFlags {
   CLI::Option* port_option = nullptr;
   CLI::Option* model_option = nullptr;
   CLI::Option* disable_log_stats_option = nullptr;
+  /// `--fault SPEC` (repeatable): appended to `[faults] inject` (service/fault_plan.h).
+  std::vector<std::string> faults;
+  CLI::Option* fault_option = nullptr;
 };
 
 /// What the configuration is for (service::ConfigUse). EngineOnly (offline tools such as

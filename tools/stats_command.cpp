@@ -64,6 +64,12 @@ std::string formatStatsText(const protocol::StatsReply& r) {
            " ms, max " + fixed(r.timing->lateness_max_ms, 3) + " ms, " +
            std::to_string(r.timing->resyncs) + " resyncs\n";
   }
+  if (r.faults) {
+    const protocol::FaultCounts& f = *r.faults;
+    out += "faults injected: crash " + std::to_string(f.crash) + ", hang " +
+           std::to_string(f.hang) + ", slow " + std::to_string(f.slow) + ", error " +
+           std::to_string(f.error) + ", abort " + std::to_string(f.abort) + "\n";
+  }
   return out;
 }
 
@@ -106,6 +112,13 @@ std::string formatStatsJson(const protocol::StatsReply& r) {
                    {"lateness_max_ms", r.timing->lateness_max_ms}};
   } else {
     j["timing"] = nullptr;
+  }
+  if (r.faults) {
+    j["faults"] = {{"crash", r.faults->crash},
+                   {"hang", r.faults->hang},
+                   {"slow", r.faults->slow},
+                   {"error", r.faults->error},
+                   {"abort", r.faults->abort}};
   }
   return j.dump(2) + "\n";
 }

@@ -3,9 +3,12 @@
 // with exactEnum (enumFromName would accept any case).
 #pragma once
 
+#include <array>
 #include <cstddef>
+#include <cstdint>
 #include <optional>
 #include <string_view>
+#include <utility>
 
 #include "base/enum_names.h"
 #include "protocol/client.h"
@@ -31,5 +34,14 @@ inline constexpr EnumNames<CancelResult, 2> kCancelResultNames{
     {{"applied", CancelResult::Applied}, {"not_found", CancelResult::NotFound}}};
 inline constexpr EnumNames<KvFetchResult, 2> kKvFetchResultNames{
     {{"ready", KvFetchResult::Ready}, {"not_found", KvFetchResult::NotFound}}};
+/// stats_reply.faults: the wire key of each FaultCounts field, in wire order.
+inline constexpr std::array<std::pair<std::string_view, std::uint64_t FaultCounts::*>, 5>
+    kFaultCountKeys{{
+        {"crash", &FaultCounts::crash},
+        {"hang", &FaultCounts::hang},
+        {"slow", &FaultCounts::slow},
+        {"error", &FaultCounts::error},
+        {"abort", &FaultCounts::abort},
+    }};
 
 }  // namespace mocker::protocol::detail

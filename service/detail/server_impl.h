@@ -14,6 +14,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <unordered_map>
 #include <vector>
 #include <zmq.hpp>
 
@@ -86,6 +87,7 @@ class Server::Impl {
   void requestStop() { stop_event_.notify(); }
   std::uint64_t numRefusedHandshakes() const { return zap_ ? zap_->numRefused() : 0; }
   const MetricsBoard& metricsBoard() const { return metrics_.board(); }
+  bool crashed() const { return crashed_; }
 
   BoundEndpoints endpoints;
   ServerCounters counters;
@@ -99,6 +101,8 @@ class Server::Impl {
     // rank stays busy, the arrival of the submit that woke it when it was idle (none: now).
     std::optional<double> anchor_ms;
     RankPublishers pub;
+    std::uint64_t passes = 0;  // passes this rank has run (fault triggers)
+    bool hung = false;         // a `hang` fault: no pass starts any more
   };
 
   double engineNowMs() const { return clock_.engineMs(Clock::now()); }
@@ -217,6 +221,25 @@ class Server::Impl {
   void bufferOrAbandon(const OutputBatcher::Entry& e);
   void shutdown();
 
+  // Failure drills (service/README.md "Failure drills").
+  /// Opens the fault plan and log from the configuration.
+  Status initFaults();
+  /// The worker faults before rank `r`'s next pass starting at `start_ms`: false when no pass
+  /// may start (a crash or a hang); `slow_factor` set for the pass.
+  bool passFaults(std::uint32_t r, double start_ms, double& slow_factor);
+  /// Logs, counts and writes to the fault log what injections_ holds, then clears it.
+  void recordInjections();
+  /// A `crash` fault: every socket closed at once (linger 0), nothing more sent.
+  void crash();
+  /// The request faults of a new submit on `rank`: true when an `error` fault answered it.
+  bool submitFaults(const RoutedEnvelope& from, const std::string& id, std::uint32_t rank,
+                    std::optional<FaultPlan::PendingAbort>& abort);
+  /// Output signal `s` of a request an `abort` fault cuts: true when it is past the cut (not
+  /// delivered; the stream ends after the pass, endAborted).
+  bool cutByAbort(const engine::OutputSignal& s);
+  /// Ends the streams cutByAbort cut in this pass: finish `error`, the request cancelled.
+  void endAborted();
+
   ServiceConfig config_;
   ServerOptions options_;
   engine::Engine engine_;
@@ -258,6 +281,14 @@ class Server::Impl {
   AddressSpaceProbe address_space_;         // refuses submits when memory runs out
 
   MetricsPublisher metrics_;  // after log_ and start_, which it is built from
+
+  FaultPlan faults_;
+  std::shared_ptr<FaultLog> fault_log_;
+  std::vector<Injection> injections_;  // scratch: what the plan injected, to record
+  std::unordered_map<engine::RequestId, FaultPlan::PendingAbort> aborts_;  // armed `abort`s
+  std::vector<engine::RequestId> aborting_;  // scratch: streams cut in this pass
+  bool crashed_ = false;
+  bool hang_reported_ = false;  // /health already told when to fail
 };
 
 }  // namespace mocker::service

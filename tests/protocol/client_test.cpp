@@ -204,6 +204,27 @@ TEST(ClientGoldenTest, StatsReplyEngineRoundTripsAndIsChecked) {
   EXPECT_NE(n.error().message.find("engine.speedup_ratio"), std::string::npos) << n.error().message;
 }
 
+TEST(ClientGoldenTest, StatsReplyFaultsRoundTripAndAreChecked) {
+  StatsReply r{.routes = 0,
+               .faults = FaultCounts{.crash = 1, .hang = 2, .slow = 3, .error = 4, .abort = 5}};
+  const auto decoded = decodeClientMessage(encodeClientMessage(r));
+  ASSERT_TRUE(decoded.has_value()) << decoded.error().toString();
+  EXPECT_EQ(*decoded, ClientMessage{r});
+  EXPECT_EQ(toHex(encodeClientMessage(StatsReply{})).find("666175"), std::string::npos);  // "fau"
+  // A count of the wrong type is named.
+  std::vector<std::byte> bytes = encodeClientMessage(r);
+  const std::string hex = toHex(bytes);
+  const std::size_t at =
+      hex.find("a5" + toHex(std::vector<std::byte>{std::byte{'a'}, std::byte{'b'}, std::byte{'o'},
+                                                   std::byte{'r'}, std::byte{'t'}}));
+  ASSERT_NE(at, std::string::npos);
+  bytes[at / 2 + 6] = std::byte{0xc0};  // abort: nil
+  const auto bad = decodeClientMessage(bytes);
+  ASSERT_FALSE(bad.has_value());
+  EXPECT_NE(bad.error().message.find("faults"), std::string::npos) << bad.error().message;
+  EXPECT_NE(bad.error().message.find("abort"), std::string::npos) << bad.error().message;
+}
+
 TEST(ClientGoldenTest, EveryMessageTypeIsCovered) {
   std::vector<bool> seen(std::variant_size_v<ClientMessage>, false);
   for (const auto& [name, message] : clientGoldens()) seen[message.index()] = true;

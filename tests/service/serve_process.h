@@ -137,6 +137,13 @@ class ServeProcess {
   int stop(std::chrono::milliseconds timeout = std::chrono::seconds(10)) {
     if (pid_ <= 0) return -1;
     kill(pid_, SIGTERM);
+    return waitExit(timeout);
+  }
+
+  /// Waits (bounded) for the child to exit by itself: its exit code (128 + signal when killed),
+  /// -1 if it did not exit in time.
+  int waitExit(std::chrono::milliseconds timeout) {
+    if (pid_ <= 0) return -1;
     const auto deadline = Clock::now() + timeout;
     while (Clock::now() < deadline) {
       int status = 0;

@@ -1,0 +1,145 @@
+// FaultPlan: the failure drills of a worker (service/README.md "Failure drills") as a socket-free,
+// clock-free unit — which faults are armed, and, per pass and per request, which ones fire.
+//
+//   parseFaultSpec("slow:factor=3:after_passes=10")   one `--fault` / `[faults] inject` entry
+//   FaultPlan plan(specs, seed, worker)                the faults that apply to fleet worker
+//   plan.beforePass(rank, passes, rank_passes, now)    crash / hang / slow for the next pass
+//   plan.onSubmit(rank, request_id, now)               error / abort for a new request
+//   faultLogLine(injection)                            the JSONL line of the fault log
+//
+// Decisions depend only on the specs, the seed and what the caller passes in (pass counts, the
+// request id, the time the caller reads from the engine's clock): the same configuration, seed
+// and workload inject the same faults at the same points. A rate draw is a hash of (seed, fault
+// index, request id), so whether a request fails does not depend on the order requests arrive
+// in. Each injection is returned once, for the caller to log, count and write to the fault log.
+//
+// Plain value type; not thread-safe (one per serve loop or offline run).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "base/result.h"
+
+namespace mocker::service {
+
+/// What a fault does. Worker faults act on passes, request faults on one request each.
+enum class FaultKind {
+  Crash,  ///< worker: sockets closed, the process exits with kFaultCrashExitCode
+  Hang,   ///< worker: passes stop, sockets stay up; /health 503 after health_after_ms
+  Slow,   ///< worker: each pass takes factor × its modelled time
+  Error,  ///< request: answered with an `error` of the given code instead of being accepted
+  Abort,  ///< request: its stream ends with finish `error` after `tokens` output tokens
+};
+inline constexpr std::size_t kNumFaultKinds = 5;
+std::string_view faultKindName(FaultKind kind);
+bool isWorkerFault(FaultKind kind);
+
+/// Exit code of `mocker serve` when a `crash` fault fires (EX_SOFTWARE).
+inline constexpr int kFaultCrashExitCode = 70;
+/// /health of a hung worker turns 503 this long after the hang, unless health_after_ms says.
+inline constexpr double kDefaultHangHealthAfterMs = 10000.0;
+
+/// One fault: `KIND[:KEY=VALUE]...` (service/README.md "Failure drills" lists the keys).
+struct FaultSpec {
+  FaultKind kind = FaultKind::Crash;
+  // Trigger. Worker faults: from the pass after `after_passes` passes of the scope, or from the
+  // first pass that starts at or after `at_ms` (engine ms since start); neither = at once.
+  std::optional<std::uint64_t> after_passes;
+  std::optional<double> at_ms;
+  std::optional<std::uint64_t> for_passes;  ///< slow: passes slowed (none = for good)
+  // Request faults: probability per request (in [0, 1]) and the ids it applies to: exact, or a
+  // prefix ending in '*'; "" = every id.
+  double rate = 1.0;
+  std::string match;
+  // Scope: a fleet worker (index) and/or a DP rank; none = all.
+  std::optional<std::uint32_t> worker;
+  std::optional<std::uint32_t> rank;
+  // Parameters.
+  double factor = 1.0;                            ///< slow: > 1 (required)
+  ErrorCode code = ErrorCode::ResourceExhausted;  ///< error: the `error` message's code
+  std::uint32_t tokens = 0;                       ///< abort: output tokens before the stream ends
+  std::optional<double> health_after_ms = kDefaultHangHealthAfterMs;  ///< hang; none = stays 200
+  friend bool operator==(const FaultSpec&, const FaultSpec&) = default;
+};
+
+/// Parses one spec; errors name the key and what is wrong ("fault 'slow': factor is required").
+Result<FaultSpec> parseFaultSpec(std::string_view text);
+/// Parses every spec of `[faults] inject` and checks its scope: worker < num_workers, rank <
+/// dp_size. Errors name the spec (and its position when there are several).
+Result<std::vector<FaultSpec>> parseFaultSpecs(const std::vector<std::string>& specs,
+                                               std::uint32_t num_workers, std::uint32_t dp_size);
+/// The spec in canonical form (parses back to an equal spec).
+std::string faultSpecText(const FaultSpec& spec);
+
+/// One injected fault, as the fault log records it.
+struct Injection {
+  double time_ms = 0.0;  ///< engine ms since start (offline: modelled time)
+  FaultKind kind = FaultKind::Crash;
+  std::uint32_t fault = 0;  ///< index of its spec
+  std::uint32_t worker = 0;
+  std::optional<std::uint32_t> rank;
+  std::string request;  ///< request faults: the request id
+  std::string detail;   ///< what was done ("after 100 passes", "code resource_exhausted")
+  friend bool operator==(const Injection&, const Injection&) = default;
+};
+/// {"time_ms":…,"kind":…,"fault":…,"worker":…,"rank":…,"request":…,"detail":…} (no newline);
+/// rank and request only when set. Fixed number formatting: byte-for-byte reproducible.
+std::string faultLogLine(const Injection& injection);
+
+class FaultPlan {
+ public:
+  FaultPlan() = default;
+  /// The specs (in their order: `fault` indexes them) as seen by fleet worker `worker`.
+  FaultPlan(std::vector<FaultSpec> specs, std::uint64_t seed, std::uint32_t worker = 0);
+
+  bool empty() const { return specs_.empty(); }
+
+  /// What the next pass of `rank` suffers. `passes` / `rank_passes`: passes the worker / the
+  /// rank has run so far; `now_ms`: engine time the pass would start at.
+  struct PassFaults {
+    bool crash = false;
+    bool hang = false;
+    std::optional<double> health_after_ms;  ///< with hang
+    double slow_factor = 1.0;
+  };
+  PassFaults beforePass(std::uint32_t rank, std::uint64_t passes, std::uint64_t rank_passes,
+                        double now_ms, std::vector<Injection>& out);
+
+  /// What a newly submitted request suffers: an error (the first error fault that fires wins
+  /// over any abort), or an abort after some tokens (the first abort fault that fires), with
+  /// its injection. The caller records an error's injection at once and an abort's when the
+  /// stream reaches its token count (a request that ends first was not aborted).
+  struct RequestFaults {
+    std::optional<ErrorCode> error;
+    std::string error_message;  ///< names the fault ("fault injected: error (fault 0)")
+    std::optional<std::uint32_t> abort_after_tokens;
+    std::optional<Injection> injection;
+  };
+  RequestFaults onSubmit(std::uint32_t rank, std::string_view request_id, double now_ms) const;
+
+  /// An armed abort, held by the caller until the stream reaches `after_tokens`.
+  struct PendingAbort {
+    std::uint32_t after_tokens = 0;
+    Injection injection;
+  };
+
+ private:
+  struct Armed {
+    FaultSpec spec;
+    std::uint32_t index = 0;
+    bool fired = false;        ///< crash / hang / slow onset injected
+    std::uint64_t slowed = 0;  ///< slow: passes slowed so far
+  };
+  bool inScope(const FaultSpec& spec, std::uint32_t rank) const;
+  double draw(std::uint32_t fault, std::string_view request_id) const;
+
+  std::vector<Armed> specs_;
+  std::uint64_t seed_ = 0;
+  std::uint32_t worker_ = 0;
+};
+
+}  // namespace mocker::service
