@@ -51,11 +51,16 @@ const std::array<GpuTableEntry, 8> kTable{{
      "Compute efficiency scale 1.3: in the LLMServingSim RTX 4090 kernel profiles (vLLM 0.19) "
      "dense BF16 GEMMs of >= 1,024 tokens reach a median 96 % of the datasheet peak, against "
      "68-74 % on A100, H100 (vidur) and RTX PRO 6000 (LLMServingSim)"},
-    {{"RTXPRO6000", 503.8, 1792.0, 94.97, 64.0, 188, 1.0},
+    {{"RTXPRO6000", 503.8, 1792.0, 94.97, 64.0, 188, 1.0, 0.5},
      kRtxPro6000,
      "NVIDIA RTX Blackwell GPU architecture whitepaper, RTX PRO 6000 Blackwell (peak FP16/BF16 "
      "tensor TFLOPS with FP32 accumulate 503.8 dense, 1,792 GB/s GDDR7, 96 GB; PCIe Gen5 x16 "
-     "128 GB/s bidirectional, no NVLink; 188 SMs)"},
+     "128 GB/s bidirectional, no NVLink; 188 SMs). Interconnect efficiency scale 0.5: NCCL "
+     "all_reduce_perf on RTX PRO 6000 Blackwell servers without PCIe switches, default NCCL "
+     "settings, 32 MB: bus bandwidth 22.2 GB/s (github.com/voipmonitor/rtx6kpro, "
+     "hardware/pcie-bandwidth.md, commit 070506f; 37.6-41 GB/s only with tuned channels or "
+     "PCIe switches) = 0.35 of the 64 GB/s link, half the 0.7 of the NVLink profiles "
+     "allreduce_efficiency is fitted to"},
     {{"B200", 2250.0, 8000.0, 178.4, 900.0, 148, 1.0},
      kB200,
      "NVIDIA HGX B200 datasheet (per GPU: FP16/BF16 4.5 PFLOPS with sparsity = 2.25 dense, "
@@ -110,6 +115,11 @@ std::optional<std::string> checkGpuSpec(const GpuSpec& gpu, std::string_view pre
         gpu.compute_efficiency_scale <= 4.0)) {
     return std::string(prefix) + "compute_efficiency_scale must be in (0, 4] (got " +
            std::to_string(gpu.compute_efficiency_scale) + ")";
+  }
+  if (!(std::isfinite(gpu.interconnect_efficiency_scale) &&
+        gpu.interconnect_efficiency_scale > 0.0 && gpu.interconnect_efficiency_scale <= 4.0)) {
+    return std::string(prefix) + "interconnect_efficiency_scale must be in (0, 4] (got " +
+           std::to_string(gpu.interconnect_efficiency_scale) + ")";
   }
   return std::nullopt;
 }

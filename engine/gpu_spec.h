@@ -27,6 +27,10 @@ struct GpuSpec {
   /// dense-GEMM throughput relative to the datasheet peak, over the typical data-centre ratio
   /// the default efficiencies are fitted to (1 = typical; docs/engine.md, GPU table).
   double compute_efficiency_scale = 1.0;
+  /// Multiplies the collective bandwidth (allreduce_efficiency × interconnect_gbps) on this GPU:
+  /// its measured NCCL all-reduce bus bandwidth relative to the link bandwidth, over the
+  /// NVLink ratio allreduce_efficiency is fitted to (1 = NVLink-like; docs/engine.md, GPU table).
+  double interconnect_efficiency_scale = 1.0;
 };
 
 /// One built-in GPU: its spec, the accepted names (first = canonical) and the datasheet.

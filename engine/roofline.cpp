@@ -172,10 +172,12 @@ double moeLayerMs(const Shapes& s, const C& k, double tokens) {
   return router + 2.0 * k.kernel_overhead_us * 1e-3 + seconds * 1e3;
 }
 
-/// One collective over the interconnect moving `bytes` per GPU: latency + bytes / bandwidth.
+/// One collective over the interconnect moving `bytes` per GPU: latency + bytes / bandwidth,
+/// the bandwidth scaled by the GPU's interconnect efficiency scale (PCIe vs NVLink).
 double collectiveMs(const RooflineConfig& c, const C& k, double bytes) {
-  return k.allreduce_latency_us * 1e-3 +
-         bytes / (c.gpu.interconnect_gbps * 1e9 * k.allreduce_efficiency) * 1e3;
+  const double bytes_per_s =
+      c.gpu.interconnect_gbps * 1e9 * c.gpu.interconnect_efficiency_scale * k.allreduce_efficiency;
+  return k.allreduce_latency_us * 1e-3 + bytes / bytes_per_s * 1e3;
 }
 
 /// Expert-parallel dispatch and combine of one MoE layer (vLLM's all-gather / reduce-scatter):

@@ -385,6 +385,8 @@ const std::vector<ConfigKey>& keys() {
       {"engine.gpu_spec", "sm_count", MOCKER_REF(OptU32Ref, roofline.gpu_sm_count)},
       {"engine.gpu_spec", "compute_efficiency_scale",
        MOCKER_REF(OptDoubleRef, roofline.gpu_compute_efficiency_scale)},
+      {"engine.gpu_spec", "interconnect_efficiency_scale",
+       MOCKER_REF(OptDoubleRef, roofline.gpu_interconnect_efficiency_scale)},
       {"engine.roofline", "non_torch_memory_gib",
        MOCKER_REF(DoubleRef, roofline.non_torch_memory_gib)},
       {"engine.sglang", "schedule_policy",

@@ -104,6 +104,9 @@ Result<engine::GpuSpec> buildGpu(const RooflineSettings& s) {
   }
   if (s.gpu_sm_count) g.sm_count = *s.gpu_sm_count;
   if (s.gpu_compute_efficiency_scale) g.compute_efficiency_scale = *s.gpu_compute_efficiency_scale;
+  if (s.gpu_interconnect_efficiency_scale) {
+    g.interconnect_efficiency_scale = *s.gpu_interconnect_efficiency_scale;
+  }
   if (auto problem = engine::checkGpuSpec(g, "engine.gpu_spec.")) return invalidArgument(*problem);
   return g;
 }

@@ -73,6 +73,7 @@ const std::initializer_list<Group> kGroups = {
     {"--gpu-interconnect-gbps", "engine.gpu_spec.interconnect_gbps", "per-direction GPU-to-GPU bandwidth for the TP all-reduce, GB/s (overrides --gpu's)"},
     {"--gpu-sm-count", "engine.gpu_spec.sm_count", "streaming multiprocessors: prompt-chunk attention runs in waves of this many blocks (overrides --gpu's; custom GPU: none = no wave quantisation)"},
     {"--gpu-compute-efficiency-scale", "engine.gpu_spec.compute_efficiency_scale", "multiplies the GEMM compute efficiencies on this GPU, (0, 4] (overrides --gpu's; custom GPU: 1)"},
+    {"--gpu-interconnect-efficiency-scale", "engine.gpu_spec.interconnect_efficiency_scale", "multiplies the collective bandwidth (all-reduce, EP dispatch) on this GPU: measured NCCL bus bandwidth over link bandwidth, relative to NVLink's, (0, 4] (overrides --gpu's; custom GPU: 1)"},
     {"--tensor-parallel-size,--tp", "engine.tensor_parallel_size", "GPUs per engine (DP rank): divides weights, FLOPs and KV heads; adds 2 all-reduces per layer"},
     {"--enable-expert-parallel,!--no-enable-expert-parallel", "engine.enable_expert_parallel", "MoE: spread the experts over TP x DP GPUs (vLLM's flag): each holds num_experts / (TP x DP) and serves every rank's tokens; adds a dispatch and a combine per MoE layer", true},
     {"--gpu-memory-utilization", "engine.gpu_memory_utilization", "fraction of GPU memory vLLM may use (0, 1]; sizes the KV cache when --num-gpu-blocks is none"},

@@ -193,11 +193,12 @@ TEST(RooflineTest, ExpertParallelHoldsPartOfTheExpertsAndAddsDispatchAndCombine)
   const RooflineBreakdown b = rooflinePass(c, one);
   EXPECT_NEAR(b.moe_ms, 48 * 73769216.0 / 1792e9 * 1e3, 1e-9);
   // Dispatch and combine: each moves (2 - 1) / 2 x 2 tokens x 2048 x 2 B = 4,096 B over PCIe
-  // Gen5 (64 GB/s), 2 per layer; with the 36 us latency of a collective on top.
-  EXPECT_NEAR(b.expert_dispatch_ms, 48 * 2 * 4096.0 / 64e9 * 1e3, 1e-12);
+  // Gen5 (64 GB/s at the RTX PRO 6000's interconnect efficiency scale 0.5: 32e9 B/s), 2 per
+  // layer; with the 36 us latency of a collective on top.
+  EXPECT_NEAR(b.expert_dispatch_ms, 48 * 2 * 4096.0 / 32e9 * 1e3, 1e-12);
   EXPECT_EQ(b.allreduce_ms, 0.0);
   c.coefficients.allreduce_latency_us = 36.0;
-  EXPECT_NEAR(rooflinePass(c, one).expert_dispatch_ms, 48 * 2 * (4096.0 / 64e9 * 1e3 + 0.036),
+  EXPECT_NEAR(rooflinePass(c, one).expert_dispatch_ms, 48 * 2 * (4096.0 / 32e9 * 1e3 + 0.036),
               1e-12);
   // Weights per GPU: 1,541,081,088 non-expert parameters + 28,991,029,248 / 2 expert ones.
   EXPECT_NEAR(weightBytesPerGpu(c), (1541081088.0 + 28991029248.0 / 2) * 2, 1.0);
@@ -218,15 +219,26 @@ TEST(RooflineTest, ExpertParallelHoldsPartOfTheExpertsAndAddsDispatchAndCombine)
 }
 
 TEST(RooflineTest, TensorParallelSplitsWeightsAndAddsTwoAllReducesPerLayer) {
-  // Qwen3-32B over 2 RTX PRO 6000 (PCIe Gen5, 64 GB/s per direction), 100 tokens: each
-  // all-reduce moves 2 (p-1)/p x 100 x 5120 x 2 B = 1,024,000 B / 64e9 = 0.016 ms; 2 per
-  // layer, 64 layers = 2.048 ms.
+  // Qwen3-32B over 2 RTX PRO 6000 (PCIe Gen5, 64 GB/s per direction, interconnect efficiency
+  // scale 0.5 — NCCL's measured bus bandwidth on PCIe is half NVLink's share of its link), 100
+  // tokens: each all-reduce moves 2 (p-1)/p x 100 x 5120 x 2 B = 1,024,000 B / (64e9 x 0.5) =
+  // 0.032 ms; 2 per layer, 64 layers = 4.096 ms.
   const RooflineConfig tp2 = deployment(qwen3_32b(), "RTXPRO6000", 2);
   const std::vector<PassSequence> seqs = {{.new_tokens = 100, .context = 0}};
-  EXPECT_NEAR(rooflinePass(tp2, seqs).allreduce_ms, 2.048, 1e-12);
+  EXPECT_NEAR(rooflinePass(tp2, seqs).allreduce_ms, 4.096, 1e-12);
   RooflineConfig latency = tp2;
   latency.coefficients.allreduce_latency_us = 10.0;
-  EXPECT_NEAR(rooflinePass(latency, seqs).allreduce_ms, 2.048 + 64 * 2 * 0.010, 1e-12);
+  EXPECT_NEAR(rooflinePass(latency, seqs).allreduce_ms, 4.096 + 64 * 2 * 0.010, 1e-12);
+  // With allreduce_efficiency 0.7 (the default) the bandwidth is 64e9 x 0.5 x 0.7 = 22.4e9 B/s,
+  // the NCCL bus bandwidth measured on such servers (22.2 GB/s).
+  RooflineConfig nvlink_share = tp2;
+  nvlink_share.coefficients.allreduce_efficiency = 0.7;
+  EXPECT_NEAR(rooflinePass(nvlink_share, seqs).allreduce_ms, 64 * 2 * 1024000.0 / 22.4e9 * 1e3,
+              1e-12);
+  // A GPU without the scale (1, NVLink-like) moves it at the link's full rate.
+  RooflineConfig unscaled = tp2;
+  unscaled.gpu.interconnect_efficiency_scale = 1.0;
+  EXPECT_NEAR(rooflinePass(unscaled, seqs).allreduce_ms, 2.048, 1e-12);
   // A decode reads half the weights per GPU: memory-bound GEMM time about halves.
   const RooflineConfig tp1 = deployment(qwen3_32b(), "RTXPRO6000", 1);
   const std::vector<PassSequence> decode = {{.new_tokens = 1, .context = 0}};

@@ -10,7 +10,6 @@
 #include <map>
 #include <optional>
 
-#include "base/lines.h"
 #include "tools/calibrate/csv_cells.h"
 
 namespace mocker::calibrate {
@@ -140,29 +139,10 @@ std::string lmStatus(int status) {
 
 Result<std::vector<MeasuredPass>> parsePassesCsv(std::string_view text, std::string_view source) {
   std::vector<MeasuredPass> out;
-  std::map<std::string, std::size_t, std::less<>> column;
   std::optional<std::uint64_t> current;
   std::map<std::uint64_t, std::size_t> seen;  // pass id -> line of its first row
-  for (auto [line, line_no] : Lines(text)) {
-    if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
-    if (line.empty()) continue;
-    const std::vector<std::string_view> cells = splitCsv(line);
-    if (column.empty()) {
-      for (std::size_t i = 0; i < cells.size(); ++i) column.emplace(std::string(cells[i]), i);
-      for (const char* name : kPassColumns) {
-        if (!column.contains(name)) {
-          return rowError(source, line_no, name,
-                          "missing column (the header needs pass, new_tokens, context, "
-                          "duration_ms)");
-        }
-      }
-      continue;
-    }
-    if (cells.size() != column.size()) {
-      return invalidArgument(std::string(source) + " line " + std::to_string(line_no) + ": " +
-                             std::to_string(cells.size()) + " fields, the header has " +
-                             std::to_string(column.size()));
-    }
+  const auto row = [&](const std::vector<std::string_view>& cells, const detail::CsvColumns& column,
+                       std::size_t line_no) -> Status {
     const auto cell = [&](const char* name) { return cells[column.at(name)]; };
     const Result<std::uint64_t> id = parseCount(cell("pass"), 0, 9e15);
     if (!id) return rowError(source, line_no, "pass", id.error().message);
@@ -191,8 +171,9 @@ Result<std::vector<MeasuredPass>> parsePassesCsv(std::string_view text, std::str
           "differs from the pass's first row (line " + std::to_string(out.back().line) + ")");
     }
     out.back().sequences.push_back({.new_tokens = static_cast<std::uint32_t>(*n), .context = *ctx});
-  }
-  if (column.empty()) return invalidArgument(std::string(source) + ": empty (no header line)");
+    return {};
+  };
+  if (Status s = detail::forEachCsvRow(text, source, kPassColumns, row); !s) return s.error();
   if (out.empty()) return invalidArgument(std::string(source) + ": no passes");
   return out;
 }

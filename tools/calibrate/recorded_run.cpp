@@ -87,31 +87,12 @@ Result<std::vector<RecordedRequest>> parseGroundTruthCsv(std::string_view text,
                                                          const replay::Workload& trace) {
   const std::vector<TraceTurn> turns = traceTurns(trace);
   std::vector<RecordedRequest> out;
-  std::map<std::string, std::size_t, std::less<>> column;
-  for (auto [line, line_no] : Lines(text)) {
-    if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
-    if (line.empty()) continue;
-    const std::vector<std::string_view> cells = splitCsv(line);
-    if (column.empty()) {
-      for (std::size_t i = 0; i < cells.size(); ++i) column.emplace(std::string(cells[i]), i);
-      for (const char* name : kCsvColumns) {
-        if (!column.contains(name)) {
-          return rowError(
-              source, line_no, name,
-              "missing column (header has " + std::to_string(cells.size()) + " columns)");
-        }
-      }
-      continue;
-    }
+  const auto row = [&](const std::vector<std::string_view>& cells, const detail::CsvColumns& column,
+                       std::size_t line_no) -> Status {
     if (out.size() == turns.size()) {
       return invalidArgument(std::string(source) + " line " + std::to_string(line_no) +
                              ": more rows than the trace has requests (" +
                              std::to_string(turns.size()) + ")");
-    }
-    if (cells.size() != column.size()) {
-      return invalidArgument(std::string(source) + " line " + std::to_string(line_no) + ": " +
-                             std::to_string(cells.size()) + " fields, the header has " +
-                             std::to_string(column.size()));
     }
     const TraceTurn& t = turns[out.size()];
     RecordedRequest r{.key = t.key};
@@ -138,10 +119,11 @@ Result<std::vector<RecordedRequest>> parseGroundTruthCsv(std::string_view text,
       *target = static_cast<std::uint32_t>(*v);
     }
     const bool first_turn = t.key.ends_with("#0");
-    if (Status s = checkAgainstTrace(r, t, first_turn, source, line_no); !s) return s.error();
+    if (Status s = checkAgainstTrace(r, t, first_turn, source, line_no); !s) return s;
     out.push_back(std::move(r));
-  }
-  if (column.empty()) return invalidArgument(std::string(source) + ": empty (no header line)");
+    return {};
+  };
+  if (Status s = detail::forEachCsvRow(text, source, kCsvColumns, row); !s) return s.error();
   if (out.size() != turns.size()) {
     return invalidArgument(std::string(source) + ": " + std::to_string(out.size()) +
                            " rows but the trace has " + std::to_string(turns.size()) + " requests");
