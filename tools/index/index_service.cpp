@@ -23,6 +23,7 @@
 #include "service/zap_handler.h"
 #include "service/zmq_io.h"
 #include "tools/index/sequencer.h"
+#include "tools/index/tiered_kv_index.h"
 #include "tools/index/verify.h"
 
 namespace mocker::index {
@@ -188,7 +189,8 @@ class IndexService::Impl {
   bool stop_ = false;
   Clock::time_point start_ = Clock::now();
   Clock::time_point next_stats_{};
-  KvIndex index_;
+  TieredKvIndex tiers_;            // one view per KV tier (medium)
+  KvIndex& index_ = tiers_.gpu();  // the GPU view: queries, snapshots, verify
   IndexStats s_;
   mutable std::mutex stats_mutex_;
   IndexStats published_;
@@ -353,11 +355,12 @@ std::string lossText(const SeqAction& a) {
 void IndexService::Impl::apply(Conn& c, const protocol::KvEventBatch& batch) {
   const WorkerRank src = source(c);
   for (const protocol::KvEvent& ev : batch.events) {
+    // Each tier (medium GPU / CPU / DISK) has its own view; index_ is the GPU one.
     if (const auto* st = std::get_if<protocol::BlockStoredEvent>(&ev)) {
-      index_.applyStored(src, st->block_hashes, st->parent_block_hash);
+      tiers_.applyStored(src, st->medium, st->block_hashes, st->parent_block_hash);
       s_.blocks_applied += st->block_hashes.size();
     } else if (const auto* rm = std::get_if<protocol::BlockRemovedEvent>(&ev)) {
-      index_.applyRemoved(src, rm->block_hashes);
+      tiers_.applyRemoved(src, rm->medium, rm->block_hashes);
       s_.blocks_applied += rm->block_hashes.size();
     } else {
       index_.applyCleared(src);
