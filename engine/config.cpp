@@ -111,6 +111,38 @@ std::optional<ConfigError> checkProfile(const TimingProfile& p) {
   return std::nullopt;
 }
 
+// KV offload tiers (README "KV offload tiers").
+std::optional<ConfigError> checkOffload(const EngineConfig& c) {
+  if (c.num_g3_blocks > 0 && c.num_g2_blocks == 0) {
+    return ruleError({"num_g3_blocks", "num_g2_blocks"},
+                     "num_g3_blocks needs num_g2_blocks > 0 (got num_g3_blocks " +
+                         std::to_string(c.num_g3_blocks) +
+                         ", num_g2_blocks 0): G3 holds blocks G2 evicts");
+  }
+  if (c.offload_batch_size < 1) {
+    return fieldError("offload_batch_size", ">= 1", std::to_string(c.offload_batch_size));
+  }
+  for (const auto& [name, value] :
+       {std::pair{"offload_gpu_to_host_gbps", c.offload_gpu_to_host_gbps},
+        std::pair{"offload_host_to_gpu_gbps", c.offload_host_to_gpu_gbps},
+        std::pair{"offload_host_to_disk_gbps", c.offload_host_to_disk_gbps},
+        std::pair{"offload_disk_to_host_gbps", c.offload_disk_to_host_gbps}}) {
+    if (!std::isfinite(value) || value <= 0) return fieldError(name, "finite and > 0", num(value));
+  }
+  if (c.num_g2_blocks == 0) return std::nullopt;
+  if (c.engine_type == EngineType::Sglang) {
+    return ruleError({"num_g2_blocks", "engine_type"},
+                     "num_g2_blocks must be 0 with engine_type sglang: offload tiers are modelled "
+                     "for vllm and trtllm only");
+  }
+  if (!c.enable_prefix_caching) {
+    return ruleError({"num_g2_blocks", "enable_prefix_caching"},
+                     "num_g2_blocks needs enable_prefix_caching: offloaded blocks are found by "
+                     "their prefix hashes");
+  }
+  return std::nullopt;
+}
+
 }  // namespace
 
 std::string_view toString(EngineType v) { return enumName(kEngineTypes, v); }
@@ -266,6 +298,7 @@ std::optional<ConfigError> checkEngineConfig(const EngineConfig& c) {
     return fieldError("kv_transfer_bandwidth_gbps", "finite and > 0",
                       num(c.kv_transfer_bandwidth_gbps));
   }
+  if (auto e = checkOffload(c)) return e;
   if (c.kv_hold_timeout_ms &&
       (!std::isfinite(*c.kv_hold_timeout_ms) || *c.kv_hold_timeout_ms < 0)) {
     return fieldError("kv_hold_timeout_ms", "finite and >= 0, or null (hold forever)",

@@ -96,6 +96,15 @@ struct EngineConfig {
   /// >= 0 or null (hold forever): modelled ms a prefill worker holds handed-off KV unreleased.
   std::optional<double> kv_hold_timeout_ms = 60000.0;
 
+  // KV offload tiers (README "KV offload tiers"; vllm and trtllm). 0 blocks = tier off.
+  std::uint32_t num_g2_blocks = 0;         ///< host-memory (G2, medium CPU) blocks per rank
+  std::uint32_t num_g3_blocks = 0;         ///< disk (G3, medium DISK) blocks; needs num_g2_blocks
+  std::uint32_t offload_batch_size = 16;   ///< >= 1; evicted blocks per offload transfer
+  double offload_gpu_to_host_gbps = 14.0;  ///< finite, > 0; decimal GB/s, GPU → host
+  double offload_host_to_gpu_gbps = 14.0;  ///< host → GPU (onboarding)
+  double offload_host_to_disk_gbps = 7.0;  ///< host → disk (G2 → G3)
+  double offload_disk_to_host_gbps = 7.0;  ///< disk → host (onboarding from G3)
+
   SglangConfig sglang;
 };
 

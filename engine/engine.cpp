@@ -197,6 +197,10 @@ std::vector<std::uint64_t> Engine::cachedBlockHashes(std::uint32_t dp_rank) cons
   return ranks_.at(dp_rank)->cachedBlockHashes();
 }
 
+std::vector<std::uint64_t> Engine::tierBlockHashes(std::uint32_t dp_rank, Medium medium) const {
+  return ranks_.at(dp_rank)->tierBlockHashes(medium);
+}
+
 std::optional<KvEvent> Engine::resetPrefixCache(std::uint32_t dp_rank) {
   if (!ranks_.at(dp_rank)->clearCache()) return std::nullopt;
   return KvEvent{AllBlocksCleared{}};

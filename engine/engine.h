@@ -101,6 +101,9 @@ class Engine final {
   /// Sorted sequence hashes of every block currently cache-visible on `dp_rank` (active or
   /// inactive): the state a KV-event subscriber should reproduce (`kv_snapshot`).
   std::vector<std::uint64_t> cachedBlockHashes(std::uint32_t dp_rank) const;
+  /// Sorted hashes a tier of `dp_rank` holds (README "KV offload tiers"): Gpu = the pool
+  /// (cachedBlockHashes), Cpu = G2, Disk = G3 (empty when the tier is off).
+  std::vector<std::uint64_t> tierBlockHashes(std::uint32_t dp_rank, Medium medium) const;
 
   /// vLLM reset_prefix_cache: succeeds only when the rank has no active blocks; drops every
   /// cached block and returns the AllBlocksCleared event to publish. nullopt ⇒ refused.

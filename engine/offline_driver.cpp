@@ -95,9 +95,12 @@ std::uint64_t OfflineDriver::run(const PassObserver& observer) {
     PassResult pass = engine_.step(best, best_clock);
     now_ms_ = std::max(now_ms_, pass.end_ms);
     if (!pass.did_work) {
-      // Work that cannot progress until something arrives (should not happen for vllm).
-      if (next_arrival == kInf) break;
-      rank_clock_[best] = next_arrival;
+      // Work that cannot progress until something arrives or a timer fires (a KV transfer of
+      // the offload tiers, a handoff's activation).
+      const std::optional<double> timer = engine_.nextTimerMs(best);
+      const double wake = std::min(next_arrival, timer && *timer > best_clock ? *timer : kInf);
+      if (wake == kInf) break;
+      rank_clock_[best] = wake;
       continue;
     }
     ++passes;

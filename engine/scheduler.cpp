@@ -40,7 +40,9 @@ VllmScheduler::VllmScheduler(const EngineConfig& config, std::uint32_t dp_rank)
       // Length limits: a sequence never outgrows the pool nor (chunking off) the token budget (vLLM
       // refuses to start when max_model_len does not fit either), so a lone request can never
       // preempt itself forever and a preempted one can always be readmitted.
-      limit_(detail::vllmEffectiveLimit(config, block_size_)) {}
+      limit_(detail::vllmEffectiveLimit(config, block_size_)) {
+  if (config.num_g2_blocks > 0) tiers_.emplace(offloadSettings(config, block_size_));
+}
 
 void VllmScheduler::submit(detail::AcceptedRequest&& request) {
   Req r(std::move(request));
@@ -96,7 +98,11 @@ bool VllmScheduler::cancel(RequestId id) {
     releaseBlocks(r);
     reserve_next = true;
   } else {
-    // Stays in waiting_ as a stale id until it reaches the head (O(1) cancel).
+    // Stays in waiting_ as a stale id until it reaches the head (O(1) cancel). Onboarding (in no
+    // queue) and Loaded (in loaded_) requests hold blocks; an onboarding keeps its transfer.
+    if (r.state == ReqState::Onboarding) --num_onboarding_;
+    if (!r.blocks.empty()) reserve_next = true;
+    releaseBlocks(r);
     removeFromWaitingStats(r);
     --num_waiting_;
   }
@@ -119,7 +125,12 @@ VllmScheduler::PrefixMatch VllmScheduler::lookupPrefix(Req& r) {
   if (!config_.enable_prefix_caching) return m;
   extendSequenceHashes(r.tokens, block_size_, HashSeeds{config_.hash_seed, config_.chain_seed},
                        r.hashes);
-  std::uint32_t hits = pool_.countPrefixHits(r.hashes);
+  const std::uint32_t gpu_hits = pool_.countPrefixHits(r.hashes);
+  std::uint32_t hits = gpu_hits;
+  // Offload tiers: a fresh request's prefix continues in G2/G3 (onboarded before it runs).
+  if (tiers_ && r.state == ReqState::Waiting && !r.admitted_before) {
+    hits += tiers_->countResident(std::span(r.hashes).subspan(gpu_hits));
+  }
   // Recompute-the-last-block rule: a request with tokens left to generate recomputes at least its
   // last token, and allocation is whole-block, so at most floor((len − 1)/B) blocks may come from
   // the cache.
@@ -129,8 +140,9 @@ VllmScheduler::PrefixMatch VllmScheduler::lookupPrefix(Req& r) {
   // Speculative decoding: the drafter needs the last cached block's hidden states, so a
   // non-empty hit gives up one more block.
   if (config_.spec_num_draft_tokens && hits > 0) --hits;
-  m.hit_blocks = hits;
-  for (std::uint32_t i = 0; i < hits; ++i) {
+  m.hit_blocks = std::min(hits, gpu_hits);
+  m.onboard_blocks = hits - m.hit_blocks;
+  for (std::uint32_t i = 0; i < m.hit_blocks; ++i) {
     if (pool_.hasActiveCopy(r.hashes[i])) ++m.active_blocks;
   }
   return m;
@@ -219,6 +231,7 @@ PassResult VllmScheduler::step(double now_ms) {
   pass.out.kv_events = std::move(book_.carryEvents());
   book_.carryEvents().clear();
   scheduled_.clear();
+  if (tiers_) advanceTiers(pass, now_ms);
   if (isPrefillWorker()) {
     book_.expire(pass.out, now_ms, requests_, [this](Req& r) { releaseBlocks(r); });
   }
@@ -241,6 +254,8 @@ PassResult VllmScheduler::step(double now_ms) {
     tryReserve(pass.out.end_ms, pass.out.kv_events);
     pass.out.load = loadMetrics();
   }
+  // Blocks the pool evicted in this pass start their way to host memory.
+  if (tiers_) tiers_->offloadEvicted(pass.out.kv_events, now_ms);
   pass.out.did_work = !scheduled_.empty() || !pass.out.outputs.empty() ||
                       !pass.out.handoffs.empty() || !pass.out.activations.empty() ||
                       !pass.out.expired_holds.empty() || !pass.out.kv_events.empty();
@@ -320,6 +335,7 @@ inline void VllmScheduler::rejectHead(Pass& pass, ReqMap::iterator it, LengthLim
   --num_waiting_;
   waiting_.pop_front();
   pass.rejected.push_back({it->first, limit});
+  releaseBlocks(it->second);  // none, unless Loaded (offload tiers)
   requests_.erase(it);
 }
 
@@ -328,10 +344,13 @@ void VllmScheduler::admitWaiting(Pass& pass) {
   // TRT-LLM: blocks running requests may still need.
   std::uint64_t reserved_blocks = isTrtllm() ? outstandingBlocks() : 0;
   if (!book_.activated().empty()) admitActivated(pass, max_seqs, reserved_blocks);
-  while (running_.size() < max_seqs && pass.budget > 0 && !waiting_.empty()) {
-    const auto it = requests_.find(waiting_.front());
+  while (running_.size() < max_seqs && pass.budget > 0 && (!waiting_.empty() || !loaded_.empty())) {
+    // Offload tiers: loaded requests go first — they hold every block they need, so a blocked
+    // head (a preempted request that no longer fits beside them) never stalls them.
+    std::deque<RequestId>& queue = loaded_.empty() ? waiting_ : loaded_;
+    const auto it = requests_.find(queue.front());
     if (it == requests_.end()) {  // cancelled while waiting
-      waiting_.pop_front();
+      queue.pop_front();
       continue;
     }
     Req& r = it->second;
@@ -341,8 +360,15 @@ void VllmScheduler::admitWaiting(Pass& pass) {
       rejectHead(pass, it, *limit);
       continue;
     }
-    const PrefixMatch match = lookupPrefix(r);
-    const std::uint32_t cached = match.hit_blocks * block_size_;
+    // Loaded (offload tiers): it holds its onboarded prefix, computed; no lookup.
+    PrefixMatch match{.active_blocks = static_cast<std::uint32_t>(r.blocks.size())};
+    if (r.state != ReqState::Loaded) match = lookupPrefix(r);
+    if (match.onboard_blocks > 0) {
+      if (!parkForOnboarding(pass, r, match, reserved_blocks)) break;
+      continue;  // vLLM skips a request whose KV is loading
+    }
+    const std::uint32_t cached =
+        r.state == ReqState::Loaded ? r.num_computed : match.hit_blocks * block_size_;
     const std::uint32_t uncached = r.len() - cached;
     const auto n = static_cast<std::uint32_t>(std::min<std::uint64_t>(uncached, pass.budget));
     // Speculative decoding: a request that completes its prompt now draws a burst this pass.
@@ -366,7 +392,7 @@ void VllmScheduler::admitWaiting(Pass& pass) {
     if (isTrtllm()) reserved_blocks += blocksToCompletion(r);
     removeFromWaitingStats(r);
     --num_waiting_;
-    waiting_.pop_front();
+    queue.pop_front();
     detail::recordAdmission(r, cached, pass.out, prefix_counters_);
     r.state = ReqState::Running;
     running_.push_back(&r);
@@ -521,7 +547,13 @@ bool VllmScheduler::releaseHeld(RequestId id) {
   return book_.releaseHeld(requests_, id, [this](Req& r) { releaseBlocks(r); });
 }
 
-std::optional<double> VllmScheduler::nextTimerMs() const { return book_.nextTimerMs(); }
+std::optional<double> VllmScheduler::nextTimerMs() const {
+  std::optional<double> timer = book_.nextTimerMs();
+  if (const std::optional<double> t = tiers_ ? tiers_->nextEventMs() : std::nullopt) {
+    timer = timer ? std::min(*timer, *t) : *t;
+  }
+  return timer;
+}
 
 void VllmScheduler::submitHandoff(detail::AcceptedRequest&& request, const HandoffTicket& ticket,
                                   double now_ms) {
@@ -624,6 +656,8 @@ LoadMetrics VllmScheduler::loadMetrics() const {
                                            .preemptions = preemptions_total_,
                                            .prefix = prefix_counters_});
   book_.fillLoadMetrics(m);
+  if (tiers_) m.tiers = tiers_->metrics();
+  m.onboarding_requests = num_onboarding_;
   return m;
 }
 
@@ -636,6 +670,7 @@ Status VllmScheduler::checkInvariants() const {
     return fail("running > max_num_seqs");
   }
   std::uint64_t live_waiting = 0;
+  std::uint64_t held = 0;
   std::unordered_map<RequestId, int> seen;
   for (RequestId id : waiting_) {
     const auto it = requests_.find(id);
@@ -645,9 +680,16 @@ Status VllmScheduler::checkInvariants() const {
     if (!it->second.blocks.empty()) return fail("waiting request holds blocks");
     ++live_waiting;
   }
-  if (live_waiting + book_.activated().size() != num_waiting_)
+  for (RequestId id : loaded_) {
+    const auto it = requests_.find(id);
+    if (it == requests_.end()) continue;
+    if (it->second.state != ReqState::Loaded) return fail("loaded queue holds another state");
+    if (++seen[id] > 1) return fail("loaded request twice in a queue");
+    held += it->second.blocks.size();
+    ++live_waiting;
+  }
+  if (live_waiting + book_.activated().size() + num_onboarding_ != num_waiting_)
     return fail("waiting count mismatch");
-  std::uint64_t held = 0;
   // Disaggregation states: each in exactly its own queue, holding exactly its prompt's blocks
   // (Reserving: none yet).
   std::uint64_t num_held = 0;
@@ -661,6 +703,11 @@ Status VllmScheduler::checkInvariants() const {
         break;
       case ReqState::Reserving:
         if (!r.blocks.empty()) return fail("unreserved handoff holds blocks");
+        break;
+      case ReqState::Onboarding:
+        if (++seen[id] > 1) return fail("onboarding request in a queue");
+        if (r.blocks.empty()) return fail("onboarding request holds no blocks");
+        held += r.blocks.size();
         break;
       case ReqState::Reserved:
       case ReqState::Activated:

@@ -23,6 +23,7 @@
 #include "engine/detail/pass.h"
 #include "engine/detail/rank_core.h"
 #include "engine/detail/stats.h"
+#include "engine/offload.h"
 #include "engine/timing_model.h"
 
 namespace mocker::engine {
@@ -50,11 +51,14 @@ class VllmScheduler final : public detail::RankCore {
   void takeReservations(std::vector<HandoffReservation>& out) override {
     book_.takeReservations(out, dp_rank_);
   }
+  std::vector<std::uint64_t> tierBlockHashes(Medium medium) const override;
 
  private:
   // Held: prefill worker, prompt done, KV kept for a decode worker. Reserving: decode worker,
   // handoff in the FIFO reservation queue. Reserved: blocks reserved, waiting for activation.
   // Activated: KV in place (num_computed = prompt), waiting for admission.
+  // Onboarding: KV offload tiers — blocks held, its prefix being copied from G2/G3 (parked, in no
+  // queue). Loaded: that copy is done (num_computed = the blocks it holds), waiting for admission.
   enum class ReqState : std::uint8_t {
     Waiting,
     Preempted,
@@ -63,7 +67,9 @@ class VllmScheduler final : public detail::RankCore {
     Held,
     Reserving,
     Reserved,
-    Activated
+    Activated,
+    Onboarding,
+    Loaded
   };
 
   struct Req : detail::RequestRecord {
@@ -73,6 +79,7 @@ class VllmScheduler final : public detail::RankCore {
     std::uint32_t num_finalized = 0;  // blocks [0, num_finalized) are cache-visible
     ReqState state = ReqState::Waiting;
     std::uint32_t num_preemptions = 0;
+    std::uint32_t loaded_blocks = 0;  // offload tiers: GPU hits + onboarded blocks (parked)
   };
   using ReqMap = std::unordered_map<RequestId, Req>;
 
@@ -98,8 +105,9 @@ class VllmScheduler final : public detail::RankCore {
   };
 
   struct PrefixMatch {
-    std::uint32_t hit_blocks = 0;     // blocks claimed from the cache (after the recompute cap)
-    std::uint32_t active_blocks = 0;  // of those, blocks currently active
+    std::uint32_t hit_blocks = 0;      // blocks claimed from the cache (after the recompute cap)
+    std::uint32_t active_blocks = 0;   // of those, blocks currently active (Loaded: held blocks)
+    std::uint32_t onboard_blocks = 0;  // offload tiers: blocks after the hits found in G2/G3
   };
 
   // How a running request's allocation for this pass ended.
@@ -157,6 +165,16 @@ class VllmScheduler final : public detail::RankCore {
   /// Decode worker: admits Activated requests (they hold their KV) ahead of waiting requests.
   void admitActivated(Pass& pass, std::uint64_t max_seqs, std::uint64_t& reserved_blocks);
 
+  // KV offload tiers (scheduler_offload.cpp; README "KV offload tiers").
+  /// Pass start: transfers that ended by `now_ms` (tier events) and finished onboardings, whose
+  /// requests join `loaded_` (admitted ahead of waiting) as Loaded.
+  void advanceTiers(Pass& pass, double now_ms);
+  /// The waiting head `r` has `match.onboard_blocks` blocks in G2/G3: claims its GPU hits,
+  /// allocates the onboarded blocks and parks it while they are copied. False if they do not fit
+  /// (the head then waits, like any admission that does not fit).
+  bool parkForOnboarding(Pass& pass, Req& r, const PrefixMatch& match,
+                         std::uint64_t reserved_blocks);
+
   PrefixMatch lookupPrefix(Req& r);
   bool acquire(Req& r, std::uint32_t target_tokens, std::uint32_t hit_blocks,
                std::vector<KvEvent>& events);
@@ -189,8 +207,13 @@ class VllmScheduler final : public detail::RankCore {
   std::uint64_t preemptions_total_ = 0;
   detail::PrefixCacheCounters prefix_counters_;
 
-  detail::HandoffBook book_;  // disaggregation: holds or reservations
-  double clock_ms_ = 0.0;     // latest time the rank has seen
+  detail::HandoffBook book_;               // disaggregation: holds or reservations
+  std::optional<OffloadTiers> tiers_;      // KV offload tiers; nullopt when num_g2_blocks = 0
+  std::uint64_t num_onboarding_ = 0;       // requests in state Onboarding
+  std::deque<RequestId> loaded_;           // Loaded requests, admitted ahead of waiting_ (may hold
+                                           // ids of cancelled requests, dropped at the head)
+  std::vector<OnboardDone> onboard_done_;  // advanceTiers scratch
+  double clock_ms_ = 0.0;                  // latest time the rank has seen
 
   // Per-pass scratch (kept as members to reuse their capacity).
   std::vector<Scheduled> scheduled_;

@@ -76,24 +76,50 @@ struct Admission {
   friend bool operator==(const Admission&, const Admission&) = default;
 };
 
+/// The tier a KV event is about (vLLM's `medium`: "GPU", "CPU", "DISK"; docs/engine.md, "KV
+/// offload tiers"). G1 = the GPU pool, G2 = host memory, G3 = disk.
+enum class Medium : std::uint8_t { Gpu, Cpu, Disk };
+
+/// vLLM's medium strings: "GPU", "CPU", "DISK".
+constexpr std::string_view mediumName(Medium medium) {
+  switch (medium) {
+    case Medium::Gpu:
+      return "GPU";
+    case Medium::Cpu:
+      return "CPU";
+    case Medium::Disk:
+      return "DISK";
+  }
+  return "GPU";
+}
+
 /// KV events ("Stored events"; wire form in docs/wire.md). Hashes are sequence hashes s_i.
 struct BlockStored {
   std::vector<std::uint64_t> block_hashes;         ///< parent → child order
   std::optional<std::uint64_t> parent_block_hash;  ///< null when the run starts at block 0
   std::vector<std::uint32_t> token_ids;            ///< block_hashes.size() * block_size tokens
   std::uint32_t block_size = 0;
+  Medium medium = Medium::Gpu;  ///< the tier that now holds the blocks
   friend bool operator==(const BlockStored&, const BlockStored&) = default;
 };
 /// One evicted hash per event, in eviction order ("Release and eviction", like vLLM); the wire
 /// form wraps it in a one-element `block_hashes` array.
 struct BlockRemoved {
   std::uint64_t block_hash = 0;
+  Medium medium = Medium::Gpu;  ///< the tier that dropped the block
   friend bool operator==(const BlockRemoved&, const BlockRemoved&) = default;
 };
 struct AllBlocksCleared {
   friend bool operator==(const AllBlocksCleared&, const AllBlocksCleared&) = default;
 };
 using KvEvent = std::variant<BlockStored, BlockRemoved, AllBlocksCleared>;
+
+/// The tier an event is about; AllBlocksCleared (the prefix-cache reset) is the GPU pool's.
+inline Medium eventMedium(const KvEvent& event) {
+  if (const auto* s = std::get_if<BlockStored>(&event)) return s->medium;
+  if (const auto* r = std::get_if<BlockRemoved>(&event)) return r->medium;
+  return Medium::Gpu;
+}
 
 /// Forward-pass metrics of one pass ("FPM fields"). Identity fields are stamped by the publisher.
 struct ScheduledStats {
@@ -123,6 +149,22 @@ struct ForwardPassMetrics {
   friend bool operator==(const ForwardPassMetrics&, const ForwardPassMetrics&) = default;
 };
 
+/// KV offload tiers of one rank (docs/engine.md, "KV offload tiers"); all zero when off.
+/// Counters are cumulative.
+struct TierMetrics {
+  std::uint64_t g2_blocks = 0, g2_capacity = 0;  ///< occupancy of host memory (G2)
+  std::uint64_t g3_blocks = 0, g3_capacity = 0;  ///< occupancy of disk (G3)
+  std::uint64_t g2_hit_blocks = 0;     ///< blocks onboarded from G2 (prefix hits in host memory)
+  std::uint64_t g3_hit_blocks = 0;     ///< blocks onboarded from G3
+  std::uint64_t offloaded_blocks = 0;  ///< blocks stored in G2 from the GPU
+  std::uint64_t bytes_gpu_to_host = 0, bytes_host_to_gpu = 0;
+  std::uint64_t bytes_host_to_disk = 0, bytes_disk_to_host = 0;
+  std::uint64_t onboardings = 0;  ///< finished onboardings
+  double onboard_ms_total = 0.0;  ///< Σ (end − start) over finished onboardings
+  double onboard_ms_max = 0.0;
+  friend bool operator==(const TierMetrics&, const TierMetrics&) = default;
+};
+
 /// Load metrics of one rank ("Load metrics").
 struct LoadMetrics {
   std::uint32_t dp_rank = 0;
@@ -141,6 +183,10 @@ struct LoadMetrics {
   std::uint64_t handoff_expired = 0;
   /// Decode worker: handoffs queued for a reservation, or reserved and not yet activated.
   std::uint64_t pending_handoffs = 0;
+  /// KV offload tiers (zero when off); prefix_cache_* above count the GPU and onboarded hits.
+  TierMetrics tiers;
+  /// Requests parked while their prefix is onboarded from G2/G3 (counted in waiting_requests).
+  std::uint64_t onboarding_requests = 0;
   friend bool operator==(const LoadMetrics&, const LoadMetrics&) = default;
 };
 

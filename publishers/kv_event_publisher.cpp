@@ -45,10 +45,12 @@ protocol::KvEvent toWireEvent(const engine::KvEvent& event) {
     return protocol::BlockStoredEvent{.block_hashes = s->block_hashes,
                                       .parent_block_hash = s->parent_block_hash,
                                       .token_ids = s->token_ids,
-                                      .block_size = s->block_size};
+                                      .block_size = s->block_size,
+                                      .medium = std::string(engine::mediumName(s->medium))};
   }
   if (const auto* r = std::get_if<engine::BlockRemoved>(&event)) {
-    return protocol::BlockRemovedEvent{.block_hashes = {r->block_hash}};
+    return protocol::BlockRemovedEvent{.block_hashes = {r->block_hash},
+                                       .medium = std::string(engine::mediumName(r->medium))};
   }
   return protocol::AllBlocksClearedEvent{};
 }

@@ -333,6 +333,7 @@ int ReplayCommand::run(std::ostream& out, std::ostream& err,
   replay::Report report = collector.buildReport({.slo = plan->slo, .wall_time_ms = run->wall_ms});
   report.identity = std::move(identity);
   report.handoff = run->handoff;
+  report.tiers = run->tiers;
   return writeReport(f, report, collector, *run, plan->mode, out, err);
 }
 

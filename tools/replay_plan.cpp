@@ -305,6 +305,7 @@ std::vector<replay::ConfigSetting> engineSettings(const service::ServiceConfig& 
   service::ServiceConfig effective = config;
   effective.engine.block_size = engine::effectiveBlockSize(effective.engine);
   const bool roofline = effective.engine.timing_model == engine::TimingModelKind::Roofline;
+  const bool tiers = effective.engine.num_g2_blocks > 0;
   // The KV capacity the deployment gives (vLLM's "GPU KV cache size") is part of the identity.
   if (roofline) effective.engine.num_gpu_blocks = engine::effectiveNumGpuBlocks(effective.engine);
   std::vector<replay::ConfigSetting> out;
@@ -312,10 +313,15 @@ std::vector<replay::ConfigSetting> engineSettings(const service::ServiceConfig& 
   for (const std::string& key : service::configKeys()) {
     if (!key.starts_with(kPrefix)) continue;
     if (!roofline && service::isRooflineKey(key)) continue;
-    // The handoff settings only matter to a disaggregated run.
+    // The handoff settings only matter to a disaggregated run, the offload settings (and the
+    // block bytes) to a run with host tiers.
     if (!disaggregated &&
-        (key == "engine.kv_bytes_per_token" || key == "engine.kv_transfer_bandwidth_gbps" ||
-         key == "engine.kv_transfer_charge" || key == "engine.kv_hold_timeout_ms")) {
+        (key == "engine.kv_transfer_bandwidth_gbps" || key == "engine.kv_transfer_charge" ||
+         key == "engine.kv_hold_timeout_ms" || (key == "engine.kv_bytes_per_token" && !tiers))) {
+      continue;
+    }
+    if (!tiers && (key.starts_with("engine.offload_") || key == "engine.num_g2_blocks" ||
+                   key == "engine.num_g3_blocks")) {
       continue;
     }
     const std::optional<std::string> text = service::configValueText(effective, key);

@@ -36,6 +36,7 @@ Result<RunSummary> runOffline(const replay::OfflineReplayOptions& planned,
   RunSummary summary;
   summary.wall_ms = std::chrono::duration<double, std::milli>(Clock::now() - start).count();
   summary.warnings = stats.warnings;
+  summary.tiers = stats.tiers;
   const std::string router(replay::toString(options.router));
   std::vector<RankGroup> groups;
   if (stats.handoff) {

@@ -23,6 +23,7 @@ struct RunSummary {
   std::string footer;    ///< lines printed under the report table, each ending in "\n"
   std::vector<std::string> warnings{};             ///< printed on stderr, in order
   std::optional<replay::HandoffReport> handoff{};  ///< disaggregated runs
+  std::optional<replay::TierReport> tiers{};       ///< runs with KV offload tiers
   replay::HtmlReportOptions html{};  ///< rank_labels and requests_per_worker filled in
   /// Live: each server's speedup_ratio as it reported it (nullopt: not reported).
   std::vector<std::optional<double>> server_speedup_ratios{};

@@ -51,6 +51,11 @@ class RankCore {
   virtual bool hasWork() const = 0;
   virtual LoadMetrics loadMetrics() const = 0;
   virtual std::vector<std::uint64_t> cachedBlockHashes() const = 0;
+  /// Sorted hashes a KV offload tier holds (Medium::Cpu = G2, Disk = G3; Gpu = the pool's
+  /// cachedBlockHashes). Empty when the tier is off.
+  virtual std::vector<std::uint64_t> tierBlockHashes(Medium medium) const {
+    return medium == Medium::Gpu ? cachedBlockHashes() : std::vector<std::uint64_t>{};
+  }
   virtual bool clearCache() = 0;
   virtual Status checkInvariants() const = 0;
 

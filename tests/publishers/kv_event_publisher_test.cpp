@@ -238,5 +238,20 @@ TEST(ReplayLayoutTest, Names) {
   EXPECT_FALSE(parseReplayLayout("r3").has_value());
 }
 
+TEST(ToWireEventTest, TheTierBecomesVllmsMedium) {
+  // KV offload tiers (docs/engine.md): GPU / CPU / DISK, vLLM's strings.
+  const auto stored = std::get<protocol::BlockStoredEvent>(toWireEvent(
+      engine::BlockStored{.block_hashes = {7}, .block_size = 4, .medium = engine::Medium::Cpu}));
+  EXPECT_EQ(stored.medium, "CPU");
+  EXPECT_EQ(stored.parent_block_hash, std::nullopt);
+  EXPECT_TRUE(stored.token_ids.empty());
+  const auto removed = std::get<protocol::BlockRemovedEvent>(
+      toWireEvent(engine::BlockRemoved{.block_hash = 7, .medium = engine::Medium::Disk}));
+  EXPECT_EQ(removed.medium, "DISK");
+  const auto gpu =
+      std::get<protocol::BlockRemovedEvent>(toWireEvent(engine::BlockRemoved{.block_hash = 7}));
+  EXPECT_EQ(gpu.medium, "GPU");
+}
+
 }  // namespace
 }  // namespace mocker::publishers

@@ -7,6 +7,8 @@
 
 #include "engine/block_hash.h"
 #include "engine/engine.h"
+#include "engine/offline_driver.h"
+#include "tools/index/tiered_kv_index.h"
 
 namespace mocker::index {
 namespace {
@@ -223,6 +225,71 @@ TEST(KvIndexTest, TracksAnEngineThroughEvictions) {
   EXPECT_GT(index.counters().blocks_removed, 0u) << "the test should exercise evictions";
   EXPECT_EQ(index.counters().unknown_removes, 0u);
   EXPECT_EQ(index.counters().duplicate_stores, 0u);
+}
+
+}  // namespace
+}  // namespace mocker::index
+
+// ---- TieredKvIndex: one view per KV tier (docs/engine.md, "KV offload tiers") ----
+
+namespace mocker::index {
+namespace {
+
+TEST(TieredKvIndexTest, WireMediumNamesTheTier) {
+  EXPECT_EQ(parseMedium(std::nullopt), engine::Medium::Gpu);  // vLLM before `medium`
+  EXPECT_EQ(parseMedium("GPU"), engine::Medium::Gpu);
+  EXPECT_EQ(parseMedium("CPU"), engine::Medium::Cpu);
+  EXPECT_EQ(parseMedium("DISK"), engine::Medium::Disk);
+  EXPECT_EQ(parseMedium("cpu"), std::nullopt);  // vLLM's constants are upper case
+  TieredKvIndex tiers;
+  EXPECT_TRUE(tiers.applyStored(kW0, "CPU", Hashes{7}, std::nullopt));
+  EXPECT_FALSE(tiers.applyStored(kW0, "NVME", Hashes{8}, std::nullopt));
+  EXPECT_TRUE(tiers.applyStored(kW0, std::nullopt, Hashes{9}, std::nullopt));
+  EXPECT_EQ(tiers.tier(engine::Medium::Cpu).snapshot(kW0), (Hashes{7}));
+  EXPECT_EQ(tiers.gpu().snapshot(kW0), (Hashes{9}));
+  EXPECT_EQ(tiers.unknownMediumEvents(), 1u);
+  EXPECT_TRUE(tiers.applyRemoved(kW0, "CPU", Hashes{7}));
+  EXPECT_TRUE(tiers.tier(engine::Medium::Cpu).snapshot(kW0).empty());
+}
+
+TEST(TieredKvIndexTest, PerTierViewEqualsTheEnginesAfterEveryPass) {
+  // A small GPU pool with host and disk tiers under prompts that share prefixes: every pass's
+  // events go into the tiered index, whose three views must equal the engine's tiers each time.
+  engine::EngineConfig c;
+  c.num_gpu_blocks = 24;
+  c.block_size = 4;
+  c.num_g2_blocks = 16;
+  c.num_g3_blocks = 32;
+  c.offload_batch_size = 4;
+  c.kv_bytes_per_token = 100000;
+  engine::Engine e(c);
+  engine::OfflineDriver driver(e);
+  std::uint32_t state = 12345;
+  const auto next = [&] { return state = state * 1103515245u + 12345u, (state >> 8) % 1000; };
+  for (std::uint32_t i = 0; i < 80; ++i) {
+    std::vector<std::uint32_t> prompt;
+    const std::uint32_t group = next() % 6;
+    for (std::uint32_t t = 0; t < 16 + 4 * (next() % 4); ++t) prompt.push_back(group * 1000 + t);
+    for (std::uint32_t t = next() % 9; t > 0; --t) prompt.push_back(50000 + next());
+    driver.add({.arrival_ms = 20.0 * i,
+                .request = {.tokens = std::move(prompt), .max_output_tokens = 1 + next() % 8}});
+  }
+  TieredKvIndex index;
+  std::uint64_t passes = 0, checked_cpu = 0;
+  driver.run([&](const engine::PassResult& p, engine::OfflineDriver&) {
+    ++passes;
+    for (const engine::KvEvent& ev : p.kv_events) index.apply(ev, kW0);
+    for (engine::Medium m : {engine::Medium::Gpu, engine::Medium::Cpu, engine::Medium::Disk}) {
+      ASSERT_EQ(index.tier(m).snapshot(kW0), e.tierBlockHashes(0, m))
+          << "pass " << passes << ", " << engine::mediumName(m);
+    }
+    checked_cpu += index.tier(engine::Medium::Cpu).numBlocks(kW0);
+    EXPECT_EQ(index.tier(engine::Medium::Cpu).counters().unknown_removes, 0u);
+    EXPECT_EQ(index.tier(engine::Medium::Cpu).counters().duplicate_stores, 0u);
+  });
+  EXPECT_GT(checked_cpu, 0u);  // the host tier was used
+  const engine::TierMetrics& t = e.loadMetrics(0).tiers;
+  EXPECT_GT(t.g2_hit_blocks, 0u);
 }
 
 }  // namespace

@@ -130,11 +130,12 @@ void IndexCore::onReplayMessage(std::size_t i, const std::optional<StreamMessage
 void IndexCore::apply(const Stream& c, const protocol::KvEventBatch& batch) {
   const WorkerRank src = source(c);
   for (const protocol::KvEvent& ev : batch.events) {
+    // Each tier (medium GPU / CPU / DISK) has its own view; index_ is the GPU one.
     if (const auto* st = std::get_if<protocol::BlockStoredEvent>(&ev)) {
-      index_.applyStored(src, st->block_hashes, st->parent_block_hash);
+      tiers_.applyStored(src, st->medium, st->block_hashes, st->parent_block_hash);
       s_.blocks_applied += st->block_hashes.size();
     } else if (const auto* rm = std::get_if<protocol::BlockRemovedEvent>(&ev)) {
-      index_.applyRemoved(src, rm->block_hashes);
+      tiers_.applyRemoved(src, rm->medium, rm->block_hashes);
       s_.blocks_applied += rm->block_hashes.size();
     } else {
       index_.applyCleared(src);

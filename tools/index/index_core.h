@@ -25,6 +25,7 @@
 #include "tools/index/kv_index.h"
 #include "tools/index/sequencer.h"
 #include "tools/index/stream_frames.h"
+#include "tools/index/tiered_kv_index.h"
 #include "tools/index/verify.h"
 
 namespace mocker::index {
@@ -168,7 +169,8 @@ class IndexCore final {
   bool stop_ = false;
   Clock::time_point start_ = Clock::now();
   Clock::time_point next_stats_{};
-  KvIndex index_;
+  TieredKvIndex tiers_;            // one view per KV tier (medium)
+  KvIndex& index_ = tiers_.gpu();  // the GPU view: queries, snapshots, verify
   IndexStats s_;
   mutable std::mutex stats_mutex_;
   IndexStats published_;

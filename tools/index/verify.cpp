@@ -4,6 +4,8 @@
 #include <string>
 #include <variant>
 
+#include "tools/index/tiered_kv_index.h"
+
 namespace mocker::index {
 
 Result<std::vector<std::uint64_t>> carrySnapshotForward(WorkerRank src,
@@ -23,10 +25,14 @@ Result<std::vector<std::uint64_t>> carrySnapshotForward(WorkerRank src,
   worker.applyStored(src, snapshot, std::nullopt);
   for (auto it = first; it != log.end(); ++it) {
     for (const protocol::KvEvent& ev : it->second.events) {
+      // kv_snapshot is the GPU pool's: offload-tier events (medium CPU / DISK) are not replayed.
       if (const auto* st = std::get_if<protocol::BlockStoredEvent>(&ev)) {
-        worker.applyStored(src, st->block_hashes, st->parent_block_hash);
+        if (parseMedium(st->medium) == engine::Medium::Gpu) {
+          worker.applyStored(src, st->block_hashes, st->parent_block_hash);
+        }
       } else if (const auto* rm = std::get_if<protocol::BlockRemovedEvent>(&ev)) {
-        worker.applyRemoved(src, rm->block_hashes);
+        if (parseMedium(rm->medium) == engine::Medium::Gpu)
+          worker.applyRemoved(src, rm->block_hashes);
       } else {
         worker.applyCleared(src);
       }

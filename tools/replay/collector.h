@@ -130,6 +130,21 @@ struct HandoffReport {
   Distribution wait_ms{};           ///< prefill end → activation on the decode worker
 };
 
+/// Runs with KV offload tiers (docs/engine.md, "KV offload tiers"): prefix hits per tier, summed
+/// over every rank. Hit rates are hit tokens / prefix-cache query tokens. Set by the caller.
+struct TierReport {
+  std::uint64_t query_tokens = 0;    ///< prompt tokens looked up at admissions
+  std::uint64_t gpu_hit_tokens = 0;  ///< reused from the GPU pool
+  std::uint64_t g2_hit_tokens = 0;   ///< onboarded from host memory
+  std::uint64_t g3_hit_tokens = 0;   ///< onboarded from disk
+  std::uint64_t offloaded_blocks = 0;
+  std::uint64_t bytes_gpu_to_host = 0, bytes_host_to_gpu = 0;
+  std::uint64_t bytes_host_to_disk = 0, bytes_disk_to_host = 0;
+  std::uint64_t onboardings = 0;
+  double onboard_ms_total = 0.0;  ///< Σ over onboardings of their transfer time
+  double onboard_ms_max = 0.0;
+};
+
 struct Report {
   std::uint64_t num_requests = 0;
   std::uint64_t completed_requests = 0;
@@ -163,6 +178,7 @@ struct Report {
   /// buildReport, printed by every report writer when present.
   std::optional<RunIdentity> identity{};
   std::optional<HandoffReport> handoff{};  ///< disaggregated runs only
+  std::optional<TierReport> tiers{};       ///< runs with KV offload tiers only
 };
 
 /// What a collector keeps beyond the report's inputs.

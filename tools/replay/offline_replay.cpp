@@ -185,6 +185,7 @@ class OfflineReplay {
     }
     flushEvents(kInf);
     stats_.kv_index_blocks = index_.numBlocksIndexed();
+    stats_.tiers = tierReport();
     stats_.warnings = synth_.warnings();
     reportProgress();
     return std::move(stats_);
@@ -212,17 +213,44 @@ class OfflineReplay {
 
   /// Recomputes next_pass_ms_[g] after slot g's clock, blocked flag or engine queue changed
   /// (a dispatch or handoff to it, a pass of it, a release of one of its held requests). A
-  /// rank with a timer (handoff activation, hold timeout) wakes up for it even when idle.
+  /// rank with a timer (handoff activation, hold timeout, offload-tier transfer) wakes up for it
+  /// even when idle.
   void refreshNextPass(std::uint32_t g) {
     const Slot& s = slots_[g];
     const engine::Engine& e = workers_[s.worker];
     double next = !s.blocked && e.hasWork(s.rank) ? s.clock_ms : kInf;
-    if (num_prefill_ > 0) {
-      if (const std::optional<double> timer = e.nextTimerMs(s.rank)) {
-        next = std::min(next, std::max(s.clock_ms, *timer));
-      }
+    if (const std::optional<double> timer = e.nextTimerMs(s.rank)) {
+      next = std::min(next, std::max(s.clock_ms, *timer));
     }
     next_pass_ms_[g] = next;
+  }
+
+  /// KV offload tiers: every rank's tier counters summed; nullopt when no worker has tiers.
+  std::optional<TierReport> tierReport() const {
+    std::optional<TierReport> out;
+    for (const Slot& s : slots_) {
+      const engine::Engine& e = workers_[s.worker];
+      if (e.config().num_g2_blocks == 0) continue;
+      if (!out) out.emplace();
+      const engine::LoadMetrics m = e.loadMetrics(s.rank);
+      const engine::TierMetrics& t = m.tiers;
+      const std::uint64_t block = engine::effectiveBlockSize(e.config());
+      const std::uint64_t onboarded = (t.g2_hit_blocks + t.g3_hit_blocks) * block;
+      out->query_tokens += m.prefix_cache_queries_tokens;
+      out->gpu_hit_tokens +=
+          m.prefix_cache_hits_tokens - std::min(onboarded, m.prefix_cache_hits_tokens);
+      out->g2_hit_tokens += t.g2_hit_blocks * block;
+      out->g3_hit_tokens += t.g3_hit_blocks * block;
+      out->offloaded_blocks += t.offloaded_blocks;
+      out->bytes_gpu_to_host += t.bytes_gpu_to_host;
+      out->bytes_host_to_gpu += t.bytes_host_to_gpu;
+      out->bytes_host_to_disk += t.bytes_host_to_disk;
+      out->bytes_disk_to_host += t.bytes_disk_to_host;
+      out->onboardings += t.onboardings;
+      out->onboard_ms_total += t.onboard_ms_total;
+      out->onboard_ms_max = std::max(out->onboard_ms_max, t.onboard_ms_max);
+    }
+    return out;
   }
 
   /// Applies KV-event batches that are visible at `now` to the router's index.
@@ -230,7 +258,10 @@ class OfflineReplay {
     while (!pending_events_.empty() && pending_events_.top().visible_ms <= now) {
       const PendingEvents& p = pending_events_.top();
       const Slot& s = slots_[p.slot];
-      for (const engine::KvEvent& e : p.events) index_.apply(e, {s.worker, s.rank});
+      for (const engine::KvEvent& e : p.events) {
+        // The router scores GPU prefixes; offload-tier events (medium CPU / DISK) are not its.
+        if (engine::eventMedium(e) == engine::Medium::Gpu) index_.apply(e, {s.worker, s.rank});
+      }
       pending_events_.pop();
     }
   }
@@ -434,6 +465,9 @@ class OfflineReplay {
     ++stats_.passes;
     stats_.end_ms = std::max(stats_.end_ms, pass.end_ms);
     slot.clock_ms = pass.end_ms;
+    // Offload tiers: a pass a transfer's end woke up did work, so the rank runs on (a request
+    // whose prefix was onboarded is admitted now; nothing new will arrive to unblock it).
+    if (engine.config().num_g2_blocks > 0) slot.blocked = false;
     refreshNextPass(g);
     auto& tracked = tracked_[slot.worker];
     const bool decode_worker = num_prefill_ > 0 && slot.worker >= num_prefill_;

@@ -116,6 +116,7 @@ struct OfflineReplayStats {
   std::uint64_t kv_routed_hits = 0;         ///< Kv routers: dispatches with overlap > 0
   std::vector<std::string> warnings{};      ///< e.g. the hash-id aliasing warning
   std::optional<HandoffStats> handoff{};    ///< disaggregated runs only
+  std::optional<TierReport> tiers{};        ///< runs with KV offload tiers (num_g2_blocks > 0)
 };
 
 /// Runs the whole workload. Per-pass engine samples go to collector.onEngineSample with

@@ -42,6 +42,12 @@ std::string fixed(double v, int decimals) {
   return buf;
 }
 
+/// Mean onboarding time of a tier report; nullopt without onboardings.
+std::optional<double> onboardMean(const TierReport& t) {
+  if (t.onboardings == 0) return std::nullopt;
+  return t.onboard_ms_total / static_cast<double>(t.onboardings);
+}
+
 std::string fixedOr(const std::optional<double>& v, int decimals, const char* unit = "") {
   return v ? fixed(*v, decimals) + unit : std::string("–");
 }
@@ -257,6 +263,25 @@ std::string formatReportTable(const Report& r) {
              ", refused by decode " + std::to_string(h.refused) + ", expired holds " +
              std::to_string(h.expired_holds) + ")");
   }
+  if (r.tiers) {
+    const TierReport& t = *r.tiers;
+    const auto rate = [&](std::uint64_t hits) {
+      return t.query_tokens == 0
+                 ? std::string("–")
+                 : fixed(100.0 * static_cast<double>(hits) / static_cast<double>(t.query_tokens),
+                         2) +
+                       " %";
+    };
+    line("Prefix hit rate GPU / CPU / DISK",
+         rate(t.gpu_hit_tokens) + " / " + rate(t.g2_hit_tokens) + " / " + rate(t.g3_hit_tokens));
+    line("Offloaded blocks (GPU to host)", std::to_string(t.offloaded_blocks));
+    line("Onboardings (mean / max ms)", std::to_string(t.onboardings) + " (" +
+                                            fixedOr(onboardMean(t), 2) + " / " +
+                                            fixed(t.onboard_ms_max, 2) + ")");
+    line("KV bytes moved (GPU>host, host>GPU, host>disk, disk>host)",
+         std::to_string(t.bytes_gpu_to_host) + ", " + std::to_string(t.bytes_host_to_gpu) + ", " +
+             std::to_string(t.bytes_host_to_disk) + ", " + std::to_string(t.bytes_disk_to_host));
+  }
   if (r.goodput) {
     line("Goodput (good requests)", std::to_string(r.goodput->completed_requests));
     line("Goodput request throughput (req/s)", fixedOr(r.goodput->request_throughput_rps, 3));
@@ -335,6 +360,24 @@ std::string formatReportJson(const Report& r) {
     addDistribution(j, "kv_transfer", "_ms", r.handoff->transfer_ms);
     addDistribution(j, "decode_queue", "_ms", r.handoff->queue_ms);
     addDistribution(j, "handoff_wait", "_ms", r.handoff->wait_ms);
+  }
+  if (r.tiers) {
+    const TierReport& t = *r.tiers;
+    const auto rate = [&](std::uint64_t hits) -> ordered_json {
+      if (t.query_tokens == 0) return nullptr;
+      return static_cast<double>(hits) / static_cast<double>(t.query_tokens);
+    };
+    j["prefix_hit_rate_gpu"] = rate(t.gpu_hit_tokens);
+    j["prefix_hit_rate_cpu"] = rate(t.g2_hit_tokens);
+    j["prefix_hit_rate_disk"] = rate(t.g3_hit_tokens);
+    j["offloaded_blocks"] = t.offloaded_blocks;
+    j["offload_bytes_gpu_to_host"] = t.bytes_gpu_to_host;
+    j["offload_bytes_host_to_gpu"] = t.bytes_host_to_gpu;
+    j["offload_bytes_host_to_disk"] = t.bytes_host_to_disk;
+    j["offload_bytes_disk_to_host"] = t.bytes_disk_to_host;
+    j["onboardings"] = t.onboardings;
+    j["onboard_mean_ms"] = orNull(onboardMean(t));
+    j["onboard_max_ms"] = t.onboard_ms_max;
   }
   if (r.goodput) {
     j["goodput_completed_requests"] = r.goodput->completed_requests;

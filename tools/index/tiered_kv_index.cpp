@@ -1,0 +1,40 @@
+#include "tools/index/tiered_kv_index.h"
+
+namespace mocker::index {
+
+std::optional<engine::Medium> parseMedium(const std::optional<std::string>& medium) {
+  if (!medium) return engine::Medium::Gpu;
+  for (engine::Medium m : {engine::Medium::Gpu, engine::Medium::Cpu, engine::Medium::Disk}) {
+    if (*medium == engine::mediumName(m)) return m;
+  }
+  return std::nullopt;
+}
+
+void TieredKvIndex::apply(const engine::KvEvent& event, WorkerRank source) {
+  tier(engine::eventMedium(event)).apply(event, source);
+}
+
+bool TieredKvIndex::applyStored(WorkerRank source, const std::optional<std::string>& medium,
+                                std::span<const std::uint64_t> block_hashes,
+                                std::optional<std::uint64_t> parent_block_hash) {
+  const std::optional<engine::Medium> m = parseMedium(medium);
+  if (!m) {
+    ++unknown_medium_;
+    return false;
+  }
+  tier(*m).applyStored(source, block_hashes, parent_block_hash);
+  return true;
+}
+
+bool TieredKvIndex::applyRemoved(WorkerRank source, const std::optional<std::string>& medium,
+                                 std::span<const std::uint64_t> block_hashes) {
+  const std::optional<engine::Medium> m = parseMedium(medium);
+  if (!m) {
+    ++unknown_medium_;
+    return false;
+  }
+  tier(*m).applyRemoved(source, block_hashes);
+  return true;
+}
+
+}  // namespace mocker::index
