@@ -29,6 +29,7 @@ struct Setup {
   bool has_replay = true;
   bool can_resync = true;
   int max_replay_retries = 8;
+  std::size_t applied_ts_window = 1024;
 };
 
 struct Row {
@@ -70,7 +71,8 @@ class Harness {
                                    .replay_timeout = 2000ms,
                                    .probe_interval = 1000ms,
                                    .send_retry_interval = 50ms,
-                                   .max_replay_retries = setup.max_replay_retries}) {
+                                   .max_replay_retries = setup.max_replay_retries,
+                                   .applied_ts_window = setup.applied_ts_window}) {
     sequencer_.setCanResync(setup.can_resync);
   }
 
@@ -170,6 +172,7 @@ constexpr Setup kSnapshotOnly{.has_replay = false, .can_resync = true};
 constexpr Setup kNeither{.has_replay = false, .can_resync = false};
 constexpr Setup kTwoRetries{.has_replay = true, .can_resync = true, .max_replay_retries = 2};
 constexpr Setup kOneRetry{.has_replay = true, .can_resync = true, .max_replay_retries = 1};
+constexpr Setup kTwoTimestamps{.applied_ts_window = 2};
 constexpr Setup kTwoRetriesNoSnapshot{
     .has_replay = true, .can_resync = false, .max_replay_retries = 2};
 
@@ -293,6 +296,21 @@ const Row kRows[] = {
     {kReplay, "join, 0, 1, 2, +1000, end, r0', end, 1'",
      "apply 0, apply 1, apply 2, replay(2), restart 2, replay(0), apply 0', apply 1'"},
     {kReplay, "join, 0, 1, +1000, r1, end, 2", "apply 0, apply 1, replay(1), dup 1, apply 2"},
+
+    // A stream joined through the replay has no previous live batch: a restarted publisher's
+    // live batches behind next() are told from duplicates by their timestamp.
+    {kReplay, "start, r0, r1, r2, r3, end, 0', 1', 2'",
+     "replay(0), apply 0, apply 1, apply 2, apply 3, restart 0, apply 0', apply 1', apply 2'"},
+    {kReplay, "start, r0, r1, r2, r3, end, 2', 3', r0', r1', r2', r3', end",
+     "replay(0), apply 0, apply 1, apply 2, apply 3, restart 2, gap@0, replay(0), apply 0', "
+     "apply 1', apply 2', apply 3', healed, dup 2, dup 3"},
+    // Older than the remembered timestamps (2 here): a duplicate, and a replay from the last
+    // applied seq checks the publisher (here: it restarted).
+    {kTwoTimestamps, "start, r0, r1, r2, r3, end, 0', r3', end",
+     "replay(0), apply 0, apply 1, apply 2, apply 3, dup 0, replay(3), restart 3, gap@0, "
+     "replay(0)"},
+    {kTwoTimestamps, "start, r0, r1, r2, r3, end, 0, r3, end, 4",
+     "replay(0), apply 0, apply 1, apply 2, apply 3, dup 0, replay(3), dup 3, apply 4"},
 
     // --- Idle probe (1000 ms): a lost tail is found without a later batch.
     {kReplay, "join, 0, +999, +1", "apply 0, replay(0)"},

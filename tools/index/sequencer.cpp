@@ -2,6 +2,8 @@
 // replay end, unhealable → resync (contract and state table in sequencer.h).
 #include "tools/index/sequencer.h"
 
+#include <algorithm>
+
 #include "base/check.h"
 #include "base/enum_names.h"
 
@@ -36,6 +38,21 @@ std::string_view lossReasonName(LossReason reason) { return enumName(kLossReason
 
 std::string_view streamStateName(StreamState state) { return enumName(kStreamStates, state); }
 
+Sequencer::Sequencer(SequencerConfig config)
+    : config_(config),
+      applied_window_(std::max<std::size_t>(config.applied_ts_window, 1), {kNoSeq, 0.0}) {}
+
+std::optional<double> Sequencer::appliedTs(std::uint64_t seq) const {
+  const auto& [at, ts] = applied_window_[seq % applied_window_.size()];
+  if (at != seq) return std::nullopt;
+  return ts;
+}
+
+void Sequencer::recordApplied(std::uint64_t seq, double ts) {
+  applied_ts_ = ts;
+  applied_window_[seq % applied_window_.size()] = {seq, ts};
+}
+
 StreamState Sequencer::state() const {
   if (resyncing_) return StreamState::Resyncing;
   if (!started_) return StreamState::Joining;
@@ -61,8 +78,31 @@ void Sequencer::onLiveBatch(std::uint64_t seq, protocol::KvEventBatch&& batch, S
     last_live_ = seq;
     return;
   }
+  if (started_ && seq < next_) {
+    onLiveBehind(seq, std::move(batch), now, out);
+    last_live_ = seq;  // after: a restart resets it
+    return;
+  }
   last_live_ = seq;
   onBatch(seq, std::move(batch), now, out);
+}
+
+void Sequencer::onLiveBehind(std::uint64_t seq, protocol::KvEventBatch&& batch, SeqTime now,
+                             SeqActions& out) {
+  // Normal after a replay that got ahead of the live stream. But when no live batch of this
+  // process was seen before (the stream was joined through the replay, or the subscriber
+  // missed the new process's first batches), a restarted publisher's batches look the same:
+  // only the timestamp tells.
+  const std::optional<double> ts = appliedTs(seq);
+  if (ts && *ts != batch.ts) {
+    restart(seq, std::move(batch), now, out);
+    return;
+  }
+  last_activity_ = now;
+  out.push_back({.kind = SeqActionKind::Duplicate, .seq = seq});
+  if (!ts && config_.has_replay && num_outstanding_ == 0 && !resyncing_ && !want_replay_) {
+    requestReplay(now, out);  // from the last applied seq: its identity check decides
+  }
 }
 
 void Sequencer::restart(std::uint64_t seq, protocol::KvEventBatch&& batch, SeqTime now,
@@ -74,7 +114,7 @@ void Sequencer::restart(std::uint64_t seq, protocol::KvEventBatch&& batch, SeqTi
     return;
   }
   if (seq == 0) {
-    applied_ts_ = batch.ts;
+    recordApplied(0, batch.ts);
     out.push_back({.kind = SeqActionKind::Apply, .seq = 0, .batch = std::move(batch)});
     next_ = 1;
     return;
@@ -99,6 +139,7 @@ void Sequencer::restartStream(std::uint64_t seq, SeqTime now, SeqActions& out) {
   if (num_outstanding_ > 0) replay_first_ = 0;
   identity_seq_.reset();
   applied_ts_.reset();
+  std::fill(applied_window_.begin(), applied_window_.end(), std::pair{kNoSeq, 0.0});
   last_live_.reset();  // the new process's live stream numbers from 0 again
   started_ = true;
   any_seen_ = true;
@@ -159,7 +200,7 @@ void Sequencer::onBatch(std::uint64_t seq, protocol::KvEventBatch&& batch, SeqTi
     return;
   }
   if (seq == next_) {
-    applied_ts_ = batch.ts;
+    recordApplied(seq, batch.ts);
     out.push_back({.kind = SeqActionKind::Apply, .seq = seq, .batch = std::move(batch)});
     ++next_;
     drainPending(out);
@@ -177,7 +218,7 @@ void Sequencer::drainPending(SeqActions& out) {
   while (!pending_.empty() && pending_.begin()->first <= next_) {
     auto node = pending_.extract(pending_.begin());
     if (node.key() == next_) {
-      applied_ts_ = node.mapped().ts;
+      recordApplied(node.key(), node.mapped().ts);
       out.push_back(
           {.kind = SeqActionKind::Apply, .seq = node.key(), .batch = std::move(node.mapped())});
       ++next_;

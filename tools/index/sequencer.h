@@ -16,10 +16,13 @@
 //   InOrder   → every batch up to next()-1 applied, nothing buffered.
 //   Gap       → batches after a missing seq are buffered; a replay from next() is asked for
 //               (again when its end marker leaves the gap open, up to max_replay_retries).
-//   (any)     → a live batch whose seq is not after the previous live one, or a replay that
-//               does not return the last applied batch with its timestamp (every replay asks
-//               from that seq): the publisher restarted (Restarted); the stream starts over
-//               at 0 with a gap from 0, replayed from the new process (or resynced).
+//   (any)     → a live batch whose seq is not after the previous live one, a live batch
+//               behind next() whose timestamp is not that of the batch applied at its seq,
+//               or a replay that does not return the last applied batch with its timestamp
+//               (every replay asks from that seq): the publisher restarted (Restarted); the
+//               stream starts over at 0 with a gap from 0, replayed from the new process (or
+//               resynced). A live batch behind next() whose seq is too old to be remembered
+//               is a duplicate and asks for a replay from the last applied seq, which checks.
 //   Resyncing → the gap could not be healed (the replay ring overran, the retries ran out, no
 //               replay endpoint): the caller asks the worker for a kv_snapshot and reports
 //               the result through onResyncResult(); batches newer than every seq seen so
@@ -60,6 +63,9 @@ struct SequencerConfig {
   /// Replays that end with the gap still open are asked again this many times before the gap
   /// is declared unhealable.
   int max_replay_retries = 8;
+  /// Timestamps of this many last applied batches are kept: a live batch behind next() that
+  /// carries another timestamp than the batch applied at its seq is from a new process.
+  std::size_t applied_ts_window = 1024;
 };
 
 /// Why a range of batches is given up.
@@ -103,7 +109,7 @@ std::string_view streamStateName(StreamState state);
 
 class Sequencer {
  public:
-  explicit Sequencer(SequencerConfig config) : config_(config) {}
+  explicit Sequencer(SequencerConfig config);
 
   /// Whether a failed gap can be healed by a resync (the rank has a snapshot endpoint and its
   /// rank number is known). Without it, lost ranges are skipped.
@@ -149,9 +155,12 @@ class Sequencer {
   }
   /// seq would be dropped as a duplicate (lets the caller skip decoding it). A live batch at or
   /// before the previous live one is a restart, never a duplicate.
+  /// A live batch behind next() is decoded when the timestamp applied at its seq is known:
+  /// another one reveals a restart.
   bool isDuplicate(std::uint64_t seq, bool live) const {
     return started_ && seq < next_ &&
-           !(live ? isRestart(seq) : identity_seq_ && seq == *identity_seq_);
+           !(live ? isRestart(seq) || appliedTs(seq).has_value()
+                  : identity_seq_ && seq == *identity_seq_);
   }
   /// Live batch seq would reveal a publisher restart.
   bool isRestart(std::uint64_t seq) const { return last_live_ && seq <= *last_live_; }
@@ -164,6 +173,12 @@ class Sequencer {
 
  private:
   void onBatch(std::uint64_t seq, protocol::KvEventBatch&& batch, SeqTime now, SeqActions& out);
+  /// A live batch behind next(): a duplicate, or (another timestamp) from a restarted process.
+  void onLiveBehind(std::uint64_t seq, protocol::KvEventBatch&& batch, SeqTime now,
+                    SeqActions& out);
+  /// The timestamp of the batch applied at seq, while it is among the last applied_ts_window.
+  std::optional<double> appliedTs(std::uint64_t seq) const;
+  void recordApplied(std::uint64_t seq, double ts);
   void restart(std::uint64_t seq, protocol::KvEventBatch&& batch, SeqTime now, SeqActions& out);
   void restartStream(std::uint64_t seq, SeqTime now, SeqActions& out);
   void drainPending(SeqActions& out);
@@ -179,6 +194,10 @@ class Sequencer {
   bool any_seen_ = false;
   std::optional<std::uint64_t> last_live_;  // seq of the previous live batch
   std::optional<double> applied_ts_;        // timestamp of batch next_ - 1, applied here
+  // (seq, ts) of recently applied batches in slot seq % size (seq kNoSeq: empty); emptied
+  // on a restart.
+  static constexpr std::uint64_t kNoSeq = ~std::uint64_t{0};
+  std::vector<std::pair<std::uint64_t, double>> applied_window_;
   // A replay was asked from identity_seq_ (= the last applied seq, timestamp identity_ts_).
   std::optional<std::uint64_t> identity_seq_;
   double identity_ts_ = 0.0;
