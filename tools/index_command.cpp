@@ -7,14 +7,13 @@
 #include <csignal>
 #include <cstdio>
 #include <fstream>
-#include <optional>
+#include <functional>
 #include <sstream>
 
-#include "service/fleet.h"
 #include "service/logging.h"
-#include "service/security.h"
 #include "tools/cli_options.h"
 #include "tools/index/index_service.h"
+#include "tools/index_plan.h"
 
 namespace mocker::tools {
 namespace {
@@ -46,6 +45,38 @@ nlohmann::json statsJson(const index::IndexStats& s, double events_per_s, double
   j["events_per_s"] = events_per_s;
   j["blocks_per_s"] = blocks_per_s;
   return j;
+}
+
+/// --stats-interval-s / --stats-json: a line on `err` per interval, the JSON file rewritten
+/// each time and at exit (rates over the interval since the previous call).
+std::function<void(const index::IndexStats&)> statsReporter(const IndexFlags& f,
+                                                            std::ostream& err) {
+  return [&f, &err, last = index::IndexStats{},
+          failed = false](const index::IndexStats& s) mutable {
+    const double dt = s.uptime_s - last.uptime_s;
+    const double ev = dt > 0 ? static_cast<double>(s.events_applied - last.events_applied) / dt : 0;
+    const double bl = dt > 0 ? static_cast<double>(s.blocks_applied - last.blocks_applied) / dt : 0;
+    if (f.stats_interval_s > 0) {
+      err << fmt::format(
+                 "index: {:.0f} events/s, {:.0f} blocks/s, {} blocks indexed ({} distinct, {} "
+                 "sources); gaps {} detected / {} healed / {} unhealed; {} resyncs; {} decode "
+                 "errors",
+                 ev, bl, s.blocks_indexed, s.distinct_hashes, s.sources, s.gaps_detected,
+                 s.gaps_healed, s.gaps_unhealed, s.resyncs, s.decode_errors)
+          << std::endl;
+    }
+    if (!f.stats_json.empty()) {
+      const std::string tmp = f.stats_json + ".tmp";
+      std::ofstream file(tmp);
+      file << statsJson(s, ev, bl).dump(2) << "\n";
+      file.close();
+      if (!file || std::rename(tmp.c_str(), f.stats_json.c_str()) != 0) {
+        if (!failed) err << "mocker index: cannot write " << f.stats_json << "\n";
+        failed = true;
+      }
+    }
+    last = s;
+  };
 }
 
 }  // namespace
@@ -158,8 +189,9 @@ bool IndexCommand::parsed() const { return cmd_->parsed(); }
 
 int IndexCommand::run(std::ostream& out, std::ostream& err) {
   const IndexFlags& f = flags_;
-  if (f.once && !f.verify) {
-    err << "mocker index: --once needs --verify\n";
+  auto config = indexConfigFromFlags(f, cmd_->get_option("--block-size")->count() > 0);
+  if (!config) {
+    err << "mocker index: " << config.error().message << "\n";
     return 2;
   }
   const auto level = service::parseLogLevel(f.log_level);
@@ -168,133 +200,16 @@ int IndexCommand::run(std::ostream& out, std::ostream& err) {
     return 2;
   }
   service::setupLogging(*level);
-  index::IndexServiceConfig config;
-  if (f.workers.empty() && f.fleet_file.empty()) {
-    err << "mocker index: give the workers: --worker ... (one per worker) or --fleet FILE\n";
-    return 2;
-  }
-  std::uint32_t block_size = f.block_size;
-  if (!f.fleet_file.empty()) {
-    auto manifest = service::loadFleetManifest(f.fleet_file);
-    if (!manifest) {
-      err << "mocker index: --fleet: " << manifest.error().message << "\n";
-      return 2;
-    }
-    for (const service::FleetManifest::Worker& w : manifest->workers) {
-      for (std::uint32_t r = 0; r < w.ranks.size(); ++r) {
-        if (w.ranks[r].kv_events.empty()) {
-          err << "mocker index: --fleet: worker " << w.worker_id
-              << " publishes no KV events (its kv_events endpoint is null)\n";
-          return 2;
-        }
-        config.workers.push_back({.worker_id = w.worker_id,
-                                  .dp_rank = r,
-                                  .events = w.ranks[r].kv_events,
-                                  .replay = w.ranks[r].kv_replay,
-                                  .snapshot = w.submit});
-      }
-    }
-    if (cmd_->get_option("--block-size")->count() == 0) {
-      if (manifest->block_size > index::kMaxQueryBlockSize) {
-        err << "mocker index: --fleet: block_size " << manifest->block_size
-            << " is above the query limit " << index::kMaxQueryBlockSize << "\n";
-        return 2;
-      }
-      block_size = manifest->block_size;
-    }
-  }
-  for (const std::string& spec : f.workers) {
-    auto parsed = index::parseWorkerSpec(spec);
-    if (!parsed) {
-      err << "mocker index: " << parsed.error().message << "\n";
-      return 2;
-    }
-    for (const index::WorkerEndpoint& w : *parsed) {
-      for (const std::string* ep : {&w.events, &w.replay, &w.snapshot}) {
-        if (ep->empty() || ep->find("://") != std::string::npos) continue;
-        err << "mocker index: --worker '" << spec << "': endpoint '" << *ep
-            << "' has no transport; expected ID[/RANK]=tcp://HOST:PORT[,replay=tcp://HOST:PORT]"
-               "[,snapshot=tcp://HOST:PORT][,dp=N], e.g. 0=tcp://127.0.0.1:5557\n";
-        return 2;
-      }
-    }
-    config.workers.insert(config.workers.end(), parsed->begin(), parsed->end());
-  }
-  config.query_endpoint = f.query_endpoint == "none" ? "" : f.query_endpoint;
-  {
-    const auto key = [&](const std::string& path, const char* flag) -> std::optional<std::string> {
-      auto k = service::readKeyFile(path, flag);
-      if (!k) err << "mocker index: " << k.error().message << "\n";
-      return k ? std::optional<std::string>(*k) : std::nullopt;
-    };
-    if (!f.query_curve_secret_key_file.empty()) {
-      auto secret = key(f.query_curve_secret_key_file, "--query-curve-secret-key-file");
-      if (!secret) return 2;
-      config.query_curve_secret_key = *secret;
-      for (const std::string& path : f.query_curve_client_key_files) {
-        auto pub = key(path, "--query-curve-client-key-files");
-        if (!pub) return 2;
-        config.query_curve_clients.push_back(*pub);
-      }
-    }
-    if (!f.worker_curve_secret_key_file.empty()) {
-      auto server = key(f.worker_curve_server_key_file, "--worker-curve-server-key-file");
-      auto secret = key(f.worker_curve_secret_key_file, "--worker-curve-secret-key-file");
-      if (!server || !secret) return 2;
-      config.worker_curve_server_key = *server;
-      config.worker_curve_secret_key = *secret;
-      config.worker_curve_publishers = f.worker_curve_publishers;
-    }
-  }
-  config.block_size = block_size;
-  config.seeds = {f.hash_seed, f.chain_seed};
-  config.sub_rcvhwm = f.rcvhwm;
-  config.linger_ms = f.linger_ms;
-  config.replay_at_start = !f.no_replay_at_start;
-  config.probe_interval = std::chrono::milliseconds(f.probe_interval_ms);
-  config.replay_timeout = std::chrono::milliseconds(f.replay_timeout_ms);
-  config.snapshot_timeout = std::chrono::milliseconds(f.snapshot_timeout_ms);
-  config.stats_interval = std::chrono::milliseconds(static_cast<long>(f.stats_interval_s * 1000));
-  config.verify_at_start = f.verify;
-  config.stop_after_verify = f.once;
-
-  // Stats: a line on stderr per interval, the JSON file rewritten each time and at exit.
-  index::IndexStats last{};
-  bool stats_failed = false;
-  config.on_stats = [&](const index::IndexStats& s) {
-    const double dt = s.uptime_s - last.uptime_s;
-    const double ev = dt > 0 ? static_cast<double>(s.events_applied - last.events_applied) / dt : 0;
-    const double bl = dt > 0 ? static_cast<double>(s.blocks_applied - last.blocks_applied) / dt : 0;
-    if (f.stats_interval_s > 0) {
-      err << fmt::format(
-                 "index: {:.0f} events/s, {:.0f} blocks/s, {} blocks indexed ({} distinct, {} "
-                 "sources); gaps {} detected / {} healed / {} unhealed; {} resyncs; {} decode "
-                 "errors",
-                 ev, bl, s.blocks_indexed, s.distinct_hashes, s.sources, s.gaps_detected,
-                 s.gaps_healed, s.gaps_unhealed, s.resyncs, s.decode_errors)
-          << std::endl;
-    }
-    if (!f.stats_json.empty()) {
-      const std::string tmp = f.stats_json + ".tmp";
-      std::ofstream file(tmp);
-      file << statsJson(s, ev, bl).dump(2) << "\n";
-      file.close();
-      if (!file || std::rename(tmp.c_str(), f.stats_json.c_str()) != 0) {
-        if (!stats_failed) err << "mocker index: cannot write " << f.stats_json << "\n";
-        stats_failed = true;
-      }
-    }
-    last = s;
-  };
+  config->on_stats = statsReporter(f, err);
   bool differences = false;
-  config.on_verify = [&](const index::VerifyReply& r) {
+  config->on_verify = [&](const index::VerifyReply& r) {
     out << formatVerifyReply(r);
     out.flush();
     differences = differences || !r.ok;
   };
 
-  const std::string query_endpoint = config.query_endpoint;
-  auto service = index::IndexService::create(std::move(config));
+  const std::string query_endpoint = config->query_endpoint;
+  auto service = index::IndexService::create(std::move(*config));
   if (!service) {
     err << "mocker index: cannot start: " << service.error().message;
     // The query ROUTER is the only socket the index binds.
