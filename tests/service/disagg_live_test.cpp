@@ -425,12 +425,9 @@ TEST(DisaggLiveTest, HostileTicketsAndHandoffMessagesAreRefused) {
 TEST(DisaggLiveTest, ADecodeWorkerKilledMidHandoffLeavesTheHoldToItsTimeout) {
   ServiceConfig pcfg = workerConfig(engine::WorkerType::Prefill);
   pcfg.engine.kv_transfer_bandwidth_gbps = 0.0001;  // 10 s per token: the fetch never ends here
-  pcfg.engine.kv_hold_timeout_ms = 300.0 * kSlowdown;
-  LiveService p(pcfg);
-  auto pc = p.client();
-  const auto h = prefill(*pc, "r");
-  ASSERT_TRUE(h.has_value());
-
+  // The hold must outlast the decode submit's way to its kv_fetch (a few loop turns), not the
+  // start of a process: the decode worker is up before the prefill starts the hold.
+  pcfg.engine.kv_hold_timeout_ms = 500.0 * kSlowdown;
   testing::ServeProcess d({"--worker-type", "decode", "--block-size", "4", "--num-gpu-blocks",
                            "256", "--no-kv-events", "--no-fpm", "--no-http"});
   ASSERT_TRUE(d.awaitReady());
@@ -439,6 +436,11 @@ TEST(DisaggLiveTest, ADecodeWorkerKilledMidHandoffLeavesTheHoldToItsTimeout) {
   o.cancel_endpoint = d.endpoints.at("cancel");
   auto dc = Client::connect(o);
   ASSERT_TRUE(dc.has_value());
+
+  LiveService p(pcfg);
+  auto pc = p.client();
+  const auto h = prefill(*pc, "r");
+  ASSERT_TRUE(h.has_value());
   ASSERT_TRUE((*dc)->submit(withTicket("d", h->ticket)).has_value());
   std::map<std::string, Stream> streams;
   ASSERT_TRUE(awaitAck(**dc, "d", streams));
