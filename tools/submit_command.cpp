@@ -17,6 +17,7 @@
 #include "tools/cli_options.h"
 #include "tools/peer_probe.h"
 #include "tools/replay/live_replay.h"
+#include "tools/submit_stream.h"
 
 namespace mocker::tools {
 namespace {
@@ -48,17 +49,6 @@ class InterruptGuard {
 constexpr auto kPollInterval = std::chrono::milliseconds(50);
 /// How long a peer has to accept the connection, and to answer the submit, before we say so.
 constexpr auto kAnswerWait = std::chrono::milliseconds(1000);
-
-/// "12.3": a wall-clock duration in ms with one decimal.
-std::string formatMs(double ms) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.1f", ms);
-  return buf;
-}
-
-constexpr int kExitOk = 0;
-constexpr int kExitFailed = 1;
-constexpr int kExitInterrupted = 130;
 
 /// A client of the service at `submit` / `cancel` (CURVE keys from `command`), after checking
 /// that something accepts connections there; nullptr once the problem is said on `err`.
@@ -95,21 +85,6 @@ std::unique_ptr<service::Client> openClient(const SubmitCommand& command, const 
     return nullptr;
   }
   return std::move(*client);
-}
-
-/// The handoff ticket on `out` (one line, without its secret key) and what happened on `err`.
-void printHandoff(const protocol::Handoff& h, double ms, bool second_hop, std::ostream& out,
-                  std::ostream& err) {
-  const protocol::HandoffTicket& t = h.ticket;
-  out << "handoff source " << t.source << " source_rank " << t.source_rank << " prompt_len "
-      << t.prompt_len << " cached_tokens " << t.cached_tokens << " block_size " << t.block_size
-      << " transfer_ms " << t.transfer_ms << "\n";
-  out.flush();
-  err << "mocker submit: '" << h.id << "' prefilled in " << formatMs(ms)
-      << " ms and handed off to decode; ticket from " << t.source << " (rank " << t.source_rank
-      << ", " << t.cached_tokens << " of " << t.prompt_len << " prompt tokens from the cache)"
-      << (second_hop ? "; submitting it to the decode worker\n"
-                     : "; give --decode-endpoint to run the decode hop too\n");
 }
 
 }  // namespace
@@ -192,13 +167,13 @@ int runSubmitCommand(const SubmitCommand& command, std::ostream& out, std::ostre
     decode_cancel = std::move(*derived);
   }
   auto client = openClient(command, command.submit_endpoint, command.cancel_endpoint, err);
-  if (!client) return kExitFailed;
+  if (!client) return kSubmitExitFailed;
   service::Client* active = client.get();  // the decode worker's after a handoff
   std::unique_ptr<service::Client> decode_client;
   InterruptGuard guard;
   if (auto sent = active->submit(request); !sent) {
     err << "mocker submit: " << sent.error().message << "\n";
-    return kExitFailed;
+    return kSubmitExitFailed;
   }
   const auto timeout =
       std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(command.timeout_s));
@@ -206,22 +181,18 @@ int runSubmitCommand(const SubmitCommand& command, std::ostream& out, std::ostre
   auto last_heard = sent_at;
   bool cancel_sent = false;
   bool heard_anything = false;
-  std::optional<double> ttft_ms;
-  std::optional<std::uint32_t> cached_tokens;
-  std::uint64_t num_tokens = 0;
-  const auto ms_since_sent = [&sent_at] {
-    return std::chrono::duration<double, std::milli>(Clock::now() - sent_at).count();
-  };
+  SubmitStream stream(request.id, request.prompt.size(), !command.decode_endpoint.empty(), out,
+                      err);
   while (true) {
     const int interrupts = g_interrupts.load();
     if (interrupts >= 2) {
       err << "mocker submit: interrupted again, not waiting for the end of the stream\n";
-      return kExitInterrupted;
+      return kSubmitExitInterrupted;
     }
     if (interrupts == 1 && !cancel_sent) {
       if (auto sent = active->cancel(request.id); !sent) {
         err << "mocker submit: " << sent.error().message << "\n";
-        return kExitFailed;
+        return kSubmitExitFailed;
       }
       cancel_sent = true;
       last_heard = Clock::now();
@@ -237,76 +208,29 @@ int runSubmitCommand(const SubmitCommand& command, std::ostream& out, std::ostre
     if (Clock::now() - last_heard > timeout) {
       err << "mocker submit: timed out: nothing from the service for " << command.timeout_s
           << " s\n";
-      return kExitFailed;
+      return kSubmitExitFailed;
     }
     auto received = active->receive(kPollInterval);
     if (!received) {
       err << "mocker submit: " << received.error().message << "\n";
-      return kExitFailed;
+      return kSubmitExitFailed;
     }
     if (!*received) continue;
     last_heard = Clock::now();
     heard_anything = true;
-    const protocol::ClientMessage& message = **received;
-    if (const auto* ack = std::get_if<protocol::SubmitAck>(&message)) {
-      if (ack->id == request.id) {
-        err << "mocker submit: '" << request.id << "' accepted on dp_rank " << ack->dp_rank << "\n";
-      }
-    } else if (const auto* reject = std::get_if<protocol::SubmitReject>(&message)) {
-      if (reject->id == request.id) {
-        err << "mocker submit: rejected: " << reject->reason << "\n";
-        return kExitFailed;
-      }
-    } else if (const auto* error = std::get_if<protocol::ErrorReply>(&message)) {
-      err << "mocker submit: error from the service: " << errorCodeName(error->code) << ": "
-          << error->message << "\n";
-      return kExitFailed;
-    } else if (const auto* reply = std::get_if<protocol::CancelReply>(&message)) {
-      if (reply->result == protocol::CancelResult::NotFound) {
-        err << "mocker submit: cancel: request not found (already finishing)\n";
-      }
-    } else if (const auto* handoff = std::get_if<protocol::Handoff>(&message)) {
-      if (handoff->id != request.id || decode_client) continue;
-      const bool second_hop = !command.decode_endpoint.empty();
-      printHandoff(*handoff, ms_since_sent(), second_hop, out, err);
-      if (!second_hop) return kExitOk;
-      decode_client = openClient(command, command.decode_endpoint, decode_cancel, err);
-      if (!decode_client) return kExitFailed;
-      active = decode_client.get();
-      request.handoff = handoff->ticket;
-      request.dp_rank.reset();  // the decode worker's own choice
-      if (auto sent = active->submit(request); !sent) {
-        err << "mocker submit: " << sent.error().message << "\n";
-        return kExitFailed;
-      }
-    } else if (const auto* batch = std::get_if<protocol::OutputBatch>(&message)) {
-      for (const protocol::RequestOutput& o : batch->outputs) {
-        if (o.id != request.id) continue;
-        if (o.cached_tokens) cached_tokens = o.cached_tokens;
-        if (!o.tokens.empty() && !ttft_ms) ttft_ms = ms_since_sent();
-        num_tokens += o.tokens.size();
-        if (!o.tokens.empty()) {
-          out << o.index;
-          for (std::uint32_t t : o.tokens) out << ' ' << t;
-          out << '\n';
-        }
-        if (!o.finish) continue;
-        out << "finish " << protocol::toString(*o.finish);
-        if (!o.reason.empty()) out << " (" << o.reason << ")";
-        out << '\n';
-        out.flush();
-        err << "mocker submit: " << num_tokens << " tokens in " << formatMs(ms_since_sent())
-            << " ms; TTFT " << (ttft_ms ? formatMs(*ttft_ms) + " ms" : std::string("-"))
-            << "; prefix-cache hits "
-            << (cached_tokens ? std::to_string(*cached_tokens) : std::string("-")) << " of "
-            << request.prompt.size() << " prompt tokens\n";
-        if (*o.finish == protocol::FinishReason::Length) return kExitOk;
-        if (*o.finish == protocol::FinishReason::Cancelled && cancel_sent) {
-          return kExitInterrupted;
-        }
-        return kExitFailed;
-      }
-      out.flush();
+    const double ms = std::chrono::duration<double, std::milli>(Clock::now() - sent_at).count();
+    const SubmitStream::Step step = stream.onMessage(**received, ms, cancel_sent);
+    if (step.exit) return *step.exit;
+    if (!step.hop) continue;
+    // The prefill worker handed off: the same request, with the ticket, to the decode worker.
+    decode_client = openClient(command, command.decode_endpoint, decode_cancel, err);
+    if (!decode_client) return kSubmitExitFailed;
+    active = decode_client.get();
+    request.handoff = *step.hop;
+    request.dp_rank.reset();  // the decode worker's own choice
+    if (auto sent = active->submit(request); !sent) {
+      err << "mocker submit: " << sent.error().message << "\n";
+      return kSubmitExitFailed;
     }
   }
 }

@@ -110,13 +110,18 @@ class TestConfig {
 
 class LiveService {
  public:
-  explicit LiveService(ServiceConfig config, ServerOptions options = {}) {
+  /// Without `running`, the sockets are bound (clients can connect and send; ZeroMQ queues
+  /// what they send) but nothing is read until start().
+  explicit LiveService(ServiceConfig config, ServerOptions options = {}, bool running = true) {
     spdlog::set_level(spdlog::level::warn);
     auto server = Server::create(std::move(config), options);
     EXPECT_TRUE(server.has_value()) << (server ? "" : server.error().toString());
     if (!server) return;
     server_ = std::move(*server);
-    thread_ = std::thread([this] { status_ = server_->run(); });
+    if (running) start();
+  }
+  void start() {
+    if (server_ && !thread_.joinable()) thread_ = std::thread([this] { status_ = server_->run(); });
   }
   ~LiveService() { stop(); }
 

@@ -96,23 +96,27 @@ TEST(ServerBackpressureTest, ShutdownTerminalsOfMoreThan65536StreamsAreSplit) {
 // One pass that produces more than 65,536 outputs for one client: the pass's batch is split.
 TEST(ServerBackpressureTest, OnePassWithMoreThan65536OutputsOfOneClientIsSplit) {
   constexpr std::uint32_t kRequests = 70000;
-  // The first request's prefill pass takes 3 s (× kSlowdown); every other request is read
-  // meanwhile and all of them are prefilled together in the next pass, each emitting its one
-  // token there.
+  // Every submit is sent before the service reads any (a client encoding 70,000 submits on a
+  // loaded machine takes seconds); then the first request's prefill pass takes 4 s
+  // (× kSlowdown) while the service reads the rest from its socket (about 1 s on an idle
+  // 2-core machine, 4 s at load 12), and all of them are prefilled together in the next pass,
+  // each emitting its one token there.
   LiveService svc(TestConfig()
-                      .paced(3000 * kSlowdown, 1)
+                      .paced(4000 * kSlowdown, 1)
                       .numGpuBlocks(2 * kRequests)
                       .maxNumSeqs(2 * kRequests)
                       .maxNumBatchedTokens(2 * kRequests)
                       .submitBacklog(2 * kRequests)
                       .submitSndhwm(0)
-                      .build());
+                      .build(),
+                  {}, /*running=*/false);
   auto c = svc.client({.rcvhwm = 0, .sndhwm = 0});
   std::vector<std::string> ids;
   for (std::uint32_t i = 0; i < kRequests; ++i) {
     ids.push_back(idOf("p", i));
     ASSERT_TRUE(c->submit({.id = ids.back(), .prompt = {i}, .max_tokens = 1}));
   }
+  svc.start();
   Receiver rx;
   ASSERT_NO_FATAL_FAILURE(rx.until(*c, ids, 60s * kSlowdown));
   std::size_t complete = 0;
