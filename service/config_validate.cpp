@@ -5,7 +5,6 @@
 
 #include <algorithm>
 #include <cctype>
-#include <charconv>
 #include <cmath>
 #include <cstdint>
 #include <filesystem>
@@ -13,13 +12,12 @@
 #include <optional>
 #include <string>
 #include <string_view>
-#include <unordered_map>
 #include <utility>
 #include <vector>
 
 #include "base/check.h"
-#include "base/endpoint.h"
 #include "service/config.h"
+#include "service/detail/config_check.h"
 #include "service/detail/config_keys.h"
 #include "service/fault_plan.h"
 #include "service/fleet.h"
@@ -28,11 +26,7 @@
 namespace mocker::service {
 namespace {
 
-ConfigError issue(const std::string& key, const std::string& what,
-                  std::vector<std::string> related = {}) {
-  related.insert(related.begin(), key);
-  return {std::move(related), invalidArgument(key + " " + what)};
-}
+using detail::issue;
 
 /// An engine rule in key terms. The engine's message starts with its field name; when the key
 /// path is that name under "engine." it replaces it ("num_gpu_blocks must …" →
@@ -54,31 +48,6 @@ std::optional<ConfigError> checkHwm(const std::string& key, std::uint32_t hwm) {
   if (hwm <= kMax) return std::nullopt;
   return issue(key, "must be in [0, " + std::to_string(kMax) + "] (0 = unlimited) (got " +
                         std::to_string(hwm) + ")");
-}
-
-/// A tcp:// endpoint, parsed; nullopt for other schemes and malformed text.
-std::optional<Endpoint> tcpEndpoint(std::string_view text) {
-  auto ep = parseEndpoint(text);
-  if (!ep || !ep->isTcp()) return std::nullopt;
-  return std::move(*ep);
-}
-
-bool isWildcardTcp(std::string_view endpoint) {
-  const auto ep = tcpEndpoint(endpoint);
-  return ep && ep->wildcardPort();
-}
-
-/// Whether two bound endpoints would fight over the same address.
-bool collide(std::string_view a, std::string_view b) {
-  if (isWildcardTcp(a) || isWildcardTcp(b)) return false;  // ephemeral ports never collide
-  const auto ta = tcpEndpoint(a);
-  const auto tb = tcpEndpoint(b);
-  if (ta && tb) {
-    if (ta->port != tb->port) return false;
-    const auto any = [](const std::string& h) { return h == "*" || h == "0.0.0.0"; };
-    return ta->host == tb->host || any(ta->host) || any(tb->host);
-  }
-  return a == b;
 }
 
 /// Keys that act only under one timing model or engine type: set for another one they would be
@@ -195,26 +164,8 @@ std::optional<ConfigError> checkEngineTypeKeysApply(const engine::EngineConfig& 
   return std::nullopt;
 }
 
-}  // namespace
-
-Result<std::string> rankEndpoint(const EndpointConfig& endpoint, std::uint32_t dp_rank) {
-  // Every rank binds its own ephemeral port.
-  if (isWildcardTcp(endpoint.endpoint)) return endpoint.endpoint;
-  return offsetEndpoint(endpoint.endpoint, dp_rank);
-}
-
-std::optional<ConfigError> checkServiceConfig(const ServiceConfig& c, ConfigUse use) {
-  using engine::TimingModelKind;
-  if (auto e = checkKeysApply(c)) return e;
-  // finishServiceConfig loads the profile from timing_profile_path; without one there is nothing
-  // for the engine to check.
-  if (c.engine.timing_model == TimingModelKind::Interpolated && !c.engine.timing_profile) {
-    return issue("engine.timing_profile_path", "is required when timing_model = interpolated",
-                 {"engine.timing_model"});
-  }
-  if (auto e = engine::checkEngineConfig(c.engine)) return fromEngine(std::move(*e));
-  if (auto e = checkEngineTypeKeysApply(c.engine)) return e;
-
+/// [service], [fleet], [faults], [kv_events], [fpm], [logging] and [limits] values.
+std::optional<ConfigError> checkServiceValues(const ServiceConfig& c) {
   const LiveConfig& s = c.service;
   if (s.max_buffered_outputs < 1) {
     return issue("service.max_buffered_outputs", "must be >= 1 (got 0)");
@@ -287,6 +238,11 @@ std::optional<ConfigError> checkServiceConfig(const ServiceConfig& c, ConfigUse 
     if (value < 1) return issue(key, "must be >= 1 (got 0)");
   }
 
+  return std::nullopt;
+}
+
+/// [security]: CURVE between clients and the service, and between workers (handoffs).
+std::optional<ConfigError> checkSecurity(const ServiceConfig& c) {
   // CURVE: key material is checked here as far as it is inline; key files are read when the
   // service starts (loadCurveServerKeys), and their errors name the file.
   const SecurityConfig& sec = c.security;
@@ -332,152 +288,36 @@ std::optional<ConfigError> checkServiceConfig(const ServiceConfig& c, ConfigUse 
                  {"security.curve", "engine.worker_type"});
   }
 
+  return std::nullopt;
+}
+
+}  // namespace
+
+std::optional<ConfigError> checkServiceConfig(const ServiceConfig& c, ConfigUse use) {
+  using engine::TimingModelKind;
+  if (auto e = checkKeysApply(c)) return e;
+  // finishServiceConfig loads the profile from timing_profile_path; without one there is nothing
+  // for the engine to check.
+  if (c.engine.timing_model == TimingModelKind::Interpolated && !c.engine.timing_profile) {
+    return issue("engine.timing_profile_path", "is required when timing_model = interpolated",
+                 {"engine.timing_model"});
+  }
+  if (auto e = engine::checkEngineConfig(c.engine)) return fromEngine(std::move(*e));
+  if (auto e = checkEngineTypeKeysApply(c.engine)) return e;
+
+  if (auto e = checkServiceValues(c)) return e;
+  if (auto e = checkSecurity(c)) return e;
   // Endpoints: scheme and DP offsets per socket, then no two bound sockets on one address. Only
   // for a service: an engine-only user opens no socket.
   if (use == ConfigUse::EngineOnly) return std::nullopt;
+  const LiveConfig& s = c.service;
   if (!std::isfinite(s.handoff_fetch_timeout_ms) || s.handoff_fetch_timeout_ms <= 0) {
     return issue("service.handoff_fetch_timeout_ms",
                  "must be finite and > 0 (got " + std::to_string(s.handoff_fetch_timeout_ms) + ")");
   }
   if (s.max_handoff_sources < 1)
     return issue("service.max_handoff_sources", "must be >= 1 (got 0)");
-  const bool prefill = c.engine.worker_type == engine::WorkerType::Prefill;
-  struct Socket {
-    std::string key;
-    const EndpointConfig* endpoint;
-    bool per_rank;
-    bool enabled;
-  };
-  const std::vector<Socket> sockets = {
-      {"endpoints.submit", &c.endpoints.submit, false, true},
-      {"endpoints.cancel", &c.endpoints.cancel, false, true},
-      {"endpoints.kv_events", &c.endpoints.kv_events, true, kv.enabled},
-      {"endpoints.kv_replay", &c.endpoints.kv_replay, true, kv.enabled && kv.replay_enabled},
-      {"endpoints.fpm", &c.endpoints.fpm, true, c.fpm.enabled},
-      {"endpoints.handoff", &c.endpoints.handoff, false, prefill},
-  };
-  struct Bound {
-    std::string key;
-    std::string address;
-    std::uint32_t rank;
-  };
-  std::vector<Bound> bound;
-  // Only endpoints on one tcp port, or equal non-tcp endpoints, can collide: each is checked
-  // against those alone (dp_size 1024 binds 3,072 endpoints; all pairs took a third of a second).
-  std::unordered_map<std::string, std::vector<std::size_t>> same_port;  // indices into `bound`
-  const auto collisionKey = [](const std::string& address) {
-    const auto ep = tcpEndpoint(address);
-    return ep ? "tcp:" + ep->port : address;
-  };
-  for (const Socket& sock : sockets) {
-    if (!sock.enabled) continue;
-    const std::string key = sock.key + ".endpoint";
-    if (sock.endpoint->endpoint.empty()) return issue(key, "must not be empty");
-    const std::uint32_t ranks = sock.per_rank ? c.engine.dp_size : 1;
-    for (std::uint32_t r = 0; r < ranks; ++r) {
-      auto address = rankEndpoint(*sock.endpoint, r);
-      if (!address) {
-        return ConfigError{{key, "engine.dp_size"},
-                           invalidArgument(key + ": " + address.error().message)};
-      }
-      if (sock.endpoint->connect || isWildcardTcp(*address)) continue;  // ephemeral: no collision
-      std::vector<std::size_t>& candidates = same_port[collisionKey(*address)];
-      for (const std::size_t i : candidates) {
-        const Bound& other = bound[i];
-        if (collide(*address, other.address)) {
-          return issue(key,
-                       "(" + *address + " for dp_rank " + std::to_string(r) + ") collides with " +
-                           other.key + " (" + other.address + " for dp_rank " +
-                           std::to_string(other.rank) +
-                           "); per-rank endpoints use port + dp_rank, so space the base "
-                           "ports at least dp_size (" +
-                           std::to_string(c.engine.dp_size) + ") apart",
-                       {other.key, "engine.dp_size"});
-        }
-      }
-      candidates.push_back(bound.size());
-      bound.push_back({key, *address, r});
-    }
-  }
-  // A handoff ticket names an endpoint decode workers connect to: a wildcard host is not one.
-  if (prefill) {
-    const std::string& adv = c.endpoints.handoff_advertise;
-    if (adv.empty()) {
-      const auto bound_at = tcpEndpoint(c.endpoints.handoff.endpoint);
-      if (!c.endpoints.handoff.connect && bound_at && bound_at->wildcardHost()) {
-        return issue("endpoints.handoff.endpoint",
-                     "binds a wildcard host (" + c.endpoints.handoff.endpoint +
-                         "), which decode workers cannot connect to: set "
-                         "endpoints.handoff.advertise to the endpoint they should use "
-                         "(tcp://HOST:PORT)",
-                     {"endpoints.handoff.advertise"});
-      }
-    } else if (c.fleet.num_workers > 1) {
-      return issue("endpoints.handoff.advertise",
-                   "names one endpoint, but each of the fleet.num_workers = " +
-                       std::to_string(c.fleet.num_workers) +
-                       " workers binds its own handoff socket",
-                   {"fleet.num_workers"});
-    } else if (const auto ep = tcpEndpoint(adv);
-               !ep || ep->host.empty() || ep->wildcardHost() || ep->port.empty() ||
-               ep->port.find_first_not_of("0123456789") != std::string::npos) {
-      return issue("endpoints.handoff.advertise",
-                   "must be tcp://HOST:PORT with a connectable host and port (got '" + adv + "')");
-    }
-  }
-  // The HTTP server binds HOST:PORT over TCP: the same address space as the tcp:// sockets.
-  if (c.endpoints.http.enabled) {
-    const std::string key = "endpoints.http.endpoint";
-    auto hp = parseHttpEndpoint(c.endpoints.http.endpoint);
-    if (!hp) return issue(key, hp.error().message);
-    if (hp->port != 0) {
-      const std::string address = "tcp://" + hp->host + ":" + std::to_string(hp->port);
-      for (const Bound& other : bound) {
-        if (collide(address, other.address)) {
-          return issue(key,
-                       "(" + c.endpoints.http.endpoint + ") collides with " + other.key + " (" +
-                           other.address + " for dp_rank " + std::to_string(other.rank) + ")",
-                       {other.key});
-        }
-      }
-    }
-  }
-  return std::nullopt;
-}
-
-Result<HttpHostPort> parseHttpEndpoint(std::string_view endpoint) {
-  std::string shown(1, '\'');  // (built in steps: g++ 12 -Wrestrict misfires on "'" + s)
-  shown.append(endpoint);
-  shown += '\'';
-  if (endpoint.find("://") != std::string_view::npos) {
-    return invalidArgument(shown + " must be HOST:PORT without a scheme (e.g. 127.0.0.1:8000)");
-  }
-  const auto colon = endpoint.rfind(':');
-  if (colon == std::string_view::npos) {
-    return invalidArgument(shown + " must be HOST:PORT (e.g. 127.0.0.1:8000; port 0 = ephemeral)");
-  }
-  std::string_view host = endpoint.substr(0, colon);
-  const std::string_view port_text = endpoint.substr(colon + 1);
-  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') {
-    host = host.substr(1, host.size() - 2);
-    if (host.empty() || host.find_first_not_of("0123456789abcdefABCDEF:.") != host.npos) {
-      return invalidArgument(shown + ": the bracketed host is not an IPv6 address");
-    }
-  } else if (host.empty() ||
-             host.find_first_not_of("abcdefghijklmnopqrstuvwxyz"
-                                    "ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789.-") != host.npos) {
-    return invalidArgument(shown +
-                           ": the host must be an IPv4 address, a host name, * is not accepted "
-                           "(use 0.0.0.0), IPv6 goes in brackets ([::1]:8000)");
-  }
-  std::uint32_t port = 0;
-  const auto [end, ec] =
-      std::from_chars(port_text.data(), port_text.data() + port_text.size(), port);
-  if (port_text.empty() || ec != std::errc() || end != port_text.data() + port_text.size() ||
-      port > 65535) {
-    return invalidArgument(shown + ": the port must be a decimal number in [0, 65535]");
-  }
-  return HttpHostPort{std::string(host), static_cast<std::uint16_t>(port)};
+  return detail::checkEndpoints(c);
 }
 
 Status validateServiceConfig(const ServiceConfig& config, ConfigUse use) {
