@@ -5,7 +5,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <functional>
 #include <iterator>
 #include <string>
 #include <utility>
@@ -80,169 +79,187 @@ bool wantsLogX(const std::vector<double>& sorted) {
   return sorted.back() >= 50.0 * median;
 }
 
-std::string renderSvgPlot(const Plot& plot) {
-  const bool small = plot.small;
-  const double kW = small ? 340 : 760;
-  const double kLeft = small ? 44 : 70, kRight = small ? 10 : 24, kTop = small ? 24 : 34;
-  const double ph = small ? 120 : 230;
-  const double pw = kW - kLeft - kRight;
-  const double font = small ? 10 : 11;
+namespace {
 
-  // Units: ms axes switch to seconds from 10,000 ms on.
-  double x_hi_raw = 0.0, y_hi_raw = 0.0;
+/// The picture's fixed geometry (two sizes).
+struct Frame {
+  explicit Frame(bool is_small)
+      : small(is_small),
+        width(small ? 340 : 760),
+        left(small ? 44 : 70),
+        top(small ? 24 : 34),
+        plot_h(small ? 120 : 230),
+        plot_w(width - left - (small ? 10 : 24)),
+        font(small ? 10 : 11) {}
+  bool small;
+  double width, left, top, plot_h, plot_w, font;
+};
+
+/// Display units: ms axes switch to seconds from 10,000 ms on; `any` = a point to draw.
+struct Units {
   bool any = false;
+  double x_scale = 1.0, y_scale = 1.0;
+  std::string x_label, y_label;
+};
+
+Units unitsOf(const Plot& plot) {
+  double x_hi_raw = 0.0, y_hi_raw = 0.0;
+  Units u;
   for (const PlotSeries& s : plot.series) {
     for (const auto& [x, y] : s.points) {
       if (plot.log_x && !(x > 0.0)) continue;
-      x_hi_raw = any ? std::max(x_hi_raw, x) : x;
-      y_hi_raw = any ? std::max(y_hi_raw, y) : y;
-      any = true;
+      x_hi_raw = u.any ? std::max(x_hi_raw, x) : x;
+      y_hi_raw = u.any ? std::max(y_hi_raw, y) : y;
+      u.any = true;
     }
   }
   if (plot.x_max && !plot.log_x) x_hi_raw = std::max(x_hi_raw, *plot.x_max);
-  const double x_scale = plot.x_is_ms && x_hi_raw >= 10000.0 ? 1e-3 : 1.0;
-  const double y_scale = plot.y_is_ms && y_hi_raw >= 10000.0 ? 1e-3 : 1.0;
-  const std::string x_label = plot.x_label +
-                              (plot.x_is_ms ? (x_scale < 1.0 ? " (s)" : " (ms)") : std::string()) +
-                              (plot.log_x ? ", log scale" : "");
-  const std::string y_label =
-      plot.y_label + (plot.y_is_ms ? (y_scale < 1.0 ? " (s)" : " (ms)") : std::string());
+  u.x_scale = plot.x_is_ms && x_hi_raw >= 10000.0 ? 1e-3 : 1.0;
+  u.y_scale = plot.y_is_ms && y_hi_raw >= 10000.0 ? 1e-3 : 1.0;
+  u.x_label = plot.x_label + (plot.x_is_ms ? (u.x_scale < 1.0 ? " (s)" : " (ms)") : std::string()) +
+              (plot.log_x ? ", log scale" : "");
+  u.y_label = plot.y_label + (plot.y_is_ms ? (u.y_scale < 1.0 ? " (s)" : " (ms)") : std::string());
+  return u;
+}
 
-  // Legend rows (below the frame and the x label).
-  struct Entry {
-    std::string name;
-    std::string color;
-    bool dots;
-    bool dashed;
-    double x;
-    double row;
-  };
-  std::vector<Entry> legend;
-  {
-    double x = kLeft, row = 0;
-    const auto add = [&](const std::string& name, const std::string& color, bool dots,
-                         bool dashed) {
-      const double w = 30 + (small ? 5.6 : 6.4) * static_cast<double>(name.size()) + 14;
-      if (x > kLeft && x + w > kW) {
-        x = kLeft;
-        ++row;
-      }
-      legend.push_back({name, color, dots, dashed, x, row});
-      x += w;
-    };
-    for (std::size_t i = 0; i < plot.series.size(); ++i) {
-      add(plot.series[i].name, kColors[i % std::size(kColors)],
-          plot.series[i].style == PlotSeries::Style::Dots, false);
+/// Legend rows (below the frame and the x label).
+struct LegendEntry {
+  std::string name;
+  std::string color;
+  bool dots;
+  bool dashed;
+  double x;
+  double row;
+};
+
+std::vector<LegendEntry> layoutLegend(const Plot& plot, const Frame& f) {
+  std::vector<LegendEntry> legend;
+  double x = f.left, row = 0;
+  const auto add = [&](const std::string& name, const std::string& color, bool dots, bool dashed) {
+    const double w = 30 + (f.small ? 5.6 : 6.4) * static_cast<double>(name.size()) + 14;
+    if (x > f.left && x + w > f.width) {
+      x = f.left;
+      ++row;
     }
-    for (const PlotMarker& m : plot.markers) add(m.label, "#555", false, true);
+    legend.push_back({name, color, dots, dashed, x, row});
+    x += w;
+  };
+  for (std::size_t i = 0; i < plot.series.size(); ++i) {
+    add(plot.series[i].name, kColors[i % std::size(kColors)],
+        plot.series[i].style == PlotSeries::Style::Dots, false);
   }
-  const double legend_rows = legend.empty() ? 0 : legend.back().row + 1;
-  const double legend_top = kTop + ph + (small ? 34 : 44);
-  const double kH = legend_top + legend_rows * (small ? 14 : 16) + 6;
+  for (const PlotMarker& m : plot.markers) add(m.label, "#555", false, true);
+  return legend;
+}
 
-  std::string svg = "<svg class=\"chart\" data-chart=\"" + escapeHtml(plot.id) +
-                    "\" xmlns=\"http://www.w3.org/2000/svg\" width=\"100%\" viewBox=\"0 0 " +
-                    num(kW, 0) + " " + num(kH, 0) + "\" role=\"img\" font-family=\"sans-serif\"" +
-                    " font-size=\"" + num(font, 0) + "\"" + (any ? "" : " data-empty=\"1\"") +
-                    ">\n";
-  svg += "<title>" + escapeHtml(plot.title) + "</title>\n";
-  svg += "<text x=\"" + num(kW / 2) + "\" y=\"" + num(small ? 14 : 18) +
-         "\" text-anchor=\"middle\" font-size=\"" + num(small ? 11 : 14, 0) + "\">" +
-         escapeHtml(plot.title) + "</text>\n";
-  if (!any) {
-    svg += "<text x=\"" + num(kW / 2) + "\" y=\"" + num(kTop + ph / 2) +
-           "\" text-anchor=\"middle\" fill=\"#888\">no data</text>\n</svg>\n";
-    return svg;
-  }
+/// The axes: the data range in display units, the ticks, and the mapping to coordinates.
+struct Axes {
+  std::vector<std::pair<double, std::string>> x_ticks;  // (display value, label)
+  std::vector<double> x_minor;                          // grid lines without labels
+  bool log_x = false;
+  double a0 = 0, a1 = 1;  // the x axis (log10 of the values on a log axis)
+  double y1 = 0, y_step = 1;
+  double x_scale = 1, y_scale = 1;
+  Frame f{false};
 
-  // Data range in display units.
+  double tx(double v) const { return log_x ? std::log10(v) : v; }
+  double pxd(double dx) const { return f.left + (tx(dx) - a0) / (a1 - a0) * f.plot_w; }
+  double px(double x) const { return pxd(x * x_scale); }
+  double pyd(double dy) const { return f.top + f.plot_h - dy / y1 * f.plot_h; }
+  double py(double y) const { return pyd(y * y_scale); }
+};
+
+Axes axesOf(const Plot& plot, const Units& u, const Frame& f) {
+  Axes ax;
+  ax.f = f;
+  ax.log_x = plot.log_x;
+  ax.x_scale = u.x_scale;
+  ax.y_scale = u.y_scale;
   double x0 = 0, x1 = 0, y1 = 0;
   bool first = true;
   for (const PlotSeries& s : plot.series) {
     for (const auto& [x, y] : s.points) {
       if (plot.log_x && !(x > 0.0)) continue;
-      const double dx = x * x_scale;
+      const double dx = x * u.x_scale;
       x0 = first ? dx : std::min(x0, dx);
       x1 = first ? dx : std::max(x1, dx);
-      y1 = first ? y * y_scale : std::max(y1, y * y_scale);
+      y1 = first ? y * u.y_scale : std::max(y1, y * u.y_scale);
       first = false;
     }
   }
   for (const PlotMarker& m : plot.markers) {
-    if (m.vertical && (!plot.log_x || m.value > 0.0)) x1 = std::max(x1, m.value * x_scale);
-    if (!m.vertical) y1 = std::max(y1, m.value * y_scale);
+    if (m.vertical && (!plot.log_x || m.value > 0.0)) x1 = std::max(x1, m.value * u.x_scale);
+    if (!m.vertical) y1 = std::max(y1, m.value * u.y_scale);
   }
   if (plot.y_max) y1 = *plot.y_max;
-  if (plot.x_max && !plot.log_x) x1 = std::max(x1, *plot.x_max * x_scale);
-
-  std::vector<std::pair<double, std::string>> x_ticks;  // (display value, label)
-  std::vector<double> x_minor;                          // grid lines without labels
-  std::function<double(double)> tx;                     // display value -> axis coordinate
-  double a0 = 0, a1 = 1;
+  if (plot.x_max && !plot.log_x) x1 = std::max(x1, *plot.x_max * u.x_scale);
   if (plot.log_x) {
-    a0 = std::floor(std::log10(x0));
-    a1 = std::ceil(std::log10(x1));
-    if (a1 <= a0) a1 = a0 + 1;
-    const bool few = a1 - a0 <= 2;
-    for (double e = a0; e <= a1 + 1e-9; e += 1) {
+    ax.a0 = std::floor(std::log10(x0));
+    ax.a1 = std::ceil(std::log10(x1));
+    if (ax.a1 <= ax.a0) ax.a1 = ax.a0 + 1;
+    const bool few = ax.a1 - ax.a0 <= 2;
+    for (double e = ax.a0; e <= ax.a1 + 1e-9; e += 1) {
       const double base = std::pow(10.0, e);
-      x_ticks.emplace_back(base, logTickLabel(base));
-      if (e >= a1) break;
+      ax.x_ticks.emplace_back(base, logTickLabel(base));
+      if (e >= ax.a1) break;
       for (const double m : {2.0, 5.0}) {
         if (few) {
-          x_ticks.emplace_back(base * m, logTickLabel(base * m));
+          ax.x_ticks.emplace_back(base * m, logTickLabel(base * m));
         } else {
-          x_minor.push_back(base * m);
+          ax.x_minor.push_back(base * m);
         }
       }
     }
-    tx = [](double v) { return std::log10(v); };
   } else {
     x0 = std::min(x0, 0.0);
-    const double step = niceStep(x1 - x0, small ? 4 : 8);
-    a0 = std::floor(x0 / step + 1e-9) * step;
-    a1 = x1 > a0 ? std::ceil(x1 / step - 1e-9) * step : a0 + step;
-    if (a1 <= a0) a1 = a0 + step;
-    for (double x = a0; x <= a1 + step * 1e-6; x += step)
-      x_ticks.emplace_back(x, tickLabel(x, step));
-    tx = [](double v) { return v; };
+    const double step = niceStep(x1 - x0, f.small ? 4 : 8);
+    ax.a0 = std::floor(x0 / step + 1e-9) * step;
+    ax.a1 = x1 > ax.a0 ? std::ceil(x1 / step - 1e-9) * step : ax.a0 + step;
+    if (ax.a1 <= ax.a0) ax.a1 = ax.a0 + step;
+    for (double x = ax.a0; x <= ax.a1 + step * 1e-6; x += step)
+      ax.x_ticks.emplace_back(x, tickLabel(x, step));
   }
-  const double y_step = niceStep(y1, small ? 3 : 5);
-  y1 = y1 > 0 ? std::ceil(y1 / y_step - 1e-9) * y_step : y_step;
-  const auto px = [&](double x) { return kLeft + (tx(x * x_scale) - a0) / (a1 - a0) * pw; };
-  const auto pxd = [&](double dx) { return kLeft + (tx(dx) - a0) / (a1 - a0) * pw; };
-  const auto py = [&](double y) { return kTop + ph - y * y_scale / y1 * ph; };
-  const auto pyd = [&](double dy) { return kTop + ph - dy / y1 * ph; };
+  ax.y_step = niceStep(y1, f.small ? 3 : 5);
+  ax.y1 = y1 > 0 ? std::ceil(y1 / ax.y_step - 1e-9) * ax.y_step : ax.y_step;
+  return ax;
+}
 
+/// Grid, tick labels, the frame and the axis labels.
+void drawFrame(std::string& svg, const Axes& ax, const Units& u) {
+  const Frame& f = ax.f;
   svg += "<g stroke=\"#e3e3e3\">\n";
   std::string labels;
-  for (double y = 0; y <= y1 + y_step * 1e-6; y += y_step) {
-    svg += "<line x1=\"" + num(kLeft) + "\" y1=\"" + num(pyd(y)) + "\" x2=\"" + num(kLeft + pw) +
-           "\" y2=\"" + num(pyd(y)) + "\"/>\n";
-    labels += "<text x=\"" + num(kLeft - 5) + "\" y=\"" + num(pyd(y) + 4) +
-              "\" text-anchor=\"end\">" + tickLabel(y, y_step) + "</text>\n";
+  for (double y = 0; y <= ax.y1 + ax.y_step * 1e-6; y += ax.y_step) {
+    svg += "<line x1=\"" + num(f.left) + "\" y1=\"" + num(ax.pyd(y)) + "\" x2=\"" +
+           num(f.left + f.plot_w) + "\" y2=\"" + num(ax.pyd(y)) + "\"/>\n";
+    labels += "<text x=\"" + num(f.left - 5) + "\" y=\"" + num(ax.pyd(y) + 4) +
+              "\" text-anchor=\"end\">" + tickLabel(y, ax.y_step) + "</text>\n";
   }
-  for (const double x : x_minor) {
-    svg += "<line x1=\"" + num(pxd(x)) + "\" y1=\"" + num(kTop) + "\" x2=\"" + num(pxd(x)) +
-           "\" y2=\"" + num(kTop + ph) + "\" stroke=\"#f1f1f1\"/>\n";
+  for (const double x : ax.x_minor) {
+    svg += "<line x1=\"" + num(ax.pxd(x)) + "\" y1=\"" + num(f.top) + "\" x2=\"" + num(ax.pxd(x)) +
+           "\" y2=\"" + num(f.top + f.plot_h) + "\" stroke=\"#f1f1f1\"/>\n";
   }
-  for (const auto& [x, label] : x_ticks) {
-    svg += "<line x1=\"" + num(pxd(x)) + "\" y1=\"" + num(kTop) + "\" x2=\"" + num(pxd(x)) +
-           "\" y2=\"" + num(kTop + ph) + "\"/>\n";
+  for (const auto& [x, label] : ax.x_ticks) {
+    svg += "<line x1=\"" + num(ax.pxd(x)) + "\" y1=\"" + num(f.top) + "\" x2=\"" + num(ax.pxd(x)) +
+           "\" y2=\"" + num(f.top + f.plot_h) + "\"/>\n";
     // The last label ends at the frame's right edge instead of running past the picture.
-    const bool at_right = pxd(x) > kLeft + pw - 1;
-    labels += "<text x=\"" + num(pxd(x)) + "\" y=\"" + num(kTop + ph + 14) + "\" text-anchor=\"" +
-              (at_right ? "end" : "middle") + "\">" + label + "</text>\n";
+    const bool at_right = ax.pxd(x) > f.left + f.plot_w - 1;
+    labels += "<text x=\"" + num(ax.pxd(x)) + "\" y=\"" + num(f.top + f.plot_h + 14) +
+              "\" text-anchor=\"" + (at_right ? "end" : "middle") + "\">" + label + "</text>\n";
   }
   svg += "</g>\n" + labels;
-  svg += "<rect x=\"" + num(kLeft) + "\" y=\"" + num(kTop) + "\" width=\"" + num(pw) +
-         "\" height=\"" + num(ph) + "\" fill=\"none\" stroke=\"#333\"/>\n";
-  svg += "<text x=\"" + num(kLeft + pw / 2) + "\" y=\"" + num(kTop + ph + (small ? 27 : 32)) +
-         "\" text-anchor=\"middle\">" + escapeHtml(x_label) + "</text>\n";
-  svg += "<text transform=\"translate(" + num(small ? 11 : 16) + "," + num(kTop + ph / 2) +
-         ") rotate(-90)\" text-anchor=\"middle\">" + escapeHtml(y_label) + "</text>\n";
+  svg += "<rect x=\"" + num(f.left) + "\" y=\"" + num(f.top) + "\" width=\"" + num(f.plot_w) +
+         "\" height=\"" + num(f.plot_h) + "\" fill=\"none\" stroke=\"#333\"/>\n";
+  svg += "<text x=\"" + num(f.left + f.plot_w / 2) + "\" y=\"" +
+         num(f.top + f.plot_h + (f.small ? 27 : 32)) + "\" text-anchor=\"middle\">" +
+         escapeHtml(u.x_label) + "</text>\n";
+  svg += "<text transform=\"translate(" + num(f.small ? 11 : 16) + "," + num(f.top + f.plot_h / 2) +
+         ") rotate(-90)\" text-anchor=\"middle\">" + escapeHtml(u.y_label) + "</text>\n";
+}
 
-  // Series, clipped to the frame.
+/// The series (lines or dots), then the dashed markers.
+void drawSeries(std::string& svg, const Plot& plot, const Axes& ax) {
+  const Frame& f = ax.f;
   svg += "<g>\n";
   for (std::size_t i = 0; i < plot.series.size(); ++i) {
     const PlotSeries& s = plot.series[i];
@@ -252,18 +269,18 @@ std::string renderSvgPlot(const Plot& plot) {
       if (plot.log_x && !(x > 0.0)) continue;
       if (s.style == PlotSeries::Style::Dots) {
         coords += 'M';
-        coords += num(px(x));
+        coords += num(ax.px(x));
         coords += ' ';
-        coords += num(py(y));
+        coords += num(ax.py(y));
         coords += "h0.1";
       } else {
-        coords += num(px(x)) + "," + num(py(y)) + " ";
+        coords += num(ax.px(x)) + "," + num(ax.py(y)) + " ";
       }
     }
     if (coords.empty()) continue;
     if (s.style == PlotSeries::Style::Dots) {
       svg += "<path class=\"series\" fill=\"none\" stroke=\"" + color +
-             "\" stroke-opacity=\"0.6\" stroke-width=\"" + num(small ? 3 : 4, 0) +
+             "\" stroke-opacity=\"0.6\" stroke-width=\"" + num(f.small ? 3 : 4, 0) +
              "\" stroke-linecap=\"round\" d=\"" + coords + "\"/>\n";
     } else {
       svg += "<polyline class=\"series\" fill=\"none\" stroke-width=\"1.5\" stroke=\"" + color +
@@ -274,17 +291,21 @@ std::string renderSvgPlot(const Plot& plot) {
   for (const PlotMarker& m : plot.markers) {
     if (m.vertical) {
       if (plot.log_x && !(m.value > 0.0)) continue;
-      svg += "<line class=\"marker\" x1=\"" + num(px(m.value)) + "\" y1=\"" + num(kTop) +
-             "\" x2=\"" + num(px(m.value)) + "\" y2=\"" + num(kTop + ph) +
+      svg += "<line class=\"marker\" x1=\"" + num(ax.px(m.value)) + "\" y1=\"" + num(f.top) +
+             "\" x2=\"" + num(ax.px(m.value)) + "\" y2=\"" + num(f.top + f.plot_h) +
              "\" stroke=\"#555\" stroke-dasharray=\"5,4\"/>\n";
     } else {
-      svg += "<line class=\"marker\" x1=\"" + num(kLeft) + "\" y1=\"" + num(py(m.value)) +
-             "\" x2=\"" + num(kLeft + pw) + "\" y2=\"" + num(py(m.value)) +
+      svg += "<line class=\"marker\" x1=\"" + num(f.left) + "\" y1=\"" + num(ax.py(m.value)) +
+             "\" x2=\"" + num(f.left + f.plot_w) + "\" y2=\"" + num(ax.py(m.value)) +
              "\" stroke=\"#555\" stroke-dasharray=\"5,4\"/>\n";
     }
   }
-  for (const Entry& e : legend) {
-    const double ly = legend_top + e.row * (small ? 14 : 16);
+}
+
+void drawLegend(std::string& svg, const std::vector<LegendEntry>& legend, double top,
+                const Frame& f) {
+  for (const LegendEntry& e : legend) {
+    const double ly = top + e.row * (f.small ? 14 : 16);
     if (e.dots) {
       svg += "<circle cx=\"" + num(e.x + 9) + "\" cy=\"" + num(ly - 4) + "\" r=\"3\" fill=\"" +
              e.color + "\"/>\n";
@@ -296,6 +317,36 @@ std::string renderSvgPlot(const Plot& plot) {
     svg += "<text x=\"" + num(e.x + 28) + "\" y=\"" + num(ly) + "\">" + escapeHtml(e.name) +
            "</text>\n";
   }
+}
+
+}  // namespace
+
+std::string renderSvgPlot(const Plot& plot) {
+  const Frame f(plot.small);
+  const Units u = unitsOf(plot);
+  const std::vector<LegendEntry> legend = layoutLegend(plot, f);
+  const double legend_rows = legend.empty() ? 0 : legend.back().row + 1;
+  const double legend_top = f.top + f.plot_h + (f.small ? 34 : 44);
+  const double height = legend_top + legend_rows * (f.small ? 14 : 16) + 6;
+
+  std::string svg = "<svg class=\"chart\" data-chart=\"" + escapeHtml(plot.id) +
+                    "\" xmlns=\"http://www.w3.org/2000/svg\" width=\"100%\" viewBox=\"0 0 " +
+                    num(f.width, 0) + " " + num(height, 0) +
+                    "\" role=\"img\" font-family=\"sans-serif\"" + " font-size=\"" +
+                    num(f.font, 0) + "\"" + (u.any ? "" : " data-empty=\"1\"") + ">\n";
+  svg += "<title>" + escapeHtml(plot.title) + "</title>\n";
+  svg += "<text x=\"" + num(f.width / 2) + "\" y=\"" + num(f.small ? 14 : 18) +
+         "\" text-anchor=\"middle\" font-size=\"" + num(f.small ? 11 : 14, 0) + "\">" +
+         escapeHtml(plot.title) + "</text>\n";
+  if (!u.any) {
+    svg += "<text x=\"" + num(f.width / 2) + "\" y=\"" + num(f.top + f.plot_h / 2) +
+           "\" text-anchor=\"middle\" fill=\"#888\">no data</text>\n</svg>\n";
+    return svg;
+  }
+  const Axes ax = axesOf(plot, u, f);
+  drawFrame(svg, ax, u);
+  drawSeries(svg, plot, ax);
+  drawLegend(svg, legend, legend_top, f);
   svg += "</svg>\n";
   return svg;
 }
