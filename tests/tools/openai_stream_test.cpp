@@ -89,7 +89,7 @@ TEST(SseReaderTest, SplitsEventsAcrossAnyByteBoundaryAndLineEnding) {
 }
 
 TEST(OpenAiStreamTest, ContinuousUsageStampsEveryTokenWithItsChunk) {
-  OpenAiStream s;
+  OpenAiStream s(3);
   ASSERT_TRUE(s.onEvent(R"({"choices":[{"delta":{"role":"assistant","content":""}}],)"
                         R"("usage":{"prompt_tokens":9,"completion_tokens":0}})",
                         1.0));
@@ -112,13 +112,13 @@ TEST(OpenAiStreamTest, ContinuousUsageStampsEveryTokenWithItsChunk) {
 }
 
 TEST(OpenAiStreamTest, WithoutContinuousUsageOneTokenPerTextChunkReconciledWithUsage) {
-  OpenAiStream more;
+  OpenAiStream more(4);
   ASSERT_TRUE(more.onEvent(R"({"choices":[{"text":"a"}]})", 1.0));
   ASSERT_TRUE(more.onEvent(R"({"choices":[{"text":"bc","finish_reason":"stop"}]})", 2.0));
   ASSERT_TRUE(more.onEvent(R"({"choices":[],"usage":{"completion_tokens":4}})", 3.0));
   more.finish();
   EXPECT_EQ(more.tokenTimes(), (std::vector<double>{1.0, 2.0, 2.0, 2.0}));
-  OpenAiStream fewer;
+  OpenAiStream fewer(4);
   ASSERT_TRUE(fewer.onEvent(R"({"choices":[{"text":"a"}]})", 1.0));
   ASSERT_TRUE(fewer.onEvent(R"({"choices":[{"text":"b"}]})", 2.0));
   ASSERT_TRUE(fewer.onEvent(R"({"choices":[],"usage":{"completion_tokens":1}})", 3.0));
@@ -126,15 +126,42 @@ TEST(OpenAiStreamTest, WithoutContinuousUsageOneTokenPerTextChunkReconciledWithU
   EXPECT_EQ(fewer.tokenTimes(), (std::vector<double>{1.0}));
 }
 
+TEST(OpenAiStreamTest, AUsageCountOverMaxTokensIsMalformedNotAnAllocation) {
+  // A hostile server's usage.completion_tokens must not size the token-time vector: 50 million
+  // claimed tokens for a request of 16 would be 400 MB (4e9: 32 GB).
+  OpenAiStream cumulative(16);
+  const Status over = cumulative.onEvent(
+      R"({"choices":[{"text":"a"}],"usage":{"completion_tokens":50000000}})", 1.0);
+  ASSERT_FALSE(over);
+  EXPECT_EQ(over.error().message,
+            "usage.completion_tokens 50000000 is over the request's max_tokens 16");
+  EXPECT_LE(cumulative.tokenTimes().size(), 16u);
+  OpenAiStream final_usage(16);
+  ASSERT_TRUE(final_usage.onEvent(R"({"choices":[{"text":"a"}]})", 1.0));
+  EXPECT_FALSE(
+      final_usage.onEvent(R"({"choices":[],"usage":{"completion_tokens":50000000}})", 2.0));
+  final_usage.finish();
+  EXPECT_LE(final_usage.tokenTimes().size(), 16u);
+  // More text chunks than max_tokens (without usage) are not counted past it.
+  OpenAiStream chunks(2);
+  for (int i = 0; i < 5; ++i) ASSERT_TRUE(chunks.onEvent(R"({"choices":[{"text":"a"}]})", i));
+  chunks.finish();
+  EXPECT_EQ(chunks.tokenTimes(), (std::vector<double>{0.0, 1.0}));
+  // Exactly max_tokens is fine.
+  OpenAiStream exact(2);
+  ASSERT_TRUE(exact.onEvent(R"({"choices":[{"text":"ab"}],"usage":{"completion_tokens":2}})", 1.0));
+  EXPECT_EQ(exact.tokenTimes().size(), 2u);
+}
+
 TEST(OpenAiStreamTest, ErrorFramesAndMalformedEvents) {
-  OpenAiStream e;
+  OpenAiStream e(4);
   ASSERT_TRUE(e.onEvent(R"({"error":{"message":"worker lost","code":503}})", 1.0));
   EXPECT_EQ(e.error(), "worker lost");
   for (const char* bad :
        {"not json", "[1]", R"({"choices":{}})", R"({"choices":[{"text":5}]})",
         R"({"usage":{"completion_tokens":-1}})", R"({"usage":{"completion_tokens":"3"}})",
         R"({"choices":[{"delta":[]}]})", R"({"usage":{"prompt_tokens_details":7}})"}) {
-    OpenAiStream s;
+    OpenAiStream s(4);
     EXPECT_FALSE(s.onEvent(bad, 1.0)) << bad;
   }
 }

@@ -38,7 +38,7 @@ struct Call {
   unsigned status = 0;              ///< HTTP status; 0 = none yet
   std::string error_body;
   SseReader sse;
-  OpenAiStream stream;
+  OpenAiStream stream{0};                  ///< set with the request's max_tokens at dispatch
   std::optional<std::string> malformed{};  ///< why the stream was abandoned
   std::shared_ptr<HttpCall> http;
   std::unique_ptr<asio::steady_timer> timeout;
@@ -177,6 +177,7 @@ class OpenAiReplay {
     MOCKER_CHECK(call->handle == index);
     call->session = next.session;
     call->turn = next.turn;
+    call->stream = OpenAiStream(turn.output_length);
     call->prompt_length = static_cast<std::uint32_t>(prompt.size());
     Headers headers = headers_;
     headers.emplace_back("X-Request-Id", "r" + std::to_string(index));

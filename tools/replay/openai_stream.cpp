@@ -191,6 +191,10 @@ Status OpenAiStream::onEvent(std::string_view data, double now_ms) {
     if (!usage->is_object()) return invalidArgument("usage is not an object: " + usage->dump());
     MOCKER_TRY(const auto prompt, countField(*usage, "prompt_tokens", "usage"));
     MOCKER_TRY(const auto completion, countField(*usage, "completion_tokens", "usage"));
+    if (completion && *completion > max_tokens_) {
+      return invalidArgument("usage.completion_tokens " + std::to_string(*completion) +
+                             " is over the request's max_tokens " + std::to_string(max_tokens_));
+    }
     if (prompt) prompt_tokens_ = prompt;
     if (completion) completion_tokens_ = completion;
     if (const json* details = field(*usage, "prompt_tokens_details")) {
@@ -232,7 +236,7 @@ void OpenAiStream::countTokens(std::optional<std::uint32_t> cumulative, bool has
   if (has_text) last_text_ms_ = now_ms;
   if (cumulative) {
     while (token_times_.size() < *cumulative) token_times_.push_back(now_ms);
-  } else if (has_text) {
+  } else if (has_text && token_times_.size() < max_tokens_) {
     token_times_.push_back(now_ms);
   }
 }
