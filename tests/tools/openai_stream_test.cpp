@@ -81,11 +81,44 @@ TEST(SseReaderTest, SplitsEventsAcrossAnyByteBoundaryAndLineEnding) {
   for (std::size_t cut = 0; cut <= stream.size(); ++cut) {
     SseReader reader;
     std::vector<std::string> events;
-    reader.feed(std::string_view(stream).substr(0, cut), events);
-    reader.feed(std::string_view(stream).substr(cut), events);
+    ASSERT_TRUE(reader.feed(std::string_view(stream).substr(0, cut), events));
+    ASSERT_TRUE(reader.feed(std::string_view(stream).substr(cut), events));
     EXPECT_EQ(events, expected) << "cut at " << cut;
     EXPECT_EQ(reader.pending(), 0u);
   }
+}
+
+TEST(SseReaderTest, AnEventThatNeverEndsIsAnErrorNotUnboundedMemory) {
+  // A hostile server's line without an end, or data lines without the blank line that ends
+  // their event: the reader gives up at kMaxSseEventBytes instead of buffering (and, before,
+  // rescanning on every feed: 81 s for these 8 MiB) whatever is sent.
+  const std::string piece(16 << 10, 'x');
+  std::vector<std::string> events;
+  SseReader line;
+  Status s;
+  std::size_t fed = 0;
+  while (s && fed < 512) s = line.feed(piece, events), ++fed;  // up to 8 MiB, no line end
+  ASSERT_FALSE(s);
+  EXPECT_EQ(s.error().message,
+            "an SSE event over 1 MiB without its end (a line end, then a blank line)");
+  EXPECT_LE(fed * piece.size(), SseReader::kMaxSseEventBytes + piece.size());
+  SseReader lines;
+  const std::string data_line = "data: " + piece + "\n";
+  s = {};
+  fed = 0;
+  while (s && fed < 512) s = lines.feed(data_line, events), ++fed;  // no blank line
+  ASSERT_FALSE(s);
+  EXPECT_LE(lines.pending(), SseReader::kMaxSseEventBytes + data_line.size());
+  EXPECT_TRUE(events.empty());
+  // Just under the limit, then its end: one event.
+  SseReader big;
+  const std::string under(SseReader::kMaxSseEventBytes - 16, 'y');
+  ASSERT_TRUE(big.feed("data: ", events));
+  ASSERT_TRUE(big.feed(under, events));
+  ASSERT_TRUE(big.feed("\n\n", events));
+  ASSERT_EQ(events.size(), 1u);
+  EXPECT_EQ(events[0], under);
+  EXPECT_EQ(big.pending(), 0u);
 }
 
 TEST(OpenAiStreamTest, ContinuousUsageStampsEveryTokenWithItsChunk) {

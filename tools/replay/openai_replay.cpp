@@ -203,7 +203,11 @@ class OpenAiReplay {
       return;
     }
     events_.clear();
-    c.sse.feed(bytes, events_);
+    if (const Status s = c.sse.feed(bytes, events_); !s) {
+      c.malformed = s.error().message;
+      c.http->abort();  // on_end follows: the request is recorded failed there
+      return;
+    }
     const double now = nowMs();
     for (const std::string& e : events_) {
       if (const Status s = c.stream.onEvent(e, now); !s) {

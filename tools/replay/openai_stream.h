@@ -59,15 +59,21 @@ Result<std::string> firstModelId(std::string_view body);
 
 /// Server-sent events: bytes in, the `data` of each complete event out (several data lines of
 /// one event joined by "\n"; comments and other fields ignored; "\n", "\r\n" or "\r" ends a line).
+/// An event is at most kMaxSseEventBytes (its data and its unfinished line): a server that never
+/// ends a line or an event is an error, not memory that grows with what it sends.
 class SseReader {
  public:
-  /// Appends `bytes`; pushes the data of every event they complete onto `events`.
-  void feed(std::string_view bytes, std::vector<std::string>& events);
-  /// Bytes of an incomplete event still buffered.
-  std::size_t pending() const { return buffer_.size(); }
+  static constexpr std::size_t kMaxSseEventBytes = 1 << 20;
+
+  /// Appends `bytes`; pushes the data of every event they complete onto `events`. Errors: the
+  /// incomplete event is over kMaxSseEventBytes (the reader is then unusable).
+  Status feed(std::string_view bytes, std::vector<std::string>& events);
+  /// Bytes of an incomplete event still buffered (its data lines and its unfinished line).
+  std::size_t pending() const { return buffer_.size() + data_.size(); }
 
  private:
   std::string buffer_;
+  std::size_t scanned_ = 0;  ///< bytes of buffer_ already searched for a line end
   std::string data_;
   bool has_data_ = false;
   bool skip_lf_ = false;  ///< the previous line ended in "\r": a following "\n" belongs to it
