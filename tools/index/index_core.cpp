@@ -237,7 +237,7 @@ void IndexCore::performLoss(std::size_t i, const SeqAction& a, Clock::time_point
         "index applied up to seq {}); dropping this rank's blocks and starting over from "
         "seq 0",
         rankName(c), a.seq, a.seq_end == 0 ? 0 : a.seq_end - 1);
-    if (c.rank) index_.applyCleared(source(c));
+    if (c.rank) tiers_.clearSource(source(c));  // the new process's tiers are all empty
     return;
   }
   ++s_.gaps_unhealed;
