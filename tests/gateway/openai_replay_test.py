@@ -245,6 +245,36 @@ class KeepAliveRetryTest(unittest.TestCase):
             self.assertEqual(ClosingKeepAliveHandler.connections, 4)
 
 
+class EndlessChunkHeaderHandler(http.server.BaseHTTPRequestHandler):
+    """A chunked response whose first chunk header never ends: 8 MiB of chunk extension."""
+    protocol_version = "HTTP/1.1"
+
+    def do_POST(self):
+        self.rfile.read(int(self.headers["Content-Length"]))
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+        try:
+            self.wfile.write(b"1;x=")
+            for _ in range(128):
+                self.wfile.write(b"a" * (64 << 10))
+        except (BrokenPipeError, ConnectionResetError):
+            pass  # the client gave up, as it should
+        self.close_connection = True
+
+    def log_message(self, *args):
+        pass
+
+
+class HostileResponseTest(unittest.TestCase):
+    def test_a_chunk_header_that_never_ends_fails_the_request_at_the_buffer_limit(self):
+        with stub_replay(EndlessChunkHeaderHandler, ROWS[:1]) as (r, requests):
+            self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+            self.assertIn("over the 80 KiB read buffer", r.stdout)
+            self.assertEqual([q["terminal_status"] for q in requests], ["failed"])
+
+
 class UsageErrorTest(unittest.TestCase):
     def test_flags_that_do_not_apply_are_usage_errors(self):
         files = TraceFiles(ROWS[:1])
