@@ -275,6 +275,42 @@ class HostileResponseTest(unittest.TestCase):
             self.assertEqual([q["terminal_status"] for q in requests], ["failed"])
 
 
+class EndlessModelsHandler(http.server.BaseHTTPRequestHandler):
+    """GET /v1/models answered with a body that goes on and on (16 MiB, then the end)."""
+
+    def do_GET(self):
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.end_headers()
+        try:
+            self.wfile.write(b'{"data": [{"id": "')
+            for _ in range(256):
+                self.wfile.write(b"m" * (64 << 10))
+            self.wfile.write(b'"}]}')
+        except (BrokenPipeError, ConnectionResetError):
+            pass  # the client gave up, as it should
+
+    def log_message(self, *args):
+        pass
+
+
+class EndlessModelsTest(unittest.TestCase):
+    def test_a_models_body_that_never_ends_is_refused_at_its_limit(self):
+        server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), EndlessModelsHandler)
+        thread = threading.Thread(target=server.serve_forever, daemon=True)
+        thread.start()
+        files = TraceFiles(ROWS[:1])
+        try:
+            r = replay(files.trace, "--openai-url", "http://127.0.0.1:%d" % server.server_port)
+            # (not the output in the message: it could hold the 16 MiB "model name")
+            self.assertEqual(r.returncode, 1, r.stderr[-2000:])
+            self.assertIn("/v1/models: a body over 1 MiB", r.stderr[-2000:])
+        finally:
+            server.shutdown()
+            server.server_close()
+            files.dir.cleanup()
+
+
 class UsageErrorTest(unittest.TestCase):
     def test_flags_that_do_not_apply_are_usage_errors(self):
         files = TraceFiles(ROWS[:1])

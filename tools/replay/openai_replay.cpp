@@ -24,6 +24,8 @@ using Headers = std::vector<std::pair<std::string, std::string>>;
 constexpr double kProgressEveryMs = 100.0;
 /// An error body is kept up to this size (its message is all the report needs).
 constexpr std::size_t kMaxErrorBody = 64 << 10;
+/// A GET /v1/models body over this size is refused (a list of model cards is a few KiB).
+constexpr std::size_t kMaxModelsBody = 1 << 20;
 
 Clock::duration toDuration(double ms) {
   return std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double, std::milli>(ms));
@@ -50,14 +52,29 @@ Result<std::string> discoverModel(asio::io_context& io, HttpClient& client, cons
                                   const Headers& headers, double timeout_ms) {
   unsigned status = 0;
   std::string body;
+  bool too_big = false;
   std::optional<std::optional<std::string>> ended;
-  auto call = client.request("GET", url.base_path + "/models", "", headers,
-                             {.on_status = [&](unsigned s) { status = s; },
-                              .on_body = [&](std::string_view b) { body.append(b); },
-                              .on_end = [&](std::optional<std::string> e) { ended = e; }});
+  std::shared_ptr<HttpCall> call;
+  call = client.request("GET", url.base_path + "/models", "", headers,
+                        {.on_status = [&](unsigned s) { status = s; },
+                         .on_body =
+                             [&](std::string_view b) {
+                               if (too_big) return;
+                               if (body.size() + b.size() > kMaxModelsBody) {
+                                 too_big = true;  // not what the server sends next: stop reading
+                                 call->abort();
+                                 return;
+                               }
+                               body.append(b);
+                             },
+                         .on_end = [&](std::optional<std::string> e) { ended = e; }});
   io.restart();
   io.run_for(toDuration(timeout_ms));
   const std::string where = "GET http://" + url.host + ":" + url.port + url.base_path + "/models";
+  if (too_big) {
+    return invalidArgument(where + ": a body over " + std::to_string(kMaxModelsBody >> 20) +
+                           " MiB (give --model NAME to skip this)");
+  }
   if (!ended) {
     call->abort();
     io.restart();
