@@ -167,6 +167,9 @@ TEST(PassFitTest, CsvRoundTripsAndNamesTheLineAndFieldOfEveryError) {
       {"", "p.csv: empty (no header line)"},
       {"pass,new_tokens,context\n", "p.csv line 1: field 'duration_ms': missing column"},
       {"pass,new_tokens,context,duration_ms\n", "p.csv: no passes"},
+      // A repeated column: which one is meant is unknown, and a row one field short would pass.
+      {"pass,new_tokens,context,duration_ms,pass\n0,1,5,1\n",
+       "p.csv line 1: field 'pass': repeated column (columns 1 and 5)"},
       {"pass,new_tokens,context,duration_ms\n0,1,5\n", "p.csv line 2: 3 fields, the header has 4"},
       {"pass,new_tokens,context,duration_ms\n0,0,5,1\n",
        "p.csv line 2: field 'new_tokens': expected an integer in [1, 4000000000]"},

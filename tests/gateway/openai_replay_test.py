@@ -245,6 +245,73 @@ class KeepAliveRetryTest(unittest.TestCase):
             self.assertEqual(ClosingKeepAliveHandler.connections, 4)
 
 
+def flood(wfile, head, byte, size, tail):
+    """Writes `head`, `size` times `byte`, then `tail`; stops quietly when the client hangs up
+    (as it should, at its limit)."""
+    try:
+        wfile.write(head)
+        for _ in range(size >> 16):
+            wfile.write(byte * (64 << 10))
+        wfile.write(tail)
+    except (BrokenPipeError, ConnectionResetError):
+        pass
+
+
+class EndlessChunkHeaderHandler(http.server.BaseHTTPRequestHandler):
+    """A chunked response whose first chunk header never ends: 8 MiB of chunk extension."""
+    protocol_version = "HTTP/1.1"
+
+    def do_POST(self):
+        self.rfile.read(int(self.headers["Content-Length"]))
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+        flood(self.wfile, b"1;x=", b"a", 8 << 20, b"")
+        self.close_connection = True
+
+    def log_message(self, *args):
+        pass
+
+
+class HostileResponseTest(unittest.TestCase):
+    def test_a_chunk_header_that_never_ends_fails_the_request_at_the_buffer_limit(self):
+        with stub_replay(EndlessChunkHeaderHandler, ROWS[:1]) as (r, requests):
+            self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+            self.assertIn("over the 80 KiB read buffer", r.stdout)
+            self.assertEqual([q["terminal_status"] for q in requests], ["failed"])
+
+
+class EndlessModelsHandler(http.server.BaseHTTPRequestHandler):
+    """GET /v1/models answered with a body that goes on and on (16 MiB, then the end)."""
+
+    def do_GET(self):
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.end_headers()
+        flood(self.wfile, b'{"data": [{"id": "', b"m", 16 << 20, b'"}]}')
+
+    def log_message(self, *args):
+        pass
+
+
+class EndlessModelsTest(unittest.TestCase):
+    def test_a_models_body_that_never_ends_is_refused_at_its_limit(self):
+        server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), EndlessModelsHandler)
+        thread = threading.Thread(target=server.serve_forever, daemon=True)
+        thread.start()
+        files = TraceFiles(ROWS[:1])
+        try:
+            r = replay(files.trace, "--openai-url", "http://127.0.0.1:%d" % server.server_port)
+            # (not the output in the message: it could hold the 16 MiB "model name")
+            self.assertEqual(r.returncode, 1, r.stderr[-2000:])
+            self.assertIn("/v1/models: a body over 1 MiB", r.stderr[-2000:])
+        finally:
+            server.shutdown()
+            server.server_close()
+            files.dir.cleanup()
+
+
 class UsageErrorTest(unittest.TestCase):
     def test_flags_that_do_not_apply_are_usage_errors(self):
         files = TraceFiles(ROWS[:1])

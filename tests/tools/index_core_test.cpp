@@ -2,7 +2,8 @@
 // answer (query_answer.h), verify's per-stream position (verify.h, VerifyPosition) and the core
 // (index_core.h) driven message by message with a recording outbox: a gap healed by a replay, a
 // ring overrun resynced from kv_snapshot, a kv_snapshot request that cannot be sent, a verify
-// query answered, a malformed query.
+// query answered, a publisher restart dropping the rank from every tier, events of an unknown
+// medium counted, a malformed query.
 #include "tools/index/index_core.h"
 
 #include <gtest/gtest.h>
@@ -275,6 +276,52 @@ TEST(IndexCore, AVerifyAtTheIndexsSeqIsClean) {
   ASSERT_EQ(v.sources.size(), 1u);
   EXPECT_EQ(v.sources[0].index_blocks, 2u);
   EXPECT_EQ(f.stats().verify_runs, 1u);
+}
+
+TEST(IndexCore, APublisherRestartDropsTheRankFromEveryTier) {
+  // The new process starts with empty GPU, host and disk tiers: none of the old process's
+  // blocks may stay in any view.
+  CoreFixture f(/*with_snapshot=*/false);
+  protocol::KvEventBatch b0{.ts = 1000.0, .events = {}, .dp_rank = 0};
+  for (const char* medium : {"GPU", "CPU", "DISK"}) {
+    protocol::BlockStoredEvent e{.block_hashes = {10}, .token_ids = {1}, .block_size = 1};
+    e.medium = medium;
+    b0.events.push_back(e);
+  }
+  const Bytes first = protocol::encodeKvEventBatch(b0);
+  f.core->onLiveMessage(0, StreamMessage{.seq = 0, .payload = first});
+  f.live(1, {11});
+  for (engine::Medium m : {engine::Medium::Gpu, engine::Medium::Cpu, engine::Medium::Disk}) {
+    ASSERT_GT(f.core->tiers().tier(m).numBlocksIndexed(), 0u) << engine::mediumName(m);
+  }
+  // Seq 0 again with another timestamp: a new process.
+  const Bytes restarted = protocol::encodeKvEventBatch({.ts = 5.0, .events = {}, .dp_rank = 0});
+  f.core->onLiveMessage(0, StreamMessage{.seq = 0, .payload = restarted});
+  EXPECT_EQ(f.stats().restarts, 1u);
+  for (engine::Medium m : {engine::Medium::Gpu, engine::Medium::Cpu, engine::Medium::Disk}) {
+    EXPECT_EQ(f.core->tiers().tier(m).numBlocksIndexed(), 0u) << engine::mediumName(m);
+  }
+}
+
+TEST(IndexCore, EventsOfAnUnknownMediumAreCountedNotApplied) {
+  CoreFixture f(/*with_snapshot=*/false);
+  protocol::KvEventBatch b{.ts = 1000.0, .events = {}, .dp_rank = 0};
+  protocol::BlockStoredEvent stored{.block_hashes = {10, 11}, .token_ids = {1, 1}, .block_size = 1};
+  stored.medium = "NVME";
+  protocol::BlockRemovedEvent removed{.block_hashes = {10}};
+  removed.medium = "TAPE";
+  b.events = {stored, removed};
+  const Bytes payload = protocol::encodeKvEventBatch(b);
+  f.core->onLiveMessage(0, StreamMessage{.seq = 0, .payload = payload});
+  const IndexStats& s = f.stats();
+  EXPECT_EQ(s.batches_applied, 1u);
+  EXPECT_EQ(s.blocks_applied, 0u);  // nothing was applied to any view
+  EXPECT_EQ(s.blocks_indexed, 0u);
+  EXPECT_EQ(s.unknown_medium_events, 2u);
+  const auto counters = statsCounters(s);
+  EXPECT_NE(std::find(counters.begin(), counters.end(),
+                      std::pair<std::string, std::uint64_t>{"unknown_medium_events", 2}),
+            counters.end());
 }
 
 TEST(IndexCore, AMalformedQueryGetsAnErrorNamingTheFrames) {

@@ -13,7 +13,8 @@ namespace {
 TEST(LiveRequestsTest, IdsRoundTripAndOthersAreRefused) {
   EXPECT_EQ(liveRequestId(42), "r42");
   EXPECT_EQ(parseLiveRequestId("r42"), std::optional<std::size_t>(42));
-  for (const char* bad : {"", "r", "42", "x42", "r4x", "r-1", "r99999999999999999999999"}) {
+  for (const char* bad : {"", "r", "42", "x42", "r4x", "r-1", "r99999999999999999999999", "r042",
+                          "r00"}) {  // only the spelling liveRequestId gives
     EXPECT_FALSE(parseLiveRequestId(bad).has_value()) << bad;
   }
   EXPECT_EQ(terminalStatusOf(protocol::FinishReason::Length), TerminalStatus::Completed);

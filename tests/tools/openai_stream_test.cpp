@@ -81,15 +81,48 @@ TEST(SseReaderTest, SplitsEventsAcrossAnyByteBoundaryAndLineEnding) {
   for (std::size_t cut = 0; cut <= stream.size(); ++cut) {
     SseReader reader;
     std::vector<std::string> events;
-    reader.feed(std::string_view(stream).substr(0, cut), events);
-    reader.feed(std::string_view(stream).substr(cut), events);
+    ASSERT_TRUE(reader.feed(std::string_view(stream).substr(0, cut), events));
+    ASSERT_TRUE(reader.feed(std::string_view(stream).substr(cut), events));
     EXPECT_EQ(events, expected) << "cut at " << cut;
     EXPECT_EQ(reader.pending(), 0u);
   }
 }
 
+TEST(SseReaderTest, AnEventThatNeverEndsIsAnErrorNotUnboundedMemory) {
+  // A hostile server's line without an end, or data lines without the blank line that ends
+  // their event: the reader gives up at kMaxSseEventBytes instead of buffering (and, before,
+  // rescanning on every feed: 81 s for these 8 MiB) whatever is sent.
+  const std::string piece(16 << 10, 'x');
+  std::vector<std::string> events;
+  SseReader line;
+  Status s;
+  std::size_t fed = 0;
+  while (s && fed < 512) s = line.feed(piece, events), ++fed;  // up to 8 MiB, no line end
+  ASSERT_FALSE(s);
+  EXPECT_EQ(s.error().message,
+            "an SSE event over 1 MiB without its end (a line end, then a blank line)");
+  EXPECT_LE(fed * piece.size(), SseReader::kMaxSseEventBytes + piece.size());
+  SseReader lines;
+  const std::string data_line = "data: " + piece + "\n";
+  s = {};
+  fed = 0;
+  while (s && fed < 512) s = lines.feed(data_line, events), ++fed;  // no blank line
+  ASSERT_FALSE(s);
+  EXPECT_LE(lines.pending(), SseReader::kMaxSseEventBytes + data_line.size());
+  EXPECT_TRUE(events.empty());
+  // Just under the limit, then its end: one event.
+  SseReader big;
+  const std::string under(SseReader::kMaxSseEventBytes - 16, 'y');
+  ASSERT_TRUE(big.feed("data: ", events));
+  ASSERT_TRUE(big.feed(under, events));
+  ASSERT_TRUE(big.feed("\n\n", events));
+  ASSERT_EQ(events.size(), 1u);
+  EXPECT_EQ(events[0], under);
+  EXPECT_EQ(big.pending(), 0u);
+}
+
 TEST(OpenAiStreamTest, ContinuousUsageStampsEveryTokenWithItsChunk) {
-  OpenAiStream s;
+  OpenAiStream s(3);
   ASSERT_TRUE(s.onEvent(R"({"choices":[{"delta":{"role":"assistant","content":""}}],)"
                         R"("usage":{"prompt_tokens":9,"completion_tokens":0}})",
                         1.0));
@@ -112,13 +145,13 @@ TEST(OpenAiStreamTest, ContinuousUsageStampsEveryTokenWithItsChunk) {
 }
 
 TEST(OpenAiStreamTest, WithoutContinuousUsageOneTokenPerTextChunkReconciledWithUsage) {
-  OpenAiStream more;
+  OpenAiStream more(4);
   ASSERT_TRUE(more.onEvent(R"({"choices":[{"text":"a"}]})", 1.0));
   ASSERT_TRUE(more.onEvent(R"({"choices":[{"text":"bc","finish_reason":"stop"}]})", 2.0));
   ASSERT_TRUE(more.onEvent(R"({"choices":[],"usage":{"completion_tokens":4}})", 3.0));
   more.finish();
   EXPECT_EQ(more.tokenTimes(), (std::vector<double>{1.0, 2.0, 2.0, 2.0}));
-  OpenAiStream fewer;
+  OpenAiStream fewer(4);
   ASSERT_TRUE(fewer.onEvent(R"({"choices":[{"text":"a"}]})", 1.0));
   ASSERT_TRUE(fewer.onEvent(R"({"choices":[{"text":"b"}]})", 2.0));
   ASSERT_TRUE(fewer.onEvent(R"({"choices":[],"usage":{"completion_tokens":1}})", 3.0));
@@ -126,15 +159,42 @@ TEST(OpenAiStreamTest, WithoutContinuousUsageOneTokenPerTextChunkReconciledWithU
   EXPECT_EQ(fewer.tokenTimes(), (std::vector<double>{1.0}));
 }
 
+TEST(OpenAiStreamTest, AUsageCountOverMaxTokensIsMalformedNotAnAllocation) {
+  // A hostile server's usage.completion_tokens must not size the token-time vector: 50 million
+  // claimed tokens for a request of 16 would be 400 MB (4e9: 32 GB).
+  OpenAiStream cumulative(16);
+  const Status over = cumulative.onEvent(
+      R"({"choices":[{"text":"a"}],"usage":{"completion_tokens":50000000}})", 1.0);
+  ASSERT_FALSE(over);
+  EXPECT_EQ(over.error().message,
+            "usage.completion_tokens 50000000 is over the request's max_tokens 16");
+  EXPECT_LE(cumulative.tokenTimes().size(), 16u);
+  OpenAiStream final_usage(16);
+  ASSERT_TRUE(final_usage.onEvent(R"({"choices":[{"text":"a"}]})", 1.0));
+  EXPECT_FALSE(
+      final_usage.onEvent(R"({"choices":[],"usage":{"completion_tokens":50000000}})", 2.0));
+  final_usage.finish();
+  EXPECT_LE(final_usage.tokenTimes().size(), 16u);
+  // More text chunks than max_tokens (without usage) are not counted past it.
+  OpenAiStream chunks(2);
+  for (int i = 0; i < 5; ++i) ASSERT_TRUE(chunks.onEvent(R"({"choices":[{"text":"a"}]})", i));
+  chunks.finish();
+  EXPECT_EQ(chunks.tokenTimes(), (std::vector<double>{0.0, 1.0}));
+  // Exactly max_tokens is fine.
+  OpenAiStream exact(2);
+  ASSERT_TRUE(exact.onEvent(R"({"choices":[{"text":"ab"}],"usage":{"completion_tokens":2}})", 1.0));
+  EXPECT_EQ(exact.tokenTimes().size(), 2u);
+}
+
 TEST(OpenAiStreamTest, ErrorFramesAndMalformedEvents) {
-  OpenAiStream e;
+  OpenAiStream e(4);
   ASSERT_TRUE(e.onEvent(R"({"error":{"message":"worker lost","code":503}})", 1.0));
   EXPECT_EQ(e.error(), "worker lost");
   for (const char* bad :
        {"not json", "[1]", R"({"choices":{}})", R"({"choices":[{"text":5}]})",
         R"({"usage":{"completion_tokens":-1}})", R"({"usage":{"completion_tokens":"3"}})",
         R"({"choices":[{"delta":[]}]})", R"({"usage":{"prompt_tokens_details":7}})"}) {
-    OpenAiStream s;
+    OpenAiStream s(4);
     EXPECT_FALSE(s.onEvent(bad, 1.0)) << bad;
   }
 }

@@ -57,9 +57,9 @@ inline Error rowError(std::string_view source, std::size_t line, std::string_vie
 using CsvColumns = std::map<std::string, std::size_t, std::less<>>;
 
 /// Walks a CSV text (CRLF accepted, blank lines skipped): the first line is the header, which
-/// must name every `required` column; every later line must have as many fields as the header
-/// and is passed to `row` (its cells, its 1-based line number). Stops at the first error (the
-/// row's, or "<source> line N: …"); an empty text is an error.
+/// must name every `required` column, each column once; every later line must have as many fields
+/// as the header and is passed to `row` (its cells, its 1-based line number). Stops at the first
+/// error (the row's, or "<source> line N: …"); an empty text is an error.
 inline Status forEachCsvRow(std::string_view text, std::string_view source,
                             std::span<const char* const> required,
                             const std::function<Status(const std::vector<std::string_view>&,
@@ -70,7 +70,14 @@ inline Status forEachCsvRow(std::string_view text, std::string_view source,
     if (line.empty()) continue;
     const std::vector<std::string_view> cells = splitCsv(line);
     if (column.empty()) {
-      for (std::size_t i = 0; i < cells.size(); ++i) column.emplace(std::string(cells[i]), i);
+      for (std::size_t i = 0; i < cells.size(); ++i) {
+        const auto [it, added] = column.emplace(std::string(cells[i]), i);
+        if (!added) {  // which one is meant is unknown, and the field count would be wrong
+          return rowError(source, line_no, cells[i],
+                          "repeated column (columns " + std::to_string(it->second + 1) + " and " +
+                              std::to_string(i + 1) + ")");
+        }
+      }
       for (const char* name : required) {
         if (!column.contains(name)) {
           return rowError(

@@ -131,12 +131,15 @@ void IndexCore::apply(const Stream& c, const protocol::KvEventBatch& batch) {
   const WorkerRank src = source(c);
   for (const protocol::KvEvent& ev : batch.events) {
     // Each tier (medium GPU / CPU / DISK) has its own view; index_ is the GPU one.
+    // An event of an unknown medium is skipped: counted (unknown_medium_events), not applied.
     if (const auto* st = std::get_if<protocol::BlockStoredEvent>(&ev)) {
-      tiers_.applyStored(src, st->medium, st->block_hashes, st->parent_block_hash);
-      s_.blocks_applied += st->block_hashes.size();
+      if (tiers_.applyStored(src, st->medium, st->block_hashes, st->parent_block_hash)) {
+        s_.blocks_applied += st->block_hashes.size();
+      }
     } else if (const auto* rm = std::get_if<protocol::BlockRemovedEvent>(&ev)) {
-      tiers_.applyRemoved(src, rm->medium, rm->block_hashes);
-      s_.blocks_applied += rm->block_hashes.size();
+      if (tiers_.applyRemoved(src, rm->medium, rm->block_hashes)) {
+        s_.blocks_applied += rm->block_hashes.size();
+      }
     } else {
       index_.applyCleared(src);
     }
@@ -237,7 +240,7 @@ void IndexCore::performLoss(std::size_t i, const SeqAction& a, Clock::time_point
         "index applied up to seq {}); dropping this rank's blocks and starting over from "
         "seq 0",
         rankName(c), a.seq, a.seq_end == 0 ? 0 : a.seq_end - 1);
-    if (c.rank) index_.applyCleared(source(c));
+    if (c.rank) tiers_.clearSource(source(c));  // the new process's tiers are all empty
     return;
   }
   ++s_.gaps_unhealed;
@@ -454,6 +457,7 @@ void IndexCore::publishStats() {
   s_.blocks_indexed = index_.numBlocksIndexed();
   s_.distinct_hashes = index_.numDistinctHashes();
   s_.sources = index_.sources().size();
+  s_.unknown_medium_events = tiers_.unknownMediumEvents();
   s_.caught_up = caughtUp() ? 1 : 0;
   std::lock_guard lock(stats_mutex_);
   published_ = s_;

@@ -94,6 +94,8 @@ class IndexCore final {
   IndexStats stats() const;
   /// The counters now (the loop's thread), after publishStats().
   const IndexStats& counters() const { return s_; }
+  /// The per-tier views (GPU, CPU, DISK) of every source.
+  const TieredKvIndex& tiers() const { return tiers_; }
 
  private:
   struct Stream {

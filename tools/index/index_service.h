@@ -63,6 +63,8 @@ struct IndexStats {
   std::uint64_t decode_errors = 0;    ///< batches whose payload did not decode
   std::uint64_t malformed_messages = 0;  ///< wrong frame count / seq size
   std::uint64_t rank_mismatches = 0;     ///< batch dp_rank differs from the connection's rank
+  /// Stored / Removed events whose `medium` is none of GPU, CPU, DISK: skipped.
+  std::uint64_t unknown_medium_events = 0;
   std::uint64_t queries = 0;
   std::uint64_t query_errors = 0;
   std::uint64_t verify_runs = 0;

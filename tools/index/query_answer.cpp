@@ -67,6 +67,7 @@ std::vector<std::pair<std::string, std::uint64_t>> statsCounters(const IndexStat
       {"decode_errors", s.decode_errors},
       {"malformed_messages", s.malformed_messages},
       {"rank_mismatches", s.rank_mismatches},
+      {"unknown_medium_events", s.unknown_medium_events},
       {"queries", s.queries},
       {"query_errors", s.query_errors},
       {"verify_runs", s.verify_runs},

@@ -14,6 +14,10 @@ void TieredKvIndex::apply(const engine::KvEvent& event, WorkerRank source) {
   tier(engine::eventMedium(event)).apply(event, source);
 }
 
+void TieredKvIndex::clearSource(WorkerRank source) {
+  for (KvIndex& t : tiers_) t.applyCleared(source);
+}
+
 bool TieredKvIndex::applyStored(WorkerRank source, const std::optional<std::string>& medium,
                                 std::span<const std::uint64_t> block_hashes,
                                 std::optional<std::uint64_t> parent_block_hash) {

@@ -39,6 +39,9 @@ class TieredKvIndex final {
                    std::optional<std::uint64_t> parent_block_hash);
   bool applyRemoved(WorkerRank source, const std::optional<std::string>& medium,
                     std::span<const std::uint64_t> block_hashes);
+  /// Drops every block of `source` from every tier (a publisher restart: the new process starts
+  /// with empty GPU, host and disk tiers).
+  void clearSource(WorkerRank source);
   /// Events skipped for an unknown medium.
   std::uint64_t unknownMediumEvents() const { return unknown_medium_; }
 

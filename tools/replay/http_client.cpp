@@ -25,6 +25,10 @@ using tcp = asio::ip::tcp;
 
 constexpr std::size_t kReadChunk = 16 << 10;
 constexpr std::size_t kMaxHeaderBytes = 64 << 10;
+/// Bytes read but not yet parsed: the headers, then one chunk header or the trailer at most.
+/// Beast bounds the headers (header_limit) but not a chunk header line or a trailer, so without
+/// a limit here a server that never ends one makes the buffer grow with whatever it sends.
+constexpr std::size_t kMaxBufferBytes = kMaxHeaderBytes + kReadChunk;
 /// Idle keep-alive connections kept for reuse; more are closed.
 constexpr std::size_t kMaxIdle = 256;
 
@@ -133,6 +137,12 @@ class BeastCall final : public HttpCall, public std::enable_shared_from_this<Bea
                             if (got > 0 && self->callbacks_.on_body) {
                               self->callbacks_.on_body(std::string_view(self->chunk_.data(), got));
                             }
+                            if (ec == http::error::buffer_overflow) {
+                              return self->end(
+                                  "response body: a chunk header or trailer over "
+                                  "the " +
+                                  std::to_string(kMaxBufferBytes >> 10) + " KiB read buffer");
+                            }
                             if (ec) return self->end("response body: " + ec.message());
                             self->readBody();
                           });
@@ -164,7 +174,7 @@ class BeastCall final : public HttpCall, public std::enable_shared_from_this<Bea
   std::optional<beast::tcp_stream> stream_;
   http::request<http::string_body> request_;
   HttpCallbacks callbacks_;
-  beast::flat_buffer buffer_;
+  beast::flat_buffer buffer_{kMaxBufferBytes};
   std::optional<http::response_parser<http::buffer_body>> parser_;
   std::array<char, kReadChunk> chunk_{};
   bool reused_ = false;  ///< on a reused idle connection, no response byte read yet

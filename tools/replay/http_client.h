@@ -15,7 +15,8 @@
 // Callbacks run on the io_context's thread: on_status once when the response headers arrive,
 // on_body for each piece of body (chunked or not, de-chunked), on_end exactly once — with
 // nullopt after a complete response, or the error (connect refused, reset, malformed response,
-// aborted). Not thread-safe: one io_context thread.
+// headers over 64 KiB, a chunk header or trailer over the 80 KiB read buffer, aborted). Not
+// thread-safe: one io_context thread.
 #pragma once
 
 #include <functional>

@@ -14,6 +14,8 @@ std::string liveRequestId(std::size_t index) {
 
 std::optional<std::size_t> parseLiveRequestId(std::string_view id) {
   if (id.size() < 2 || id[0] != 'r') return std::nullopt;
+  // Only liveRequestId's spelling: "r07" or "r00" would otherwise speak for r7 / r0.
+  if (id[1] == '0' && id.size() > 2) return std::nullopt;
   std::size_t index = 0;
   const char* first = id.data() + 1;
   const char* last = id.data() + id.size();

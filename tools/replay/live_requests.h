@@ -20,7 +20,8 @@ namespace mocker::replay {
 
 /// "r<index>".
 std::string liveRequestId(std::size_t index);
-/// The index of an id "r<decimal>", nullopt for any other string.
+/// The index of an id "r<decimal>" as liveRequestId spells it (no leading zero), nullopt for any
+/// other string.
 std::optional<std::size_t> parseLiveRequestId(std::string_view id);
 /// The terminal a finish reason records (length → completed, rejected, cancelled, error and
 /// shutdown → failed).

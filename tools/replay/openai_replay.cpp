@@ -24,6 +24,8 @@ using Headers = std::vector<std::pair<std::string, std::string>>;
 constexpr double kProgressEveryMs = 100.0;
 /// An error body is kept up to this size (its message is all the report needs).
 constexpr std::size_t kMaxErrorBody = 64 << 10;
+/// A GET /v1/models body over this size is refused (a list of model cards is a few KiB).
+constexpr std::size_t kMaxModelsBody = 1 << 20;
 
 Clock::duration toDuration(double ms) {
   return std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double, std::milli>(ms));
@@ -38,7 +40,7 @@ struct Call {
   unsigned status = 0;              ///< HTTP status; 0 = none yet
   std::string error_body;
   SseReader sse;
-  OpenAiStream stream;
+  OpenAiStream stream{0};                  ///< set with the request's max_tokens at dispatch
   std::optional<std::string> malformed{};  ///< why the stream was abandoned
   std::shared_ptr<HttpCall> http;
   std::unique_ptr<asio::steady_timer> timeout;
@@ -50,14 +52,29 @@ Result<std::string> discoverModel(asio::io_context& io, HttpClient& client, cons
                                   const Headers& headers, double timeout_ms) {
   unsigned status = 0;
   std::string body;
+  bool too_big = false;
   std::optional<std::optional<std::string>> ended;
-  auto call = client.request("GET", url.base_path + "/models", "", headers,
-                             {.on_status = [&](unsigned s) { status = s; },
-                              .on_body = [&](std::string_view b) { body.append(b); },
-                              .on_end = [&](std::optional<std::string> e) { ended = e; }});
+  std::shared_ptr<HttpCall> call;
+  call = client.request("GET", url.base_path + "/models", "", headers,
+                        {.on_status = [&](unsigned s) { status = s; },
+                         .on_body =
+                             [&](std::string_view b) {
+                               if (too_big) return;
+                               if (body.size() + b.size() > kMaxModelsBody) {
+                                 too_big = true;  // not what the server sends next: stop reading
+                                 call->abort();
+                                 return;
+                               }
+                               body.append(b);
+                             },
+                         .on_end = [&](std::optional<std::string> e) { ended = e; }});
   io.restart();
   io.run_for(toDuration(timeout_ms));
   const std::string where = "GET http://" + url.host + ":" + url.port + url.base_path + "/models";
+  if (too_big) {
+    return invalidArgument(where + ": a body over " + std::to_string(kMaxModelsBody >> 20) +
+                           " MiB (give --model NAME to skip this)");
+  }
   if (!ended) {
     call->abort();
     io.restart();
@@ -177,6 +194,7 @@ class OpenAiReplay {
     MOCKER_CHECK(call->handle == index);
     call->session = next.session;
     call->turn = next.turn;
+    call->stream = OpenAiStream(turn.output_length);
     call->prompt_length = static_cast<std::uint32_t>(prompt.size());
     Headers headers = headers_;
     headers.emplace_back("X-Request-Id", "r" + std::to_string(index));
@@ -202,7 +220,11 @@ class OpenAiReplay {
       return;
     }
     events_.clear();
-    c.sse.feed(bytes, events_);
+    if (const Status s = c.sse.feed(bytes, events_); !s) {
+      c.malformed = s.error().message;
+      c.http->abort();  // on_end follows: the request is recorded failed there
+      return;
+    }
     const double now = nowMs();
     for (const std::string& e : events_) {
       if (const Status s = c.stream.onEvent(e, now); !s) {

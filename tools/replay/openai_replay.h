@@ -22,11 +22,11 @@
 // Recorded per request: arrival = send time; the output tokens' times from the SSE chunks
 // (openai_stream.h); admission = the first token's time (a client sees no admission), with
 // usage.prompt_tokens_details.cached_tokens as the reused tokens; the input length =
-// usage.prompt_tokens (the prompt sent when the server reports none). The terminal: [DONE] after
-// a finish_reason → completed; HTTP 429 → rejected; any other HTTP error, an error frame, a
-// malformed stream, a connection that fails or a stream cut before [DONE] → failed (counted by
-// kind, with the server's message); no terminal after request_timeout_ms → the connection is
-// closed (the server cancels) and it is recorded cancelled.
+// usage.prompt_tokens (the prompt sent when the server reports none). The terminal: [DONE] →
+// completed (a finish_reason is not required); HTTP 429 → rejected; any other HTTP error, an error
+// frame, a malformed stream, a connection that fails or a stream cut before [DONE] → failed
+// (counted by kind, with the server's message); no terminal after request_timeout_ms → the
+// connection is closed (the server cancels) and it is recorded cancelled.
 #pragma once
 
 #include <cstdint>

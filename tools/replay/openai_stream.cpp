@@ -1,5 +1,6 @@
 #include "tools/replay/openai_stream.h"
 
+#include <algorithm>
 #include <charconv>
 
 #include <nlohmann/json.hpp>
@@ -138,7 +139,7 @@ Result<std::string> firstModelId(std::string_view body) {
                          openAiErrorMessage(body));
 }
 
-void SseReader::feed(std::string_view bytes, std::vector<std::string>& events) {
+Status SseReader::feed(std::string_view bytes, std::vector<std::string>& events) {
   buffer_.append(bytes);
   std::size_t start = 0;
   while (start < buffer_.size()) {
@@ -148,7 +149,8 @@ void SseReader::feed(std::string_view bytes, std::vector<std::string>& events) {
       continue;
     }
     skip_lf_ = false;
-    const std::size_t end = buffer_.find_first_of("\r\n", start);
+    // Bytes an earlier feed searched hold no line end: a long line is searched once, not per feed.
+    const std::size_t end = buffer_.find_first_of("\r\n", std::max(start, scanned_));
     if (end == std::string::npos) break;
     const std::string_view line(buffer_.data() + start, end - start);
     skip_lf_ = buffer_[end] == '\r';
@@ -170,6 +172,12 @@ void SseReader::feed(std::string_view bytes, std::vector<std::string>& events) {
     has_data_ = true;
   }
   buffer_.erase(0, start);
+  scanned_ = buffer_.size();  // what is left has no line end (or is empty)
+  if (pending() > kMaxSseEventBytes) {
+    return invalidArgument("an SSE event over " + std::to_string(kMaxSseEventBytes >> 20) +
+                           " MiB without its end (a line end, then a blank line)");
+  }
+  return {};
 }
 
 Status OpenAiStream::onEvent(std::string_view data, double now_ms) {
@@ -191,6 +199,10 @@ Status OpenAiStream::onEvent(std::string_view data, double now_ms) {
     if (!usage->is_object()) return invalidArgument("usage is not an object: " + usage->dump());
     MOCKER_TRY(const auto prompt, countField(*usage, "prompt_tokens", "usage"));
     MOCKER_TRY(const auto completion, countField(*usage, "completion_tokens", "usage"));
+    if (completion && *completion > max_tokens_) {
+      return invalidArgument("usage.completion_tokens " + std::to_string(*completion) +
+                             " is over the request's max_tokens " + std::to_string(max_tokens_));
+    }
     if (prompt) prompt_tokens_ = prompt;
     if (completion) completion_tokens_ = completion;
     if (const json* details = field(*usage, "prompt_tokens_details")) {
@@ -232,7 +244,7 @@ void OpenAiStream::countTokens(std::optional<std::uint32_t> cumulative, bool has
   if (has_text) last_text_ms_ = now_ms;
   if (cumulative) {
     while (token_times_.size() < *cumulative) token_times_.push_back(now_ms);
-  } else if (has_text) {
+  } else if (has_text && token_times_.size() < max_tokens_) {
     token_times_.push_back(now_ms);
   }
 }

@@ -9,7 +9,9 @@
 // with the chunk's receive time. A server that ignores continuous_usage_stats sends usage only in
 // the last chunk: every chunk with non-empty text then counts one token (vLLM streams one token
 // per chunk), and when the final usage says more, the extra tokens are stamped with the last text
-// chunk's time (fewer: the count is cut to the usage's). Pure; not thread-safe.
+// chunk's time (fewer: the count is cut to the usage's). The count never passes the request's
+// max_tokens: a usage above it is a malformed stream (a hostile server must not size the
+// per-token vector), extra text chunks are not counted. Pure; not thread-safe.
 #pragma once
 
 #include <cstdint>
@@ -57,15 +59,21 @@ Result<std::string> firstModelId(std::string_view body);
 
 /// Server-sent events: bytes in, the `data` of each complete event out (several data lines of
 /// one event joined by "\n"; comments and other fields ignored; "\n", "\r\n" or "\r" ends a line).
+/// An event is at most kMaxSseEventBytes (its data and its unfinished line): a server that never
+/// ends a line or an event is an error, not memory that grows with what it sends.
 class SseReader {
  public:
-  /// Appends `bytes`; pushes the data of every event they complete onto `events`.
-  void feed(std::string_view bytes, std::vector<std::string>& events);
-  /// Bytes of an incomplete event still buffered.
-  std::size_t pending() const { return buffer_.size(); }
+  static constexpr std::size_t kMaxSseEventBytes = 1 << 20;
+
+  /// Appends `bytes`; pushes the data of every event they complete onto `events`. Errors: the
+  /// incomplete event is over kMaxSseEventBytes (the reader is then unusable).
+  Status feed(std::string_view bytes, std::vector<std::string>& events);
+  /// Bytes of an incomplete event still buffered (its data lines and its unfinished line).
+  std::size_t pending() const { return buffer_.size() + data_.size(); }
 
  private:
   std::string buffer_;
+  std::size_t scanned_ = 0;  ///< bytes of buffer_ already searched for a line end
   std::string data_;
   bool has_data_ = false;
   bool skip_lf_ = false;  ///< the previous line ended in "\r": a following "\n" belongs to it
@@ -74,8 +82,12 @@ class SseReader {
 /// One streamed response, event by event.
 class OpenAiStream {
  public:
+  /// The stream of a request that asked for `max_tokens` output tokens.
+  explicit OpenAiStream(std::uint32_t max_tokens) : max_tokens_(max_tokens) {}
+
   /// One event's data received at `now_ms`. Errors (the stream is malformed): data that is not
-  /// JSON, not an object, or whose known fields have the wrong types; anything after [DONE].
+  /// JSON, not an object, or whose known fields have the wrong types; a usage.completion_tokens
+  /// over max_tokens; anything after [DONE].
   Status onEvent(std::string_view data, double now_ms);
   /// Ends the stream: reconciles the token count with the final usage (see the header comment).
   void finish();
@@ -93,6 +105,7 @@ class OpenAiStream {
  private:
   void countTokens(std::optional<std::uint32_t> cumulative, bool has_text, double now_ms);
 
+  std::uint32_t max_tokens_;
   std::vector<double> token_times_;
   std::string text_;
   std::optional<std::string> error_;
