@@ -209,6 +209,15 @@ Result<KvCapacity> engineKvCapacity(const EngineConfig& config) {
                             config.max_num_seqs.value_or(256));
 }
 
+std::uint32_t engineCudaGraphMaxTokens(const EngineConfig& config) {
+  if (config.engine_type != EngineType::Vllm) return 0;
+  const std::uint64_t decode_query_len =
+      1 + std::uint64_t{config.spec_num_draft_tokens.value_or(0)};
+  const std::uint64_t seqs = std::uint64_t{config.max_num_seqs.value_or(256)} * decode_query_len;
+  return vllmCudaGraphMaxTokens(static_cast<std::uint32_t>(std::min<std::uint64_t>(seqs, 1u << 20)),
+                                config.max_num_batched_tokens.value_or(8192));
+}
+
 std::uint32_t effectiveNumGpuBlocks(const EngineConfig& config) {
   if (config.num_gpu_blocks) return *config.num_gpu_blocks;
   if (config.timing_model == TimingModelKind::Roofline && config.roofline) {

@@ -141,6 +141,12 @@ std::uint32_t effectiveNumGpuBlocks(const EngineConfig& config);
 /// sampled sequences: max_num_seqs, 256 when unbounded). REQUIRES: config.roofline.
 Result<KvCapacity> engineKvCapacity(const EngineConfig& config);
 
+/// The largest CUDA-graph capture size the roofline model pads passes to (rooflinePass): for the
+/// vllm engine type vLLM's default, min(2 · max_num_seqs · (1 + spec_num_draft_tokens), 512,
+/// max_num_batched_tokens) (256 sequences and 8192 tokens when unbounded); 0 (eager, no
+/// padding) for sglang and trtllm, whose graphs mocker does not model.
+std::uint32_t engineCudaGraphMaxTokens(const EngineConfig& config);
+
 /// KV tokens per DP rank when the roofline deployment sizes the cache (timing_model = roofline,
 /// num_gpu_blocks unset): effectiveNumGpuBlocks × effective block size; else nullopt.
 /// REQUIRES: a valid config.

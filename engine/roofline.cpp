@@ -255,13 +255,39 @@ double expectedDistinctExperts(std::uint32_t num_experts, std::uint32_t top_k, d
   return e * (1.0 - std::pow(miss, tokens));
 }
 
-RooflineBreakdown rooflinePass(const RooflineConfig& c, std::span<const PassSequence> seqs) {
+std::uint32_t vllmCudaGraphMaxTokens(std::uint32_t max_num_seqs,
+                                     std::uint32_t max_num_batched_tokens) {
+  constexpr std::uint64_t kMaxCapture = 512;
+  return static_cast<std::uint32_t>(std::min<std::uint64_t>(
+      {2 * std::uint64_t{max_num_seqs}, kMaxCapture, max_num_batched_tokens}));
+}
+
+std::uint32_t cudaGraphPaddedTokens(std::uint32_t tokens, std::uint32_t max_capture) {
+  if (tokens == 0 || tokens > max_capture) return tokens;
+  std::uint32_t padded = 0;
+  if (tokens <= 4) {
+    padded = tokens <= 2 ? tokens : 4;
+  } else if (tokens <= 256) {
+    padded = (tokens + 7) / 8 * 8;
+  } else {
+    padded = (tokens + 15) / 16 * 16;
+  }
+  return padded <= max_capture ? padded : tokens;
+}
+
+RooflineBreakdown rooflinePass(const RooflineConfig& c, std::span<const PassSequence> seqs,
+                               std::uint32_t cuda_graph_max_tokens) {
   RooflineBreakdown b;
   if (seqs.empty()) return b;
   const C& k = c.coefficients;
   const Shapes s = shapesOf(c);
-  double tokens = 0.0;
-  for (const PassSequence& q : seqs) tokens += q.new_tokens;
+  std::uint64_t scheduled = 0;
+  for (const PassSequence& q : seqs) scheduled += q.new_tokens;
+  // Token-parallel kernels run on the padded batch of the captured graph.
+  const double tokens =
+      scheduled > cuda_graph_max_tokens
+          ? static_cast<double>(scheduled)
+          : cudaGraphPaddedTokens(static_cast<std::uint32_t>(scheduled), cuda_graph_max_tokens);
   const double layers = c.model.num_layers;
   const double n_seq = static_cast<double>(seqs.size());
   b.overhead_ms = k.pass_overhead_ms + n_seq * k.sequence_overhead_us * 1e-3;

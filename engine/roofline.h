@@ -101,9 +101,24 @@ struct RooflineBreakdown {
   double total_ms = 0.0;
 };
 
-/// The modelled duration of one pass over `sequences` (empty = 0).
+/// The modelled duration of one pass over `sequences` (empty = 0). `cuda_graph_max_tokens`: the
+/// largest CUDA-graph capture size of the engine (vllmCudaGraphMaxTokens; 0 = eager): a pass of at
+/// most that many tokens runs its token-parallel kernels (dense GEMMs, elementwise kernels, MoE,
+/// collectives) on cudaGraphPaddedTokens() tokens; attention and the LM head see the real batch.
 RooflineBreakdown rooflinePass(const RooflineConfig& config,
-                               std::span<const PassSequence> sequences);
+                               std::span<const PassSequence> sequences,
+                               std::uint32_t cuda_graph_max_tokens = 0);
+
+/// vLLM's default largest CUDA-graph capture size (VllmConfig._set_cudagraph_sizes, no
+/// speculative decoding): min(2 · max_num_seqs, 512, max_num_batched_tokens).
+std::uint32_t vllmCudaGraphMaxTokens(std::uint32_t max_num_seqs,
+                                     std::uint32_t max_num_batched_tokens);
+
+/// The captured size a pass of `tokens` scheduled tokens is padded to: the smallest of vLLM's
+/// default capture sizes — 1, 2, 4, multiples of 8 below 256, multiples of 16 from 256 — that is
+/// >= tokens and <= max_capture; `tokens` itself when there is none (eager: a larger pass, or
+/// max_capture = 0).
+std::uint32_t cudaGraphPaddedTokens(std::uint32_t tokens, std::uint32_t max_capture);
 
 /// Expected distinct experts touched when `tokens` tokens each route to top-k of E experts,
 /// uniformly: E · (1 − (1 − k/E)^tokens).

@@ -47,6 +47,7 @@ TimingModel::TimingModel(const EngineConfig& config)
       roofline_(config.timing_model == TimingModelKind::Roofline && config.roofline
                     ? &*config.roofline
                     : nullptr),
+      cuda_graph_max_tokens_(engineCudaGraphMaxTokens(config)),
       fixed_prefill_ms_(config.fixed_prefill_ms.value_or(0.0)),
       fixed_decode_ms_(config.fixed_decode_ms.value_or(0.0)) {}
 
@@ -89,7 +90,7 @@ double TimingModel::decodeMs(std::uint64_t batch, std::uint64_t active_kv, std::
 }
 
 double TimingModel::passMs(std::span<const PassSequence> sequences) const {
-  return rooflinePass(*roofline_, sequences).total_ms;
+  return rooflinePass(*roofline_, sequences, cuda_graph_max_tokens_).total_ms;
 }
 
 }  // namespace mocker::engine

@@ -33,14 +33,16 @@ class TimingModel {
   /// prefillMs/decodeMs (which return 0 for it).
   bool isRoofline() const { return roofline_ != nullptr; }
 
-  /// Roofline: modelled duration of a pass over `sequences` (rooflinePass().total_ms); 0 when
-  /// empty. REQUIRES: isRoofline().
+  /// Roofline: modelled duration of a pass over `sequences` (rooflinePass().total_ms, padded to
+  /// the engine's CUDA-graph capture sizes: engineCudaGraphMaxTokens); 0 when empty.
+  /// REQUIRES: isRoofline().
   double passMs(std::span<const PassSequence> sequences) const;
 
  private:
   TimingModelKind kind_;
   const TimingProfile* profile_ = nullptr;    // points into the engine-owned config
   const RooflineConfig* roofline_ = nullptr;  // likewise; set iff kind_ = Roofline
+  std::uint32_t cuda_graph_max_tokens_ = 0;   // engineCudaGraphMaxTokens
   double fixed_prefill_ms_ = 0.0;
   double fixed_decode_ms_ = 0.0;
 };

@@ -67,6 +67,13 @@ void addCalibrateCommand(CLI::App& app, CalibrateCommand& c) {
       ->check(CLI::Range(1u, 1000u))
       ->capture_default_str();
   c.cmd
+      ->add_option("--prior-weight", c.prior_weight,
+                   "weight of the prior that keeps each coefficient near its kernel-profile "
+                   "default: loss = run error (%) + weight x sum of squared distances in prior "
+                   "widths; 0 = run error only")
+      ->check(between(0.0, 1e6))
+      ->default_str(CLI::detail::to_string(cal::kDefaultPriorWeight));
+  c.cmd
       ->add_option("--trace-block-size", c.trace_block_size,
                    "trace block size of --requests-jsonl runs (run directories: run.json, 16)")
       ->check(CLI::Range(1u, 1u << 20))
@@ -81,15 +88,20 @@ void addCalibrateCommand(CLI::App& app, CalibrateCommand& c) {
                     "tensor_parallel_size; its [engine.roofline] coefficients are the start");
   c.cmd->add_flag("--progress,!--no-progress", c.progress,
                   std::string("progress on stderr (only on a terminal)") + flagDefault(true));
-  std::string footer = "Parameters (name: bounds, start — doc; * = not fitted by default):\n";
+  std::string footer =
+      "Parameters (name: bounds, start, prior width — log-space for a positive start, else in "
+      "the parameter's unit — doc; * = not fitted by default):\n";
   for (const cal::FitParameter& p : cal::allFitParameters()) {
-    char bounds[96];
-    std::snprintf(bounds, sizeof bounds, ": [%g, %g], %g — ", p.lower, p.upper, p.initial);
+    char bounds[128];
+    std::snprintf(bounds, sizeof bounds, ": [%g, %g], %g, prior %g%s — ", p.lower, p.upper,
+                  p.initial, p.prior_width, p.prior_center > 0.0 ? " (log)" : "");
     footer += "  " + p.key + (p.fitted_by_default ? "" : "*") + bounds + p.doc + "\n";
   }
   footer +=
       "Loss: the mean over fit runs of the mean absolute percentage error of E2E mean/p90/p99, "
-      "TTFT mean/p90/p99 and ITL = (mean E2E - mean TTFT) / (mean output tokens - 1). "
+      "TTFT mean/p90/p99 and ITL = (mean E2E - mean TTFT) / (mean output tokens - 1), plus "
+      "--prior-weight x the sum over fitted parameters of z^2, z = ln(value / start) / width "
+      "(value / width for a start of 0). "
       "Exit codes: 0 done, 1 bad input, 2 usage error.";
   c.cmd->footer(footer);
 }
@@ -235,10 +247,12 @@ std::string profileText(const Context& ctx, const FitOutcome& fit) {
   cal::ProfileHeader header{.generator = std::string("mocker calibrate ") + buildVersion() +
                                          " (git " + buildGitRevision() + ")"};
   for (const cal::PreparedRun* r : fit.fitted_on) header.fitted_on.push_back(runIdentity(*r->run));
-  char summary[200];
+  char summary[320];
   std::snprintf(summary, sizeof summary,
-                "loss %.3f %% after %u evaluations (%s, %u starts, seed %llu, max %u; %s)",
-                fit.result.loss, fit.result.evaluations,
+                "loss %.3f %% (run error %.3f %% + prior %.3f, weight %g) after %u evaluations "
+                "(%s, %u starts, seed %llu, max %u; %s)",
+                fit.result.loss, fit.result.run_loss, fit.result.prior_penalty,
+                ctx.options.prior_weight, fit.result.evaluations,
                 std::string(cal::toString(ctx.options.algorithm)).c_str(), ctx.options.starts,
                 static_cast<unsigned long long>(ctx.options.seed), ctx.options.max_evaluations,
                 fit.result.stop_reason.c_str());
@@ -254,6 +268,9 @@ nlohmann::ordered_json fitJson(const Context& ctx, const FitOutcome& fit) {
   j["fitted_on"] = nlohmann::ordered_json::array();
   for (const cal::PreparedRun* r : fit.fitted_on) j["fitted_on"].push_back(r->run->name);
   j["loss"] = fit.result.loss;
+  j["run_loss"] = fit.result.run_loss;
+  j["prior_penalty"] = fit.result.prior_penalty;
+  j["prior_weight"] = ctx.options.prior_weight;
   j["evaluations"] = fit.result.evaluations;
   j["stop_reason"] = fit.result.stop_reason;
   j["kept"] = fit.result.kept;
@@ -504,7 +521,8 @@ int runCalibrateCommand(const CalibrateCommand& c, std::ostream& out, std::ostre
               {.algorithm = *algorithm,
                .max_evaluations = c.max_evaluations,
                .seed = c.seed,
-               .starts = c.starts},
+               .starts = c.starts,
+               .prior_weight = c.prior_weight.value_or(cal::kDefaultPriorWeight)},
               out,
               err,
               FitProgressLine(err, tty)};

@@ -12,6 +12,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <ostream>
 #include <string>
 #include <vector>
@@ -36,6 +37,8 @@ struct CalibrateCommand {
   std::uint32_t max_evaluations = 200;
   std::uint64_t seed = 1;
   std::uint32_t starts = 4;
+  /// --prior-weight; unset = calibrate::kDefaultPriorWeight (tools/calibrate/fit.h).
+  std::optional<double> prior_weight;
   std::uint32_t trace_block_size = 512;
   std::string passes;      ///< per-pass CSV (pass mode)
   std::string deployment;  ///< mocker config (TOML) naming the passes' model, GPU, TP

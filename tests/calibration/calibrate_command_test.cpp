@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include <cmath>
 #include <regex>
 
 #include "tests/calibration/calibrate_test_util.h"
@@ -75,14 +76,17 @@ double profileValue(const std::string& profile, const std::string& key) {
   return m.empty() ? 0.0 : std::stod(m[3].str());
 }
 
+// The recovery tests fit without the prior (--prior-weight 0): their truths lie several prior
+// widths from the defaults on purpose, and what they test is the search.
 TEST(CalibrateCommandTest, RecoversRooflineCoefficientsAndScoresHeldOutNearTheNoiseFloor) {
   TempDir tmp;
   const auto fit = testing::writeGeneratedRun(tmp.path(), "fit", rooflineTruth(1, 11));
   const auto held = testing::writeGeneratedRun(tmp.path(), "held", rooflineTruth(2, 12));
   const std::string profile = (tmp.path() / "profile.toml").string();
-  const auto r = runCalibrate({fit.string(), "--holdout", held.string(), "--params",
-                               "roofline.gemm_compute_efficiency,roofline.gemm_memory_efficiency",
-                               "--max-evals", "300", "-o", profile, "--json"});
+  const auto r =
+      runCalibrate({fit.string(), "--holdout", held.string(), "--params",
+                    "roofline.gemm_compute_efficiency,roofline.gemm_memory_efficiency",
+                    "--max-evals", "300", "--prior-weight", "0", "-o", profile, "--json"});
   ASSERT_EQ(r.code, 0) << r.err;
   const std::string text = readFile(profile);
   EXPECT_THAT(text, HasSubstr("timing_model = \"roofline\""));
@@ -124,7 +128,7 @@ TEST(CalibrateCommandTest, RecoversPolynomialSpeedRatios) {
   const std::string profile = (tmp.path() / "profile.toml").string();
   const auto r = runCalibrate({fit.string(), "--params",
                                "speedup_ratio,decode_speedup_ratio,client.overhead_per_request_ms",
-                               "--max-evals", "300", "-o", profile});
+                               "--max-evals", "300", "--prior-weight", "0", "-o", profile});
   ASSERT_EQ(r.code, 0) << r.err;
   const std::string text = readFile(profile);
   // The decode speed (speedup_ratio × decode_speedup_ratio, what the ITL measures) within 5 %;
@@ -242,6 +246,37 @@ TEST(CalibrateCommandTest, BadInputExitsOneNamingTheFile) {
   EXPECT_THAT(r.err, HasSubstr("client.toml line 1: client.overhead_per_request_ms"));
 }
 
+// The prior pulls the fit towards the kernel-profile defaults: on the same run as the recovery
+// test (truth 0.45 where the default is 0.75, 3.4 prior widths away), the weight trades run
+// error against distance. Weight 0 recovers the truth (above); a heavy prior keeps the default.
+TEST(CalibrateCommandTest, PriorWeightPullsTheFitTowardsTheDefaults) {
+  TempDir tmp;
+  const auto fit = testing::writeGeneratedRun(tmp.path(), "fit", rooflineTruth(1, 11));
+  const auto fitWith = [&](const std::string& weight) {
+    const auto r =
+        runCalibrate({fit.string(), "--params", "roofline.gemm_compute_efficiency", "--max-evals",
+                      "40", "--starts", "1", "--prior-weight", weight, "--json"});
+    EXPECT_EQ(r.code, 0) << r.err;
+    return nlohmann::json::parse(r.out)["fits"][0];
+  };
+  const nlohmann::json heavy = fitWith("1e5");
+  const double value = heavy["values"]["roofline.gemm_compute_efficiency"].get<double>();
+  EXPECT_NEAR(value, 0.75, 0.01) << heavy.dump();
+  EXPECT_EQ(heavy["prior_weight"].get<double>(), 1e5);
+  // loss = run error + prior penalty, the penalty being weight × z² at the fitted value.
+  const double z = std::log(value / 0.75) / 0.15;
+  EXPECT_NEAR(heavy["prior_penalty"].get<double>(), 1e5 * z * z, 1e-6 * (1.0 + 1e5 * z * z));
+  EXPECT_NEAR(heavy["loss"].get<double>(),
+              heavy["run_loss"].get<double>() + heavy["prior_penalty"].get<double>(), 1e-9);
+  const nlohmann::json none = fitWith("0");
+  EXPECT_EQ(none["prior_penalty"].get<double>(), 0.0);
+  EXPECT_LT(none["values"]["roofline.gemm_compute_efficiency"].get<double>(), 0.6) << none.dump();
+  EXPECT_LT(none["run_loss"].get<double>(), heavy["run_loss"].get<double>());
+  const auto bad = runCalibrate({fit.string(), "--prior-weight", "-1"});
+  EXPECT_EQ(bad.code, 2);
+  EXPECT_THAT(bad.err, HasSubstr("--prior-weight"));
+}
+
 TEST(CalibrateCommandTest, HelpListsEveryParameter) {
   std::ostringstream out, err;
   EXPECT_EQ(tools::runCli({"mocker", "calibrate", "--help"}, out, err), 0);
@@ -249,6 +284,9 @@ TEST(CalibrateCommandTest, HelpListsEveryParameter) {
     EXPECT_THAT(out.str(), HasSubstr(p.key));
   }
   EXPECT_THAT(out.str(), HasSubstr("--leave-one-out"));
+  EXPECT_THAT(out.str(), HasSubstr("--prior-weight"));
+  EXPECT_THAT(out.str(),
+              HasSubstr("roofline.gemm_compute_efficiency: [0.05, 1], 0.75, prior 0.15"));
 }
 
 }  // namespace

@@ -151,6 +151,61 @@ TEST(RooflineTest, MixedPassCountsEveryTokenOnceAndEverySequencesAttention) {
   EXPECT_GT(m.gemm_ms, p.gemm_ms);
 }
 
+TEST(RooflineTest, CudaGraphCaptureSizesAreVllmsDefaults) {
+  // [1, 2, 4] + multiples of 8 below 256 + multiples of 16 from 256, up to the largest size.
+  EXPECT_EQ(cudaGraphPaddedTokens(0, 512), 0u);
+  EXPECT_EQ(cudaGraphPaddedTokens(1, 512), 1u);
+  EXPECT_EQ(cudaGraphPaddedTokens(2, 512), 2u);
+  EXPECT_EQ(cudaGraphPaddedTokens(3, 512), 4u);
+  EXPECT_EQ(cudaGraphPaddedTokens(5, 512), 8u);
+  EXPECT_EQ(cudaGraphPaddedTokens(27, 512), 32u);
+  EXPECT_EQ(cudaGraphPaddedTokens(249, 512), 256u);
+  EXPECT_EQ(cudaGraphPaddedTokens(257, 512), 272u);
+  EXPECT_EQ(cudaGraphPaddedTokens(500, 512), 512u);
+  EXPECT_EQ(cudaGraphPaddedTokens(513, 512), 513u);  // beyond the largest graph: eager
+  EXPECT_EQ(cudaGraphPaddedTokens(90, 96), 96u);
+  EXPECT_EQ(cudaGraphPaddedTokens(97, 100), 97u);  // 100 is no captured size: eager
+  EXPECT_EQ(cudaGraphPaddedTokens(27, 0), 27u);    // no graphs
+  // min(2 · max_num_seqs, 512, max_num_batched_tokens).
+  EXPECT_EQ(vllmCudaGraphMaxTokens(128, 2048), 256u);
+  EXPECT_EQ(vllmCudaGraphMaxTokens(256, 2048), 512u);
+  EXPECT_EQ(vllmCudaGraphMaxTokens(256, 200), 200u);
+  EngineConfig e{.max_num_seqs = 128, .max_num_batched_tokens = 2048};
+  EXPECT_EQ(engineCudaGraphMaxTokens(e), 256u);
+  e.spec_num_draft_tokens = 3;  // decode query length 4
+  EXPECT_EQ(engineCudaGraphMaxTokens(e), 512u);
+  e.max_num_seqs.reset();  // unbounded: vLLM's default 256
+  e.spec_num_draft_tokens.reset();
+  EXPECT_EQ(engineCudaGraphMaxTokens(e), 512u);
+  e.engine_type = EngineType::Sglang;
+  EXPECT_EQ(engineCudaGraphMaxTokens(e), 0u);
+}
+
+TEST(RooflineTest, CudaGraphPaddingChargesThePaddedBatchToTheGemms) {
+  // 27 decodes (context 1023) on Llama-3.1-8B / RTX 4090 run the 32-token graph. Per layer the
+  // memory-bound GEMMs read 436,207,616 B of weights plus 2 B x 69,632 activations in and out
+  // and 2 B x 69,632 of elementwise traffic per token = 278,528 B per token: 32 layers x
+  // (436,207,616 + 32 x 278,528) / 1008e9 = 14.1308099 ms instead of 14.0865991 ms at 27.
+  const RooflineConfig c = deployment(llama8b(), "RTX4090");
+  const std::vector<PassSequence> decodes(27, {.new_tokens = 1, .context = 1023});
+  const RooflineBreakdown eager = rooflinePass(c, decodes);
+  const RooflineBreakdown graph = rooflinePass(c, decodes, 512);
+  EXPECT_NEAR(eager.gemm_ms, 14.0865991111, 1e-9);
+  EXPECT_NEAR(graph.gemm_ms, 14.1308099048, 1e-9);
+  // Attention and the LM head see the 27 real sequences.
+  EXPECT_EQ(graph.attention_ms, eager.attention_ms);
+  EXPECT_EQ(graph.lm_head_ms, eager.lm_head_ms);
+  // A compute-bound 300-token chunk runs the 304-token graph: its GEMMs cost those of 304
+  // tokens, its attention that of 300.
+  const std::vector<PassSequence> chunk = {{.new_tokens = 300, .context = 0}};
+  const std::vector<PassSequence> chunk304 = {{.new_tokens = 304, .context = 0}};
+  EXPECT_EQ(rooflinePass(c, chunk, 512).gemm_ms, rooflinePass(c, chunk304).gemm_ms);
+  EXPECT_EQ(rooflinePass(c, chunk, 512).attention_ms, rooflinePass(c, chunk).attention_ms);
+  // Beyond the largest graph the pass runs eager, unpadded.
+  const std::vector<PassSequence> big = {{.new_tokens = 600, .context = 0}};
+  EXPECT_EQ(rooflinePass(c, big, 512).total_ms, rooflinePass(c, big).total_ms);
+}
+
 TEST(RooflineTest, DecodeCostPerTokenFallsSteeplyWithBatchSize) {
   RooflineConfig c = deployment(llama8b(), "RTX4090");
   c.coefficients = RooflineCoefficients{};
@@ -361,7 +416,7 @@ EngineConfig rooflineEngine(EngineType type) {
 }
 
 double totalMs(const EngineConfig& c, const std::vector<PassSequence>& seqs) {
-  return rooflinePass(*c.roofline, seqs).total_ms;
+  return rooflinePass(*c.roofline, seqs, engineCudaGraphMaxTokens(c)).total_ms;
 }
 
 TEST(RooflineTest, VllmTimesTheMixedPassFromItsSequences) {

@@ -3,6 +3,7 @@
 #include <nlopt.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdio>
 #include <limits>
@@ -95,22 +96,86 @@ std::string_view toString(FitAlgorithm algorithm) { return enumName(kAlgorithmNa
 
 constexpr std::string_view kRooflinePrefix = "roofline.";
 
+namespace {
+
+/// Prior width (log-space standard deviation) of each roofline coefficient around its
+/// kernel-profile default: the upper end of the kernel-profile fit's mean absolute log error
+/// (docs/engine.md, "Default coefficients": GEMMs 0.06–0.26 → 0.15; attention 0.27–0.31, MoE and
+/// collectives up to 0.30 → 0.3), and a factor of 2 (ln 2) for the CPU-side overheads, which no
+/// kernel profile measures.
+struct PriorWidth {
+  std::string_view name;
+  double log_sd;
+};
+constexpr double kLn2 = 0.69314718055994531;
+constexpr std::array<PriorWidth, engine::kNumRooflineCoefficients> kRooflinePriorWidths{{
+    {"pass_overhead_ms", kLn2},
+    {"sequence_overhead_us", kLn2},
+    {"kernel_overhead_us", kLn2},
+    {"gemm_compute_efficiency", 0.15},
+    {"gemm_memory_efficiency", 0.15},
+    {"attention_prefill_efficiency", 0.3},
+    {"attention_decode_efficiency", 0.3},
+    {"attention_mixed_decode_factor", 0.3},
+    {"moe_compute_efficiency", 0.3},
+    {"moe_memory_efficiency", 0.3},
+    {"allreduce_efficiency", 0.3},
+    {"allreduce_latency_us", 0.3},
+}};
+
+double rooflinePriorWidth(std::string_view name) {
+  for (const PriorWidth& w : kRooflinePriorWidths) {
+    if (w.name == name) return w.log_sd;
+  }
+  return 0.0;  // unreachable: fit_test checks that every coefficient has a width
+}
+
+/// A log-space prior for a positive value below centre / 1000 (bounds of 0) takes this value.
+constexpr double kLogPriorFloor = 1e-3;
+
+}  // namespace
+
+double priorZ(const FitParameter& p, double value) {
+  if (p.prior_center > 0.0) {
+    return std::log(std::max(value, kLogPriorFloor * p.prior_center) / p.prior_center) /
+           p.prior_width;
+  }
+  return (value - p.prior_center) / p.prior_width;
+}
+
+double priorPenalty(std::span<const FitParameter> params, std::span<const double> values,
+                    double prior_weight) {
+  if (prior_weight == 0.0) return 0.0;
+  double sum = 0.0;
+  for (std::size_t i = 0; i < params.size(); ++i) {
+    const double z = priorZ(params[i], values[i]);
+    sum += z * z;
+  }
+  return prior_weight * sum;
+}
+
 bool isRooflineKey(std::string_view key) { return key.starts_with(kRooflinePrefix); }
 
 std::vector<FitParameter> allFitParameters() {
   std::vector<FitParameter> out;
   for (const engine::RooflineCoefficientInfo& c : engine::rooflineCoefficientTable()) {
-    out.push_back(
-        {"roofline." + std::string(c.name), c.lower, c.upper, c.default_value, std::string(c.doc)});
+    out.push_back({"roofline." + std::string(c.name), c.lower, c.upper, c.default_value,
+                   std::string(c.doc), true, c.default_value, rooflinePriorWidth(c.name)});
   }
+  // Client terms: 0 unless the runs say otherwise (reference runs are recorded in the engine);
+  // 10 ms per request and 0.1 ms per token are one width.
   out.push_back({std::string(kClientPerRequestKey), 0.0, 500.0, 0.0,
-                 "client-side latency added to TTFT and E2E of every request (ms)"});
+                 "client-side latency added to TTFT and E2E of every request (ms)", true, 0.0,
+                 10.0});
   out.push_back({std::string(kClientPerTokenKey), 0.0, 5.0, 0.0,
-                 "client-side latency per output token, added to E2E (ms)"});
+                 "client-side latency per output token, added to E2E (ms)", true, 0.0, 0.1});
+  // The polynomial ratios have no physical default: a weak prior (a factor of 4 is one width).
+  constexpr double kLn4 = 2.0 * kLn2;
   out.push_back({"speedup_ratio", 0.05, 20.0, 1.0,
-                 "polynomial model: divides every pass time (prefill and decode)", false});
+                 "polynomial model: divides every pass time (prefill and decode)", false, 1.0,
+                 kLn4});
   out.push_back({"decode_speedup_ratio", 0.05, 20.0, 1.0,
-                 "polynomial model: further divides the decode part of a pass", false});
+                 "polynomial model: further divides the decode part of a pass", false, 1.0, kLn4});
   return out;
 }
 
@@ -204,7 +269,7 @@ double objective(unsigned n, const double* x, double* /*grad*/, void* data) {
   const Result<std::vector<RunEvaluation>> evals = evaluateRuns(o.runs, o.params, values);
   double loss = kFailedEvaluationLoss;
   if (evals) {
-    loss = calibrationLoss(*evals);
+    loss = calibrationLoss(*evals) + priorPenalty(o.params, values, o.options->prior_weight);
   } else if (!o.first_error) {
     o.first_error = evals.error();
   }
@@ -284,8 +349,11 @@ Result<FitResult> searchParameters(std::span<const PreparedRun> runs,
     if (o.first_error) return *o.first_error;
     return Error{ErrorCode::Internal, "the optimiser stopped before any evaluation: " + reasons};
   }
+  const double penalty = priorPenalty(params, o.best_values, options.prior_weight);
   return FitResult{.values = o.best_values,
                    .loss = o.best_loss,
+                   .run_loss = o.best_loss - penalty,
+                   .prior_penalty = penalty,
                    .evaluations = o.evaluations,
                    .stop_reason = reasons};
 }

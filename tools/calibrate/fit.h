@@ -1,9 +1,11 @@
 // The fit of `mocker calibrate` (docs/calibration.md, "Fit"): minimises the calibration loss
 //   L = mean over the fit runs of ( mean over the seven metrics of score.h of their absolute
-//       percentage error ), in %,
-// over a set of bounded parameters with a derivative-free optimiser of NLopt (Debian
-// libnlopt-dev; NLOPT_LN_NELDERMEAD by default). Each evaluation replays every fit run in the
-// simulator (simulate.h). Parameters are searched in [0, 1] per parameter: linear between the
+//       percentage error ), in %,  + prior_weight · Σ_params z²   (the prior penalty, MAP),
+// where z is a parameter's distance from its prior centre (the kernel-profile default) in prior
+// widths (log-space for a positive centre: z = ln(value / centre) / width; linear for a centre of
+// 0: z = value / width), over a set of bounded parameters with a derivative-free optimiser of NLopt
+// (Debian libnlopt-dev; NLOPT_LN_NELDERMEAD by default). Each evaluation replays every fit run in
+// the simulator (simulate.h). Parameters are searched in [0, 1] per parameter: linear between the
 // bounds, or logarithmic when the lower bound is > 0 and the upper one at least 100 times it.
 // Several local searches (FitOptions::starts) from seeded starting points; the best result wins.
 // Deterministic: the starting points and NLopt's generator are seeded and the simulation has no
@@ -36,7 +38,23 @@ struct FitParameter {
   double initial = 0.0;  ///< the start of the search (clamped to the bounds)
   std::string doc;
   bool fitted_by_default = true;  ///< part of the default --params
+  /// The prior: centre (the kernel-profile default; 0 for the client terms) and width — log-space
+  /// standard deviation when prior_center > 0, else a linear scale in the parameter's unit.
+  double prior_center = 0.0;
+  double prior_width = 1.0;  ///< > 0
 };
+
+/// The prior weight of FitOptions (--prior-weight): chosen by leave-one-run-out on the five
+/// reference runs among 0, 0.25, 1, 4 and 16 (docs/benchmarks.md, "Calibration accuracy").
+inline constexpr double kDefaultPriorWeight = 1.0;
+
+/// A parameter's distance from its prior centre in prior widths (see above). A value at or
+/// below 0 with a positive centre counts as centre / 1000.
+double priorZ(const FitParameter& param, double value);
+
+/// prior_weight · Σ priorZ(param, value)², in % (the loss's unit).
+double priorPenalty(std::span<const FitParameter> params, std::span<const double> values,
+                    double prior_weight);
 
 /// Every parameter `mocker calibrate` can fit: the roofline timing model's coefficients
 /// (engine/roofline.h rooflineCoefficientTable(), keys "roofline.<name>", the table's bounds and
@@ -92,12 +110,17 @@ struct FitOptions {
   std::uint32_t starts = 4;   ///< >= 1
   double initial_step = 0.1;  ///< in the [0, 1] search space
   double xtol = 1e-3;         ///< stop when a step moves every coordinate less than this
+  /// Weight of the prior penalty (% of loss per squared prior width); 0 = maximum likelihood
+  /// (the run error alone).
+  double prior_weight = kDefaultPriorWeight;
   std::function<void(const FitProgress&)> progress{};  ///< after every evaluation
 };
 
 struct FitResult {
   std::vector<double> values;  ///< best assignment, one per parameter
-  double loss = 0.0;
+  double loss = 0.0;           ///< run_loss + prior_penalty
+  double run_loss = 0.0;       ///< calibrationLoss of the fit runs at `values`
+  double prior_penalty = 0.0;  ///< priorPenalty of the fitted (not kept) parameters
   std::uint32_t evaluations = 0;
   std::string stop_reason;  ///< NLopt's result of each local search, e.g. "xtol reached"
   /// Parameters no fit run exercises (parameterExercised), kept at their start value.
