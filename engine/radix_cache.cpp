@@ -221,7 +221,7 @@ std::uint32_t RadixCache::share(NodeId node, std::uint32_t from, std::uint32_t n
 }
 
 std::uint32_t RadixCache::insertRun(PageRef& parent, std::span<const BlockHash> hashes,
-                                    bool& created) {
+                                    bool& created, std::uint32_t expected) {
   MOCKER_CHECK(!hashes.empty() && hashes.size() <= num_private_);
   MOCKER_CHECK(parent.node == kRoot || at(parent.node).pages[parent.offset].lock > 0);
   created = false;
@@ -265,7 +265,14 @@ std::uint32_t RadixCache::insertRun(PageRef& parent, std::span<const BlockHash> 
   // set): the run grows instead of getting a child.
   std::vector<Page>& pages = at(target).pages;
   MOCKER_DCHECK(!at(target).in_leaves);
-  for (const BlockHash h : hashes) pages.push_back(Page{h, ++clock_, 1});
+  // Grow once for every page the caller expects to publish (a prompt's later chunks extend this
+  // run), else geometrically (a run also grows a page at a time while decoding).
+  if (const std::size_t need = pages.size() + n; need > pages.capacity()) {
+    pages.reserve(std::max({need, pages.size() + expected, 2 * pages.capacity()}));
+  }
+  std::uint64_t tick = clock_;
+  for (const BlockHash h : hashes) pages.push_back(Page{h, ++tick, 1});
+  clock_ = tick;
   parent = {target, static_cast<std::uint32_t>(pages.size() - 1)};
   return n;
 }
@@ -273,12 +280,13 @@ std::uint32_t RadixCache::insertRun(PageRef& parent, std::span<const BlockHash> 
 void RadixCache::releasePath(std::span<const BlockHash> hashes) {
   segments_.clear();
   walk(hashes, false, [&](const Segment& s) { segments_.push_back(s); });
+  // One pass, root first: a page's tick is set before it is unlocked, and only a node's last page
+  // can join the leaf set (keyed by that tick), so the order of unlocks does not matter.
   for (const Segment& s : segments_) {
-    std::vector<Page>& pages = at(s.node).pages;
-    for (std::uint32_t k = s.begin; k < s.end; ++k) pages[k].tick = ++clock_;
-  }
-  for (auto s = segments_.rbegin(); s != segments_.rend(); ++s) {
-    for (std::uint32_t k = s->end; k-- > s->begin;) unlockPage(s->node, k);
+    for (std::uint32_t k = s.begin; k < s.end; ++k) {
+      at(s.node).pages[k].tick = ++clock_;
+      unlockPage(s.node, k);
+    }
   }
 }
 

@@ -89,8 +89,11 @@ class RadixCache final {
   /// run of them that is either all new or all already cached and returns its length. New pages
   /// become cached, locked once (`created` = true ⇒ the caller emits Stored); for cached ones the
   /// private pages are freed and the cached pages are locked instead. Either way each page is
-  /// marked accessed now, in order. `parent` advances to the run's last page.
-  std::uint32_t insertRun(PageRef& parent, std::span<const BlockHash> hashes, bool& created);
+  /// marked accessed now, in order. `parent` advances to the run's last page. `expected` (a
+  /// capacity hint, no effect on the tree) is how many pages the caller expects to publish in
+  /// all from `hashes` on, so a run that later chunks extend is allocated once.
+  std::uint32_t insertRun(PageRef& parent, std::span<const BlockHash> hashes, bool& created,
+                          std::uint32_t expected = 0);
   /// insertRun() of one page; returns `created`.
   bool insert(PageRef& parent, BlockHash hash) {
     bool created = false;

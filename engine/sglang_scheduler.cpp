@@ -145,10 +145,11 @@ void SglangScheduler::publishPages(Req& r, std::vector<KvEvent>& events) {
   detail::StoredRuns runs(r, page_size_, events);
   RadixCache::PageRef parent = cache_.locate(r.path());
   MOCKER_CHECK(r.private_pages >= full - first);
+  const std::uint32_t prompt_pages = r.prompt_len / page_size_;
   for (std::uint32_t i = first; i < full;) {
     bool created = false;
-    const std::uint32_t n =
-        cache_.insertRun(parent, std::span(r.hashes).subspan(i, full - i), created);
+    const std::uint32_t n = cache_.insertRun(parent, std::span(r.hashes).subspan(i, full - i),
+                                             created, std::max(prompt_pages, full) - i);
     r.private_pages -= n;
     r.path_pages += n;
     for (const std::uint32_t end = i + n; i < end; ++i) runs.visit(i, created);
