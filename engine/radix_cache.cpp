@@ -122,8 +122,10 @@ void RadixCache::freePrivate(std::uint32_t n) {
 }
 
 void RadixCache::evict(std::uint32_t count, std::vector<KvEvent>& events) {
+  num_evicted_ += count;
   // One BlockRemoved per page: grow the event list once (geometrically), not per event.
-  if (const std::size_t need = events.size() + count; need > events.capacity()) {
+  if (const std::size_t need = events.size() + count;
+      record_removals_ && need > events.capacity()) {
     events.reserve(std::max(need, 2 * events.capacity()));
   }
   while (count > 0) {
@@ -155,7 +157,7 @@ RadixCache::NodeId RadixCache::removeLastPage(NodeId victim, std::vector<KvEvent
   Node& v = at(victim);
   const BlockHash hash = v.pages.back().hash;
   v.pages.pop_back();
-  events.emplace_back(BlockRemoved{hash.value()});
+  if (record_removals_) events.emplace_back(BlockRemoved{hash.value()});
   --num_evictable_;
   --num_cached_;
   ++num_free_;
