@@ -180,7 +180,15 @@ CancelResult Engine::cancel(RequestId id) {
 
 PassResult Engine::step(std::uint32_t dp_rank, double now_ms) {
   MOCKER_CHECK(dp_rank < ranks_.size());
-  return ranks_[dp_rank]->step(now_ms);
+  PassResult pass = ranks_[dp_rank]->step(now_ms);
+  // Ranks that build their events anyway (vllm / trtllm: one per block) drop them here.
+  if (!kv_events_) pass.kv_events.clear();
+  return pass;
+}
+
+void Engine::setKvEvents(bool enabled) {
+  kv_events_ = enabled;
+  for (auto& rank : ranks_) rank->setKvEvents(enabled);
 }
 
 bool Engine::hasWork(std::uint32_t dp_rank) const { return ranks_.at(dp_rank)->hasWork(); }

@@ -105,6 +105,13 @@ class Engine final {
   /// (cachedBlockHashes), Cpu = G2, Disk = G3 (empty when the tier is off).
   std::vector<std::uint64_t> tierBlockHashes(std::uint32_t dp_rank, Medium medium) const;
 
+  /// KV events on (the default) or off. Off: every pass returns an empty `kv_events` and nothing
+  /// else changes (outputs, timing, did_work, metrics are those of a run with events on). For a
+  /// caller that would discard them (offline replay without a KV-aware router): an SGLang rank
+  /// then skips building its per-page Stored / Removed events (a third of a page-size-1 replay).
+  void setKvEvents(bool enabled);
+  bool kvEvents() const { return kv_events_; }
+
   /// vLLM reset_prefix_cache: succeeds only when the rank has no active blocks; drops every
   /// cached block and returns the AllBlocksCleared event to publish. nullopt ⇒ refused.
   std::optional<KvEvent> resetPrefixCache(std::uint32_t dp_rank);
@@ -117,6 +124,7 @@ class Engine final {
   std::unique_ptr<EngineConfig> config_;
   std::vector<std::unique_ptr<detail::RankCore>> ranks_;
   std::uint64_t next_id_ = 1;
+  bool kv_events_ = true;
 };
 
 /// Removes every output signal of `id` from `pass` (a cancel during the in-flight pass).

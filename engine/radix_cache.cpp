@@ -122,8 +122,10 @@ void RadixCache::freePrivate(std::uint32_t n) {
 }
 
 void RadixCache::evict(std::uint32_t count, std::vector<KvEvent>& events) {
+  num_evicted_ += count;
   // One BlockRemoved per page: grow the event list once (geometrically), not per event.
-  if (const std::size_t need = events.size() + count; need > events.capacity()) {
+  if (const std::size_t need = events.size() + count;
+      record_removals_ && need > events.capacity()) {
     events.reserve(std::max(need, 2 * events.capacity()));
   }
   while (count > 0) {
@@ -155,7 +157,7 @@ RadixCache::NodeId RadixCache::removeLastPage(NodeId victim, std::vector<KvEvent
   Node& v = at(victim);
   const BlockHash hash = v.pages.back().hash;
   v.pages.pop_back();
-  events.emplace_back(BlockRemoved{hash.value()});
+  if (record_removals_) events.emplace_back(BlockRemoved{hash.value()});
   --num_evictable_;
   --num_cached_;
   ++num_free_;
@@ -221,7 +223,7 @@ std::uint32_t RadixCache::share(NodeId node, std::uint32_t from, std::uint32_t n
 }
 
 std::uint32_t RadixCache::insertRun(PageRef& parent, std::span<const BlockHash> hashes,
-                                    bool& created) {
+                                    bool& created, std::uint32_t expected) {
   MOCKER_CHECK(!hashes.empty() && hashes.size() <= num_private_);
   MOCKER_CHECK(parent.node == kRoot || at(parent.node).pages[parent.offset].lock > 0);
   created = false;
@@ -265,7 +267,14 @@ std::uint32_t RadixCache::insertRun(PageRef& parent, std::span<const BlockHash> 
   // set): the run grows instead of getting a child.
   std::vector<Page>& pages = at(target).pages;
   MOCKER_DCHECK(!at(target).in_leaves);
-  for (const BlockHash h : hashes) pages.push_back(Page{h, ++clock_, 1});
+  // Grow once for every page the caller expects to publish (a prompt's later chunks extend this
+  // run), else geometrically (a run also grows a page at a time while decoding).
+  if (const std::size_t need = pages.size() + n; need > pages.capacity()) {
+    pages.reserve(std::max({need, pages.size() + expected, 2 * pages.capacity()}));
+  }
+  std::uint64_t tick = clock_;
+  for (const BlockHash h : hashes) pages.push_back(Page{h, ++tick, 1});
+  clock_ = tick;
   parent = {target, static_cast<std::uint32_t>(pages.size() - 1)};
   return n;
 }
@@ -273,12 +282,13 @@ std::uint32_t RadixCache::insertRun(PageRef& parent, std::span<const BlockHash> 
 void RadixCache::releasePath(std::span<const BlockHash> hashes) {
   segments_.clear();
   walk(hashes, false, [&](const Segment& s) { segments_.push_back(s); });
+  // One pass, root first: a page's tick is set before it is unlocked, and only a node's last page
+  // can join the leaf set (keyed by that tick), so the order of unlocks does not matter.
   for (const Segment& s : segments_) {
-    std::vector<Page>& pages = at(s.node).pages;
-    for (std::uint32_t k = s.begin; k < s.end; ++k) pages[k].tick = ++clock_;
-  }
-  for (auto s = segments_.rbegin(); s != segments_.rend(); ++s) {
-    for (std::uint32_t k = s->end; k-- > s->begin;) unlockPage(s->node, k);
+    for (std::uint32_t k = s.begin; k < s.end; ++k) {
+      at(s.node).pages[k].tick = ++clock_;
+      unlockPage(s.node, k);
+    }
   }
 }
 

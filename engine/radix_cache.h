@@ -79,8 +79,13 @@ class RadixCache final {
   PageRef locate(std::span<const BlockHash> hashes) const;
 
   /// Takes `n` private pages, evicting unlocked leaves (oldest first) when free pages run out;
-  /// each eviction appends a BlockRemoved to `events`. REQUIRES: n <= numFree() + numEvictable().
+  /// each eviction appends a BlockRemoved to `events` (unless recording is off, below).
+  /// REQUIRES: n <= numFree() + numEvictable().
   void allocatePrivate(std::uint32_t n, std::vector<KvEvent>& events);
+  /// Whether evictions append BlockRemoved events (default on); the tree is the same either way.
+  void setRecordRemovals(bool on) { record_removals_ = on; }
+  /// Pages evicted since construction (counted whether or not they are recorded).
+  std::uint64_t numEvicted() const { return num_evicted_; }
   /// Returns `n` private pages to the free pool.
   void freePrivate(std::uint32_t n);
 
@@ -89,8 +94,11 @@ class RadixCache final {
   /// run of them that is either all new or all already cached and returns its length. New pages
   /// become cached, locked once (`created` = true ⇒ the caller emits Stored); for cached ones the
   /// private pages are freed and the cached pages are locked instead. Either way each page is
-  /// marked accessed now, in order. `parent` advances to the run's last page.
-  std::uint32_t insertRun(PageRef& parent, std::span<const BlockHash> hashes, bool& created);
+  /// marked accessed now, in order. `parent` advances to the run's last page. `expected` (a
+  /// capacity hint, no effect on the tree) is how many pages the caller expects to publish in
+  /// all from `hashes` on, so a run that later chunks extend is allocated once.
+  std::uint32_t insertRun(PageRef& parent, std::span<const BlockHash> hashes, bool& created,
+                          std::uint32_t expected = 0);
   /// insertRun() of one page; returns `created`.
   bool insert(PageRef& parent, BlockHash hash) {
     bool created = false;
@@ -171,6 +179,8 @@ class RadixCache final {
   std::uint32_t num_cached_ = 0;
   std::uint32_t num_evictable_ = 0;
   std::uint64_t clock_ = 0;
+  std::uint64_t num_evicted_ = 0;
+  bool record_removals_ = true;
   std::vector<Node> nodes_;         // slot per node id (slot 0: the root); free slots recycled
   std::vector<NodeId> free_slots_;  // stack
   HashIndex<Entry> index_;          // first page hash of a node → node

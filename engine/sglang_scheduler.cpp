@@ -145,15 +145,20 @@ void SglangScheduler::publishPages(Req& r, std::vector<KvEvent>& events) {
   detail::StoredRuns runs(r, page_size_, events);
   RadixCache::PageRef parent = cache_.locate(r.path());
   MOCKER_CHECK(r.private_pages >= full - first);
+  const std::uint32_t prompt_pages = r.prompt_len / page_size_;
   for (std::uint32_t i = first; i < full;) {
     bool created = false;
-    const std::uint32_t n =
-        cache_.insertRun(parent, std::span(r.hashes).subspan(i, full - i), created);
+    const std::uint32_t n = cache_.insertRun(parent, std::span(r.hashes).subspan(i, full - i),
+                                             created, std::max(prompt_pages, full) - i);
     r.private_pages -= n;
     r.path_pages += n;
+    if (!kv_events_) {
+      i += n;
+      continue;
+    }
     for (const std::uint32_t end = i + n; i < end; ++i) runs.visit(i, created);
   }
-  runs.close(full);
+  if (kv_events_) runs.close(full);
 }
 
 bool SglangScheduler::lockAndAllocate(Req& r, std::span<const BlockHash> prefix,
@@ -401,9 +406,12 @@ PassResult SglangScheduler::step(double now_ms) {
     tryReserve(pass.out.end_ms, pass.out.kv_events);
     pass.out.load = loadMetrics();
   }
+  // Evictions since the last pass end are exactly this pass's Removed events (carried ones
+  // included), also when they are not built; a Stored event always comes with other work.
   pass.out.did_work = pass.out.did_work || !pass.out.handoffs.empty() ||
                       !pass.out.activations.empty() || !pass.out.expired_holds.empty() ||
-                      !pass.out.kv_events.empty();
+                      !pass.out.kv_events.empty() || cache_.numEvicted() != evicted_at_pass_end_;
+  evicted_at_pass_end_ = cache_.numEvicted();
   return std::move(pass.out);
 }
 

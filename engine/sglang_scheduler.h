@@ -48,6 +48,10 @@ class SglangScheduler final : public detail::RankCore {
     return detail::rawHashes(cache_.cachedHashes());
   }
   bool clearCache() override { return cache_.clear(); }
+  void setKvEvents(bool enabled) override {
+    kv_events_ = enabled;
+    cache_.setRecordRemovals(enabled);
+  }
   Status checkInvariants() const override;
   void submitHandoff(detail::AcceptedRequest&& request, const HandoffTicket& ticket,
                      double now_ms) override;
@@ -188,6 +192,10 @@ class SglangScheduler final : public detail::RankCore {
   const std::uint32_t page_size_;
   const TimingModel timing_;
   RadixCache cache_;
+  // Engine::setKvEvents. Off: no Stored / Removed is built; a pass whose only work was an
+  // eviction still reports did_work, counted through the cache's eviction total.
+  bool kv_events_ = true;
+  std::uint64_t evicted_at_pass_end_ = 0;
   const std::uint64_t total_tokens_;  // N·B
   // Our length limit: a sequence needing all N pages stops, a prompt that would is rejected
   // (L = (N − 1)·B + 1 tokens, binding "kv capacity"; SGLANG.md "Our rules").

@@ -57,6 +57,9 @@ class RankCore {
     return medium == Medium::Gpu ? cachedBlockHashes() : std::vector<std::uint64_t>{};
   }
   virtual bool clearCache() = 0;
+  /// Engine::setKvEvents: a rank may stop building its KV events (the engine drops whatever a
+  /// rank still returns); nothing else may change.
+  virtual void setKvEvents(bool /*enabled*/) {}
   virtual Status checkInvariants() const = 0;
 
   // Disaggregation (README "Disaggregated prefill/decode"); both scheduler families implement

@@ -1,7 +1,9 @@
 // engine_workload_bench — the engine's end-to-end figure on a Mooncake-shaped workload.
 //
-//   engine_workload_bench [TRACE.jsonl] [--repeat K]   simulate the trace (default: the shipped
-//                                                       mooncake synthetic trace), print figures
+//   engine_workload_bench [TRACE.jsonl] [--repeat K] [--engine-type T] [--block-size B]
+//                                                       simulate the trace (default: the shipped
+//                                                       mooncake synthetic trace, vllm), print
+//                                                       figures and a digest of every KV event
 //   engine_workload_bench --waiting N [--tokens T]     queue N requests of T tokens (default
 //                                                       100000 × 1000), print RSS and one pass
 //
@@ -25,6 +27,30 @@ using Clock = std::chrono::steady_clock;
 double seconds(Clock::time_point a, Clock::time_point b) {
   return std::chrono::duration<double>(b - a).count();
 }
+
+// Order-sensitive digest of the KV events: kind, hashes, parent, tokens and block size, so two
+// builds' event streams can be compared (equal digests) without storing them.
+struct EventDigest {
+  std::uint64_t value = 0xcbf29ce484222325ull;
+  void add(std::uint64_t v) {
+    value ^= v;
+    value *= 0x100000001b3ull;
+    value ^= value >> 29;
+  }
+  void add(const engine::KvEvent& e) {
+    add(e.index());
+    if (const auto* s = std::get_if<engine::BlockStored>(&e)) {
+      add(s->parent_block_hash.value_or(~std::uint64_t{0}));
+      add(s->block_hashes.size());
+      for (const std::uint64_t h : s->block_hashes) add(h);
+      add(s->token_ids.size());
+      for (const std::uint32_t t : s->token_ids) add(t);
+      add(s->block_size);
+    } else if (const auto* r = std::get_if<engine::BlockRemoved>(&e)) {
+      add(r->block_hash);
+    }
+  }
+};
 
 long maxRssMiB() {
   rusage usage{};
@@ -52,7 +78,7 @@ int runWaiting(std::uint32_t num_requests, std::uint32_t num_tokens) {
   return 0;
 }
 
-int runTrace(const std::string& path, int repeat) {
+int runTrace(const std::string& path, int repeat, const engine::EngineConfig& config) {
   const auto t0 = Clock::now();
   auto workload = replay::loadMooncakeTrace(path, {});
   if (!workload) {
@@ -75,13 +101,15 @@ int runTrace(const std::string& path, int repeat) {
     }
     const auto t1 = Clock::now();
     const std::clock_t c1 = std::clock();
-    engine::Engine engine(engine::EngineConfig{});
+    engine::Engine engine(config);
     engine::OfflineDriver driver(engine);
     for (auto& a : arrivals) driver.add(std::move(a));
     std::uint64_t events = 0, stored_blocks = 0;
+    EventDigest digest;
     const std::uint64_t passes = driver.run([&](const engine::PassResult& p, auto&) {
       events += p.kv_events.size();
       for (const auto& e : p.kv_events) {
+        digest.add(e);
         if (const auto* s = std::get_if<engine::BlockStored>(&e)) {
           stored_blocks += s->block_hashes.size();
         }
@@ -92,12 +120,12 @@ int runTrace(const std::string& path, int repeat) {
     std::printf(
         "requests %zu input_tokens %llu passes %llu kv_events %llu stored_blocks %llu "
         "virtual_s %.1f load_s %.3f simulate_wall_s %.3f simulate_cpu_s %.3f "
-        "simulated_requests_per_s %.0f max_rss_MiB %ld\n",
+        "simulated_requests_per_s %.0f max_rss_MiB %ld events_digest %016llx\n",
         driver.timelines().size(), static_cast<unsigned long long>(input_tokens),
         static_cast<unsigned long long>(passes), static_cast<unsigned long long>(events),
         static_cast<unsigned long long>(stored_blocks), driver.nowMs() / 1e3, seconds(t0, t1),
         seconds(t1, t2), cpu_s, static_cast<double>(driver.timelines().size()) / seconds(t1, t2),
-        maxRssMiB());
+        maxRssMiB(), static_cast<unsigned long long>(digest.value));
   }
   return 0;
 }
@@ -108,6 +136,7 @@ int main(int argc, char** argv) {
   std::string trace = MOCKER_DEFAULT_TRACE;
   int repeat = 1;
   std::uint32_t waiting = 0, tokens = 1000;
+  engine::EngineConfig config;
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
     if (arg == "--repeat" && i + 1 < argc) {
@@ -116,13 +145,28 @@ int main(int argc, char** argv) {
       waiting = static_cast<std::uint32_t>(std::atol(argv[++i]));
     } else if (arg == "--tokens" && i + 1 < argc) {
       tokens = static_cast<std::uint32_t>(std::atol(argv[++i]));
+    } else if (arg == "--engine-type" && i + 1 < argc) {
+      const std::string type = argv[++i];
+      if (type == "vllm") {
+        config.engine_type = engine::EngineType::Vllm;
+      } else if (type == "sglang") {
+        config.engine_type = engine::EngineType::Sglang;
+      } else if (type == "trtllm") {
+        config.engine_type = engine::EngineType::Trtllm;
+      } else {
+        std::fprintf(stderr, "--engine-type: vllm | sglang | trtllm, not '%s'\n", type.c_str());
+        return 2;
+      }
+    } else if (arg == "--block-size" && i + 1 < argc) {
+      config.block_size = static_cast<std::uint32_t>(std::atol(argv[++i]));
     } else if (arg == "-h" || arg == "--help") {
       std::printf(
-          "usage: engine_workload_bench [TRACE.jsonl] [--repeat K] | --waiting N [--tokens T]\n");
+          "usage: engine_workload_bench [TRACE.jsonl] [--repeat K] [--engine-type vllm|sglang|"
+          "trtllm] [--block-size B] | --waiting N [--tokens T]\n");
       return 0;
     } else {
       trace = arg;
     }
   }
-  return waiting > 0 ? runWaiting(waiting, tokens) : runTrace(trace, repeat);
+  return waiting > 0 ? runWaiting(waiting, tokens) : runTrace(trace, repeat, config);
 }

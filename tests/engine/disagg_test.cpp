@@ -536,6 +536,34 @@ TEST(DisaggSglangTest, QueuedReservationBlocksFreshAdmission) {
   EXPECT_EQ(e.loadMetrics(0).active_blocks, 0u);
 }
 
+// A cancel frees pages, the queued reservation takes them by evicting cached pages (its Removed
+// events go out with the next pass), and that next pass has nothing else to do (the handoff's KV
+// is still in flight): it did work. With KV events off no event is built, and it still did.
+TEST(DisaggSglangTest, PassWhoseOnlyWorkIsAReservationsEvictionDidWorkWithEventsOff) {
+  for (const bool events : {true, false}) {
+    SCOPED_TRACE(events ? "events on" : "events off");
+    EngineConfig config = workerConfig(WorkerType::Decode, EngineType::Sglang);
+    config.num_gpu_blocks = 8;
+    Harness h(config);
+    Engine& e = h.engine();
+    e.setKvEvents(events);
+    h.submit(range(1, 12), 1);  // 3 pages, cached and unlocked once it completes
+    h.runUntilIdle();
+    const RequestId a = h.submit(range(301, 316), 20);  // 4 prompt pages + its first token's
+    h.step();
+    const auto ticket = e.submitHandoff(ticketFor(range(101, 120), 2, 1e6), 0, h.now());
+    ASSERT_TRUE(ticket.has_value());
+    ASSERT_EQ(e.loadMetrics(0).pending_handoffs, 1u) << "the reservation waits for 5 pages";
+    ASSERT_EQ(e.cancel(a), CancelResult::Applied);  // frees A's pages: the reservation evicts
+    const PassResult& p = h.step();
+    EXPECT_TRUE(p.admissions.empty());
+    EXPECT_TRUE(p.outputs.empty());
+    EXPECT_TRUE(p.activations.empty());
+    EXPECT_TRUE(p.did_work);
+    EXPECT_EQ(testing::removedHashes(p).empty(), !events);
+  }
+}
+
 // Randomized soak over one prefill and one decode worker (every engine type, small pools, chunked
 // prefill, random cancels on both sides, some sources never released so their holds time out):
 // invariants after every pass, every request ends, no block leaks, every hold is released by its
@@ -544,10 +572,35 @@ TEST(DisaggSglangTest, QueuedReservationBlocksFreshAdmission) {
 // can ever stall on either worker.
 class DisaggSoakTest : public ::testing::TestWithParam<EngineType> {};
 
+// One pass of the soak as it is observable without KV events.
+struct SoakPass {
+  bool decode;
+  bool did_work;
+  double start_ms;
+  double end_ms;
+  std::vector<OutputSignal> outputs;
+  std::size_t handoffs;
+  std::size_t activations;
+  friend bool operator==(const SoakPass&, const SoakPass&) = default;
+};
+
+// The soak with both workers' KV events on or off; returns every pass.
+std::vector<SoakPass> runSoak(EngineType type, std::uint64_t seed, bool kv_events);
+
 TEST_P(DisaggSoakTest, NoLeaksHoldsExpireReservationsFifo) {
   for (std::uint64_t seed : {1u, 2u, 3u}) {
+    const std::vector<SoakPass> with = runSoak(GetParam(), seed, true);
+    // KV events off (offline replay without a KV router) changes no pass, in particular not
+    // did_work of a decode worker's pass whose only work was evicting for a reservation.
+    EXPECT_EQ(with, runSoak(GetParam(), seed, false)) << "seed " << seed;
+  }
+}
+
+std::vector<SoakPass> runSoak(EngineType type, std::uint64_t seed, bool kv_events) {
+  std::vector<SoakPass> trace;
+  {
     std::mt19937_64 rng(seed);
-    EngineConfig pc = workerConfig(WorkerType::Prefill, GetParam());
+    EngineConfig pc = workerConfig(WorkerType::Prefill, type);
     pc.sglang.chunked_prefill_size = 24;
     pc.num_gpu_blocks = 40;
     pc.max_num_batched_tokens = 24;
@@ -560,6 +613,12 @@ TEST_P(DisaggSoakTest, NoLeaksHoldsExpireReservationsFifo) {
         seed == 2 ? KvTransferCharge::MissingBlocks : KvTransferCharge::FullPrompt;
     Harness pre(pc);
     Harness dec(dc);
+    pre.engine().setKvEvents(kv_events);
+    dec.engine().setKvEvents(kv_events);
+    const auto record = [&](bool decode, const PassResult& p) {
+      trace.push_back({decode, p.did_work, p.start_ms, p.end_ms, p.outputs, p.handoffs.size(),
+                       p.activations.size()});
+    };
     const int kRequests = 150;
     std::set<RequestId> pre_live;            // submitted to the prefill worker, not ended there
     std::map<RequestId, RequestId> dec_src;  // decode id → source id
@@ -614,6 +673,7 @@ TEST_P(DisaggSoakTest, NoLeaksHoldsExpireReservationsFifo) {
       if (t_pre <= t_dec) {
         pre.advanceTo(t_pre);
         const PassResult& p = pre.step();
+        record(false, p);
         expired += p.expired_holds.size();
         for (RequestId x : p.expired_holds) pre_live.erase(x);
         for (const OutputSignal& s : p.outputs) {
@@ -636,6 +696,7 @@ TEST_P(DisaggSoakTest, NoLeaksHoldsExpireReservationsFifo) {
       } else {
         dec.advanceTo(t_dec);
         const PassResult& p = dec.step();
+        record(true, p);
         for (const HandoffActivation& a : p.activations) {
           reserved_at[a.id] = a.reserved_ms;
           EXPECT_GE(a.activated_ms, a.reserved_ms);
@@ -675,6 +736,7 @@ TEST_P(DisaggSoakTest, NoLeaksHoldsExpireReservationsFifo) {
       last = it->second;
     }
   }
+  return trace;
 }
 
 INSTANTIATE_TEST_SUITE_P(Engines, DisaggTest,

@@ -5,6 +5,7 @@
 // eviction); every step compares events, counts and created flags, and checks the invariants.
 #include <gtest/gtest.h>
 
+#include <initializer_list>
 #include <map>
 #include <optional>
 #include <random>
@@ -151,8 +152,10 @@ TEST(RadixCacheTest, MatchesPageGranularReferenceUnderRandomTraffic) {
             // Runs of random length, one page at a time or all at once.
             const auto want = static_cast<std::uint32_t>(1 + rng() % (end - h.path));
             bool created = false;
+            // A random capacity hint: it may size a run's storage, never change the tree.
             const std::uint32_t n =
-                cache.insertRun(parent, std::span(h.hashes).subspan(h.path, want), created);
+                cache.insertRun(parent, std::span(h.hashes).subspan(h.path, want), created,
+                                static_cast<std::uint32_t>(rng() % 3 == 0 ? 0 : rng() % 20));
             ASSERT_TRUE(n >= 1 && n <= want);
             for (const std::uint32_t stop = h.path + n; h.path < stop; ++h.path) {
               const std::optional<std::uint64_t> ref_parent =
@@ -178,6 +181,106 @@ TEST(RadixCacheTest, MatchesPageGranularReferenceUnderRandomTraffic) {
       ASSERT_TRUE(ok.has_value()) << ok.error().message;
     }
   }
+}
+
+std::vector<BlockHash> hashesOf(std::initializer_list<std::uint64_t> values) {
+  std::vector<BlockHash> out;
+  for (const std::uint64_t v : values) out.push_back(BlockHash{v});
+  return out;
+}
+
+// Publishes `hashes` (all private, none held yet) as one holder's path; returns the created flag
+// of each insertRun() call in order.
+std::vector<bool> publish(RadixCache& cache, std::span<const BlockHash> hashes) {
+  std::vector<KvEvent> events;
+  cache.allocatePrivate(static_cast<std::uint32_t>(hashes.size()), events);
+  RadixCache::PageRef parent;
+  std::vector<bool> created;
+  for (std::size_t i = 0; i < hashes.size();) {
+    bool c = false;
+    i += cache.insertRun(parent, hashes.subspan(i), c);
+    created.push_back(c);
+  }
+  return created;
+}
+
+std::vector<std::uint64_t> evictAll(RadixCache& cache) {
+  std::vector<KvEvent> events;
+  cache.allocatePrivate(cache.numFree() + cache.numEvictable(), events);
+  std::vector<std::uint64_t> removed;
+  for (const KvEvent& e : events) removed.push_back(std::get<BlockRemoved>(e).block_hash);
+  return removed;
+}
+
+TEST(RadixCacheTest, SplitsARunWhereASequenceDivergesAndSharesTheCommonPrefix) {
+  RadixCache cache(16);
+  const std::vector<BlockHash> a = hashesOf({1, 2, 3, 4});
+  const std::vector<BlockHash> b = hashesOf({1, 2, 7, 8});
+  EXPECT_EQ(publish(cache, a), std::vector<bool>{true});  // one run of 4 pages
+  EXPECT_EQ(cache.numCached(), 4u);
+  EXPECT_EQ(cache.matchLength(b), 2u);
+  // b shares [1, 2] (its private copies are freed) and creates [7, 8] below page 2, which
+  // splits a's run in two: the shared head and a's tail [3, 4].
+  EXPECT_EQ(publish(cache, b), (std::vector<bool>{false, true}));
+  EXPECT_EQ(cache.numCached(), 6u);
+  EXPECT_EQ(cache.numPrivate(), 0u);
+  EXPECT_EQ(cache.locate(std::span(a).first(2)).node, cache.locate(std::span(b).first(2)).node);
+  EXPECT_NE(cache.locate(a).node, cache.locate(b).node);
+  EXPECT_EQ(cache.matchLength(a), 4u);
+  EXPECT_EQ(cache.matchLength(b), 4u);
+  EXPECT_EQ(cache.matchLength(hashesOf({1, 2, 3, 9})), 3u);
+  EXPECT_EQ(cache.matchLength(hashesOf({2, 3})), 0u);  // a run is found only from its parent
+  const std::vector<std::span<const BlockHash>> held{a, b};
+  const Status ok = cache.checkInvariants(held);
+  EXPECT_TRUE(ok.has_value()) << ok.error().message;
+}
+
+TEST(RadixCacheTest, LockRefsCountHoldersAndOnlyUnlockedLeavesAreEvictable) {
+  RadixCache cache(8);
+  const std::vector<BlockHash> a = hashesOf({1, 2, 3});
+  publish(cache, a);
+  const std::vector<BlockHash> prefix = hashesOf({1, 2});
+  EXPECT_EQ(cache.countUnlocked(prefix), 0u);
+  cache.lockPath(prefix);  // a second holder of [1, 2]
+  EXPECT_EQ(cache.numActive(), 3u);
+  cache.releasePath(a);  // page 3 is free to go; 1 and 2 are still held once
+  EXPECT_EQ(cache.numEvictable(), 1u);
+  EXPECT_EQ(cache.countUnlocked(a), 1u);
+  const std::vector<std::span<const BlockHash>> held{prefix};
+  const Status ok = cache.checkInvariants(held);
+  EXPECT_TRUE(ok.has_value()) << ok.error().message;
+  EXPECT_EQ(evictAll(cache), std::vector<std::uint64_t>{3});  // never a locked page
+  EXPECT_EQ(cache.matchLength(a), 2u);
+  cache.releasePath(prefix);
+  EXPECT_EQ(cache.numEvictable(), 2u);
+  EXPECT_EQ(evictAll(cache), (std::vector<std::uint64_t>{2, 1}));  // leaf first
+  EXPECT_EQ(cache.numCached(), 0u);
+  EXPECT_EQ(cache.numActive(), 8u);  // every page is now private to the caller
+}
+
+TEST(RadixCacheTest, EvictsLeafPagesLeastRecentlyUsedFirst) {
+  // Three sequences under one shared page; released in the order b, c, a. Within a released
+  // path the deepest page is the oldest leaf (ticks are set root first), across paths the one
+  // released first; a shared page goes only when it has no child left.
+  RadixCache cache(16);
+  const std::vector<BlockHash> a = hashesOf({1, 10, 11});
+  const std::vector<BlockHash> b = hashesOf({1, 20, 21});
+  const std::vector<BlockHash> c = hashesOf({1, 30});
+  publish(cache, a);
+  publish(cache, b);
+  publish(cache, c);
+  cache.releasePath(b);
+  cache.releasePath(c);
+  cache.releasePath(a);
+  std::vector<KvEvent> events;
+  cache.allocatePrivate(cache.numFree() + 3, events);  // exactly three evictions
+  std::vector<std::uint64_t> removed;
+  for (const KvEvent& e : events) removed.push_back(std::get<BlockRemoved>(e).block_hash);
+  EXPECT_EQ(removed, (std::vector<std::uint64_t>{21, 20, 30}));
+  // Touching a's path again makes it the most recent: nothing is left but a.
+  cache.lockPath(std::span(a).first(2));
+  cache.releasePath(std::span(a).first(2));
+  EXPECT_EQ(evictAll(cache), (std::vector<std::uint64_t>{11, 10, 1}));
 }
 
 }  // namespace

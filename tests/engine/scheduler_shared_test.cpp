@@ -283,6 +283,54 @@ TEST_P(SchedulerSharedTest, SameInputsSameRun) {
   }
 }
 
+// Engine::setKvEvents(false) changes nothing but the (then empty) kv_events: the same passes,
+// outputs, timing, did_work and metrics under constant eviction (SGLang builds no events at all,
+// and must still report a pass whose only work was an eviction as work).
+TEST_P(SchedulerSharedTest, KvEventsOffChangesNothingElse) {
+  const auto run = [&](bool events) {
+    auto cfg = config();
+    cfg.num_gpu_blocks = 7;
+    Engine engine(cfg);
+    engine.setKvEvents(events);
+    EXPECT_EQ(engine.kvEvents(), events);
+    for (std::uint32_t i = 0; i < 12; ++i) {
+      // Prompts share their first 4-12 tokens and then diverge: hits, splits and evictions.
+      auto tokens = range(1, 4 + 4 * (i % 3));
+      tokens.push_back(100 + i);
+      tokens.push_back(200 + i);
+      EXPECT_TRUE(engine.submit({.tokens = std::move(tokens), .max_output_tokens = 3 + i % 4}));
+    }
+    std::vector<PassResult> passes;
+    double now = 0.0;
+    std::size_t events_seen = 0;
+    while (engine.hasWork() && passes.size() < 1000) {
+      passes.push_back(engine.step(0, now));
+      now = passes.back().end_ms;
+      events_seen += passes.back().kv_events.size();
+      passes.back().kv_events.clear();
+    }
+    EXPECT_FALSE(engine.hasWork());
+    return std::pair(std::move(passes), events_seen);
+  };
+  const auto [with, with_events] = run(true);
+  const auto [without, without_events] = run(false);
+  EXPECT_GT(with_events, 20u);
+  EXPECT_EQ(without_events, 0u);
+  ASSERT_EQ(with.size(), without.size());
+  for (std::size_t i = 0; i < with.size(); ++i) {
+    const PassResult& a = with[i];
+    const PassResult& b = without[i];
+    SCOPED_TRACE("pass " + std::to_string(i));
+    EXPECT_EQ(a.start_ms, b.start_ms);
+    EXPECT_EQ(a.end_ms, b.end_ms);
+    EXPECT_EQ(a.did_work, b.did_work);
+    EXPECT_EQ(a.admissions, b.admissions);
+    EXPECT_EQ(a.outputs, b.outputs);
+    EXPECT_EQ(a.fpm, b.fpm);
+    EXPECT_EQ(a.load, b.load);
+  }
+}
+
 const EngineCase kVllm{EngineType::Vllm, {12.0890625, 14.961953125, 14.961953125}, 16};
 const EngineCase kTrtllm{EngineType::Trtllm, {12.0890625, 14.961953125, 14.961953125}, 16};
 const EngineCase kSglang{

@@ -65,7 +65,12 @@ class OfflineReplay {
         first_slot_(workers_.size(), 0),
         schedule_(workload, options.concurrency.has_value()),
         cost_router_(totalRanks(workers_), block_size_, options.kv_router, options.router_seed) {
+    // Only the KV-aware routers read the engines' KV events: without one they are not built
+    // (Engine::setKvEvents; nothing else changes — a third of an SGLang page-1 replay).
+    const bool kv_events =
+        options_.router == RouterKind::Kv || options_.router == RouterKind::KvPrefix;
     for (std::uint32_t w = 0; w < workers_.size(); ++w) {
+      workers_[w].setKvEvents(kv_events);
       first_slot_[w] = static_cast<std::uint32_t>(slots_.size());
       for (std::uint32_t r = 0; r < workers_[w].dpSize(); ++r) {
         Slot& s = slots_.emplace_back();

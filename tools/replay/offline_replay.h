@@ -111,7 +111,7 @@ struct OfflineReplayStats {
   double end_ms = 0.0;                      ///< latest pass end
   std::vector<std::uint64_t> per_worker{};  ///< requests dispatched to each worker
   std::uint64_t refused_at_submit = 0;      ///< recorded as rejected at arrival
-  std::uint64_t kv_events = 0;              ///< KV events produced, all ranks
+  std::uint64_t kv_events = 0;              ///< KV events produced, all ranks (kv routers only)
   std::uint64_t kv_index_blocks = 0;        ///< Kv router: (hash, rank) pairs indexed at end
   std::uint64_t kv_routed_hits = 0;         ///< Kv routers: dispatches with overlap > 0
   std::vector<std::string> warnings{};      ///< e.g. the hash-id aliasing warning
