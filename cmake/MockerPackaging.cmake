@@ -4,7 +4,7 @@
 #   (cd build && cpack -G DEB)                  # build/mocker_<version>_<arch>.deb, prefix /usr
 #
 # What is installed: the `mocker` binary, the example configuration and the reference docs under
-# share/doc/mocker: the module READMEs renamed by topic, docs/*.md (engine, wire, traces, metrics)
+# share/doc/mocker: the module READMEs renamed by topic, docs/*.md (engine, wire, traces, metrics, failure drills)
 # and the Python client (README and mocker_client.py) at their repository paths, so the README's
 # links to docs/… and clients/python/… resolve there too. The package's runtime dependencies
 # are computed by dpkg-shlibdeps (Debian package dpkg-dev) from the binary's shared libraries.
@@ -28,6 +28,7 @@ set(MOCKER_INSTALLED_DOCS
   docs/wire.md                docs/wire.md
   docs/traces.md              docs/traces.md
   docs/metrics.md             docs/metrics.md
+  docs/failure-drills.md      docs/failure-drills.md
   clients/python/README.md    clients/python/README.md
   clients/python/mocker_client.py clients/python/mocker_client.py)
 list(LENGTH MOCKER_INSTALLED_DOCS _n)

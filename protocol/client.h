@@ -185,6 +185,14 @@ struct FaultCounts {
   std::uint64_t slow = 0;
   std::uint64_t error = 0;
   std::uint64_t abort = 0;
+  // KV-event faults (absent in replies of services that predate them: 0).
+  std::uint64_t drop = 0;
+  std::uint64_t drop_unhealable = 0;
+  std::uint64_t suppress = 0;
+  std::uint64_t duplicate = 0;
+  std::uint64_t reorder = 0;
+  std::uint64_t delay = 0;
+  std::uint64_t truncate_ring = 0;
   friend bool operator==(const FaultCounts&, const FaultCounts&) = default;
 };
 

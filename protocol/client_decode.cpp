@@ -292,10 +292,17 @@ Result<PassTiming> decodePassTiming(const msgpack::object& o) {
 Result<FaultCounts> decodeFaultCounts(const msgpack::object& o) {
   MOCKER_TRY(const MapView m, MapView::create(o, "faults"));
   FaultCounts f;
-  for (const auto& [key, member] : detail::kFaultCountKeys) {
-    auto v = uintKey(m, key);
-    if (!v) return v.error().withContext("faults");
-    f.*member = *v;
+  for (std::size_t i = 0; i < detail::kFaultCountKeys.size(); ++i) {
+    const auto& [key, member] = detail::kFaultCountKeys[i];
+    if (i < detail::kRequiredFaultCountKeys) {
+      auto v = uintKey(m, key);
+      if (!v) return v.error().withContext("faults");
+      f.*member = *v;
+    } else {
+      auto v = detail::optU64Key(m, key);
+      if (!v) return v.error().withContext("faults");
+      f.*member = v->value_or(0);
+    }
   }
   return f;
 }

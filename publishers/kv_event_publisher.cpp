@@ -1,5 +1,6 @@
 #include "publishers/kv_event_publisher.h"
 
+#include <algorithm>
 #include <array>
 
 #include "protocol/framing.h"
@@ -62,12 +63,14 @@ Result<std::unique_ptr<KvEventPublisher>> KvEventPublisher::create(KvEventPublis
 }
 
 std::optional<std::uint64_t> KvEventPublisher::publishPass(std::span<const engine::KvEvent> events,
-                                                           double ts) {
+                                                           double ts, const KvBatchFault& fault) {
   if (events.empty()) return std::nullopt;
   protocol::KvEventBatch batch{.ts = ts, .dp_rank = config_.dp_rank};
-  batch.events.reserve(events.size());
-  for (const engine::KvEvent& e : events) batch.events.push_back(toWireEvent(e));
-  return publishBatch(batch);
+  if (!fault.suppress) {
+    batch.events.reserve(events.size());
+    for (const engine::KvEvent& e : events) batch.events.push_back(toWireEvent(e));
+  }
+  return publishBatch(std::move(batch), fault);
 }
 
 std::optional<std::uint64_t> KvEventPublisher::publishEvents(std::vector<protocol::KvEvent> events,
@@ -77,22 +80,73 @@ std::optional<std::uint64_t> KvEventPublisher::publishEvents(std::vector<protoco
       protocol::KvEventBatch{.ts = ts, .events = std::move(events), .dp_rank = config_.dp_rank});
 }
 
-std::uint64_t KvEventPublisher::publishBatch(const protocol::KvEventBatch& batch) {
-  const std::uint64_t seq = next_seq_++;
-  std::vector<std::byte> payload = protocol::encodeKvEventBatch(batch, config_.encoding);
+void KvEventPublisher::send(std::uint64_t seq, std::span<const std::byte> payload, int copies) {
   const auto seq_frame = protocol::encodeSeqNo(seq);
-  const std::array<Frame, 3> frames{bytesOf(config_.topic), Frame(seq_frame), Frame(payload)};
-  // Ring first (docs/wire.md, Live message): a batch lost by the sink stays replayable.
-  if (config_.buffer_steps > 0) {
-    if (ring_.size() == config_.buffer_steps) ring_.pop_front();
-    ring_.emplace_back(seq, std::move(payload));
-    const auto& stored = ring_.back().second;
-    const std::array<Frame, 3> ringed{frames[0], frames[1], Frame(stored)};
-    (sink_->send(ringed) == SendResult::Sent ? num_sent_ : num_dropped_) += 1;
-  } else {
+  const std::array<Frame, 3> frames{bytesOf(config_.topic), Frame(seq_frame), payload};
+  for (int i = 0; i < copies; ++i) {
     (sink_->send(frames) == SendResult::Sent ? num_sent_ : num_dropped_) += 1;
   }
+}
+
+std::uint64_t KvEventPublisher::publishBatch(protocol::KvEventBatch batch,
+                                             const KvBatchFault& fault) {
+  const std::uint64_t seq = next_seq_++;
+  if (fault.suppress) batch.events.clear();
+  std::vector<std::byte> payload = protocol::encodeKvEventBatch(batch, config_.encoding);
+  if (fault.truncate_ring) ring_.clear();
+  // Ring first (docs/wire.md, Live message): a batch lost by the sink stays replayable.
+  std::span<const std::byte> stored = payload;
+  if (config_.buffer_steps > 0 && !(fault.drop && fault.unhealable)) {
+    if (ring_.size() == config_.buffer_steps) ring_.pop_front();
+    ring_.emplace_back(seq, std::move(payload));
+    stored = ring_.back().second;
+  }
+  // Batches a reorder fault held go out after this one (this one is "the next batch").
+  std::vector<Held> after;
+  for (auto it = held_.begin(); it != held_.end();) {
+    if (it->release) {
+      ++it;
+      continue;
+    }
+    after.push_back(std::move(*it));
+    it = held_.erase(it);
+  }
+  const int copies = fault.duplicate ? 2 : 1;
+  if (fault.drop) {
+    // Not sent (a gap for consumers).
+  } else if (fault.reorder || fault.delay_s > 0) {
+    held_.push_back(
+        {.seq = seq,
+         .payload = {stored.begin(), stored.end()},
+         .release = fault.delay_s > 0 ? std::optional(batch.ts + fault.delay_s) : std::nullopt,
+         .copies = copies});
+  } else {
+    send(seq, stored, copies);
+  }
+  for (const Held& h : after) send(h.seq, h.payload, h.copies);
   return seq;
+}
+
+std::size_t KvEventPublisher::releaseDue(double now) {
+  std::size_t n = 0;
+  for (auto it = held_.begin(); it != held_.end();) {
+    if (!it->release || *it->release > now) {
+      ++it;
+      continue;
+    }
+    send(it->seq, it->payload, it->copies);
+    it = held_.erase(it);
+    ++n;
+  }
+  return n;
+}
+
+std::optional<double> KvEventPublisher::nextRelease() const {
+  std::optional<double> next;
+  for (const Held& h : held_) {
+    if (h.release && (!next || *h.release < *next)) next = h.release;
+  }
+  return next;
 }
 
 std::vector<Message> KvEventPublisher::handleReplayRequest(std::span<const Frame> frames) {
@@ -110,11 +164,11 @@ std::vector<Message> KvEventPublisher::handleReplayRequest(std::span<const Frame
   const bool r2 = config_.replay_layout == ReplayLayout::R2;
   const std::vector<std::byte> identity = copyOf(frames[0]);
   std::vector<Message> replies;
-  std::size_t first = 0;
-  if (!ring_.empty() && start_seq > ring_.front().first) {
-    first = static_cast<std::size_t>(
-        std::min<std::uint64_t>(start_seq - ring_.front().first, ring_.size()));
-  }
+  // Ascending seqs, with a hole where a drop_unhealable fault left a batch out.
+  const auto from =
+      std::lower_bound(ring_.begin(), ring_.end(), start_seq,
+                       [](const auto& entry, std::uint64_t s) { return entry.first < s; });
+  const auto first = static_cast<std::size_t>(from - ring_.begin());
   replies.reserve(ring_.size() - first + 1);
   for (std::size_t i = first; i < ring_.size(); ++i) {
     const auto& [seq, payload] = ring_[i];

@@ -6,7 +6,11 @@
 //   * live message: [topic, seq (8 B BE), payload] to the FrameSink, non-blocking;
 //   * the batch is stored in the ring (last `buffer_steps` batches, oldest evicted) BEFORE it is
 //     sent, so a batch the sink drops stays replayable (consumers see a gap and replay it);
-//   * handleReplayRequest() answers the replay ROUTER protocol (docs/wire.md) in layout r1 or r2.
+//   * handleReplayRequest() answers the replay ROUTER protocol (docs/wire.md) in layout r1 or r2;
+//   * failure drills (service/README.md "Failure drills"): a batch published with a KvBatchFault
+//     is dropped (kept in the ring or not), sent without its events, sent twice, held until the
+//     next batch or for a time (releaseDue()), or first empties the ring. The ring stays sorted
+//     by seq; a batch left out of it is a hole a replay skips.
 //
 // Not thread-safe: owned and used by the thread that owns the sink (the service loop). Never
 // starts threads, never reads a clock (timestamps are parameters).
@@ -39,6 +43,18 @@ inline constexpr EnumNames<ReplayLayout, 2> kReplayLayoutNames{
 std::string_view toString(ReplayLayout layout);
 Result<ReplayLayout> parseReplayLayout(std::string_view s);
 
+/// A fault injected into one batch (decided by the caller: service/fault_plan.h). Several
+/// combine; a dropped batch is not sent at all.
+struct KvBatchFault {
+  bool drop = false;           ///< not sent (still ringed unless `unhealable`)
+  bool unhealable = false;     ///< with drop: left out of the ring too
+  bool suppress = false;       ///< published (and ringed) without its events, seq contiguous
+  bool duplicate = false;      ///< sent twice
+  bool reorder = false;        ///< held; sent right after the next batch is published
+  double delay_s = 0.0;        ///< > 0: held; sent by releaseDue() from ts + delay_s on
+  bool truncate_ring = false;  ///< the ring forgets every batch before this one
+};
+
 struct KvEventPublisherConfig {
   std::uint32_t dp_rank = 0;
   std::string topic;  ///< frame 0; "" by default; "kv@<pod>@<model>" is validated
@@ -61,8 +77,15 @@ class KvEventPublisher {
   KvEventPublisher& operator=(const KvEventPublisher&) = delete;
 
   /// Publishes the events of one pass (in occurrence order) as one batch stamped `ts`
-  /// (seconds). Returns the batch's sequence number, or nullopt if `events` is empty.
-  std::optional<std::uint64_t> publishPass(std::span<const engine::KvEvent> events, double ts);
+  /// (seconds), with `fault` done to it. Returns the batch's sequence number, or nullopt if
+  /// `events` is empty.
+  std::optional<std::uint64_t> publishPass(std::span<const engine::KvEvent> events, double ts,
+                                           const KvBatchFault& fault = {});
+
+  /// Sends the batches a `delay` fault held whose time (same clock as `ts`) has come; returns
+  /// how many. nextRelease(): the earliest such time, if a delayed batch is held.
+  std::size_t releaseDue(double now);
+  std::optional<double> nextRelease() const;
 
   /// Same with wire-level events (e.g. AllBlocksCleared as batch 0 with clear_on_start).
   std::optional<std::uint64_t> publishEvents(std::vector<protocol::KvEvent> events, double ts);
@@ -79,18 +102,29 @@ class KvEventPublisher {
   std::uint64_t numReplayRequests() const { return num_replay_requests_; }
   std::uint64_t numMalformedReplayRequests() const { return num_malformed_replay_requests_; }
   std::size_t ringSize() const { return ring_.size(); }
+  std::size_t numHeld() const { return held_.size(); }  ///< held by reorder / delay faults
   const KvEventPublisherConfig& config() const { return config_; }
 
  private:
   KvEventPublisher(KvEventPublisherConfig config, FrameSink& sink)
       : config_(std::move(config)), sink_(&sink) {}
 
-  std::uint64_t publishBatch(const protocol::KvEventBatch& batch);
+  std::uint64_t publishBatch(protocol::KvEventBatch batch, const KvBatchFault& fault = {});
+  void send(std::uint64_t seq, std::span<const std::byte> payload, int copies);
+
+  /// A batch held by a reorder (until the next batch) or delay (until `release`) fault.
+  struct Held {
+    std::uint64_t seq = 0;
+    std::vector<std::byte> payload;
+    std::optional<double> release;  ///< nullopt: after the next batch
+    int copies = 1;                 ///< 2 when also duplicated
+  };
 
   KvEventPublisherConfig config_;
   FrameSink* sink_;
   std::uint64_t next_seq_ = 0;
-  std::deque<std::pair<std::uint64_t, std::vector<std::byte>>> ring_;  ///< consecutive seqs
+  std::deque<std::pair<std::uint64_t, std::vector<std::byte>>> ring_;  ///< ascending seqs
+  std::vector<Held> held_;
   std::uint64_t num_sent_ = 0;
   std::uint64_t num_dropped_ = 0;
   std::uint64_t num_replay_requests_ = 0;

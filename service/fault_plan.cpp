@@ -2,6 +2,7 @@
 
 #include <xxhash.h>
 
+#include <algorithm>
 #include <array>
 #include <charconv>
 #include <cmath>
@@ -14,11 +15,19 @@
 namespace mocker::service {
 namespace {
 
-constexpr EnumNames<FaultKind, kNumFaultKinds> kKinds{{{"crash", FaultKind::Crash},
-                                                       {"hang", FaultKind::Hang},
-                                                       {"slow", FaultKind::Slow},
-                                                       {"error", FaultKind::Error},
-                                                       {"abort", FaultKind::Abort}}};
+constexpr EnumNames<FaultKind, kNumFaultKinds> kKinds{
+    {{"crash", FaultKind::Crash},
+     {"hang", FaultKind::Hang},
+     {"slow", FaultKind::Slow},
+     {"error", FaultKind::Error},
+     {"abort", FaultKind::Abort},
+     {"drop", FaultKind::Drop},
+     {"drop_unhealable", FaultKind::DropUnhealable},
+     {"suppress", FaultKind::Suppress},
+     {"duplicate", FaultKind::Duplicate},
+     {"reorder", FaultKind::Reorder},
+     {"delay", FaultKind::Delay},
+     {"truncate_ring", FaultKind::TruncateRing}}};
 
 constexpr std::array kErrorCodes{ErrorCode::InvalidArgument,  ErrorCode::Corruption,
                                  ErrorCode::NotFound,         ErrorCode::Unsupported,
@@ -72,8 +81,11 @@ Result<ErrorCode> parseCode(std::string_view v) {
 /// Which keys each kind takes (besides worker and rank, which every kind takes).
 bool keyApplies(FaultKind kind, std::string_view key) {
   if (key == "worker" || key == "rank") return true;
-  if (key == "after_passes" || key == "at_ms") return isWorkerFault(kind);
-  if (key == "rate" || key == "match") return !isWorkerFault(kind);
+  if (key == "after_passes" || key == "at_ms") return isWorkerFault(kind) || isKvFault(kind);
+  if (key == "count") return isKvFault(kind);
+  if (key == "rate") return !isWorkerFault(kind);
+  if (key == "match") return !isWorkerFault(kind) && !isKvFault(kind);
+  if (key == "ms") return kind == FaultKind::Delay;
   if (key == "for_passes" || key == "factor") return kind == FaultKind::Slow;
   if (key == "health_after_ms") return kind == FaultKind::Hang;
   if (key == "code") return kind == FaultKind::Error;
@@ -89,7 +101,16 @@ Status setKey(FaultSpec& s, std::string_view key, std::string_view v) {
   } else if (key == "for_passes") {
     MOCKER_TRY(s.for_passes, parseU64(key, v));
     if (*s.for_passes == 0) return invalidArgument("for_passes must be >= 1");
+  } else if (key == "count") {
+    MOCKER_TRY(s.count, parseU64(key, v));
+    if (*s.count == 0) return invalidArgument("count must be >= 1");
+  } else if (key == "ms") {
+    MOCKER_TRY(s.delay_ms, parseDouble(key, v));
+    if (s.delay_ms <= 0 || s.delay_ms > 3.6e6) {
+      return invalidArgument("ms must be > 0 and <= 3600000 (got '" + std::string(v) + "')");
+    }
   } else if (key == "rate") {
+    s.rate_given = isKvFault(s.kind);
     MOCKER_TRY(s.rate, parseDouble(key, v));
     if (s.rate > 1.0)
       return invalidArgument("rate must be in [0, 1] (got '" + std::string(v) + "')");
@@ -144,6 +165,8 @@ bool isWorkerFault(FaultKind kind) {
   return kind == FaultKind::Crash || kind == FaultKind::Hang || kind == FaultKind::Slow;
 }
 
+bool isKvFault(FaultKind kind) { return kind >= FaultKind::Drop; }
+
 Result<FaultSpec> parseFaultSpec(std::string_view text) {
   const std::size_t colon = text.find(':');
   const std::string_view kind_text = text.substr(0, colon);
@@ -189,6 +212,10 @@ Result<FaultSpec> parseFaultSpec(std::string_view text) {
   if (spec.kind == FaultKind::Abort && spec.tokens == 0) {
     return invalidArgument(prefix + "tokens is required (>= 1)");
   }
+  if (spec.kind == FaultKind::Delay && spec.delay_ms <= 0) {
+    return invalidArgument(prefix + "ms is required (> 0)");
+  }
+
   return spec;
 }
 
@@ -236,13 +263,17 @@ std::string faultSpecText(const FaultSpec& s) {
   if (s.after_passes) add("after_passes", std::to_string(*s.after_passes));
   if (s.at_ms) add("at_ms", num(*s.at_ms));
   if (s.for_passes) add("for_passes", std::to_string(*s.for_passes));
-  if (!isWorkerFault(s.kind) && s.rate != 1.0) add("rate", num(s.rate));
+  if (s.count) add("count", std::to_string(*s.count));
+  if (isKvFault(s.kind) ? s.rate_given : !isWorkerFault(s.kind) && s.rate != 1.0) {
+    add("rate", num(s.rate));
+  }
   if (!s.match.empty()) add("match", s.match);
   if (s.worker) add("worker", std::to_string(*s.worker));
   if (s.rank) add("rank", std::to_string(*s.rank));
   if (s.kind == FaultKind::Slow) add("factor", num(s.factor));
   if (s.kind == FaultKind::Error) add("code", errorCodeName(s.code));
   if (s.kind == FaultKind::Abort) add("tokens", std::to_string(s.tokens));
+  if (s.kind == FaultKind::Delay) add("ms", num(s.delay_ms));
   if (s.kind == FaultKind::Hang) {
     add("health_after_ms", s.health_after_ms ? num(*s.health_after_ms) : "none");
   }
@@ -255,6 +286,7 @@ std::string faultLogLine(const Injection& in) {
       "\",\"fault\":" + std::to_string(in.fault) + ",\"worker\":" + std::to_string(in.worker);
   if (in.rank) line += ",\"rank\":" + std::to_string(*in.rank);
   if (!in.request.empty()) line += ",\"request\":\"" + jsonEscape(in.request) + "\"";
+  if (in.seq) line += ",\"seq\":" + std::to_string(*in.seq);
   line += ",\"detail\":\"" + jsonEscape(in.detail) + "\"}";
   return line;
 }
@@ -263,6 +295,7 @@ FaultPlan::FaultPlan(std::vector<FaultSpec> specs, std::uint64_t seed, std::uint
     : seed_(seed), worker_(worker) {
   for (std::uint32_t i = 0; i < specs.size(); ++i) {
     if (specs[i].worker && *specs[i].worker != worker) continue;  // another worker's
+    has_kv_ = has_kv_ || isKvFault(specs[i].kind);
     specs_.push_back({.spec = std::move(specs[i]), .index = i});
   }
 }
@@ -330,7 +363,10 @@ FaultPlan::RequestFaults FaultPlan::onSubmit(std::uint32_t rank, std::string_vie
   RequestFaults result;
   for (const Armed& a : specs_) {
     const FaultSpec& s = a.spec;
-    if (isWorkerFault(s.kind) || !inScope(s, rank) || !matches(s.match, request_id)) continue;
+    if (isWorkerFault(s.kind) || isKvFault(s.kind) || !inScope(s, rank) ||
+        !matches(s.match, request_id)) {
+      continue;
+    }
     if (s.kind == FaultKind::Abort && result.abort_after_tokens) continue;
     if (draw(a.index, request_id) >= s.rate) continue;
     Injection in{.time_ms = now_ms,
@@ -348,6 +384,84 @@ FaultPlan::RequestFaults FaultPlan::onSubmit(std::uint32_t rank, std::string_vie
     in.detail = "stream ended after " + std::to_string(s.tokens) + " tokens";
     result.abort_after_tokens = s.tokens;
     result.injection = std::move(in);
+  }
+  return result;
+}
+
+double FaultPlan::drawBatch(std::uint32_t fault, std::uint32_t rank, std::uint64_t seq) const {
+  const std::uint64_t stream = (static_cast<std::uint64_t>(worker_) << 32) | rank;
+  const std::uint64_t h = mix64(mix64(seed_ ^ mix64(fault + 1)) ^ mix64(stream) ^ seq);
+  return static_cast<double>(h >> 11) * 0x1.0p-53;  // [0, 1)
+}
+
+namespace {
+
+/// What a KV-event fault did to its batch, for the fault log.
+std::string batchDetail(const FaultSpec& s) {
+  switch (s.kind) {
+    case FaultKind::Drop:
+      return "not sent; kept in the replay ring";
+    case FaultKind::DropUnhealable:
+      return "not sent; left out of the replay ring";
+    case FaultKind::Suppress:
+      return "sent without its events";
+    case FaultKind::Duplicate:
+      return "sent twice";
+    case FaultKind::Reorder:
+      return "held until the next batch is sent";
+    case FaultKind::Delay:
+      return "held " + number(s.delay_ms) + " ms";
+    default:
+      return "replay ring emptied before this batch";
+  }
+}
+
+}  // namespace
+
+FaultPlan::BatchFaults FaultPlan::onBatch(std::uint32_t rank, std::uint64_t seq,
+                                          std::uint64_t passes, std::uint64_t rank_passes,
+                                          double now_ms, std::vector<Injection>& out) {
+  BatchFaults result;
+  for (Armed& a : specs_) {
+    const FaultSpec& s = a.spec;
+    if (!isKvFault(s.kind) || !inScope(s, rank)) continue;
+    // The batch of the pass after `after_passes` passes (the count includes the batch's own).
+    const std::uint64_t count = s.rank ? rank_passes : passes;
+    const bool due = s.after_passes ? count > *s.after_passes : !s.at_ms || now_ms >= *s.at_ms;
+    const std::uint64_t limit = s.count.value_or(s.rate_given ? UINT64_MAX : 1);
+    if (!due || a.hits >= limit) continue;
+    if (s.rate_given && drawBatch(a.index, rank, seq) >= s.rate) continue;
+    ++a.hits;
+    out.push_back({.time_ms = now_ms,
+                   .kind = s.kind,
+                   .fault = a.index,
+                   .worker = worker_,
+                   .rank = rank,
+                   .seq = seq,
+                   .detail = batchDetail(s)});
+    switch (s.kind) {
+      case FaultKind::DropUnhealable:
+        result.unhealable = true;
+        [[fallthrough]];
+      case FaultKind::Drop:
+        result.drop = true;
+        break;
+      case FaultKind::Suppress:
+        result.suppress = true;
+        break;
+      case FaultKind::Duplicate:
+        result.duplicate = true;
+        break;
+      case FaultKind::Reorder:
+        result.reorder = true;
+        break;
+      case FaultKind::Delay:
+        result.delay_ms = std::max(result.delay_ms, s.delay_ms);
+        break;
+      default:
+        result.truncate_ring = true;
+        break;
+    }
   }
   return result;
 }

@@ -5,13 +5,15 @@
 //   FaultPlan plan(specs, seed, worker)                the faults that apply to fleet worker
 //   plan.beforePass(rank, passes, rank_passes, now)    crash / hang / slow for the next pass
 //   plan.onSubmit(rank, request_id, now)               error / abort for a new request
+//   plan.onBatch(rank, seq, passes, rank_passes, now)  KV-event faults for the next batch
 //   faultLogLine(injection)                            the JSONL line of the fault log
 //
 // Decisions depend only on the specs, the seed and what the caller passes in (pass counts, the
 // request id, the time the caller reads from the engine's clock): the same configuration, seed
 // and workload inject the same faults at the same points. A rate draw is a hash of (seed, fault
 // index, request id), so whether a request fails does not depend on the order requests arrive
-// in. Each injection is returned once, for the caller to log, count and write to the fault log.
+// in; a KV-event batch's draw is a hash of (seed, fault index, worker, rank, batch seq). Each
+// injection is returned once, for the caller to log, count and write to the fault log.
 //
 // Plain value type; not thread-safe (one per serve loop or offline run).
 #pragma once
@@ -26,17 +28,26 @@
 
 namespace mocker::service {
 
-/// What a fault does. Worker faults act on passes, request faults on one request each.
+/// What a fault does. Worker faults act on passes, request faults on one request each, KV-event
+/// faults on one KV-event batch each (the publisher does it: publishers/kv_event_publisher.h).
 enum class FaultKind {
-  Crash,  ///< worker: sockets closed, the process exits with kFaultCrashExitCode
-  Hang,   ///< worker: passes stop, sockets stay up; /health 503 after health_after_ms
-  Slow,   ///< worker: each pass takes factor × its modelled time
-  Error,  ///< request: answered with an `error` of the given code instead of being accepted
-  Abort,  ///< request: its stream ends with finish `error` after `tokens` output tokens
+  Crash,           ///< worker: sockets closed, the process exits with kFaultCrashExitCode
+  Hang,            ///< worker: passes stop, sockets stay up; /health 503 after health_after_ms
+  Slow,            ///< worker: each pass takes factor × its modelled time
+  Error,           ///< request: answered with an `error` of the given code instead of accepted
+  Abort,           ///< request: its stream ends with finish `error` after `tokens` output tokens
+  Drop,            ///< KV batch: not sent, kept in the replay ring (a gap a replay heals)
+  DropUnhealable,  ///< KV batch: not sent and left out of the replay ring (resync needed)
+  Suppress,        ///< KV batch: sent (and ringed) without its events; the seq stays contiguous
+  Duplicate,       ///< KV batch: sent twice
+  Reorder,         ///< KV batch: held, sent right after the next batch
+  Delay,           ///< KV batch: held `ms` milliseconds
+  TruncateRing,    ///< KV batch: the replay ring forgets every batch before it
 };
-inline constexpr std::size_t kNumFaultKinds = 5;
+inline constexpr std::size_t kNumFaultKinds = 12;
 std::string_view faultKindName(FaultKind kind);
 bool isWorkerFault(FaultKind kind);
+bool isKvFault(FaultKind kind);
 
 /// Exit code of `mocker serve` when a `crash` fault fires (EX_SOFTWARE).
 inline constexpr int kFaultCrashExitCode = 70;
@@ -51,9 +62,14 @@ struct FaultSpec {
   std::optional<std::uint64_t> after_passes;
   std::optional<double> at_ms;
   std::optional<std::uint64_t> for_passes;  ///< slow: passes slowed (none = for good)
+  // KV-event faults take the same triggers (the first batch published after `after_passes`
+  // passes, or at or after `at_ms`) and then hit each batch with probability `rate`, `count`
+  // times at most (default: once without `rate`, without limit with it).
+  std::optional<std::uint64_t> count;
   // Request faults: probability per request (in [0, 1]) and the ids it applies to: exact, or a
-  // prefix ending in '*'; "" = every id.
+  // prefix ending in '*'; "" = every id. KV-event faults: probability per batch.
   double rate = 1.0;
+  bool rate_given = false;  ///< KV-event faults: `rate` was given
   std::string match;
   // Scope: a fleet worker (index) and/or a DP rank; none = all.
   std::optional<std::uint32_t> worker;
@@ -62,6 +78,7 @@ struct FaultSpec {
   double factor = 1.0;                            ///< slow: > 1 (required)
   ErrorCode code = ErrorCode::ResourceExhausted;  ///< error: the `error` message's code
   std::uint32_t tokens = 0;                       ///< abort: output tokens before the stream ends
+  double delay_ms = 0.0;                          ///< delay: how long a batch is held (> 0)
   std::optional<double> health_after_ms = kDefaultHangHealthAfterMs;  ///< hang; none = stays 200
   friend bool operator==(const FaultSpec&, const FaultSpec&) = default;
 };
@@ -82,12 +99,14 @@ struct Injection {
   std::uint32_t fault = 0;  ///< index of its spec
   std::uint32_t worker = 0;
   std::optional<std::uint32_t> rank;
-  std::string request;  ///< request faults: the request id
-  std::string detail;   ///< what was done ("after 100 passes", "code resource_exhausted")
+  std::string request;               ///< request faults: the request id
+  std::optional<std::uint64_t> seq;  ///< KV-event faults: the batch's sequence number
+  std::string detail;  ///< what was done ("after 100 passes", "code resource_exhausted")
   friend bool operator==(const Injection&, const Injection&) = default;
 };
-/// {"time_ms":…,"kind":…,"fault":…,"worker":…,"rank":…,"request":…,"detail":…} (no newline);
-/// rank and request only when set. Fixed number formatting: byte-for-byte reproducible.
+/// {"time_ms":…,"kind":…,"fault":…,"worker":…,"rank":…,"request":…,"seq":…,"detail":…} (no
+/// newline); rank, request and seq only when set. Fixed number formatting: byte-for-byte
+/// reproducible.
 std::string faultLogLine(const Injection& injection);
 
 class FaultPlan {
@@ -121,6 +140,26 @@ class FaultPlan {
   };
   RequestFaults onSubmit(std::uint32_t rank, std::string_view request_id, double now_ms) const;
 
+  /// What the next KV-event batch of `rank` suffers (several faults on one batch combine; a
+  /// dropped batch is not sent at all). `seq`: the batch's sequence number; `passes` /
+  /// `rank_passes`: passes run so far, the batch's own included; `now_ms`: engine time.
+  struct BatchFaults {
+    bool drop = false;
+    bool unhealable = false;  ///< with drop: out of the replay ring too
+    bool suppress = false;
+    bool duplicate = false;
+    bool reorder = false;
+    bool truncate_ring = false;
+    double delay_ms = 0.0;
+    bool any() const {
+      return drop || suppress || duplicate || reorder || truncate_ring || delay_ms > 0;
+    }
+  };
+  BatchFaults onBatch(std::uint32_t rank, std::uint64_t seq, std::uint64_t passes,
+                      std::uint64_t rank_passes, double now_ms, std::vector<Injection>& out);
+  /// Whether any KV-event fault applies to this worker (the caller skips onBatch otherwise).
+  bool hasKvFaults() const { return has_kv_; }
+
   /// An armed abort, held by the caller until the stream reaches `after_tokens`.
   struct PendingAbort {
     std::uint32_t after_tokens = 0;
@@ -133,13 +172,16 @@ class FaultPlan {
     std::uint32_t index = 0;
     bool fired = false;        ///< crash / hang / slow onset injected
     std::uint64_t slowed = 0;  ///< slow: passes slowed so far
+    std::uint64_t hits = 0;    ///< KV-event faults: batches hit so far
   };
   bool inScope(const FaultSpec& spec, std::uint32_t rank) const;
   double draw(std::uint32_t fault, std::string_view request_id) const;
+  double drawBatch(std::uint32_t fault, std::uint32_t rank, std::uint64_t seq) const;
 
   std::vector<Armed> specs_;
   std::uint64_t seed_ = 0;
   std::uint32_t worker_ = 0;
+  bool has_kv_ = false;
 };
 
 }  // namespace mocker::service

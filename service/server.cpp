@@ -149,7 +149,7 @@ void Server::Impl::startPasses() {
       ++counters.slowed_passes;
     }
     if (config_.engine.kv_event_visibility == engine::KvEventVisibility::PassStart && rank.pub.kv) {
-      rank.pub.kv->publishPass(pass.kv_events, unixSeconds());
+      publishKvEvents(r, pass.kv_events);
       pass.kv_events.clear();
     }
     // Durations are already divided by speedup_ratio; 0 means "do not wait".
@@ -175,7 +175,7 @@ void Server::Impl::completePass(std::uint32_t r, bool timed) {
   // Clients whose connection closed are forgotten before their outputs are batched.
   endClosedConnections();
   // 1. KV events and forward-pass metrics (a send error is counted by the sink, logged here).
-  if (rank.pub.kv) rank.pub.kv->publishPass(pass.kv_events, unixSeconds());
+  publishKvEvents(r, pass.kv_events);
   if (rank.pub.fpm) rank.pub.fpm->onPass(pass.fpm, engineNowMs());
   rank.pub.logSinkErrors(*log_);
   // Lateness: when the outputs go out (after the KV events and FPM) against the modelled end.
@@ -341,6 +341,7 @@ std::chrono::milliseconds Server::Impl::pollTimeout(Clock::time_point now,
     if (const auto timer = engine_.nextTimerMs(r)) timeout.wakeBy(clock_.wallAt(*timer));
   }
   if (const auto due = holds_.nextDue()) timeout.wakeBy(*due);
+  wakeForHeldBatches(timeout, now);
   if (const auto deadline = pending_.nextDeadline()) timeout.wakeBy(*deadline);
   if (routes_.anyOwed()) timeout.wakeBy(now + kOwedRetryInterval);
   if (reads_since_trim_ > 0) timeout.wakeBy(last_trim_ + kTrimInterval);
@@ -455,6 +456,7 @@ Status Server::Impl::run() {
     }
     if (!serviceReadable(slots, next_end, draining)) break;
     if (routes_.anyOwed()) retryOwed();
+    releaseHeldBatches();
     heartbeats();
     trimHeap();
 #ifndef NDEBUG

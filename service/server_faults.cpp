@@ -129,4 +129,42 @@ void Server::Impl::endAborted() {
   recordInjections();
 }
 
+void Server::Impl::publishKvEvents(std::uint32_t r, std::span<const engine::KvEvent> events) {
+  Rank& rank = ranks_[r];
+  if (!rank.pub.kv) return;
+  publishers::KvBatchFault fault;
+  if (!events.empty() && faults_.hasKvFaults()) {
+    const FaultPlan::BatchFaults f = faults_.onBatch(r, rank.pub.kv->nextSeq(), counters.passes,
+                                                     rank.passes, engineNowMs(), injections_);
+    fault = {.drop = f.drop,
+             .unhealable = f.unhealable,
+             .suppress = f.suppress,
+             .duplicate = f.duplicate,
+             .reorder = f.reorder,
+             .delay_s = f.delay_ms / 1000.0,
+             .truncate_ring = f.truncate_ring};
+    recordInjections();
+  }
+  rank.pub.kv->publishPass(events, unixSeconds(), fault);
+}
+
+void Server::Impl::releaseHeldBatches() {
+  if (!faults_.hasKvFaults()) return;
+  const double now = unixSeconds();
+  for (Rank& rank : ranks_) {
+    if (rank.pub.kv && rank.pub.kv->numHeld() > 0) rank.pub.kv->releaseDue(now);
+  }
+}
+
+void Server::Impl::wakeForHeldBatches(PollTimeout& timeout, Clock::time_point now) const {
+  if (!faults_.hasKvFaults()) return;
+  const double unix_now = unixSeconds();
+  for (const Rank& rank : ranks_) {
+    const auto release = rank.pub.kv ? rank.pub.kv->nextRelease() : std::nullopt;
+    if (!release) continue;
+    timeout.wakeBy(now + std::chrono::duration_cast<Clock::duration>(
+                             std::chrono::duration<double>(*release - unix_now)));
+  }
+}
+
 }  // namespace mocker::service

@@ -218,7 +218,14 @@ protocol::StatsReply Server::Impl::statsReply(const RoutedEnvelope& from, const 
                                      .hang = at(FaultKind::Hang),
                                      .slow = at(FaultKind::Slow),
                                      .error = at(FaultKind::Error),
-                                     .abort = at(FaultKind::Abort)};
+                                     .abort = at(FaultKind::Abort),
+                                     .drop = at(FaultKind::Drop),
+                                     .drop_unhealable = at(FaultKind::DropUnhealable),
+                                     .suppress = at(FaultKind::Suppress),
+                                     .duplicate = at(FaultKind::Duplicate),
+                                     .reorder = at(FaultKind::Reorder),
+                                     .delay = at(FaultKind::Delay),
+                                     .truncate_ring = at(FaultKind::TruncateRing)};
   }
   // Only the sender's own entries: its routing id, or with CURVE every routing id of its key.
   for (protocol::ClientRoutes& c : routes_.routesPerClient()) {

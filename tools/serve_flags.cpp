@@ -406,9 +406,11 @@ void addServeFlags(CLI::App& app, ServeFlags& flags, ConfigUse use) {
     flags.fault_option =
         app.add_option("--fault", flags.faults,
                        "inject a fault (repeatable; appended to [faults.inject]): "
-                       "KIND[:KEY=VALUE]..., KIND crash | hang | slow | error | abort, e.g. "
-                       "crash:after_passes=100, slow:factor=3:worker=1, "
-                       "error:rate=0.05:code=resource_exhausted, abort:tokens=5:match=req-*; "
+                       "KIND[:KEY=VALUE]..., KIND crash | hang | slow | error | abort | drop | "
+                       "drop_unhealable | suppress | duplicate | reorder | delay | truncate_ring, "
+                       "e.g. crash:after_passes=100, slow:factor=3:worker=1, "
+                       "error:rate=0.05:code=resource_exhausted, abort:tokens=5:match=req-*, "
+                       "drop:after_passes=50, delay:ms=200:rate=0.01; "
                        "keys in serve.md \"Failure drills\"")
             ->option_text("SPEC")
             ->group("Failure drills ([faults]; see serve.md \"Failure drills\")");

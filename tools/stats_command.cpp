@@ -8,6 +8,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "protocol/detail/client_names.h"
 #include "service/client.h"
 #include "service/security.h"
 #include "tools/cli_options.h"
@@ -66,9 +67,11 @@ std::string formatStatsText(const protocol::StatsReply& r) {
   }
   if (r.faults) {
     const protocol::FaultCounts& f = *r.faults;
-    out += "faults injected: crash " + std::to_string(f.crash) + ", hang " +
-           std::to_string(f.hang) + ", slow " + std::to_string(f.slow) + ", error " +
-           std::to_string(f.error) + ", abort " + std::to_string(f.abort) + "\n";
+    out += "faults injected:";
+    for (const auto& [key, member] : protocol::detail::kFaultCountKeys) {
+      out += (key == "crash" ? " " : ", ") + std::string(key) + " " + std::to_string(f.*member);
+    }
+    out += "\n";
   }
   return out;
 }
@@ -114,11 +117,10 @@ std::string formatStatsJson(const protocol::StatsReply& r) {
     j["timing"] = nullptr;
   }
   if (r.faults) {
-    j["faults"] = {{"crash", r.faults->crash},
-                   {"hang", r.faults->hang},
-                   {"slow", r.faults->slow},
-                   {"error", r.faults->error},
-                   {"abort", r.faults->abort}};
+    j["faults"] = json::object();
+    for (const auto& [key, member] : protocol::detail::kFaultCountKeys) {
+      j["faults"][std::string(key)] = (*r.faults).*member;
+    }
   }
   return j.dump(2) + "\n";
 }

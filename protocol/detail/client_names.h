@@ -34,14 +34,23 @@ inline constexpr EnumNames<CancelResult, 2> kCancelResultNames{
     {{"applied", CancelResult::Applied}, {"not_found", CancelResult::NotFound}}};
 inline constexpr EnumNames<KvFetchResult, 2> kKvFetchResultNames{
     {{"ready", KvFetchResult::Ready}, {"not_found", KvFetchResult::NotFound}}};
-/// stats_reply.faults: the wire key of each FaultCounts field, in wire order.
-inline constexpr std::array<std::pair<std::string_view, std::uint64_t FaultCounts::*>, 5>
+/// stats_reply.faults: the wire key of each FaultCounts field, in wire order; the first
+/// kRequiredFaultCountKeys are required, the KV-event ones after them optional (newer).
+inline constexpr std::array<std::pair<std::string_view, std::uint64_t FaultCounts::*>, 12>
     kFaultCountKeys{{
         {"crash", &FaultCounts::crash},
         {"hang", &FaultCounts::hang},
         {"slow", &FaultCounts::slow},
         {"error", &FaultCounts::error},
         {"abort", &FaultCounts::abort},
+        {"drop", &FaultCounts::drop},
+        {"drop_unhealable", &FaultCounts::drop_unhealable},
+        {"suppress", &FaultCounts::suppress},
+        {"duplicate", &FaultCounts::duplicate},
+        {"reorder", &FaultCounts::reorder},
+        {"delay", &FaultCounts::delay},
+        {"truncate_ring", &FaultCounts::truncate_ring},
     }};
+inline constexpr std::size_t kRequiredFaultCountKeys = 5;
 
 }  // namespace mocker::protocol::detail

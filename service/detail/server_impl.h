@@ -229,6 +229,12 @@ class Server::Impl {
   bool passFaults(std::uint32_t r, double start_ms, double& slow_factor);
   /// Logs, counts and writes to the fault log what injections_ holds, then clears it.
   void recordInjections();
+  /// Publishes rank `r`'s KV events of a pass as one batch, with the KV-event faults the plan
+  /// picks for it (drop, suppress, duplicate, reorder, delay, truncate_ring).
+  void publishKvEvents(std::uint32_t r, std::span<const engine::KvEvent> events);
+  /// Sends the batches a `delay` fault held whose time has come; wakes `timeout` by the next.
+  void releaseHeldBatches();
+  void wakeForHeldBatches(PollTimeout& timeout, Clock::time_point now) const;
   /// A `crash` fault: every socket closed at once (linger 0), nothing more sent.
   void crash();
   /// The request faults of a new submit on `rank`: true when an `error` fault answered it.

@@ -89,7 +89,8 @@ class DebianPackageTest(unittest.TestCase):
 
     def test_reference_docs_and_python_client_are_shipped(self):
         for name in ("docs/engine.md", "docs/wire.md", "docs/traces.md", "docs/metrics.md",
-                     "clients/python/README.md", "clients/python/mocker_client.py"):
+                     "docs/failure-drills.md", "clients/python/README.md",
+                     "clients/python/mocker_client.py"):
             self.assertIn(name, self.docs)
 
     def test_help_points_at_the_installed_docs(self):

@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include "protocol/detail/client_names.h"
+
 #include "protocol/limits.h"
 #include "tests/protocol/protocol_test_util.h"
 
@@ -223,6 +225,38 @@ TEST(ClientGoldenTest, StatsReplyFaultsRoundTripAndAreChecked) {
   ASSERT_FALSE(bad.has_value());
   EXPECT_NE(bad.error().message.find("faults"), std::string::npos) << bad.error().message;
   EXPECT_NE(bad.error().message.find("abort"), std::string::npos) << bad.error().message;
+}
+
+TEST(ClientGoldenTest, StatsReplyKvFaultCountsRoundTripAndMayBeAbsent) {
+  StatsReply r{.routes = 0,
+               .faults = FaultCounts{.drop = 6,
+                                     .drop_unhealable = 7,
+                                     .suppress = 8,
+                                     .duplicate = 9,
+                                     .reorder = 10,
+                                     .delay = 11,
+                                     .truncate_ring = 12}};
+  const auto decoded = decodeClientMessage(encodeClientMessage(r));
+  ASSERT_TRUE(decoded.has_value()) << decoded.error().toString();
+  EXPECT_EQ(*decoded, ClientMessage{r});
+  // A service that predates them sends the first five keys only (faults is the last field):
+  // cut the seven KV pairs (a key and a one-byte count each) and fix the map header.
+  std::vector<std::byte> bytes = encodeClientMessage(StatsReply{.faults = FaultCounts{.abort = 5}});
+  std::size_t kv_bytes = 0;
+  for (std::size_t i = protocol::detail::kRequiredFaultCountKeys;
+       i < protocol::detail::kFaultCountKeys.size(); ++i) {
+    kv_bytes += 1 + protocol::detail::kFaultCountKeys[i].first.size() + 1;
+  }
+  const std::string hex = toHex(bytes);
+  const std::size_t header =
+      hex.find("8ca5" + toHex(std::vector<std::byte>{std::byte{'c'}, std::byte{'r'}, std::byte{'a'},
+                                                     std::byte{'s'}, std::byte{'h'}}));
+  ASSERT_NE(header, std::string::npos);
+  bytes[header / 2] = std::byte{0x85};
+  bytes.resize(bytes.size() - kv_bytes);
+  const auto old = decodeClientMessage(bytes);
+  ASSERT_TRUE(old.has_value()) << old.error().toString();
+  EXPECT_EQ(std::get<StatsReply>(*old).faults, FaultCounts{.abort = 5});
 }
 
 TEST(ClientGoldenTest, EveryMessageTypeIsCovered) {

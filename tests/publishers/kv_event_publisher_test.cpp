@@ -203,6 +203,83 @@ TEST_F(KvEventPublisherTest, DroppedBatchIsCountedAndStillReplayable) {
   EXPECT_EQ(std::get<protocol::BlockStoredEvent>(batch->events[0]).block_hashes[0], 1u);
 }
 
+// --- Failure drills: KV-event faults (KvBatchFault) -----------------------------------------
+
+std::vector<std::uint64_t> liveSeqs(const RecordingFrameSink& sink) {
+  std::vector<std::uint64_t> out;
+  for (const Message& m : sink.messages()) out.push_back(seqOf(m[1]));
+  return out;
+}
+
+std::vector<std::uint64_t> replayedSeqs(const std::vector<Message>& replies) {
+  std::vector<std::uint64_t> out;
+  for (const Message& m : replies) out.push_back(seqOf(m[2]));
+  return out;
+}
+
+constexpr std::uint64_t kEnd = protocol::kReplayEndMarker;
+
+TEST_F(KvEventPublisherTest, DropFaultLeavesAGapTheRingHeals) {
+  auto p = make({});
+  p->publishPass(storedEvents(1), 0.0);
+  EXPECT_EQ(p->publishPass(storedEvents(2), 0.0, {.drop = true}), 1u);
+  p->publishPass(storedEvents(3), 0.0);
+  EXPECT_EQ(liveSeqs(sink_), (std::vector<std::uint64_t>{0, 2}));
+  EXPECT_EQ(replayedSeqs(replay(*p, 0)), (std::vector<std::uint64_t>{0, 1, 2, kEnd}));
+}
+
+TEST_F(KvEventPublisherTest, UnhealableDropIsAHoleInTheRing) {
+  auto p = make({});
+  for (std::uint64_t i = 0; i < 4; ++i) {
+    p->publishPass(storedEvents(i + 1), 0.0, {.drop = i == 1, .unhealable = i == 1});
+  }
+  EXPECT_EQ(liveSeqs(sink_), (std::vector<std::uint64_t>{0, 2, 3}));
+  EXPECT_EQ(p->ringSize(), 3u);
+  EXPECT_EQ(replayedSeqs(replay(*p, 0)), (std::vector<std::uint64_t>{0, 2, 3, kEnd}));
+  EXPECT_EQ(replayedSeqs(replay(*p, 1)), (std::vector<std::uint64_t>{2, 3, kEnd}));
+  EXPECT_EQ(replayedSeqs(replay(*p, 3)), (std::vector<std::uint64_t>{3, kEnd}));
+}
+
+TEST_F(KvEventPublisherTest, SuppressedBatchKeepsItsSeqWithoutEvents) {
+  auto p = make({});
+  p->publishPass(storedEvents(1), 0.0, {.suppress = true});
+  p->publishPass(storedEvents(2), 0.0);
+  EXPECT_EQ(liveSeqs(sink_), (std::vector<std::uint64_t>{0, 1}));
+  const auto live = protocol::decodeKvEventBatch(sink_.messages()[0][2]);
+  ASSERT_TRUE(live.has_value());
+  EXPECT_TRUE(live->events.empty());
+  const auto replies = replay(*p, 0);  // the ring holds the same (empty) batch
+  const auto ringed = protocol::decodeKvEventBatch(replies[0][3]);
+  ASSERT_TRUE(ringed.has_value());
+  EXPECT_TRUE(ringed->events.empty());
+}
+
+TEST_F(KvEventPublisherTest, DuplicateReorderAndTruncate) {
+  auto p = make({});
+  p->publishPass(storedEvents(1), 0.0, {.duplicate = true});  // 0 0
+  p->publishPass(storedEvents(2), 0.0, {.reorder = true});    // held
+  EXPECT_EQ(p->numHeld(), 1u);
+  p->publishPass(storedEvents(3), 0.0);  // 2 then 1
+  EXPECT_EQ(p->numHeld(), 0u);
+  p->publishPass(storedEvents(4), 0.0, {.truncate_ring = true});  // 3; ring = {3}
+  EXPECT_EQ(liveSeqs(sink_), (std::vector<std::uint64_t>{0, 0, 2, 1, 3}));
+  EXPECT_EQ(p->numBatchesSent(), 5u);
+  EXPECT_EQ(replayedSeqs(replay(*p, 0)), (std::vector<std::uint64_t>{3, kEnd}));
+}
+
+TEST_F(KvEventPublisherTest, DelayedBatchIsReleasedAtItsTime) {
+  auto p = make({});
+  p->publishPass(storedEvents(1), 10.0, {.delay_s = 0.25});
+  p->publishPass(storedEvents(2), 10.1);
+  EXPECT_EQ(p->nextRelease(), 10.25);
+  EXPECT_EQ(p->releaseDue(10.2), 0u);
+  EXPECT_EQ(liveSeqs(sink_), (std::vector<std::uint64_t>{1}));
+  EXPECT_EQ(p->releaseDue(10.25), 1u);
+  EXPECT_EQ(liveSeqs(sink_), (std::vector<std::uint64_t>{1, 0}));
+  EXPECT_EQ(p->nextRelease(), std::nullopt);
+  EXPECT_EQ(replayedSeqs(replay(*p, 0)), (std::vector<std::uint64_t>{0, 1, kEnd}));
+}
+
 TEST_F(KvEventPublisherTest, MalformedReplayRequestsAreIgnoredAndCounted) {
   auto p = make({});
   p->publishPass(storedEvents(1), 0.0);

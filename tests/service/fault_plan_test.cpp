@@ -29,7 +29,9 @@ TEST(FaultPlanTest, SpecsParseAndRoundTrip) {
   for (const char* text :
        {"crash", "crash:after_passes=100", "hang:at_ms=2500.5:health_after_ms=none",
         "hang:health_after_ms=200", "slow:factor=1.5", "error:rate=0.25:code=internal",
-        "error:match=req-*", "abort:tokens=5:rate=0.5:match=r1", "ERROR:code=not_found"}) {
+        "error:match=req-*", "abort:tokens=5:rate=0.5:match=r1", "ERROR:code=not_found", "drop",
+        "drop_unhealable:after_passes=3:rank=0", "suppress:at_ms=10:count=2", "duplicate:rate=1",
+        "reorder:rate=0.5:count=4:worker=1", "delay:ms=250", "truncate_ring:after_passes=9"}) {
     const FaultSpec spec = parsed(text);
     EXPECT_EQ(parsed(faultSpecText(spec)), spec) << text << " -> " << faultSpecText(spec);
   }
@@ -40,7 +42,15 @@ TEST(FaultPlanTest, SpecsParseAndRoundTrip) {
 TEST(FaultPlanTest, BadSpecsNameTheProblem) {
   const std::vector<std::pair<std::string, std::string>> cases = {
       {"", "unknown kind ''"},
-      {"explode", "unknown kind 'explode' (expected one of crash, hang, slow, error, abort)"},
+      {"explode",
+       "unknown kind 'explode' (expected one of crash, hang, slow, error, abort, drop, "
+       "drop_unhealable, suppress, duplicate, reorder, delay, truncate_ring)"},
+      {"delay", "ms is required (> 0)"},
+      {"delay:ms=0", "ms must be > 0"},
+      {"drop:match=r1", "'match' is not a key of drop faults"},
+      {"drop:count=0", "count must be >= 1"},
+      {"crash:count=2", "'count' is not a key of crash faults"},
+      {"drop:ms=5", "'ms' is not a key of drop faults"},
       {"slow", "factor is required (> 1)"},
       {"slow:factor=1", "factor must be > 1"},
       {"slow:factor=nan", "factor must be a finite number >= 0 (got 'nan')"},
@@ -120,6 +130,69 @@ TEST(FaultPlanTest, HangAtTimeAndWorkerScope) {
   ASSERT_EQ(out.size(), 1u);
   EXPECT_EQ(out[0].worker, 1u);
   EXPECT_EQ(out[0].detail, "at 100.000 ms");
+}
+
+TEST(FaultPlanTest, KvFaultOnceAfterPassesOnTheNextBatch) {
+  // The batch of pass 4 (after 3 passes), once; other kinds of fault do not see batches.
+  FaultPlan plan({parsed("crash:after_passes=100"), parsed("drop:after_passes=3")}, 0);
+  EXPECT_TRUE(plan.hasKvFaults());
+  std::vector<Injection> out;
+  std::vector<std::uint64_t> dropped;
+  for (std::uint64_t pass = 1; pass <= 8; ++pass) {
+    const auto f = plan.onBatch(0, pass - 1, pass, pass, static_cast<double>(pass), out);
+    if (f.drop) dropped.push_back(pass - 1);
+    EXPECT_FALSE(f.unhealable || f.suppress || f.duplicate || f.reorder || f.truncate_ring);
+  }
+  EXPECT_EQ(dropped, (std::vector<std::uint64_t>{3}));
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(faultLogLine(out[0]),
+            R"({"time_ms":4.000,"kind":"drop","fault":1,"worker":0,"rank":0,"seq":3,)"
+            R"("detail":"not sent; kept in the replay ring"})");
+  EXPECT_FALSE(FaultPlan({parsed("crash")}, 0).hasKvFaults());
+}
+
+TEST(FaultPlanTest, KvFaultAtRateIsSeededPerBatchSeq) {
+  // Which seqs of 200 batches a seeded rate hits: fixed by (seed, fault, worker, rank, seq),
+  // about rate × batches, capped by count, other seeds other seqs.
+  const auto hits = [](std::uint64_t seed, const char* spec, std::uint32_t worker) {
+    FaultPlan plan({parsed(spec)}, seed, worker);
+    std::vector<Injection> out;
+    std::vector<std::uint64_t> seqs;
+    for (std::uint64_t s = 0; s < 200; ++s) {
+      if (plan.onBatch(0, s, s + 1, s + 1, 0.0, out).any()) seqs.push_back(s);
+    }
+    EXPECT_EQ(out.size(), seqs.size());
+    return seqs;
+  };
+  const auto a = hits(7, "duplicate:rate=0.1", 0);
+  EXPECT_EQ(a, hits(7, "duplicate:rate=0.1", 0));
+  EXPECT_GE(a.size(), 8u);
+  EXPECT_LE(a.size(), 35u);
+  EXPECT_NE(a, hits(8, "duplicate:rate=0.1", 0));
+  EXPECT_NE(a, hits(7, "duplicate:rate=0.1", 1));
+  const auto capped = hits(7, "duplicate:rate=0.1:count=3", 0);
+  EXPECT_EQ(capped, std::vector<std::uint64_t>(a.begin(), a.begin() + 3));
+  EXPECT_EQ(hits(7, "suppress:rate=1:count=2:after_passes=10", 0),
+            (std::vector<std::uint64_t>{10, 11}));
+}
+
+TEST(FaultPlanTest, KvFaultsCombineAndTakeTheirScope) {
+  FaultPlan plan({parsed("drop_unhealable:rank=1"), parsed("delay:ms=40:at_ms=5"),
+                  parsed("delay:ms=90:at_ms=5"), parsed("truncate_ring:at_ms=5")},
+                 0);
+  std::vector<Injection> out;
+  const auto r0 = plan.onBatch(0, 0, 1, 1, 1.0, out);  // before 5 ms; rank 0
+  EXPECT_FALSE(r0.any());
+  const auto r1 = plan.onBatch(1, 0, 2, 1, 2.0, out);
+  EXPECT_TRUE(r1.drop && r1.unhealable);
+  const auto late = plan.onBatch(0, 1, 3, 2, 6.0, out);
+  EXPECT_EQ(late.delay_ms, 90.0);
+  EXPECT_TRUE(late.truncate_ring);
+  ASSERT_EQ(out.size(), 4u);
+  EXPECT_EQ(out[0].detail, "not sent; left out of the replay ring");
+  EXPECT_EQ(out[1].detail, "held 40.000 ms");
+  EXPECT_EQ(out[3].detail, "replay ring emptied before this batch");
+  EXPECT_FALSE(plan.onBatch(0, 2, 4, 3, 7.0, out).any());  // each once
 }
 
 TEST(FaultPlanTest, RequestRateIsSeededAndOrderFree) {

@@ -4,7 +4,7 @@
 // Inputs (comma separated):
 //   start    the service starts with a replay from 0      join   starts without it
 //   N        live batch seq N                             rN     replayed batch seq N
-//   N', rN'  the same from a restarted publisher (another timestamp)
+//   N', rN'  the same from a restarted publisher (a later timestamp)
 //   end      replay end marker                            +N     N ms pass, then a tick
 //   snap     the resync's kv_snapshot was applied         snap!  the resync failed
 //   catchup  verify's catch-up
@@ -51,9 +51,13 @@ std::vector<std::string> split(const std::string& s) {
 }
 
 /// A batch that names its seq (ts), so that an apply of the wrong batch shows. A batch of a
-/// restarted publisher (`N'`) has another timestamp: seq + 0.5.
+/// restarted publisher (`N'`) has another, later timestamp: seq + kRestartedTs (a new process
+/// publishes after every batch of the old one).
+constexpr double kRestartedTs = 1000.5;
 protocol::KvEventBatch batchFor(std::uint64_t seq, bool restarted) {
-  return {.ts = static_cast<double>(seq) + (restarted ? 0.5 : 0.0), .events = {}, .dp_rank = 0};
+  return {.ts = static_cast<double>(seq) + (restarted ? kRestartedTs : 0.0),
+          .events = {},
+          .dp_rank = 0};
 }
 
 /// "12" → (12, false); "12'" → (12, true).
@@ -122,7 +126,7 @@ class Harness {
       switch (a.kind) {
         case SeqActionKind::Apply: {
           const bool restarted = a.batch.ts != static_cast<double>(a.seq);
-          EXPECT_EQ(a.batch.ts, static_cast<double>(a.seq) + (restarted ? 0.5 : 0.0))
+          EXPECT_EQ(a.batch.ts, static_cast<double>(a.seq) + (restarted ? kRestartedTs : 0.0))
               << "apply " << a.seq;
           text << "apply " << a.seq << (restarted ? "'" : "");
           break;
@@ -268,24 +272,31 @@ const Row kRows[] = {
 
     // --- Publisher restart: a live seq at or before the previous live one. The stream starts
     // over at 0; the new process's ring fills what the live stream missed.
-    {kReplay, "join, 0, 1, 2, 0, 1", "apply 0, apply 1, apply 2, restart 0, apply 0, apply 1"},
-    {kReplay, "join, 0, 1, 2, 3, 2, r0, r1, r2, end, 3",
-     "apply 0, apply 1, apply 2, apply 3, restart 2, gap@0, replay(0), apply 0, apply 1, "
-     "apply 2, healed, dup 2, apply 3"},
-    // The same seq again is a restart too (a PUB never repeats one).
-    {kReplay, "join, 0, 1, 1", "apply 0, apply 1, restart 1, gap@0, replay(0)"},
+    {kReplay, "join, 0, 1, 2, 0', 1'", "apply 0, apply 1, apply 2, restart 0, apply 0', apply 1'"},
+    {kReplay, "join, 0, 1, 2, 3, 2', r0', r1', r2', end, 3'",
+     "apply 0, apply 1, apply 2, apply 3, restart 2, gap@0, replay(0), apply 0', apply 1', "
+     "apply 2', healed, dup 2, apply 3'"},
+    // The same seq again with another timestamp is a restart too.
+    {kReplay, "join, 0, 1, 1'", "apply 0, apply 1, restart 1, gap@0, replay(0)"},
+    // The same batch again (a duplicated message: same seq, same timestamp) is a duplicate, and
+    // a batch that arrives after its successor (reordered) fills the gap: this process's own.
+    {kReplay, "join, 0, 1, 1, 2", "apply 0, apply 1, dup 1, apply 2"},
+    {kReplay, "join, 0, 2, 1, 3", "apply 0, gap@1, replay(0), apply 1, apply 2, healed, apply 3"},
+    {kReplay, "join, 0, 2, 2, 1", "apply 0, gap@1, replay(0), apply 1, apply 2, healed"},
+    {kReplay, "join, 0, 3, 1, 2", "apply 0, gap@1, replay(0), apply 1, apply 2, apply 3, healed"},
     // Without a replay endpoint: resync from the new process's snapshot, or skip.
-    {kSnapshotOnly, "join, 0, 1, 2, 1, snap, 2",
-     "apply 0, apply 1, apply 2, restart 1, gap@0, lost 0..0 (no-replay) resync, apply 2"},
-    {kNeither, "join, 0, 1, 2, 1, 2",
-     "apply 0, apply 1, apply 2, restart 1, gap@0, lost 0..0 (no-replay) skip, apply 1, apply 2"},
+    {kSnapshotOnly, "join, 0, 1, 2, 1', snap, 2'",
+     "apply 0, apply 1, apply 2, restart 1, gap@0, lost 0..0 (no-replay) resync, apply 2'"},
+    {kNeither, "join, 0, 1, 2, 1', 2'",
+     "apply 0, apply 1, apply 2, restart 1, gap@0, lost 0..0 (no-replay) skip, apply 1', "
+     "apply 2'"},
     // During a resync: the resync result comes, then the stream goes on from 0.
-    {kSnapshotOnly, "join, 0, 2, 1, snap",
+    {kSnapshotOnly, "join, 0, 2, 1', snap",
      "apply 0, gap@1, lost 1..1 (no-replay) resync, restart 1, gap@0, lost 0..0 (no-replay) "
      "resync"},
     // A replay outstanding when the restart is seen ends first; the gap is asked for again.
-    {kReplay, "join, 0, 2, 1, end, r0, end",
-     "apply 0, gap@1, replay(0), restart 1, gap@0, replay(0), apply 0, apply 1, healed"},
+    {kReplay, "join, 0, 2, 1', end, r0', end",
+     "apply 0, gap@1, replay(0), restart 1, gap@0, replay(0), apply 0', apply 1', healed"},
 
     // A publisher restart seen through a replay: every replay asks from the last applied seq,
     // and that batch must come back as it was applied (same timestamp). Another one, or none
@@ -366,9 +377,17 @@ TEST(SequencerTest, ALiveSeqNotAfterThePreviousLiveOneIsARestartNotADuplicate) {
   EXPECT_FALSE(h.sequencer().isDuplicate(1, /*live=*/true));  // the service must decode it
   EXPECT_TRUE(h.sequencer().isRestart(2));
   EXPECT_FALSE(h.sequencer().isRestart(3));
-  h.run("1");
+  h.run("1'");  // another (later) timestamp: a new process
   EXPECT_EQ(streamStateName(h.sequencer().state()), "gap");
   EXPECT_EQ(h.sequencer().next(), 0u);
+}
+
+TEST(SequencerTest, TheSameBatchAgainIsADuplicateNotARestart) {
+  Harness h(kReplay);
+  h.run("join, 0, 1, 2, 1");  // seq 1 again with the timestamp applied at 1
+  EXPECT_EQ(streamStateName(h.sequencer().state()), "in-order");
+  EXPECT_EQ(h.sequencer().next(), 3u);
+  EXPECT_TRUE(h.sequencer().isRestart(2));  // the previous live seq stays 2
 }
 
 TEST(SequencerTest, CaughtUpOnlyAfterTheInitialReplayEnded) {

@@ -73,18 +73,32 @@ void Sequencer::start(SeqTime now, bool replay_from_zero, SeqActions& out) {
 
 void Sequencer::onLiveBatch(std::uint64_t seq, protocol::KvEventBatch&& batch, SeqTime now,
                             SeqActions& out) {
-  if (isRestart(seq)) {
+  // At or before the previous live batch: a new process, unless it is this process's own
+  // batch delivered again or late (a duplicated or reordered message).
+  const bool behind_live = isRestart(seq);
+  if (behind_live && !isOwnBatch(seq, batch.ts)) {
     restart(seq, std::move(batch), now, out);
     last_live_ = seq;
     return;
   }
   if (started_ && seq < next_) {
     onLiveBehind(seq, std::move(batch), now, out);
-    last_live_ = seq;  // after: a restart resets it
+    // After: a restart resets it; a repeated or late batch does not move it back.
+    last_live_ = behind_live && last_live_ ? std::max(*last_live_, seq) : seq;
     return;
   }
-  last_live_ = seq;
+  if (!behind_live) last_live_ = seq;
   onBatch(seq, std::move(batch), now, out);
+}
+
+bool Sequencer::isOwnBatch(std::uint64_t seq, double ts) const {
+  if (const auto applied = appliedTs(seq)) return *applied == ts;  // the same batch again
+  if (seq < next_) return false;  // behind the stream, its timestamp forgotten
+  if (const auto it = pending_.find(seq); it != pending_.end()) return it->second.ts == ts;
+  // A hole before a buffered batch: filled late by this process if not newer than the batch
+  // after it (a new process publishes after every batch of the old one).
+  const auto after = pending_.upper_bound(seq);
+  return after != pending_.end() && ts <= after->second.ts;
 }
 
 void Sequencer::onLiveBehind(std::uint64_t seq, protocol::KvEventBatch&& batch, SeqTime now,

@@ -154,7 +154,8 @@ class Sequencer {
     return (!config_.has_replay || initial_done_) && !resyncing_ && pending_.empty();
   }
   /// seq would be dropped as a duplicate (lets the caller skip decoding it). A live batch at or
-  /// before the previous live one is a restart, never a duplicate.
+  /// before the previous live one is decoded: a restart unless its timestamp shows it is this
+  /// process's own batch again or late (isOwnBatch).
   /// A live batch behind next() is decoded when the timestamp applied at its seq is known:
   /// another one reveals a restart.
   bool isDuplicate(std::uint64_t seq, bool live) const {
@@ -162,7 +163,8 @@ class Sequencer {
            !(live ? isRestart(seq) || appliedTs(seq).has_value()
                   : identity_seq_ && seq == *identity_seq_);
   }
-  /// Live batch seq would reveal a publisher restart.
+  /// Live batch seq is at or before the previous live one: a publisher restart, unless
+  /// isOwnBatch says otherwise.
   bool isRestart(std::uint64_t seq) const { return last_live_ && seq <= *last_live_; }
 
   StreamState state() const;
@@ -178,6 +180,10 @@ class Sequencer {
                     SeqActions& out);
   /// The timestamp of the batch applied at seq, while it is among the last applied_ts_window.
   std::optional<double> appliedTs(std::uint64_t seq) const;
+  /// A live batch at or before the previous live one (ts: its timestamp) is this process's:
+  /// applied at seq with the same timestamp, buffered with it, or filling a hole before a
+  /// buffered batch whose timestamp is not older.
+  bool isOwnBatch(std::uint64_t seq, double ts) const;
   void recordApplied(std::uint64_t seq, double ts);
   void restart(std::uint64_t seq, protocol::KvEventBatch&& batch, SeqTime now, SeqActions& out);
   void restartStream(std::uint64_t seq, SeqTime now, SeqActions& out);
