@@ -7,6 +7,8 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <set>
+#include <sstream>
 #include <zmq.hpp>
 
 #include "http_probe.h"
@@ -37,8 +39,9 @@ std::string idOf(const char* prefix, std::uint32_t i) {
 /// decoder enforces protocol/limits.h) and records the largest output message.
 struct Receiver {
   std::map<std::string, testing::Stream> streams;
-  std::size_t most_outputs = 0;       // entries of the largest output message
-  std::size_t acks_after_output = 0;  // outputs that arrived before their request's ack
+  std::size_t most_outputs = 0;                 // entries of the largest output message
+  std::size_t acks_after_output = 0;            // outputs that arrived before their request's ack
+  std::vector<protocol::ClientMessage> others;  // error replies and anything else
 
   void absorb(protocol::ClientMessage&& m) {
     if (auto* b = std::get_if<protocol::OutputBatch>(&m)) {
@@ -47,22 +50,83 @@ struct Receiver {
         if (!streams[o.id].acked) ++acks_after_output;
       }
     }
-    testing::absorb(streams, std::move(m), nullptr);
+    testing::absorb(streams, std::move(m), &others);
   }
 
-  void until(Client& c, const std::vector<std::string>& ids, std::chrono::seconds timeout) {
+  /// An error reply naming a request ends it as well (e.g. `resource_exhausted`): the test then
+  /// fails on the ack count with the service's message instead of waiting for the deadline.
+  bool ended(const std::string& id) {
+    const testing::Stream& s = streams[id];
+    return s.finish || s.rejected || erroredIds().contains(id);
+  }
+
+  void until(Client& c, const std::vector<std::string>& ids, std::chrono::seconds timeout,
+             const LiveService& svc) {
     const auto deadline = std::chrono::steady_clock::now() + timeout;
     std::size_t next = 0;  // ids[0, next) have ended
     while (std::chrono::steady_clock::now() < deadline) {
-      while (next < ids.size() && (streams[ids[next]].finish || streams[ids[next]].rejected)) {
-        ++next;
-      }
+      while (next < ids.size() && ended(ids[next])) ++next;
       if (next == ids.size()) return;
       auto m = c.receive(50ms);
       ASSERT_TRUE(m) << "undecodable message: " << m.error().message;
       if (*m) absorb(std::move(**m));
     }
-    FAIL() << (ids.size() - next) << " streams did not end before the deadline";
+    FAIL() << (ids.size() - next) << " streams did not end before the deadline\n"
+           << diagnosis(ids, next, svc);
+  }
+
+ private:
+  std::set<std::string> errored_;
+  std::size_t errors_seen_ = 0;
+
+  const std::set<std::string>& erroredIds() {
+    for (; errors_seen_ < others.size(); ++errors_seen_) {
+      const auto* e = std::get_if<protocol::ErrorReply>(&others[errors_seen_]);
+      if (e && e->id) errored_.insert(*e->id);
+    }
+    return errored_;
+  }
+
+  /// What a stall looks like from both ends: this client's view of the streams, and the
+  /// service's (does its loop still answer; does it still hold the routes; its counters).
+  std::string diagnosis(const std::vector<std::string>& ids, std::size_t next,
+                        const LiveService& svc) {
+    std::size_t acked = 0, ended_count = 0;
+    for (const auto& id : ids) {
+      acked += streams[id].acked;
+      ended_count += ended(id);
+    }
+    const testing::Stream& first = streams[ids[next]];
+    std::string out = "client: " + std::to_string(acked) + " acked, " +
+                      std::to_string(ended_count) + " ended, " + std::to_string(others.size()) +
+                      " other messages; first open stream " + ids[next] +
+                      (first.acked ? " (acked, " : " (not acked, ") +
+                      std::to_string(first.tokens.size()) + " tokens)\n";
+    auto observer = svc.client();
+    if (const auto r = testing::tryStats(*observer, 5s)) {
+      out += "service stats: " + std::to_string(r->routes) + " routes";
+      for (const auto& rank : r->ranks) {
+        out += "; rank " + std::to_string(rank.dp_rank) + " running " +
+               std::to_string(rank.running) + " waiting " + std::to_string(rank.waiting);
+      }
+      out += "\n";
+    } else {
+      out += "service stats: no reply within 5 s (its loop is not serving)\n";
+    }
+    if (svc.endpoints().http.empty()) return out;
+    auto http = httpClient(svc.endpoints().http);
+    if (const auto got = http.Get("/metrics")) {
+      std::istringstream lines(got->body);
+      for (std::string line; std::getline(lines, line);) {
+        if ((line.starts_with("mocker:") && !line.starts_with("mocker:faults_injected")) ||
+            line.starts_with("vllm:num_requests")) {
+          out += line + "\n";
+        }
+      }
+    } else {
+      out += "/metrics: no answer\n";
+    }
+    return out;
   }
 };
 
@@ -84,7 +148,7 @@ TEST(ServerBackpressureTest, ShutdownTerminalsOfMoreThan65536StreamsAreSplit) {
       60s * kSlowdown));
   svc.stop();
   Receiver rx;
-  ASSERT_NO_FATAL_FAILURE(rx.until(*c, ids, 60s * kSlowdown));
+  ASSERT_NO_FATAL_FAILURE(rx.until(*c, ids, 60s * kSlowdown, svc));
   std::size_t shutdown = 0;
   for (const auto& id : ids) shutdown += rx.streams[id].finish == FinishReason::Shutdown;
   EXPECT_EQ(shutdown, kStreams);
@@ -118,7 +182,7 @@ TEST(ServerBackpressureTest, OnePassWithMoreThan65536OutputsOfOneClientIsSplit) 
   }
   svc.start();
   Receiver rx;
-  ASSERT_NO_FATAL_FAILURE(rx.until(*c, ids, 60s * kSlowdown));
+  ASSERT_NO_FATAL_FAILURE(rx.until(*c, ids, 60s * kSlowdown, svc));
   std::size_t complete = 0;
   for (const auto& id : ids) {
     complete += rx.streams[id].finish == FinishReason::Length && rx.streams[id].tokens.size() == 1;
@@ -178,7 +242,7 @@ TEST(ServerBackpressureTest, FloodedClientGetsEveryAckBeforeThatRequestsOutputs)
       phase(buffer, "a request was abandoned");
     }
     Receiver rx;
-    ASSERT_NO_FATAL_FAILURE(rx.until(*c, ids, budget(120s * kSlowdown)));
+    ASSERT_NO_FATAL_FAILURE(rx.until(*c, ids, budget(120s * kSlowdown), svc));
     phase(buffer, "every stream ended");
     std::size_t acked = 0, cancelled = 0, unacked_terminals = 0;
     for (const auto& id : ids) {
@@ -277,7 +341,7 @@ TEST(ServerBackpressureTest, KvSnapshotOverTheMessageLimitIsRefusedPerRankFits) 
                            .dp_rank = r}));
   }
   Receiver rx;
-  ASSERT_NO_FATAL_FAILURE(rx.until(*c, {"big0", "big1"}, 120s * kSlowdown));
+  ASSERT_NO_FATAL_FAILURE(rx.until(*c, {"big0", "big1"}, 120s * kSlowdown, svc));
   ASSERT_TRUE(c->send(protocol::KvSnapshotRequest{}));
   std::vector<protocol::ClientMessage> skipped;
   auto err = testing::awaitMessage<protocol::ErrorReply>(*c, 30s, &skipped);
