@@ -4,6 +4,8 @@
 #include <algorithm>
 #include <zmq.hpp>
 
+#include "base/check.h"
+#include "protocol/limits.h"
 #include "service/detail/server_impl.h"
 
 namespace mocker::service {
@@ -61,7 +63,9 @@ Server::Impl::Flush Server::Impl::flush(const std::string& client) {
   // Messages start small and double while sends succeed: a client with a long queue is often
   // still not writable (or takes one message), and encoding its whole queue only to have the
   // send refused would cost O(queue) on every retry. The work a refused send wastes is at most
-  // twice what the previous message carried.
+  // twice what the previous message carried. The doubling stops at the protocol's limit (left
+  // unbounded, 58 sends in one flush wrapped it to 0, and every later message of that flush was
+  // an empty output batch until the pipe filled: 400,000 of them in the ack-flood test).
   std::size_t max_entries = 64;
   while (entry && !entry->queue.empty()) {
     const std::deque<Pending>& queue = entry->queue;
@@ -85,6 +89,7 @@ Server::Impl::Flush Server::Impl::flush(const std::string& client) {
         views_.push_back({o.id, o.index, o.tokens, o.finish, o.reason, o.cached_tokens});
       }
       n = views_.size();
+      MOCKER_CHECK(n > 0);  // the first entry always fits (OutputMessageBudget)
       payload = protocol::encodeOutputBatch(views_);
     }
     const auto outcome = sendTo(submit_, client, entry->delimiter, std::move(payload));
@@ -98,7 +103,7 @@ Server::Impl::Flush Server::Impl::flush(const std::string& client) {
       }
       return Flush::Blocked;
     }
-    max_entries *= 2;
+    max_entries = std::min(max_entries * 2, std::size_t{protocol::kMaxOutputsPerMessage});
     RouteTable::noteRoutable(*entry);
     if (outputs) ++counters.output_messages;
     routes_.settle(client, n);  // may close the client's last route, and its entry

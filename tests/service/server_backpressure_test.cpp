@@ -41,11 +41,13 @@ struct Receiver {
   std::map<std::string, testing::Stream> streams;
   std::size_t most_outputs = 0;                 // entries of the largest output message
   std::size_t acks_after_output = 0;            // outputs that arrived before their request's ack
+  std::size_t empty_batches = 0;                // output messages without an entry (never valid)
   std::vector<protocol::ClientMessage> others;  // error replies and anything else
 
   void absorb(protocol::ClientMessage&& m) {
     if (auto* b = std::get_if<protocol::OutputBatch>(&m)) {
       most_outputs = std::max(most_outputs, b->outputs.size());
+      empty_batches += b->outputs.empty();
       for (const auto& o : b->outputs) {
         if (!streams[o.id].acked) ++acks_after_output;
       }
@@ -66,7 +68,10 @@ struct Receiver {
     std::size_t next = 0;  // ids[0, next) have ended
     while (std::chrono::steady_clock::now() < deadline) {
       while (next < ids.size() && ended(ids[next])) ++next;
-      if (next == ids.size()) return;
+      if (next == ids.size()) {
+        EXPECT_EQ(empty_batches, 0u) << "output messages without an entry";
+        return;
+      }
       auto m = c.receive(50ms);
       ASSERT_TRUE(m) << "undecodable message: " << m.error().message;
       if (*m) absorb(std::move(**m));
