@@ -153,15 +153,8 @@ Result<gateway::GatewayOptions> gatewayOptions(const GatewayCommand& c) {
   return o;
 }
 
-}  // namespace
-
-void addGatewayCommand(CLI::App& app, GatewayCommand& command) {
-  command.cmd = app.add_subcommand(
-      "gateway",
-      "Serve the OpenAI HTTP API (completions, chat, models, tokenize, metrics) in "
-      "front of running `mocker serve` workers");
-  CLI::App& c = *command.cmd;
-  GatewayCommand& g = command;
+/// The workers behind the gateway, how requests pick one, and how their health is watched.
+void addWorkerFlags(CLI::App& c, GatewayCommand& g) {
   const std::string workers = "Workers";
   c.add_option("--connect", g.connect,
                "submit endpoint of a running `mocker serve` worker (tcp://HOST:PORT); repeat for "
@@ -239,7 +232,10 @@ void addGatewayCommand(CLI::App& app, GatewayCommand& command) {
                          ->group(workers);
   server_key->needs(secret_key);
   secret_key->needs(server_key);
+}
 
+/// The HTTP listener and its limits.
+void addHttpFlags(CLI::App& c, GatewayCommand& g) {
   const std::string http = "HTTP";
   c.add_option("--host", g.host, "address to listen on")->capture_default_str()->group(http);
   c.add_option("--port", g.port, "port to listen on (0: an ephemeral port, printed)")
@@ -284,7 +280,10 @@ void addGatewayCommand(CLI::App& app, GatewayCommand& command) {
       ->check(greaterThan(0))
       ->capture_default_str()
       ->group(http);
+}
 
+/// The served model: name, tokenizer, lengths.
+void addModelFlags(CLI::App& c, GatewayCommand& g) {
   const std::string model = "Model";
   c.add_option("--model", g.model, "served model name (default: the fleet file's, else \"mocker\")")
       ->group(model);
@@ -323,6 +322,19 @@ void addGatewayCommand(CLI::App& app, GatewayCommand& command) {
                "seeds output lengths of requests without `seed`, and generated request ids")
       ->capture_default_str()
       ->group(model);
+}
+
+}  // namespace
+
+void addGatewayCommand(CLI::App& app, GatewayCommand& command) {
+  command.cmd = app.add_subcommand(
+      "gateway",
+      "Serve the OpenAI HTTP API (completions, chat, models, tokenize, metrics) in "
+      "front of running `mocker serve` workers");
+  CLI::App& c = *command.cmd;
+  addWorkerFlags(c, command);
+  addHttpFlags(c, command);
+  addModelFlags(c, command);
   c.footer(
       "Endpoints: POST /v1/completions, POST /v1/chat/completions, GET /v1/models, POST "
       "/tokenize, POST /detokenize, GET /health, GET /ready (200 once every worker answered and "
