@@ -14,6 +14,7 @@
 #include <variant>
 
 #include "base/check.h"
+#include "base/enum_names.h"
 
 namespace mocker {
 
@@ -29,27 +30,21 @@ enum class ErrorCode {
   ResourceExhausted,  ///< memory ran out or a configured limit is reached; may succeed later
 };
 
-/// Lower-case name of an error code ("invalid_argument", ...).
+/// Lower-case names of the error codes ("invalid_argument", ...).
+inline constexpr EnumNames<ErrorCode, 8> kErrorCodeNames{{
+    {"invalid_argument", ErrorCode::InvalidArgument},
+    {"corruption", ErrorCode::Corruption},
+    {"not_found", ErrorCode::NotFound},
+    {"unsupported", ErrorCode::Unsupported},
+    {"io_error", ErrorCode::IoError},
+    {"internal", ErrorCode::Internal},
+    {"permission_denied", ErrorCode::PermissionDenied},
+    {"resource_exhausted", ErrorCode::ResourceExhausted},
+}};
+
+/// Lower-case name of an error code ("invalid_argument", ...); NUL-terminated.
 constexpr const char* errorCodeName(ErrorCode code) {
-  switch (code) {
-    case ErrorCode::InvalidArgument:
-      return "invalid_argument";
-    case ErrorCode::Corruption:
-      return "corruption";
-    case ErrorCode::NotFound:
-      return "not_found";
-    case ErrorCode::Unsupported:
-      return "unsupported";
-    case ErrorCode::IoError:
-      return "io_error";
-    case ErrorCode::Internal:
-      return "internal";
-    case ErrorCode::PermissionDenied:
-      return "permission_denied";
-    case ErrorCode::ResourceExhausted:
-      return "resource_exhausted";
-  }
-  return "unknown";
+  return enumName(kErrorCodeNames, code).data();
 }
 
 /// An error: a category plus a human-readable message that names what is wrong.

@@ -10,6 +10,7 @@
 #include <variant>
 #include <vector>
 
+#include "base/enum_names.h"
 #include "base/strong_id.h"
 
 namespace mocker::engine {
@@ -40,18 +41,14 @@ enum class Terminal : std::uint8_t { None, Completed, Rejected, Cancelled, Faile
 enum class LengthLimit : std::uint8_t { None, MaxModelLen, KvCapacity, MaxNumBatchedTokens };
 
 /// "max_model_len", "kv capacity", "max_num_batched_tokens" (docs/engine.md); "" for None.
+inline constexpr EnumNames<LengthLimit, 4> kLengthLimitNames{{
+    {"", LengthLimit::None},
+    {"max_model_len", LengthLimit::MaxModelLen},
+    {"kv capacity", LengthLimit::KvCapacity},
+    {"max_num_batched_tokens", LengthLimit::MaxNumBatchedTokens},
+}};
 constexpr std::string_view lengthLimitName(LengthLimit limit) {
-  switch (limit) {
-    case LengthLimit::None:
-      return "";
-    case LengthLimit::MaxModelLen:
-      return "max_model_len";
-    case LengthLimit::KvCapacity:
-      return "kv capacity";
-    case LengthLimit::MaxNumBatchedTokens:
-      return "max_num_batched_tokens";
-  }
-  return "";
+  return enumName(kLengthLimitNames, limit);
 }
 
 /// One emitted token or terminal event ("Output signals").
@@ -81,17 +78,12 @@ struct Admission {
 enum class Medium : std::uint8_t { Gpu, Cpu, Disk };
 
 /// vLLM's medium strings: "GPU", "CPU", "DISK".
-constexpr std::string_view mediumName(Medium medium) {
-  switch (medium) {
-    case Medium::Gpu:
-      return "GPU";
-    case Medium::Cpu:
-      return "CPU";
-    case Medium::Disk:
-      return "DISK";
-  }
-  return "GPU";
-}
+inline constexpr EnumNames<Medium, 3> kMediumNames{{
+    {"GPU", Medium::Gpu},
+    {"CPU", Medium::Cpu},
+    {"DISK", Medium::Disk},
+}};
+constexpr std::string_view mediumName(Medium medium) { return enumName(kMediumNames, medium); }
 
 /// KV events ("Stored events"; wire form in docs/wire.md). Hashes are sequence hashes s_i.
 struct BlockStored {

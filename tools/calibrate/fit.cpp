@@ -62,26 +62,19 @@ nlopt_algorithm nloptAlgorithm(FitAlgorithm a) {
 }
 
 std::string stopReason(nlopt_result r) {
-  switch (r) {
-    case NLOPT_SUCCESS:
-      return "success";
-    case NLOPT_STOPVAL_REACHED:
-      return "stopval reached";
-    case NLOPT_FTOL_REACHED:
-      return "ftol reached";
-    case NLOPT_XTOL_REACHED:
-      return "xtol reached";
-    case NLOPT_MAXEVAL_REACHED:
-      return "maxeval reached";
-    case NLOPT_MAXTIME_REACHED:
-      return "maxtime reached";
-    case NLOPT_ROUNDOFF_LIMITED:
-      return "roundoff limited";
-    case NLOPT_FORCED_STOP:
-      return "forced stop";
-    default:
-      return "failure (" + std::to_string(static_cast<int>(r)) + ")";
-  }
+  static constexpr EnumNames<nlopt_result, 8> kStopReasons{{
+      {"success", NLOPT_SUCCESS},
+      {"stopval reached", NLOPT_STOPVAL_REACHED},
+      {"ftol reached", NLOPT_FTOL_REACHED},
+      {"xtol reached", NLOPT_XTOL_REACHED},
+      {"maxeval reached", NLOPT_MAXEVAL_REACHED},
+      {"maxtime reached", NLOPT_MAXTIME_REACHED},
+      {"roundoff limited", NLOPT_ROUNDOFF_LIMITED},
+      {"forced stop", NLOPT_FORCED_STOP},
+  }};
+  const std::string_view name = enumName(kStopReasons, r);
+  if (name != "?") return std::string(name);
+  return "failure (" + std::to_string(static_cast<int>(r)) + ")";
 }
 
 }  // namespace

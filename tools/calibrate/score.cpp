@@ -9,14 +9,22 @@
 #include <numeric>
 
 #include "base/check.h"
+#include "base/enum_names.h"
 #include "tools/replay/stats.h"
 
 namespace mocker::calibrate {
 
 std::string_view metricName(Metric m) {
-  static constexpr std::array<std::string_view, kNumMetrics> kNames = {
-      "e2e_mean", "e2e_p90", "e2e_p99", "ttft_mean", "ttft_p90", "ttft_p99", "itl"};
-  return kNames[static_cast<std::size_t>(m)];
+  static constexpr EnumNames<Metric, kNumMetrics> kNames{{
+      {"e2e_mean", Metric::E2eMean},
+      {"e2e_p90", Metric::E2eP90},
+      {"e2e_p99", Metric::E2eP99},
+      {"ttft_mean", Metric::TtftMean},
+      {"ttft_p90", Metric::TtftP90},
+      {"ttft_p99", Metric::TtftP99},
+      {"itl", Metric::Itl},
+  }};
+  return enumName(kNames, m);
 }
 
 MetricValues summarizeLatencies(const LatencySamples& samples) {

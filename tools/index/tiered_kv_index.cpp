@@ -4,8 +4,9 @@ namespace mocker::index {
 
 std::optional<engine::Medium> parseMedium(const std::optional<std::string>& medium) {
   if (!medium) return engine::Medium::Gpu;
-  for (engine::Medium m : {engine::Medium::Gpu, engine::Medium::Cpu, engine::Medium::Disk}) {
-    if (*medium == engine::mediumName(m)) return m;
+  // Exactly vLLM's strings (case matters on the wire).
+  for (const auto& [name, m] : engine::kMediumNames) {
+    if (*medium == name) return m;
   }
   return std::nullopt;
 }
