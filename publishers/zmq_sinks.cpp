@@ -19,6 +19,15 @@ Error zmqError(const std::string& what, const std::string& endpoint, const zmq::
 
 }  // namespace
 
+std::string openEndpoint(zmq::socket_t& socket, const std::string& endpoint, bool connect) {
+  if (connect) {
+    socket.connect(endpoint);
+    return endpoint;
+  }
+  socket.bind(endpoint);
+  return socket.get(zmq::sockopt::last_endpoint);
+}
+
 ZmqPubSink::ZmqPubSink(std::unique_ptr<zmq::socket_t> socket, std::string endpoint)
     : socket_(std::move(socket)), endpoint_(std::move(endpoint)) {}
 
@@ -31,13 +40,7 @@ Result<std::unique_ptr<ZmqPubSink>> ZmqPubSink::create(zmq::context_t& context,
     socket->set(zmq::sockopt::sndhwm, config.sndhwm);
     socket->set(zmq::sockopt::linger, config.linger_ms);
     if (config.configure) config.configure(*socket);
-    if (config.connect) {
-      socket->connect(config.endpoint);
-    } else {
-      socket->bind(config.endpoint);
-    }
-    std::string endpoint =
-        config.connect ? config.endpoint : socket->get(zmq::sockopt::last_endpoint);
+    std::string endpoint = openEndpoint(*socket, config.endpoint, config.connect);
     return std::unique_ptr<ZmqPubSink>(new ZmqPubSink(std::move(socket), std::move(endpoint)));
   } catch (const zmq::error_t& e) {
     return zmqError(config.connect ? "cannot connect PUB to" : "cannot bind PUB to",
@@ -79,13 +82,7 @@ Result<std::unique_ptr<ZmqReplayServer>> ZmqReplayServer::create(zmq::context_t&
     socket->set(zmq::sockopt::linger, config.linger_ms);
     socket->set(zmq::sockopt::maxmsgsize, config.max_request_bytes);
     if (config.configure) config.configure(*socket);
-    if (config.connect) {
-      socket->connect(config.endpoint);
-    } else {
-      socket->bind(config.endpoint);
-    }
-    std::string endpoint =
-        config.connect ? config.endpoint : socket->get(zmq::sockopt::last_endpoint);
+    std::string endpoint = openEndpoint(*socket, config.endpoint, config.connect);
     return std::unique_ptr<ZmqReplayServer>(
         new ZmqReplayServer(std::move(socket), std::move(endpoint), publisher));
   } catch (const zmq::error_t& e) {

@@ -31,6 +31,12 @@ namespace mocker::publishers {
 
 class KvEventPublisher;
 
+/// Binds `socket` to `endpoint`, or connects it with `connect`; returns the endpoint as resolved
+/// (a bound wildcard or port 0 becomes the address and port the kernel chose; a connect
+/// returns `endpoint` unchanged). Throws zmq::error_t like bind/connect. The one opener of every
+/// configurable socket (the publishers' and the service's).
+std::string openEndpoint(zmq::socket_t& socket, const std::string& endpoint, bool connect);
+
 struct ZmqPubConfig {
   std::string endpoint;  ///< e.g. "tcp://*:5557", "tcp://127.0.0.1:*", "ipc:///tmp/kv"
   bool connect = false;  ///< connect instead of bind

@@ -17,6 +17,7 @@
 #include <zmq.hpp>
 
 #include "base/check.h"
+#include "publishers/zmq_sinks.h"
 #include "service/detail/server_impl.h"
 
 namespace mocker::service {
@@ -40,13 +41,7 @@ Result<zmq::socket_t> Server::Impl::makeRouter(const EndpointConfig& ep, std::st
     s.set(zmq::sockopt::sndhwm, static_cast<int>(config_.service.submit_sndhwm));
     s.set(zmq::sockopt::rcvhwm, static_cast<int>(config_.service.submit_rcvhwm));
     s.set(zmq::sockopt::maxmsgsize, config_.service.max_message_size);
-    if (ep.connect) {
-      s.connect(ep.endpoint);
-      resolved = ep.endpoint;
-    } else {
-      s.bind(ep.endpoint);
-      resolved = s.get(zmq::sockopt::last_endpoint);
-    }
+    resolved = publishers::openEndpoint(s, ep.endpoint, ep.connect);
     return s;
   } catch (const zmq::error_t& e) {
     return Error{ErrorCode::IoError, "endpoint '" + ep.endpoint + "': " + e.what()};

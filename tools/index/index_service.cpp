@@ -13,6 +13,7 @@
 #include "protocol/client.h"
 #include "protocol/framing.h"
 #include "protocol/limits.h"
+#include "publishers/zmq_sinks.h"
 #include "service/security.h"
 #include "service/stop_event.h"
 #include "service/zap_handler.h"
@@ -93,11 +94,7 @@ Result<zmq::socket_t> IndexService::Impl::makeSocket(zmq::socket_type type,
     zmq::socket_t s(context_, type);
     s.set(zmq::sockopt::linger, config_.linger_ms);
     if (to_worker) service::makeCurveClient(s, worker_curve_);
-    if (bind) {
-      s.bind(endpoint);
-    } else {
-      s.connect(endpoint);
-    }
+    (void)publishers::openEndpoint(s, endpoint, /*connect=*/!bind);
     return s;
   } catch (const zmq::error_t& e) {
     return Error{ErrorCode::IoError, "endpoint '" + endpoint + "': " + e.what()};
