@@ -6,7 +6,9 @@
 #include <string>
 #include <vector>
 
+#include "gateway/detail/json_out.h"
 #include "gateway/tokenizer.h"
+#include "tools/replay/random.h"
 
 namespace mocker::gateway {
 namespace {
@@ -183,6 +185,44 @@ TEST_F(ResponseShaperTest, AnErrorFrameCarriesTheFailuresStatus) {
   ASSERT_EQ(f.size(), 1u);
   EXPECT_EQ(f[0]["error"]["code"], 503);
   EXPECT_EQ(f[0]["error"]["type"], "ServiceUnavailableError");
+}
+
+TEST(JsonOut, StringsAreWrittenAsNlohmannWritesThem) {
+  // Every byte value, valid multi-byte UTF-8 and invalid sequences (truncated, overlong,
+  // surrogates, stray continuations), at random: the same bytes as nlohmann's dump.
+  const std::vector<std::string> pieces = {"a",
+                                           "\"",
+                                           "\\",
+                                           "\x7f",
+                                           "\xc3\xa9",
+                                           "\xe2\x82\xac",
+                                           "\xf0\x9f\x98\x80",
+                                           "\xc3",
+                                           "\xe2\x82",
+                                           "\xc0\xaf",
+                                           "\xed\xa0\x80",
+                                           "\x80",
+                                           "\xff",
+                                           "\xf4\x90\x80\x80"};
+  replay::SplitMix64 rng(7);
+  for (int round = 0; round < 2000; ++round) {
+    std::string s;
+    const auto n = rng.uniformIndex(8);
+    for (std::uint64_t i = 0; i < n; ++i) {
+      if (rng.uniformIndex(2) == 0) {
+        s += static_cast<char>(rng.uniformIndex(256));
+      } else {
+        s += pieces[rng.uniformIndex(pieces.size())];
+      }
+    }
+    std::string out = "x";
+    detail::appendJsonString(out, s);
+    EXPECT_EQ(out, "x" + json(s).dump(-1, ' ', false, json::error_handler_t::replace));
+  }
+  std::string ints;
+  detail::appendJsonInt(ints, -42);
+  detail::appendJsonInt(ints, 1700000000123);
+  EXPECT_EQ(ints, "-421700000000123");
 }
 
 /// Every byte the shaper writes, for each response shape, pinned: the hand-written JSON must stay
