@@ -4,6 +4,7 @@
 
 #include <limits>
 
+#include "gateway/detail/json_fast_parse.h"
 #include "gateway/tokenizer.h"
 
 namespace mocker::gateway {
@@ -306,10 +307,14 @@ std::variant<GenerateRequest, ApiError> parse(ApiKind kind, std::string_view tex
                                               const Tokenizer& tokenizer,
                                               const RequestLimits& limits) {
   json body;
-  try {
-    body = json::parse(text);
-  } catch (const json::exception& e) {
-    return ApiError{.status = 400, .message = std::string("invalid JSON body: ") + e.what()};
+  if (auto fast = detail::parseJsonFast(text)) {
+    body = std::move(*fast);
+  } else {
+    try {
+      body = json::parse(text);
+    } catch (const json::exception& e) {
+      return ApiError{.status = 400, .message = std::string("invalid JSON body: ") + e.what()};
+    }
   }
   if (!body.is_object()) {
     return ApiError{
