@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <fstream>
 #include <map>
+#include <unordered_map>
 
 #include "base/check.h"
 #include "gateway/exchange.h"
@@ -359,17 +360,25 @@ class Server final : public GatewayServer, public ExchangeHost {
   void onLiveness(std::size_t w, bool lost) {
     choice_->setLost(w, lost);
     if (!lost) return;
-    std::vector<std::pair<std::shared_ptr<Exchange>, std::size_t>> held;
+    struct Held {
+      std::uint64_t dispatch;
+      std::shared_ptr<Exchange> exchange;
+      std::size_t choice;
+    };
+    std::vector<Held> held;
     for (const auto& [id, route] : routes_) {
       if (route.worker != w) continue;
       if (auto exchange = route.exchange.lock())
-        held.emplace_back(std::move(exchange), route.choice);
+        held.push_back({route.dispatch, std::move(exchange), route.choice});
     }
+    // In dispatch order, whatever order the hash table keeps.
+    std::sort(held.begin(), held.end(),
+              [](const Held& a, const Held& b) { return a.dispatch < b.dispatch; });
     const std::string message =
         "worker " + std::to_string(w) + " (" + options_.pool.workers[w].submit +
         ") stopped answering: nothing from it for " +
         std::to_string(options_.pool.worker_timeout.count()) + " ms (--worker-timeout-s)";
-    for (auto& [exchange, c] : held) exchange->onFailure(c, 504, message, /*cancel=*/true);
+    for (auto& h : held) h.exchange->onFailure(h.choice, 504, message, /*cancel=*/true);
   }
 
   /// A decode worker refused a handoff: the prefill worker still holds the KV; release it.
@@ -452,7 +461,7 @@ class Server final : public GatewayServer, public ExchangeHost {
     std::uint64_t dispatch = 0;                 ///< dispatch order of the choice (decode router)
     std::optional<std::size_t> prefill_worker;  ///< disaggregated, after the handoff
   };
-  std::map<std::string, Route> routes_;
+  std::unordered_map<std::string, Route> routes_;
   std::unique_ptr<WorkerChoice> choice_;  // created with the pool
   std::uint64_t next_dispatch_ = 0;
   std::map<const Exchange*, std::shared_ptr<Exchange>> inflight_;  // owns them

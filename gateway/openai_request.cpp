@@ -4,6 +4,7 @@
 
 #include <limits>
 
+#include "gateway/detail/json_fast_parse.h"
 #include "gateway/tokenizer.h"
 
 namespace mocker::gateway {
@@ -109,13 +110,14 @@ std::variant<std::vector<std::uint32_t>, ApiError> tokenIds(const json& list,
   ids.reserve(list.size());
   for (std::size_t i = 0; i < list.size(); ++i) {
     const json& t = list[i];
-    const std::string name = where + "[" + std::to_string(i) + "]";
-    if (!t.is_number_integer()) return wrongType(name, "a token id (integer)", t);
-    if (!t.is_number_unsigned() ||
-        t.get<std::uint64_t>() > std::numeric_limits<std::uint32_t>::max()) {
-      return badRequest(name, "token id must be in [0, 4294967295], got " + t.dump());
+    // The element's name is spelt only for an error (this loop runs once per prompt token).
+    auto name = [&] { return where + "[" + std::to_string(i) + "]"; };
+    if (!t.is_number_integer()) return wrongType(name(), "a token id (integer)", t);
+    const auto* id = t.get_ptr<const json::number_unsigned_t*>();
+    if (id == nullptr || *id > std::numeric_limits<std::uint32_t>::max()) {
+      return badRequest(name(), "token id must be in [0, 4294967295], got " + t.dump());
     }
-    ids.push_back(static_cast<std::uint32_t>(t.get<std::uint64_t>()));
+    ids.push_back(static_cast<std::uint32_t>(*id));
   }
   return ids;
 }
@@ -305,10 +307,14 @@ std::variant<GenerateRequest, ApiError> parse(ApiKind kind, std::string_view tex
                                               const Tokenizer& tokenizer,
                                               const RequestLimits& limits) {
   json body;
-  try {
-    body = json::parse(text);
-  } catch (const json::exception& e) {
-    return ApiError{.status = 400, .message = std::string("invalid JSON body: ") + e.what()};
+  if (auto fast = detail::parseJsonFast(text)) {
+    body = std::move(*fast);
+  } else {
+    try {
+      body = json::parse(text);
+    } catch (const json::exception& e) {
+      return ApiError{.status = 400, .message = std::string("invalid JSON body: ") + e.what()};
+    }
   }
   if (!body.is_object()) {
     return ApiError{

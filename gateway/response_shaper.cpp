@@ -1,23 +1,29 @@
 #include "gateway/response_shaper.h"
 
-#include "gateway/api_error.h"
-
-#include <nlohmann/json.hpp>
-
 #include <algorithm>
 
 #include "base/check.h"
+#include "gateway/api_error.h"
+#include "gateway/detail/json_out.h"
 #include "gateway/tokenizer.h"
 
 namespace mocker::gateway {
 namespace {
 
-using ojson = nlohmann::ordered_json;
+using detail::appendJsonInt;
+using detail::appendJsonKey;
+using detail::appendJsonString;
 
-std::string sse(const ojson& payload) {
-  // Invalid UTF-8 cannot reach here (parsed text and generated text are valid), but never
-  // throw from a dump: replace instead.
-  return "data: " + payload.dump(-1, ' ', false, ojson::error_handler_t::replace) + "\n\n";
+/// Opens an SSE frame ("data: " + JSON + "\n\n"; closeFrame ends it).
+void openFrame(std::string& out) { out += "data: "; }
+void closeFrame(std::string& out) { out += "\n\n"; }
+
+void appendStringOrNull(std::string& out, const std::optional<std::string>& s) {
+  if (s) {
+    appendJsonString(out, *s);
+  } else {
+    out += "null";
+  }
 }
 
 }  // namespace
@@ -29,6 +35,19 @@ ResponseShaper::ResponseShaper(const GenerateRequest& request,
   MOCKER_CHECK(planned_lengths.size() == request_.prompts.size() * request_.n);
   for (const std::uint32_t planned : planned_lengths) choices_.push_back({.planned = planned});
   for (const auto& s : request_.stop) max_stop_len_ = std::max(max_stop_len_, s.size());
+  // Every object this response writes opens with the same id, object, created and model.
+  const bool chat = request_.kind == ApiKind::Chat;
+  head_ = "{\"id\":";
+  appendJsonString(head_, (chat ? "chatcmpl-" : "cmpl-") + identity_.request_id);
+  head_ += ",\"object\":";
+  head_ += !chat             ? "\"text_completion\""
+           : request_.stream ? "\"chat.completion.chunk\""
+                             : "\"chat.completion\"";
+  head_ += ",\"created\":";
+  appendJsonInt(head_, identity_.created);
+  head_ += ",\"model\":";
+  appendJsonString(head_, identity_.model);
+  head_ += ",\"choices\":";
 }
 
 const std::vector<std::uint32_t>& ResponseShaper::prompt(std::size_t c) const {
@@ -39,16 +58,19 @@ std::string ResponseShaper::start() {
   if (!request_.stream || request_.kind != ApiKind::Chat) return {};
   std::string out;
   for (std::size_t c = 0; c < choices_.size(); ++c) {
-    ojson delta = {{"role", "assistant"}, {"content", ""}};
-    ojson choice = {
-        {"index", c}, {"delta", delta}, {"logprobs", nullptr}, {"finish_reason", nullptr}};
-    ojson payload = {{"id", "chatcmpl-" + identity_.request_id},
-                     {"object", "chat.completion.chunk"},
-                     {"created", identity_.created},
-                     {"model", identity_.model},
-                     {"choices", ojson::array({choice})}};
-    if (request_.continuous_usage_stats) payload["usage"] = ojson::parse(usageJson(false));
-    out += sse(payload);
+    openFrame(out);
+    out += head_;
+    out += "[{\"index\":";
+    appendJsonInt(out, static_cast<std::int64_t>(c));
+    out +=
+        ",\"delta\":{\"role\":\"assistant\",\"content\":\"\"},\"logprobs\":null,"
+        "\"finish_reason\":null}]";
+    if (request_.continuous_usage_stats) {
+      out += ",\"usage\":";
+      appendUsage(out, false);
+    }
+    out += '}';
+    closeFrame(out);
   }
   return out;
 }
@@ -87,7 +109,8 @@ ResponseShaper::Step ResponseShaper::onOutput(std::size_t c, std::span<const std
   const std::size_t hold = max_stop_len_ > 0 ? max_stop_len_ - 1 : 0;
   const std::size_t ready = choice.text.size() > hold ? choice.text.size() - hold : 0;
   if (ready > choice.emitted) {
-    step.body = chunk(c, choice.text.substr(choice.emitted, ready - choice.emitted), false);
+    step.body = chunk(
+        c, std::string_view(choice.text).substr(choice.emitted, ready - choice.emitted), false);
     choice.emitted = ready;
   }
   return step;
@@ -109,38 +132,63 @@ std::string ResponseShaper::onFinish(std::size_t c, ChoiceEnd end, const std::st
   }
   if (!request_.stream) return {};
   if (end == ChoiceEnd::Failed && !choice.stop) {
-    ojson error = {
-        {"message", message}, {"type", errorType(status)}, {"param", nullptr}, {"code", status}};
-    return sse(ojson{{"error", error}});
+    std::string out;
+    openFrame(out);
+    out += "{\"error\":{\"message\":";
+    appendJsonString(out, message);
+    out += ",\"type\":";
+    appendJsonString(out, errorType(status));
+    out += ",\"param\":null,\"code\":";
+    appendJsonInt(out, status);
+    out += "}}";
+    closeFrame(out);
+    return out;
   }
-  const std::string rest = choice.text.substr(std::min(choice.emitted, choice.text.size()));
+  const std::string_view rest =
+      std::string_view(choice.text).substr(std::min(choice.emitted, choice.text.size()));
   choice.emitted = choice.text.size();
   return chunk(c, rest, true);
 }
 
-std::string ResponseShaper::chunk(std::size_t c, const std::string& delta, bool final) const {
+std::string ResponseShaper::chunk(std::size_t c, std::string_view delta, bool final) const {
   const Choice& choice = choices_[c];
   const bool chat = request_.kind == ApiKind::Chat;
-  ojson entry = {{"index", c}};
-  if (chat) {
-    entry["delta"] = final && delta.empty() ? ojson::object() : ojson{{"content", delta}};
+  std::string out;
+  out.reserve(head_.size() + delta.size() + 160);
+  openFrame(out);
+  out += head_;
+  out += "[{\"index\":";
+  appendJsonInt(out, static_cast<std::int64_t>(c));
+  if (!chat) {
+    out += ",\"text\":";
+    appendJsonString(out, delta);
+  } else if (final && delta.empty()) {
+    out += ",\"delta\":{}";
   } else {
-    entry["text"] = delta;
+    out += ",\"delta\":{\"content\":";
+    appendJsonString(out, delta);
+    out += '}';
   }
-  entry["logprobs"] = nullptr;
-  entry["finish_reason"] = final ? ojson(choice.finish_reason) : ojson(nullptr);
-  if (final || !chat) entry["stop_reason"] = choice.stop ? ojson(*choice.stop) : ojson(nullptr);
-  ojson payload = {{"id", (chat ? "chatcmpl-" : "cmpl-") + identity_.request_id},
-                   {"object", chat ? "chat.completion.chunk" : "text_completion"},
-                   {"created", identity_.created},
-                   {"model", identity_.model},
-                   {"choices", ojson::array({entry})}};
+  out += ",\"logprobs\":null,\"finish_reason\":";
+  if (final) {
+    appendJsonString(out, choice.finish_reason);
+  } else {
+    out += "null";
+  }
+  if (final || !chat) {
+    out += ",\"stop_reason\":";
+    appendStringOrNull(out, choice.stop);
+  }
+  out += "}]";
   if (request_.continuous_usage_stats) {
-    payload["usage"] = ojson::parse(usageJson(false));
+    out += ",\"usage\":";
+    appendUsage(out, false);
   } else if (!chat) {
-    payload["usage"] = nullptr;
+    out += ",\"usage\":null";
   }
-  return sse(payload);
+  out += '}';
+  closeFrame(out);
+  return out;
 }
 
 std::uint32_t ResponseShaper::promptTokens() const {
@@ -161,69 +209,66 @@ std::uint32_t ResponseShaper::cachedTokens() const {
   return total;
 }
 
-std::string ResponseShaper::usageJson(bool with_details) const {
-  ojson usage = {{"prompt_tokens", promptTokens()},
-                 {"total_tokens", promptTokens() + completionTokens()},
-                 {"completion_tokens", completionTokens()}};
-  if (with_details) usage["prompt_tokens_details"] = {{"cached_tokens", cachedTokens()}};
-  return usage.dump();
+void ResponseShaper::appendUsage(std::string& out, bool with_details) const {
+  const std::uint32_t prompt = promptTokens();
+  const std::uint32_t completion = completionTokens();
+  out += "{\"prompt_tokens\":";
+  appendJsonInt(out, prompt);
+  out += ",\"total_tokens\":";
+  appendJsonInt(out, std::int64_t{prompt} + completion);
+  out += ",\"completion_tokens\":";
+  appendJsonInt(out, completion);
+  if (with_details) {
+    out += ",\"prompt_tokens_details\":{\"cached_tokens\":";
+    appendJsonInt(out, cachedTokens());
+    out += '}';
+  }
+  out += '}';
 }
 
-std::string ResponseShaper::completionBody() const {
-  ojson choices = ojson::array();
+std::string ResponseShaper::body() const {
+  const bool chat = request_.kind == ApiKind::Chat;
+  std::size_t text_bytes = 0;
+  for (const Choice& ch : choices_) text_bytes += ch.text.size();
+  std::string out;
+  out.reserve(head_.size() + text_bytes + choices_.size() * 160 + 160);
+  out += head_;
+  out += '[';
   for (std::size_t c = 0; c < choices_.size(); ++c) {
     const Choice& ch = choices_[c];
-    choices.push_back({{"index", c},
-                       {"text", ch.text},
-                       {"logprobs", nullptr},
-                       {"finish_reason", ch.finish_reason},
-                       {"stop_reason", ch.stop ? ojson(*ch.stop) : ojson(nullptr)},
-                       {"prompt_logprobs", nullptr}});
+    out += c == 0 ? "{" : ",{";
+    appendJsonKey(out, "index");
+    appendJsonInt(out, static_cast<std::int64_t>(c));
+    if (chat) {
+      out += ",\"message\":{\"role\":\"assistant\",\"content\":";
+      appendJsonString(out, ch.text);
+      out += ",\"tool_calls\":[]}";
+    } else {
+      out += ",\"text\":";
+      appendJsonString(out, ch.text);
+    }
+    out += ",\"logprobs\":null,\"finish_reason\":";
+    appendJsonString(out, ch.finish_reason);
+    out += ",\"stop_reason\":";
+    appendStringOrNull(out, ch.stop);
+    out += chat ? "}" : ",\"prompt_logprobs\":null}";
   }
-  ojson body = {{"id", "cmpl-" + identity_.request_id},
-                {"object", "text_completion"},
-                {"created", identity_.created},
-                {"model", identity_.model},
-                {"choices", choices},
-                {"usage", ojson::parse(usageJson(true))}};
-  return body.dump(-1, ' ', false, ojson::error_handler_t::replace);
-}
-
-std::string ResponseShaper::chatBody() const {
-  ojson choices = ojson::array();
-  for (std::size_t c = 0; c < choices_.size(); ++c) {
-    const Choice& ch = choices_[c];
-    ojson message = {{"role", "assistant"}, {"content", ch.text}, {"tool_calls", ojson::array()}};
-    choices.push_back({{"index", c},
-                       {"message", message},
-                       {"logprobs", nullptr},
-                       {"finish_reason", ch.finish_reason},
-                       {"stop_reason", ch.stop ? ojson(*ch.stop) : ojson(nullptr)}});
-  }
-  ojson body = {{"id", "chatcmpl-" + identity_.request_id},
-                {"object", "chat.completion"},
-                {"created", identity_.created},
-                {"model", identity_.model},
-                {"choices", choices},
-                {"usage", ojson::parse(usageJson(true))},
-                {"prompt_logprobs", nullptr}};
-  return body.dump(-1, ' ', false, ojson::error_handler_t::replace);
+  out += "],\"usage\":";
+  appendUsage(out, true);
+  out += chat ? ",\"prompt_logprobs\":null}" : "}";
+  return out;
 }
 
 std::string ResponseShaper::finish() {
-  if (!request_.stream) {
-    return request_.kind == ApiKind::Chat ? chatBody() : completionBody();
-  }
+  if (!request_.stream) return body();
   std::string out;
   if (request_.include_usage) {
-    const bool chat = request_.kind == ApiKind::Chat;
-    ojson payload = {{"id", (chat ? "chatcmpl-" : "cmpl-") + identity_.request_id},
-                     {"object", chat ? "chat.completion.chunk" : "text_completion"},
-                     {"created", identity_.created},
-                     {"model", identity_.model},
-                     {"choices", ojson::array()},
-                     {"usage", ojson::parse(usageJson(true))}};
-    out += sse(payload);
+    openFrame(out);
+    out += head_;
+    out += "[],\"usage\":";
+    appendUsage(out, true);
+    out += '}';
+    closeFrame(out);
   }
   out += "data: [DONE]\n\n";
   return out;

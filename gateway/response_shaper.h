@@ -10,13 +10,16 @@
 //   out += shaper.onFinish(choice, ChoiceEnd::Planned);   // worker ended the stream
 //   if (shaper.done()) out += shaper.finish();            // usage chunk + [DONE], or the JSON
 //
-// Socket-free and clock-free (`created` is given). Not thread-safe: one per request.
+// Bodies are written straight into one string per response (detail/json_out.h: the bytes
+// nlohmann::json would write), not built as JSON trees. Socket-free and clock-free (`created` is
+// given). Not thread-safe: one per request.
 #pragma once
 
 #include <cstdint>
 #include <optional>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "gateway/openai_request.h"
@@ -92,15 +95,15 @@ class ResponseShaper {
     std::optional<std::string> stop;  // the stop string that matched
   };
 
-  std::string chunk(std::size_t c, const std::string& delta, bool final) const;
-  std::string usageJson(bool with_details) const;
+  std::string chunk(std::size_t c, std::string_view delta, bool final) const;
+  void appendUsage(std::string& out, bool with_details) const;
   bool matchStop(Choice& choice, std::size_t searched_from);
-  std::string completionBody() const;
-  std::string chatBody() const;
+  std::string body() const;  ///< the non-streaming response
 
   GenerateRequest request_;
   ResponseIdentity identity_;
   const Tokenizer& tokenizer_;
+  std::string head_;  ///< `{"id":…,"object":…,"created":…,"model":…,"choices":` (JSON)
   std::vector<Choice> choices_;
   std::size_t num_done_ = 0;
   std::size_t max_stop_len_ = 0;

@@ -67,6 +67,9 @@ void WorkerPool::push(Command&& command) {
     std::lock_guard lock(mutex_);
     commands_.push_back(std::move(command));
   }
+  // One wake-up per batch of commands: while the pool has not yet taken the queue, a wake-up is
+  // already on its way (the pool clears the flag before it takes the queue).
+  if (wake_pending_.exchange(true)) return;
   const std::uint64_t one = 1;
   (void)!::write(impl_->wake_fd, &one, sizeof one);
 }
@@ -106,6 +109,7 @@ void WorkerPool::run() {
     }
     std::uint64_t drained = 0;
     (void)!::read(impl.wake_fd, &drained, sizeof drained);
+    wake_pending_.store(false);  // before taking the queue: a later push wakes the next round
     {
       std::lock_guard lock(mutex_);
       commands.swap(commands_);

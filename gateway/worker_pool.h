@@ -1,6 +1,7 @@
 // WorkerPool: the gateway's ZeroMQ side — one service::Client per worker, all owned and polled
 // by one thread of their own (house style: a socket lives on one thread). The I/O thread hands
-// it submits and cancels through a queue (woken by an eventfd); it hands back every message the
+// it submits and cancels through a queue (woken by an eventfd, written once per batch of
+// commands the pool has not taken yet); it hands back every message the
 // workers send, in batches, through `on_events` (called on the pool's thread; the gateway posts
 // them to its I/O thread).
 //
@@ -89,6 +90,7 @@ class WorkerPool final {
   std::atomic<std::size_t> num_ready_{0};
   std::atomic<std::size_t> num_lost_{0};
   std::atomic<bool> stop_{false};
+  std::atomic<bool> wake_pending_{false};  ///< the event fd was written since the last take
   std::mutex mutex_;
   // Guarded by mutex_.
   std::vector<Command> commands_;

@@ -4,6 +4,7 @@
 #include <string>
 #include <variant>
 
+#include "gateway/detail/json_fast_parse.h"
 #include "gateway/openai_request.h"
 #include "gateway/tokenizer.h"
 #include "tests/fuzz/fuzz_checks.h"
@@ -18,6 +19,12 @@ void checkOpenAiRequest(Input input) {
   const bool chat = (input[0] & 1) != 0;
   const gateway::RequestLimits limits{.max_model_len = 2u + (input[0] >> 1) * 64u};
   const std::string body(reinterpret_cast<const char*>(input.data()) + 1, input.size() - 1);
+  // The JSON fast path reads a body exactly as nlohmann does, or leaves it to nlohmann.
+  if (const auto fast = gateway::detail::parseJsonFast(body)) {
+    const auto slow = nlohmann::json::parse(body, nullptr, false);
+    MOCKER_FUZZ_REQUIRE(!slow.is_discarded());
+    MOCKER_FUZZ_REQUIRE(*fast == slow && fast->dump() == slow.dump());
+  }
   const gateway::BuiltinTokenizer tokenizer;
   const auto parsed = chat ? gateway::parseChatRequest(body, tokenizer, limits)
                            : gateway::parseCompletionRequest(body, tokenizer, limits);

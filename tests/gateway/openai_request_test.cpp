@@ -2,8 +2,11 @@
 
 #include <gtest/gtest.h>
 
+#include <nlohmann/json.hpp>
+
 #include <string>
 
+#include "gateway/detail/json_fast_parse.h"
 #include "gateway/output_plan.h"
 #include "gateway/tokenizer.h"
 
@@ -185,6 +188,71 @@ TEST(OutputPlanTest, DrawsSeededLengthsWithinBounds) {
   EXPECT_EQ(planOutputLengths(r, model, 1), planOutputLengths(r, model, 2));
   const auto fixed = planOutputLengths(r, {.mean = 30, .stddev = 0}, 0);
   EXPECT_EQ(fixed, std::vector<std::uint32_t>(8, 30));
+}
+
+/// Same value, same number types (unsigned / signed / float), everywhere inside.
+bool sameJson(const nlohmann::json& a, const nlohmann::json& b) {
+  if (a.type() != b.type() || a.size() != b.size()) return false;
+  if (a.is_object()) {
+    for (auto it = a.begin(); it != a.end(); ++it) {
+      if (!b.contains(it.key()) || !sameJson(it.value(), b.at(it.key()))) return false;
+    }
+    return true;
+  }
+  if (a.is_array()) {
+    for (std::size_t i = 0; i < a.size(); ++i) {
+      if (!sameJson(a[i], b[i])) return false;
+    }
+    return true;
+  }
+  return a == b;
+}
+
+TEST(JsonFastParse, ReadsTheCommonShapeAsNlohmannDoes) {
+  for (const std::string& text : std::vector<std::string>{
+           R"({"prompt": [1000000, 2, 0], "max_tokens": 16, "ignore_eos": true})",
+           R"( {"model":"m","stream":false,"n":null,"seed":-7,"x":-0,"s":"é\u0000"} )",
+           R"({"messages":[{"role":"user","content":[{"type":"text","text":"hi"}]}]})",
+           R"({"a":1,"a":{"b":[[],{}]},"c":999999999999999999,"d":-999999999999999999})",
+           "{}",
+       }) {
+    const auto fast = detail::parseJsonFast(text);
+    const auto slow = nlohmann::json::parse(text, nullptr, false);
+    ASSERT_FALSE(slow.is_discarded()) << text;
+    if (text.find("\\u") != std::string::npos) {
+      EXPECT_FALSE(fast) << text;  // an escape: left to nlohmann
+      continue;
+    }
+    ASSERT_TRUE(fast) << text;
+    EXPECT_TRUE(sameJson(*fast, slow)) << text << " read as " << fast->dump();
+  }
+}
+
+TEST(JsonFastParse, LeavesEverythingElseToNlohmann) {
+  for (const std::string& text : std::vector<std::string>{
+           "",
+           "[1]",
+           "1",
+           "{",
+           "{\"a\":1,}",
+           "{\"a\" 1}",
+           "{\"a\":01}",
+           "{\"a\":1.5}",
+           "{\"a\":1e3}",
+           "{\"a\":-}",
+           "{\"a\":1}x",
+           "{\"a\":\"\\n\"}",
+           "{\"a\":\"\t\"}",
+           "{\"a\":\"\xff\"}",
+           "{\"a\":1234567890123456789}",
+           "{\"a\":tru}",
+           "{\"a\":[1 2]}",
+           "\xef\xbb\xbf{}",
+           std::string(100, '[') + std::string(100, ']'),
+           "{\"a\":" + std::string(70, '[') + std::string(70, ']') + "}",
+       }) {
+    EXPECT_FALSE(detail::parseJsonFast(text)) << text;
+  }
 }
 
 }  // namespace

@@ -6,7 +6,9 @@
 #include <string>
 #include <vector>
 
+#include "gateway/detail/json_out.h"
 #include "gateway/tokenizer.h"
+#include "tools/replay/random.h"
 
 namespace mocker::gateway {
 namespace {
@@ -183,6 +185,199 @@ TEST_F(ResponseShaperTest, AnErrorFrameCarriesTheFailuresStatus) {
   ASSERT_EQ(f.size(), 1u);
   EXPECT_EQ(f[0]["error"]["code"], 503);
   EXPECT_EQ(f[0]["error"]["type"], "ServiceUnavailableError");
+}
+
+TEST(JsonOut, StringsAreWrittenAsNlohmannWritesThem) {
+  // Every byte value, valid multi-byte UTF-8 and invalid sequences (truncated, overlong,
+  // surrogates, stray continuations), at random: the same bytes as nlohmann's dump.
+  const std::vector<std::string> pieces = {"a",
+                                           "\"",
+                                           "\\",
+                                           "\x7f",
+                                           "\xc3\xa9",
+                                           "\xe2\x82\xac",
+                                           "\xf0\x9f\x98\x80",
+                                           "\xc3",
+                                           "\xe2\x82",
+                                           "\xc0\xaf",
+                                           "\xed\xa0\x80",
+                                           "\x80",
+                                           "\xff",
+                                           "\xf4\x90\x80\x80"};
+  replay::SplitMix64 rng(7);
+  for (int round = 0; round < 2000; ++round) {
+    std::string s;
+    const auto n = rng.uniformIndex(8);
+    for (std::uint64_t i = 0; i < n; ++i) {
+      if (rng.uniformIndex(2) == 0) {
+        s += static_cast<char>(rng.uniformIndex(256));
+      } else {
+        s += pieces[rng.uniformIndex(pieces.size())];
+      }
+    }
+    std::string out = "x";
+    detail::appendJsonString(out, s);
+    EXPECT_EQ(out, "x" + json(s).dump(-1, ' ', false, json::error_handler_t::replace));
+  }
+  std::string ints;
+  detail::appendJsonInt(ints, -42);
+  detail::appendJsonInt(ints, 1700000000123);
+  EXPECT_EQ(ints, "-421700000000123");
+}
+
+/// Every byte the shaper writes, for each response shape, pinned: the hand-written JSON must stay
+/// exactly what the nlohmann-built bodies were (key order, escaping, invalid UTF-8 replaced).
+std::string everything(ResponseShaper& s, const std::vector<std::vector<std::uint32_t>>& outputs,
+                       bool fail_last) {
+  std::string all = s.start();
+  for (std::size_t c = 0; c < s.numChoices(); ++c) {
+    all += "|";
+    for (const auto& tokens : outputs) all += s.onOutput(c, tokens, 3).body + "|";
+    const bool fail = fail_last && c + 1 == s.numChoices();
+    all += s.onFinish(c, fail ? ChoiceEnd::Failed : ChoiceEnd::Planned, "bad \xff\"byte\x01", 503);
+  }
+  return all + "|" + s.finish();
+}
+
+TEST(ResponseShaperBytes, EveryShapeIsPinnedByteForByte) {
+  BuiltinTokenizer tokenizer;
+  const ResponseIdentity id{.request_id = "r\t\"1\"", .model = "m\\é\x7f", .created = 1700000000};
+  const std::vector<std::vector<std::uint32_t>> out{{5, 0x22}, {0xabc}, {6}};
+  auto shape = [&](GenerateRequest r, std::vector<std::uint32_t> planned, bool fail) {
+    ResponseShaper s(r, std::move(planned), id, tokenizer);
+    return everything(s, out, fail);
+  };
+  const std::vector<std::vector<std::uint32_t>> prompts{{1, 2}, {3}};
+  EXPECT_EQ(shape({.prompts = prompts, .max_tokens = 4, .n = 2, .stop = {" tabc", "\"\n"}},
+                  {4, 4, 4, 4}, false),
+            "|||||||||||||||||{\"id\":\"cmpl-r\\t\\\"1\\\"\",\"object\":\"text_completion\",\"cre"
+            "ated\":1700000000,\"model\":\"m\\\\\xc3\xa9\x7f\",\"choices\":[{\"index\":0,\"text\""
+            ":\" t5 t22\",\"logprobs\":null,\"finish_reason\":\"stop\",\"stop_reason\":\" tabc\","
+            "\"prompt_logprobs\":null},{\"index\":1,\"text\":\" t5 t22\",\"logprobs\":null,\"fini"
+            "sh_reason\":\"stop\",\"stop_reason\":\" tabc\",\"prompt_logprobs\":null},{\"index\":"
+            "2,\"text\":\" t5 t22\",\"logprobs\":null,\"finish_reason\":\"stop\",\"stop_reason\":"
+            "\" tabc\",\"prompt_logprobs\":null},{\"index\":3,\"text\":\" t5 t22\",\"logprobs\":n"
+            "ull,\"finish_reason\":\"stop\",\"stop_reason\":\" tabc\",\"prompt_logprobs\":null}],"
+            "\"usage\":{\"prompt_tokens\":3,\"total_tokens\":15,\"completion_tokens\":12,\"prompt"
+            "_tokens_details\":{\"cached_tokens\":6}}}");
+  EXPECT_EQ(shape({.kind = ApiKind::Chat, .prompts = {{1}}, .max_tokens = 9}, {9}, false),
+            "|||||{\"id\":\"chatcmpl-r\\t\\\"1\\\"\",\"object\":\"chat.completion\",\"created\":1"
+            "700000000,\"model\":\"m\\\\\xc3\xa9\x7f\",\"choices\":[{\"index\":0,\"message\":{\"r"
+            "ole\":\"assistant\",\"content\":\" t5 t22 tabc t6\",\"tool_calls\":[]},\"logprobs\":"
+            "null,\"finish_reason\":\"stop\",\"stop_reason\":null}],\"usage\":{\"prompt_tokens\":"
+            "1,\"total_tokens\":5,\"completion_tokens\":4,\"prompt_tokens_details\":{\"cached_tok"
+            "ens\":3}},\"prompt_logprobs\":null}");
+  EXPECT_EQ(shape({.kind = ApiKind::Chat,
+                   .prompts = {{1}},
+                   .max_tokens = 4,
+                   .n = 2,
+                   .stream = true,
+                   .include_usage = true,
+                   .continuous_usage_stats = true,
+                   .stop = {" t6"}},
+                  {4, 4}, true),
+            "data: {\"id\":\"chatcmpl-r\\t\\\"1\\\"\",\"object\":\"chat.completion.chunk\",\"crea"
+            "ted\":1700000000,\"model\":\"m\\\\\xc3\xa9\x7f\",\"choices\":[{\"index\":0,\"delta\""
+            ":{\"role\":\"assistant\",\"content\":\"\"},\"logprobs\":null,\"finish_reason\":null}"
+            "],\"usage\":{\"prompt_tokens\":1,\"total_tokens\":1,\"completion_tokens\":0}}\n\ndat"
+            "a: {\"id\":\"chatcmpl-r\\t\\\"1\\\"\",\"object\":\"chat.completion.chunk\",\"created"
+            "\":1700000000,\"model\":\"m\\\\\xc3\xa9\x7f\",\"choices\":[{\"index\":1,\"delta\":{"
+            "\"role\":\"assistant\",\"content\":\"\"},\"logprobs\":null,\"finish_reason\":null}],"
+            "\"usage\":{\"prompt_tokens\":1,\"total_tokens\":1,\"completion_tokens\":0}}\n\n|data"
+            ": {\"id\":\"chatcmpl-r\\t\\\"1\\\"\",\"object\":\"chat.completion.chunk\",\"created"
+            "\":1700000000,\"model\":\"m\\\\\xc3\xa9\x7f\",\"choices\":[{\"index\":0,\"delta\":{"
+            "\"content\":\" t5 t\"},\"logprobs\":null,\"finish_reason\":null}],\"usage\":{\"promp"
+            "t_tokens\":1,\"total_tokens\":3,\"completion_tokens\":2}}\n\n|data: {\"id\":\"chatcm"
+            "pl-r\\t\\\"1\\\"\",\"object\":\"chat.completion.chunk\",\"created\":1700000000,\"mod"
+            "el\":\"m\\\\\xc3\xa9\x7f\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"22 ta"
+            "\"},\"logprobs\":null,\"finish_reason\":null}],\"usage\":{\"prompt_tokens\":1,\"tota"
+            "l_tokens\":4,\"completion_tokens\":3}}\n\n|data: {\"id\":\"chatcmpl-r\\t\\\"1\\\"\","
+            "\"object\":\"chat.completion.chunk\",\"created\":1700000000,\"model\":\"m\\\\\xc3"
+            "\xa9\x7f\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"bc\"},\"logprobs\":nul"
+            "l,\"finish_reason\":\"stop\",\"stop_reason\":\" t6\"}],\"usage\":{\"prompt_tokens\":"
+            "1,\"total_tokens\":5,\"completion_tokens\":4}}\n\n||data: {\"id\":\"chatcmpl-r\\t\\"
+            "\"1\\\"\",\"object\":\"chat.completion.chunk\",\"created\":1700000000,\"model\":\"m"
+            "\\\\\xc3\xa9\x7f\",\"choices\":[{\"index\":1,\"delta\":{\"content\":\" t5 t\"},\"log"
+            "probs\":null,\"finish_reason\":null}],\"usage\":{\"prompt_tokens\":1,\"total_tokens"
+            "\":7,\"completion_tokens\":6}}\n\n|data: {\"id\":\"chatcmpl-r\\t\\\"1\\\"\",\"object"
+            "\":\"chat.completion.chunk\",\"created\":1700000000,\"model\":\"m\\\\\xc3\xa9\x7f\","
+            "\"choices\":[{\"index\":1,\"delta\":{\"content\":\"22 ta\"},\"logprobs\":null,\"fini"
+            "sh_reason\":null}],\"usage\":{\"prompt_tokens\":1,\"total_tokens\":8,\"completion_to"
+            "kens\":7}}\n\n|data: {\"id\":\"chatcmpl-r\\t\\\"1\\\"\",\"object\":\"chat.completion"
+            ".chunk\",\"created\":1700000000,\"model\":\"m\\\\\xc3\xa9\x7f\",\"choices\":[{\"inde"
+            "x\":1,\"delta\":{\"content\":\"bc\"},\"logprobs\":null,\"finish_reason\":\"stop\",\""
+            "stop_reason\":\" t6\"}],\"usage\":{\"prompt_tokens\":1,\"total_tokens\":9,\"completi"
+            "on_tokens\":8}}\n\n||data: {\"id\":\"chatcmpl-r\\t\\\"1\\\"\",\"object\":\"chat.comp"
+            "letion.chunk\",\"created\":1700000000,\"model\":\"m\\\\\xc3\xa9\x7f\",\"choices\":[]"
+            ",\"usage\":{\"prompt_tokens\":1,\"total_tokens\":9,\"completion_tokens\":8,\"prompt_"
+            "tokens_details\":{\"cached_tokens\":3}}}\n\ndata: [DONE]\n\n");
+  EXPECT_EQ(
+      shape({.prompts = prompts, .max_tokens = 4, .stream = true, .stop = {"t2 t"}}, {4, 4}, false),
+      "|data: {\"id\":\"cmpl-r\\t\\\"1\\\"\",\"object\":\"text_completion\",\"created\":170"
+      "0000000,\"model\":\"m\\\\\xc3\xa9\x7f\",\"choices\":[{\"index\":0,\"text\":\" t5 \","
+      "\"logprobs\":null,\"finish_reason\":null,\"stop_reason\":null}],\"usage\":null}\n\n|"
+      "data: {\"id\":\"cmpl-r\\t\\\"1\\\"\",\"object\":\"text_completion\",\"created\":1700"
+      "000000,\"model\":\"m\\\\\xc3\xa9\x7f\",\"choices\":[{\"index\":0,\"text\":\"t22 t\","
+      "\"logprobs\":null,\"finish_reason\":null,\"stop_reason\":null}],\"usage\":null}\n\n|"
+      "data: {\"id\":\"cmpl-r\\t\\\"1\\\"\",\"object\":\"text_completion\",\"created\":1700"
+      "000000,\"model\":\"m\\\\\xc3\xa9\x7f\",\"choices\":[{\"index\":0,\"text\":\"abc\",\""
+      "logprobs\":null,\"finish_reason\":null,\"stop_reason\":null}],\"usage\":null}\n\n|da"
+      "ta: {\"id\":\"cmpl-r\\t\\\"1\\\"\",\"object\":\"text_completion\",\"created\":170000"
+      "0000,\"model\":\"m\\\\\xc3\xa9\x7f\",\"choices\":[{\"index\":0,\"text\":\" t6\",\"lo"
+      "gprobs\":null,\"finish_reason\":\"length\",\"stop_reason\":null}],\"usage\":null}\n"
+      "\n|data: {\"id\":\"cmpl-r\\t\\\"1\\\"\",\"object\":\"text_completion\",\"created\":1"
+      "700000000,\"model\":\"m\\\\\xc3\xa9\x7f\",\"choices\":[{\"index\":1,\"text\":\" t5 "
+      "\",\"logprobs\":null,\"finish_reason\":null,\"stop_reason\":null}],\"usage\":null}\n"
+      "\n|data: {\"id\":\"cmpl-r\\t\\\"1\\\"\",\"object\":\"text_completion\",\"created\":1"
+      "700000000,\"model\":\"m\\\\\xc3\xa9\x7f\",\"choices\":[{\"index\":1,\"text\":\"t22 t"
+      "\",\"logprobs\":null,\"finish_reason\":null,\"stop_reason\":null}],\"usage\":null}\n"
+      "\n|data: {\"id\":\"cmpl-r\\t\\\"1\\\"\",\"object\":\"text_completion\",\"created\":1"
+      "700000000,\"model\":\"m\\\\\xc3\xa9\x7f\",\"choices\":[{\"index\":1,\"text\":\"abc\""
+      ",\"logprobs\":null,\"finish_reason\":null,\"stop_reason\":null}],\"usage\":null}\n\n"
+      "|data: {\"id\":\"cmpl-r\\t\\\"1\\\"\",\"object\":\"text_completion\",\"created\":170"
+      "0000000,\"model\":\"m\\\\\xc3\xa9\x7f\",\"choices\":[{\"index\":1,\"text\":\" t6\","
+      "\"logprobs\":null,\"finish_reason\":\"length\",\"stop_reason\":null}],\"usage\":null"
+      "}\n\n|data: [DONE]\n\n");
+  EXPECT_EQ(
+      shape({.prompts = {{1}}, .max_tokens = 4, .stream = true, .include_usage = true}, {4}, false),
+      "|data: {\"id\":\"cmpl-r\\t\\\"1\\\"\",\"object\":\"text_completion\",\"created\":170"
+      "0000000,\"model\":\"m\\\\\xc3\xa9\x7f\",\"choices\":[{\"index\":0,\"text\":\" t5 t22"
+      "\",\"logprobs\":null,\"finish_reason\":null,\"stop_reason\":null}],\"usage\":null}\n"
+      "\n|data: {\"id\":\"cmpl-r\\t\\\"1\\\"\",\"object\":\"text_completion\",\"created\":1"
+      "700000000,\"model\":\"m\\\\\xc3\xa9\x7f\",\"choices\":[{\"index\":0,\"text\":\" tabc"
+      "\",\"logprobs\":null,\"finish_reason\":null,\"stop_reason\":null}],\"usage\":null}\n"
+      "\n|data: {\"id\":\"cmpl-r\\t\\\"1\\\"\",\"object\":\"text_completion\",\"created\":1"
+      "700000000,\"model\":\"m\\\\\xc3\xa9\x7f\",\"choices\":[{\"index\":0,\"text\":\" t6\""
+      ",\"logprobs\":null,\"finish_reason\":null,\"stop_reason\":null}],\"usage\":null}\n\n"
+      "|data: {\"id\":\"cmpl-r\\t\\\"1\\\"\",\"object\":\"text_completion\",\"created\":170"
+      "0000000,\"model\":\"m\\\\\xc3\xa9\x7f\",\"choices\":[{\"index\":0,\"text\":\"\",\"lo"
+      "gprobs\":null,\"finish_reason\":\"length\",\"stop_reason\":null}],\"usage\":null}\n"
+      "\n|data: {\"id\":\"cmpl-r\\t\\\"1\\\"\",\"object\":\"text_completion\",\"created\":1"
+      "700000000,\"model\":\"m\\\\\xc3\xa9\x7f\",\"choices\":[],\"usage\":{\"prompt_tokens"
+      "\":1,\"total_tokens\":5,\"completion_tokens\":4,\"prompt_tokens_details\":{\"cached_"
+      "tokens\":3}}}\n\ndata: [DONE]\n\n");
+  EXPECT_EQ(shape({.prompts = {{1}}, .max_tokens = 4}, {4}, true),
+            "|||||{\"id\":\"cmpl-r\\t\\\"1\\\"\",\"object\":\"text_completion\",\"created\":17000"
+            "00000,\"model\":\"m\\\\\xc3\xa9\x7f\",\"choices\":[{\"index\":0,\"text\":\" t5 t22 t"
+            "abc t6\",\"logprobs\":null,\"finish_reason\":\"error\",\"stop_reason\":null,\"prompt"
+            "_logprobs\":null}],\"usage\":{\"prompt_tokens\":1,\"total_tokens\":5,\"completion_to"
+            "kens\":4,\"prompt_tokens_details\":{\"cached_tokens\":3}}}");
+  EXPECT_EQ(
+      shape({.kind = ApiKind::Chat, .prompts = {{1}}, .max_tokens = 4, .stream = true}, {4}, true),
+      "data: {\"id\":\"chatcmpl-r\\t\\\"1\\\"\",\"object\":\"chat.completion.chunk\",\"crea"
+      "ted\":1700000000,\"model\":\"m\\\\\xc3\xa9\x7f\",\"choices\":[{\"index\":0,\"delta\""
+      ":{\"role\":\"assistant\",\"content\":\"\"},\"logprobs\":null,\"finish_reason\":null}"
+      "]}\n\n|data: {\"id\":\"chatcmpl-r\\t\\\"1\\\"\",\"object\":\"chat.completion.chunk\""
+      ",\"created\":1700000000,\"model\":\"m\\\\\xc3\xa9\x7f\",\"choices\":[{\"index\":0,\""
+      "delta\":{\"content\":\" t5 t22\"},\"logprobs\":null,\"finish_reason\":null}]}\n\n|da"
+      "ta: {\"id\":\"chatcmpl-r\\t\\\"1\\\"\",\"object\":\"chat.completion.chunk\",\"create"
+      "d\":1700000000,\"model\":\"m\\\\\xc3\xa9\x7f\",\"choices\":[{\"index\":0,\"delta\":{"
+      "\"content\":\" tabc\"},\"logprobs\":null,\"finish_reason\":null}]}\n\n|data: {\"id\""
+      ":\"chatcmpl-r\\t\\\"1\\\"\",\"object\":\"chat.completion.chunk\",\"created\":1700000"
+      "000,\"model\":\"m\\\\\xc3\xa9\x7f\",\"choices\":[{\"index\":0,\"delta\":{\"content\""
+      ":\" t6\"},\"logprobs\":null,\"finish_reason\":null}]}\n\n|data: {\"error\":{\"messag"
+      "e\":\"bad \xef\xbf\xbd\\\"byte\\u0001\",\"type\":\"ServiceUnavailableError\",\"param"
+      "\":null,\"code\":503}}\n\n|data: [DONE]\n\n");
 }
 
 }  // namespace
