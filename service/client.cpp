@@ -6,6 +6,7 @@
 #include <random>
 #include <zmq.hpp>
 
+#include "service/connection_monitor.h"
 #include "service/security.h"
 #include "service/zmq_io.h"
 
@@ -18,7 +19,8 @@ struct Client::Impl {
   std::string routing_id;
   bool has_cancel = true;  ///< false: `cancel` was never connected (no cancel endpoint given)
   bool nonblocking_send = false;
-  std::vector<zmq::message_t> parts;  // receive scratch
+  std::vector<zmq::message_t> parts;           // receive scratch
+  std::unique_ptr<ConnectionMonitor> monitor;  // watch_connection only
 
   // Sends one single-frame message; `what` names the message in errors.
   Status sendOn(zmq::socket_t& socket, std::span<const std::byte> payload, const char* what);
@@ -86,6 +88,11 @@ Result<std::unique_ptr<Client>> Client::connect(ClientOptions options) {
     impl->submit.set(zmq::sockopt::rcvbuf, options.rcvbuf);
     impl->submit.connect(options.submit_endpoint);
     if (impl->has_cancel) impl->cancel.connect(options.cancel_endpoint);
+    if (options.watch_connection) {
+      MOCKER_TRY(impl->monitor,
+                 ConnectionMonitor::create(impl->context, impl->submit, "client-submit",
+                                           ZMQ_EVENT_DISCONNECTED | ZMQ_EVENT_HANDSHAKE_SUCCEEDED));
+    }
   } catch (const zmq::error_t& e) {
     return Error{ErrorCode::IoError, std::string("client connect: ") + e.what()};
   }
@@ -156,15 +163,32 @@ Result<std::optional<protocol::ClientMessage>> Client::receive(std::chrono::mill
   return std::optional<protocol::ClientMessage>();
 }
 
+std::vector<ConnectionEvent> Client::takeConnectionEvents() {
+  std::vector<ConnectionEvent> out;
+  if (!impl_->monitor) return out;
+  std::vector<std::pair<std::uint16_t, std::uint32_t>> events;
+  impl_->monitor->drainEvents(events);
+  for (const auto& [event, value] : events) {
+    if (event == ZMQ_EVENT_DISCONNECTED) out.push_back(ConnectionEvent::Closed);
+    if (event == ZMQ_EVENT_HANDSHAKE_SUCCEEDED) out.push_back(ConnectionEvent::Connected);
+  }
+  return out;
+}
+
 Result<std::vector<std::size_t>> Client::waitReadable(std::span<Client* const> clients,
                                                       std::chrono::milliseconds timeout,
                                                       int wake_fd) {
   std::vector<zmq::pollitem_t> items;
-  items.reserve(clients.size() * 2 + 1);
-  for (Client* c : clients) {
+  items.reserve(clients.size() * 3 + 1);
+  std::vector<std::size_t> first(clients.size() + 1, 0);  // client i: items [first[i], first[i+1])
+  for (std::size_t i = 0; i < clients.size(); ++i) {
+    Client* c = clients[i];
+    first[i] = items.size();
     items.push_back({c->impl_->cancel.handle(), 0, ZMQ_POLLIN, 0});
     items.push_back({c->impl_->submit.handle(), 0, ZMQ_POLLIN, 0});
+    if (c->impl_->monitor) items.push_back({c->impl_->monitor->pollHandle(), 0, ZMQ_POLLIN, 0});
   }
+  first[clients.size()] = items.size();
   if (wake_fd >= 0) items.push_back({nullptr, wake_fd, ZMQ_POLLIN, 0});
   std::vector<std::size_t> ready;
   try {
@@ -173,7 +197,12 @@ Result<std::vector<std::size_t>> Client::waitReadable(std::span<Client* const> c
     return Error{ErrorCode::IoError, std::string("poll: ") + e.what()};
   }
   for (std::size_t i = 0; i < clients.size(); ++i) {
-    if ((items[2 * i].revents | items[2 * i + 1].revents) & ZMQ_POLLIN) ready.push_back(i);
+    for (std::size_t k = first[i]; k < first[i + 1]; ++k) {
+      if (items[k].revents & ZMQ_POLLIN) {
+        ready.push_back(i);
+        break;
+      }
+    }
   }
   return ready;
 }

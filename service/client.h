@@ -17,6 +17,7 @@
 #pragma once
 
 #include <chrono>
+#include <cstdint>
 #include <memory>
 #include <optional>
 #include <span>
@@ -49,6 +50,16 @@ struct ClientOptions {
   std::string curve_server_key;
   std::string curve_public_key;
   std::string curve_secret_key;
+  /// Watch the submit connection (a ZeroMQ socket monitor): takeConnectionEvents() then reports
+  /// when it closed (the service went away) and when a handshake with the service succeeded
+  /// again (it came back), and waitReadable() wakes for those events too.
+  bool watch_connection = false;
+};
+
+/// What happened to a watched submit connection (ClientOptions::watch_connection).
+enum class ConnectionEvent : std::uint8_t {
+  Closed,     ///< the connection closed (ZMQ_EVENT_DISCONNECTED); ZeroMQ keeps reconnecting
+  Connected,  ///< a handshake with the service succeeded (ZMQ_EVENT_HANDSHAKE_SUCCEEDED)
 };
 
 class Client final {
@@ -72,11 +83,15 @@ class Client final {
   /// A message that is not exactly one frame, or does not decode, is an error.
   Result<std::optional<protocol::ClientMessage>> receive(std::chrono::milliseconds timeout);
 
+  /// The watched submit connection's events since the last call, in order (empty without
+  /// ClientOptions::watch_connection). Non-blocking.
+  std::vector<ConnectionEvent> takeConnectionEvents();
+
   /// Waits up to `timeout` (0 = just check) until at least one of `clients` has a message to
   /// receive; returns the indices (into `clients`) of those that do, ascending — empty on
-  /// timeout. `wake_fd` (>= 0: e.g. a timerfd) also ends the wait when it becomes readable,
-  /// so a caller can wake at a sub-millisecond time; the caller reads it. REQUIRES: non-null
-  /// pointers.
+  /// timeout; a watched connection's event counts as readable. `wake_fd` (>= 0: e.g. a timerfd)
+  /// also ends the wait when it becomes readable, so a caller can wake at a sub-millisecond time;
+  /// the caller reads it. REQUIRES: non-null pointers.
   static Result<std::vector<std::size_t>> waitReadable(std::span<Client* const> clients,
                                                        std::chrono::milliseconds timeout,
                                                        int wake_fd = -1);

@@ -12,13 +12,14 @@ namespace mocker::service {
 
 Result<std::unique_ptr<ConnectionMonitor>> ConnectionMonitor::create(zmq::context_t& context,
                                                                      zmq::socket_t& watched,
-                                                                     const std::string& name) {
+                                                                     const std::string& name,
+                                                                     int event_mask) {
   // Unique in the process: several servers may share one context (a fleet), and an inproc
   // name is bound once per context.
   static std::atomic<std::uint64_t> next_id{0};
   const std::string endpoint =
       "inproc://mocker-monitor-" + name + "-" + std::to_string(next_id.fetch_add(1));
-  if (zmq_socket_monitor(watched.handle(), endpoint.c_str(), ZMQ_EVENT_DISCONNECTED) != 0) {
+  if (zmq_socket_monitor(watched.handle(), endpoint.c_str(), event_mask) != 0) {
     return Error{ErrorCode::IoError,
                  "connection monitor '" + name + "': " + zmq_strerror(zmq_errno())};
   }
@@ -32,7 +33,7 @@ Result<std::unique_ptr<ConnectionMonitor>> ConnectionMonitor::create(zmq::contex
   }
 }
 
-void ConnectionMonitor::drainClosed(std::vector<int>& fds) {
+void ConnectionMonitor::drainEvents(std::vector<std::pair<std::uint16_t, std::uint32_t>>& events) {
   std::vector<zmq::message_t> parts;
   while (tryRecvMultipart(events_, parts) == RecvOutcome::Received) {
     // Frame 0: u16 event, u32 value (the descriptor for DISCONNECTED), native byte order.
@@ -41,6 +42,14 @@ void ConnectionMonitor::drainClosed(std::vector<int>& fds) {
     std::uint32_t value = 0;
     std::memcpy(&event, parts[0].data(), sizeof event);
     std::memcpy(&value, static_cast<const char*>(parts[0].data()) + 2, sizeof value);
+    events.emplace_back(event, value);
+  }
+}
+
+void ConnectionMonitor::drainClosed(std::vector<int>& fds) {
+  std::vector<std::pair<std::uint16_t, std::uint32_t>> events;
+  drainEvents(events);
+  for (const auto& [event, value] : events) {
     if (event == ZMQ_EVENT_DISCONNECTED) fds.push_back(static_cast<int>(value));
   }
 }

@@ -16,6 +16,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 #include <zmq.hpp>
 
@@ -25,10 +26,12 @@ namespace mocker::service {
 
 class ConnectionMonitor final {
  public:
-  /// Starts monitoring `watched` (inproc://mocker-monitor-<name> in `context`).
+  /// Starts monitoring `watched` (inproc://mocker-monitor-<name> in `context`) for the
+  /// ZMQ_EVENT_* of `events` (default: closed connections only).
   static Result<std::unique_ptr<ConnectionMonitor>> create(zmq::context_t& context,
                                                            zmq::socket_t& watched,
-                                                           const std::string& name);
+                                                           const std::string& name,
+                                                           int events = ZMQ_EVENT_DISCONNECTED);
   ConnectionMonitor(const ConnectionMonitor&) = delete;
   ConnectionMonitor& operator=(const ConnectionMonitor&) = delete;
 
@@ -37,6 +40,9 @@ class ConnectionMonitor final {
 
   /// Appends the descriptors of the connections that closed since the last call (non-blocking).
   void drainClosed(std::vector<int>& fds);
+
+  /// Appends every event reported since the last call (non-blocking): ZMQ_EVENT_* and its value.
+  void drainEvents(std::vector<std::pair<std::uint16_t, std::uint32_t>>& events);
 
  private:
   explicit ConnectionMonitor(zmq::socket_t&& events) : events_(std::move(events)) {}

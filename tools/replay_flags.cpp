@@ -341,6 +341,36 @@ void registerLiveDisaggFlags(CLI::App& cmd, ReplayFlags& f) {
       ->group(live_disagg_group);
 }
 
+/// Live: when a server counts as down and gets no more requests (worker_health.h).
+void registerWorkerHealthFlags(CLI::App& cmd, ReplayFlags& f) {
+  const char* group = "Live: workers that fail";
+  cmd.add_flag("--worker-health,!--no-worker-health", f.worker_health,
+               std::string("route around servers that are down: a server is suspect when its "
+                           "connection closed or a request had no ack in time, down when it "
+                           "stays suspect too long or holds work and streams nothing; it then "
+                           "gets no new request and the requests it holds end failed") +
+                   flagDefault(true))
+      ->group(group);
+  cmd.add_option("--worker-ack-timeout-ms", f.worker_ack_timeout_ms,
+                 "a server that has not acknowledged a request within this long is suspect "
+                 "(0 = off; any message from it clears it)")
+      ->check(atLeast(0))
+      ->capture_default_str()
+      ->group(group);
+  cmd.add_option("--worker-down-after-ms", f.worker_down_after_ms,
+                 "a suspect server is declared down after this long (a closed connection is "
+                 "cleared only by a new handshake: a server back on the endpoint)")
+      ->check(atLeast(0))
+      ->capture_default_str()
+      ->group(group);
+  cmd.add_option("--worker-stall-timeout-ms", f.worker_stall_timeout_ms,
+                 "a server that holds requests and has sent no output for any of them for this "
+                 "long is hung: declared down at once, for the rest of the run (0 = off)")
+      ->check(atLeast(0))
+      ->capture_default_str()
+      ->group(group);
+}
+
 /// Live: CURVE, timeouts, stats polling; and the progress bar.
 void registerLiveConnectionFlags(CLI::App& cmd, ReplayFlags& f) {
   auto* curve_server =
@@ -372,6 +402,8 @@ void registerLiveConnectionFlags(CLI::App& cmd, ReplayFlags& f) {
       ->check(atLeast(0))
       ->capture_default_str()
       ->group(kLiveGroup);
+
+  registerWorkerHealthFlags(cmd, f);
 
   cmd.add_flag("--progress,!--no-progress", f.progress,
                std::string("progress bar on stderr (only on a terminal, after one second)") +

@@ -48,6 +48,11 @@ struct ReplayFlags {
   double request_timeout_s = 600.0;   ///< live: cancel a request after this long
   double connect_timeout_s = 10.0;    ///< live: start-up handshake with every server
   double stats_interval_ms = 1000.0;  ///< live: `stats` poll period, 0 = off
+  // Live: worker health (tools/replay/worker_health.h).
+  bool worker_health = true;
+  double worker_ack_timeout_ms = 5000.0;
+  double worker_down_after_ms = 2000.0;
+  double worker_stall_timeout_ms = 30'000.0;
   // Trace options.
   std::uint32_t trace_block_size = 512;
   double arrival_speedup_ratio = 1.0;

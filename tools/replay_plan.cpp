@@ -166,7 +166,9 @@ Result<std::vector<replay::LiveTarget>> serverTargets(const std::vector<std::str
 /// role for a disaggregated run), the router, and the flags of the other mode refused.
 Status planOffline(const ReplayFlags& f, const GivenFlags& given, ReplayPlan& plan) {
   for (const char* flag : {"--connect-cancel", "--curve-server-key-file", "--curve-secret-key-file",
-                           "--connect-kv-events", "--connect-kv-replay", "--router-block-size"}) {
+                           "--connect-kv-events", "--connect-kv-replay", "--router-block-size",
+                           "--worker-health", "--no-worker-health", "--worker-ack-timeout-ms",
+                           "--worker-down-after-ms", "--worker-stall-timeout-ms"}) {
     if (given.contains(flag)) return invalidArgument(std::string(flag) + " is for --mode live");
   }
   auto config = resolveServeConfig(f.serve, ConfigUse::EngineOnly);
@@ -256,6 +258,10 @@ Status planLive(const ReplayFlags& f, const GivenFlags& given, ReplayPlan& plan)
       .connect_timeout_ms = f.connect_timeout_s * 1000.0,
       .stats_interval_ms = f.stats_interval_ms,
   };
+  options.worker_health = {.enabled = f.worker_health,
+                           .ack_timeout_ms = f.worker_ack_timeout_ms,
+                           .down_after_ms = f.worker_down_after_ms,
+                           .stall_timeout_ms = f.worker_stall_timeout_ms};
   if (f.connect.empty()) {
     return invalidArgument("live mode needs --connect tcp://HOST:PORT (a running `mocker serve`)");
   }

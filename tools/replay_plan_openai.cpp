@@ -36,6 +36,11 @@ constexpr const char* kNotWithOpenAi[] = {
     "--prefill-config",
     "--decode-config",
     "--stats-interval-ms",
+    "--worker-health",
+    "--no-worker-health",
+    "--worker-ack-timeout-ms",
+    "--worker-down-after-ms",
+    "--worker-stall-timeout-ms",
 };
 
 /// The key of --api-key-file: its first line without surrounding whitespace.

@@ -123,6 +123,10 @@ Result<RunSummary> runLive(const replay::LiveReplayOptions& planned, bool closed
   summary.warnings.insert(summary.warnings.end(), timing.warnings.begin(), timing.warnings.end());
   std::ostringstream line;
   line << liveServerLines(options, stats, closed_loop) << timing.text;
+  if (!stats.health.empty() || stats.failed_by_down + stats.no_worker > 0) {
+    line << replay::formatWorkerHealth(options.worker_health, stats.health, stats.failed_by_down,
+                                       stats.no_worker);
+  }
   if (stats.submit_rejects + stats.timeouts + stats.send_failures + stats.error_replies +
           stats.undecodable + stats.index_gaps >
       0) {

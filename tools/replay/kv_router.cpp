@@ -224,6 +224,7 @@ std::uint32_t KvCostRouter::select(std::span<const std::uint64_t> hashes,
   MOCKER_CHECK(overlaps.size() == costs_.size());
   MOCKER_CHECK(first < last && last <= costs_.size());
   MOCKER_CHECK(tree_sizes.empty() || tree_sizes.size() == costs_.size());
+  MOCKER_CHECK(excluded_.empty() || excluded_.size() == costs_.size());
   load_.heldBlocks(hashes, held_);  // one probe per block for every candidate
   for (std::uint32_t c = first; c < last; ++c) {
     costs_[c] = kvCost(config_.overlap_weight,
@@ -232,6 +233,19 @@ std::uint32_t KvCostRouter::select(std::span<const std::uint64_t> hashes,
                         .overlap_blocks = overlaps[c],
                         .queued_prefill_tokens = load_.queuedPrefillTokens(c),
                         .decode_blocks = load_.activeBlocks(c) + hashes.size() - held_[c]});
+  }
+  kept_.clear();
+  for (std::uint32_t c = first; c < last && !excluded_.empty(); ++c) {
+    if (!excluded_[c]) kept_.push_back(c);
+  }
+  if (!kept_.empty() && kept_.size() < last - first) {
+    kept_costs_.clear();
+    kept_sizes_.clear();
+    for (const std::uint32_t c : kept_) {
+      kept_costs_.push_back(costs_[c]);
+      if (!tree_sizes.empty()) kept_sizes_.push_back(tree_sizes[c]);
+    }
+    return kept_[selectByCost(kept_costs_, kept_sizes_, config_.temperature, rng_)];
   }
   const std::span<const double> costs =
       std::span<const double>(costs_).subspan(first, last - first);

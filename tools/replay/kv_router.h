@@ -21,6 +21,7 @@
 #include <cstdint>
 #include <span>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "base/hash_index.h"
@@ -125,6 +126,9 @@ class KvCostRouter {
                        std::span<const std::uint32_t> overlaps,
                        std::span<const std::uint64_t> tree_sizes, std::uint32_t first,
                        std::uint32_t last);
+  /// Candidates select() leaves out (by candidate; empty = none): the live replay's servers that
+  /// are down. When every candidate of a select's range is excluded, none is.
+  void setExcluded(std::vector<bool> excluded) { excluded_ = std::move(excluded); }
   /// The costs of the last select(), by candidate.
   const std::vector<double>& lastCosts() const { return costs_; }
   ActiveLoad& load() { return load_; }
@@ -138,6 +142,10 @@ class KvCostRouter {
   ActiveLoad load_;
   std::vector<double> costs_;
   std::vector<std::uint64_t> held_;  // scratch: blocks of the request each candidate holds
+  std::vector<bool> excluded_;
+  std::vector<double> kept_costs_;         // scratch: the costs of the candidates not excluded
+  std::vector<std::uint64_t> kept_sizes_;  // scratch: their tree sizes
+  std::vector<std::uint32_t> kept_;        // scratch: their candidate indices
 };
 
 }  // namespace mocker::replay

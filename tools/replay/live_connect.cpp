@@ -21,7 +21,8 @@ Result<std::vector<std::unique_ptr<service::Client>>> connectServers(
                                           .cancel_endpoint = target.cancel_endpoint,
                                           .rcvhwm = 0,  // never make the server drop streams
                                           .sndhwm = 0,  // an open loop never blocks on a send
-                                          .nonblocking_send = true};
+                                          .nonblocking_send = true,
+                                          .watch_connection = true};  // worker health
     if (curve) {
       client_options.curve_server_key = curve->server_public_key;
       client_options.curve_public_key = curve->public_key;
@@ -62,6 +63,7 @@ Result<std::vector<std::unique_ptr<service::Client>>> connectServers(
     const auto wait = std::chrono::ceil<std::chrono::milliseconds>(left);
     MOCKER_TRY(const std::vector<std::size_t> ready, service::Client::waitReadable(ptrs, wait));
     for (const std::size_t t : ready) {
+      (void)clients[t]->takeConnectionEvents();  // the first handshake: nothing to act on
       while (true) {
         auto msg = clients[t]->receive(std::chrono::milliseconds(0));
         if (!msg) {

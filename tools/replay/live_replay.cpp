@@ -52,6 +52,7 @@ class LiveReplay {
         num_prefill_(static_cast<std::uint32_t>(options.targets.size())),
         schedule_(workload, options.concurrency.has_value()),
         sent_(num_prefill_),
+        health_(num_prefill_, options.worker_health),
         kv_index_(std::move(kv_index)) {
     for (const auto& c : clients_) client_ptrs_.push_back(c.get());
     if (!options.decode_targets.empty()) {
@@ -87,13 +88,15 @@ class LiveReplay {
       now = nowMs();
       dispatchDue(now);
       expireTimeouts(now);
+      checkHealth(now);
       pollStats(now);
       if (options_.progress && now - last_progress_ms_ >= kProgressEveryMs) {
         last_progress_ms_ = now;
         reportProgress(now);
       }
       if (schedule_.empty() && in_flight_ == 0) break;
-      double wake = std::min({nextDispatchMs(), sent_.nextDeadlineMs(), next_stats_ms_});
+      double wake = std::min(
+          {nextDispatchMs(), sent_.nextDeadlineMs(), next_stats_ms_, health_.nextDeadlineMs()});
       if (options_.progress) wake = std::min(wake, last_progress_ms_ + kProgressEveryMs);
       // Something is always pending here: an eligible turn (due, or waiting for a closed-loop
       // slot that a request in flight will free) or a request in flight with a deadline.
@@ -135,6 +138,7 @@ class LiveReplay {
       stats_.kv_gaps_healed = s.gaps_healed;
       stats_.kv_resyncs = s.resyncs;
     }
+    stats_.health = health_.transitions();
     summarizeDispatchLag(dispatch_lags_, stats_);
     stats_.warnings.insert(stats_.warnings.end(), synth_.warnings().begin(),
                            synth_.warnings().end());
@@ -188,8 +192,15 @@ class LiveReplay {
     stats_.warnings.push_back(std::move(message));
   }
 
-  /// The kv router's pick for a prompt: (server, rank); the prompt's hashes stay in hashes_.
-  std::pair<std::uint32_t, std::uint32_t> routeKv(const std::vector<std::uint32_t>& prompt) {
+  /// The kv router's pick for a prompt among the ranks of routable servers: (server, rank), or
+  /// nullopt when no server is; the prompt's hashes stay in hashes_.
+  std::optional<std::pair<std::uint32_t, std::uint32_t>> routeKv(
+      const std::vector<std::uint32_t>& prompt) {
+    const std::vector<bool> ok = health_.routable();
+    if (std::find(ok.begin(), ok.end(), true) == ok.end()) return std::nullopt;
+    std::vector<bool> excluded(candidates_.size());
+    for (std::size_t g = 0; g < candidates_.size(); ++g) excluded[g] = !ok[candidates_[g].first];
+    kv_router_->setExcluded(std::move(excluded));
     hashes_.clear();
     engine::extendSequenceHashes(prompt, options_.kv_block_size, options_.kv_hash_seeds, hashes_);
     if (const Status s = kv_index_->overlaps(hashes_, overlaps_, cached_); !s) {
@@ -204,12 +215,28 @@ class LiveReplay {
     return candidates_[g];
   }
 
-  std::uint32_t route() {
-    const std::uint32_t n = num_prefill_;
-    if (options_.router == RouterKind::Random) {
-      return static_cast<std::uint32_t>(rng_.uniformIndex(n));
+  /// round_robin (dispatch index mod servers up) / random among the routable servers
+  /// (worker_health.h); nullopt: none is.
+  std::optional<std::uint32_t> route() {
+    const std::vector<bool> ok = health_.routable();
+    const auto up = static_cast<std::uint64_t>(std::count(ok.begin(), ok.end(), true));
+    if (up == 0) return std::nullopt;
+    if (options_.router == RouterKind::Random) return nthRoutable(ok, rng_.uniformIndex(up));
+    return nthRoutable(ok, sent_.size() % up);
+  }
+
+  /// Applies the health timers; the requests of a server that went down end failed at once.
+  void checkHealth(double now) {
+    health_.advance(now);
+    for (const std::uint32_t w : health_.takeNewlyDown()) {
+      for (std::size_t i = 0; i < sent_.size(); ++i) {
+        const LiveRequest& r = sent_[i];
+        if (!r.live || r.target != w || r.decode_target) continue;
+        (void)clients_[w]->cancel(liveRequestId(i));  // best effort: it may be gone
+        ++stats_.failed_by_down;
+        end(i, now, TerminalStatus::Failed);
+      }
     }
-    return static_cast<std::uint32_t>(sent_.size() % n);
   }
 
   void dispatchDue(double now) {
@@ -230,16 +257,23 @@ class LiveReplay {
                                     .prompt = schedule_.prompt(next, synth_.synthesize(turn)),
                                     .max_tokens = turn.output_length};
     std::uint32_t target = 0;
+    bool routed = true;
     if (kv_router_) {
-      const auto [t, rank] = routeKv(request.prompt);
-      target = t;
-      request.dp_rank = rank;
-      const std::uint32_t g = stats_.rank_offset[t] + rank;
-      kv_router_->load().add(index, g, hashes_,
-                             newPrefillTokens(static_cast<std::uint32_t>(request.prompt.size()),
-                                              overlaps_[g], options_.kv_block_size));
+      const auto pick = routeKv(request.prompt);
+      routed = pick.has_value();
+      if (pick) {
+        const auto [t, rank] = *pick;
+        target = t;
+        request.dp_rank = rank;
+        const std::uint32_t g = stats_.rank_offset[t] + rank;
+        kv_router_->load().add(index, g, hashes_,
+                               newPrefillTokens(static_cast<std::uint32_t>(request.prompt.size()),
+                                                overlaps_[g], options_.kv_block_size));
+      }
     } else {
-      target = route();
+      const std::optional<std::uint32_t> t = route();
+      routed = t.has_value();
+      target = t.value_or(0);
     }
     const double send_ms = nowMs();
     const RequestHandle handle =
@@ -252,7 +286,6 @@ class LiveReplay {
     MOCKER_CHECK(handle == index);
     LiveRequest& sent =
         sent_.add({.handle = handle, .session = next.session, .turn = next.turn, .target = target});
-    ++stats_.per_target[target];
     ++in_flight_;
     stats_.max_in_flight = std::max(stats_.max_in_flight, in_flight_);
     if (!options_.concurrency) {
@@ -261,6 +294,13 @@ class LiveReplay {
       dispatch_lags_.push_back(lag);
     }
     sent.send_ms = send_ms;
+    if (!routed) {
+      ++stats_.no_worker;
+      warnOnce("every server was down: requests failed at once");
+      end(index, send_ms, TerminalStatus::Failed);
+      return;
+    }
+    ++stats_.per_target[target];
     if (stats_.handoff) sent.decode_request = request;
     const Status status = clients_[target]->submit(request);
     if (!status) {
@@ -270,6 +310,7 @@ class LiveReplay {
       return;
     }
     sent_.setDeadline(index, send_ms + options_.request_timeout_ms);
+    health_.sent(target, index, send_ms);
   }
 
   /// Records the terminal of request `index` and makes its session's next turn eligible.
@@ -281,6 +322,7 @@ class LiveReplay {
     r.decode_request.reset();
     if (r.decode_target) --decode_in_flight_[*r.decode_target];
     if (kv_router_) kv_router_->load().remove(index);
+    health_.released(r.target, index);
     collector_.onTerminal(r.handle, time_ms, status, reason);
     --in_flight_;
     ++ended_;
@@ -308,6 +350,14 @@ class LiveReplay {
   }
 
   void drain(std::uint32_t target) {
+    for (const service::ConnectionEvent e : clients_[target]->takeConnectionEvents()) {
+      if (target >= num_prefill_) continue;  // decode servers: not tracked
+      if (e == service::ConnectionEvent::Closed) {
+        health_.connectionClosed(target, nowMs());
+      } else {
+        health_.connected(target, nowMs());
+      }
+    }
     for (int i = 0; i < kMaxDrainPerWake; ++i) {
       Result<std::optional<protocol::ClientMessage>> msg =
           clients_[target]->receive(std::chrono::milliseconds(0));
@@ -324,8 +374,11 @@ class LiveReplay {
 
   void handle(std::uint32_t target, const protocol::ClientMessage& msg, double now) {
     const bool prefill_hop = stats_.handoff && target < num_prefill_;
+    const bool first_hop = target < num_prefill_;  // the servers whose health is tracked
+    if (first_hop) health_.answered(target, now);
     if (const auto* ack = std::get_if<protocol::SubmitAck>(&msg)) {
       if (LiveRequest* r = sent_.find(target, ack->id)) {
+        if (first_hop) health_.acked(target, sent_.indexOf(*r), now);
         if (stats_.handoff && r->handoff_ms) {  // the decode server's ack
           r->decode_ack_ms = now;
           ++stats_.handoff->decode_acks;
@@ -343,6 +396,7 @@ class LiveReplay {
         return;
       }
       ++stats_.submit_rejects;
+      if (first_hop) health_.progressed(target, now);
       if (stats_.handoff && !prefill_hop) {
         // The decode server refused the handoff: the prefill server still holds the KV.
         ++stats_.handoff->decode_rejects;
@@ -361,6 +415,8 @@ class LiveReplay {
         if (!prefill_hop) warnOnce("server " + std::to_string(target) + " sent a handoff");
         return;
       }
+      health_.progressed(target, now);
+      health_.released(target, sent_.indexOf(*r));
       onHandoff(*r, *handoff, now);
     } else if (const auto* batch = std::get_if<protocol::OutputBatch>(&msg)) {
       for (const protocol::RequestOutput& o : batch->outputs) {
@@ -374,23 +430,14 @@ class LiveReplay {
       ++stats_.error_replies;
       warnOnce("server " + std::to_string(target) + " error: " + error->message);
       if (error->id) {
-        if (LiveRequest* r = sent_.find(target, *error->id))
+        if (LiveRequest* r = sent_.find(target, *error->id)) {
+          if (first_hop) health_.progressed(target, now);
           end(sent_.indexOf(*r), now, TerminalStatus::Failed);
+        }
       }
     } else if (const auto* reply = std::get_if<protocol::StatsReply>(&msg)) {
       stats_pending_[target] = false;
-      stats_.timing_end[target] = reply->timing;
-      stats_.handoff_expired_end[target] = handoffExpiredOf(*reply);
-      const std::uint32_t ranks = stats_.ranks_per_target[target];
-      for (const protocol::RankStats& rs : reply->ranks) {
-        if (rs.dp_rank >= ranks) continue;
-        collector_.onEngineSample({.time_ms = now,
-                                   .dp_rank = stats_.rank_offset[target] + rs.dp_rank,
-                                   .kv_usage = rs.kv_usage,
-                                   .num_running = rs.running,
-                                   .num_waiting = rs.waiting,
-                                   .preemptions_total = rs.preemptions});
-      }
+      recordStatsReply(*reply, target, now, stats_, collector_);
     }
     // cancel_reply and anything else: nothing to record.
   }
@@ -438,6 +485,7 @@ class LiveReplay {
       ++stats_.late_messages;
       return;
     }
+    health_.progressed(target, now);
     if (!o.tokens.empty()) {
       stats_.handoff->prefill_tokens += o.tokens.size();
       warnOnce("prefill server " + std::to_string(target) +
@@ -466,6 +514,7 @@ class LiveReplay {
       ++stats_.late_messages;
       return;
     }
+    if (target < num_prefill_) health_.progressed(target, now);
     if (!r->admitted && (!o.tokens.empty() || o.finish == protocol::FinishReason::Length)) {
       // Admission = the ack's receive time; reuse = cached_tokens of the first output (absent
       // on a 0-token completion, which the engine reports without a first token).
@@ -512,6 +561,7 @@ class LiveReplay {
   service::PassTimer wake_timer_;  // wakes the loop at the next dispatch or deadline
   TurnSchedule schedule_;
   LiveRequests sent_;
+  WorkerHealth health_;  // the (prefill) servers' state: who gets new requests
   std::vector<double> dispatch_lags_;
   std::uint32_t in_flight_ = 0;
   std::uint64_t ended_ = 0;
@@ -532,26 +582,7 @@ class LiveReplay {
 
 Result<LiveReplayStats> runLiveReplay(const Workload& workload, const LiveReplayOptions& options,
                                       ReplayCollector& collector) {
-  if (options.targets.empty()) return invalidArgument("live replay needs at least one server");
-  if (options.concurrency && *options.concurrency == 0) {
-    return invalidArgument("concurrency must be >= 1 (got 0)");
-  }
-  if (!(options.request_timeout_ms > 0) || !std::isfinite(options.request_timeout_ms)) {
-    return invalidArgument("request timeout must be finite and > 0");
-  }
-  if (!(options.connect_timeout_ms > 0) || !std::isfinite(options.connect_timeout_ms)) {
-    return invalidArgument("connect timeout must be finite and > 0");
-  }
-  if (!(options.stats_interval_ms >= 0) || !std::isfinite(options.stats_interval_ms)) {
-    return invalidArgument("stats interval must be finite and >= 0");
-  }
-  MOCKER_TRY_VOID(TurnSchedule::checkArrivals(workload, options.concurrency.has_value()));
-  if (options.router == RouterKind::KvPrefix || options.decode_router == RouterKind::KvPrefix) {
-    return invalidArgument("the kv_prefix router is offline only");
-  }
-  if (options.router == RouterKind::Kv) {
-    MOCKER_TRY_VOID(validateKvRouterConfig(options.kv_router));
-  }
+  MOCKER_TRY_VOID(validateLiveReplayOptions(workload, options));
   LiveReplayStats stats;
   std::vector<LiveTarget> all_servers = options.targets;
   all_servers.insert(all_servers.end(), options.decode_targets.begin(),

@@ -31,6 +31,14 @@
 // dispatch) and the load from what this driver dispatched (prefill done at the first output,
 // released at the terminal); the request names the chosen rank.
 //
+// Workers that fail (worker_health.h): each (prefill) server's submit connection is watched and
+// its acks and outputs timed; a server that is Down (connection closed or no ack, then suspect
+// for too long; or hung: no output while holding work) gets no new request from any router
+// (round_robin takes the next server up, random draws among the servers up, kv leaves its ranks
+// out of the choice), and the requests it holds are ended at once as failed (a best-effort
+// cancel goes to it). With every server down a request fails at once. The transitions, with
+// their detection times, are in LiveReplayStats::health.
+//
 // Disaggregated (decode_targets non-empty; tools/replay/README.md, Disaggregated replay): the
 // `targets` are `mocker serve --worker-type prefill` servers and `decode_targets` `--worker-type
 // decode` servers. Hop 1 sends the submit to a prefill server (router / kv over the prefill
@@ -66,6 +74,7 @@
 #include "tools/replay/live_connect.h"
 #include "tools/replay/live_stats.h"
 #include "tools/replay/router_kind.h"
+#include "tools/replay/worker_health.h"
 #include "tools/replay/workload.h"
 
 namespace mocker::replay {
@@ -93,6 +102,8 @@ struct LiveReplayOptions {
   engine::HashSeeds kv_hash_seeds{};  ///< Kv: the servers' hash seeds
   /// Closed loop when set (>= 1): first-turn timestamps are ignored.
   std::optional<std::uint32_t> concurrency{};
+  /// When a (prefill) server counts as down and gets no more requests (worker_health.h).
+  WorkerHealthConfig worker_health{};
   /// A request still without a terminal this long after it was sent is cancelled (> 0).
   double request_timeout_ms = 600'000.0;
   /// How long every server gets to answer the start-up `stats` handshake (> 0).
@@ -105,6 +116,11 @@ struct LiveReplayOptions {
   /// CURVE to every server (submit and cancel sockets); none = plain TCP.
   std::optional<service::CurveClientKeys> curve{};
 };
+
+/// The option errors runLiveReplay reports before it connects: no target, concurrency 0, a
+/// non-positive timeout, a session without a first arrival in trace mode, kv_prefix, a bad kv
+/// router or worker health setting.
+Status validateLiveReplayOptions(const Workload& workload, const LiveReplayOptions& options);
 
 /// Runs the whole workload against the servers. Errors: no target, concurrency 0, a
 /// non-positive timeout, a session without a first arrival in trace mode, a socket that cannot

@@ -131,4 +131,20 @@ void countFinish(TerminalStatus status, LiveReplayStats& stats) {
   }
 }
 
+void recordStatsReply(const protocol::StatsReply& reply, std::uint32_t target, double now_ms,
+                      LiveReplayStats& stats, ReplayCollector& collector) {
+  stats.timing_end[target] = reply.timing;
+  stats.handoff_expired_end[target] = handoffExpiredOf(reply);
+  const std::uint32_t ranks = stats.ranks_per_target[target];
+  for (const protocol::RankStats& rs : reply.ranks) {
+    if (rs.dp_rank >= ranks) continue;
+    collector.onEngineSample({.time_ms = now_ms,
+                              .dp_rank = stats.rank_offset[target] + rs.dp_rank,
+                              .kv_usage = rs.kv_usage,
+                              .num_running = rs.running,
+                              .num_waiting = rs.waiting,
+                              .preemptions_total = rs.preemptions});
+  }
+}
+
 }  // namespace mocker::replay

@@ -11,6 +11,7 @@
 
 #include "protocol/client.h"
 #include "tools/replay/collector.h"
+#include "tools/replay/worker_health.h"
 
 namespace mocker::replay {
 
@@ -74,6 +75,10 @@ struct LiveReplayStats {
   std::vector<std::uint64_t> handoff_expired_start{};
   std::vector<std::uint64_t> handoff_expired_end{};
   std::vector<std::string> warnings{};  ///< e.g. the first reject/error reasons, aliasing
+  // Worker health (worker_health.h): the (prefill) servers' state changes, in order.
+  std::vector<HealthTransition> health{};
+  std::uint64_t failed_by_down = 0;  ///< live requests ended (failed) when their server went down
+  std::uint64_t no_worker = 0;       ///< requests failed at dispatch: every server was down
   // Kv router.
   std::uint64_t kv_routed_hits = 0;      ///< dispatches routed where overlap > 0
   std::uint64_t kv_query_failures = 0;   ///< overlap queries without an answer (overlap 0 used)
@@ -112,6 +117,11 @@ void summarizeDispatchLag(std::vector<double>& lags, LiveReplayStats& stats);
 /// Counts a terminal that came as a `finish` entry: rejected, cancelled or failed (finish_*);
 /// completed counts nothing.
 void countFinish(TerminalStatus status, LiveReplayStats& stats);
+
+/// A `stats_reply` of server `target` at `now_ms` during the run: its pass timing and holds
+/// expired so far (timing_end, handoff_expired_end) and one engine sample per rank it has.
+void recordStatsReply(const protocol::StatsReply& reply, std::uint32_t target, double now_ms,
+                      LiveReplayStats& stats, ReplayCollector& collector);
 
 /// Holds released by the hold timeout, over a server's ranks (its stats_reply's handoff_expired;
 /// 0 from a server without them).

@@ -1,0 +1,138 @@
+#!/usr/bin/python3
+"""A crashed worker under live replay, with real processes (docs/failure-drills.md, drill 1;
+tools/replay/README.md "Workers that fail").
+
+Three `mocker serve` children (paced: 2 ms prefill, 5 ms decode passes); the second crashes
+after 20 passes (`--fault crash:after_passes=20`: sockets closed, exit code 70). `mocker replay`
+drives them with 60 requests, one every 10 ms, with each router kind. The replay must see the
+closed connection, declare the server down after `--worker-down-after-ms` and route every later
+request to the two survivors: the report names the server and its detection time, the requests
+the crash caught end failed at the down time (none waits for the request timeout), and every
+request that arrived after the declaration completed. The same with a hung worker
+(`--fault hang:after_passes=10`: it still acknowledges and answers `stats`, streams nothing),
+declared down by the stall rule (`--worker-stall-timeout-ms 250`).
+
+Waits are polls with deadlines (the replay itself is bounded by its request timeout). Needs
+MOCKER_BIN.
+"""
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import unittest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from fault_harness import WAIT_S, Serve, mocker_bin, paced, poll_until  # noqa: E402
+
+REQUESTS = 60
+GAP_MS = 10
+DOWN_AFTER_MS = 100
+CRASH_EXIT_CODE = 70
+
+
+def write_trace(path):
+    with open(path, "w") as f:
+        for i in range(REQUESTS):
+            # One 64-token block each, all different: no prefix is shared.
+            f.write(json.dumps({"timestamp": i * GAP_MS, "input_length": 64, "output_length": 8,
+                                "hash_ids": [1000 + i]}) + "\n")
+
+
+CRASH = ("crash:after_passes=20", [])
+# A hung worker keeps acknowledging and answering `stats`: only the stall rule sees it.
+HANG = ("hang:after_passes=10:health_after_ms=none", ["--worker-stall-timeout-ms", "250"])
+
+
+class WorkerDownTest(unittest.TestCase):
+    def run_drill(self, router, fault=CRASH):
+        work = tempfile.mkdtemp(prefix="mocker-worker-down-")
+        self.addCleanup(shutil.rmtree, work, ignore_errors=True)
+        trace = os.path.join(work, "trace.jsonl")
+        write_trace(trace)
+        fleet = []
+        for w in range(3):
+            flags = paced(2, 5)
+            if w == 1:
+                flags += ["--fault", fault[0]]
+            fleet.append(Serve(*flags))
+            self.addCleanup(fleet[-1].close)
+        requests = os.path.join(work, "requests.jsonl")
+        cmd = [mocker_bin(), "replay", trace, "--trace-block-size", "64", "--router", router,
+               "--worker-down-after-ms", str(DOWN_AFTER_MS), "--request-timeout-s", "20",
+               "--no-progress", "--requests-jsonl", requests, *fault[1]]
+        for s in fleet:
+            cmd += ["--connect", s.submit, "--connect-cancel", s.cancel]
+            if router == "kv":
+                cmd += ["--connect-kv-events", s.endpoints["kv_events[0]"],
+                        "--connect-kv-replay", s.endpoints["kv_replay[0]"]]
+        out = subprocess.run(cmd, stdin=subprocess.DEVNULL, capture_output=True, text=True,
+                             timeout=120)
+        self.assertEqual(out.returncode, 0, out.stderr)
+        print(out.stdout[out.stdout.find("Live:"):])
+        if fault is CRASH:
+            # The crashed worker exited with the documented code.
+            poll_until(lambda: fleet[1].proc.poll() is not None, "the crashed worker's exit",
+                       WAIT_S)
+            self.assertEqual(fleet[1].proc.returncode, CRASH_EXIT_CODE)
+            # The report: server 1 suspect (connection closed), then down DOWN_AFTER_MS later.
+            suspect = re.search(r"  ([0-9.]+) ms: server 1 suspect \(connection closed\)",
+                                out.stdout)
+            self.assertIsNotNone(suspect, out.stdout)
+            reason, grace = r"suspect too long", DOWN_AFTER_MS
+        else:
+            self.assertIsNone(fleet[1].proc.poll())  # hung, not gone
+            self.assertNotIn("server 1 suspect", out.stdout)
+            reason, grace = r"stalled: no output while holding work", 250
+        down = re.search(r"  ([0-9.]+) ms: server 1 down \(%s; first failure at "
+                         r"([0-9.]+) ms, detected in ([0-9.]+) ms\)" % reason, out.stdout)
+        self.assertIsNotNone(down, out.stdout)
+        down_ms, first_ms, detected_ms = (float(down.group(k)) for k in (1, 2, 3))
+        if fault is CRASH:
+            self.assertAlmostEqual(first_ms, float(suspect.group(1)), delta=0.05)
+        self.assertGreaterEqual(detected_ms, grace - 0.05)
+        self.assertLess(detected_ms, grace + 2000)  # the loop wakes at the deadline
+        self.assertEqual(len(re.findall(r"ms: server \d down", out.stdout)), 1, out.stdout)
+        failed = int(re.search(r"(\d+) requests failed with a worker that went down",
+                               out.stdout).group(1))
+
+        # Every request: the ones the crash caught failed at the down time; none timed out;
+        # every request that arrived after the declaration completed (on a survivor).
+        with open(requests) as f:
+            rows = [json.loads(line) for line in f]
+        self.assertEqual(len(rows), REQUESTS)
+        statuses = [r["terminal_status"] for r in rows]
+        self.assertEqual(statuses.count("failed"), failed)
+        self.assertEqual(statuses.count("cancelled"), 0)
+        self.assertEqual(statuses.count("completed"), REQUESTS - failed)
+        for r in rows:
+            if r["terminal_status"] == "failed":
+                self.assertAlmostEqual(r["terminal_time_ms"], down_ms, delta=0.05)
+        after = [r for r in rows if r["arrival_time_ms"] > down_ms]
+        self.assertGreaterEqual(len(after), REQUESTS // 6,
+                                "the fault came too late to test routing")
+        self.assertTrue(all(r["terminal_status"] == "completed" for r in after))
+        # Requests per server: server 1 got only what was sent before it went down.
+        per = re.search(r"requests per server \(%s\): (\d+) (\d+) (\d+)" % router, out.stdout)
+        self.assertIsNotNone(per, out.stdout)
+        self.assertEqual(sum(int(per.group(k)) for k in (1, 2, 3)), REQUESTS)
+        self.assertLessEqual(int(per.group(2)), REQUESTS - len(after))
+
+    def test_round_robin(self):
+        self.run_drill("round_robin")
+
+    def test_random(self):
+        self.run_drill("random")
+
+    def test_kv(self):
+        self.run_drill("kv")
+
+    def test_hung_worker_round_robin(self):
+        self.run_drill("round_robin", HANG)
+
+
+if __name__ == "__main__":
+    unittest.main()
