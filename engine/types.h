@@ -30,6 +30,9 @@ struct Request {
   std::optional<std::vector<std::uint32_t>> output_token_ids;
   std::uint32_t dp_rank = 0;
   std::optional<double> arrival_ms;  ///< informational (replay arrival / live receive time)
+  /// LoRA adapter name (docs/engine.md "LoRA adapters"); absent = the base model. Needs
+  /// max_loras > 0; the engine interns it (LoraRegistry) and hashes its blocks apart.
+  std::optional<std::string> lora;
 };
 
 enum class Terminal : std::uint8_t { None, Completed, Rejected, Cancelled, Failed };
@@ -100,6 +103,8 @@ struct BlockStored {
   std::vector<std::uint32_t> token_ids;            ///< block_hashes.size() * block_size tokens
   std::uint32_t block_size = 0;
   Medium medium = Medium::Gpu;  ///< the tier that now holds the blocks
+  /// The request's LoRA adapter id (Engine::loraName gives its name); 0 = none.
+  std::uint32_t lora_id = 0;
   friend bool operator==(const BlockStored&, const BlockStored&) = default;
 };
 /// One evicted hash per event, in eviction order ("Release and eviction", like vLLM); the wire
