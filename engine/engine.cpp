@@ -100,6 +100,7 @@ Result<RequestId> Engine::submit(Request request) {
                                    static_cast<std::uint32_t>(output),
                                    std::move(request.output_token_ids),
                                    lora_id,
+                                   std::move(request.lora).value_or(std::string()),
                                    lora_key};
   try {
     ranks_[request.dp_rank]->submit(std::move(accepted));

@@ -103,8 +103,10 @@ struct BlockStored {
   std::vector<std::uint32_t> token_ids;            ///< block_hashes.size() * block_size tokens
   std::uint32_t block_size = 0;
   Medium medium = Medium::Gpu;  ///< the tier that now holds the blocks
-  /// The request's LoRA adapter id (Engine::loraName gives its name); 0 = none.
+  /// The request's LoRA adapter (docs/engine.md "LoRA adapters"): its id in this engine (0 =
+  /// none) and its name (empty = none), as vLLM's `lora_id` and `lora_name`.
   std::uint32_t lora_id = 0;
+  std::string lora_name;
   friend bool operator==(const BlockStored&, const BlockStored&) = default;
 };
 /// One evicted hash per event, in eviction order ("Release and eviction", like vLLM); the wire

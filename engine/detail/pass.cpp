@@ -13,6 +13,7 @@ RequestRecord::RequestRecord(AcceptedRequest&& request)
       requested_output(request.max_output_tokens),
       plan(std::move(request.output_token_ids)),
       lora_id(request.lora_id),
+      lora_name(std::move(request.lora_name)),
       lora_key(request.lora_key) {}
 
 EffectiveLimit vllmEffectiveLimit(const EngineConfig& config, std::uint32_t block_size) {
@@ -50,6 +51,7 @@ void StoredRuns::flush(std::uint32_t end) {
                           r_.tokens.begin() + std::ptrdiff_t{end} * block_size_);
   stored.block_size = block_size_;
   stored.lora_id = r_.lora_id;
+  stored.lora_name = r_.lora_name;
   events_.emplace_back(std::move(stored));
 }
 

@@ -48,6 +48,7 @@ struct RequestRecord {
   std::uint32_t first_cached_tokens = 0;  // reused prompt tokens at the first admission
   std::uint32_t spec_steps = 0;           // speculative bursts drawn so far (the draws' step j)
   std::uint32_t lora_id = 0;              // LoRA adapter id (0 = none)
+  std::string lora_name;                  // its name (empty = none)
   std::optional<std::uint64_t> lora_key;  // its hash key: the parent of block 0 (block_hash.h)
 
   RequestRecord() = default;

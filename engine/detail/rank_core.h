@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <deque>
 #include <optional>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -23,6 +24,7 @@ struct AcceptedRequest {
   std::uint32_t max_output_tokens = 0;  // effective (plan length when planned)
   std::optional<std::vector<std::uint32_t>> output_token_ids;
   std::uint32_t lora_id = 0;              // LoRA adapter id (0 = none)
+  std::string lora_name;                  // its name (empty = none)
   std::optional<std::uint64_t> lora_key;  // its hash key (block_hash.h)
 };
 
