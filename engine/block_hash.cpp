@@ -75,7 +75,11 @@ void extendChain(std::span<const std::uint32_t> tokens, std::uint32_t block_size
         (block_size == 1 ? block[0] == previous[0]
                          : std::equal(block.begin(), block.end(), previous.begin()));
     const std::uint64_t c = repeat ? previous_c : contentHash(block, seeds.hash_seed);
-    parent = i == 0 ? c : chainHash(parent, c, seeds.chain_seed);
+    if (i > 0) {
+      parent = chainHash(parent, c, seeds.chain_seed);
+    } else {
+      parent = seeds.lora_key ? chainHash(*seeds.lora_key, c, seeds.chain_seed) : c;
+    }
     hashes.push_back(Hash{parent});
     previous = block;
     previous_c = c;

@@ -4,10 +4,15 @@
 //   c_i = XXH3_64(LE32(t_0) ‖ … ‖ LE32(t_{B−1}), hash_seed)
 //   s_0 = c_0;  s_i = XXH3_64(LE64(s_{i−1}) ‖ LE64(c_i), chain_seed)
 //
+// A request with a LoRA adapter chains its first block too: s_0 = XXH3_64(LE64(k) ‖ LE64(c_0),
+// chain_seed) with k = loraHashKey(name) (lora.h), so no block is shared across adapters and a
+// request without one hashes as above.
+//
 // Pure functions; thread-safe.
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <vector>
 
@@ -24,6 +29,8 @@ inline constexpr std::uint64_t kDefaultChainSeed = 1337;
 struct HashSeeds {
   std::uint64_t hash_seed = kDefaultHashSeed;
   std::uint64_t chain_seed = kDefaultChainSeed;
+  /// The request's LoRA adapter key (loraHashKey); absent = no adapter.
+  std::optional<std::uint64_t> lora_key;
 };
 
 /// Content hash c of one block's tokens (any length; the engine passes exactly block_size).

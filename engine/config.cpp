@@ -143,6 +143,32 @@ std::optional<ConfigError> checkOffload(const EngineConfig& c) {
   return std::nullopt;
 }
 
+// LoRA adapters (README "LoRA adapters").
+std::optional<ConfigError> checkLora(const EngineConfig& c) {
+  if (!std::isfinite(c.lora_load_ms) || c.lora_load_ms < 0) {
+    return fieldError("lora_load_ms", "finite and >= 0", num(c.lora_load_ms));
+  }
+  if (c.max_cpu_loras && *c.max_cpu_loras < c.max_loras) {
+    return fieldError(std::vector<std::string>{"max_cpu_loras", "max_loras"},
+                      ">= max_loras (" + std::to_string(c.max_loras) + ")",
+                      std::to_string(*c.max_cpu_loras));
+  }
+  if (c.max_loras == 0) return std::nullopt;
+  if (c.engine_type == EngineType::Sglang) {
+    return ruleError({"max_loras", "engine_type"},
+                     "max_loras must be 0 with engine_type sglang: LoRA adapters are modelled for "
+                     "vllm and trtllm only");
+  }
+  if (c.worker_type != WorkerType::Aggregated) {
+    return ruleError({"max_loras", "worker_type"},
+                     "max_loras must be 0 with worker_type " +
+                         std::string(toString(c.worker_type)) +
+                         ": LoRA adapters are modelled for aggregated workers only (a handoff "
+                         "does not carry its adapter)");
+  }
+  return std::nullopt;
+}
+
 }  // namespace
 
 std::string_view toString(EngineType v) { return enumName(kEngineTypes, v); }
@@ -308,6 +334,7 @@ std::optional<ConfigError> checkEngineConfig(const EngineConfig& c) {
                       num(c.kv_transfer_bandwidth_gbps));
   }
   if (auto e = checkOffload(c)) return e;
+  if (auto e = checkLora(c)) return e;
   if (c.kv_hold_timeout_ms &&
       (!std::isfinite(*c.kv_hold_timeout_ms) || *c.kv_hold_timeout_ms < 0)) {
     return fieldError("kv_hold_timeout_ms", "finite and >= 0, or null (hold forever)",

@@ -105,6 +105,17 @@ struct EngineConfig {
   double offload_host_to_disk_gbps = 7.0;  ///< host → disk (G2 → G3)
   double offload_disk_to_host_gbps = 7.0;  ///< disk → host (onboarding from G3)
 
+  // LoRA adapters (README "LoRA adapters"; vllm and trtllm, aggregated workers).
+  /// Adapters at most in one pass (vLLM's --max-loras); 0 = LoRA off: a request naming an
+  /// adapter is refused.
+  std::uint32_t max_loras = 0;
+  /// Adapters resident in host memory, LRU (vLLM's --max-cpu-loras); null = max_loras; else
+  /// >= max_loras.
+  std::optional<std::uint32_t> max_cpu_loras;
+  /// Finite, >= 0: modelled ms a pass adds for each adapter it schedules that is not resident
+  /// (loaded from storage; docs/engine.md "LoRA adapters" derives the default).
+  double lora_load_ms = 28.0;
+
   SglangConfig sglang;
 };
 
@@ -154,6 +165,11 @@ std::optional<std::uint64_t> deploymentKvCacheTokens(const EngineConfig& config)
 
 /// vLLM's start-up line for a KV capacity: "GPU KV cache size: 617,440 tokens".
 std::string gpuKvCacheSizeText(std::uint64_t tokens);
+
+/// max_cpu_loras, or max_loras when it is null.
+inline std::uint32_t effectiveMaxCpuLoras(const EngineConfig& config) {
+  return config.max_cpu_loras.value_or(config.max_loras);
+}
 
 /// Most draft tokens speculative decoding accepts (spec_num_draft_tokens, spec_accept_rates).
 inline constexpr std::uint32_t kMaxSpecDraftTokens = 5;

@@ -83,10 +83,25 @@ Result<RequestId> Engine::submit(Request request) {
     return invalidArgument("request too large: prompt + output tokens exceed " +
                            std::to_string(kMaxRequestTokens));
   }
+  std::uint32_t lora_id = 0;
+  std::optional<std::uint64_t> lora_key;
+  if (request.lora) {
+    MOCKER_TRY_VOID(checkLoraName(*request.lora, "lora"));
+    if (config_->max_loras == 0) {
+      return invalidArgument("lora: adapter '" + *request.lora +
+                             "' named, but LoRA is off on this engine (max_loras 0)");
+    }
+    MOCKER_TRY(lora_id, loras_.intern(*request.lora));
+    lora_key = loraHashKey(*request.lora, config_->hash_seed);
+  }
   const RequestId id{next_id_++};
-  detail::AcceptedRequest accepted{id, std::move(request.tokens),
+  detail::AcceptedRequest accepted{id,
+                                   std::move(request.tokens),
                                    static_cast<std::uint32_t>(output),
-                                   std::move(request.output_token_ids)};
+                                   std::move(request.output_token_ids),
+                                   lora_id,
+                                   std::move(request.lora).value_or(std::string()),
+                                   lora_key};
   try {
     ranks_[request.dp_rank]->submit(std::move(accepted));
   } catch (const std::bad_alloc&) {
@@ -217,6 +232,8 @@ std::optional<KvEvent> Engine::resetPrefixCache(std::uint32_t dp_rank) {
 Status Engine::checkInvariantsForTest(std::uint32_t dp_rank) const {
   return ranks_.at(dp_rank)->checkInvariants();
 }
+
+LoraUsage Engine::loraUsage(std::uint32_t dp_rank) const { return ranks_.at(dp_rank)->loraUsage(); }
 
 void discardOutputs(PassResult& pass, RequestId id) {
   std::erase_if(pass.outputs, [id](const OutputSignal& s) { return s.id == id; });

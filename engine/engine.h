@@ -20,6 +20,7 @@
 
 #include "base/result.h"
 #include "engine/config.h"
+#include "engine/lora.h"
 #include "engine/types.h"
 
 namespace mocker::engine {
@@ -49,7 +50,8 @@ class Engine final {
 
   /// Queues a request on its rank's waiting queue. Refused (InvalidArgument naming the field)
   /// for an empty prompt, dp_rank >= dp_size, zero output without allow_empty_output. A plan
-  /// whose length differs from max_output_tokens is accepted; the plan's length wins.
+  /// whose length differs from max_output_tokens is accepted; the plan's length wins. A `lora`
+  /// adapter needs max_loras > 0 and a name checkLoraName accepts.
   /// Memory: a queued request costs O(prompt + plan), never O(max_output_tokens). An allocation
   /// failure refuses the request (ResourceExhausted) and leaves the engine unchanged.
   Result<RequestId> submit(Request request);
@@ -120,11 +122,18 @@ class Engine final {
   /// queue membership, copies). Returns an error describing the first violation. For tests.
   Status checkInvariantsForTest(std::uint32_t dp_rank) const;
 
+  /// LoRA adapters (docs/engine.md "LoRA adapters"): the name of adapter id `id` as KV events
+  /// and loraUsage carry it (REQUIRES: an id this engine gave out, >= 1).
+  const std::string& loraName(std::uint32_t id) const { return loras_.name(id); }
+  /// Adapters of `dp_rank`'s running and waiting requests (vllm:lora_requests_info); O(requests).
+  LoraUsage loraUsage(std::uint32_t dp_rank) const;
+
  private:
   std::unique_ptr<EngineConfig> config_;
   std::vector<std::unique_ptr<detail::RankCore>> ranks_;
   std::uint64_t next_id_ = 1;
   bool kv_events_ = true;
+  LoraRegistry loras_;
 };
 
 /// Removes every output signal of `id` from `pass` (a cancel during the in-flight pass).

@@ -40,7 +40,9 @@ VllmScheduler::VllmScheduler(const EngineConfig& config, std::uint32_t dp_rank)
       // Length limits: a sequence never outgrows the pool nor (chunking off) the token budget (vLLM
       // refuses to start when max_model_len does not fit either), so a lone request can never
       // preempt itself forever and a preempted one can always be readmitted.
-      limit_(detail::vllmEffectiveLimit(config, block_size_)) {
+      limit_(detail::vllmEffectiveLimit(config, block_size_)),
+      lora_batch_(config.max_loras),
+      lora_resident_(effectiveMaxCpuLoras(config)) {
   if (config.num_g2_blocks > 0) tiers_.emplace(offloadSettings(config, block_size_));
 }
 
@@ -123,8 +125,7 @@ void VllmScheduler::releaseBlocks(Req& r) {
 VllmScheduler::PrefixMatch VllmScheduler::lookupPrefix(Req& r) {
   PrefixMatch m;
   if (!config_.enable_prefix_caching) return m;
-  extendSequenceHashes(r.tokens, block_size_, HashSeeds{config_.hash_seed, config_.chain_seed},
-                       r.hashes);
+  extendSequenceHashes(r.tokens, block_size_, r.hashSeeds(config_), r.hashes);
   const std::uint32_t gpu_hits = pool_.countPrefixHits(r.hashes);
   std::uint32_t hits = gpu_hits;
   // Offload tiers: a fresh request's prefix continues in G2/G3 (onboarded before it runs).
@@ -180,7 +181,7 @@ void VllmScheduler::finalizeBlocks(Req& r, std::vector<KvEvent>& events) {
   const std::uint32_t full = r.num_computed / block_size_;
   if (full <= r.num_finalized) return;
   extendSequenceHashes(std::span(r.tokens).first(std::size_t{full} * block_size_), block_size_,
-                       HashSeeds{config_.hash_seed, config_.chain_seed}, r.hashes);
+                       r.hashSeeds(config_), r.hashes);
   // Newly visible blocks form maximal runs of consecutive indices; one Stored per run.
   detail::StoredRuns runs(r, block_size_, events);
   for (std::uint32_t i = r.num_finalized; i < full; ++i) {
@@ -240,10 +241,12 @@ PassResult VllmScheduler::step(double now_ms) {
     activateReserved(pass, now_ms);
   }
   scheduleRunning(pass);
+  if (config_.max_loras > 0) beginLoraBatch();
   if (!pass.preempted) admitWaiting(pass);
   timePrefill(pass);
   collectReady(pass);
   timeDecode(pass);
+  if (config_.max_loras > 0) loadLoras(pass);
   emitTokens(pass);
   detail::finishPass(pass.out, now_ms, pass.rejected, queued_prefill_, queued_decode_,
                      loadMetrics());
@@ -313,7 +316,7 @@ inline VllmScheduler::Growth VllmScheduler::growOrPreempt(Pass& pass, std::size_
 
 inline void VllmScheduler::computeTokens(Pass& pass, Req& r, std::uint32_t computed_before,
                                          std::uint32_t n) {
-  scheduled_.push_back({r.id, n, computed_before, r.len(), r.prompt_len});
+  scheduled_.push_back({r.id, n, computed_before, r.len(), r.prompt_len, r.lora_id});
   r.num_computed = computed_before + n;
   finalizeBlocks(r, pass.out.kv_events);
   pass.budget -= n;
@@ -360,6 +363,10 @@ void VllmScheduler::admitWaiting(Pass& pass) {
       rejectHead(pass, it, *limit);
       continue;
     }
+    if (!lora_batch_.admits(r.lora_id)) {  // LoRA: the pass's adapter set is full
+      skipForLora(queue);
+      continue;
+    }
     // Loaded (offload tiers): it holds its onboarded prefix, computed; no lookup.
     PrefixMatch match{.active_blocks = static_cast<std::uint32_t>(r.blocks.size())};
     if (r.state != ReqState::Loaded) match = lookupPrefix(r);
@@ -396,8 +403,10 @@ void VllmScheduler::admitWaiting(Pass& pass) {
     detail::recordAdmission(r, cached, pass.out, prefix_counters_);
     r.state = ReqState::Running;
     running_.push_back(&r);
+    lora_batch_.add(r.lora_id);
     computeTokens(pass, r, cached, n);
   }
+  if (!lora_skipped_.empty()) restoreLoraSkipped();
 }
 
 void VllmScheduler::timePrefill(Pass& pass) {
@@ -575,8 +584,7 @@ void VllmScheduler::tryReserve(double now_ms, std::vector<KvEvent>& events) {
     // fresh private blocks the transfer fills.
     std::uint32_t hits = 0;
     if (config_.enable_prefix_caching) {
-      extendSequenceHashes(r.tokens, block_size_, HashSeeds{config_.hash_seed, config_.chain_seed},
-                           r.hashes);
+      extendSequenceHashes(r.tokens, block_size_, r.hashSeeds(config_), r.hashes);
       hits = pool_.countPrefixHits(r.hashes);
     }
     if (isTrtllm()) {

@@ -15,6 +15,7 @@
 #include <deque>
 #include <optional>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "engine/block_pool.h"
@@ -23,6 +24,7 @@
 #include "engine/detail/pass.h"
 #include "engine/detail/rank_core.h"
 #include "engine/detail/stats.h"
+#include "engine/lora.h"
 #include "engine/offload.h"
 #include "engine/timing_model.h"
 
@@ -52,6 +54,7 @@ class VllmScheduler final : public detail::RankCore {
     book_.takeReservations(out, dp_rank_);
   }
   std::vector<std::uint64_t> tierBlockHashes(Medium medium) const override;
+  LoraUsage loraUsage() const override;
 
  private:
   // Held: prefill worker, prompt done, KV kept for a decode worker. Reserving: decode worker,
@@ -90,6 +93,7 @@ class VllmScheduler final : public detail::RankCore {
     std::uint32_t computed_before;  // num_computed before this pass
     std::uint32_t len_at_schedule;
     std::uint32_t prompt_len;
+    std::uint32_t lora_id;  // its LoRA adapter (0 = none)
   };
 
   // What one pass threads through its phases.
@@ -165,6 +169,18 @@ class VllmScheduler final : public detail::RankCore {
   /// Decode worker: admits Activated requests (they hold their KV) ahead of waiting requests.
   void admitActivated(Pass& pass, std::uint64_t max_seqs, std::uint64_t& reserved_blocks);
 
+  // LoRA adapters (scheduler_lora.cpp; README "LoRA adapters").
+  /// After scheduleRunning: the pass's adapter set starts as the scheduled running requests'.
+  void beginLoraBatch();
+  /// admitWaiting: the waiting head (front of `queue`) names an adapter the full set lacks; it is
+  /// skipped (vLLM's rule), not preempted, and returns to the front after the admissions.
+  void skipForLora(std::deque<RequestId>& queue);
+  /// After admitWaiting: skipped requests back at the front of their queues, in their order.
+  void restoreLoraSkipped();
+  /// After timing: the pass loads the adapters it schedules that are not resident
+  /// (lora_load_ms each, added to its prefill time).
+  void loadLoras(Pass& pass);
+
   // KV offload tiers (scheduler_offload.cpp; README "KV offload tiers").
   /// Pass start: transfers that ended by `now_ms` (tier events) and finished onboardings, whose
   /// requests join `loaded_` (admitted ahead of waiting) as Loaded.
@@ -214,6 +230,11 @@ class VllmScheduler final : public detail::RankCore {
                                            // ids of cancelled requests, dropped at the head)
   std::vector<OnboardDone> onboard_done_;  // advanceTiers scratch
   double clock_ms_ = 0.0;                  // latest time the rank has seen
+
+  // LoRA adapters (max_loras > 0).
+  LoraBatch lora_batch_;         // this pass's adapters (at most max_loras)
+  LoraResidency lora_resident_;  // resident adapters (max_cpu_loras, LRU)
+  std::vector<std::pair<RequestId, bool>> lora_skipped_;  // (id, from loaded_) this pass
 
   // Per-pass scratch (kept as members to reuse their capacity).
   std::vector<Scheduled> scheduled_;

@@ -122,7 +122,7 @@ bool SglangScheduler::cancel(RequestId id) {
 void SglangScheduler::ensureHashes(Req& r, std::uint32_t pages) const {
   if (r.hashes.size() >= pages) return;
   extendSequenceHashes(std::span(r.tokens).first(std::size_t{pages} * page_size_), page_size_,
-                       HashSeeds{config_.hash_seed, config_.chain_seed}, r.hashes);
+                       r.hashSeeds(config_), r.hashes);
 }
 
 void SglangScheduler::releaseKv(Req& r) {

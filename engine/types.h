@@ -31,6 +31,9 @@ struct Request {
   std::optional<std::vector<std::uint32_t>> output_token_ids;
   std::uint32_t dp_rank = 0;
   std::optional<double> arrival_ms;  ///< informational (replay arrival / live receive time)
+  /// LoRA adapter name (docs/engine.md "LoRA adapters"); absent = the base model. Needs
+  /// max_loras > 0; the engine interns it (LoraRegistry) and hashes its blocks apart.
+  std::optional<std::string> lora;
 };
 
 enum class Terminal : std::uint8_t { None, Completed, Rejected, Cancelled, Failed };
@@ -92,6 +95,10 @@ struct BlockStored {
   std::vector<std::uint32_t> token_ids;            ///< block_hashes.size() * block_size tokens
   std::uint32_t block_size = 0;
   Medium medium = Medium::Gpu;  ///< the tier that now holds the blocks
+  /// The request's LoRA adapter (docs/engine.md "LoRA adapters"): its id in this engine (0 =
+  /// none) and its name (empty = none), as vLLM's `lora_id` and `lora_name`.
+  std::uint32_t lora_id = 0;
+  std::string lora_name;
   friend bool operator==(const BlockStored&, const BlockStored&) = default;
 };
 /// One evicted hash per event, in eviction order ("Release and eviction", like vLLM); the wire

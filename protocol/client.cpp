@@ -101,10 +101,11 @@ std::vector<std::byte> encodeClientMessage(const ClientMessage& message) {
 
 std::vector<std::byte> encodeClientMessage(const SubmitRequest& m) {
   const std::uint32_t n = 3 + (m.output_tokens ? 1u : 0u) + (m.dp_rank ? 1u : 0u) +
-                          (m.arrival_ms ? 1u : 0u) + (m.priority ? 1u : 0u) + (m.handoff ? 1u : 0u);
+                          (m.arrival_ms ? 1u : 0u) + (m.priority ? 1u : 0u) +
+                          (m.handoff ? 1u : 0u) + (m.lora ? 1u : 0u);
   const std::size_t reserve =
       64 + m.id.size() + 5 * (m.prompt.size() + (m.output_tokens ? m.output_tokens->size() : 0)) +
-      (m.handoff ? 160 + m.handoff->source.size() : 0);
+      (m.handoff ? 160 + m.handoff->source.size() : 0) + (m.lora ? 8 + m.lora->size() : 0);
   return encodeMap(
       "submit", n,
       [&](Packer& pk) {
@@ -133,6 +134,10 @@ std::vector<std::byte> encodeClientMessage(const SubmitRequest& m) {
         if (m.handoff) {
           packStr(pk, "handoff");
           packTicket(pk, *m.handoff);
+        }
+        if (m.lora) {
+          packStr(pk, "lora");
+          packStr(pk, *m.lora);
         }
       },
       reserve);

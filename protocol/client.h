@@ -48,6 +48,8 @@ struct SubmitRequest {
   std::optional<std::uint32_t> dp_rank;                     ///< absent: the service chooses
   std::optional<double> arrival_ms;                         ///< informational; serve ignores it
   std::optional<std::int64_t> priority;                     ///< informational (not modelled)
+  /// LoRA adapter name: 1..kMaxLoraNameBytes bytes of UTF-8; absent = the base model.
+  std::optional<std::string> lora;
   /// Decode workers only (and required there): the prefill worker's ticket.
   std::optional<HandoffTicket> handoff;
   friend bool operator==(const SubmitRequest&, const SubmitRequest&) = default;

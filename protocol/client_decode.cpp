@@ -102,6 +102,11 @@ Result<ClientMessage> decodeSubmit(const MapView& m) {
   if (const auto* o = m.findNonNil("handoff")) {
     MOCKER_TRY(r.handoff, decodeTicket(*o, "handoff"));
   }
+  if (const auto* o = m.findNonNil("lora")) {
+    MOCKER_TRY(const std::string_view lora, detail::getStr(*o, "lora", kMaxLoraNameBytes));
+    if (lora.empty()) return invalidArgument("lora: an adapter name must not be empty");
+    r.lora = std::string(lora);
+  }
   return ClientMessage{std::move(r)};
 }
 

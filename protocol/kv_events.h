@@ -27,9 +27,9 @@ struct BlockStoredEvent {
   std::optional<std::uint64_t> parent_block_hash;  ///< nullopt: the run starts at block 0
   std::vector<std::uint32_t> token_ids;            ///< block_hashes.size() × block_size tokens
   std::uint32_t block_size = 0;
-  std::optional<std::int64_t> lora_id;        ///< we always emit nil
+  std::optional<std::int64_t> lora_id;        ///< the adapter's id; nil without an adapter
   std::optional<std::string> medium = "GPU";  ///< absent in p6 (decodes as nullopt)
-  std::optional<std::string> lora_name;       ///< we always emit nil
+  std::optional<std::string> lora_name;       ///< its name (newer layout); nil without one
   friend bool operator==(const BlockStoredEvent&, const BlockStoredEvent&) = default;
 };
 

@@ -35,6 +35,9 @@ inline constexpr std::size_t kMaxTokensPerRequest = std::size_t{1} << 20;
 /// Longest client request id (bytes of UTF-8).
 inline constexpr std::size_t kMaxRequestIdBytes = 256;
 
+/// Longest LoRA adapter name in a submit (bytes of UTF-8; the engine's limit too).
+inline constexpr std::size_t kMaxLoraNameBytes = 256;
+
 /// Longest ZeroMQ routing id (libzmq's own limit is 255 bytes).
 inline constexpr std::size_t kMaxRoutingIdBytes = 255;
 

@@ -43,11 +43,14 @@ Status validateKvTopic(std::string_view topic) {
 
 protocol::KvEvent toWireEvent(const engine::KvEvent& event) {
   if (const auto* s = std::get_if<engine::BlockStored>(&event)) {
-    return protocol::BlockStoredEvent{.block_hashes = s->block_hashes,
-                                      .parent_block_hash = s->parent_block_hash,
-                                      .token_ids = s->token_ids,
-                                      .block_size = s->block_size,
-                                      .medium = std::string(engine::mediumName(s->medium))};
+    return protocol::BlockStoredEvent{
+        .block_hashes = s->block_hashes,
+        .parent_block_hash = s->parent_block_hash,
+        .token_ids = s->token_ids,
+        .block_size = s->block_size,
+        .lora_id = s->lora_id == 0 ? std::nullopt : std::optional<std::int64_t>(s->lora_id),
+        .medium = std::string(engine::mediumName(s->medium)),
+        .lora_name = s->lora_name.empty() ? std::nullopt : std::optional(s->lora_name)};
   }
   if (const auto* r = std::get_if<engine::BlockRemoved>(&event)) {
     return protocol::BlockRemovedEvent{.block_hashes = {r->block_hash},

@@ -131,7 +131,8 @@ class KvEventPublisher {
   std::uint64_t num_malformed_replay_requests_ = 0;
 };
 
-/// engine → wire event conversion (medium "GPU", lora fields nil).
+/// engine → wire event conversion (medium as the engine says; lora_id and lora_name nil for a
+/// block without an adapter).
 protocol::KvEvent toWireEvent(const engine::KvEvent& event);
 
 }  // namespace mocker::publishers

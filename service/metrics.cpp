@@ -151,6 +151,27 @@ class Exposition {
     }
   }
 
+  /// `vllm:lora_requests_info{running_lora_adapters, waiting_lora_adapters, max_lora}` per rank of
+  /// the snapshots with LoRA on (vLLM's labels; the value is the snapshot's Unix time).
+  void loraInfo() {
+    constexpr std::string_view kName = "vllm:lora_requests_info";
+    bool any = false;
+    for (const MetricsSnapshot& s : snapshots_) any = any || !s.service.lora.empty();
+    if (!any) return;
+    header(kName, "gauge", "Running stats on lora requests.");
+    for (std::size_t w = 0; w < snapshots_.size(); ++w) {
+      const auto& ranks = snapshots_[w].service.lora;
+      for (std::size_t r = 0; r < ranks.size(); ++r) {
+        series(kName, w, r,
+               ",max_lora=\"" + std::to_string(ranks[r].max_lora) + "\",running_lora_adapters=\"" +
+                   escapeLabel(ranks[r].running) + "\",waiting_lora_adapters=\"" +
+                   escapeLabel(ranks[r].waiting) + "\"");
+        appendNumber(out_, ranks[r].time_s);
+        out_ += '\n';
+      }
+    }
+  }
+
   /// `mocker:faults_injected_total{kind}`: one series per fault kind of every snapshot.
   void faults() {
     header("mocker:faults_injected_total", "counter",
@@ -398,6 +419,7 @@ std::string renderPrometheus(std::span<const MetricsSnapshot> snapshots) {
             &M::output_messages);
   e.service("mocker:passes_total", "Forward passes computed, all ranks.", &M::passes);
   e.faults();
+  e.loraInfo();
   return e.take();
 }
 

@@ -90,6 +90,15 @@ struct ServiceMetrics {
   std::uint64_t passes = 0;
   /// Injected faults by kind (FaultKind order): `mocker:faults_injected_total{kind}`.
   std::array<std::uint64_t, kNumFaultKinds> faults_injected{};
+  /// LoRA adapters (docs/engine.md "LoRA adapters"), one entry per rank when max_loras > 0, else
+  /// empty: vLLM's `vllm:lora_requests_info` gauge.
+  struct LoraInfo {
+    std::string running;  ///< adapter names of the running requests, comma-separated
+    std::string waiting;  ///< adapter names of the waiting requests
+    std::uint32_t max_lora = 0;
+    double time_s = 0.0;  ///< the gauge's value: Unix time of the snapshot (vLLM's)
+  };
+  std::vector<LoraInfo> lora;
 };
 
 /// What the loop publishes: one copy per publish, read by the HTTP thread.

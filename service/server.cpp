@@ -259,6 +259,22 @@ void Server::Impl::collectMetrics(std::vector<engine::LoadMetrics>& load,
              .output_messages = counters.output_messages,
              .passes = counters.passes,
              .faults_injected = counters.faults_injected};
+  if (engine_.config().max_loras > 0) {
+    const double now_s =
+        std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+    const auto names = [this](const std::vector<std::uint32_t>& ids) {
+      std::string out;
+      for (const std::uint32_t id : ids) out += (out.empty() ? "" : ",") + engine_.loraName(id);
+      return out;
+    };
+    for (std::uint32_t r = 0; r < engine_.dpSize(); ++r) {
+      const engine::LoraUsage usage = engine_.loraUsage(r);
+      service.lora.push_back({.running = names(usage.running),
+                              .waiting = names(usage.waiting),
+                              .max_lora = engine_.config().max_loras,
+                              .time_s = now_s});
+    }
+  }
   for (const Rank& rank : ranks_) {
     if (!rank.pub.kv) continue;
     service.kv_event_batches_published += rank.pub.kv->numBatchesSent();

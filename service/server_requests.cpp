@@ -313,7 +313,8 @@ void Server::Impl::handleSubmit(const RoutedEnvelope& from, const Peer& peer,
                        .dp_rank = rank,
                        // The client's arrival_ms is informational: the engine's clock starts
                        // when the service receives the request.
-                       .arrival_ms = er_arrival_ms};
+                       .arrival_ms = er_arrival_ms,
+                       .lora = std::move(req.lora)};
     id = engine_.submit(std::move(er));
   }
   if (!id) {

@@ -103,6 +103,7 @@ Result<replay::Workload> loadWorkload(const ReplayFlags& f, const std::string& f
       .session_context = f.session_context,
       .block_size = f.trace_block_size,
       .seed = f.seed,
+      .loras = f.loras,
   };
   spec.arrival = syntheticArrival(f);
   spec.inter_turn_delay = {delayKind(f.inter_turn_delay), f.inter_turn_delay_ms};

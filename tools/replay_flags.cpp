@@ -106,6 +106,12 @@ void registerSyntheticFlags(CLI::App& cmd, ReplayFlags& f) {
   cmd.add_option("--num-prefix-groups", f.num_prefix_groups, "prefix groups (0 = no sharing)")
       ->capture_default_str()
       ->group(synth);
+  cmd.add_option("--loras", f.loras,
+                 "LoRA adapters lora-1..lora-N, one per session with Zipf popularity "
+                 "P(k) ~ 1/k (seeded; 0 = none; needs --max-loras > 0)")
+      ->check(between(0, 4096))
+      ->capture_default_str()
+      ->group(synth);
   cmd.add_option("--turns-per-session", f.turns_per_session, "turns per session")
       ->check(atLeast(1))
       ->capture_default_str()

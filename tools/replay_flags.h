@@ -71,6 +71,7 @@ struct ReplayFlags {
   double arrival_interval_ms = 0.0;
   double shared_prefix_ratio = 0.0;
   std::uint32_t num_prefix_groups = 0;
+  std::uint32_t loras = 0;  ///< --loras: synthetic LoRA adapters (Zipf popularity)
   std::uint32_t turns_per_session = 1;
   std::string inter_turn_delay = "none";
   double inter_turn_delay_ms = 0.0;

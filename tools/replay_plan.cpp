@@ -330,6 +330,12 @@ std::vector<replay::ConfigSetting> engineSettings(const service::ServiceConfig& 
                    key == "engine.num_g3_blocks")) {
       continue;
     }
+    // The LoRA settings only matter to a run with adapters on.
+    if (effective.engine.max_loras == 0 &&
+        (key == "engine.max_loras" || key == "engine.max_cpu_loras" ||
+         key == "engine.lora_load_ms")) {
+      continue;
+    }
     const std::optional<std::string> text = service::configValueText(effective, key);
     const std::string type = service::configKeyType(key).value_or("TEXT");
     if (!text) continue;

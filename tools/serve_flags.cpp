@@ -73,6 +73,11 @@ const std::initializer_list<Group> kGroups = {
     {"--offload-host-to-disk-gbps", "engine.offload_host_to_disk_gbps", "host to disk bandwidth in GB/s (> 0; default 7, Dynamo KVBM's figure)"},
     {"--offload-disk-to-host-gbps", "engine.offload_disk_to_host_gbps", "disk to host bandwidth in GB/s (> 0; default 7)"},
   }},
+  {"LoRA adapters (vllm, trtllm, aggregated workers; a request names one with `lora`; docs/engine.md \"LoRA adapters\")", {
+    {"--max-loras", "engine.max_loras", "adapters at most in one pass (vLLM's --max-loras; 1 is vLLM's default once LoRA is on); a waiting request whose adapter would exceed it is skipped, not preempted; 0 = LoRA off (requests naming an adapter are refused)"},
+    {"--max-cpu-loras", "engine.max_cpu_loras", "adapters resident in host memory, LRU (>= --max-loras), or none = --max-loras"},
+    {"--lora-load-ms", "engine.lora_load_ms", "modelled ms added to a pass for each adapter it schedules that is not resident (>= 0; default 28: an 84 MB rank-16 Llama-3-8B adapter read at 3 GB/s)"},
+  }},
   {"Roofline timing (--timing-model roofline; [engine], [engine.model], [engine.gpu_spec], [engine.roofline])", {
     {"--model-config", "engine.model_config_path", "Hugging Face config.json of the served model (Llama, Qwen2/3, Qwen3-MoE, Mixtral); [engine.model] keys override its fields"},
     {"--gpu", "engine.gpu", "built-in GPU: H100-SXM | H200 | A100-40GB | A100-80GB | L40S | RTX4090 | RTXPRO6000 | B200 (docs/engine.md lists the datasheets)"},

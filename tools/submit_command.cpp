@@ -107,6 +107,9 @@ void addSubmitCommand(CLI::App& app, SubmitCommand& command) {
       ->delimiter(',');
   c.add_option("--id", command.id, "request id (default: submit-<pid>)");
   c.add_option("--dp-rank", command.dp_rank, "data-parallel rank (default: the service chooses)");
+  c.add_option("--lora", command.lora,
+               "LoRA adapter name (1..256 bytes; the service needs --max-loras > 0; default: the "
+               "base model)");
   c.add_option("--submit-endpoint", command.submit_endpoint, "the service's submit ROUTER")
       ->capture_default_str();
   c.add_option("--cancel-endpoint", command.cancel_endpoint, "the service's cancel ROUTER")
@@ -156,6 +159,7 @@ int runSubmitCommand(const SubmitCommand& command, std::ostream& out, std::ostre
   request.max_tokens = command.max_tokens;
   if (!command.output_tokens.empty()) request.output_tokens = command.output_tokens;
   request.dp_rank = command.dp_rank;
+  request.lora = command.lora;
 
   std::string decode_cancel = command.decode_cancel_endpoint;
   if (!command.decode_endpoint.empty() && decode_cancel.empty()) {

@@ -33,6 +33,7 @@ struct SubmitCommand {
   std::vector<std::uint32_t> output_tokens;  ///< --output-tokens: planned output (optional)
   std::string id;                            ///< default "submit-<pid>"
   std::optional<std::uint32_t> dp_rank;
+  std::optional<std::string> lora;  ///< --lora: the LoRA adapter name
   std::string submit_endpoint = "tcp://127.0.0.1:5555";
   std::string cancel_endpoint = "tcp://127.0.0.1:5556";
   /// Prefill worker: the decode worker to submit the handoff ticket to (empty: print the ticket

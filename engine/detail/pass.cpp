@@ -11,7 +11,10 @@ RequestRecord::RequestRecord(AcceptedRequest&& request)
       prompt_len(static_cast<std::uint32_t>(tokens.size())),
       max_output(request.max_output_tokens),
       requested_output(request.max_output_tokens),
-      plan(std::move(request.output_token_ids)) {}
+      plan(std::move(request.output_token_ids)),
+      lora_id(request.lora_id),
+      lora_name(std::move(request.lora_name)),
+      lora_key(request.lora_key) {}
 
 EffectiveLimit vllmEffectiveLimit(const EngineConfig& config, std::uint32_t block_size) {
   EffectiveLimit limit;
@@ -47,6 +50,8 @@ void StoredRuns::flush(std::uint32_t end) {
   stored.token_ids.assign(r_.tokens.begin() + std::ptrdiff_t{run_start_} * block_size_,
                           r_.tokens.begin() + std::ptrdiff_t{end} * block_size_);
   stored.block_size = block_size_;
+  stored.lora_id = r_.lora_id;
+  stored.lora_name = r_.lora_name;
   events_.emplace_back(std::move(stored));
 }
 

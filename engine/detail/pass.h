@@ -18,6 +18,7 @@
 #include <span>
 #include <vector>
 
+#include "engine/block_hash.h"
 #include "engine/config.h"
 #include "engine/detail/rank_core.h"
 #include "engine/detail/stats.h"
@@ -46,6 +47,9 @@ struct RequestRecord {
   bool admitted_before = false;
   std::uint32_t first_cached_tokens = 0;  // reused prompt tokens at the first admission
   std::uint32_t spec_steps = 0;           // speculative bursts drawn so far (the draws' step j)
+  std::uint32_t lora_id = 0;              // LoRA adapter id (0 = none)
+  std::string lora_name;                  // its name (empty = none)
+  std::optional<std::uint64_t> lora_key;  // its hash key: the parent of block 0 (block_hash.h)
 
   RequestRecord() = default;
   /// Takes the prompt and plan. Reserves nothing for output: memory follows the tokens actually
@@ -54,6 +58,10 @@ struct RequestRecord {
 
   std::uint32_t len() const { return static_cast<std::uint32_t>(tokens.size()); }
   std::uint32_t generated() const { return len() - prompt_len; }
+  /// The seeds that hash this request's blocks (its adapter's key included).
+  HashSeeds hashSeeds(const EngineConfig& config) const {
+    return {config.hash_seed, config.chain_seed, lora_key};
+  }
 };
 
 /// The effective length limit L (docs/engine.md, Length limits) and the limit that binds (the

@@ -7,10 +7,12 @@
 #include <cstdint>
 #include <deque>
 #include <optional>
+#include <string>
 #include <utility>
 #include <vector>
 
 #include "base/result.h"
+#include "engine/lora.h"
 #include "engine/types.h"
 
 namespace mocker::engine::detail {
@@ -21,6 +23,9 @@ struct AcceptedRequest {
   std::vector<std::uint32_t> tokens;    // prompt
   std::uint32_t max_output_tokens = 0;  // effective (plan length when planned)
   std::optional<std::vector<std::uint32_t>> output_token_ids;
+  std::uint32_t lora_id = 0;              // LoRA adapter id (0 = none)
+  std::string lora_name;                  // its name (empty = none)
+  std::optional<std::uint64_t> lora_key;  // its hash key (block_hash.h)
 };
 
 /// Adds `request` to a scheduler's lookup map and the back of its waiting queue with the strong
@@ -61,6 +66,8 @@ class RankCore {
   /// rank still returns); nothing else may change.
   virtual void setKvEvents(bool /*enabled*/) {}
   virtual Status checkInvariants() const = 0;
+  /// LoRA adapters of the running and waiting requests (empty when LoRA is off).
+  virtual LoraUsage loraUsage() const { return {}; }
 
   // Disaggregation (README "Disaggregated prefill/decode"); both scheduler families implement
   // them over detail::HandoffBook.

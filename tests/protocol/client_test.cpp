@@ -272,7 +272,8 @@ TEST(ClientRoundTripTest, MessageTypesAndExtremes) {
                     .output_tokens = std::vector<std::uint32_t>{},
                     .dp_rank = 0,
                     .arrival_ms = -0.0,
-                    .priority = std::numeric_limits<std::int64_t>::min()};
+                    .priority = std::numeric_limits<std::int64_t>::min(),
+                    .lora = std::string(kMaxLoraNameBytes, 'l')};
   const auto d = decodeClientMessage(encodeClientMessage(big));
   ASSERT_TRUE(d.has_value()) << d.error().toString();
   EXPECT_EQ(std::get<SubmitRequest>(*d), big);
@@ -428,6 +429,10 @@ std::vector<DamageCase> clientDamageCatalogue() {
       {"arrival_ms is a str", mp(submitWith("arrival_ms", "now")), E,
        "arrival_ms: expected number"},
       {"priority is a float", mp(submitWith("priority", 0.5)), E, "priority: expected integer"},
+      {"lora is an int", mp(submitWith("lora", 3)), E, "lora: expected str"},
+      {"lora empty", mp(submitWith("lora", "")), I, "lora: an adapter name must not be empty"},
+      {"lora too long", mp(submitWith("lora", std::string(kMaxLoraNameBytes + 1, 'x'))), I,
+       "lora: string of 257 bytes exceeds the limit of 256"},
       {"output without outputs", mp(msg("output", Json::object())), E, "outputs: missing"},
       {"outputs is a map", mp(msg("output", {{"outputs", {{"a", 1}}}})), E,
        "outputs: expected array, got map"},
@@ -495,6 +500,8 @@ std::vector<DamageCase> clientDamageCatalogue() {
        mp(submitWith("id", std::string("\xff\xfe"
                                        "A"))),
        E, "id: not valid UTF-8 (byte 0xff at offset 0)"},
+      {"lora not UTF-8", mp(submitWith("lora", std::string("ad\xc3"))), E,
+       "lora: not valid UTF-8 (byte 0xc3 at offset 2)"},
       {"type not UTF-8", mp({{"v", 1}, {"type", std::string("st\xc0\x80ts")}}), E,
        "type: not valid UTF-8 (byte 0xc0 at offset 2)"},
       {"map key not UTF-8", mp(submitWith(std::string("k\xed\xa0\x80"), 1)), E,

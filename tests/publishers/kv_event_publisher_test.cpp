@@ -50,8 +50,8 @@ class KvEventPublisherTest : public ::testing::Test {
 TEST_F(KvEventPublisherTest, SequenceNumbersStartAtZeroAndCountBatchesNotEvents) {
   auto p = make({});
   std::vector<engine::KvEvent> three = storedEvents(1);
-  three.push_back(engine::BlockRemoved{.block_hash = 5});
-  three.push_back(engine::AllBlocksCleared{});
+  three.emplace_back(std::in_place_type<engine::BlockRemoved>, 5u);
+  three.emplace_back(std::in_place_type<engine::AllBlocksCleared>);
   EXPECT_EQ(p->publishPass(three, 1.0), 0u);
   EXPECT_EQ(p->publishPass({}, 2.0), std::nullopt);  // a pass without events: no batch
   EXPECT_EQ(p->publishPass(storedEvents(2), 3.0), 1u);
@@ -328,6 +328,22 @@ TEST(ToWireEventTest, TheTierBecomesVllmsMedium) {
   const auto gpu =
       std::get<protocol::BlockRemovedEvent>(toWireEvent(engine::BlockRemoved{.block_hash = 7}));
   EXPECT_EQ(gpu.medium, "GPU");
+}
+
+TEST(ToWireEventTest, StoredEventsCarryTheLoraAdapterAsVllmDoes) {
+  const auto with = std::get<protocol::BlockStoredEvent>(toWireEvent(engine::BlockStored{
+      .block_hashes = {7}, .block_size = 4, .lora_id = 2, .lora_name = "sql-adapter"}));
+  EXPECT_EQ(with.lora_id, 2);
+  EXPECT_EQ(with.lora_name, "sql-adapter");
+  const auto without = std::get<protocol::BlockStoredEvent>(
+      toWireEvent(engine::BlockStored{.block_hashes = {7}, .block_size = 4}));
+  EXPECT_EQ(without.lora_id, std::nullopt);
+  EXPECT_EQ(without.lora_name, std::nullopt);
+  // p8 (the default layout) sends both.
+  const auto decoded = protocol::decodeKvEventBatch(
+      protocol::encodeKvEventBatch(protocol::KvEventBatch{.ts = 1.0, .events = {with}}));
+  ASSERT_TRUE(decoded.has_value()) << decoded.error().message;
+  EXPECT_EQ(std::get<protocol::BlockStoredEvent>(decoded->events[0]), with);
 }
 
 }  // namespace

@@ -176,6 +176,22 @@ TEST(PrometheusTextTest, EverySeriesHasHelpTypeAndLabels) {
   EXPECT_EQ(text.back(), '\n');
 }
 
+TEST(PrometheusTextTest, LoraRequestsInfoHasVllmsLabelsOnlyWithLoraOn) {
+  MetricsRecorder rec("m", 2);
+  EXPECT_EQ(renderPrometheus(rec.snapshot({}, {})).find("lora"), std::string::npos);
+  ServiceMetrics service;
+  service.lora = {{.running = "sql,chat", .waiting = "", .max_lora = 2, .time_s = 1700000000.5},
+                  {.running = "", .waiting = "a\"b", .max_lora = 2, .time_s = 1700000000.5}};
+  const std::string text = renderPrometheus(rec.snapshot({}, service));
+  EXPECT_NE(text.find("# TYPE vllm:lora_requests_info gauge\n"), std::string::npos);
+  EXPECT_DOUBLE_EQ(sample(text, R"(vllm:lora_requests_info{model_name="m",engine="0",max_lora="2",)"
+                                R"(running_lora_adapters="sql,chat",waiting_lora_adapters=""})"),
+                   1700000000.5);
+  EXPECT_DOUBLE_EQ(sample(text, R"(vllm:lora_requests_info{model_name="m",engine="1",max_lora="2",)"
+                                R"(running_lora_adapters="",waiting_lora_adapters="a\"b"})"),
+                   1700000000.5);
+}
+
 TEST(PrometheusTextTest, WorkerLabelIsOnEverySeriesWhenSet) {
   MetricsRecorder rec("m", 1, "w-7");
   const std::string text = renderPrometheus(rec.snapshot({}, {}));

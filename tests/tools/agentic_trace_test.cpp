@@ -56,6 +56,31 @@ const RequestRecord& byRequestId(const ReplayCollector& c, const std::string& id
 
 const char* kRoot = R"({"request_id": "a", "timestamp": 0, "output_length": 1, "hash_ids": [1]})";
 
+TEST(MooncakeLoraColumnTest, TheAdapterColumnIsReadAndHostileNamesAreLineErrors) {
+  auto w = parseAs(TraceFormat::Mooncake,
+                   R"({"timestamp": 0, "output_length": 1, "hash_ids": [1], "lora": "sql"})"
+                   "\n"
+                   R"({"timestamp": 1, "output_length": 1, "hash_ids": [1], "lora": 7})"
+                   "\n"
+                   R"({"timestamp": 2, "output_length": 1, "hash_ids": [1], "lora": null})"
+                   "\n");
+  ASSERT_TRUE(w) << w.error().toString();
+  EXPECT_EQ(w->sessions[0].turns[0].lora, "sql");
+  EXPECT_EQ(w->sessions[1].turns[0].lora, "7");
+  EXPECT_EQ(w->sessions[2].turns[0].lora, std::nullopt);
+  const auto error = [](const std::string& row) {
+    auto r = parseAs(TraceFormat::Mooncake, row + "\n");
+    return r ? std::string("parsed") : r.error().message;
+  };
+  EXPECT_THAT(error(R"({"timestamp": 0, "output_length": 1, "hash_ids": [1], "lora": ""})"),
+              HasSubstr("line 1"));
+  EXPECT_THAT(error(R"({"timestamp": 0, "output_length": 1, "hash_ids": [1], "lora": "a\nb"})"),
+              HasSubstr("'lora': control character 0x0a at byte 1"));
+  EXPECT_THAT(error(R"({"timestamp": 0, "output_length": 1, "hash_ids": [1], "lora": ")" +
+                    std::string(257, 'x') + R"("})"),
+              HasSubstr("'lora': an adapter name is at most 256 bytes (got 257)"));
+}
+
 TEST(AgenticTraceTest, ParsesRowsDependenciesAndNormalisesRootArrivals) {
   const Workload w = agentic(
       R"({"request_id": "a", "session_id": "s", "timestamp": 100, "output_length": 3, "hash_ids": [1, 2], "prefix_reset": true, "branches": ["c"]})"

@@ -6,7 +6,9 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <map>
 #include <set>
+#include <string>
 #include <vector>
 
 #include "tools/replay/random.h"
@@ -127,6 +129,32 @@ TEST(SyntheticWorkloadTest, SameSeedSameWorkloadDifferentSeedDiffers) {
     EXPECT_EQ(a->sessions[i].turns[0].hash_ids, b->sessions[i].turns[0].hash_ids);
   }
   EXPECT_NE(a->sessions[1].first_arrival_ms, c->sessions[1].first_arrival_ms);
+}
+
+TEST(SyntheticWorkloadTest, LorasFollowZipfPopularityAndLeaveOtherDrawsAlone) {
+  SyntheticSpec spec = baseSpec();
+  spec.request_count = 30000;
+  spec.turns_per_session = 2;
+  auto none = generateSyntheticWorkload(spec);
+  spec.loras = 3;
+  auto with = generateSyntheticWorkload(spec);
+  ASSERT_TRUE(none && with);
+  std::map<std::string, double> share;
+  for (const Session& s : with->sessions) {
+    ASSERT_TRUE(s.turns[0].lora.has_value());
+    EXPECT_EQ(s.turns[1].lora, s.turns[0].lora);  // one adapter per session
+    share[*s.turns[0].lora] += 1.0 / spec.request_count;
+  }
+  // P(k) = (1/k) / H_3: 6/11, 3/11, 2/11.
+  ASSERT_EQ(share.size(), 3u);
+  EXPECT_NEAR(share["lora-1"], 6.0 / 11, 0.01);
+  EXPECT_NEAR(share["lora-2"], 3.0 / 11, 0.01);
+  EXPECT_NEAR(share["lora-3"], 2.0 / 11, 0.01);
+  // No adapter without --loras; the first session's arrival (before the draw) is unchanged.
+  EXPECT_FALSE(none->sessions[0].turns[0].lora.has_value());
+  EXPECT_EQ(none->sessions[0].first_arrival_ms, with->sessions[0].first_arrival_ms);
+  spec.loras = kMaxSyntheticLoras + 1;
+  EXPECT_THAT(generateSyntheticWorkload(spec).error().message, HasSubstr("loras must be <="));
 }
 
 TEST(SyntheticWorkloadTest, LengthsHaveRequestedMeansAndIdsMatchLengths) {

@@ -7,6 +7,7 @@
 // previous accepted row's timestamp so that a later turn without `delay` gets `timestamp − previous
 // timestamp`.
 #include "tools/replay/mooncake_trace.h"
+#include "engine/lora.h"
 
 #include <algorithm>
 #include <cmath>
@@ -52,6 +53,7 @@ class Parser {
     MOCKER_TRY(const Scalar* session_field, findField(row, kSessionId, kUnknown));
     MOCKER_TRY(const Scalar* delay_field, findField(row, kDelay, kDelayMs));
     MOCKER_TRY(const Scalar* request_field, findField(row, kRequestId, kUnknown));
+    MOCKER_TRY(const Scalar* lora_field, findField(row, kLora, kUnknown));
 
     Turn turn;
     turn.line = line;
@@ -112,6 +114,10 @@ class Parser {
     }
     if (request_field != nullptr) {
       MOCKER_TRY(turn.request_id, identifier(*request_field, "request_id"));
+    }
+    if (lora_field != nullptr) {
+      MOCKER_TRY(turn.lora, identifier(*lora_field, "lora"));
+      MOCKER_TRY_VOID(engine::checkLoraName(*turn.lora, "'lora'"));
     }
     if (format_ == TraceFormat::Agentic) {
       return addAgenticRow(row, std::move(turn), timestamp, delay, session_field);

@@ -284,6 +284,7 @@ class OfflineReplay {
     request.tokens = schedule_.prompt(next, synth_.synthesize(turn));
     request.max_output_tokens = turn.output_length;
     request.arrival_ms = now;
+    request.lora = turn.lora;
     const std::size_t input_tokens = request.tokens.size();
     const RequestHandle handle =
         collector_.onArrival({.session_id = session.session_id,

@@ -17,6 +17,10 @@ bool finitePositive(double v) { return std::isfinite(v) && v > 0.0; }
 Status validate(const SyntheticSpec& spec) {
   if (spec.request_count == 0) return invalidArgument("request_count must be >= 1");
   if (spec.turns_per_session == 0) return invalidArgument("turns_per_session must be >= 1");
+  if (spec.loras > kMaxSyntheticLoras) {
+    return invalidArgument("loras must be <= " + std::to_string(kMaxSyntheticLoras) + " (got " +
+                           std::to_string(spec.loras) + ")");
+  }
   if (!std::isfinite(spec.input_tokens.mean) || !finiteNonNegative(spec.input_tokens.stddev)) {
     return invalidArgument("input_tokens needs a finite mean and a finite stddev >= 0");
   }
@@ -94,10 +98,23 @@ Result<Workload> generateSyntheticWorkload(const SyntheticSpec& spec) {
   std::uint64_t next_fresh_id = 1;
   double arrival_ms = 0.0;
 
+  // Zipf CDF over the adapters: cdf[k - 1] = Σ_{j<=k} (1/j) / H(loras).
+  std::vector<double> lora_cdf;
+  for (std::uint32_t k = 1; k <= spec.loras; ++k) {
+    lora_cdf.push_back((lora_cdf.empty() ? 0.0 : lora_cdf.back()) + 1.0 / k);
+  }
+  for (double& c : lora_cdf) c /= lora_cdf.back();
+
   for (std::uint32_t i = 0; i < spec.request_count; ++i) {
     if (i > 0) arrival_ms += arrivalGapMs(rng, spec.arrival);
     std::optional<std::uint64_t> group;
     if (spec.num_prefix_groups > 0) group = rng.uniformIndex(spec.num_prefix_groups);
+    std::optional<std::string> lora;
+    if (spec.loras > 0) {
+      const double u = rng.uniform();
+      const auto k = std::upper_bound(lora_cdf.begin(), lora_cdf.end() - 1, u) - lora_cdf.begin();
+      lora = "lora-" + std::to_string(k + 1);
+    }
 
     Session session;
     session.session_id = "session_" + std::to_string(i);
@@ -105,6 +122,7 @@ Result<Workload> generateSyntheticWorkload(const SyntheticSpec& spec) {
     session.turns.reserve(spec.turns_per_session);
     for (std::uint32_t t = 0; t < spec.turns_per_session; ++t) {
       Turn turn;
+      turn.lora = lora;
       turn.input_length =
           toLength(sampleNormal(rng, spec.input_tokens.mean, spec.input_tokens.stddev));
       turn.output_length =

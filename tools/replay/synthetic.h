@@ -53,7 +53,12 @@ struct SyntheticSpec {
   bool session_context = false;
   std::uint32_t block_size = kDefaultTraceBlockSize;  ///< trace block size for hash ids, >= 1
   std::uint64_t seed = 0;
+  /// LoRA adapters: 0 = none; else each session uses adapter "lora-<k>", k in 1..loras drawn
+  /// with Zipf popularity P(k) = (1/k) / H(loras) (lora-1 the most popular).
+  std::uint32_t loras = 0;
 };
+
+inline constexpr std::uint32_t kMaxSyntheticLoras = 4096;
 
 inline constexpr std::uint32_t kMaxPrefixGroups = 2048;
 /// Shared ids are kSharedIdBase + group · 2^20 + block_index; fresh ids count up from 1 and
@@ -64,6 +69,7 @@ inline constexpr std::uint64_t kSharedIdsPerGroup = 1ull << 20;
 /// Generates the workload. Randomness is consumed in this order, per session i:
 ///   1. the arrival gap (i > 0; Poisson/Gamma only),
 ///   2. the prefix group (when num_prefix_groups > 0): uniformIndex(num_prefix_groups),
+///   2'. the LoRA adapter (when loras > 0): one uniform() draw inverted through the Zipf CDF,
 ///   3. per turn: input length, output length, then the delay (turns 2.., Exponential only).
 /// Each turn has n = ceil(input/block_size) ids; the first p = min(n, round(n · ratio)) are its
 /// group's shared ids, the rest fresh. With session_context, turn t > 0 instead takes the previous

@@ -31,6 +31,7 @@ struct Turn {
   /// arrival_speedup_ratio). Always 0 for the first turn.
   double delay_after_previous_ms = 0.0;
   std::optional<std::string> request_id{};  ///< carried into per-request output only
+  std::optional<std::string> lora{};        ///< LoRA adapter name (the trace's `lora` column)
   std::size_t line = 0;                     ///< 1-based source line; 0 for synthetic turns
 };
 

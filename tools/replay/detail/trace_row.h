@@ -74,6 +74,7 @@ enum Field : std::uint8_t {
   kRequestId,
   kPrefixReset,  // agentic only
   kToolWaitMs,   // agentic only
+  kLora,         // LoRA adapter name (docs/traces.md)
   kNumScalarFields,
   kHashIds = kNumScalarFields,
   kWaitFor,   // agentic only: array of identifiers
@@ -82,9 +83,9 @@ enum Field : std::uint8_t {
 };
 
 inline constexpr const char* kFieldNames[] = {
-    "timestamp",     "created_time", "input_length", "input_tokens", "output_length",
-    "output_tokens", "session_id",   "delay",        "delay_ms",     "request_id",
-    "prefix_reset",  "tool_wait_ms", "hash_ids",     "wait_for",     "branches"};
+    "timestamp",  "created_time", "input_length", "input_tokens", "output_length", "output_tokens",
+    "session_id", "delay",        "delay_ms",     "request_id",   "prefix_reset",  "tool_wait_ms",
+    "lora",       "hash_ids",     "wait_for",     "branches"};
 
 /// The field named `key`; kUnknown for any other key.
 Field fieldOf(std::string_view key);
