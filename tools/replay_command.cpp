@@ -175,6 +175,28 @@ Result<replay::Workload> loadInput(const ReplayFlags& f, std::string& format, bo
   return workload;
 }
 
+/// An offline run whose workload names LoRA adapters needs engines that take them: without
+/// --max-loras every such request would be refused and reported only as "other".
+std::optional<std::string> loraMismatch(const ReplayPlan& plan, const replay::Workload& workload) {
+  const auto* offline = std::get_if<replay::OfflineReplayOptions>(&plan.options);
+  if (offline == nullptr) return std::nullopt;  // live: the servers' own settings decide
+  std::size_t named = 0;
+  for (const replay::Session& s : workload.sessions) {
+    for (const replay::Turn& t : s.turns) named += t.lora.has_value();
+  }
+  if (named == 0) return std::nullopt;
+  if (offline->disagg) {
+    return std::to_string(named) +
+           " requests name a LoRA adapter, and disaggregated workers do not serve adapters";
+  }
+  if (offline->engine.max_loras == 0) {
+    return std::to_string(named) +
+           " requests name a LoRA adapter but --max-loras is 0 (LoRA off): every one would be "
+           "refused; give --max-loras N (vLLM's default once LoRA is on is 1)";
+  }
+  return std::nullopt;
+}
+
 /// A one-line progress bar on a terminal's stderr, drawn only once the run has lasted a second,
 /// at most ten times per second.
 class ProgressBar {
@@ -289,6 +311,10 @@ int ReplayCommand::run(std::ostream& out, std::ostream& err,
   if (!workload) {
     err << "mocker replay: " << workload.error().message << "\n";
     return 1;
+  }
+  if (const auto mismatch = loraMismatch(*plan, *workload)) {
+    err << "mocker replay: " << *mismatch << "\n";
+    return 2;
   }
   replay::RunIdentity identity{
       .mocker_version = buildVersion(),

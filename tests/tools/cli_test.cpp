@@ -496,6 +496,24 @@ TEST(CliErrorTest, SyntheticWorkloadNeedsAnOutputLength) {
       << zero.err;
 }
 
+TEST(CliErrorTest, LoraAdaptersNeedMaxLoras) {
+  // Without --max-loras every request naming an adapter used to be refused, counted as "other".
+  const std::vector<std::string> base = {"replay",    "--format",
+                                         "synthetic", "--num-requests",
+                                         "4",         "--input-tokens-mean",
+                                         "16",        "--output-tokens-mean",
+                                         "2",         "--loras",
+                                         "2"};
+  const auto r = runMocker(base);
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find("4 requests name a LoRA adapter but --max-loras is 0"), std::string::npos)
+      << r.err;
+  auto with = base;
+  with.insert(with.end(), {"--max-loras", "1"});
+  const auto ok = runMocker(with);
+  EXPECT_EQ(ok.code, 0) << ok.err;
+}
+
 // --- aliases: names users already type -----------------------------------------------------------
 
 TEST(CliAliasTest, VllmAndSglangEngineFlagNames) {

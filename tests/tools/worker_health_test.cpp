@@ -233,6 +233,8 @@ TEST(WorkerHealthTest, ReportLinesNameTheRuleAndEachTransition) {
             "  10 ms: server 1 suspect (connection closed)\n"
             "  60 ms: server 1 down (suspect too long; first failure at 10 ms, detected in 50 "
             "ms)\n");
+  EXPECT_NE(formatWorkerHealth(kDefaults, {}, 1, 0).find("; 1 request failed with a worker"),
+            std::string::npos);
 }
 
 TEST(WorkerHealthTest, ConfigErrorsNameTheValue) {

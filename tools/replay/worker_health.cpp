@@ -220,8 +220,8 @@ std::string formatWorkerHealth(const WorkerHealthConfig& config,
   std::size_t downs = 0;
   for (const HealthTransition& t : transitions) downs += t.to == WorkerState::Down ? 1 : 0;
   out << "): " << downs << " declared down; " << failed_by_down
-      << " requests failed with a worker that went down, " << no_worker
-      << " failed with no worker up\n";
+      << (failed_by_down == 1 ? " request" : " requests")
+      << " failed with a worker that went down, " << no_worker << " failed with no worker up\n";
   for (const HealthTransition& t : transitions) {
     out << "  " << t.time_ms << " ms: server " << t.worker << " " << workerStateName(t.to) << " ("
         << healthReasonName(t.reason);
