@@ -236,7 +236,7 @@ Result<KvCapacity> engineKvCapacity(const EngineConfig& config) {
 }
 
 std::uint32_t engineCudaGraphMaxTokens(const EngineConfig& config) {
-  if (config.engine_type != EngineType::Vllm) return 0;
+  if (config.engine_type != EngineType::Vllm || config.enforce_eager) return 0;
   const std::uint64_t decode_query_len =
       1 + std::uint64_t{config.spec_num_draft_tokens.value_or(0)};
   const std::uint64_t seqs = std::uint64_t{config.max_num_seqs.value_or(256)} * decode_query_len;

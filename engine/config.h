@@ -62,6 +62,9 @@ struct EngineConfig {
   std::optional<std::uint32_t> max_num_batched_tokens = 8192;  ///< null = unbounded
   bool enable_prefix_caching = true;
   bool enable_chunked_prefill = true;
+  /// vLLM's --enforce-eager: no CUDA graphs, so passes are not padded to a capture size
+  /// (engineCudaGraphMaxTokens returns 0).
+  bool enforce_eager = false;
   PreemptionMode preemption_mode = PreemptionMode::Lifo;
   std::uint32_t dp_size = 1;  ///< >= 1
   std::uint64_t hash_seed = kDefaultHashSeed;

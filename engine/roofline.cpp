@@ -319,12 +319,12 @@ Result<KvCapacity> rooflineKvCapacity(const RooflineConfig& c, std::uint32_t blo
   kv.memory_bytes = c.gpu.memory_gib * kGiB * c.gpu_memory_utilization;
   kv.weight_bytes = weightBytesPerGpu(c);
   // Profiling pass: the largest live activations of one layer (hidden states, QKV, MLP or
-  // expert intermediates) for the token budget, then fp32 logits (and their softmax copy) for
-  // every sampled sequence.
+  // expert intermediates) for the token budget, then the sampler's peak over the logits of
+  // every sampled sequence (kSamplerProfileBytesPerLogit).
   const double act = s.experts > 0 ? s.topk * s.moe_inter : s.inter;
   kv.activation_bytes =
       max_num_batched_tokens * kActBytes * (4.0 * s.h + 2.0 * (s.qd + 2.0 * s.kvd) + 3.0 * act) +
-      static_cast<double>(max_num_seqs) * c.model.vocab_size * 4.0 * 2.0;
+      static_cast<double>(max_num_seqs) * c.model.vocab_size * kSamplerProfileBytesPerLogit;
   kv.non_torch_bytes = c.non_torch_memory_gib * kGiB;
   kv.kv_bytes = kv.memory_bytes - kv.weight_bytes - kv.activation_bytes - kv.non_torch_bytes;
   const double per_block = static_cast<double>(block_size) * kvBytesPerToken(c.model) *

@@ -59,6 +59,19 @@ std::span<const RooflineCoefficientInfo> rooflineCoefficientTable();
 /// The table entry named `name`, or nullptr.
 const RooflineCoefficientInfo* findRooflineCoefficient(std::string_view name);
 
+/// Default non-torch memory (GiB): set so that the RTX 4090 run's KV cache (Llama-3.1-8B, 0.9,
+/// budget 2048, 256 sequences) comes out at the 2,588 blocks vLLM 0.19 reported. It is of the
+/// order vLLM logs as "non-torch memory" on one GPU (0.1–0.2 GiB); tensor parallelism adds NCCL
+/// buffers that this default does not model.
+inline constexpr double kDefaultNonTorchMemoryGib = 0.15;
+
+/// Bytes per logit (sequence x vocabulary entry) at the peak of vLLM's start-up sampler run,
+/// which samples max_num_seqs dummy sequences with top-k and top-p on (vLLM 0.19's PyTorch
+/// path, FlashInfer's sampler being opt-in there): the model-dtype logits (2), their fp32 copy
+/// (4), the sorted values (4) and int64 sort indices (8), the sorted softmax and its in-place
+/// cumulative sum (4), and the top-k and top-p boolean masks (1 + 1).
+inline constexpr double kSamplerProfileBytesPerLogit = 24.0;
+
 /// The deployment the roofline model describes.
 struct RooflineConfig {
   ModelArch model;
@@ -70,9 +83,9 @@ struct RooflineConfig {
   /// this one; the MoE layer adds a dispatch and a combine collective.
   std::uint32_t expert_parallel_size = 1;
   double gpu_memory_utilization = 0.9;  ///< vLLM's flag: fraction of GPU memory to use
-  /// Memory per GPU held outside weights, KV and activations (CUDA context, NCCL, CUDA graphs),
-  /// GiB.
-  double non_torch_memory_gib = 0.75;
+  /// Memory per GPU that vLLM's start-up profile counts outside weights, KV and activations
+  /// (the non-torch increase: cuBLAS workspaces, NCCL buffers), GiB.
+  double non_torch_memory_gib = kDefaultNonTorchMemoryGib;
   RooflineCoefficients coefficients;
 };
 

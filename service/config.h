@@ -186,7 +186,7 @@ struct RooflineSettings {
   /// (engine::RooflineConfig::expert_parallel_size).
   bool enable_expert_parallel = false;
   double gpu_memory_utilization = 0.9;
-  double non_torch_memory_gib = 0.75;
+  double non_torch_memory_gib = engine::kDefaultNonTorchMemoryGib;
   engine::RooflineCoefficients coefficients;
 };
 

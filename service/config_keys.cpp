@@ -328,6 +328,7 @@ const std::vector<ConfigKey>& keys() {
       {"engine", "max_num_batched_tokens", MOCKER_REF(OptU32Ref, engine.max_num_batched_tokens)},
       {"engine", "enable_prefix_caching", MOCKER_REF(BoolRef, engine.enable_prefix_caching)},
       {"engine", "enable_chunked_prefill", MOCKER_REF(BoolRef, engine.enable_chunked_prefill)},
+      {"engine", "enforce_eager", MOCKER_REF(BoolRef, engine.enforce_eager)},
       {"engine", "preemption_mode",
        MOCKER_ENUM(engine.preemption_mode, engine::toString, engine::parsePreemptionMode)},
       {"engine", "dp_size", MOCKER_REF(U32Ref, engine.dp_size)},

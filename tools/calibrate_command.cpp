@@ -446,7 +446,9 @@ int runPasses(const CalibrateCommand& c, std::ostream& out, std::ostream& err) {
   if (!text) return fail(err, text.error());
   const Result<std::vector<cal::MeasuredPass>> passes = cal::parsePassesCsv(*text, c.passes);
   if (!passes) return fail(err, passes.error());
-  const Result<cal::PassFitResult> fit = cal::fitPasses(*config->engine.roofline, *passes, names);
+  // Padded as the engine pads when it replays with the deployment's settings.
+  const Result<cal::PassFitResult> fit = cal::fitPasses(
+      *config->engine.roofline, *passes, names, engine::engineCudaGraphMaxTokens(config->engine));
   if (!fit) return fail(err, fit.error().withContext(c.passes));
   std::vector<cal::FitParameter> params;
   std::vector<double> values;

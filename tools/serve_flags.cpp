@@ -41,6 +41,7 @@ const std::initializer_list<Group> kGroups = {
     {"--max-num-batched-tokens", "engine.max_num_batched_tokens", "per-pass token budget (>= 1), or none = unbounded"},
     {"--enable-prefix-caching,!--no-enable-prefix-caching,!--disable-radix-cache", "engine.enable_prefix_caching", "prefix reuse and KV events (SGLang: --disable-radix-cache = off)", true},
     {"--enable-chunked-prefill,!--no-enable-chunked-prefill", "engine.enable_chunked_prefill", "split long prompts across passes", true},
+    {"--enforce-eager,!--no-enforce-eager", "engine.enforce_eager", "vllm: no CUDA graphs (vLLM's --enforce-eager), so the roofline model does not pad passes to a capture size", true},
     {"--preemption-mode", "engine.preemption_mode", "lifo | fifo (vllm)"},
     {"--dp-size,--data-parallel-size", "engine.dp_size", "data-parallel ranks (>= 1)"},
     {"--hash-seed", "engine.hash_seed", "u64 seed of the block content hash"},
@@ -104,7 +105,7 @@ const std::initializer_list<Group> kGroups = {
     {"--moe-intermediate-size", "engine.model.moe_intermediate_size", "one expert's MLP hidden size (overrides config.json)"},
     {"--weight-dtype,--dtype", "engine.model.weight_dtype", "bfloat16 | float16 | float32 (served as 16-bit) | fp8; \"\" = config.json torch_dtype"},
     {"--kv-dtype,--kv-cache-dtype", "engine.model.kv_dtype", "KV cache dtype: bfloat16 | float16 | fp8; \"\" = bfloat16"},
-    {"--non-torch-memory-gib", "engine.roofline.non_torch_memory_gib", "GPU memory outside weights, KV and activations (CUDA context, NCCL, graphs), GiB"},
+    {"--non-torch-memory-gib", "engine.roofline.non_torch_memory_gib", "GPU memory vLLM counts outside weights, KV and activations at start-up (cuBLAS workspaces, NCCL buffers), GiB (default 0.15)"},
   }},
   {"SGLang ([engine.sglang], engine type sglang)", {
     {"--sglang-schedule-policy,--schedule-policy", "engine.sglang.schedule_policy", "fcfs (alias fifo) | lpm"},

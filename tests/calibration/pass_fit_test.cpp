@@ -47,7 +47,8 @@ engine::RooflineCoefficients truth() {
 /// `count` passes of seeded composition (decode-only batches, prompt chunks alone and with
 /// decodes beside them), timed by `timed` with multiplicative noise N(1, sigma²).
 std::vector<MeasuredPass> generatePasses(const engine::RooflineConfig& timed, std::size_t count,
-                                         double sigma, std::uint64_t seed) {
+                                         double sigma, std::uint64_t seed,
+                                         std::uint32_t cuda_graph_max_tokens = 0) {
   std::mt19937_64 rng(seed);
   const auto uniform = [&](std::uint64_t lo, std::uint64_t hi) {
     return lo + rng() % (hi - lo + 1);
@@ -65,7 +66,8 @@ std::vector<MeasuredPass> generatePasses(const engine::RooflineConfig& timed, st
     for (std::uint64_t d = 0; d < decodes; ++d) {
       p.sequences.push_back({.new_tokens = 1, .context = uniform(100, 4000)});
     }
-    p.duration_ms = engine::rooflinePass(timed, p.sequences).total_ms * (1.0 + noise(rng));
+    p.duration_ms = engine::rooflinePass(timed, p.sequences, cuda_graph_max_tokens).total_ms *
+                    (1.0 + noise(rng));
     passes.push_back(std::move(p));
   }
   return passes;
@@ -124,6 +126,22 @@ TEST(PassFitTest, RecoversKnownCoefficientsFromNoisyPasses) {
   for (const auto& e : engine::rooflineCoefficientTable()) {
     EXPECT_EQ(again->coefficients.*(e.member), fit->coefficients.*(e.member)) << e.name;
   }
+}
+
+TEST(PassFitTest, TimesPassesWithTheEnginesCudaGraphPadding) {
+  // Passes of an engine that pads to CUDA-graph sizes up to 512 tokens (max_num_seqs 256): fitted
+  // with the same padding, the coefficients come back exactly; ignoring it leaves an error.
+  engine::RooflineConfig real = llamaOn4090();
+  real.coefficients = truth();
+  const std::vector<MeasuredPass> passes = generatePasses(real, 120, 0.0, 4, 512);
+  const Result<PassFitResult> fit = fitPasses(llamaOn4090(), passes, {}, 512);
+  ASSERT_TRUE(fit) << fit.error().message;
+  for (const auto& [name, error] : relativeErrors(*fit)) EXPECT_LT(error, 1e-4) << name;
+  EXPECT_LT(fit->after.max_abs_error_pct, 1e-4);
+  engine::RooflineConfig fitted = llamaOn4090();
+  fitted.coefficients = fit->coefficients;
+  const PassFitSummary unpadded = scorePasses(fitted, passes);
+  EXPECT_GT(unpadded.max_abs_error_pct, 0.1);
 }
 
 TEST(PassFitTest, FitsOnlyTheNamedCoefficients) {
@@ -197,12 +215,16 @@ TEST(PassFitTest, CommandLineFitsPassesAndWritesAProfile) {
   engine::RooflineConfig real = llamaOn4090();
   real.coefficients = truth();
   const auto csv = tmp.path() / "passes.csv";
-  testing::writeFile(csv, formatPassesCsv(generatePasses(real, 120, 0.01, 2)));
+  // Timed with the padding of the deployment below: CUDA graphs up to min(2 x 64, 512, 8192) = 128
+  // tokens, which the command reads from the deployment's engine settings.
+  testing::writeFile(csv, formatPassesCsv(generatePasses(real, 120, 0.01, 2, 128)));
   const auto deployment = tmp.path() / "deployment.toml";
-  testing::writeFile(deployment, "[engine]\ntiming_model = \"roofline\"\nmodel_config_path = \"" +
-                                     std::string(MOCKER_SOURCE_DIR_FOR_TEST) +
-                                     "/data/calibration/recorded/rtx4090-llama3.1-8b-mns256/"
-                                     "config.json\"\ngpu = \"RTX4090\"\n");
+  testing::writeFile(deployment,
+                     "[engine]\nmax_num_seqs = 64\ntiming_model = \"roofline\"\n"
+                     "model_config_path = \"" +
+                         std::string(MOCKER_SOURCE_DIR_FOR_TEST) +
+                         "/data/calibration/recorded/rtx4090-llama3.1-8b-mns256/"
+                         "config.json\"\ngpu = \"RTX4090\"\n");
   const auto profile = tmp.path() / "profile.toml";
   auto r = testing::runCalibrate(
       {"--passes", csv.string(), "--deployment", deployment.string(), "-o", profile.string()});

@@ -1034,6 +1034,7 @@ TEST(ServiceConfigTest, EveryKeyHasAReader) {
       {"engine.max_num_batched_tokens", "engine"},
       {"engine.enable_prefix_caching", "engine"},
       {"engine.enable_chunked_prefill", "engine"},
+      {"engine.enforce_eager", "engine (vllm, roofline CUDA-graph padding)"},
       {"engine.preemption_mode", "engine (vllm)"},
       {"engine.dp_size", "engine, server.cpp (sockets per rank)"},
       {"engine.hash_seed", "engine"},

@@ -72,6 +72,7 @@ struct PassResiduals {
 
   const engine::RooflineConfig* base = nullptr;
   const std::vector<MeasuredPass>* passes = nullptr;
+  std::uint32_t cuda_graph_max_tokens = 0;
   std::vector<const engine::RooflineCoefficientInfo*> fitted;
   mutable int calls = 0;
 
@@ -92,7 +93,8 @@ struct PassResiduals {
     for (std::size_t i = 0; i < passes->size(); ++i) {
       const MeasuredPass& p = (*passes)[i];
       f[static_cast<Eigen::Index>(i)] =
-          engine::rooflinePass(c, p.sequences).total_ms / p.duration_ms - 1.0;
+          engine::rooflinePass(c, p.sequences, cuda_graph_max_tokens).total_ms / p.duration_ms -
+          1.0;
     }
     return 0;
   }
@@ -100,13 +102,13 @@ struct PassResiduals {
 
 /// True when moving the coefficient to either bound changes some pass's modelled time.
 bool constrains(const engine::RooflineConfig& base, const std::vector<MeasuredPass>& passes,
-                const engine::RooflineCoefficientInfo& e) {
+                std::uint32_t cuda_graph_max_tokens, const engine::RooflineCoefficientInfo& e) {
   for (const double bound : {e.lower, e.upper}) {
     engine::RooflineConfig other = base;
     other.coefficients.*(e.member) = bound;
     for (const MeasuredPass& p : passes) {
-      const double a = engine::rooflinePass(base, p.sequences).total_ms;
-      const double b = engine::rooflinePass(other, p.sequences).total_ms;
+      const double a = engine::rooflinePass(base, p.sequences, cuda_graph_max_tokens).total_ms;
+      const double b = engine::rooflinePass(other, p.sequences, cuda_graph_max_tokens).total_ms;
       if (std::abs(a - b) > 1e-9 * std::max(a, b)) return true;
     }
   }
@@ -192,13 +194,17 @@ std::string formatPassesCsv(const std::vector<MeasuredPass>& passes) {
 }
 
 PassFitSummary scorePasses(const engine::RooflineConfig& config,
-                           const std::vector<MeasuredPass>& passes) {
+                           const std::vector<MeasuredPass>& passes,
+                           std::uint32_t cuda_graph_max_tokens) {
   std::vector<double> errors;
   errors.reserve(passes.size());
   PassFitSummary s;
   for (const MeasuredPass& p : passes) {
     const double e =
-        std::abs(engine::rooflinePass(config, p.sequences).total_ms / p.duration_ms - 1.0) * 100.0;
+        std::abs(engine::rooflinePass(config, p.sequences, cuda_graph_max_tokens).total_ms /
+                     p.duration_ms -
+                 1.0) *
+        100.0;
     errors.push_back(e);
     s.mean_abs_error_pct += e / static_cast<double>(passes.size());
     s.max_abs_error_pct = std::max(s.max_abs_error_pct, e);
@@ -212,14 +218,16 @@ PassFitSummary scorePasses(const engine::RooflineConfig& config,
 
 Result<PassFitResult> fitPasses(const engine::RooflineConfig& deployment,
                                 const std::vector<MeasuredPass>& passes,
-                                const std::vector<std::string>& names) {
+                                const std::vector<std::string>& names,
+                                std::uint32_t cuda_graph_max_tokens) {
   if (auto problem = engine::checkRooflineConfig(deployment)) return invalidArgument(*problem);
   Result<std::vector<const engine::RooflineCoefficientInfo*>> wanted = selectCoefficients(names);
   if (!wanted) return wanted.error();
   PassFitResult result{.coefficients = deployment.coefficients};
-  PassResiduals functor{.base = &deployment, .passes = &passes};
+  PassResiduals functor{
+      .base = &deployment, .passes = &passes, .cuda_graph_max_tokens = cuda_graph_max_tokens};
   for (const engine::RooflineCoefficientInfo* e : *wanted) {
-    if (constrains(deployment, passes, *e)) {
+    if (constrains(deployment, passes, cuda_graph_max_tokens, *e)) {
       functor.fitted.push_back(e);
       result.fitted.emplace_back(e->name);
     } else {
@@ -231,7 +239,7 @@ Result<PassFitResult> fitPasses(const engine::RooflineConfig& deployment,
                            std::to_string(functor.fitted.size()) +
                            " coefficients (at least as many passes as coefficients, and one)");
   }
-  result.before = scorePasses(deployment, passes);
+  result.before = scorePasses(deployment, passes, cuda_graph_max_tokens);
   Eigen::VectorXd x(static_cast<Eigen::Index>(functor.fitted.size()));
   for (std::size_t j = 0; j < functor.fitted.size(); ++j) {
     const engine::RooflineCoefficientInfo& e = *functor.fitted[j];
@@ -245,7 +253,7 @@ Result<PassFitResult> fitPasses(const engine::RooflineConfig& deployment,
   const int status = lm.minimize(x);
   const engine::RooflineConfig fitted = diff.at(x);
   result.coefficients = fitted.coefficients;
-  result.after = scorePasses(fitted, passes);
+  result.after = scorePasses(fitted, passes, cuda_graph_max_tokens);
   result.evaluations = diff.calls;
   result.stop_reason = lmStatus(status);
   return result;

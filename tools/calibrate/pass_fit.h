@@ -21,6 +21,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -49,9 +50,12 @@ struct PassFitSummary {
   double max_abs_error_pct = 0.0;
 };
 
-/// The error summary of `config`'s coefficients on `passes`.
+/// The error summary of `config`'s coefficients on `passes`, each pass timed as the engine times
+/// it with CUDA-graph padding up to `cuda_graph_max_tokens` (engine::engineCudaGraphMaxTokens of
+/// the deployment's engine settings; 0 = no padding).
 PassFitSummary scorePasses(const engine::RooflineConfig& config,
-                           const std::vector<MeasuredPass>& passes);
+                           const std::vector<MeasuredPass>& passes,
+                           std::uint32_t cuda_graph_max_tokens = 0);
 
 struct PassFitResult {
   engine::RooflineCoefficients coefficients;  ///< the start with the fitted ones replaced
@@ -66,10 +70,13 @@ struct PassFitResult {
 /// Fits the coefficients named in `names` (engine::rooflineCoefficientTable() names; empty = the
 /// default set: every coefficient but kernel_overhead_us, which is collinear with
 /// pass_overhead_ms — every pass of one deployment launches the same kernels) to `passes`,
-/// starting from `deployment.coefficients`. Errors: an unknown name, fewer passes than fitted
-/// coefficients, a deployment checkRooflineConfig rejects.
+/// starting from `deployment.coefficients`, with the passes padded as scorePasses says (the same
+/// padding the engine applies when it replays with these settings, so the fitted coefficients
+/// are not biased by it). Errors: an unknown name, fewer passes than fitted coefficients, a
+/// deployment checkRooflineConfig rejects.
 Result<PassFitResult> fitPasses(const engine::RooflineConfig& deployment,
                                 const std::vector<MeasuredPass>& passes,
-                                const std::vector<std::string>& names);
+                                const std::vector<std::string>& names,
+                                std::uint32_t cuda_graph_max_tokens = 0);
 
 }  // namespace mocker::calibrate

@@ -251,6 +251,7 @@ Status checkSettingsAgree(const json& meta, const std::string& path) {
       {"max_model_len", "max_model_len"},
       {"enable_prefix_caching", "enable_prefix_caching"},
       {"enable_chunked_prefill", "enable_chunked_prefill"},
+      {"enforce_eager", "enforce_eager"},
       {"dp_size", "data_parallel_size"},
   };
   for (const auto& [key, engine_key] : kSame) {
@@ -302,6 +303,7 @@ Status loadRunJson(const std::string& path, RecordedRun& run) {
       if (est != meta->end() && est->is_object() && est->contains("value") &&
           (*est)["value"].is_number()) {
         run.engine_settings.emplace_back(key, (*est)["value"].dump());
+        run.estimated_settings.push_back(key);
       }
       continue;
     }

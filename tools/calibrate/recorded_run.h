@@ -50,6 +50,9 @@ struct RecordedRun {
   /// [engine] settings of the run as (key without "engine.", value text as `mocker config
   /// --dump` spells it), applied over the defaults in this order. Unrecorded ones are absent.
   std::vector<std::pair<std::string, std::string>> engine_settings{};
+  /// Keys of engine_settings whose value is run.json's estimate of an unrecorded setting
+  /// ("KEY_estimate"), not what the engine resolved.
+  std::vector<std::string> estimated_settings{};
   std::vector<RecordedRequest> requests{};  ///< completed requests, in trace order
   /// Deployment facts the roofline timing model needs (directory runs; absent when unknown).
   std::optional<std::string> model{};              ///< run.json "model"

@@ -1,5 +1,6 @@
 #include "tools/calibrate/simulate.h"
 
+#include <algorithm>
 #include <map>
 
 #include "engine/gpu_spec.h"
@@ -104,6 +105,13 @@ Status useRoofline(const PreparedRun& run, service::ServiceConfig& config) {
   }
   config.engine.timing_model = engine::TimingModelKind::Roofline;
   if (!config.engine.roofline) config.engine.roofline = run.deployment;
+  // An unrecorded KV cache size (still run.json's estimate, which may come from a run with
+  // other settings) is computed from the deployment instead, as vLLM sizes it.
+  const std::vector<std::string>& estimated = run.run->estimated_settings;
+  if (std::find(estimated.begin(), estimated.end(), "num_gpu_blocks") != estimated.end() &&
+      config.engine.num_gpu_blocks == run.base.engine.num_gpu_blocks) {
+    config.engine.num_gpu_blocks.reset();
+  }
   return {};
 }
 

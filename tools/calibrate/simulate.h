@@ -52,7 +52,9 @@ Result<PreparedRun> prepareRun(const RecordedRun& run);
 Result<std::optional<engine::RooflineConfig>> loadDeployment(const RecordedRun& run);
 
 /// Selects the roofline timing model for `config` with the run's deployment (keeping
-/// coefficients already set). Error naming the run when it records no deployment.
+/// coefficients already set). A num_gpu_blocks that is still run.json's estimate is unset, so
+/// the engine sizes the KV cache from the deployment. Error naming the run when it records no
+/// deployment.
 Status useRoofline(const PreparedRun& run, service::ServiceConfig& config);
 
 /// One simulated run: samples for scoring, and (recorded, predicted) E2E per request for plots.
