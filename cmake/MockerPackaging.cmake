@@ -17,6 +17,7 @@ set(MOCKER_INSTALLED_DOCS
   README.md                   README.md
   service/README.md           serve.md
   protocol/README.md          protocol.md
+  net/README.md               net.md
   engine/README.md            engine.md
   publishers/README.md        publishers.md
   tools/replay/README.md      replay.md

@@ -4,14 +4,14 @@
 #include <sys/eventfd.h>
 #include <unistd.h>
 
-#include "service/client.h"
+#include "net/client.h"
 
 namespace mocker::gateway {
 
 struct WorkerPool::Impl {
   WorkerPoolOptions options;
   EventSink on_events;
-  std::vector<std::unique_ptr<service::Client>> clients;
+  std::vector<std::unique_ptr<net::Client>> clients;
   std::vector<bool> answered;
   std::vector<std::chrono::steady_clock::time_point> last_heard;
   std::vector<bool> lost;
@@ -32,16 +32,16 @@ Result<std::unique_ptr<WorkerPool>> WorkerPool::start(WorkerPoolOptions options,
   // The clients are created here and then used only by the pool thread (started below, after
   // which this thread never touches them): the hand-over is ordered by std::thread's start.
   for (const auto& w : options.workers) {
-    auto client = service::Client::connect({.submit_endpoint = w.submit,
-                                            .cancel_endpoint = w.cancel,
-                                            // Deep queues: the service drops outputs to a
-                                            // client whose receive queue is full.
-                                            .rcvhwm = 1'000'000,
-                                            .sndhwm = 100'000,
-                                            .nonblocking_send = true,
-                                            .curve_server_key = options.curve.server_public_key,
-                                            .curve_public_key = options.curve.public_key,
-                                            .curve_secret_key = options.curve.secret_key});
+    auto client = net::Client::connect({.submit_endpoint = w.submit,
+                                        .cancel_endpoint = w.cancel,
+                                        // Deep queues: the service drops outputs to a
+                                        // client whose receive queue is full.
+                                        .rcvhwm = 1'000'000,
+                                        .sndhwm = 100'000,
+                                        .nonblocking_send = true,
+                                        .curve_server_key = options.curve.server_public_key,
+                                        .curve_public_key = options.curve.public_key,
+                                        .curve_secret_key = options.curve.secret_key});
     if (!client) return client.error().withContext("worker " + w.submit);
     impl.clients.push_back(std::move(*client));
   }
@@ -85,7 +85,7 @@ void WorkerPool::cancel(std::size_t worker, std::string id) {
 void WorkerPool::run() {
   Impl& impl = *impl_;
   auto next_stats = Clock::now();
-  std::vector<service::Client*> raw;
+  std::vector<net::Client*> raw;
   for (auto& c : impl.clients) raw.push_back(c.get());
   std::vector<Command> commands;
   std::vector<WorkerEvent> events;
@@ -101,8 +101,8 @@ void WorkerPool::run() {
       next_stats = now + impl.options.stats_interval;
     }
     const auto wait = std::chrono::duration_cast<std::chrono::milliseconds>(next_stats - now);
-    auto ready = service::Client::waitReadable(raw, std::max(wait, std::chrono::milliseconds(1)),
-                                               impl.wake_fd);
+    auto ready =
+        net::Client::waitReadable(raw, std::max(wait, std::chrono::milliseconds(1)), impl.wake_fd);
     if (!ready) {
       spdlog::error("gateway: polling the workers failed: {}", ready.error().message);
       return;
@@ -115,7 +115,7 @@ void WorkerPool::run() {
       commands.swap(commands_);
     }
     for (auto& command : commands) {
-      service::Client& client = *raw[command.worker];
+      net::Client& client = *raw[command.worker];
       if (auto* id = std::get_if<std::string>(&command.what)) {
         if (auto s = client.cancel(*id); !s) {
           spdlog::warn("gateway: cancel to worker {}: {}", command.worker, s.error().message);

@@ -1,4 +1,4 @@
-// WorkerPool: the gateway's ZeroMQ side — one service::Client per worker, all owned and polled
+// WorkerPool: the gateway's ZeroMQ side — one net::Client per worker, all owned and polled
 // by one thread of their own (house style: a socket lives on one thread). The I/O thread hands
 // it submits and cancels through a queue (woken by an eventfd, written once per batch of
 // commands the pool has not taken yet); it hands back every message the
@@ -27,8 +27,8 @@
 #include <vector>
 
 #include "base/result.h"
+#include "net/security.h"
 #include "protocol/client.h"
-#include "service/security.h"
 
 namespace mocker::gateway {
 
@@ -39,7 +39,7 @@ struct WorkerEndpoints {
 
 struct WorkerPoolOptions {
   std::vector<WorkerEndpoints> workers;
-  service::CurveClientKeys curve{};
+  net::CurveClientKeys curve{};
   std::chrono::milliseconds stats_interval{1000};
   std::chrono::milliseconds worker_timeout{5000};  ///< silence that makes a worker lost
 };

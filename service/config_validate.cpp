@@ -16,12 +16,12 @@
 #include <vector>
 
 #include "base/check.h"
+#include "net/security.h"
 #include "service/config.h"
 #include "service/detail/config_check.h"
 #include "service/detail/config_keys.h"
 #include "service/fault_plan.h"
 #include "service/fleet.h"
-#include "service/security.h"
 
 namespace mocker::service {
 namespace {
@@ -256,11 +256,11 @@ std::optional<ConfigError> checkSecurity(const ServiceConfig& c) {
                    "true (`mocker keygen NAME` writes a key pair)",
                    {"security.server_secret_key_file", "security.curve"});
     }
-    if (!sec.server_secret_key.empty() && !isZ85Key(sec.server_secret_key)) {
+    if (!sec.server_secret_key.empty() && !net::isZ85Key(sec.server_secret_key)) {
       return issue("security.server_secret_key", "is not a Z85 key (40 characters)");
     }
     for (std::size_t i = 0; i < sec.client_public_keys.size(); ++i) {
-      if (!isZ85Key(sec.client_public_keys[i])) {
+      if (!net::isZ85Key(sec.client_public_keys[i])) {
         return issue("security.client_public_keys",
                      "element " + std::to_string(i) + " is not a Z85 key (40 characters)");
       }

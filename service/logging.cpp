@@ -112,4 +112,11 @@ void setupLogging(spdlog::level::level_enum level, LogFormat format) {
   spdlog::set_level(level);
 }
 
+net::LogSink defaultLoggerSink() {
+  return [](net::LogLevel level, std::string_view message) {
+    spdlog::default_logger()->log(
+        level == net::LogLevel::Error ? spdlog::level::err : spdlog::level::warn, message);
+  };
+}
+
 }  // namespace mocker::service

@@ -9,6 +9,7 @@
 #include <spdlog/common.h>
 
 #include "base/result.h"
+#include "net/log_sink.h"
 #include "service/config.h"
 
 namespace mocker::service {
@@ -26,6 +27,10 @@ std::string_view logLevelName(spdlog::level::level_enum level);
 /// "logger":"serve","message":"…"} (the message JSON-escaped). May be called again (it
 /// reconfigures every registered logger; it never registers twice).
 void setupLogging(spdlog::level::level_enum level, LogFormat format = LogFormat::Text);
+
+/// A net::LogSink writing to spdlog's default logger at the time of each report (warn, error);
+/// thread-safe, like spdlog's loggers. What the ZAP handler's thread reports goes there.
+net::LogSink defaultLoggerSink();
 
 /// `text` as the inside of a JSON string (quotes, backslashes and control characters escaped).
 std::string jsonEscape(std::string_view text);

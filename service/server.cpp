@@ -19,6 +19,8 @@
 #include "base/check.h"
 #include "publishers/zmq_sinks.h"
 #include "service/detail/server_impl.h"
+#include "service/logging.h"
+#include "service/security_keys.h"
 
 namespace mocker::service {
 
@@ -55,8 +57,10 @@ Status Server::Impl::startSecurity() {
   if (!config_.security.curve) return {};
   MOCKER_TRY(curve_, loadCurveServerKeys(config_.security));
   // The handler is bound before any CURVE socket: a CURVE socket without one accepts any key.
-  MOCKER_TRY(zap_, ZapHandler::start(context_, {{kZapDomain, curve_->allowed_clients},
-                                                {kHandoffZapDomain, curve_->allowed_workers}}));
+  MOCKER_TRY(zap_, net::ZapHandler::start(context_,
+                                          {{net::kZapDomain, curve_->allowed_clients},
+                                           {net::kHandoffZapDomain, curve_->allowed_workers}},
+                                          defaultLoggerSink()));
   log_->info("CURVE on: server public key {}, {} client key(s) allowed", curve_->public_key,
              curve_->allowed_clients.size());
   if (isPrefill()) {
@@ -72,13 +76,13 @@ Status Server::Impl::init() {
   MOCKER_TRY_VOID(startSecurity());
   MOCKER_TRY(submit_, makeRouter(config_.endpoints.submit, endpoints.submit));
   MOCKER_TRY(cancel_, makeRouter(config_.endpoints.cancel, endpoints.cancel));
-  MOCKER_TRY(submit_monitor_, ConnectionMonitor::create(context_, submit_, "submit"));
+  MOCKER_TRY(submit_monitor_, net::ConnectionMonitor::create(context_, submit_, "submit"));
   const bool curve_on = curve_.has_value();
   if (!config_.endpoints.submit.connect) warnIfExposed(*log_, "submit", endpoints.submit, curve_on);
   if (!config_.endpoints.cancel.connect) warnIfExposed(*log_, "cancel", endpoints.cancel, curve_on);
   if (isPrefill()) {
     MOCKER_TRY(handoff_,
-               makeRouter(config_.endpoints.handoff, endpoints.handoff, kHandoffZapDomain));
+               makeRouter(config_.endpoints.handoff, endpoints.handoff, net::kHandoffZapDomain));
     if (!config_.endpoints.handoff.connect) {
       warnIfExposed(*log_, "handoff", endpoints.handoff, curve_on);
     }
@@ -395,7 +399,7 @@ bool Server::Impl::serviceReadable(const PollSlots& slots,
   // Decode worker: the source DEALERs polled (map nodes are stable; submits may add sources
   // below, which were not polled).
   std::vector<zmq::socket_t*> readable_sources;
-  PollSet::Slot slot = slots.sources.begin;
+  net::PollSet::Slot slot = slots.sources.begin;
   for (auto& [source, dealer] : sources_) {
     if (slot >= slots.sources.end) break;
     if (poll_.readable(slot++)) readable_sources.push_back(&dealer);
@@ -419,7 +423,7 @@ bool Server::Impl::serviceReadable(const PollSlots& slots,
   if (poll_.anyReadable(slots.replays)) serviceReplays();
   if (slots.handoff && poll_.readable(*slots.handoff)) {
     std::vector<zmq::message_t> parts;
-    drainSocket(
+    net::drainSocket(
         handoff_, parts, kSubmitsPerIteration,
         [&](std::vector<zmq::message_t>& p) { handleHandoffSocketMessage(p); },
         [&](std::string_view error) { log_->warn("handoff socket receive failed: {}", error); });

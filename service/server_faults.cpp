@@ -83,7 +83,7 @@ void Server::Impl::crash() {
   metrics_.setPhase(LoopPhase::Stopped);
 }
 
-bool Server::Impl::submitFaults(const RoutedEnvelope& from, const std::string& id,
+bool Server::Impl::submitFaults(const net::RoutedEnvelope& from, const std::string& id,
                                 std::uint32_t rank, std::optional<FaultPlan::PendingAbort>& abort) {
   FaultPlan::RequestFaults f = faults_.onSubmit(rank, id, engineNowMs());
   if (!f.injection) return false;

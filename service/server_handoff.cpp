@@ -46,12 +46,12 @@ void Server::Impl::publishHandoffs(const engine::PassResult& pass) {
                    .transfer_ms = t.transfer_ms}};
     // After everything older the client is owed (its ack); a handoff is never queued: a client
     // that cannot take it now loses the request like a stream it does not read.
-    SendOutcome outcome = SendOutcome::WouldBlock;
+    net::SendOutcome outcome = net::SendOutcome::WouldBlock;
     if (route->owner->queue.empty() || flush(client) == Flush::Done) {
       if (routes_.find(t.source_id) == nullptr) continue;  // the flush found the client gone
       ClientEntry& owner = *routes_.find(t.source_id)->owner;
       outcome = sendTo(submit_, client, owner.delimiter, protocol::encodeClientMessage(message));
-      if (outcome == SendOutcome::Sent) {
+      if (outcome == net::SendOutcome::Sent) {
         RouteTable::noteRoutable(owner);
         ++counters.handoffs_sent;
         metrics_.onHandoff(t.source_id, t.prefill_end_ms);
@@ -73,14 +73,14 @@ void Server::Impl::endHeld(engine::RequestId id) {
 
 void Server::Impl::replyFetch(const PrefillHolds::Requester& to, const std::string& key,
                               protocol::KvFetchResult result) {
-  RoutedEnvelope envelope;
+  net::RoutedEnvelope envelope;
   envelope.routing_id = to.peer;
   envelope.delimiter = to.delimiter;
   reply(handoff_, envelope, protocol::KvFetchReply{key, result});
 }
 
 void Server::Impl::handleHandoffSocketMessage(std::vector<zmq::message_t>& parts) {
-  const RoutedEnvelope from = splitRoutedEnvelope(parts, protocol::kMaxMessageBytes);
+  const net::RoutedEnvelope from = net::splitRoutedEnvelope(parts, protocol::kMaxMessageBytes);
   auto msg = decodeRequest(handoff_, from);
   if (!msg) return;
   if (const auto* fetch = std::get_if<protocol::KvFetch>(&*msg)) {
@@ -184,7 +184,7 @@ zmq::socket_t* Server::Impl::sourceSocket(const std::string& source) {
     zmq::socket_t s(context_, zmq::socket_type::dealer);
     s.set(zmq::sockopt::linger, static_cast<int>(config_.service.linger_ms));
     s.set(zmq::sockopt::maxmsgsize, config_.service.max_message_size);
-    makeCurveClient(s, handoff_client_);
+    net::makeCurveClient(s, handoff_client_);
     s.connect(source);
     return &sources_.emplace(source, std::move(s)).first->second;
   } catch (const zmq::error_t& e) {
@@ -217,7 +217,7 @@ void Server::Impl::sendFetches() {
 void Server::Impl::readFetchReplies(zmq::socket_t& dealer) {
   std::vector<zmq::message_t> parts;
   std::string error;
-  while (tryRecvMultipart(dealer, parts, &error) == RecvOutcome::Received) {
+  while (net::tryRecvMultipart(dealer, parts, &error) == net::RecvOutcome::Received) {
     // A DEALER receives just the payload (or an empty delimiter and the payload).
     if (parts.empty() || parts.size() > 2 || (parts.size() == 2 && parts[0].size() != 0)) {
       log_->warn("handoff: a message of {} frames from a prefill worker ignored", parts.size());

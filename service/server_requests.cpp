@@ -30,30 +30,31 @@ zmq::message_t adoptPayload(std::vector<std::byte>&& payload) {
 
 Server::Impl::Peer Server::Impl::peerOf(const std::vector<zmq::message_t>& parts) {
   if (parts.empty()) return {};
-  return {peerUserId(parts.back()).value_or(std::string()), connectionFd(parts.back())};
+  return {net::peerUserId(parts.back()).value_or(std::string()), net::connectionFd(parts.back())};
 }
 
 // --- Sends: every message to a client goes through sendTo ---------------------------------
 
-SendOutcome Server::Impl::sendTo(zmq::socket_t& socket, const std::string& client, bool delimiter,
-                                 std::vector<std::byte>&& payload) {
+net::SendOutcome Server::Impl::sendTo(zmq::socket_t& socket, const std::string& client,
+                                      bool delimiter, std::vector<std::byte>&& payload) {
   std::string error;
-  const SendOutcome out =
-      trySendRouted(socket, client, delimiter, adoptPayload(std::move(payload)), &error);
-  if (out != SendOutcome::Failed) return out;
+  const net::SendOutcome out =
+      net::trySendRouted(socket, client, delimiter, adoptPayload(std::move(payload)), &error);
+  if (out != net::SendOutcome::Failed) return out;
   log_->error("send to a client failed: {}", error);
-  return SendOutcome::Unroutable;
+  return net::SendOutcome::Unroutable;
 }
 
-void Server::Impl::reply(zmq::socket_t& socket, const RoutedEnvelope& to,
+void Server::Impl::reply(zmq::socket_t& socket, const net::RoutedEnvelope& to,
                          const ClientMessage& message) {
   // Replies (acks, errors, stats) are best effort: a client that does not read loses them (and
   // they are counted). Whether a client is gone is decided only by its streams.
-  const SendOutcome out =
+  const net::SendOutcome out =
       sendTo(socket, to.routing_id, to.delimiter, protocol::encodeClientMessage(message));
-  if (out != SendOutcome::Sent) {
+  if (out != net::SendOutcome::Sent) {
     ++counters.dropped_replies;
-    log_->debug("reply \"{}\" not sent: {}", protocol::messageType(message), sendOutcomeName(out));
+    log_->debug("reply \"{}\" not sent: {}", protocol::messageType(message),
+                net::sendOutcomeName(out));
   }
 }
 
@@ -61,13 +62,13 @@ void Server::Impl::reply(zmq::socket_t& socket, const RoutedEnvelope& to,
 
 void Server::Impl::drainCancels() {
   std::vector<zmq::message_t> parts;
-  drainSocket(
+  net::drainSocket(
       cancel_, parts, -1, [&](std::vector<zmq::message_t>& p) { handleCancelSocketMessage(p); },
       [&](std::string_view error) { log_->warn("cancel socket receive failed: {}", error); });
 }
 
-std::optional<protocol::ClientMessage> Server::Impl::decodeRequest(zmq::socket_t& socket,
-                                                                   const RoutedEnvelope& from) {
+std::optional<protocol::ClientMessage> Server::Impl::decodeRequest(
+    zmq::socket_t& socket, const net::RoutedEnvelope& from) {
   if (from.error) {
     ++counters.malformed_messages;
     reply(socket, from, protocol::ErrorReply{from.error->code, from.error->message, std::nullopt});
@@ -87,7 +88,7 @@ std::optional<protocol::ClientMessage> Server::Impl::decodeRequest(zmq::socket_t
 
 void Server::Impl::handleCancelSocketMessage(std::vector<zmq::message_t>& parts) {
   ++reads_since_trim_;
-  const RoutedEnvelope from = splitRoutedEnvelope(parts, protocol::kMaxMessageBytes);
+  const net::RoutedEnvelope from = net::splitRoutedEnvelope(parts, protocol::kMaxMessageBytes);
   auto msg = decodeRequest(cancel_, from);
   if (!msg) return;
   if (auto* c = std::get_if<protocol::CancelRequest>(&*msg)) {
@@ -109,9 +110,9 @@ int Server::Impl::drainSubmits(int budget, std::optional<Clock::time_point> unti
   // One message at a time: a submit may pause further submits (backlog limit).
   while (n < budget && !submitsPaused() &&
          !(until && n >= kSubmitsPastDeadline && Clock::now() >= *until)) {
-    const RecvOutcome got = tryRecvMultipart(submit_, parts, &error);
-    if (got == RecvOutcome::Failed) log_->warn("submit socket receive failed: {}", error);
-    if (got != RecvOutcome::Received) break;
+    const net::RecvOutcome got = net::tryRecvMultipart(submit_, parts, &error);
+    if (got == net::RecvOutcome::Failed) log_->warn("submit socket receive failed: {}", error);
+    if (got != net::RecvOutcome::Received) break;
     ++n;
     try {
       handleSubmitSocketMessage(parts);
@@ -128,7 +129,7 @@ int Server::Impl::drainSubmits(int budget, std::optional<Clock::time_point> unti
 void Server::Impl::refuseOutOfMemory(std::vector<zmq::message_t>& parts) {
   ++counters.rejected_submits;
   try {
-    const RoutedEnvelope from = splitRoutedEnvelope(parts, protocol::kMaxMessageBytes);
+    const net::RoutedEnvelope from = net::splitRoutedEnvelope(parts, protocol::kMaxMessageBytes);
     reply(submit_, from,
           protocol::ErrorReply{ErrorCode::ResourceExhausted,
                                "out of memory: the service could not accept this message (retry "
@@ -144,7 +145,7 @@ void Server::Impl::handleSubmitSocketMessage(std::vector<zmq::message_t>& parts)
   // A connection that closed before this message arrived is forgotten first: its descriptor may
   // be the one this message came on.
   endClosedConnections();
-  const RoutedEnvelope from = splitRoutedEnvelope(parts, protocol::kMaxMessageBytes);
+  const net::RoutedEnvelope from = net::splitRoutedEnvelope(parts, protocol::kMaxMessageBytes);
   const Peer peer = peerOf(parts);
   if (ClientEntry* known = from.error ? nullptr : routes_.findClient(from.routing_id)) {
     if (known->connection_fd != peer.connection_fd || known->principal != peer.principal) {
@@ -185,7 +186,8 @@ void Server::Impl::handleSubmitSocketMessage(std::vector<zmq::message_t>& parts)
       std::move(*msg));
 }
 
-protocol::StatsReply Server::Impl::statsReply(const RoutedEnvelope& from, const Peer& peer) const {
+protocol::StatsReply Server::Impl::statsReply(const net::RoutedEnvelope& from,
+                                              const Peer& peer) const {
   protocol::StatsReply s;
   for (std::uint32_t r = 0; r < engine_.dpSize(); ++r) {
     const engine::LoadMetrics l = engine_.loadMetrics(r);
@@ -270,7 +272,7 @@ protocol::ClientMessage Server::Impl::kvSnapshotReply(
   return s;
 }
 
-void Server::Impl::handleSubmit(const RoutedEnvelope& from, const Peer& peer,
+void Server::Impl::handleSubmit(const net::RoutedEnvelope& from, const Peer& peer,
                                 protocol::SubmitRequest&& req) {
   ++counters.submits;
   const std::string client(from.routing_id);
@@ -361,17 +363,17 @@ void Server::Impl::handleSubmit(const RoutedEnvelope& from, const Peer& peer,
   if (owner.queue.empty()) {
     const auto outcome = sendTo(submit_, client, from.delimiter,
                                 protocol::encodeClientMessage(protocol::SubmitAck{req.id, rank}));
-    if (outcome == SendOutcome::Sent) {
+    if (outcome == net::SendOutcome::Sent) {
       RouteTable::noteRoutable(owner);
       return;
     }
-    if (outcome == SendOutcome::Unroutable) (void)routes_.noteUnroutable(owner, Clock::now());
+    if (outcome == net::SendOutcome::Unroutable) (void)routes_.noteUnroutable(owner, Clock::now());
   }
   ++counters.queued_acks;
   routes_.oweAck(*id);
 }
 
-void Server::Impl::handleCancel(zmq::socket_t& reply_socket, const RoutedEnvelope& from,
+void Server::Impl::handleCancel(zmq::socket_t& reply_socket, const net::RoutedEnvelope& from,
                                 const Peer& peer, const protocol::CancelRequest& req) {
   // A cancel applies only to the sender's own requests (service/README.md, "Ownership"). Without
   // CURVE the sender is its routing id, so `client` may only repeat it; with CURVE it is its key,

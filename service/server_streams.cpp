@@ -93,8 +93,8 @@ Server::Impl::Flush Server::Impl::flush(const std::string& client) {
       payload = protocol::encodeOutputBatch(views_);
     }
     const auto outcome = sendTo(submit_, client, entry->delimiter, std::move(payload));
-    if (outcome != SendOutcome::Sent) {
-      if (outcome == SendOutcome::Unroutable) {
+    if (outcome != net::SendOutcome::Sent) {
+      if (outcome == net::SendOutcome::Unroutable) {
         ++counters.unroutable_sends;
         if (routes_.noteUnroutable(*entry, Clock::now())) {
           dropClient(client, counters.unroutable_cancels);
@@ -153,14 +153,14 @@ void Server::Impl::deliver() {
       const std::size_t end = batcher_.messageEnd(batch, begin);
       const auto outcome =
           sendTo(submit_, batch.client, owner.delimiter, batcher_.encode(batch, begin, end));
-      if (outcome == SendOutcome::Unroutable) {
+      if (outcome == net::SendOutcome::Unroutable) {
         ++counters.unroutable_sends;
         if (routes_.noteUnroutable(owner, Clock::now())) {
           gone_.push_back(batch.client);
           begin = n;  // dropClient cancels them all
         }
       }
-      if (outcome != SendOutcome::Sent) break;
+      if (outcome != net::SendOutcome::Sent) break;
       RouteTable::noteRoutable(owner);
       ++counters.output_messages;
       // Closing may erase `owner` with its last route, which only happens at the last entry.

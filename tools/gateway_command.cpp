@@ -4,8 +4,8 @@
 
 #include "gateway/gateway_server.h"
 #include "gateway/hf_tokenizer.h"
+#include "net/security.h"
 #include "service/fleet.h"
-#include "service/security.h"
 #include "tools/cli_options.h"
 #include "tools/replay/live_replay.h"
 
@@ -118,7 +118,7 @@ Result<gateway::GatewayOptions> gatewayOptions(const GatewayCommand& c) {
   }
   if (!c.curve_server_key_file.empty()) {
     MOCKER_TRY(o.pool.curve,
-               service::loadCurveClientKeys(c.curve_server_key_file, c.curve_secret_key_file));
+               net::loadCurveClientKeys(c.curve_server_key_file, c.curve_secret_key_file));
   }
   o.pool.stats_interval = std::chrono::milliseconds(c.stats_interval_ms);
   o.pool.worker_timeout = std::chrono::milliseconds(static_cast<long>(c.worker_timeout_s * 1000.0));

@@ -3,8 +3,8 @@
 
 #include <string>
 
+#include "net/security.h"
 #include "service/fleet.h"
-#include "service/security.h"
 #include "tools/index/worker_spec.h"
 
 namespace mocker::tools {
@@ -62,22 +62,19 @@ Status addWorkerSpecs(const std::vector<std::string>& specs, index::IndexService
 /// CURVE on the query ROUTER and towards the workers, from key files.
 Status addCurveKeys(const IndexFlags& f, index::IndexServiceConfig& config) {
   if (!f.query_curve_secret_key_file.empty()) {
-    MOCKER_TRY(
-        config.query_curve_secret_key,
-        service::readKeyFile(f.query_curve_secret_key_file, "--query-curve-secret-key-file"));
+    MOCKER_TRY(config.query_curve_secret_key,
+               net::readKeyFile(f.query_curve_secret_key_file, "--query-curve-secret-key-file"));
     for (const std::string& path : f.query_curve_client_key_files) {
       std::string pub;
-      MOCKER_TRY(pub, service::readKeyFile(path, "--query-curve-client-key-files"));
+      MOCKER_TRY(pub, net::readKeyFile(path, "--query-curve-client-key-files"));
       config.query_curve_clients.push_back(std::move(pub));
     }
   }
   if (!f.worker_curve_secret_key_file.empty()) {
-    MOCKER_TRY(
-        config.worker_curve_server_key,
-        service::readKeyFile(f.worker_curve_server_key_file, "--worker-curve-server-key-file"));
-    MOCKER_TRY(
-        config.worker_curve_secret_key,
-        service::readKeyFile(f.worker_curve_secret_key_file, "--worker-curve-secret-key-file"));
+    MOCKER_TRY(config.worker_curve_server_key,
+               net::readKeyFile(f.worker_curve_server_key_file, "--worker-curve-server-key-file"));
+    MOCKER_TRY(config.worker_curve_secret_key,
+               net::readKeyFile(f.worker_curve_secret_key_file, "--worker-curve-secret-key-file"));
     config.worker_curve_publishers = f.worker_curve_publishers;
   }
   return {};

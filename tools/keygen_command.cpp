@@ -2,7 +2,7 @@
 
 #include <CLI/CLI.hpp>
 
-#include "service/security.h"
+#include "net/security.h"
 
 namespace mocker::tools {
 
@@ -18,7 +18,7 @@ void addKeygenCommand(CLI::App& app, KeygenCommand& command) {
 }
 
 int runKeygenCommand(const KeygenCommand& command, std::ostream& out, std::ostream& err) {
-  auto written = service::writeKeyPair(command.name, command.force);
+  auto written = net::writeKeyPair(command.name, command.force);
   if (!written) {
     err << "mocker keygen: " << written.error().message << "\n";
     return 1;

@@ -20,6 +20,7 @@
 #include "tools/replay/run_identity.h"
 #include "tools/replay/synthetic.h"
 #include "tools/replay/trace_dialect.h"
+#include "tools/replay_aliases.h"
 #include "tools/replay_plan.h"
 #include "tools/replay_run.h"
 

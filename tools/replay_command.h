@@ -12,10 +12,10 @@
 //   ReplayCommand replay(app);            // registers the subcommand before app.parse()
 //   if (replay.parsed()) return replay.run(out, err);
 //
-// The pieces: tools/replay_flags.h (the flags, their registration and aliases),
-// tools/replay_plan.h (flags → offline plan | live plan | usage error), tools/replay_run.h (a
-// plan's run → the footer, warnings and legend the report prints); this file reads the
-// workload, prints the report and writes the output files.
+// The pieces: tools/replay_flags.h (the flags and their registration), tools/replay_aliases.h
+// (the other spellings folded into them), tools/replay_plan.h (flags → offline plan | live plan |
+// usage error), tools/replay_run.h (a plan's run → the footer, warnings and legend the report
+// prints); this file reads the workload, prints the report and writes the output files.
 //
 // Call from the main thread. Not copyable or movable: CLI11 holds pointers into it.
 #pragma once

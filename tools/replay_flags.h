@@ -1,12 +1,12 @@
 // The flags of `mocker replay` (tools/replay_command.h): their values (ReplayFlags), their
 // registration on the CLI11 subcommand with help text, checks and groups, which of them the command
-// line gave, and the aliases that fold vLLM bench's and the fleet files' spellings into the native
-// flags. What the flags mean together is tools/replay_plan.h.
+// line gave. The aliases that fold vLLM bench's and the fleet files' spellings into the native
+// flags are tools/replay_aliases.h; what the flags mean together is tools/replay_plan.h.
 //
 //   ReplayFlags flags;
 //   registerReplayFlags(*cmd, flags);                  // before parsing
 //   const GivenFlags given = givenFlags(*cmd);         // after parsing
-//   Status s = applyReplayAliases(flags, given);       // usage error when it fails
+//   Status s = applyReplayAliases(flags, given);       // tools/replay_aliases.h
 //
 // ReplayFlags must outlive the CLI::App and must not move after registration (CLI11 holds
 // pointers into it).
@@ -128,13 +128,5 @@ void registerReplayFlags(CLI::App& cmd, ReplayFlags& flags);
 
 /// The options of the parsed `cmd` that the command line gave.
 GivenFlags givenFlags(const CLI::App& cmd);
-
-/// Folds the other spellings into the native flags: --connect-prefill / --prefill-fleet into
-/// --connect / --fleet, --decode-fleet into --connect-decode / --connect-decode-cancel, --fleet
-/// into --connect / --connect-cancel and the fleet's per-rank KV endpoints (both fleet files are
-/// read here), --num-prompts into --num-requests, --burstiness into --arrival gamma, --goodput into
-/// the --slo-*-ms values. Errors (usage errors, naming the flags): conflicting or incomplete
-/// combinations, an unreadable fleet file, a malformed --goodput item.
-Status applyReplayAliases(ReplayFlags& flags, const GivenFlags& given);
 
 }  // namespace mocker::tools

@@ -8,8 +8,8 @@
 
 #include "base/endpoint.h"
 #include "engine/config.h"
+#include "net/security.h"
 #include "service/config.h"
-#include "service/security.h"
 #include "tools/serve_flags.h"
 
 namespace mocker::tools {
@@ -278,7 +278,7 @@ Status planLive(const ReplayFlags& f, const GivenFlags& given, ReplayPlan& plan)
     MOCKER_TRY_VOID(addKvEndpoints(f, options.targets));
   }
   if (!f.curve_secret_key_file.empty()) {
-    auto keys = service::loadCurveClientKeys(f.curve_server_key_file, f.curve_secret_key_file);
+    auto keys = net::loadCurveClientKeys(f.curve_server_key_file, f.curve_secret_key_file);
     if (!keys) return Error{ErrorCode::IoError, keys.error().message};
     options.curve = std::move(*keys);
   }

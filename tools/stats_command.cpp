@@ -8,9 +8,9 @@
 
 #include <nlohmann/json.hpp>
 
+#include "net/client.h"
+#include "net/security.h"
 #include "protocol/detail/client_names.h"
-#include "service/client.h"
-#include "service/security.h"
 #include "tools/cli_options.h"
 #include "tools/peer_probe.h"
 
@@ -153,10 +153,10 @@ void addStatsCommand(CLI::App& app, StatsCommand& command) {
 int runStatsCommand(const StatsCommand& command, std::ostream& out, std::ostream& err) {
   // No cancel socket: it would carry the submit socket's routing id, and a second connection to
   // the submit ROUTER with that id is refused (the stats request was then lost at random).
-  service::ClientOptions options{.submit_endpoint = command.endpoint, .cancel_endpoint = ""};
+  net::ClientOptions options{.submit_endpoint = command.endpoint, .cancel_endpoint = ""};
   if (!command.curve_secret_key_file.empty()) {
     auto keys =
-        service::loadCurveClientKeys(command.curve_server_key_file, command.curve_secret_key_file);
+        net::loadCurveClientKeys(command.curve_server_key_file, command.curve_secret_key_file);
     if (!keys) {
       err << "mocker stats: " << keys.error().message << "\n";
       return 1;
@@ -175,7 +175,7 @@ int runStatsCommand(const StatsCommand& command, std::ostream& out, std::ostream
         << kAnswerWait.count() << " ms): is `mocker serve` running there?\n";
     return 1;
   }
-  auto client = service::Client::connect(std::move(options));
+  auto client = net::Client::connect(std::move(options));
   if (!client) {
     err << "mocker stats: " << client.error().message << "\n";
     return 1;

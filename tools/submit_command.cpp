@@ -12,8 +12,8 @@
 #include <numeric>
 #include <variant>
 
-#include "service/client.h"
-#include "service/security.h"
+#include "net/client.h"
+#include "net/security.h"
 #include "tools/cli_options.h"
 #include "tools/peer_probe.h"
 #include "tools/replay/live_replay.h"
@@ -52,12 +52,12 @@ constexpr auto kAnswerWait = std::chrono::milliseconds(1000);
 
 /// A client of the service at `submit` / `cancel` (CURVE keys from `command`), after checking
 /// that something accepts connections there; nullptr once the problem is said on `err`.
-std::unique_ptr<service::Client> openClient(const SubmitCommand& command, const std::string& submit,
-                                            const std::string& cancel, std::ostream& err) {
-  service::ClientOptions options{.submit_endpoint = submit, .cancel_endpoint = cancel};
+std::unique_ptr<net::Client> openClient(const SubmitCommand& command, const std::string& submit,
+                                        const std::string& cancel, std::ostream& err) {
+  net::ClientOptions options{.submit_endpoint = submit, .cancel_endpoint = cancel};
   if (!command.curve_secret_key_file.empty()) {
     auto keys =
-        service::loadCurveClientKeys(command.curve_server_key_file, command.curve_secret_key_file);
+        net::loadCurveClientKeys(command.curve_server_key_file, command.curve_secret_key_file);
     if (!keys) {
       err << "mocker submit: " << keys.error().message << "\n";
       return nullptr;
@@ -79,7 +79,7 @@ std::unique_ptr<service::Client> openClient(const SubmitCommand& command, const 
         << submit << "`, or point --submit-endpoint at the `submit` line a running one printed\n";
     return nullptr;
   }
-  auto client = service::Client::connect(std::move(options));
+  auto client = net::Client::connect(std::move(options));
   if (!client) {
     err << "mocker submit: " << client.error().message << "\n";
     return nullptr;
@@ -172,8 +172,8 @@ int runSubmitCommand(const SubmitCommand& command, std::ostream& out, std::ostre
   }
   auto client = openClient(command, command.submit_endpoint, command.cancel_endpoint, err);
   if (!client) return kSubmitExitFailed;
-  service::Client* active = client.get();  // the decode worker's after a handoff
-  std::unique_ptr<service::Client> decode_client;
+  net::Client* active = client.get();  // the decode worker's after a handoff
+  std::unique_ptr<net::Client> decode_client;
   InterruptGuard guard;
   if (auto sent = active->submit(request); !sent) {
     err << "mocker submit: " << sent.error().message << "\n";

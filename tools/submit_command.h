@@ -1,4 +1,4 @@
-// `mocker submit`: sends one request to a running `mocker serve` (service/client.h) and prints
+// `mocker submit`: sends one request to a running `mocker serve` (net/client.h) and prints
 // its output as it streams — one line per output message, `<index> <token> <token> …`, then
 // `finish <reason>` — so a service can be poked by hand or from a shell script.
 //

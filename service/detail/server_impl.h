@@ -19,9 +19,13 @@
 #include <zmq.hpp>
 
 #include "engine/engine.h"
+#include "net/connection_monitor.h"
+#include "net/security.h"
+#include "net/stop_event.h"
+#include "net/zap_handler.h"
+#include "net/zmq_io.h"
 #include "protocol/client.h"
 #include "service/admission.h"
-#include "service/connection_monitor.h"
 #include "service/loop_clock.h"
 #include "service/metrics_publisher.h"
 #include "service/output_batcher.h"
@@ -29,11 +33,7 @@
 #include "service/prefill_holds.h"
 #include "service/rank_publishers.h"
 #include "service/route_table.h"
-#include "service/security.h"
 #include "service/server.h"
-#include "service/stop_event.h"
-#include "service/zap_handler.h"
-#include "service/zmq_io.h"
 
 namespace mocker::service {
 
@@ -135,19 +135,20 @@ class Server::Impl {
 
   // Sockets: setup, sends.
   Result<zmq::socket_t> makeRouter(const EndpointConfig& ep, std::string& resolved,
-                                   const char* zap_domain = kZapDomain);
+                                   const char* zap_domain = net::kZapDomain);
   Status startSecurity();
   /// Sets CURVE server options on a socket about to bind (no-op without CURVE).
-  void secure(zmq::socket_t& socket, const char* zap_domain = kZapDomain) const {
-    if (curve_) makeCurveServer(socket, *curve_, zap_domain);
+  void secure(zmq::socket_t& socket, const char* zap_domain = net::kZapDomain) const {
+    if (curve_) net::makeCurveServer(socket, *curve_, zap_domain);
   }
-  SendOutcome sendTo(zmq::socket_t& socket, const std::string& client, bool delimiter,
-                     std::vector<std::byte>&& payload);
-  void reply(zmq::socket_t& socket, const RoutedEnvelope& to, const ClientMessage& message);
+  net::SendOutcome sendTo(zmq::socket_t& socket, const std::string& client, bool delimiter,
+                          std::vector<std::byte>&& payload);
+  void reply(zmq::socket_t& socket, const net::RoutedEnvelope& to, const ClientMessage& message);
 
   // Requests: read and answer.
   void drainCancels();
-  std::optional<ClientMessage> decodeRequest(zmq::socket_t& socket, const RoutedEnvelope& from);
+  std::optional<ClientMessage> decodeRequest(zmq::socket_t& socket,
+                                             const net::RoutedEnvelope& from);
   void handleCancelSocketMessage(std::vector<zmq::message_t>& parts);
   /// Reads up to `budget` submit-socket messages, stopping early (after kSubmitsPastDeadline)
   /// once `until` (the next pass end) has passed: a burst of large submits must not make the
@@ -156,12 +157,13 @@ class Server::Impl {
   void handleSubmitSocketMessage(std::vector<zmq::message_t>& parts);
   /// Accepts one submit. Throws std::bad_alloc (engine and route table unchanged) when it runs
   /// out of memory; drainSubmits turns that into a `resource_exhausted` error.
-  void handleSubmit(const RoutedEnvelope& from, const Peer& peer, protocol::SubmitRequest&& req);
+  void handleSubmit(const net::RoutedEnvelope& from, const Peer& peer,
+                    protocol::SubmitRequest&& req);
   /// Answers a submit-socket message that ran out of memory with `resource_exhausted`.
   void refuseOutOfMemory(std::vector<zmq::message_t>& parts);
-  void handleCancel(zmq::socket_t& reply_socket, const RoutedEnvelope& from, const Peer& peer,
+  void handleCancel(zmq::socket_t& reply_socket, const net::RoutedEnvelope& from, const Peer& peer,
                     const protocol::CancelRequest& req);
-  protocol::StatsReply statsReply(const RoutedEnvelope& from, const Peer& peer) const;
+  protocol::StatsReply statsReply(const net::RoutedEnvelope& from, const Peer& peer) const;
   /// The kv_snapshot reply, or the error when it would not fit the protocol's limits.
   ClientMessage kvSnapshotReply(const protocol::KvSnapshotRequest& req) const;
   bool submitsPaused() const {
@@ -189,10 +191,10 @@ class Server::Impl {
                                         std::optional<Clock::time_point>& next_end);
   /// What one loop turn polls, by name (slots of `poll_`).
   struct PollSlots {
-    PollSet::Slot stop = 0, pass_timer = 0, cancel = 0, submit = 0, monitor = 0;
-    PollSet::Range replays;
-    std::optional<PollSet::Slot> handoff;
-    PollSet::Range sources;  ///< in sources_ order
+    net::PollSet::Slot stop = 0, pass_timer = 0, cancel = 0, submit = 0, monitor = 0;
+    net::PollSet::Range replays;
+    std::optional<net::PollSet::Slot> handoff;
+    net::PollSet::Range sources;  ///< in sources_ order
   };
   PollSlots fillPollSet();
   /// Reads what the poll found readable; false when a stop without drain ends the loop.
@@ -238,7 +240,7 @@ class Server::Impl {
   /// A `crash` fault: every socket closed at once (linger 0), nothing more sent.
   void crash();
   /// The request faults of a new submit on `rank`: true when an `error` fault answered it.
-  bool submitFaults(const RoutedEnvelope& from, const std::string& id, std::uint32_t rank,
+  bool submitFaults(const net::RoutedEnvelope& from, const std::string& id, std::uint32_t rank,
                     std::optional<FaultPlan::PendingAbort>& abort);
   /// Output signal `s` of a request an `abort` fault cuts: true when it is past the cut (not
   /// delivered; the stream ends after the pass, endAborted).
@@ -250,7 +252,7 @@ class Server::Impl {
   ServerOptions options_;
   engine::Engine engine_;
   std::shared_ptr<spdlog::logger> log_;
-  StopEvent stop_event_;
+  net::StopEvent stop_event_;
   PassTimer pass_timer_;  // fires at the earliest pass end
   LatenessStats lateness_;
   std::uint64_t resyncs_ = 0;
@@ -263,19 +265,19 @@ class Server::Impl {
   std::shared_ptr<zmq::context_t> context_owner_ =
       options_.context ? options_.context : std::make_shared<zmq::context_t>(1);
   zmq::context_t& context_ = *context_owner_;
-  std::optional<CurveServerKeys> curve_;  // set iff security.curve
-  std::unique_ptr<ZapHandler> zap_;       // before every socket: destroyed after them
+  std::optional<net::CurveServerKeys> curve_;  // set iff security.curve
+  std::unique_ptr<net::ZapHandler> zap_;       // before every socket: destroyed after them
   zmq::socket_t submit_;
   zmq::socket_t cancel_;
-  std::unique_ptr<ConnectionMonitor> submit_monitor_;
+  std::unique_ptr<net::ConnectionMonitor> submit_monitor_;
   std::vector<int> closed_fds_;  // scratch: submit connections that closed
   std::vector<Rank> ranks_;
-  PollSet poll_;
+  net::PollSet poll_;
   zmq::socket_t handoff_;                         // prefill worker: handoff ROUTER
   PrefillHolds holds_{config_.engine};            // prefill: KV held for decode workers
   PendingHandoffs pending_;                       // decode: handoffs waiting for their KV
   std::map<std::string, zmq::socket_t> sources_;  // decode: DEALER per prefill worker
-  CurveClientKeys handoff_client_;                // decode: CURVE toward sources (or disabled)
+  net::CurveClientKeys handoff_client_;           // decode: CURVE toward sources (or disabled)
 
   RouteTable routes_;
   OutputBatcher batcher_;

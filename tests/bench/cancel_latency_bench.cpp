@@ -22,8 +22,8 @@
 #include <vector>
 #include <zmq.hpp>
 
+#include "net/client.h"
 #include "protocol/client.h"
-#include "service/client.h"
 #include "service/config.h"
 #include "service/logging.h"
 #include "service/server.h"
@@ -157,9 +157,9 @@ int main(int argc, char** argv) {
   // A cancel applies only to the sender's own requests, so the canceller speaks as the flood: its
   // cancel socket carries the flood's routing id. Its submit socket is never used; it points
   // nowhere so that it cannot take that routing id from the flood on the submit ROUTER.
-  auto client = service::Client::connect({.submit_endpoint = "inproc://cancel-latency-bench-unused",
-                                          .cancel_endpoint = cancel,
-                                          .routing_id = kFloodId});
+  auto client = net::Client::connect({.submit_endpoint = "inproc://cancel-latency-bench-unused",
+                                      .cancel_endpoint = cancel,
+                                      .routing_id = kFloodId});
   if (!client) {
     std::fprintf(stderr, "client: %s\n", client.error().message.c_str());
     return 1;

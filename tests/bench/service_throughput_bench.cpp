@@ -25,7 +25,7 @@
 #include <vector>
 #include <zmq.hpp>
 
-#include "service/client.h"
+#include "net/client.h"
 #include "service/config.h"
 #include "service/logging.h"
 #include "service/server.h"
@@ -49,9 +49,9 @@ constexpr char kHelp[] = R"(usage: service_throughput_bench [options]
   --label NAME         name of the case in the json summary line (default "live")
 
 Service side: an in-process Server (speedup_ratio 0, max_num_seqs 1024, ephemeral loopback
-endpoints) on its own thread. N service::Client connections (routing ids c0..cN-1), spread over
+endpoints) on its own thread. N net::Client connections (routing ids c0..cN-1), spread over
 K threads, each keep C requests of T tokens in flight until each has finished M; every message
-a client receives is decoded (service::Client::receive), its output tokens counted, and the
+a client receives is decoded (net::Client::receive), its output tokens counted, and the
 decoded message kept. The service side therefore includes everything the service does per
 request and per pass: reading and queueing submits, engine passes, encoding one output message
 per client per pass, sending it, and the clients' submits.
@@ -61,7 +61,7 @@ client exactly the messages that client received in the service run just before 
 submit_acks and output messages, re-encoded with protocol::encodeClientMessage, which yields
 the bytes the service's encoder produced), in the order received, interleaved round-robin over
 the clients like the service's passes interleave them. Messages are encoded before the clock
-starts and handed to libzmq without a copy. The clients are service::Client connections with
+starts and handed to libzmq without a copy. The clients are net::Client connections with
 the same routing ids and options, on the same number of threads, running the same
 receive/decode/count/keep code. The ROUTER's sends block at the high-water mark (the service's
 would abandon the streams instead). After the clock stops,
@@ -123,7 +123,7 @@ struct Tally {
 /// One client connection and everything it received. Used by exactly one driver thread.
 struct ClientState {
   int index = 0;
-  std::unique_ptr<service::Client> client;
+  std::unique_ptr<net::Client> client;
   bool submits = false;                 // service side: submit requests, refill as they finish
   std::uint64_t expected_messages = 0;  // baseline side: done after this many
   int submitted = 0;
@@ -185,7 +185,7 @@ void handle(ClientState& c, protocol::ClientMessage&& msg, const Options& opt) {
 template <typename Until>
 void receiveAll(std::vector<ClientState>& clients, const Options& opt, Until until) {
   constexpr auto kSilence = std::chrono::seconds(30);
-  std::vector<service::Client*> active;
+  std::vector<net::Client*> active;
   std::vector<ClientState*> active_states;
   const auto refresh = [&] {
     active.clear();
@@ -205,7 +205,7 @@ void receiveAll(std::vector<ClientState>& clients, const Options& opt, Until unt
       if (msg && !*msg) c.error = "no message for 30 s";
       if (msg && *msg) handle(c, std::move(**msg), opt);
     } else {
-      auto ready = service::Client::waitReadable(active, kSilence);
+      auto ready = net::Client::waitReadable(active, kSilence);
       if (!ready || ready->empty()) {
         for (auto* c : active_states) {
           c->error = ready ? "no message for 30 s" : ready.error().message;
@@ -232,10 +232,10 @@ void receiveAll(std::vector<ClientState>& clients, const Options& opt, Until unt
 void drive(std::vector<ClientState>& clients, const std::string& submit, const std::string& cancel,
            const Options& opt, std::latch& ready, std::latch& go) {
   for (auto& c : clients) {
-    auto client = service::Client::connect({.submit_endpoint = submit,
-                                            .cancel_endpoint = cancel,
-                                            .routing_id = routingId(c.index),
-                                            .rcvhwm = 100000});
+    auto client = net::Client::connect({.submit_endpoint = submit,
+                                        .cancel_endpoint = cancel,
+                                        .routing_id = routingId(c.index),
+                                        .rcvhwm = 100000});
     if (!client) {
       c.error = client.error().message;
       continue;

@@ -12,7 +12,7 @@
 #include <filesystem>
 #include <zmq.hpp>
 
-#include "service/security.h"
+#include "net/security.h"
 #include "tests/service/disagg_test_util.h"
 #include "tests/service/live_service.h"
 
@@ -42,7 +42,7 @@ class KeyDir {
   /// Writes NAME.key / NAME.pub; returns the prefix.
   std::string pair(const std::string& name) const {
     const std::string prefix = (path_ / name).string();
-    EXPECT_TRUE(writeKeyPair(prefix, false).has_value());
+    EXPECT_TRUE(net::writeKeyPair(prefix, false).has_value());
     return prefix;
   }
 
@@ -57,7 +57,7 @@ ServiceConfig worker(engine::WorkerType type) {
 
 protocol::SubmitRequest request(const std::string& id) { return testing::disaggRequest(id, 3); }
 
-std::optional<protocol::Handoff> prefill(Client& client, const std::string& id) {
+std::optional<protocol::Handoff> prefill(net::Client& client, const std::string& id) {
   return testing::prefillHop(client, id, 3);
 }
 
@@ -83,9 +83,9 @@ TEST(DisaggCurveTest, OnlyAllowListedWorkerKeysFetchFromACurvePrefillWorker) {
   pc.security.client_public_key_files = {client + ".pub"};
   pc.security.worker_public_key_files = {decoder + ".pub"};
   LiveService p(pc);
-  auto c = p.client({.curve_server_key = readKeyFile(server + ".pub", "server").value(),
-                     .curve_public_key = readKeyFile(client + ".pub", "client").value(),
-                     .curve_secret_key = readKeyFile(client + ".key", "client").value()});
+  auto c = p.client({.curve_server_key = net::readKeyFile(server + ".pub", "server").value(),
+                     .curve_public_key = net::readKeyFile(client + ".pub", "client").value(),
+                     .curve_secret_key = net::readKeyFile(client + ".key", "client").value()});
 
   ServiceConfig dc = worker(engine::WorkerType::Decode);
   dc.security.worker_secret_key_file = decoder + ".key";
@@ -151,7 +151,7 @@ TEST(DisaggCurveTest, BrokenWorkerKeyFilesAreStartupErrors) {
   ServiceConfig pc = worker(engine::WorkerType::Prefill);
   pc.security.curve = true;
   pc.security.server_secret_key_file = server + ".key";
-  pc.security.client_public_keys = {readKeyFile(server + ".pub", "p").value()};
+  pc.security.client_public_keys = {net::readKeyFile(server + ".pub", "p").value()};
   pc.security.worker_public_key_files = {server + ".nobody"};
   auto p = Server::create(pc);
   ASSERT_FALSE(p);

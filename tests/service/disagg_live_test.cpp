@@ -49,7 +49,7 @@ protocol::SubmitRequest request(const std::string& id, std::uint32_t max_tokens 
 }
 
 /// Submits `id` to the prefill worker and returns its handoff (after the ack).
-std::optional<protocol::Handoff> prefill(Client& client, const std::string& id,
+std::optional<protocol::Handoff> prefill(net::Client& client, const std::string& id,
                                          std::uint32_t max_tokens = 4) {
   return testing::prefillHop(client, id, max_tokens);
 }
@@ -88,7 +88,7 @@ class HandoffPeer {
   zmq::socket_t socket_;
 };
 
-std::uint64_t held(Client& c) { return stats(c).ranks.at(0).held.value_or(999); }
+std::uint64_t held(net::Client& c) { return stats(c).ranks.at(0).held.value_or(999); }
 
 // The whole two-hop flow: ack and handoff from P (no tokens), ack and every token from D — the
 // tokens an aggregated worker streams for the same request — first token no earlier than the
@@ -344,7 +344,7 @@ TEST(DisaggLiveTest, HostileTicketsAndHandoffMessagesAreRefused) {
   const auto h = prefill(*pc, "r");
   ASSERT_TRUE(h.has_value());
 
-  const auto rejected = [](Client& c, const protocol::SubmitRequest& r) {
+  const auto rejected = [](net::Client& c, const protocol::SubmitRequest& r) {
     EXPECT_TRUE(c.submit(r).has_value());
     const auto s = collect(c, {r.id}, nullptr, 10s * kSlowdown);
     return s.at(r.id).rejected.value_or("(not rejected)");
@@ -431,10 +431,10 @@ TEST(DisaggLiveTest, ADecodeWorkerKilledMidHandoffLeavesTheHoldToItsTimeout) {
   testing::ServeProcess d({"--worker-type", "decode", "--block-size", "4", "--num-gpu-blocks",
                            "256", "--no-kv-events", "--no-fpm", "--no-http"});
   ASSERT_TRUE(d.awaitReady());
-  ClientOptions o;
+  net::ClientOptions o;
   o.submit_endpoint = d.endpoints.at("submit");
   o.cancel_endpoint = d.endpoints.at("cancel");
-  auto dc = Client::connect(o);
+  auto dc = net::Client::connect(o);
   ASSERT_TRUE(dc.has_value());
 
   LiveService p(pcfg);

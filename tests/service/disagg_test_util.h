@@ -38,7 +38,7 @@ inline protocol::SubmitRequest disaggRequest(const std::string& id, std::uint32_
 
 /// Submits `id` to a prefill worker and returns its handoff (after the ack); a prefill worker
 /// sends no output tokens.
-inline std::optional<protocol::Handoff> prefillHop(Client& client, const std::string& id,
+inline std::optional<protocol::Handoff> prefillHop(net::Client& client, const std::string& id,
                                                    std::uint32_t max_tokens) {
   EXPECT_TRUE(client.submit(disaggRequest(id, max_tokens)).has_value());
   std::map<std::string, Stream> streams;

@@ -36,16 +36,16 @@ std::filesystem::path tempPath(const std::string& name) {
          (name + "-" + std::to_string(getpid()) + ".jsonl");
 }
 
-std::unique_ptr<Client> connectTo(ServeProcess& serve) {
-  auto c = Client::connect({.submit_endpoint = serve.endpoints.at("submit"),
-                            .cancel_endpoint = serve.endpoints.at("cancel")});
+std::unique_ptr<net::Client> connectTo(ServeProcess& serve) {
+  auto c = net::Client::connect({.submit_endpoint = serve.endpoints.at("submit"),
+                                 .cancel_endpoint = serve.endpoints.at("cancel")});
   EXPECT_TRUE(c) << (c ? "" : c.error().message);
   return c ? std::move(*c) : nullptr;
 }
 
 /// Receives into `streams` until `done()` or the deadline; false at the deadline.
 template <typename Done>
-bool receiveUntil(Client& c, std::map<std::string, testing::Stream>& streams, Done done,
+bool receiveUntil(net::Client& c, std::map<std::string, testing::Stream>& streams, Done done,
                   Clock::time_point deadline) {
   while (!done()) {
     if (Clock::now() >= deadline) return false;

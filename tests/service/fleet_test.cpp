@@ -273,7 +273,7 @@ TEST(FleetTest, EveryWorkerServesAndHttpAggregates) {
       http, "/ready", [](int code, const std::string&) { return code == 200; },
       10s * testing::kSlowdown));
   for (std::size_t i = 0; i < 3; ++i) {
-    auto client = Client::connect(
+    auto client = net::Client::connect(
         {.submit_endpoint = f.endpoints(i).submit, .cancel_endpoint = f.endpoints(i).cancel});
     ASSERT_TRUE(client.has_value());
     ASSERT_TRUE((*client)->submit({.id = "r",
@@ -347,7 +347,7 @@ TEST(FleetTest, PrefillWorkersHandOffFromTheirOwnHandoffSockets) {
   ServiceConfig dcfg = testing::TestConfig().build();
   dcfg.engine.worker_type = engine::WorkerType::Decode;
   testing::LiveService d(dcfg);
-  auto pc = Client::connect(
+  auto pc = net::Client::connect(
       {.submit_endpoint = f.endpoints(1).submit, .cancel_endpoint = f.endpoints(1).cancel});
   ASSERT_TRUE(pc.has_value());
   ASSERT_TRUE((*pc)->submit({.id = "r", .prompt = testing::prompt(8), .max_tokens = 3}));

@@ -19,7 +19,7 @@ ServiceConfig limited(void (*set)(LimitsConfig&)) {
 }
 
 /// Submits `id` and waits for its ack or an error naming it; returns the error (nullopt: acked).
-std::optional<protocol::ErrorReply> submitExpectingAckOrError(Client& c, const std::string& id,
+std::optional<protocol::ErrorReply> submitExpectingAckOrError(net::Client& c, const std::string& id,
                                                               std::uint32_t max_tokens = 100000,
                                                               std::uint32_t prompt_len = 8) {
   EXPECT_TRUE(c.submit({.id = id, .prompt = prompt(prompt_len), .max_tokens = max_tokens}));
@@ -35,7 +35,7 @@ std::optional<protocol::ErrorReply> submitExpectingAckOrError(Client& c, const s
 }
 
 /// Waits for the terminal entry of `id` (earlier outputs of it may have been skipped).
-void awaitTerminal(Client& c, const std::string& id) {
+void awaitTerminal(net::Client& c, const std::string& id) {
   const auto deadline = std::chrono::steady_clock::now() + 10s;
   while (std::chrono::steady_clock::now() < deadline) {
     auto m = c.receive(50ms);

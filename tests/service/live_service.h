@@ -10,7 +10,7 @@
 
 #include <spdlog/spdlog.h>
 
-#include "service/client.h"
+#include "net/client.h"
 #include "service/server.h"
 
 namespace mocker::service::testing {
@@ -137,10 +137,10 @@ class LiveService {
   const BoundEndpoints& endpoints() const { return server_->endpoints(); }
   const Server& server() const { return *server_; }
 
-  std::unique_ptr<Client> client(ClientOptions options = {}) const {
+  std::unique_ptr<net::Client> client(net::ClientOptions options = {}) const {
     options.submit_endpoint = endpoints().submit;
     options.cancel_endpoint = endpoints().cancel;
-    auto c = Client::connect(std::move(options));
+    auto c = net::Client::connect(std::move(options));
     EXPECT_TRUE(c.has_value());
     return std::move(*c);
   }
@@ -190,7 +190,8 @@ inline void absorb(std::map<std::string, Stream>& streams, protocol::ClientMessa
 /// passes; other messages (cancel replies, errors) are appended to `others`. `streams` may carry
 /// what was already received (outputs of other requests are recorded too, so pass the result on
 /// to a later call that waits for them).
-inline std::map<std::string, Stream> collect(Client& client, const std::vector<std::string>& ids,
+inline std::map<std::string, Stream> collect(net::Client& client,
+                                             const std::vector<std::string>& ids,
                                              std::vector<protocol::ClientMessage>* others = nullptr,
                                              std::chrono::milliseconds timeout = 10s,
                                              std::map<std::string, Stream> streams = {}) {
@@ -215,7 +216,8 @@ inline std::map<std::string, Stream> collect(Client& client, const std::vector<s
 }
 
 /// Receives until `id` is acknowledged (or rejected), folding everything into `streams`.
-inline bool awaitAck(Client& client, const std::string& id, std::map<std::string, Stream>& streams,
+inline bool awaitAck(net::Client& client, const std::string& id,
+                     std::map<std::string, Stream>& streams,
                      std::vector<protocol::ClientMessage>* others = nullptr,
                      std::chrono::milliseconds timeout = 10s) {
   const auto deadline = std::chrono::steady_clock::now() + timeout;
@@ -229,7 +231,7 @@ inline bool awaitAck(Client& client, const std::string& id, std::map<std::string
 
 /// Waits for the next message of type T (skipping others into `skipped`), or fails.
 template <typename T>
-std::optional<T> awaitMessage(Client& client, std::chrono::milliseconds timeout = 10s,
+std::optional<T> awaitMessage(net::Client& client, std::chrono::milliseconds timeout = 10s,
                               std::vector<protocol::ClientMessage>* skipped = nullptr) {
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   while (std::chrono::steady_clock::now() < deadline) {
@@ -243,7 +245,7 @@ std::optional<T> awaitMessage(Client& client, std::chrono::milliseconds timeout 
 }
 
 /// One stats round trip; nullopt if no reply came within `timeout`.
-inline std::optional<protocol::StatsReply> tryStats(Client& client,
+inline std::optional<protocol::StatsReply> tryStats(net::Client& client,
                                                     std::chrono::milliseconds timeout) {
   if (!client.send(protocol::StatsRequest{}).has_value()) return std::nullopt;
   const auto deadline = std::chrono::steady_clock::now() + timeout;
@@ -255,7 +257,7 @@ inline std::optional<protocol::StatsReply> tryStats(Client& client,
   return std::nullopt;
 }
 
-inline protocol::StatsReply stats(Client& client) {
+inline protocol::StatsReply stats(net::Client& client) {
   auto r = tryStats(client, 10s);
   EXPECT_TRUE(r.has_value()) << "no stats reply before the deadline";
   return r.value_or(protocol::StatsReply{});
@@ -264,7 +266,7 @@ inline protocol::StatsReply stats(Client& client) {
 /// Polls stats until `pred` holds or the deadline passes. A round trip that gets no reply within
 /// 2 s is retried (and counted in the failure message) rather than failing at once.
 template <typename Pred>
-bool eventually(Client& client, Pred pred, std::chrono::milliseconds timeout = 10s) {
+bool eventually(net::Client& client, Pred pred, std::chrono::milliseconds timeout = 10s) {
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   int unanswered = 0;
   while (std::chrono::steady_clock::now() < deadline) {

@@ -17,7 +17,7 @@ using testing::LiveService;
 using testing::prompt;
 using testing::TestConfig;
 
-std::optional<protocol::StatsReply> statsOf(Client& c) {
+std::optional<protocol::StatsReply> statsOf(net::Client& c) {
   if (!c.send(protocol::StatsRequest{})) return std::nullopt;
   const auto deadline = Clock::now() + 10s;
   while (Clock::now() < deadline) {

@@ -40,6 +40,24 @@ TEST(LoggingTest, SetupTwiceInOneProcessReconfiguresInsteadOfThrowing) {
   spdlog::drop("logging-test-component");
 }
 
+TEST(LoggingTest, DefaultLoggerSinkWritesNetReportsAtTheirLevel) {
+  // What net/'s ZAP thread reports (a refused key: warn; a socket failure: error) reaches the
+  // default logger current at the time of the report.
+  const auto before = spdlog::default_logger();
+  std::ostringstream text;
+  auto logger = std::make_shared<spdlog::logger>(
+      "logging-test-sink", std::make_shared<spdlog::sinks::ostream_sink_mt>(text));
+  logger->set_pattern("%l %v");
+  logger->set_level(spdlog::level::info);
+  const net::LogSink sink = defaultLoggerSink();
+  spdlog::set_default_logger(logger);
+  sink(net::LogLevel::Warn, "CURVE handshake from 127.0.0.1 refused");
+  sink(net::LogLevel::Error, "ZAP handler: poll failed");
+  spdlog::set_default_logger(before);
+  EXPECT_EQ(text.str(),
+            "warning CURVE handshake from 127.0.0.1 refused\nerror ZAP handler: poll failed\n");
+}
+
 TEST(LoggingTest, JsonFormatWritesOneParseableObjectPerLine) {
   std::ostringstream text;
   auto logger = std::make_shared<spdlog::logger>(

@@ -13,12 +13,15 @@
 #include <zmq.hpp>
 
 #include "live_service.h"
-#include "service/security.h"
+#include "net/security.h"
+#include "service/security_keys.h"
+#include "tests/testing/temp_dir.h"
 
 namespace mocker::service {
 namespace {
 
 using namespace std::chrono_literals;
+using mocker::testing::TempDir;
 using testing::LiveService;
 using testing::prompt;
 using testing::TestConfig;
@@ -35,23 +38,6 @@ KeyPair newKeyPair() {
   return {pub.data(), sec.data()};
 }
 
-class TempDir {
- public:
-  TempDir() {
-    path_ =
-        std::filesystem::temp_directory_path() /
-        ("mocker-security-test-" + std::to_string(::getpid()) + "-" + std::to_string(counter_++));
-    std::filesystem::remove_all(path_);
-    std::filesystem::create_directories(path_);
-  }
-  ~TempDir() { std::filesystem::remove_all(path_); }
-  std::string file(const std::string& name) const { return (path_ / name).string(); }
-
- private:
-  static inline int counter_ = 0;
-  std::filesystem::path path_;
-};
-
 /// A CURVE service allowing `allowed` (plus the other defaults of TestConfig).
 ServiceConfig curveConfig(const KeyPair& server, const std::vector<KeyPair>& allowed) {
   ServiceConfig c = TestConfig().paced(1, 1).build();
@@ -61,7 +47,7 @@ ServiceConfig curveConfig(const KeyPair& server, const std::vector<KeyPair>& all
   return c;
 }
 
-ClientOptions as(const KeyPair& server, const KeyPair& client, std::string routing_id = {}) {
+net::ClientOptions as(const KeyPair& server, const KeyPair& client, std::string routing_id = {}) {
   return {.routing_id = std::move(routing_id),
           .curve_server_key = server.public_key,
           .curve_public_key = client.public_key,
@@ -70,7 +56,7 @@ ClientOptions as(const KeyPair& server, const KeyPair& client, std::string routi
 
 /// Options of a client the service refuses: its handshake never completes, so its DEALER may
 /// have no peer to queue a message for, and a blocking send would wait forever.
-ClientOptions refused(ClientOptions options) {
+net::ClientOptions refused(net::ClientOptions options) {
   options.nonblocking_send = true;
   return options;
 }
@@ -279,50 +265,18 @@ TEST(SecurityTest, CurvePublishersReachOnlyAllowListedSubscribers) {
   EXPECT_FALSE(readable(refused));
 }
 
-TEST(SecurityTest, KeyFilesFromWriteKeyPair) {
-  TempDir dir;
-  const std::string prefix = dir.file("server");
-  auto pub = writeKeyPair(prefix, /*force=*/false);
-  ASSERT_TRUE(pub) << pub.error().message;
-  struct stat st {};
-  ASSERT_EQ(::stat((prefix + ".key").c_str(), &st), 0);
-  EXPECT_EQ(st.st_mode & 0777, 0600u);
-  ASSERT_EQ(::stat((prefix + ".pub").c_str(), &st), 0);
-  EXPECT_EQ(st.st_mode & 0777, 0644u);
-  auto secret = readKeyFile(prefix + ".key", "secret");
-  ASSERT_TRUE(secret);
-  EXPECT_EQ(curvePublicKey(*secret), *pub);
-  EXPECT_EQ(readKeyFile(prefix + ".pub", "public").value(), *pub);
-
-  auto again = writeKeyPair(prefix, /*force=*/false);
-  ASSERT_FALSE(again);
-  EXPECT_NE(again.error().message.find("already exists (use --force"), std::string::npos);
-  EXPECT_EQ(readKeyFile(prefix + ".pub", "public").value(), *pub);  // untouched
-  auto forced = writeKeyPair(prefix, /*force=*/true);
-  ASSERT_TRUE(forced);
-  EXPECT_NE(*forced, *pub);
-
-  std::ofstream(dir.file("bad.pub")) << "not a key\n";
-  auto bad = readKeyFile(dir.file("bad.pub"), "security.client_public_key_files");
-  ASSERT_FALSE(bad);
-  EXPECT_NE(bad.error().message.find("bad.pub': the first line is not a Z85 key"),
-            std::string::npos)
-      << bad.error().message;
-  EXPECT_FALSE(readKeyFile(dir.file("missing.pub"), "x"));
-}
-
 TEST(SecurityTest, ServiceLoadsKeyFiles) {
   TempDir dir;
-  ASSERT_TRUE(writeKeyPair(dir.file("server"), false));
-  auto alice_pub = writeKeyPair(dir.file("alice"), false);
+  ASSERT_TRUE(net::writeKeyPair(dir.file("server"), false));
+  auto alice_pub = net::writeKeyPair(dir.file("alice"), false);
   ASSERT_TRUE(alice_pub);
   ServiceConfig c = TestConfig().build();
   c.security.curve = true;
   c.security.server_secret_key_file = dir.file("server.key");
   c.security.client_public_key_files = {dir.file("alice.pub")};
   LiveService svc(c);
-  const KeyPair server{readKeyFile(dir.file("server.pub"), "p").value(), ""};
-  const KeyPair alice{*alice_pub, readKeyFile(dir.file("alice.key"), "s").value()};
+  const KeyPair server{net::readKeyFile(dir.file("server.pub"), "p").value(), ""};
+  const KeyPair alice{*alice_pub, net::readKeyFile(dir.file("alice.key"), "s").value()};
   auto a = svc.client(as(server, alice));
   ASSERT_TRUE(a->submit({.id = "r", .prompt = prompt(8), .max_tokens = 3}));
   EXPECT_EQ(testing::collect(*a, {"r"})["r"].tokens.size(), 3u);

@@ -30,8 +30,8 @@ TEST(ServeProcessTest, ReadyOnlyAfterTheStartupDelayAndNothingServedBefore) {
   // Endpoint lines come first (submit, then cancel, ...); read up to the two a client needs.
   ASSERT_EQ(serve.readEndpoints(Clock::now() + 10s, "cancel"), "cancel") << "no endpoint lines";
   // The submit goes out during startup unless the process printed `ready` at once.
-  auto c = Client::connect({.submit_endpoint = serve.endpoints.at("submit"),
-                            .cancel_endpoint = serve.endpoints.at("cancel")});
+  auto c = net::Client::connect({.submit_endpoint = serve.endpoints.at("submit"),
+                                 .cancel_endpoint = serve.endpoints.at("cancel")});
   ASSERT_TRUE(c);
   ASSERT_TRUE((*c)->submit({.id = "early", .prompt = testing::prompt(4), .max_tokens = 2}));
   const auto sent = Clock::now();
@@ -106,9 +106,9 @@ TEST(ServeProcessTest, FiftyThousandShortLivedClientsLeaveNoClientEntries) {
   ServeProcess serve({"--speedup-ratio", "0"});
   ASSERT_TRUE(serve.awaitReady());
   const std::string endpoint = serve.endpoints.at("submit");
-  auto observer = Client::connect({.submit_endpoint = endpoint,
-                                   .cancel_endpoint = serve.endpoints.at("cancel"),
-                                   .routing_id = "observer"});
+  auto observer = net::Client::connect({.submit_endpoint = endpoint,
+                                        .cancel_endpoint = serve.endpoints.at("cancel"),
+                                        .routing_id = "observer"});
   ASSERT_TRUE(observer);
   const auto entries = [&] {
     const auto r = testing::tryStats(**observer, 10s);

@@ -62,7 +62,7 @@ struct Receiver {
     return s.finish || s.rejected || erroredIds().contains(id);
   }
 
-  void until(Client& c, const std::vector<std::string>& ids, std::chrono::seconds timeout,
+  void until(net::Client& c, const std::vector<std::string>& ids, std::chrono::seconds timeout,
              const LiveService& svc) {
     const auto deadline = std::chrono::steady_clock::now() + timeout;
     std::size_t next = 0;  // ids[0, next) have ended

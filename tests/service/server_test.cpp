@@ -7,9 +7,9 @@
 #include <zmq_addon.hpp>
 
 #include "live_service.h"
+#include "net/zmq_io.h"
 #include "protocol/framing.h"
 #include "protocol/limits.h"
-#include "service/zmq_io.h"
 
 namespace mocker::service {
 namespace {
@@ -424,7 +424,7 @@ TEST(ServerTest, DelimiterFramedClientIsAnsweredWithADelimiter) {
     std::vector<zmq::message_t> parts;
     zmq::pollitem_t item{d.handle(), 0, ZMQ_POLLIN, 0};
     ASSERT_EQ(zmq::poll(&item, 1, std::chrono::milliseconds(5000)), 1);
-    ASSERT_EQ(tryRecvMultipart(d, parts), RecvOutcome::Received);
+    ASSERT_EQ(net::tryRecvMultipart(d, parts), net::RecvOutcome::Received);
     ASSERT_EQ(parts.size(), 2u) << "expected [\"\", payload]";
     EXPECT_EQ(parts[0].size(), 0u);
     auto m = protocol::decodeClientMessage(

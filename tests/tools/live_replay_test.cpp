@@ -188,20 +188,19 @@ TEST(LiveReplayTest, CurveServerIsReachedWithAnAllowListedKeyPairOnly) {
   LiveService server(c);
   const Workload w = tinyTrace(10.0);
   const LiveRun run = runLive(w, {.targets = {targetOf(server)},
-                                  .curve = service::CurveClientKeys{.server_public_key = server_pub,
-                                                                    .public_key = client_pub,
-                                                                    .secret_key = client_sec}});
+                                  .curve = net::CurveClientKeys{.server_public_key = server_pub,
+                                                                .public_key = client_pub,
+                                                                .secret_key = client_sec}});
   EXPECT_EQ(run.collector.buildReport({}).completed_requests, 8u);
 
   ReplayCollector refused;
-  const auto stats =
-      runLiveReplay(w,
-                    {.targets = {targetOf(server)},
-                     .connect_timeout_ms = 500.0,
-                     .curve = service::CurveClientKeys{.server_public_key = server_pub,
-                                                       .public_key = other_pub,
-                                                       .secret_key = other_sec}},
-                    refused);
+  const auto stats = runLiveReplay(w,
+                                   {.targets = {targetOf(server)},
+                                    .connect_timeout_ms = 500.0,
+                                    .curve = net::CurveClientKeys{.server_public_key = server_pub,
+                                                                  .public_key = other_pub,
+                                                                  .secret_key = other_sec}},
+                                   refused);
   EXPECT_FALSE(stats.has_value());
   EXPECT_TRUE(refused.requests().empty());
 }

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "tools/replay_aliases.h"
 #include "tools/replay_flags.h"
 #include "tools/replay_plan.h"
 #include "tools/replay_run.h"

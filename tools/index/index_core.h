@@ -34,7 +34,7 @@ namespace mocker::index {
 struct SendReport {
   bool sent = false;
   bool failed = false;       ///< the socket reported an error (not merely: no peer, pipe full)
-  std::string_view outcome;  ///< its name (service::sendOutcomeName)
+  std::string_view outcome;  ///< its name (net::sendOutcomeName)
   std::string error;         ///< the socket's error text, if any
   /// "outcome" or "outcome: error".
   std::string describe() const;

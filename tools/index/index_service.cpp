@@ -10,14 +10,16 @@
 #include <zmq.hpp>
 #include <zmq_addon.hpp>
 
+#include "net/security.h"
+#include "net/stop_event.h"
+#include "net/zap_handler.h"
+#include "net/zmq_io.h"
 #include "protocol/client.h"
 #include "protocol/framing.h"
 #include "protocol/limits.h"
 #include "publishers/zmq_sinks.h"
-#include "service/security.h"
-#include "service/stop_event.h"
-#include "service/zap_handler.h"
-#include "service/zmq_io.h"
+#include "service/logging.h"
+#include "service/security_keys.h"
 #include "tools/index/index_core.h"
 
 namespace mocker::index {
@@ -33,10 +35,10 @@ std::span<const std::byte> bytes(const zmq::message_t& m) {
   return {static_cast<const std::byte*>(m.data()), m.size()};
 }
 
-SendReport report(service::SendOutcome outcome, std::string error) {
-  return {.sent = outcome == service::SendOutcome::Sent,
-          .failed = outcome == service::SendOutcome::Failed,
-          .outcome = service::sendOutcomeName(outcome),
+SendReport report(net::SendOutcome outcome, std::string error) {
+  return {.sent = outcome == net::SendOutcome::Sent,
+          .failed = outcome == net::SendOutcome::Failed,
+          .outcome = net::sendOutcomeName(outcome),
           .error = std::move(error)};
 }
 
@@ -74,10 +76,10 @@ class IndexService::Impl final : public IndexOutbox {
   Frames frames(const std::vector<zmq::message_t>& parts);
 
   IndexServiceConfig config_;
-  service::StopEvent stop_event_;
+  net::StopEvent stop_event_;
   zmq::context_t context_{1};
-  std::unique_ptr<service::ZapHandler> zap_;  // before the sockets: destroyed after them
-  service::CurveClientKeys worker_curve_;     // enabled() iff CURVE towards the workers
+  std::unique_ptr<net::ZapHandler> zap_;  // before the sockets: destroyed after them
+  net::CurveClientKeys worker_curve_;     // enabled() iff CURVE towards the workers
   zmq::socket_t query_;
   std::vector<zmq::socket_t> subs_;     // per stream
   std::vector<zmq::socket_t> replays_;  // per stream; not connected without a replay endpoint
@@ -93,7 +95,7 @@ Result<zmq::socket_t> IndexService::Impl::makeSocket(zmq::socket_type type,
   try {
     zmq::socket_t s(context_, type);
     s.set(zmq::sockopt::linger, config_.linger_ms);
-    if (to_worker) service::makeCurveClient(s, worker_curve_);
+    if (to_worker) net::makeCurveClient(s, worker_curve_);
     (void)publishers::openEndpoint(s, endpoint, /*connect=*/!bind);
     return s;
   } catch (const zmq::error_t& e) {
@@ -108,7 +110,7 @@ Status IndexService::Impl::connectChannel(std::size_t ch) {
     s.set(zmq::sockopt::linger, config_.linger_ms);
     s.set(zmq::sockopt::rcvhwm, 0);
     s.set(zmq::sockopt::maxmsgsize, static_cast<std::int64_t>(protocol::kMaxMessageBytes));
-    service::makeCurveClient(s, worker_curve_);
+    net::makeCurveClient(s, worker_curve_);
     s.connect(endpoint);
     dealers_[ch] = std::move(s);
   } catch (const zmq::error_t& e) {
@@ -125,12 +127,12 @@ Status IndexService::Impl::initQuery() {
                                 .client_public_keys = config_.query_curve_clients};
     auto keys = service::loadCurveServerKeys(sec);
     if (!keys) return invalid("query CURVE keys: " + keys.error().message);
-    MOCKER_TRY(zap_,
-               service::ZapHandler::start(context_, service::kZapDomain, keys->allowed_clients));
+    MOCKER_TRY(zap_, net::ZapHandler::start(context_, net::kZapDomain, keys->allowed_clients,
+                                            service::defaultLoggerSink()));
     try {
       query_ = zmq::socket_t(context_, zmq::socket_type::router);
       query_.set(zmq::sockopt::linger, config_.linger_ms);
-      service::makeCurveServer(query_, *keys);
+      net::makeCurveServer(query_, *keys);
       query_.bind(config_.query_endpoint);
     } catch (const zmq::error_t& e) {
       return Error{ErrorCode::IoError, "endpoint '" + config_.query_endpoint + "': " + e.what()};
@@ -150,9 +152,9 @@ Status IndexService::Impl::init() {
   MOCKER_TRY(core_, IndexCore::create(config_, *this));
   if (!config_.worker_curve_secret_key.empty() || !config_.worker_curve_server_key.empty()) {
     worker_curve_ = {.server_public_key = config_.worker_curve_server_key,
-                     .public_key = service::curvePublicKey(config_.worker_curve_secret_key),
+                     .public_key = net::curvePublicKey(config_.worker_curve_secret_key),
                      .secret_key = config_.worker_curve_secret_key};
-    if (auto st = service::checkCurveClientKeys(worker_curve_); !st) {
+    if (auto st = net::checkCurveClientKeys(worker_curve_); !st) {
       return invalid("worker CURVE keys: " + st.error().message);
     }
   }
@@ -188,7 +190,7 @@ SendReport IndexService::Impl::replayRequest(std::size_t stream, std::uint64_t s
   const std::array<zmq::const_buffer, 2> frames{zmq::const_buffer(),
                                                 zmq::buffer(seq.data(), seq.size())};
   std::string error;
-  const service::SendOutcome outcome = service::trySendMultipart(replays_[stream], frames, &error);
+  const net::SendOutcome outcome = net::trySendMultipart(replays_[stream], frames, &error);
   return report(outcome, std::move(error));
 }
 
@@ -197,7 +199,7 @@ SendReport IndexService::Impl::snapshotRequest(std::size_t channel,
   const auto payload = protocol::encodeClientMessage(request);
   const std::array<zmq::const_buffer, 1> frames{zmq::buffer(payload.data(), payload.size())};
   std::string error;
-  const service::SendOutcome outcome = service::trySendMultipart(dealers_[channel], frames, &error);
+  const net::SendOutcome outcome = net::trySendMultipart(dealers_[channel], frames, &error);
   return report(outcome, std::move(error));
 }
 
@@ -205,7 +207,7 @@ SendReport IndexService::Impl::queryReply(const std::string& identity, bool deli
                                           const QueryReply& reply) {
   const auto payload = encodeQueryReply(reply);
   std::string error;
-  const service::SendOutcome outcome = service::trySendRouted(
+  const net::SendOutcome outcome = net::trySendRouted(
       query_, identity, delimiter, zmq::message_t(payload.data(), payload.size()), &error);
   return report(outcome, std::move(error));
 }
@@ -225,7 +227,7 @@ Frames IndexService::Impl::frames(const std::vector<zmq::message_t>& parts) {
 }
 
 void IndexService::Impl::drainSub(std::size_t i) {
-  service::drainSocket(
+  net::drainSocket(
       subs_[i], parts_, kSubBudget,
       [&](const std::vector<zmq::message_t>& parts) {
         core_->onLiveMessage(i, parseLiveMessage(frames(parts)));
@@ -236,7 +238,7 @@ void IndexService::Impl::drainSub(std::size_t i) {
 }
 
 void IndexService::Impl::drainReplay(std::size_t i) {
-  service::drainSocket(
+  net::drainSocket(
       replays_[i], parts_, -1,
       [&](const std::vector<zmq::message_t>& parts) {
         core_->onReplayMessage(i, parseReplayMessage(frames(parts)));
@@ -247,7 +249,7 @@ void IndexService::Impl::drainReplay(std::size_t i) {
 }
 
 void IndexService::Impl::drainChannel(std::size_t ch) {
-  service::drainSocket(
+  net::drainSocket(
       dealers_[ch], parts_, -1,
       [&](const std::vector<zmq::message_t>& parts) {
         if (!parts.empty()) core_->onChannelMessage(ch, bytes(parts.back()));
@@ -258,7 +260,7 @@ void IndexService::Impl::drainChannel(std::size_t ch) {
 }
 
 void IndexService::Impl::drainQueries() {
-  service::drainSocket(
+  net::drainSocket(
       query_, parts_, kQueryBudget,
       [&](const std::vector<zmq::message_t>& parts) { core_->onQuery(frames(parts)); },
       [&](std::string_view error) {

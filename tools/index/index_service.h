@@ -12,7 +12,7 @@
 // seen. At connect a replay from seq 0 covers the ZeroMQ slow-joiner window; an idle connection
 // is probed with a replay from its next seq every probe interval so that lost tail batches are
 // found too. A ROUTER answers overlap, stats and verify queries (protocol/index_query.h).
-// Every socket read and write goes through service/zmq_io.h; a send that cannot be done is
+// Every socket read and write goes through net/zmq_io.h; a send that cannot be done is
 // counted (requests_unsent, replies_unsent) and, for replay requests, retried. What is not
 // socket I/O (sequencing, applying, verify, queries, counters) is IndexCore (index_core.h).
 //

@@ -6,29 +6,29 @@
 
 #include "base/check.h"
 #include "base/endpoint.h"
-#include "service/client.h"
+#include "net/client.h"
 
 namespace mocker::replay {
 
 using Clock = std::chrono::steady_clock;
 
-Result<std::vector<std::unique_ptr<service::Client>>> connectServers(
-    const std::vector<LiveTarget>& all, const std::optional<service::CurveClientKeys>& curve,
+Result<std::vector<std::unique_ptr<net::Client>>> connectServers(
+    const std::vector<LiveTarget>& all, const std::optional<net::CurveClientKeys>& curve,
     double connect_timeout_ms, LiveReplayStats& stats) {
-  std::vector<std::unique_ptr<service::Client>> clients;
+  std::vector<std::unique_ptr<net::Client>> clients;
   for (const LiveTarget& target : all) {
-    service::ClientOptions client_options{.submit_endpoint = target.submit_endpoint,
-                                          .cancel_endpoint = target.cancel_endpoint,
-                                          .rcvhwm = 0,  // never make the server drop streams
-                                          .sndhwm = 0,  // an open loop never blocks on a send
-                                          .nonblocking_send = true,
-                                          .watch_connection = true};  // worker health
+    net::ClientOptions client_options{.submit_endpoint = target.submit_endpoint,
+                                      .cancel_endpoint = target.cancel_endpoint,
+                                      .rcvhwm = 0,  // never make the server drop streams
+                                      .sndhwm = 0,  // an open loop never blocks on a send
+                                      .nonblocking_send = true,
+                                      .watch_connection = true};  // worker health
     if (curve) {
       client_options.curve_server_key = curve->server_public_key;
       client_options.curve_public_key = curve->public_key;
       client_options.curve_secret_key = curve->secret_key;
     }
-    auto client = service::Client::connect(client_options);
+    auto client = net::Client::connect(client_options);
     if (!client) {
       return Error{client.error().code, "cannot connect to " + target.submit_endpoint + " / " +
                                             target.cancel_endpoint + ": " + client.error().message};
@@ -36,7 +36,7 @@ Result<std::vector<std::unique_ptr<service::Client>>> connectServers(
     MOCKER_TRY_VOID((*client)->send(protocol::StatsRequest{}));
     clients.push_back(std::move(*client));
   }
-  std::vector<service::Client*> ptrs;
+  std::vector<net::Client*> ptrs;
   for (const auto& c : clients) ptrs.push_back(c.get());
   std::vector<std::optional<std::uint32_t>> ranks(clients.size());
   stats.timing_start.assign(clients.size(), std::nullopt);
@@ -61,7 +61,7 @@ Result<std::vector<std::unique_ptr<service::Client>>> connectServers(
       }
     }
     const auto wait = std::chrono::ceil<std::chrono::milliseconds>(left);
-    MOCKER_TRY(const std::vector<std::size_t> ready, service::Client::waitReadable(ptrs, wait));
+    MOCKER_TRY(const std::vector<std::size_t> ready, net::Client::waitReadable(ptrs, wait));
     for (const std::size_t t : ready) {
       (void)clients[t]->takeConnectionEvents();  // the first handshake: nothing to act on
       while (true) {

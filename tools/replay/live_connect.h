@@ -13,14 +13,14 @@
 
 #include "base/result.h"
 #include "engine/block_hash.h"
+#include "net/security.h"
 #include "protocol/client.h"
-#include "service/security.h"
 #include "tools/index/live_kv_index.h"
 #include "tools/replay/live_stats.h"
 
-namespace mocker::service {
+namespace mocker::net {
 class Client;
-}  // namespace mocker::service
+}  // namespace mocker::net
 
 namespace mocker::replay {
 
@@ -65,8 +65,8 @@ index::LiveKvIndexConfig liveKvIndexConfig(const std::vector<LiveTarget>& target
 /// ranks_per_target, rank_offset, timing_start, engines and handoff_expired_start (servers in
 /// order). Errors name the server: a socket that cannot connect, no answer in time, a reply that
 /// does not decode.
-Result<std::vector<std::unique_ptr<service::Client>>> connectServers(
-    const std::vector<LiveTarget>& servers, const std::optional<service::CurveClientKeys>& curve,
+Result<std::vector<std::unique_ptr<net::Client>>> connectServers(
+    const std::vector<LiveTarget>& servers, const std::optional<net::CurveClientKeys>& curve,
     double connect_timeout_ms, LiveReplayStats& stats);
 
 }  // namespace mocker::replay

@@ -12,7 +12,7 @@
 #include <variant>
 
 #include "base/check.h"
-#include "service/client.h"
+#include "net/client.h"
 #include "service/loop_clock.h"
 #include "tools/index/live_kv_index.h"
 #include "tools/replay/decode_router.h"
@@ -39,7 +39,7 @@ using detail::EligibleTurn;
 class LiveReplay {
  public:
   LiveReplay(const Workload& workload, const LiveReplayOptions& options, ReplayCollector& collector,
-             std::vector<std::unique_ptr<service::Client>> clients, LiveReplayStats stats,
+             std::vector<std::unique_ptr<net::Client>> clients, LiveReplayStats stats,
              std::unique_ptr<index::LiveKvIndex> kv_index)
       : workload_(workload),
         options_(options),
@@ -112,7 +112,7 @@ class LiveReplay {
         wake_fd = wake_timer_.fd();
       }
       const Result<std::vector<std::size_t>> ready =
-          service::Client::waitReadable(client_ptrs_, timeout, wake_fd);
+          net::Client::waitReadable(client_ptrs_, timeout, wake_fd);
       if (const auto armed = wake_timer_.armedAt(); armed && Clock::now() >= *armed) {
         wake_timer_.acknowledge();
       }
@@ -166,7 +166,7 @@ class LiveReplay {
     };
     while (waiting() && Clock::now() < deadline) {
       const auto left = std::chrono::ceil<std::chrono::milliseconds>(deadline - Clock::now());
-      const auto ready = service::Client::waitReadable(client_ptrs_, left);
+      const auto ready = net::Client::waitReadable(client_ptrs_, left);
       if (!ready) break;
       for (const std::size_t t : *ready) drain(static_cast<std::uint32_t>(t));
     }
@@ -350,9 +350,9 @@ class LiveReplay {
   }
 
   void drain(std::uint32_t target) {
-    for (const service::ConnectionEvent e : clients_[target]->takeConnectionEvents()) {
+    for (const net::ConnectionEvent e : clients_[target]->takeConnectionEvents()) {
       if (target >= num_prefill_) continue;  // decode servers: not tracked
-      if (e == service::ConnectionEvent::Closed) {
+      if (e == net::ConnectionEvent::Closed) {
         health_.connectionClosed(target, nowMs());
       } else {
         health_.connected(target, nowMs());
@@ -549,8 +549,8 @@ class LiveReplay {
   const Workload& workload_;
   const LiveReplayOptions& options_;
   ReplayCollector& collector_;
-  std::vector<std::unique_ptr<service::Client>> clients_;
-  std::vector<service::Client*> client_ptrs_;
+  std::vector<std::unique_ptr<net::Client>> clients_;
+  std::vector<net::Client*> client_ptrs_;
   PromptSynthesizer synth_;
   SplitMix64 rng_;
   LiveReplayStats stats_;

@@ -1,6 +1,6 @@
 // Live replay (docs/traces.md, Live replay and Closed loop): a load driver that
 // sends a Workload's turns to one or more running `mocker serve` instances through the client
-// protocol (service::Client, protocol/README.md) and records what the client sees into a
+// protocol (net::Client, protocol/README.md) and records what the client sees into a
 // ReplayCollector. Times are wall-clock milliseconds since the start of the run (taken after
 // every server answered the start-up handshake).
 //
@@ -67,8 +67,8 @@
 
 #include "base/result.h"
 #include "engine/block_hash.h"
+#include "net/security.h"
 #include "protocol/client.h"
-#include "service/security.h"
 #include "tools/replay/collector.h"
 #include "tools/replay/kv_router.h"
 #include "tools/replay/live_connect.h"
@@ -114,7 +114,7 @@ struct LiveReplayOptions {
   /// Called on the replay thread about ten times a second; may be empty.
   std::function<void(const LiveProgress&)> progress{};
   /// CURVE to every server (submit and cancel sockets); none = plain TCP.
-  std::optional<service::CurveClientKeys> curve{};
+  std::optional<net::CurveClientKeys> curve{};
 };
 
 /// The option errors runLiveReplay reports before it connects: no target, concurrency 0, a

@@ -1,16 +1,16 @@
 // Client: the C++ client of `mocker serve` (submit and cancel DEALERs) — contract in client.h.
-#include "service/client.h"
+#include "net/client.h"
 
 #include <array>
 #include <cerrno>
 #include <random>
 #include <zmq.hpp>
 
-#include "service/connection_monitor.h"
-#include "service/security.h"
-#include "service/zmq_io.h"
+#include "net/connection_monitor.h"
+#include "net/security.h"
+#include "net/zmq_io.h"
 
-namespace mocker::service {
+namespace mocker::net {
 
 struct Client::Impl {
   zmq::context_t context{1};
@@ -207,4 +207,4 @@ Result<std::vector<std::size_t>> Client::waitReadable(std::span<Client* const> c
   return ready;
 }
 
-}  // namespace mocker::service
+}  // namespace mocker::net

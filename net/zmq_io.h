@@ -26,7 +26,7 @@
 
 #include "base/result.h"
 
-namespace mocker::service {
+namespace mocker::net {
 
 /// What a non-blocking receive found.
 enum class RecvOutcome {
@@ -132,4 +132,4 @@ class PollSet {
   std::vector<zmq::pollitem_t> items_;
 };
 
-}  // namespace mocker::service
+}  // namespace mocker::net

@@ -1,4 +1,4 @@
-#include "service/zmq_io.h"
+#include "net/zmq_io.h"
 
 #include <gtest/gtest.h>
 
@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-namespace mocker::service {
+namespace mocker::net {
 namespace {
 
 // inproc pairs: no ports, no timing; every outcome is deterministic.
@@ -254,4 +254,4 @@ TEST(PollSetTest, SlotsNameWhatWasAddedAndOnlyReadableOnesReport) {
 }
 
 }  // namespace
-}  // namespace mocker::service
+}  // namespace mocker::net

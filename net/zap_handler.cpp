@@ -1,15 +1,13 @@
 // The ZAP handler thread (contract in zap_handler.h).
-#include "service/zap_handler.h"
-
-#include <spdlog/spdlog.h>
+#include "net/zap_handler.h"
 
 #include <array>
 #include <future>
 #include <vector>
 
-#include "service/zmq_io.h"
+#include "net/zmq_io.h"
 
-namespace mocker::service {
+namespace mocker::net {
 namespace {
 
 constexpr const char* kZapEndpoint = "inproc://zeromq.zap.01";
@@ -26,15 +24,17 @@ std::string z85(const zmq::message_t& key) {
 }  // namespace
 
 Result<std::unique_ptr<ZapHandler>> ZapHandler::start(zmq::context_t& context, std::string domain,
-                                                      std::set<std::string> allowed_clients) {
+                                                      std::set<std::string> allowed_clients,
+                                                      LogSink log) {
   std::map<std::string, std::set<std::string>> allowed;
   allowed.emplace(std::move(domain), std::move(allowed_clients));
-  return start(context, std::move(allowed));
+  return start(context, std::move(allowed), std::move(log));
 }
 
 Result<std::unique_ptr<ZapHandler>> ZapHandler::start(
-    zmq::context_t& context, std::map<std::string, std::set<std::string>> allowed_by_domain) {
-  std::unique_ptr<ZapHandler> h(new ZapHandler(std::move(allowed_by_domain)));
+    zmq::context_t& context, std::map<std::string, std::set<std::string>> allowed_by_domain,
+    LogSink log) {
+  std::unique_ptr<ZapHandler> h(new ZapHandler(std::move(allowed_by_domain), std::move(log)));
   if (!h->stop_.valid()) return Error{ErrorCode::IoError, "ZAP handler: eventfd failed"};
   std::promise<Status> bound;
   auto bound_result = bound.get_future();
@@ -70,7 +70,6 @@ ZapHandler::~ZapHandler() {
 }
 
 void ZapHandler::serve(zmq::socket_t& socket) {
-  auto log = spdlog::default_logger();
   std::vector<zmq::message_t> req;
   std::array<zmq::pollitem_t, 2> items{};
   while (true) {
@@ -80,7 +79,7 @@ void ZapHandler::serve(zmq::socket_t& socket) {
       zmq::poll(items.data(), items.size(), std::chrono::milliseconds(-1));
     } catch (const zmq::error_t& e) {
       if (e.num() == EINTR) continue;
-      log->error("ZAP handler: poll failed: {}", e.what());
+      report(LogLevel::Error, std::string("ZAP handler: poll failed: ") + e.what());
       return;
     }
     if (items[1].revents & ZMQ_POLLIN) return;
@@ -106,8 +105,8 @@ void ZapHandler::serve(zmq::socket_t& socket) {
         user_id = key;
       } else {
         text = "client key not in the allow-list";
-        log->warn("CURVE handshake from {} refused: client key {} is not in the allow-list of {}",
-                  address, key, frame(2));
+        report(LogLevel::Warn, "CURVE handshake from " + address + " refused: client key " + key +
+                                   " is not in the allow-list of " + frame(2));
       }
     }
     if (status != "200") refused_.fetch_add(1, std::memory_order_relaxed);
@@ -120,9 +119,9 @@ void ZapHandler::serve(zmq::socket_t& socket) {
         zmq::buffer(std::string_view())};
     std::string error;
     if (trySendMultipart(socket, reply, &error) != SendOutcome::Sent) {
-      log->error("ZAP handler: reply not sent: {}", error);
+      report(LogLevel::Error, "ZAP handler: reply not sent: " + error);
     }
   }
 }
 
-}  // namespace mocker::service
+}  // namespace mocker::net

@@ -22,7 +22,7 @@
 
 #include "base/result.h"
 
-namespace mocker::service {
+namespace mocker::net {
 
 class ConnectionMonitor final {
  public:
@@ -56,4 +56,4 @@ int connectionFd(const zmq::message_t& message);
 /// handler set (the client's Z85 public key), or nullopt (no CURVE, no ZAP).
 std::optional<std::string> peerUserId(const zmq::message_t& message);
 
-}  // namespace mocker::service
+}  // namespace mocker::net

@@ -1,5 +1,7 @@
-// CURVE keys for `mocker serve`, its clients and `mocker keygen`: Z85 checks, key files, the
-// server's key set and the socket options that turn CURVE on (service/README.md, "Security").
+// CURVE keys for `mocker serve`, its clients, `mocker index`, the gateway and `mocker keygen`:
+// Z85 checks, key files, the server's key set and the socket options that turn CURVE on
+// (service/README.md, "Security"). Loading the server's keys from the service configuration's
+// `[security]` section is service/security_keys.h.
 //
 // Keys are Z85 text, 40 characters for 32 bytes (ZeroMQ's zmq_curve_keypair form). A key file
 // holds one key: its first line, surrounding whitespace ignored (`mocker keygen` writes NAME.key
@@ -14,9 +16,8 @@
 #include <zmq.hpp>
 
 #include "base/result.h"
-#include "service/config.h"
 
-namespace mocker::service {
+namespace mocker::net {
 
 /// ZAP domain of every CURVE socket of `mocker serve` (sent to the ZAP handler).
 inline constexpr const char* kZapDomain = "mocker";
@@ -41,10 +42,6 @@ struct CurveServerKeys {
   std::set<std::string> allowed_clients;  ///< Z85 public keys
   std::set<std::string> allowed_workers;  ///< Z85 public keys allowed on the handoff socket
 };
-
-/// Loads the server key pair (inline or file) and the allow-list (inline keys and key files).
-/// REQUIRES: security.curve. Errors name the key or file.
-Result<CurveServerKeys> loadCurveServerKeys(const SecurityConfig& security);
 
 /// Makes `socket` a CURVE server with `keys` and the ZAP domain (before bind/connect). Throws
 /// zmq::error_t like any socket option.
@@ -71,13 +68,8 @@ void makeCurveClient(zmq::socket_t& socket, const CurveClientKeys& keys);
 Result<CurveClientKeys> loadCurveClientKeys(const std::string& server_key_file,
                                             const std::string& secret_key_file);
 
-/// A decode worker's CURVE client side toward prefill workers' handoff sockets, from
-/// security.worker_secret_key_file and security.handoff_server_key_file; disabled (all empty)
-/// when neither is set. Errors name the key and the file.
-Result<CurveClientKeys> loadHandoffClientKeys(const SecurityConfig& security);
-
 /// Writes a new key pair: `prefix`.key (secret, mode 0600) and `prefix`.pub (public, 0644).
 /// Refuses to overwrite an existing file unless `force`. Returns the public key.
 Result<std::string> writeKeyPair(const std::string& prefix, bool force);
 
-}  // namespace mocker::service
+}  // namespace mocker::net

@@ -1,5 +1,5 @@
 // Non-blocking ZeroMQ receive/send with every outcome as a value (contract in zmq_io.h).
-#include "service/zmq_io.h"
+#include "net/zmq_io.h"
 
 #include "base/enum_names.h"
 
@@ -7,7 +7,7 @@
 #include <iterator>
 #include <zmq_addon.hpp>
 
-namespace mocker::service {
+namespace mocker::net {
 namespace {
 
 constexpr EnumNames<SendOutcome, 4> kSendOutcomes{{{"sent", SendOutcome::Sent},
@@ -135,4 +135,4 @@ bool PollSet::anyReadable(Range range) const {
   return false;
 }
 
-}  // namespace mocker::service
+}  // namespace mocker::net

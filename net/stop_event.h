@@ -10,7 +10,7 @@
 
 #include <cstdint>
 
-namespace mocker::service {
+namespace mocker::net {
 
 class StopEvent final {
  public:
@@ -40,4 +40,4 @@ class StopEvent final {
   int fd_;
 };
 
-}  // namespace mocker::service
+}  // namespace mocker::net

@@ -27,7 +27,7 @@
 #include "base/result.h"
 #include "protocol/client.h"
 
-namespace mocker::service {
+namespace mocker::net {
 
 struct ClientOptions {
   std::string submit_endpoint = "tcp://127.0.0.1:5555";
@@ -102,4 +102,4 @@ class Client final {
   std::unique_ptr<Impl> impl_;
 };
 
-}  // namespace mocker::service
+}  // namespace mocker::net

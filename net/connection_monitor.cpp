@@ -1,14 +1,14 @@
 // Connection-close events of a socket, for the serve loop (contract in connection_monitor.h).
-#include "service/connection_monitor.h"
+#include "net/connection_monitor.h"
 
 #include <atomic>
 #include <cstdint>
 #include <cstring>
 #include <string>
 
-#include "service/zmq_io.h"
+#include "net/zmq_io.h"
 
-namespace mocker::service {
+namespace mocker::net {
 
 Result<std::unique_ptr<ConnectionMonitor>> ConnectionMonitor::create(zmq::context_t& context,
                                                                      zmq::socket_t& watched,
@@ -62,4 +62,4 @@ std::optional<std::string> peerUserId(const zmq::message_t& message) {
   return std::string(v);
 }
 
-}  // namespace mocker::service
+}  // namespace mocker::net

@@ -1,21 +1,39 @@
 // Client over real sockets without a server: a plain ROUTER on an ephemeral loopback port plays
 // the service, so each outcome of a send or receive can be produced on purpose.
-#include "service/client.h"
+#include "net/client.h"
 
 #include <gtest/gtest.h>
+#include <sys/timerfd.h>
+#include <unistd.h>
 
 #include <array>
 #include <optional>
 #include <string>
 #include <zmq.hpp>
 
-#include "service/loop_clock.h"
-#include "service/zmq_io.h"
+#include "net/zmq_io.h"
 
-namespace mocker::service {
+namespace mocker::net {
 namespace {
 
 using namespace std::chrono_literals;
+
+// A one-shot timerfd on CLOCK_MONOTONIC, like the live replay's wake-up timer.
+struct OneShotTimer {
+  int fd = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
+  OneShotTimer() = default;
+  OneShotTimer(const OneShotTimer&) = delete;
+  OneShotTimer& operator=(const OneShotTimer&) = delete;
+  ~OneShotTimer() {
+    if (fd >= 0) ::close(fd);
+  }
+  bool armIn(std::chrono::nanoseconds delay) const {
+    itimerspec spec{};
+    spec.it_value.tv_sec = static_cast<time_t>(delay / 1s);
+    spec.it_value.tv_nsec = static_cast<long>((delay % 1s).count());
+    return timerfd_settime(fd, 0, &spec, nullptr) == 0;
+  }
+};
 
 struct FakeService {
   zmq::context_t ctx;
@@ -124,11 +142,11 @@ TEST(ClientTest, WaitReadableEndsWhenTheWakeFdBecomesReadable) {
   FakeService svc;
   auto c = svc.connect();
   Client* const clients[] = {c.get()};
-  PassTimer timer;
-  ASSERT_TRUE(timer.valid());
+  OneShotTimer timer;
+  ASSERT_GE(timer.fd, 0);
   const auto start = std::chrono::steady_clock::now();
-  timer.armAt(start + 2ms);
-  const auto ready = Client::waitReadable(clients, 60s, timer.fd());
+  ASSERT_TRUE(timer.armIn(2ms));
+  const auto ready = Client::waitReadable(clients, 60s, timer.fd);
   ASSERT_TRUE(ready.has_value()) << ready.error().toString();
   EXPECT_TRUE(ready->empty());  // no client had a message
   EXPECT_GE(std::chrono::steady_clock::now(), start + 2ms);
@@ -142,4 +160,4 @@ TEST(ClientTest, WaitReadableEndsWhenTheWakeFdBecomesReadable) {
 }
 
 }  // namespace
-}  // namespace mocker::service
+}  // namespace mocker::net

@@ -1,5 +1,5 @@
 // CURVE key handling (contract in security.h).
-#include "service/security.h"
+#include "net/security.h"
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -11,7 +11,7 @@
 #include <fstream>
 #include <sstream>
 
-namespace mocker::service {
+namespace mocker::net {
 namespace {
 
 constexpr std::size_t kZ85KeyChars = 40;
@@ -88,58 +88,6 @@ std::string curvePublicKey(const std::string& secret) {
   return rc == 0 ? std::string(pub.data()) : std::string();
 }
 
-Result<CurveServerKeys> loadCurveServerKeys(const SecurityConfig& security) {
-  CurveServerKeys keys;
-  if (!security.server_secret_key_file.empty()) {
-    MOCKER_TRY(keys.secret_key,
-               readKeyFile(security.server_secret_key_file, "security.server_secret_key_file"));
-  } else {
-    keys.secret_key = security.server_secret_key;
-  }
-  if (!isZ85Key(keys.secret_key)) {
-    return invalidArgument("security.server_secret_key: not a Z85 key (40 characters)");
-  }
-  keys.public_key = curvePublicKey(keys.secret_key);
-  if (keys.public_key.empty()) {
-    return invalidArgument("security: cannot derive the server public key (libzmq without CURVE?)");
-  }
-  for (std::size_t i = 0; i < security.client_public_keys.size(); ++i) {
-    const std::string& k = security.client_public_keys[i];
-    if (!isZ85Key(k)) {
-      return invalidArgument("security.client_public_keys[" + std::to_string(i) +
-                             "]: not a Z85 key (40 characters)");
-    }
-    keys.allowed_clients.insert(k);
-  }
-  for (const std::string& path : security.client_public_key_files) {
-    MOCKER_TRY(std::string k, readKeyFile(path, "security.client_public_key_files"));
-    keys.allowed_clients.insert(std::move(k));
-  }
-  for (const std::string& path : security.worker_public_key_files) {
-    MOCKER_TRY(std::string k, readKeyFile(path, "security.worker_public_key_files"));
-    keys.allowed_workers.insert(std::move(k));
-  }
-  return keys;
-}
-
-Result<CurveClientKeys> loadHandoffClientKeys(const SecurityConfig& security) {
-  if (security.worker_secret_key_file.empty() && security.handoff_server_key_file.empty()) {
-    return CurveClientKeys{};
-  }
-  MOCKER_TRY(std::string server,
-             readKeyFile(security.handoff_server_key_file, "security.handoff_server_key_file"));
-  MOCKER_TRY(std::string secret,
-             readKeyFile(security.worker_secret_key_file, "security.worker_secret_key_file"));
-  std::string pub = curvePublicKey(secret);
-  if (pub.empty()) {
-    return invalidArgument(
-        "security.worker_secret_key_file: cannot derive its public key (libzmq without CURVE?)");
-  }
-  return CurveClientKeys{.server_public_key = std::move(server),
-                         .public_key = std::move(pub),
-                         .secret_key = std::move(secret)};
-}
-
 void makeCurveServer(zmq::socket_t& socket, const CurveServerKeys& keys, const char* zap_domain) {
   socket.set(zmq::sockopt::curve_server, 1);
   socket.set(zmq::sockopt::curve_secretkey, keys.secret_key);
@@ -192,4 +140,4 @@ Result<std::string> writeKeyPair(const std::string& prefix, bool force) {
   return std::string(pub.data());
 }
 
-}  // namespace mocker::service
+}  // namespace mocker::net

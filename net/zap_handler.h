@@ -2,7 +2,7 @@
 // decides, for every CURVE handshake on a socket of its context, whether the client's public key
 // is on the allow-list, and names the accepted client by that key: the reply's user id, which
 // libzmq attaches to every message of the connection as the "User-Id" property
-// (service/connection_monitor.h: peerUserId). The serve loop takes a client's identity from
+// (net/connection_monitor.h: peerUserId). The serve loop takes a client's identity from
 // there (service/README.md, "Security").
 //
 // Threads: start() launches one thread that owns a REP socket bound to
@@ -26,21 +26,26 @@
 #include <zmq.hpp>
 
 #include "base/result.h"
-#include "service/stop_event.h"
+#include "net/log_sink.h"
+#include "net/stop_event.h"
 
-namespace mocker::service {
+namespace mocker::net {
 
 class ZapHandler final {
  public:
   /// Binds inproc://zeromq.zap.01 in `context` and starts answering: CURVE handshakes of the ZAP
   /// domain `domain` from a key in `allowed_clients` (Z85) are accepted with that key as user
-  /// id; everything else is refused. `context` must outlive the handler.
+  /// id; everything else is refused. `context` must outlive the handler. `log` (called on the
+  /// handler's thread) hears of every refused key (Warn, naming the peer's address, the key and
+  /// the domain) and of a poll or reply failure (Error).
   static Result<std::unique_ptr<ZapHandler>> start(zmq::context_t& context, std::string domain,
-                                                   std::set<std::string> allowed_clients);
+                                                   std::set<std::string> allowed_clients,
+                                                   LogSink log);
   /// Same, with one allow-list per ZAP domain: a socket's domain (ZMQ_ZAP_DOMAIN) selects the
   /// keys it accepts (a prefill worker's handoff socket accepts worker keys, not client keys).
   static Result<std::unique_ptr<ZapHandler>> start(
-      zmq::context_t& context, std::map<std::string, std::set<std::string>> allowed_by_domain);
+      zmq::context_t& context, std::map<std::string, std::set<std::string>> allowed_by_domain,
+      LogSink log);
   ~ZapHandler();
   ZapHandler(const ZapHandler&) = delete;
   ZapHandler& operator=(const ZapHandler&) = delete;
@@ -49,15 +54,19 @@ class ZapHandler final {
   std::uint64_t numRefused() const { return refused_.load(std::memory_order_relaxed); }
 
  private:
-  explicit ZapHandler(std::map<std::string, std::set<std::string>> allowed_by_domain)
-      : allowed_(std::move(allowed_by_domain)) {}
+  ZapHandler(std::map<std::string, std::set<std::string>> allowed_by_domain, LogSink log)
+      : allowed_(std::move(allowed_by_domain)), log_(std::move(log)) {}
+  void report(LogLevel level, const std::string& message) const {
+    if (log_) log_(level, message);
+  }
   void serve(zmq::socket_t& socket);
 
   // Allow-list per ZAP domain; immutable once the thread runs.
   const std::map<std::string, std::set<std::string>> allowed_;
+  const LogSink log_;
   std::atomic<std::uint64_t> refused_{0};
   StopEvent stop_;
   std::thread thread_;
 };
 
-}  // namespace mocker::service
+}  // namespace mocker::net
