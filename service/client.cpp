@@ -147,6 +147,10 @@ Result<std::optional<protocol::ClientMessage>> Client::receive(std::chrono::mill
   for (zmq::socket_t* s : {&impl_->cancel, &impl_->submit}) {
     if (auto got = tryReceive(*s)) return std::move(*got);
   }
+  // Both empty. A non-blocking receive that finds nothing has already processed the socket's
+  // pending commands (libzmq), so a zero-timeout poll could not find more: it would only cost
+  // its syscalls (a poll and a getpid per socket behind the mailbox check).
+  if (timeout == std::chrono::milliseconds(0)) return std::optional<protocol::ClientMessage>();
   zmq::pollitem_t items[] = {{impl_->cancel.handle(), 0, ZMQ_POLLIN, 0},
                              {impl_->submit.handle(), 0, ZMQ_POLLIN, 0}};
   try {

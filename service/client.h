@@ -80,7 +80,8 @@ class Client final {
   Status sendRaw(std::span<const std::byte> payload);
 
   /// The next message from either socket (cancel replies first), or nullopt after `timeout`.
-  /// A message that is not exactly one frame, or does not decode, is an error.
+  /// A message that is not exactly one frame, or does not decode, is an error. A zero timeout
+  /// only looks at what is queued now (one non-blocking receive per socket, no poll call).
   Result<std::optional<protocol::ClientMessage>> receive(std::chrono::milliseconds timeout);
 
   /// The watched submit connection's events since the last call, in order (empty without

@@ -118,6 +118,33 @@ TEST(ClientTest, ReceivesOneFrameMessagesAndRefusesOthers) {
   EXPECT_FALSE(none->has_value());
 }
 
+// receive(0ms) looks only at what is queued (no poll call): polled with a deadline, it still
+// picks up a message that arrives later; a positive timeout still waits for one.
+TEST(ClientTest, ZeroTimeoutReceiveTakesWhatArrivedAndAPositiveOneWaits) {
+  FakeService svc;
+  auto c = svc.connect();
+  ASSERT_TRUE(c->send(protocol::StatsRequest{}));
+  svc.awaitHello();
+  const auto ack = protocol::encodeClientMessage(protocol::SubmitAck{"r1", 0});
+  const std::array<zmq::const_buffer, 2> frames{zmq::str_buffer("client-a"),
+                                                zmq::buffer(ack.data(), ack.size())};
+  ASSERT_EQ(trySendMultipart(svc.submit, frames), SendOutcome::Sent);
+  std::optional<protocol::ClientMessage> got;
+  for (const auto deadline = std::chrono::steady_clock::now() + 20s;
+       !got && std::chrono::steady_clock::now() < deadline;) {
+    auto r = c->receive(0ms);
+    ASSERT_TRUE(r.has_value()) << r.error().message;
+    got = std::move(*r);
+  }
+  ASSERT_TRUE(got.has_value());
+  EXPECT_EQ(std::get<protocol::SubmitAck>(*got), (protocol::SubmitAck{"r1", 0}));
+  const auto t0 = std::chrono::steady_clock::now();
+  auto none = c->receive(20ms);
+  ASSERT_TRUE(none.has_value());
+  EXPECT_FALSE(none->has_value());
+  EXPECT_GE(std::chrono::steady_clock::now(), t0 + 20ms);
+}
+
 TEST(ClientTest, WaitReadableEndsWhenTheWakeFdBecomesReadable) {
   // The live replay's precise wake-up: a timerfd in the wait ends it long before the (whole
   // millisecond) timeout, with no message from any server.
