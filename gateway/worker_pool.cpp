@@ -1,8 +1,13 @@
 #include "gateway/worker_pool.h"
 
+#include <poll.h>
 #include <spdlog/spdlog.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
+
+#include <array>
+#include <cerrno>
+#include <cstring>
 
 #include "service/client.h"
 
@@ -85,73 +90,94 @@ void WorkerPool::cancel(std::size_t worker, std::string id) {
 void WorkerPool::run() {
   Impl& impl = *impl_;
   auto next_stats = Clock::now();
-  std::vector<service::Client*> raw;
-  for (auto& c : impl.clients) raw.push_back(c.get());
+  // One poll over the event fd and every socket's ZeroMQ notification fd (Client::notifyFds):
+  // [0] the event fd, then per worker its cancel and submit sockets.
+  std::vector<pollfd> fds{{.fd = impl.wake_fd, .events = POLLIN, .revents = 0}};
+  for (auto& c : impl.clients) {
+    for (const int fd : c->notifyFds()) fds.push_back({.fd = fd, .events = POLLIN, .revents = 0});
+  }
   std::vector<Command> commands;
   std::vector<WorkerEvent> events;
+  bool woken = true;  // take the queue in the first round
   while (!stop_.load()) {
     const auto now = Clock::now();
     if (now >= next_stats) {
       checkLiveness(now, events);
-      for (std::size_t w = 0; w < raw.size(); ++w) {
-        if (auto s = raw[w]->send(protocol::StatsRequest{}); !s) {
+      for (std::size_t w = 0; w < impl.clients.size(); ++w) {
+        if (auto s = impl.clients[w]->send(protocol::StatsRequest{}); !s) {
           SPDLOG_DEBUG("gateway: stats to worker {}: {}", w, s.error().message);
         }
       }
       next_stats = now + impl.options.stats_interval;
     }
-    const auto wait = std::chrono::duration_cast<std::chrono::milliseconds>(next_stats - now);
-    auto ready = service::Client::waitReadable(raw, std::max(wait, std::chrono::milliseconds(1)),
-                                               impl.wake_fd);
-    if (!ready) {
-      spdlog::error("gateway: polling the workers failed: {}", ready.error().message);
-      return;
-    }
-    std::uint64_t drained = 0;
-    (void)!::read(impl.wake_fd, &drained, sizeof drained);
-    wake_pending_.store(false);  // before taking the queue: a later push wakes the next round
-    {
-      std::lock_guard lock(mutex_);
-      commands.swap(commands_);
-    }
-    for (auto& command : commands) {
-      service::Client& client = *raw[command.worker];
-      if (auto* id = std::get_if<std::string>(&command.what)) {
-        if (auto s = client.cancel(*id); !s) {
-          spdlog::warn("gateway: cancel to worker {}: {}", command.worker, s.error().message);
-        }
-        continue;
+    if (woken) {
+      std::uint64_t drained = 0;
+      (void)!::read(impl.wake_fd, &drained, sizeof drained);
+      wake_pending_.store(false);  // before taking the queue: a later push wakes the next round
+      {
+        std::lock_guard lock(mutex_);
+        commands.swap(commands_);
       }
-      auto& request = std::get<protocol::SubmitRequest>(command.what);
-      if (auto s = client.submit(request); !s) {
-        // Never left hanging: a submit that could not be sent is answered as a reject.
-        events.push_back({.worker = command.worker,
-                          .message = protocol::SubmitReject{
-                              .id = request.id, .reason = "send failed: " + s.error().message}});
-      }
+      sendCommands(commands, events);
+      commands.clear();
     }
-    commands.clear();
-    for (const std::size_t w : *ready) {
-      while (true) {
-        auto message = raw[w]->receive(std::chrono::milliseconds(0));
-        if (!message) {
-          spdlog::warn("gateway: worker {}: {}", w, message.error().message);
-          continue;
-        }
-        if (!*message) break;
-        heard(w, Clock::now(), events);
-        if (std::holds_alternative<protocol::StatsReply>(**message) && !impl.answered[w]) {
-          impl.answered[w] = true;
-          num_ready_.fetch_add(1);
-        }
-        events.push_back({.worker = w, .message = std::move(**message)});
-      }
+    // Every socket with something new (its fd polled readable, or sent on since it was last
+    // found empty) drained to empty: only then does its fd announce the next message.
+    for (std::size_t w = 0; w < impl.clients.size(); ++w) {
+      const std::array<bool, 2> readable{fds[1 + 2 * w].revents != 0, fds[2 + 2 * w].revents != 0};
+      impl.clients[w]->drain(readable, [&](Result<protocol::ClientMessage>&& message) {
+        received(w, std::move(message), events);
+      });
     }
     if (!events.empty()) {
       impl.on_events(std::move(events));
       events = {};
     }
+    const auto wait = std::chrono::ceil<std::chrono::milliseconds>(next_stats - Clock::now());
+    const int rc =
+        ::poll(fds.data(), fds.size(), static_cast<int>(std::max<long long>(wait.count(), 1)));
+    if (rc < 0 && errno != EINTR) {
+      spdlog::error("gateway: polling the workers failed: {}", std::strerror(errno));
+      return;
+    }
+    if (rc <= 0) {
+      for (auto& p : fds) p.revents = 0;
+    }
+    woken = fds[0].revents != 0;
   }
+}
+
+void WorkerPool::sendCommands(std::vector<Command>& commands, std::vector<WorkerEvent>& events) {
+  for (auto& command : commands) {
+    service::Client& client = *impl_->clients[command.worker];
+    if (auto* id = std::get_if<std::string>(&command.what)) {
+      if (auto s = client.cancel(*id); !s) {
+        spdlog::warn("gateway: cancel to worker {}: {}", command.worker, s.error().message);
+      }
+      continue;
+    }
+    auto& request = std::get<protocol::SubmitRequest>(command.what);
+    if (auto s = client.submit(request); !s) {
+      // Never left hanging: a submit that could not be sent is answered as a reject.
+      events.push_back({.worker = command.worker,
+                        .message = protocol::SubmitReject{
+                            .id = request.id, .reason = "send failed: " + s.error().message}});
+    }
+  }
+}
+
+void WorkerPool::received(std::size_t w, Result<protocol::ClientMessage>&& message,
+                          std::vector<WorkerEvent>& events) {
+  if (!message) {
+    spdlog::warn("gateway: worker {}: {}", w, message.error().message);
+    return;
+  }
+  heard(w, Clock::now(), events);
+  if (std::holds_alternative<protocol::StatsReply>(*message) && !impl_->answered[w]) {
+    impl_->answered[w] = true;
+    num_ready_.fetch_add(1);
+  }
+  events.push_back({.worker = w, .message = std::move(*message)});
 }
 
 void WorkerPool::heard(std::size_t w, Clock::time_point now, std::vector<WorkerEvent>& events) {

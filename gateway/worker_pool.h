@@ -3,7 +3,8 @@
 // it submits and cancels through a queue (woken by an eventfd, written once per batch of
 // commands the pool has not taken yet); it hands back every message the
 // workers send, in batches, through `on_events` (called on the pool's thread; the gateway posts
-// them to its I/O thread).
+// them to its I/O thread). One wake-up: one poll(2) over the eventfd and the sockets' ZeroMQ
+// notification fds, then every socket with news drained to empty (Client::drain).
 //
 // Readiness: at start the pool asks every worker for `stats`; a worker is ready once it
 // answered. Stats are asked again every `stats_interval` (load for routing, liveness).
@@ -80,6 +81,9 @@ class WorkerPool final {
   using Clock = std::chrono::steady_clock;
   WorkerPool() = default;
   void run();
+  void sendCommands(std::vector<Command>& commands, std::vector<WorkerEvent>& events);
+  void received(std::size_t worker, Result<protocol::ClientMessage>&& message,
+                std::vector<WorkerEvent>& events);
   void heard(std::size_t worker, Clock::time_point now, std::vector<WorkerEvent>& events);
   void checkLiveness(Clock::time_point now, std::vector<WorkerEvent>& events);
   void push(Command&& command);
