@@ -48,9 +48,8 @@ class Server final : public GatewayServer, public ExchangeHost {
         });
     if (!listener) return listener.error();
     listener_ = std::move(*listener);
-    auto pool = WorkerPool::start(options_.pool, [this](std::vector<WorkerEvent>&& events) {
-      asio::post(io_, [this, events = std::move(events)]() mutable { onWorkerEvents(events); });
-    });
+    auto pool = WorkerPool::start(
+        options_.pool, io_, [this](std::vector<WorkerEvent>&& events) { onWorkerEvents(events); });
     if (!pool) return pool.error();
     pool_ = std::move(*pool);
     const replay::DecodeRouterKind decode_router =
@@ -77,7 +76,7 @@ class Server final : public GatewayServer, public ExchangeHost {
     sweep();
     if (on_listening) on_listening();
     io_.run();
-    pool_.reset();  // joins the pool thread; its posts after this are never run
+    pool_.reset();  // its pending handlers, never run now, would do nothing
     sweep_timer_.cancel();
     return {};
   }

@@ -1,7 +1,7 @@
 // GatewayServer: `mocker gateway` — the OpenAI HTTP API in front of a fleet of `mocker serve`
 // workers (gateway/README.md). One I/O thread runs the HTTP listener and every request's
-// bookkeeping (parsing, routing, response shaping, metrics); the WorkerPool's thread owns the
-// ZeroMQ clients. Worker messages reach the I/O thread as posted batches.
+// bookkeeping (parsing, routing, response shaping, metrics) and the WorkerPool's ZeroMQ clients
+// (their notification fds wait in the same reactor).
 //
 //   auto server = GatewayServer::create(options);      // binds HTTP, connects the workers
 //   server->run([&](const std::string& url) {...});   // until requestStop() / SIGINT / SIGTERM

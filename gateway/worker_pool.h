@@ -1,9 +1,12 @@
-// WorkerPool: the gateway's ZeroMQ side — one net::Client per worker, all owned and polled
-// by one thread of their own (house style: a socket lives on one thread). The I/O thread hands
-// it submits and cancels through a queue (woken by an eventfd, written once per batch of
-// commands the pool has not taken yet); it hands back every message the
-// workers send, in batches, through `on_events` (called on the pool's thread; the gateway posts
-// them to its I/O thread).
+// WorkerPool: the gateway's ZeroMQ side — one net::Client per worker, driven by the gateway's
+// Asio I/O thread itself (house style: a socket lives on one thread; here the I/O thread). No
+// thread of its own: every socket's ZeroMQ notification fd (Client::notifyFds) waits in Asio's
+// reactor; when one fires, or after a round of sends (a send may take a notification), every
+// socket with news is drained to empty (Client::drain) and the messages go, in one batch, to
+// `on_events` — called on the I/O thread from a handler of its own, never from inside submit or
+// cancel. A request thus crosses no thread of the gateway's: the HTTP connection, the ZeroMQ
+// send and the worker's answer are all handled on the I/O thread (libzmq's own I/O thread
+// remains).
 //
 // Readiness: at start the pool asks every worker for `stats`; a worker is ready once it
 // answered. Stats are asked again every `stats_interval` (load for routing, liveness).
@@ -11,8 +14,9 @@
 // `worker_timeout` is lost — the pool hands a Liveness::Lost event up once, then
 // Liveness::Back when it is heard from again (checked at every stats round).
 //
-// Thread-safety: submit, cancel, ready and readyCount from any thread; the callback runs on
-// the pool's thread. Not copyable or movable.
+// Thread-safety: submit and cancel on the I/O thread only (the io_context's one thread);
+// readyCount and lostCount from any thread. Destroy it on the I/O thread or after the
+// io_context stopped running; its pending handlers then do nothing. Not copyable or movable.
 #pragma once
 
 #include <atomic>
@@ -20,15 +24,16 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <string>
-#include <thread>
-#include <variant>
 #include <vector>
 
 #include "base/result.h"
-#include "net/security.h"
 #include "protocol/client.h"
+#include "net/security.h"
+
+namespace boost::asio {
+class io_context;
+}
 
 namespace mocker::gateway {
 
@@ -57,13 +62,17 @@ class WorkerPool final {
  public:
   using EventSink = std::function<void(std::vector<WorkerEvent>&&)>;
 
-  /// Connects every worker's client and starts the thread. Errors: bad endpoints or keys.
-  static Result<std::unique_ptr<WorkerPool>> start(WorkerPoolOptions options, EventSink on_events);
-  ~WorkerPool();  ///< stops and joins the thread
+  /// Connects every worker's client, asks each for stats and starts waiting on `io` (which must
+  /// outlive the pool). Errors: bad endpoints or keys.
+  static Result<std::unique_ptr<WorkerPool>> start(WorkerPoolOptions options,
+                                                   boost::asio::io_context& io,
+                                                   EventSink on_events);
+  ~WorkerPool();
   WorkerPool(const WorkerPool&) = delete;
   WorkerPool& operator=(const WorkerPool&) = delete;
 
   std::size_t size() const { return num_workers_; }
+  /// Sends now; a submit that cannot be sent comes back as a SubmitReject event.
   void submit(std::size_t worker, protocol::SubmitRequest&& request);
   void cancel(std::size_t worker, std::string id);
   /// Workers that answered a stats request at least once.
@@ -72,29 +81,14 @@ class WorkerPool final {
   /// Workers lost now (silent for worker_timeout).
   std::size_t lostCount() const { return num_lost_.load(); }
 
- private:
-  struct Command {
-    std::size_t worker = 0;
-    std::variant<protocol::SubmitRequest, std::string> what;  // submit, or cancel of an id
-  };
-  using Clock = std::chrono::steady_clock;
-  WorkerPool() = default;
-  void run();
-  void heard(std::size_t worker, Clock::time_point now, std::vector<WorkerEvent>& events);
-  void checkLiveness(Clock::time_point now, std::vector<WorkerEvent>& events);
-  void push(Command&& command);
+  struct Impl;  // clients, their descriptors in the reactor, the stats timer (I/O thread)
 
-  struct Impl;  // clients and the event fd (pool thread)
-  std::unique_ptr<Impl> impl_;
+ private:
+  WorkerPool() = default;
+  std::shared_ptr<Impl> impl_;  // shared with its handlers, which hold it weakly
   std::size_t num_workers_ = 0;
   std::atomic<std::size_t> num_ready_{0};
   std::atomic<std::size_t> num_lost_{0};
-  std::atomic<bool> stop_{false};
-  std::atomic<bool> wake_pending_{false};  ///< the event fd was written since the last take
-  std::mutex mutex_;
-  // Guarded by mutex_.
-  std::vector<Command> commands_;
-  std::thread thread_;
 };
 
 }  // namespace mocker::gateway

@@ -21,14 +21,47 @@ struct Client::Impl {
   bool nonblocking_send = false;
   std::vector<zmq::message_t> parts;           // receive scratch
   std::unique_ptr<ConnectionMonitor> monitor;  // watch_connection only
+  /// Per socket ([0] cancel, [1] submit): messages may be queued that its ZMQ_FD will not
+  /// announce — it was sent on (a send may take the notification) or not found empty since its
+  /// last receive. Cleared only by a receive that finds it empty.
+  std::array<bool, 2> may_hold{true, true};
 
+  zmq::socket_t& socket(std::size_t i) { return i == 0 ? cancel : submit; }
   // Sends one single-frame message; `what` names the message in errors.
   Status sendOn(zmq::socket_t& socket, std::span<const std::byte> payload, const char* what);
+  // One non-blocking receive on socket `i`: nullopt when none is queued, else the decoded
+  // message or its error; `recv_failed` tells a failed receive from a bad message.
+  std::optional<Result<protocol::ClientMessage>> tryReceive(std::size_t i, bool& recv_failed);
 };
+
+std::optional<Result<protocol::ClientMessage>> Client::Impl::tryReceive(std::size_t i,
+                                                                        bool& recv_failed) {
+  std::string error;
+  recv_failed = false;
+  switch (tryRecvMultipart(socket(i), parts, &error)) {
+    case RecvOutcome::Empty:
+      may_hold[i] = false;
+      return std::nullopt;
+    case RecvOutcome::Failed:
+      recv_failed = true;
+      return Result<protocol::ClientMessage>(Error{ErrorCode::IoError, "receive: " + error});
+    case RecvOutcome::Received:
+      break;
+  }
+  may_hold[i] = true;  // stopped before finding it empty
+  if (parts.size() != 1) {
+    return Result<protocol::ClientMessage>(
+        Error{ErrorCode::Corruption,
+              "expected a one-frame message (got " + std::to_string(parts.size()) + " frames)"});
+  }
+  return protocol::decodeClientMessage(
+      {static_cast<const std::byte*>(parts[0].data()), parts[0].size()});
+}
 
 Status Client::Impl::sendOn(zmq::socket_t& socket, std::span<const std::byte> payload,
                             const char* what) {
   const std::array<zmq::const_buffer, 1> frames{zmq::buffer(payload.data(), payload.size())};
+  may_hold[&socket == &cancel ? 0 : 1] = true;
   if (nonblocking_send) {
     std::string error;
     switch (trySendMultipart(socket, frames, &error)) {
@@ -120,35 +153,26 @@ Status Client::cancel(const std::string& id, std::optional<std::string> client) 
 }
 
 Result<std::optional<protocol::ClientMessage>> Client::receive(std::chrono::milliseconds timeout) {
-  using Received = Result<std::optional<protocol::ClientMessage>>;
-  // One non-blocking receive on `s`: a decoded message, nullopt when none is queued, or an error.
-  const auto tryReceive = [this](zmq::socket_t& s) -> std::optional<Received> {
-    std::vector<zmq::message_t>& parts = impl_->parts;
-    std::string error;
-    switch (tryRecvMultipart(s, parts, &error)) {
-      case RecvOutcome::Empty:
-        return std::nullopt;
-      case RecvOutcome::Failed:
-        return Received(Error{ErrorCode::IoError, "receive: " + error});
-      case RecvOutcome::Received:
-        break;
-    }
-    if (parts.size() != 1) {
-      return Received(Error{ErrorCode::Corruption, "expected a one-frame message (got " +
-                                                       std::to_string(parts.size()) + " frames)"});
-    }
-    auto decoded = protocol::decodeClientMessage(
-        {static_cast<const std::byte*>(parts[0].data()), parts[0].size()});
-    if (!decoded) return Received(decoded.error());
-    return Received(std::optional<protocol::ClientMessage>(std::move(*decoded)));
-  };
   // A message already queued (the common case while outputs stream) needs no poll call; the
   // cancel socket goes first.
-  for (zmq::socket_t* s : {&impl_->cancel, &impl_->submit}) {
-    if (auto got = tryReceive(*s)) return std::move(*got);
+  using Received = Result<std::optional<protocol::ClientMessage>>;
+  const auto take = [this](std::size_t i) -> std::optional<Received> {
+    bool failed = false;
+    auto got = impl_->tryReceive(i, failed);
+    if (!got) return std::nullopt;
+    if (!*got) return Received(got->error());
+    return Received(std::optional<protocol::ClientMessage>(std::move(**got)));
+  };
+  for (std::size_t i = 0; i < 2; ++i) {
+    if (auto got = take(i)) return std::move(*got);
   }
+  // Both empty. A non-blocking receive that finds nothing has already processed the socket's
+  // pending commands (libzmq), so a zero-timeout poll could not find more: it would only cost
+  // its syscalls (a poll and a getpid per socket behind the mailbox check).
+  if (timeout == std::chrono::milliseconds(0)) return std::optional<protocol::ClientMessage>();
   zmq::pollitem_t items[] = {{impl_->cancel.handle(), 0, ZMQ_POLLIN, 0},
                              {impl_->submit.handle(), 0, ZMQ_POLLIN, 0}};
+  impl_->may_hold = {true, true};  // zmq_poll's event check takes their ZMQ_FD notifications
   try {
     zmq::poll(items, 2, timeout);
   } catch (const zmq::error_t& e) {
@@ -156,11 +180,30 @@ Result<std::optional<protocol::ClientMessage>> Client::receive(std::chrono::mill
     if (e.num() == EINTR) return std::optional<protocol::ClientMessage>();
     return Error{ErrorCode::IoError, std::string("receive: ") + e.what()};
   }
-  for (int i = 0; i < 2; ++i) {
+  for (std::size_t i = 0; i < 2; ++i) {
     if (!(items[i].revents & ZMQ_POLLIN)) continue;
-    if (auto got = tryReceive(i == 0 ? impl_->cancel : impl_->submit)) return std::move(*got);
+    if (auto got = take(i)) return std::move(*got);
   }
   return std::optional<protocol::ClientMessage>();
+}
+
+std::array<int, 2> Client::notifyFds() const {
+  return {impl_->cancel.get(zmq::sockopt::fd), impl_->submit.get(zmq::sockopt::fd)};
+}
+
+std::size_t Client::drain(std::array<bool, 2> readable,
+                          const std::function<void(Result<protocol::ClientMessage>&&)>& sink) {
+  std::size_t handed = 0;
+  for (std::size_t i = 0; i < 2; ++i) {
+    if (!readable[i] && !impl_->may_hold[i]) continue;
+    bool failed = false;
+    while (auto got = impl_->tryReceive(i, failed)) {
+      ++handed;
+      sink(std::move(*got));
+      if (failed) break;
+    }
+  }
+  return handed;
 }
 
 std::vector<ConnectionEvent> Client::takeConnectionEvents() {
@@ -183,6 +226,7 @@ Result<std::vector<std::size_t>> Client::waitReadable(std::span<Client* const> c
   std::vector<std::size_t> first(clients.size() + 1, 0);  // client i: items [first[i], first[i+1])
   for (std::size_t i = 0; i < clients.size(); ++i) {
     Client* c = clients[i];
+    c->impl_->may_hold = {true, true};  // zmq_poll's event check takes their ZMQ_FD notifications
     first[i] = items.size();
     items.push_back({c->impl_->cancel.handle(), 0, ZMQ_POLLIN, 0});
     items.push_back({c->impl_->submit.handle(), 0, ZMQ_POLLIN, 0});

@@ -16,8 +16,10 @@
 // Owns its own ZeroMQ context. Not thread-safe: use one Client per thread.
 #pragma once
 
+#include <array>
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <span>
@@ -80,8 +82,27 @@ class Client final {
   Status sendRaw(std::span<const std::byte> payload);
 
   /// The next message from either socket (cancel replies first), or nullopt after `timeout`.
-  /// A message that is not exactly one frame, or does not decode, is an error.
+  /// A message that is not exactly one frame, or does not decode, is an error. A zero timeout
+  /// only looks at what is queued now (one non-blocking receive per socket, no poll call).
   Result<std::optional<protocol::ClientMessage>> receive(std::chrono::milliseconds timeout);
+
+  /// Waiting with one's own poll or event loop (the gateway's worker pool: one poll over every
+  /// client, a syscall or two per wake-up instead of zmq_poll's mailbox check per socket): the
+  /// ZeroMQ notification descriptors (ZMQ_FD) of the cancel socket ([0]) and the submit socket
+  /// ([1]). libzmq's protocol: a descriptor becomes readable when something arrives for a socket
+  /// that was found empty — not for each message — so wait on them only after drain() (then
+  /// call drain with the sockets whose descriptor polled readable). A watched connection's
+  /// events are not signalled on them (use waitReadable for those).
+  std::array<int, 2> notifyFds() const;
+
+  /// Receives every message queued now, without waiting, cancel replies first: on each socket
+  /// `readable` marks ([0] cancel, [1] submit: its notifyFds() descriptor polled readable) and on
+  /// each that may hold messages its descriptor will not announce (sent on, or not found empty,
+  /// since its last receive). Hands each message, or its error as receive() reports it, to
+  /// `sink`, in order; returns how many it handed. A socket whose receive fails is left after
+  /// that error (and looked at again by the next drain).
+  std::size_t drain(std::array<bool, 2> readable,
+                    const std::function<void(Result<protocol::ClientMessage>&&)>& sink);
 
   /// The watched submit connection's events since the last call, in order (empty without
   /// ClientOptions::watch_connection). Non-blocking.

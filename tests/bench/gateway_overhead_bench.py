@@ -232,13 +232,15 @@ def main():
         if args.throughput:
             rates = {"zeromq": [], "gateway": []}
             cpu = []  # the gateway's CPU per request (µs): its capacity on one core
+            client_cpu = []  # this (asyncio HTTP client) process's, on the gateway path
             for _ in range(args.rounds):
                 rates["zeromq"].append(direct_throughput(
                     serves, args.throughput, args.concurrency, args.tokens))
-                before = cpu_seconds(gw.proc.pid)
+                before, client_before = cpu_seconds(gw.proc.pid), time.process_time()
                 rates["gateway"].append(asyncio.run(gateway_throughput(
                     gw, args.throughput, args.concurrency, args.tokens)))
                 cpu.append((cpu_seconds(gw.proc.pid) - before) / args.throughput * 1e6)
+                client_cpu.append((time.process_time() - client_before) / args.throughput * 1e6)
             med = {k: sorted(v)[len(v) // 2] for k, v in rates.items()}
             print("%d requests x %d tokens per path and round, %d in flight, %d rounds, %d workers "
                   "(prefill %g ms, decode %g ms)" % (args.throughput, args.tokens,
@@ -251,6 +253,9 @@ def main():
             print("gateway CPU per request: %s us (median %.0f: at most %.0f req/s on its cores "
                   "when the client is not the limit)" % (" ".join("%.0f" % x for x in cpu), c,
                                                         1e6 / c if c else float("inf")))
+            print("HTTP client CPU per request: %s us (median %.0f)"
+                  % (" ".join("%.0f" % x for x in client_cpu),
+                     sorted(client_cpu)[len(client_cpu) // 2]))
             return 0
         direct, through = [], []
         for _ in range(args.rounds):

@@ -6,6 +6,9 @@
 #include <sys/timerfd.h>
 #include <unistd.h>
 
+#include <poll.h>
+
+#include <algorithm>
 #include <array>
 #include <optional>
 #include <string>
@@ -134,6 +137,91 @@ TEST(ClientTest, ReceivesOneFrameMessagesAndRefusesOthers) {
   auto none = c->receive(0ms);
   ASSERT_TRUE(none.has_value());
   EXPECT_FALSE(none->has_value());
+}
+
+// receive(0ms) looks only at what is queued (no poll call): polled with a deadline, it still
+// picks up a message that arrives later; a positive timeout still waits for one.
+TEST(ClientTest, ZeroTimeoutReceiveTakesWhatArrivedAndAPositiveOneWaits) {
+  FakeService svc;
+  auto c = svc.connect();
+  ASSERT_TRUE(c->send(protocol::StatsRequest{}));
+  svc.awaitHello();
+  const auto ack = protocol::encodeClientMessage(protocol::SubmitAck{"r1", 0});
+  const std::array<zmq::const_buffer, 2> frames{zmq::str_buffer("client-a"),
+                                                zmq::buffer(ack.data(), ack.size())};
+  ASSERT_EQ(trySendMultipart(svc.submit, frames), SendOutcome::Sent);
+  std::optional<protocol::ClientMessage> got;
+  for (const auto deadline = std::chrono::steady_clock::now() + 20s;
+       !got && std::chrono::steady_clock::now() < deadline;) {
+    auto r = c->receive(0ms);
+    ASSERT_TRUE(r.has_value()) << r.error().message;
+    got = std::move(*r);
+  }
+  ASSERT_TRUE(got.has_value());
+  EXPECT_EQ(std::get<protocol::SubmitAck>(*got), (protocol::SubmitAck{"r1", 0}));
+  const auto t0 = std::chrono::steady_clock::now();
+  auto none = c->receive(20ms);
+  ASSERT_TRUE(none.has_value());
+  EXPECT_FALSE(none->has_value());
+  EXPECT_GE(std::chrono::steady_clock::now(), t0 + 20ms);
+}
+
+// After a drain, poll(2) on the notification fds wakes for what arrives next (on either socket;
+// drain() is called only when one polled readable, so a missed notification fails the test),
+// and drain() takes every queued message in order — a bad one handed as an error, the rest
+// still taken.
+TEST(ClientTest, NotifyFdsWakeForWhatArrivesAfterADrain) {
+  FakeService svc;
+  auto c = svc.connect();
+  ASSERT_TRUE(c->send(protocol::StatsRequest{}));
+  svc.awaitHello();
+  ASSERT_TRUE(c->cancel("r0"));  // the cancel ROUTER learns the client's routing id
+  {
+    zmq::pollitem_t item{svc.cancel.handle(), 0, ZMQ_POLLIN, 0};
+    ASSERT_EQ(zmq::poll(&item, 1, 10000ms), 1);
+    std::vector<zmq::message_t> parts;
+    ASSERT_EQ(tryRecvMultipart(svc.cancel, parts), RecvOutcome::Received);
+  }
+  const auto fds = c->notifyFds();
+  std::array<pollfd, 2> pfds{pollfd{.fd = fds[0], .events = POLLIN, .revents = 0},
+                             pollfd{.fd = fds[1], .events = POLLIN, .revents = 0}};
+  std::vector<std::string> got;  // "ack <id>", "cancel <id>" or "error"
+  const auto sink = [&](Result<protocol::ClientMessage>&& m) {
+    if (!m) {
+      got.push_back("error");
+    } else if (const auto* a = std::get_if<protocol::SubmitAck>(&*m)) {
+      got.push_back("ack " + a->id);
+    } else if (const auto* r = std::get_if<protocol::CancelReply>(&*m)) {
+      got.push_back("cancel " + r->id);
+    }
+  };
+  c->drain({false, false}, sink);  // sent on both since: drained to empty regardless of fds
+  EXPECT_TRUE(got.empty());
+
+  const auto send = [](zmq::socket_t& router, const protocol::ClientMessage& m) {
+    const auto bytes = protocol::encodeClientMessage(m);
+    const std::array<zmq::const_buffer, 2> frames{zmq::str_buffer("client-a"),
+                                                  zmq::buffer(bytes.data(), bytes.size())};
+    ASSERT_EQ(trySendMultipart(router, frames), SendOutcome::Sent);
+  };
+  const std::array<zmq::const_buffer, 2> junk{zmq::str_buffer("client-a"), zmq::str_buffer("?")};
+  send(svc.submit, protocol::SubmitAck{"r1", 0});
+  ASSERT_EQ(trySendMultipart(svc.submit, junk), SendOutcome::Sent);
+  send(svc.submit, protocol::SubmitAck{"r2", 0});
+  send(svc.cancel, protocol::CancelReply{.id = "r0"});
+  const std::vector<std::string> want{"ack r1", "error", "ack r2", "cancel r0"};
+  for (const auto deadline = std::chrono::steady_clock::now() + 20s;
+       got.size() < want.size() && std::chrono::steady_clock::now() < deadline;) {
+    if (::poll(pfds.data(), pfds.size(), 1000) <= 0) continue;
+    c->drain({pfds[0].revents != 0, pfds[1].revents != 0}, sink);
+  }
+  // Per socket in order; the two sockets' messages in either order (they race).
+  std::vector<std::string> submit_side;
+  for (const auto& g : got) {
+    if (g != "cancel r0") submit_side.push_back(g);
+  }
+  EXPECT_EQ(submit_side, (std::vector<std::string>{"ack r1", "error", "ack r2"}));
+  EXPECT_EQ(std::count(got.begin(), got.end(), "cancel r0"), 1);
 }
 
 TEST(ClientTest, WaitReadableEndsWhenTheWakeFdBecomesReadable) {
