@@ -12,7 +12,7 @@ request that arrived after the declaration completed. The same with a hung worke
 (`--fault hang:after_passes=10`: it still acknowledges and answers `stats`, streams nothing),
 declared down by the stall rule (`--worker-stall-timeout-ms 250`).
 
-MigrationTest (docs/failure-drills.md, drill 3): the same fleet and 60 requests of 40 output
+MigrationTest (docs/failure-drills.md, drill 2): the same fleet and 60 requests of 40 output
 tokens; once the second worker runs at least four requests (its `stats`), the test kills it with
 SIGKILL and the replay declares it down after `--worker-down-after-ms`.
   * With `--migration-limit 3`, the requests it held are re-sent to the survivors with the
