@@ -373,6 +373,12 @@ void registerWorkerHealthFlags(CLI::App& cmd, ReplayFlags& f) {
       ->check(atLeast(0))
       ->capture_default_str()
       ->group(group);
+  cmd.add_option("--migration-limit", f.migration_limit,
+                 "how many times one request may be migrated: re-sent, when its server is declared "
+                 "down, to a server up with its prompt plus the tokens it streamed so far, for the "
+                 "rest of its output (Dynamo's --migration-limit; 0 = never: the requests fail)")
+      ->capture_default_str()
+      ->group(group);
 }
 
 /// Live: CURVE, timeouts, stats polling; and the progress bar.

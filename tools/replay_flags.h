@@ -53,6 +53,7 @@ struct ReplayFlags {
   double worker_ack_timeout_ms = 5000.0;
   double worker_down_after_ms = 2000.0;
   double worker_stall_timeout_ms = 30'000.0;
+  std::uint32_t migration_limit = 0;  ///< live: re-sends per request when its server goes down
   // Trace options.
   std::uint32_t trace_block_size = 512;
   double arrival_speedup_ratio = 1.0;

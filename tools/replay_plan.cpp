@@ -165,10 +165,11 @@ Result<std::vector<replay::LiveTarget>> serverTargets(const std::vector<std::str
 /// The offline plan's options: the engine configuration (--config and the [engine] flags; per
 /// role for a disaggregated run), the router, and the flags of the other mode refused.
 Status planOffline(const ReplayFlags& f, const GivenFlags& given, ReplayPlan& plan) {
-  for (const char* flag : {"--connect-cancel", "--curve-server-key-file", "--curve-secret-key-file",
-                           "--connect-kv-events", "--connect-kv-replay", "--router-block-size",
-                           "--worker-health", "--no-worker-health", "--worker-ack-timeout-ms",
-                           "--worker-down-after-ms", "--worker-stall-timeout-ms"}) {
+  for (const char* flag :
+       {"--connect-cancel", "--curve-server-key-file", "--curve-secret-key-file",
+        "--connect-kv-events", "--connect-kv-replay", "--router-block-size", "--worker-health",
+        "--no-worker-health", "--worker-ack-timeout-ms", "--worker-down-after-ms",
+        "--worker-stall-timeout-ms", "--migration-limit"}) {
     if (given.contains(flag)) return invalidArgument(std::string(flag) + " is for --mode live");
   }
   auto config = resolveServeConfig(f.serve, ConfigUse::EngineOnly);
@@ -262,6 +263,12 @@ Status planLive(const ReplayFlags& f, const GivenFlags& given, ReplayPlan& plan)
                            .ack_timeout_ms = f.worker_ack_timeout_ms,
                            .down_after_ms = f.worker_down_after_ms,
                            .stall_timeout_ms = f.worker_stall_timeout_ms};
+  options.migration_limit = f.migration_limit;
+  if (f.migration_limit > 0 && !f.worker_health) {
+    return invalidArgument(
+        "--migration-limit needs worker health (--no-worker-health declares no "
+        "server down, so no request would ever be migrated)");
+  }
   if (f.connect.empty()) {
     return invalidArgument("live mode needs --connect tcp://HOST:PORT (a running `mocker serve`)");
   }

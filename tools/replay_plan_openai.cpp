@@ -41,6 +41,7 @@ constexpr const char* kNotWithOpenAi[] = {
     "--worker-ack-timeout-ms",
     "--worker-down-after-ms",
     "--worker-stall-timeout-ms",
+    "--migration-limit",
 };
 
 /// The key of --api-key-file: its first line without surrounding whitespace.

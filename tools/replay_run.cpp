@@ -124,8 +124,12 @@ Result<RunSummary> runLive(const replay::LiveReplayOptions& planned, bool closed
   std::ostringstream line;
   line << liveServerLines(options, stats, closed_loop) << timing.text;
   if (!stats.health.empty() || stats.failed_by_down + stats.no_worker > 0) {
-    line << replay::formatWorkerHealth(options.worker_health, stats.health, stats.failed_by_down,
-                                       stats.no_worker);
+    line << replay::formatWorkerHealth(options.worker_health, stats.health,
+                                       {.migration_limit = options.migration_limit,
+                                        .migrated_requests = stats.migrated_requests,
+                                        .migrations = stats.migrations,
+                                        .failed_by_down = stats.failed_by_down,
+                                        .no_worker = stats.no_worker});
   }
   if (stats.submit_rejects + stats.timeouts + stats.send_failures + stats.error_replies +
           stats.undecodable + stats.index_gaps >

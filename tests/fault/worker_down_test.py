@@ -12,6 +12,16 @@ request that arrived after the declaration completed. The same with a hung worke
 (`--fault hang:after_passes=10`: it still acknowledges and answers `stats`, streams nothing),
 declared down by the stall rule (`--worker-stall-timeout-ms 250`).
 
+MigrationTest (docs/failure-drills.md, drill 2): the same fleet and 60 requests of 40 output
+tokens; once the second worker runs at least four requests (its `stats`), the test kills it with
+SIGKILL and the replay declares it down after `--worker-down-after-ms`.
+  * With `--migration-limit 3`, the requests it held are re-sent to the survivors with the
+    tokens they had streamed, and every request completes with all its 40 tokens; the report
+    and `--requests-jsonl` count the migrated ones, and their latency includes the detour.
+  * Without (Dynamo's default, 0), the requests it held end failed at the down declaration.
+A hung worker (`--fault hang`, declared down by the stall rule) shows the other case: requests
+it acknowledged and never started are migrated before their first token.
+
 Waits are polls with deadlines (the replay itself is bounded by its request timeout). Needs
 MOCKER_BIN.
 """
@@ -32,14 +42,16 @@ REQUESTS = 60
 GAP_MS = 10
 DOWN_AFTER_MS = 100
 CRASH_EXIT_CODE = 70
+OUTPUT = 40  # MigrationTest: tokens per request (about 200 ms of 5 ms decode passes)
+LIMIT = 3
 
 
-def write_trace(path):
+def write_trace(path, output_length=8):
     with open(path, "w") as f:
         for i in range(REQUESTS):
             # One 64-token block each, all different: no prefix is shared.
-            f.write(json.dumps({"timestamp": i * GAP_MS, "input_length": 64, "output_length": 8,
-                                "hash_ids": [1000 + i]}) + "\n")
+            f.write(json.dumps({"timestamp": i * GAP_MS, "input_length": 64,
+                                "output_length": output_length, "hash_ids": [1000 + i]}) + "\n")
 
 
 CRASH = ("crash:after_passes=20", [])
@@ -132,6 +144,109 @@ class WorkerDownTest(unittest.TestCase):
 
     def test_hung_worker_round_robin(self):
         self.run_drill("round_robin", HANG)
+
+
+class MigrationTest(unittest.TestCase):
+    def run_drill(self, router, migration, hang=False):
+        work = tempfile.mkdtemp(prefix="mocker-migration-")
+        self.addCleanup(shutil.rmtree, work, ignore_errors=True)
+        trace = os.path.join(work, "trace.jsonl")
+        write_trace(trace, OUTPUT)
+        fleet = []
+        for w in range(3):
+            flags = paced(2, 5)
+            if hang and w == 1:
+                flags += ["--fault", "hang:after_passes=30:health_after_ms=none"]
+            fleet.append(Serve(*flags))
+            self.addCleanup(fleet[-1].close)
+        requests = os.path.join(work, "requests.jsonl")
+        report = os.path.join(work, "report.json")
+        cmd = [mocker_bin(), "replay", trace, "--trace-block-size", "64", "--router", router,
+               "--worker-down-after-ms", str(DOWN_AFTER_MS), "--request-timeout-s", "20",
+               "--no-progress", "--requests-jsonl", requests, "--report-json", report]
+        if migration:
+            cmd += ["--migration-limit", str(LIMIT)]
+        if hang:
+            cmd += ["--worker-stall-timeout-ms", "250"]
+        for s in fleet:
+            cmd += ["--connect", s.submit, "--connect-cancel", s.cancel]
+            if router == "kv":
+                cmd += ["--connect-kv-events", s.endpoints["kv_events[0]"],
+                        "--connect-kv-replay", s.endpoints["kv_replay[0]"]]
+        replay = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                  stderr=subprocess.PIPE, text=True)
+        self.addCleanup(lambda: replay.poll() is None and replay.kill())
+        if not hang:
+            # Mid-run: the second worker streams several requests; then it dies without a word.
+            with fleet[1].client() as c:
+                poll_until(lambda: replay.poll() is not None
+                           or sum(r["running"] for r in c.stats()["ranks"]) >= 4,
+                           "four requests running on worker 1", WAIT_S)
+            self.assertIsNone(replay.poll(), "the replay ended before the kill")
+            fleet[1].kill()
+        out, err = replay.communicate(timeout=120)
+        self.assertEqual(replay.returncode, 0, err)
+        print(out[out.find("Live:"):])
+        reason = "stalled: no output while holding work" if hang else "suspect too long"
+        down = re.search(r"  ([0-9.]+) ms: server 1 down \(%s;" % reason, out)
+        self.assertIsNotNone(down, out)
+        down_ms = float(down.group(1))
+        with open(requests) as f:
+            rows = [json.loads(line) for line in f]
+        self.assertEqual(len(rows), REQUESTS)
+        statuses = [r["terminal_status"] for r in rows]
+        self.assertEqual(statuses.count("cancelled"), 0)  # none waited for its timeout
+        with open(report) as f:
+            summary = json.load(f)
+        migrated = [r for r in rows if r["migrations"] > 0]
+        self.assertEqual(summary["migrated_requests"], len(migrated))
+        if not migration:
+            # Dynamo's default: what the dead worker held fails at the down declaration.
+            failed = [r for r in rows if r["terminal_status"] == "failed"]
+            self.assertGreaterEqual(len(failed), 3, out)
+            self.assertEqual(migrated, [])
+            for r in failed:
+                self.assertAlmostEqual(r["terminal_time_ms"], down_ms, delta=0.05)
+            self.assertNotIn("migrated to another server", out)
+            return rows, down_ms
+        # Every request completed with all its tokens; the migrated ones after the down time.
+        self.assertEqual(statuses, ["completed"] * REQUESTS, out)
+        self.assertTrue(all(r["output_length"] == OUTPUT for r in rows))
+        self.assertGreaterEqual(len(migrated), 3, out)
+        self.assertTrue(all(r["migrations"] == 1 for r in migrated))  # one worker went down
+        for r in migrated:
+            self.assertGreater(r["terminal_time_ms"], down_ms)
+            # The detour is in its latency: it could not end before the down declaration.
+            self.assertGreater(r["e2e_latency_ms"], down_ms - r["arrival_time_ms"])
+        line = re.search(r"1 declared down; (\d+) requests? migrated to another server \((\d+) "
+                         r"migrations, limit %d per request\), 0 requests failed with a worker "
+                         r"that went down" % LIMIT, out)
+        self.assertIsNotNone(line, out)
+        self.assertEqual(int(line.group(1)), len(migrated))
+        self.assertEqual(int(line.group(2)), len(migrated))
+        # Mid-stream migrations: tokens before the down time, the rest from a survivor.
+        mid_stream = [r for r in migrated if r["first_token_ms"] < down_ms]
+        # (Killed: of the four or more it ran, at least the three older ones had streamed.)
+        self.assertGreaterEqual(len(mid_stream), 1 if hang else 2, out)
+        return migrated, down_ms
+
+    def test_round_robin(self):
+        self.run_drill("round_robin", migration=True)
+
+    def test_kv(self):
+        self.run_drill("kv", migration=True)
+
+    def test_round_robin_without_migration(self):
+        self.run_drill("round_robin", migration=False)
+
+    def test_kv_without_migration(self):
+        self.run_drill("kv", migration=False)
+
+    def test_hung_worker_before_first_token(self):
+        migrated, down_ms = self.run_drill("round_robin", migration=True, hang=True)
+        # Acknowledged by the hung worker and never started: migrated before any token.
+        before = [r for r in migrated if r["first_token_ms"] > down_ms]
+        self.assertGreaterEqual(len(before), 1)
 
 
 if __name__ == "__main__":

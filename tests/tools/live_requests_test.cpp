@@ -12,9 +12,13 @@ namespace {
 
 TEST(LiveRequestsTest, IdsRoundTripAndOthersAreRefused) {
   EXPECT_EQ(liveRequestId(42), "r42");
-  EXPECT_EQ(parseLiveRequestId("r42"), std::optional<std::size_t>(42));
+  EXPECT_EQ(liveRequestId(42, 3), "r42.3");
+  EXPECT_EQ(parseLiveRequestId("r42"), (LiveRequestId{.index = 42}));
+  EXPECT_EQ(parseLiveRequestId("r0"), (LiveRequestId{.index = 0}));
+  EXPECT_EQ(parseLiveRequestId("r42.3"), (LiveRequestId{.index = 42, .attempt = 3}));
   for (const char* bad : {"", "r", "42", "x42", "r4x", "r-1", "r99999999999999999999999", "r042",
-                          "r00"}) {  // only the spelling liveRequestId gives
+                          "r00", "r4.", "r4.0", "r4.03", "r.1", "r4.1.1", "r4.x", "r4.-1",
+                          "r4.99999999999"}) {  // only the spelling liveRequestId gives
     EXPECT_FALSE(parseLiveRequestId(bad).has_value()) << bad;
   }
   EXPECT_EQ(terminalStatusOf(protocol::FinishReason::Length), TerminalStatus::Completed);
@@ -35,6 +39,47 @@ TEST(LiveRequestsTest, TheHolderChangesAtTheHandoff) {
   EXPECT_EQ(requests.holder(0), 3u);
   requests[0].live = false;
   EXPECT_EQ(requests.find(3, "r0"), nullptr);
+}
+
+TEST(LiveRequestsTest, OnlyTheCurrentAttemptSpeaksForAMigratedRequest) {
+  LiveRequests requests(/*num_prefill=*/2);
+  requests.add({.target = 0});
+  EXPECT_EQ(requests.wireId(0), "r0");
+  requests[0].migrations = 1;  // re-sent to server 1 as r0.1
+  requests[0].target = 1;
+  EXPECT_EQ(requests.wireId(0), "r0.1");
+  EXPECT_EQ(requests.find(1, "r0.1"), &requests[0]);
+  EXPECT_EQ(requests.find(1, "r0"), nullptr);    // the first attempt's id: a late message
+  EXPECT_EQ(requests.find(0, "r0.1"), nullptr);  // not that server's
+  EXPECT_EQ(requests.find(1, "r0.2"), nullptr);  // no such attempt yet
+}
+
+TEST(LiveRequestsTest, AMigrationSendsThePromptAndTheTokensSoFarForTheRest) {
+  const protocol::SubmitRequest original{.id = "r7",
+                                         .prompt = {1, 2, 3},
+                                         .max_tokens = 5,
+                                         .output_tokens = std::vector<std::uint32_t>{9, 8, 7, 6, 5},
+                                         .dp_rank = 1,
+                                         .lora = "adapter",
+                                         .handoff = protocol::HandoffTicket{}};
+  // Before its first token: the same prompt and output, the router picks the rank again.
+  const protocol::SubmitRequest before = migratedSubmit(original, {});
+  EXPECT_EQ(before.prompt, original.prompt);
+  EXPECT_EQ(before.max_tokens, 5u);
+  EXPECT_EQ(before.output_tokens, original.output_tokens);
+  EXPECT_FALSE(before.dp_rank.has_value());
+  EXPECT_FALSE(before.handoff.has_value());
+  EXPECT_EQ(before.lora, original.lora);
+  // After two tokens: they join the prompt; three are left to generate.
+  const std::vector<std::uint32_t> generated{9, 8};
+  const protocol::SubmitRequest after = migratedSubmit(original, generated);
+  EXPECT_EQ(after.prompt, (std::vector<std::uint32_t>{1, 2, 3, 9, 8}));
+  EXPECT_EQ(after.max_tokens, 3u);
+  EXPECT_EQ(after.output_tokens, (std::vector<std::uint32_t>{7, 6, 5}));
+  // Every token already streamed (its finish lost with the server): nothing is left.
+  const std::vector<std::uint32_t> all{9, 8, 7, 6, 5};
+  EXPECT_EQ(migratedSubmit(original, all).max_tokens, 0u);
+  EXPECT_TRUE(migratedSubmit(original, all).output_tokens->empty());
 }
 
 TEST(LiveRequestsTest, DeadlinesComeOutInOrderAndSkipEndedRequests) {

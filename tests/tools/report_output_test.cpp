@@ -81,8 +81,8 @@ std::vector<std::string> expectedKeys(bool goodput, bool identity = false) {
   for (const std::string s : {"mean", "min", "max", "median", "p75", "p90", "p95", "p99", "std"}) {
     keys.push_back(s + "_output_token_throughput_per_user");
   }
-  for (const char* k :
-       {"failed_requests", "incomplete_requests", "total_preemptions", "peak_kv_usage"}) {
+  for (const char* k : {"failed_requests", "incomplete_requests", "migrated_requests",
+                        "total_preemptions", "peak_kv_usage"}) {
     keys.push_back(k);
   }
   for (const std::string prefix : {"cut_short_by_", "rejected_by_"}) {
@@ -392,6 +392,7 @@ TEST(RequestsJsonlTest, OneObjectPerRequestWithTheSpecFields) {
                                            "output_length",
                                            "reused_input_tokens",
                                            "admission_count",
+                                           "migrations",
                                            "terminal_reason"};
   for (const auto& row : rows) EXPECT_EQ(keysOf(row), fields);
   const auto& a = rows[0];

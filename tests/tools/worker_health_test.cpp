@@ -225,7 +225,7 @@ TEST(WorkerHealthTest, ReportLinesNameTheRuleAndEachTransition) {
   const std::string text = formatWorkerHealth(
       kDefaults,
       {{10, 1, Suspect, R::ConnectionClosed, std::nullopt}, {60, 1, Down, R::SuspectTooLong, 10.0}},
-      4, 0);
+      {.failed_by_down = 4});
   EXPECT_EQ(text,
             "Live worker health (suspect: connection closed or no ack within 100 ms; down after "
             "50 ms suspect or no output for 1000 ms while holding work): 1 declared down; 4 "
@@ -233,7 +233,19 @@ TEST(WorkerHealthTest, ReportLinesNameTheRuleAndEachTransition) {
             "  10 ms: server 1 suspect (connection closed)\n"
             "  60 ms: server 1 down (suspect too long; first failure at 10 ms, detected in 50 "
             "ms)\n");
-  EXPECT_NE(formatWorkerHealth(kDefaults, {}, 1, 0).find("; 1 request failed with a worker"),
+  EXPECT_NE(formatWorkerHealth(kDefaults, {}, {.failed_by_down = 1})
+                .find("; 1 request failed with a worker"),
+            std::string::npos);
+  // With migration on: how many requests were re-sent, and how often.
+  EXPECT_NE(formatWorkerHealth(kDefaults, {},
+                               {.migration_limit = 3,
+                                .migrated_requests = 5,
+                                .migrations = 6,
+                                .failed_by_down = 1,
+                                .no_worker = 2})
+                .find("): 0 declared down; 5 requests migrated to another server (6 migrations, "
+                      "limit 3 per request), 1 request failed with a worker that went down, 2 "
+                      "failed with no worker up\n"),
             std::string::npos);
 }
 

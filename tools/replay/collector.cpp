@@ -100,6 +100,8 @@ void ReplayCollector::onAdmission(RequestHandle request, double time_ms,
   ++r.admission_count;
 }
 
+void ReplayCollector::onMigration(RequestHandle request) { ++record(request).migrations; }
+
 void ReplayCollector::onToken(RequestHandle request, double time_ms) {
   // Grows with the tokens actually emitted, never sized from the requested output length.
   record(request).token_times_ms.push_back(time_ms);
@@ -163,6 +165,7 @@ Report ReplayCollector::buildReport(const ReportOptions& options) const {
     if (r.terminal_ms && (!last_terminal || *r.terminal_ms > *last_terminal)) {
       last_terminal = r.terminal_ms;
     }
+    if (r.migrations > 0) ++rep.migrated_requests;
     switch (r.status) {
       case TerminalStatus::Completed:
         ++rep.completed_requests;

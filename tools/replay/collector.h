@@ -61,6 +61,7 @@ struct RequestRecord {
   double arrival_ms = 0.0;
   std::optional<double> first_admit_ms{};
   std::uint32_t admission_count = 0;  ///< 1 + readmissions after preemption
+  std::uint32_t migrations = 0;       ///< live: times re-sent to another server (its went down)
   std::uint32_t first_reused_input_tokens = 0;
   std::uint32_t last_reused_input_tokens = 0;
   std::vector<double> token_times_ms{};  ///< τ_1 ≤ … ≤ τ_n
@@ -152,6 +153,7 @@ struct Report {
   std::uint64_t cancelled_requests = 0;
   std::uint64_t failed_requests = 0;
   std::uint64_t incomplete_requests = 0;
+  std::uint64_t migrated_requests = 0;  ///< live: requests migrated at least once (any ending)
   std::uint64_t total_input_tokens = 0;
   std::uint64_t total_output_tokens = 0;  ///< actual tokens emitted
   std::optional<double> duration_ms{};    ///< last terminal − first arrival
@@ -202,6 +204,8 @@ class ReplayCollector final {
   /// first_admit_ms and first_reused_input_tokens; every one sets last_reused_input_tokens.
   void onAdmission(RequestHandle request, double time_ms, std::uint32_t reused_input_tokens,
                    bool is_readmission);
+  /// Live: the request was migrated (re-sent to another server when its server went down).
+  void onMigration(RequestHandle request);
   /// One output token emitted at `time_ms`. REQUIRES: time order per request.
   void onToken(RequestHandle request, double time_ms);
   /// The terminal signal, with the limit that bound it (Completed short of the requested output,

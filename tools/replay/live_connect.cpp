@@ -162,4 +162,28 @@ index::LiveKvIndexConfig liveKvIndexConfig(const std::vector<LiveTarget>& target
   return config;
 }
 
+void finalStatsRoundTrip(const std::vector<net::Client*>& clients, std::vector<bool>& pending,
+                         int wait_ms, const std::function<void(std::uint32_t)>& drain) {
+  std::vector<bool> asked(clients.size(), false);
+  for (std::uint32_t t = 0; t < clients.size(); ++t) {
+    if (clients[t]->send(protocol::StatsRequest{})) {
+      asked[t] = true;
+      pending[t] = true;
+    }
+  }
+  const auto deadline = Clock::now() + std::chrono::milliseconds(wait_ms);
+  const auto waiting = [&] {
+    for (std::size_t t = 0; t < asked.size(); ++t) {
+      if (asked[t] && pending[t]) return true;
+    }
+    return false;
+  };
+  while (waiting() && Clock::now() < deadline) {
+    const auto left = std::chrono::ceil<std::chrono::milliseconds>(deadline - Clock::now());
+    const auto ready = net::Client::waitReadable(clients, left);
+    if (!ready) break;
+    for (const std::size_t t : *ready) drain(static_cast<std::uint32_t>(t));
+  }
+}
+
 }  // namespace mocker::replay

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -68,5 +69,11 @@ index::LiveKvIndexConfig liveKvIndexConfig(const std::vector<LiveTarget>& target
 Result<std::vector<std::unique_ptr<net::Client>>> connectServers(
     const std::vector<LiveTarget>& servers, const std::optional<net::CurveClientKeys>& curve,
     double connect_timeout_ms, LiveReplayStats& stats);
+
+/// The end of a run: a `stats` request to every client, then reads their messages (`drain(t)`
+/// reads client t's, and sets `pending[t]` false at its stats_reply) until every client asked
+/// has answered or `wait_ms` has passed. A client whose send fails is not waited for.
+void finalStatsRoundTrip(const std::vector<net::Client*>& clients, std::vector<bool>& pending,
+                         int wait_ms, const std::function<void(std::uint32_t)>& drain);
 
 }  // namespace mocker::replay

@@ -1,4 +1,4 @@
-// The live replay's option checks (contract in live_replay.h).
+// The live replay's option checks and the router configuration they give (live_replay.h).
 #include <cmath>
 
 #include "tools/replay/live_replay.h"
@@ -28,7 +28,25 @@ Status validateLiveReplayOptions(const Workload& workload, const LiveReplayOptio
     MOCKER_TRY_VOID(validateKvRouterConfig(options.kv_router));
   }
   MOCKER_TRY_VOID(validateWorkerHealthConfig(options.worker_health));
+  if (options.migration_limit > 0 && !options.worker_health.enabled) {
+    return invalidArgument(
+        "migration needs worker health: without it no server is ever declared down");
+  }
   return {};
+}
+
+LiveRouterConfig liveRouterConfig(const LiveReplayOptions& options,
+                                  std::span<const std::uint32_t> ranks_per_server) {
+  return {.kind = options.router,
+          .seed = options.router_seed,
+          .ranks_per_server = std::vector<std::uint32_t>(
+              ranks_per_server.begin(),
+              ranks_per_server.begin() + static_cast<std::ptrdiff_t>(options.targets.size())),
+          .kv = options.kv_router,
+          .kv_block_size = options.kv_block_size,
+          .kv_hash_seeds = options.kv_hash_seeds,
+          .decode_kind = options.decode_router,
+          .num_decode = static_cast<std::uint32_t>(options.decode_targets.size())};
 }
 
 }  // namespace mocker::replay

@@ -6,6 +6,7 @@
 #include <functional>
 #include <limits>
 #include <memory>
+#include <span>
 #include <sstream>
 #include <string>
 #include <utility>
@@ -15,10 +16,9 @@
 #include "net/client.h"
 #include "service/loop_clock.h"
 #include "tools/index/live_kv_index.h"
-#include "tools/replay/decode_router.h"
 #include "tools/replay/live_connect.h"
 #include "tools/replay/live_requests.h"
-#include "tools/replay/random.h"
+#include "tools/replay/live_router.h"
 #include "tools/replay/turn_schedule.h"
 
 namespace mocker::replay {
@@ -46,31 +46,22 @@ class LiveReplay {
         collector_(collector),
         clients_(std::move(clients)),
         synth_(workload.trace_block_size),
-        rng_(options.router_seed),
         stats_(std::move(stats)),
         stats_pending_(clients_.size(), false),
         num_prefill_(static_cast<std::uint32_t>(options.targets.size())),
         schedule_(workload, options.concurrency.has_value()),
         sent_(num_prefill_),
         health_(num_prefill_, options.worker_health),
-        kv_index_(std::move(kv_index)) {
+        kv_index_(std::move(kv_index)),
+        router_(liveRouterConfig(options, stats_.ranks_per_target),
+                [this](std::span<const std::uint64_t> hashes, std::vector<std::uint32_t>& overlaps,
+                       std::vector<std::uint64_t>& cached) {
+                  return kv_index_->overlaps(hashes, overlaps, cached);
+                }) {
     for (const auto& c : clients_) client_ptrs_.push_back(c.get());
     if (!options.decode_targets.empty()) {
       stats_.handoff.emplace();
       stats_.handoff->per_decode_target.assign(options.decode_targets.size(), 0);
-      decode_in_flight_.assign(options.decode_targets.size(), 0);
-    }
-    if (kv_index_) {
-      for (std::uint32_t t = 0; t < num_prefill_; ++t) {
-        for (std::uint32_t r = 0; r < stats_.ranks_per_target[t]; ++r) {
-          candidates_.emplace_back(t, r);
-        }
-      }
-      MOCKER_CHECK(!candidates_.empty());
-      kv_router_.emplace(candidates_.size(), options.kv_block_size, options.kv_router,
-                         options.router_seed);
-      overlaps_.assign(candidates_.size(), 0);
-      cached_.assign(candidates_.size(), 0);
     }
     stats_.timing_end = stats_.timing_start;
     stats_.handoff_expired_end = stats_.handoff_expired_start;
@@ -86,9 +77,11 @@ class LiveReplay {
     double now = 0.0;
     while (true) {
       now = nowMs();
+      // Health first: no request goes to a server whose down deadline has passed (a request
+      // sent after `now` must not be failed, or migrated, by a declaration stamped `now`).
+      checkHealth(now);
       dispatchDue(now);
       expireTimeouts(now);
-      checkHealth(now);
       pollStats(now);
       if (options_.progress && now - last_progress_ms_ >= kProgressEveryMs) {
         last_progress_ms_ = now;
@@ -123,14 +116,10 @@ class LiveReplay {
       for (const std::size_t t : *ready) drain(static_cast<std::uint32_t>(t));
     }
     stats_.wall_ms = now;
-    finalStats();
-    if (stats_.handoff) {
-      for (std::uint32_t t = 0; t < num_prefill_; ++t) {
-        const std::uint64_t start = stats_.handoff_expired_start[t];
-        const std::uint64_t end = stats_.handoff_expired_end[t];
-        stats_.handoff->expired_holds += end >= start ? end - start : 0;
-      }
-    }
+    // One last stats round trip per server: their pass timing over the whole run.
+    finalStatsRoundTrip(client_ptrs_, stats_pending_, kFinalStatsWaitMs,
+                        [this](std::uint32_t t) { drain(t); });
+    sumExpiredHolds(num_prefill_, stats_);
     if (kv_index_) {
       const index::IndexStats s = kv_index_->stats();
       stats_.kv_batches_applied = s.batches_applied;
@@ -147,31 +136,6 @@ class LiveReplay {
   }
 
  private:
-  /// One last stats round trip per server (their pass timing over the whole run); waits at most
-  /// kFinalStatsWaitMs, reading whatever else arrives meanwhile.
-  void finalStats() {
-    std::vector<bool> asked(clients_.size(), false);
-    for (std::uint32_t t = 0; t < clients_.size(); ++t) {
-      if (clients_[t]->send(protocol::StatsRequest{})) {
-        asked[t] = true;
-        stats_pending_[t] = true;
-      }
-    }
-    const auto deadline = Clock::now() + std::chrono::milliseconds(kFinalStatsWaitMs);
-    const auto waiting = [&] {
-      for (std::size_t t = 0; t < asked.size(); ++t) {
-        if (asked[t] && stats_pending_[t]) return true;
-      }
-      return false;
-    };
-    while (waiting() && Clock::now() < deadline) {
-      const auto left = std::chrono::ceil<std::chrono::milliseconds>(deadline - Clock::now());
-      const auto ready = net::Client::waitReadable(client_ptrs_, left);
-      if (!ready) break;
-      for (const std::size_t t : *ready) drain(static_cast<std::uint32_t>(t));
-    }
-  }
-
   double nowMs() const {
     return std::chrono::duration<double, std::milli>(Clock::now() - start_).count();
   }
@@ -192,51 +156,65 @@ class LiveReplay {
     stats_.warnings.push_back(std::move(message));
   }
 
-  /// The kv router's pick for a prompt among the ranks of routable servers: (server, rank), or
-  /// nullopt when no server is; the prompt's hashes stay in hashes_.
-  std::optional<std::pair<std::uint32_t, std::uint32_t>> routeKv(
-      const std::vector<std::uint32_t>& prompt) {
-    const std::vector<bool> ok = health_.routable();
-    if (std::find(ok.begin(), ok.end(), true) == ok.end()) return std::nullopt;
-    std::vector<bool> excluded(candidates_.size());
-    for (std::size_t g = 0; g < candidates_.size(); ++g) excluded[g] = !ok[candidates_[g].first];
-    kv_router_->setExcluded(std::move(excluded));
-    hashes_.clear();
-    engine::extendSequenceHashes(prompt, options_.kv_block_size, options_.kv_hash_seeds, hashes_);
-    if (const Status s = kv_index_->overlaps(hashes_, overlaps_, cached_); !s) {
+  /// The router's pick for `request` among the routable servers (its DP rank set for kv), with
+  /// its counters; nullopt when no server is routable.
+  std::optional<std::uint32_t> route(std::size_t index, protocol::SubmitRequest& request) {
+    const std::optional<LiveRoute> pick = router_.route(index, request.prompt, health_.routable());
+    if (!pick) return std::nullopt;
+    if (pick->query_error) {
       ++stats_.kv_query_failures;
-      warnOnce("kv router: " + s.error().message + " (routed as if nothing were cached)");
-      std::fill(overlaps_.begin(), overlaps_.end(), 0);
-      std::fill(cached_.begin(), cached_.end(), 0);
+      warnOnce("kv router: " + *pick->query_error + " (routed as if nothing were cached)");
     }
-    const std::uint32_t g =
-        kv_router_->select(hashes_, static_cast<std::uint32_t>(prompt.size()), overlaps_, cached_);
-    if (overlaps_[g] > 0) ++stats_.kv_routed_hits;
-    return candidates_[g];
+    if (pick->cached_prefix) ++stats_.kv_routed_hits;
+    request.dp_rank = pick->rank;
+    return pick->server;
   }
 
-  /// round_robin (dispatch index mod servers up) / random among the routable servers
-  /// (worker_health.h); nullopt: none is.
-  std::optional<std::uint32_t> route() {
-    const std::vector<bool> ok = health_.routable();
-    const auto up = static_cast<std::uint64_t>(std::count(ok.begin(), ok.end(), true));
-    if (up == 0) return std::nullopt;
-    if (options_.router == RouterKind::Random) return nthRoutable(ok, rng_.uniformIndex(up));
-    return nthRoutable(ok, sent_.size() % up);
-  }
-
-  /// Applies the health timers; the requests of a server that went down end failed at once.
+  /// Applies the health timers. The requests a server that went down holds are migrated while
+  /// they may be; the others end failed at once.
   void checkHealth(double now) {
     health_.advance(now);
     for (const std::uint32_t w : health_.takeNewlyDown()) {
       for (std::size_t i = 0; i < sent_.size(); ++i) {
         const LiveRequest& r = sent_[i];
         if (!r.live || r.target != w || r.decode_target) continue;
-        (void)clients_[w]->cancel(liveRequestId(i));  // best effort: it may be gone
+        (void)clients_[w]->cancel(sent_.wireId(i));  // best effort: it may be gone
+        if (migrate(i, now)) continue;
         ++stats_.failed_by_down;
         end(i, now, TerminalStatus::Failed);
       }
     }
+  }
+
+  /// Re-sends request `index` from its server that went down to a routable one (live_replay.h,
+  /// "Migration"); false when it may not (limit reached), no server is routable or the send
+  /// failed.
+  bool migrate(std::size_t index, double now) {
+    LiveRequest& r = sent_[index];
+    if (r.migrations >= options_.migration_limit || !r.submit) return false;
+    health_.released(r.target, index);
+    router_.released(index);
+    protocol::SubmitRequest request = migratedSubmit(*r.submit, r.generated);
+    request.id = liveRequestId(index, r.migrations + 1);
+    const std::optional<std::uint32_t> target = route(index, request);
+    if (!target) {
+      warnOnce("no server up to migrate a request to");
+      return false;
+    }
+    if (const Status s = clients_[*target]->submit(request); !s) {
+      ++stats_.send_failures;
+      warnOnce("migration to server " + std::to_string(*target) + " failed: " + s.error().message);
+      return false;
+    }
+    if (r.migrations++ == 0) ++stats_.migrated_requests;
+    ++stats_.migrations;
+    ++stats_.per_target[*target];
+    collector_.onMigration(r.handle);
+    r.target = *target;
+    r.token_base = r.tokens;
+    if (!r.admitted) r.ack_ms.reset();  // admission: the new server's ack
+    health_.sent(*target, index, now);
+    return true;
   }
 
   void dispatchDue(double now) {
@@ -256,25 +234,8 @@ class LiveReplay {
     protocol::SubmitRequest request{.id = liveRequestId(index),
                                     .prompt = schedule_.prompt(next, synth_.synthesize(turn)),
                                     .max_tokens = turn.output_length};
-    std::uint32_t target = 0;
-    bool routed = true;
-    if (kv_router_) {
-      const auto pick = routeKv(request.prompt);
-      routed = pick.has_value();
-      if (pick) {
-        const auto [t, rank] = *pick;
-        target = t;
-        request.dp_rank = rank;
-        const std::uint32_t g = stats_.rank_offset[t] + rank;
-        kv_router_->load().add(index, g, hashes_,
-                               newPrefillTokens(static_cast<std::uint32_t>(request.prompt.size()),
-                                                overlaps_[g], options_.kv_block_size));
-      }
-    } else {
-      const std::optional<std::uint32_t> t = route();
-      routed = t.has_value();
-      target = t.value_or(0);
-    }
+    const std::optional<std::uint32_t> routed = route(index, request);
+    const std::uint32_t target = routed.value_or(0);
     const double send_ms = nowMs();
     const RequestHandle handle =
         collector_.onArrival({.session_id = session.session_id,
@@ -301,7 +262,7 @@ class LiveReplay {
       return;
     }
     ++stats_.per_target[target];
-    if (stats_.handoff) sent.decode_request = request;
+    if (stats_.handoff || options_.migration_limit > 0) sent.submit = request;
     const Status status = clients_[target]->submit(request);
     if (!status) {
       ++stats_.send_failures;
@@ -319,9 +280,10 @@ class LiveReplay {
     LiveRequest& r = sent_[index];
     MOCKER_CHECK(r.live);
     r.live = false;
-    r.decode_request.reset();
-    if (r.decode_target) --decode_in_flight_[*r.decode_target];
-    if (kv_router_) kv_router_->load().remove(index);
+    r.submit.reset();
+    r.generated = {};
+    if (r.decode_target) router_.decodeEnded(*r.decode_target);
+    router_.released(index);
     health_.released(r.target, index);
     collector_.onTerminal(r.handle, time_ms, status, reason);
     --in_flight_;
@@ -333,7 +295,7 @@ class LiveReplay {
     while (const std::optional<std::size_t> index = sent_.takeExpired(now)) {
       // Best effort: a server that is gone never answers, and a full queue must not block.
       // Disaggregated: the worker that holds it — the decode server once it was submitted there.
-      (void)clients_[sent_.holder(*index)]->cancel(liveRequestId(*index));
+      (void)clients_[sent_.holder(*index)]->cancel(sent_.wireId(*index));
       ++stats_.timeouts;
       end(*index, now, TerminalStatus::Cancelled);
     }
@@ -442,13 +404,6 @@ class LiveReplay {
     // cancel_reply and anything else: nothing to record.
   }
 
-  /// Hop 2: the decode server for a handoff, by options_.decode_router (decode_router.h; kv =
-  /// overlap credit 0: the least loaded).
-  std::uint32_t routeDecode(std::size_t index) const {
-    return pickDecodeWorker(decodeRouterKindFor(options_.decode_router), options_.router_seed,
-                            index, decode_in_flight_);
-  }
-
   void onHandoff(LiveRequest& r, const protocol::Handoff& handoff, double now) {
     LiveHandoffStats& h = *stats_.handoff;
     const std::size_t index = sent_.indexOf(r);
@@ -457,14 +412,14 @@ class LiveReplay {
     h.handoff_ms.push_back(now - r.send_ms);
     h.transfer_ms.push_back(handoff.ticket.transfer_ms);
     // The prefill server's part is done: its load leaves the kv router's view.
-    if (kv_router_) kv_router_->load().remove(index);
-    const std::uint32_t d = routeDecode(index);
+    router_.released(index);
+    const std::uint32_t d = router_.routeDecode(index);  // hop 2 (decode_router.h)
     r.decode_target = d;
-    ++decode_in_flight_[d];
     ++h.per_decode_target[d];
-    MOCKER_CHECK(r.decode_request.has_value());
-    protocol::SubmitRequest request = std::move(*r.decode_request);
-    r.decode_request.reset();
+    MOCKER_CHECK(r.submit.has_value());
+    protocol::SubmitRequest request = std::move(*r.submit);
+    r.submit.reset();
+    request.id = sent_.wireId(index);
     request.handoff = handoff.ticket;
     const Status status = clients_[num_prefill_ + d]->submit(request);
     if (!status) {
@@ -527,11 +482,13 @@ class LiveReplay {
         if (r->decode_ack_ms) stats_.handoff->first_token_ms.push_back(now - *r->decode_ack_ms);
       }
     }
-    if (kv_router_ && !o.tokens.empty()) kv_router_->load().prefillDone(sent_.indexOf(*r));
-    if (o.index != r->tokens) ++stats_.index_gaps;
+    if (!o.tokens.empty()) router_.prefillDone(sent_.indexOf(*r));
+    // Indices count from 0 again on the server a migration sent it to.
+    if (r->token_base + o.index != r->tokens) ++stats_.index_gaps;
     for (std::size_t k = 0; k < o.tokens.size(); ++k) collector_.onToken(r->handle, now);
     schedule_.received(r->session, r->turn, o.tokens);
-    r->tokens = o.index + static_cast<std::uint32_t>(o.tokens.size());
+    if (r->submit) r->generated.insert(r->generated.end(), o.tokens.begin(), o.tokens.end());
+    r->tokens = r->token_base + o.index + static_cast<std::uint32_t>(o.tokens.size());
     if (!o.finish) return;
     const TerminalStatus status = terminalStatusOf(*o.finish);
     countFinish(status, stats_);
@@ -552,11 +509,9 @@ class LiveReplay {
   std::vector<std::unique_ptr<net::Client>> clients_;
   std::vector<net::Client*> client_ptrs_;
   PromptSynthesizer synth_;
-  SplitMix64 rng_;
   LiveReplayStats stats_;
   std::vector<bool> stats_pending_;
   std::uint32_t num_prefill_ = 0;  ///< clients_[0, num_prefill_): (prefill) servers; then decode
-  std::vector<std::uint32_t> decode_in_flight_;  ///< by decode server: handed off, not ended
   Clock::time_point start_{};
   service::PassTimer wake_timer_;  // wakes the loop at the next dispatch or deadline
   TurnSchedule schedule_;
@@ -569,13 +524,8 @@ class LiveReplay {
   double next_stats_ms_ = kInf;
   double last_progress_ms_ = 0.0;
   std::size_t reason_warnings_ = 0;
-  // Kv router.
-  std::unique_ptr<index::LiveKvIndex> kv_index_;
-  std::optional<KvCostRouter> kv_router_;
-  std::vector<std::pair<std::uint32_t, std::uint32_t>> candidates_;  // g → (server, rank)
-  std::vector<std::uint64_t> hashes_;                                // scratch
-  std::vector<std::uint32_t> overlaps_;                              // scratch, by g
-  std::vector<std::uint64_t> cached_;  // scratch, by g: blocks the index holds (tie-break)
+  std::unique_ptr<index::LiveKvIndex> kv_index_;  // kv router: the caches' view
+  LiveRouter router_;                             // after kv_index_: its query reads it
 };
 
 }  // namespace

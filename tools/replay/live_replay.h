@@ -35,9 +35,22 @@
 // its acks and outputs timed; a server that is Down (connection closed or no ack, then suspect
 // for too long; or hung: no output while holding work) gets no new request from any router
 // (round_robin takes the next server up, random draws among the servers up, kv leaves its ranks
-// out of the choice), and the requests it holds are ended at once as failed (a best-effort
-// cancel goes to it). With every server down a request fails at once. The transitions, with
-// their detection times, are in LiveReplayStats::health.
+// out of the choice), and the requests it holds are migrated (below) or else ended at once as
+// failed (a best-effort cancel goes to it either way). With every server down a request fails
+// at once. The transitions, with their detection times, are in LiveReplayStats::health. The
+// choice of server is LiveRouter's (live_router.h).
+//
+// Migration (`migration_limit` > 0; Dynamo's request migration): a request held by a server
+// that is declared down — before its first token or mid-stream — is re-sent at once to a server
+// the router picks among those up, with the original prompt followed by every token it
+// streamed so far and max_tokens less those tokens (migratedSubmit, live_requests.h), as
+// "r<index>.<k>" for its k-th migration (messages for an earlier attempt are ignored). A request
+// is migrated at most `migration_limit` times; past that, or with no server up, it ends failed.
+// The client sees one request: its arrival, admission (the first ack that led to tokens), token
+// times and deadline are unchanged, so its latency includes the detour (detection + the new
+// server's prefill). Counted per request (RequestRecord::migrations) and in
+// LiveReplayStats::migrated_requests / migrations. Disaggregated: hop 1 only (a prefill server
+// that goes down before the handoff); decode servers are not watched.
 //
 // Disaggregated (decode_targets non-empty; tools/replay/README.md, Disaggregated replay): the
 // `targets` are `mocker serve --worker-type prefill` servers and `decode_targets` `--worker-type
@@ -61,6 +74,7 @@
 #include <cstdint>
 #include <functional>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -72,6 +86,7 @@
 #include "tools/replay/collector.h"
 #include "tools/replay/kv_router.h"
 #include "tools/replay/live_connect.h"
+#include "tools/replay/live_router.h"
 #include "tools/replay/live_stats.h"
 #include "tools/replay/router_kind.h"
 #include "tools/replay/worker_health.h"
@@ -104,6 +119,9 @@ struct LiveReplayOptions {
   std::optional<std::uint32_t> concurrency{};
   /// When a (prefill) server counts as down and gets no more requests (worker_health.h).
   WorkerHealthConfig worker_health{};
+  /// How many times one request may be migrated (re-sent to another server when its server goes
+  /// down: "Migration" above); 0 = never, Dynamo's default. Needs worker_health.enabled.
+  std::uint32_t migration_limit = 0;
   /// A request still without a terminal this long after it was sent is cancelled (> 0).
   double request_timeout_ms = 600'000.0;
   /// How long every server gets to answer the start-up `stats` handshake (> 0).
@@ -119,8 +137,13 @@ struct LiveReplayOptions {
 
 /// The option errors runLiveReplay reports before it connects: no target, concurrency 0, a
 /// non-positive timeout, a session without a first arrival in trace mode, kv_prefix, a bad kv
-/// router or worker health setting.
+/// router or worker health setting, migration without worker health.
 Status validateLiveReplayOptions(const Workload& workload, const LiveReplayOptions& options);
+
+/// The router over the (prefill) servers, whose DP ranks are the first targets.size() entries
+/// of `ranks_per_server` (the start-up handshake's), and the decode hop.
+LiveRouterConfig liveRouterConfig(const LiveReplayOptions& options,
+                                  std::span<const std::uint32_t> ranks_per_server);
 
 /// Runs the whole workload against the servers. Errors: no target, concurrency 0, a
 /// non-positive timeout, a session without a first arrival in trace mode, a socket that cannot

@@ -1,27 +1,64 @@
 #include "tools/replay/live_requests.h"
 
+#include <algorithm>
 #include <charconv>
 #include <limits>
 
 namespace mocker::replay {
 
-std::string liveRequestId(std::size_t index) {
+std::string liveRequestId(std::size_t index, std::uint32_t attempt) {
   // Built by appending: GCC 12 reports a false -Wrestrict on "r" + to_string.
   std::string id(1, 'r');
   id.append(std::to_string(index));
+  if (attempt > 0) {
+    id.push_back('.');
+    id.append(std::to_string(attempt));
+  }
   return id;
 }
 
-std::optional<std::size_t> parseLiveRequestId(std::string_view id) {
-  if (id.size() < 2 || id[0] != 'r') return std::nullopt;
-  // Only liveRequestId's spelling: "r07" or "r00" would otherwise speak for r7 / r0.
-  if (id[1] == '0' && id.size() > 2) return std::nullopt;
-  std::size_t index = 0;
-  const char* first = id.data() + 1;
-  const char* last = id.data() + id.size();
-  const auto [ptr, ec] = std::from_chars(first, last, index);
-  if (ec != std::errc{} || ptr != last) return std::nullopt;
-  return index;
+namespace {
+
+/// A decimal without a leading zero (liveRequestId's spelling: "07" would speak for 7).
+template <typename T>
+std::optional<T> parseCanonical(std::string_view text) {
+  if (text.empty() || (text[0] == '0' && text.size() > 1)) return std::nullopt;
+  T value = 0;
+  const auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (ec != std::errc{} || ptr != text.data() + text.size()) return std::nullopt;
+  return value;
+}
+
+}  // namespace
+
+std::optional<LiveRequestId> parseLiveRequestId(std::string_view id) {
+  if (id.empty() || id[0] != 'r') return std::nullopt;
+  id.remove_prefix(1);
+  const std::size_t dot = id.find('.');
+  const std::optional<std::size_t> index = parseCanonical<std::size_t>(id.substr(0, dot));
+  if (!index) return std::nullopt;
+  if (dot == std::string_view::npos) return LiveRequestId{.index = *index};
+  const std::optional<std::uint32_t> attempt = parseCanonical<std::uint32_t>(id.substr(dot + 1));
+  if (!attempt || *attempt == 0) return std::nullopt;
+  return LiveRequestId{.index = *index, .attempt = *attempt};
+}
+
+protocol::SubmitRequest migratedSubmit(const protocol::SubmitRequest& original,
+                                       std::span<const std::uint32_t> generated) {
+  protocol::SubmitRequest next = original;
+  next.prompt.insert(next.prompt.end(), generated.begin(), generated.end());
+  const auto done = static_cast<std::uint32_t>(
+      std::min<std::size_t>(generated.size(), std::numeric_limits<std::uint32_t>::max()));
+  next.max_tokens = original.max_tokens > done ? original.max_tokens - done : 0;
+  if (next.output_tokens) {
+    auto& planned = *next.output_tokens;
+    planned.erase(planned.begin(),
+                  planned.begin() + static_cast<std::ptrdiff_t>(
+                                        std::min<std::size_t>(generated.size(), planned.size())));
+  }
+  next.dp_rank.reset();
+  next.handoff.reset();
+  return next;
 }
 
 TerminalStatus terminalStatusOf(protocol::FinishReason reason) {
@@ -40,10 +77,10 @@ TerminalStatus terminalStatusOf(protocol::FinishReason reason) {
 }
 
 LiveRequest* LiveRequests::find(std::uint32_t connection, std::string_view id) {
-  const std::optional<std::size_t> index = parseLiveRequestId(id);
-  if (!index || *index >= sent_.size()) return nullptr;
-  LiveRequest& r = sent_[*index];
-  if (!r.live) return nullptr;
+  const std::optional<LiveRequestId> parsed = parseLiveRequestId(id);
+  if (!parsed || parsed->index >= sent_.size()) return nullptr;
+  LiveRequest& r = sent_[parsed->index];
+  if (!r.live || r.migrations != parsed->attempt) return nullptr;
   if (connection >= num_prefill_) {  // a decode server
     return r.decode_target && *r.decode_target == connection - num_prefill_ ? &r : nullptr;
   }

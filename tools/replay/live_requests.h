@@ -1,7 +1,8 @@
 // The live replay's requests as the driver tracks them (tools/replay/live_replay.h): one entry
-// per dispatch, named "r<dispatch index>" on the wire, the connection whose messages speak for it
-// (the prefill server until the handoff, then the decode server), and the request timeouts in
-// deadline order. No sockets, no clock: the loop passes times in.
+// per dispatch, named "r<dispatch index>" on the wire ("r<index>.<k>" after its k-th migration),
+// the connection whose messages speak for it (the prefill server until the handoff, then the
+// decode server), the submit a migration re-sends, and the request timeouts in deadline order.
+// No sockets, no clock: the loop passes times in.
 #pragma once
 
 #include <cstddef>
@@ -9,6 +10,7 @@
 #include <functional>
 #include <optional>
 #include <queue>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -18,11 +20,17 @@
 
 namespace mocker::replay {
 
-/// "r<index>".
-std::string liveRequestId(std::size_t index);
-/// The index of an id "r<decimal>" as liveRequestId spells it (no leading zero), nullopt for any
-/// other string.
-std::optional<std::size_t> parseLiveRequestId(std::string_view id);
+/// "r<index>" (attempt 0), "r<index>.<attempt>" after a request's attempt-th migration: a server
+/// that held an earlier attempt may still answer for it, and must not be taken for the new one.
+std::string liveRequestId(std::size_t index, std::uint32_t attempt = 0);
+struct LiveRequestId {
+  std::size_t index = 0;
+  std::uint32_t attempt = 0;
+  friend bool operator==(const LiveRequestId&, const LiveRequestId&) = default;
+};
+/// The index and attempt of an id as liveRequestId spells it (decimals without a leading zero,
+/// no ".0"), nullopt for any other string.
+std::optional<LiveRequestId> parseLiveRequestId(std::string_view id);
 /// The terminal a finish reason records (length → completed, rejected, cancelled, error and
 /// shutdown → failed).
 TerminalStatus terminalStatusOf(protocol::FinishReason reason);
@@ -36,14 +44,26 @@ struct LiveRequest {
   std::optional<double> ack_ms{};  ///< submit_ack (disaggregated: the prefill server's)
   double send_ms = 0.0;
   // Disaggregated.
-  std::optional<double> handoff_ms{};                       ///< handoff received
-  std::optional<double> decode_ack_ms{};                    ///< the decode server's submit_ack
-  std::optional<std::uint32_t> decode_target{};             ///< set ⇔ the decode submit was sent
-  std::optional<protocol::SubmitRequest> decode_request{};  ///< kept until the handoff
-  std::uint32_t tokens = 0;                                 ///< output tokens received so far
-  bool admitted = false;                                    ///< onAdmission recorded
-  bool live = true;                                         ///< no terminal recorded yet
+  std::optional<double> handoff_ms{};            ///< handoff received
+  std::optional<double> decode_ack_ms{};         ///< the decode server's submit_ack
+  std::optional<std::uint32_t> decode_target{};  ///< set ⇔ the decode submit was sent
+  /// The submit as first sent, kept while it may be sent again: until the handoff
+  /// (disaggregated: hop 2 sends it with the ticket) and, with migration on, until the end.
+  std::optional<protocol::SubmitRequest> submit{};
+  // Migration (live_replay.h).
+  std::uint32_t migrations = 0;          ///< times re-sent to another server (the wire attempt)
+  std::uint32_t token_base = 0;          ///< tokens received before the current attempt
+  std::vector<std::uint32_t> generated;  ///< with migration on: every output token so far
+  std::uint32_t tokens = 0;              ///< output tokens received so far
+  bool admitted = false;                 ///< onAdmission recorded
+  bool live = true;                      ///< no terminal recorded yet
 };
+
+/// What a migration sends (Dynamo's request migration): the original prompt followed by every
+/// token generated so far, for the rest of max_tokens (and of output_tokens, when planned), no DP
+/// rank and no handoff ticket (the router picks again; hop 1 of a disaggregated run).
+protocol::SubmitRequest migratedSubmit(const protocol::SubmitRequest& original,
+                                       std::span<const std::uint32_t> generated);
 
 /// Every request of a run, by dispatch index. Connections are numbered prefill servers first
 /// (0 .. num_prefill-1), then decode servers.
@@ -60,11 +80,16 @@ class LiveRequests {
   /// A new request; its index is size() before the call.
   LiveRequest& add(LiveRequest request) { return sent_.emplace_back(std::move(request)); }
 
-  /// The live request `id` names on connection `connection`, or nullptr (unknown id, ended, or
-  /// not that connection's: a prefill server's messages end with its handoff).
+  /// The live request `id` names on connection `connection`, or nullptr (unknown id, ended, an
+  /// earlier attempt's id, or not that connection's: a prefill server's messages end with its
+  /// handoff).
   LiveRequest* find(std::uint32_t connection, std::string_view id);
   /// The connection that holds request `index` now (where a cancel goes).
   std::uint32_t holder(std::size_t index) const;
+  /// The id of request `index`'s current attempt on the wire.
+  std::string wireId(std::size_t index) const {
+    return liveRequestId(index, sent_[index].migrations);
+  }
 
   /// Request `index` times out at `time_ms` unless it ends first.
   void setDeadline(std::size_t index, double time_ms) { deadlines_.push({time_ms, index}); }

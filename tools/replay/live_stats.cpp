@@ -147,4 +147,13 @@ void recordStatsReply(const protocol::StatsReply& reply, std::uint32_t target, d
   }
 }
 
+void sumExpiredHolds(std::size_t num_prefill, LiveReplayStats& stats) {
+  if (!stats.handoff) return;
+  for (std::size_t t = 0; t < num_prefill; ++t) {
+    const std::uint64_t start = stats.handoff_expired_start[t];
+    const std::uint64_t end = stats.handoff_expired_end[t];
+    stats.handoff->expired_holds += end >= start ? end - start : 0;
+  }
+}
+
 }  // namespace mocker::replay

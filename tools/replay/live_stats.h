@@ -79,6 +79,8 @@ struct LiveReplayStats {
   std::vector<HealthTransition> health{};
   std::uint64_t failed_by_down = 0;  ///< live requests ended (failed) when their server went down
   std::uint64_t no_worker = 0;       ///< requests failed at dispatch: every server was down
+  std::uint64_t migrated_requests = 0;  ///< requests re-sent at least once (live_replay.h)
+  std::uint64_t migrations = 0;         ///< re-sends, over every request
   // Kv router.
   std::uint64_t kv_routed_hits = 0;      ///< dispatches routed where overlap > 0
   std::uint64_t kv_query_failures = 0;   ///< overlap queries without an answer (overlap 0 used)
@@ -122,6 +124,10 @@ void countFinish(TerminalStatus status, LiveReplayStats& stats);
 /// expired so far (timing_end, handoff_expired_end) and one engine sample per rank it has.
 void recordStatsReply(const protocol::StatsReply& reply, std::uint32_t target, double now_ms,
                       LiveReplayStats& stats, ReplayCollector& collector);
+
+/// Disaggregated (stats.handoff set): handoff->expired_holds = the sum over the first
+/// `num_prefill` servers of handoff_expired_end − handoff_expired_start (0 where it fell).
+void sumExpiredHolds(std::size_t num_prefill, LiveReplayStats& stats);
 
 /// Holds released by the hold timeout, over a server's ranks (its stats_reply's handoff_expired;
 /// 0 from a server without them).

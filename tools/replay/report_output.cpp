@@ -227,6 +227,7 @@ std::string formatReportTable(const Report& r) {
            ", rejected " + std::to_string(r.rejected_requests) + ", cancelled " +
            std::to_string(r.cancelled_requests) + ", failed " + std::to_string(r.failed_requests) +
            ", incomplete " + std::to_string(r.incomplete_requests) + ")");
+  if (r.migrated_requests > 0) line("Migrated requests", std::to_string(r.migrated_requests));
   line("Input tokens (completed)", std::to_string(r.total_input_tokens));
   line("Output tokens (completed)", std::to_string(r.total_output_tokens));
   line("Duration (ms)", fixedOr(r.duration_ms, 3));
@@ -344,6 +345,7 @@ std::string formatReportJson(const Report& r) {
   addDistribution(j, "output_token_throughput_per_user", "", r.output_token_throughput_per_user);
   j["failed_requests"] = r.failed_requests;
   j["incomplete_requests"] = r.incomplete_requests;
+  j["migrated_requests"] = r.migrated_requests;
   j["total_preemptions"] = r.total_preemptions;
   j["peak_kv_usage"] = orNull(r.peak_kv_usage);
   for (const auto& [prefix, counts] :
@@ -469,6 +471,7 @@ std::string formatRequestsJsonl(const ReplayCollector& collector, double ticks_p
     j["output_length"] = tau.size();
     j["reused_input_tokens"] = r.last_reused_input_tokens;
     j["admission_count"] = r.admission_count;
+    j["migrations"] = r.migrations;
     j["terminal_reason"] = r.stop_reason == StopReason::None
                                ? ordered_json(nullptr)
                                : ordered_json(stopReasonName(r.stop_reason));

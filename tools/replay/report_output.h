@@ -63,7 +63,8 @@ std::string formatRunIdentityJson(const RunIdentity& identity);
 /// request_id, arrival_time_ms, first_admit_ms, first_token_ms, last_token_ms,
 /// terminal_time_ms, terminal_status, ttft_ms, ttst_ms, e2e_latency_ms, itl_ms (per-request
 /// mean gap = TPOT), input_length, requested_output_length, output_length (tokens emitted),
-/// reused_input_tokens (at the last admission), admission_count. Absent values are null.
+/// reused_input_tokens (at the last admission), admission_count, migrations (live: times the
+/// request was re-sent to another server), terminal_reason. Absent values are null.
 /// `ticks_per_ms` > 0: every time rounded to the clock's resolution, 1 / ticks_per_ms ms (live
 /// runs: 1e6, steady_clock's nanoseconds); 0: as recorded (offline: the virtual clock's doubles).
 std::string formatRequestsJsonl(const ReplayCollector& collector, double ticks_per_ms = 0);

@@ -209,7 +209,7 @@ std::uint32_t nthRoutable(const std::vector<bool>& routable, std::uint64_t k) {
 
 std::string formatWorkerHealth(const WorkerHealthConfig& config,
                                const std::vector<HealthTransition>& transitions,
-                               std::uint64_t failed_by_down, std::uint64_t no_worker) {
+                               const DownRequests& requests) {
   std::ostringstream out;
   out << "Live worker health (suspect: connection closed";
   if (config.ack_timeout_ms > 0) out << " or no ack within " << config.ack_timeout_ms << " ms";
@@ -219,9 +219,16 @@ std::string formatWorkerHealth(const WorkerHealthConfig& config,
   }
   std::size_t downs = 0;
   for (const HealthTransition& t : transitions) downs += t.to == WorkerState::Down ? 1 : 0;
-  out << "): " << downs << " declared down; " << failed_by_down
-      << (failed_by_down == 1 ? " request" : " requests")
-      << " failed with a worker that went down, " << no_worker << " failed with no worker up\n";
+  out << "): " << downs << " declared down; ";
+  if (requests.migration_limit > 0) {
+    out << requests.migrated_requests
+        << (requests.migrated_requests == 1 ? " request" : " requests")
+        << " migrated to another server (" << requests.migrations << " migrations, limit "
+        << requests.migration_limit << " per request), ";
+  }
+  out << requests.failed_by_down << (requests.failed_by_down == 1 ? " request" : " requests")
+      << " failed with a worker that went down, " << requests.no_worker
+      << " failed with no worker up\n";
   for (const HealthTransition& t : transitions) {
     out << "  " << t.time_ms << " ms: server " << t.worker << " " << workerStateName(t.to) << " ("
         << healthReasonName(t.reason);

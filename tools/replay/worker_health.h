@@ -126,10 +126,20 @@ class WorkerHealth {
 /// the routable workers.
 std::uint32_t nthRoutable(const std::vector<bool>& routable, std::uint64_t k);
 
-/// The report's lines: the rule's settings, then one line per worker that went Down (when, why,
-/// first failure, detection time, back Up when) and the requests its going Down failed.
+/// What became of the requests of the workers that went Down.
+struct DownRequests {
+  std::uint32_t migration_limit = 0;    ///< 0: migration off (no migration figures printed)
+  std::uint64_t migrated_requests = 0;  ///< re-sent to another worker at least once
+  std::uint64_t migrations = 0;         ///< re-sends over every request
+  std::uint64_t failed_by_down = 0;     ///< ended failed when their worker went Down
+  std::uint64_t no_worker = 0;          ///< failed at dispatch: every worker was Down
+};
+
+/// The report's lines: the rule's settings and what became of the requests (migrated, failed),
+/// then one line per change of a worker's state (when, why; going Down: the first failure and
+/// the detection time).
 std::string formatWorkerHealth(const WorkerHealthConfig& config,
                                const std::vector<HealthTransition>& transitions,
-                               std::uint64_t failed_by_down, std::uint64_t no_worker);
+                               const DownRequests& requests);
 
 }  // namespace mocker::replay
