@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <iterator>
+#include <optional>
 #include <string>
 
 #include "base/check.h"
@@ -35,11 +36,11 @@ std::uint32_t RadixCache::walk(std::span<const BlockHash> hashes, bool compare, 
       break;
     }
     node = child;
-    const std::vector<Page>& pages = at(node).pages;
+    const std::vector<BlockHash>& pages = at(node).hashes;
     const std::size_t limit = std::min(pages.size(), hashes.size() - i);
     std::size_t take = 1;  // the first page matched through the index
     if (compare) {
-      while (take < limit && pages[take].hash == hashes[i + take]) ++take;
+      while (take < limit && pages[take] == hashes[i + take]) ++take;
     } else {
       take = limit;
     }
@@ -57,8 +58,8 @@ std::uint32_t RadixCache::matchLength(std::span<const BlockHash> hashes) const {
 std::uint32_t RadixCache::countUnlocked(std::span<const BlockHash> hashes) const {
   std::uint32_t n = 0;
   walk(hashes, false, [&](const Segment& s) {
-    const std::vector<Page>& pages = at(s.node).pages;
-    for (std::uint32_t k = s.begin; k < s.end; ++k) n += pages[k].lock == 0 ? 1u : 0u;
+    const std::uint32_t locked = at(s.node).lockedEnd();
+    n += s.end > locked ? s.end - locked : 0;  // a path starts each run at page 0
   });
   return n;
 }
@@ -67,10 +68,8 @@ void RadixCache::lockPath(std::span<const BlockHash> hashes) {
   segments_.clear();
   walk(hashes, false, [&](const Segment& s) { segments_.push_back(s); });
   for (const Segment& s : segments_) {
-    for (std::uint32_t k = s.begin; k < s.end; ++k) {
-      lockPage(s.node, k);  // leaves the leaf set (keyed by the old tick) before the tick changes
-      at(s.node).pages[k].tick = ++clock_;
-    }
+    lockRange(s.node, 0, s.end);  // leaves the leaf set (keyed by the old tick) first
+    assignTicks(s.node, 0, s.end);
   }
 }
 
@@ -80,21 +79,74 @@ RadixCache::PageRef RadixCache::locate(std::span<const BlockHash> hashes) const 
   return ref;
 }
 
-void RadixCache::lockPage(NodeId n, std::uint32_t offset) {
+void RadixCache::lockRange(NodeId n, std::uint32_t from, std::uint32_t to) {
   Node& node = at(n);
-  if (node.pages[offset].lock++ == 0) {
-    --num_evictable_;
-    if (node.in_leaves && offset + 1 == node.pages.size()) removeLeaf(n);
+  const std::uint32_t before = node.lockedEnd();
+  std::vector<LockEnd>& locks = node.locks;
+  if (from > 0) {
+    const auto it = std::lower_bound(locks.begin(), locks.end(), from,
+                                     [](const LockEnd& e, std::uint32_t v) { return e.end < v; });
+    MOCKER_CHECK(it != locks.end() && it->end == from);
+    if (--it->count == 0) locks.erase(it);
+  }
+  const auto it = std::lower_bound(locks.begin(), locks.end(), to,
+                                   [](const LockEnd& e, std::uint32_t v) { return e.end < v; });
+  if (it != locks.end() && it->end == to) {
+    ++it->count;
+  } else {
+    locks.insert(it, LockEnd{to, 1});
+  }
+  const std::uint32_t after = node.lockedEnd();
+  if (after > before) {
+    num_evictable_ -= after - before;
+    if (node.in_leaves && after == node.size()) removeLeaf(n);
   }
 }
 
-void RadixCache::unlockPage(NodeId n, std::uint32_t offset) {
+void RadixCache::unlockRange(NodeId n, std::uint32_t end) {
   Node& node = at(n);
-  Page& page = node.pages[offset];
-  MOCKER_CHECK(page.lock > 0);
-  if (--page.lock == 0) {
-    ++num_evictable_;
-    if (node.num_children == 0 && offset + 1 == node.pages.size()) addLeaf(n);
+  const std::uint32_t before = node.lockedEnd();
+  std::vector<LockEnd>& locks = node.locks;
+  const auto it = std::lower_bound(locks.begin(), locks.end(), end,
+                                   [](const LockEnd& e, std::uint32_t v) { return e.end < v; });
+  MOCKER_CHECK(it != locks.end() && it->end == end);
+  if (--it->count == 0) locks.erase(it);
+  const std::uint32_t after = node.lockedEnd();
+  if (after < before) {
+    num_evictable_ += before - after;
+    if (node.num_children == 0 && before == node.size()) addLeaf(n);
+  }
+}
+
+void RadixCache::assignTicks(NodeId n, std::uint32_t from, std::uint32_t count) {
+  Node& node = at(n);
+  std::vector<TickSegment>& ticks = node.ticks;
+  const std::uint32_t end = from + count;
+  const std::uint64_t first = clock_ + 1;
+  clock_ += count;
+  const auto by_start = [](const TickSegment& t, std::uint32_t v) { return t.start < v; };
+  const auto lo = std::lower_bound(ticks.begin(), ticks.end(), from, by_start);
+  const auto hi = std::lower_bound(lo, ticks.end(), end, by_start);
+  // The segment covering page `end` (the last one starting before it) keeps the pages after.
+  std::optional<TickSegment> tail;
+  if (end < node.size() && (hi == ticks.end() || hi->start != end)) {
+    const TickSegment& cover = *(hi - 1);
+    tail = TickSegment{end, cover.base + (end - cover.start)};
+  }
+  // A range that continues the ticks of the pages before it needs no segment of its own.
+  const bool continues = lo != ticks.begin() && (lo - 1)->base + (from - (lo - 1)->start) == first;
+  TickSegment fresh[2];
+  std::size_t num_fresh = 0;
+  if (!continues) fresh[num_fresh++] = TickSegment{from, first};
+  if (tail) fresh[num_fresh++] = *tail;
+  // Overwrite the erased range in place where it is long enough.
+  const auto replaced = static_cast<std::size_t>(hi - lo);
+  const std::size_t common = std::min(replaced, num_fresh);
+  std::copy(fresh, fresh + common, lo);
+  if (replaced > num_fresh) {
+    ticks.erase(lo + static_cast<std::ptrdiff_t>(common), hi);
+  } else if (num_fresh > replaced) {
+    ticks.insert(hi, fresh + common, fresh + num_fresh);
   }
 }
 
@@ -136,11 +188,17 @@ void RadixCache::evict(std::uint32_t count, std::vector<KvEvent>& events) {
     NodeId node = handle.value().second;
     at(node).in_leaves = false;
     for (;;) {
-      node = removeLastPage(node, events);
-      --count;
+      // The victim is the oldest leaf page. The unlocked pages before it in its tick segment are
+      // older still (ticks fall by one towards the root) and each becomes the leaf page once the
+      // one after it is gone: they go in one step.
+      const Node& v = at(node);
+      const std::uint32_t lo = std::max(v.ticks.back().start, v.lockedEnd());
+      const std::uint32_t take = std::min(count, v.size() - lo);
+      node = removeLastPages(node, take, events);
+      count -= take;
       if (node == kRoot) break;
       const Node& p = at(node);
-      if (p.num_children != 0 || p.pages.back().lock != 0) break;
+      if (p.num_children != 0 || p.lockedEnd() == p.size()) break;
       // The parent page is now an unlocked leaf. If it is older than every leaf in the set it
       // is the very next victim: evict it directly instead of passing it through the set.
       const LeafKey key = leafKey(node);
@@ -153,23 +211,30 @@ void RadixCache::evict(std::uint32_t count, std::vector<KvEvent>& events) {
   }
 }
 
-RadixCache::NodeId RadixCache::removeLastPage(NodeId victim, std::vector<KvEvent>& events) {
+RadixCache::NodeId RadixCache::removeLastPages(NodeId victim, std::uint32_t count,
+                                               std::vector<KvEvent>& events) {
   Node& v = at(victim);
-  const BlockHash hash = v.pages.back().hash;
-  v.pages.pop_back();
-  if (record_removals_) events.emplace_back(BlockRemoved{hash.value()});
-  --num_evictable_;
-  --num_cached_;
-  ++num_free_;
-  if (!v.pages.empty()) return victim;
-  // The run is gone: `hash` was its first page.
+  MOCKER_CHECK(count >= 1 && count <= v.size() - v.lockedEnd());
+  const std::uint32_t keep = v.size() - count;
+  if (record_removals_) {
+    for (std::uint32_t i = v.size(); i-- > keep;)
+      events.emplace_back(BlockRemoved{v.hashes[i].value()});
+  }
+  const BlockHash first = v.hashes.front();
+  v.hashes.resize(keep);
+  while (!v.ticks.empty() && v.ticks.back().start >= keep) v.ticks.pop_back();
+  num_evictable_ -= count;
+  num_cached_ -= count;
+  num_free_ += count;
+  if (keep > 0) return victim;
+  // The run is gone.
   const NodeId parent = v.parent;
-  index_.erase(hash.value());
+  index_.erase(first.value());
   v.live = false;
   v.parent = kRoot;
   // A recycled slot keeps a small buffer; a long run's memory goes back (dead slots would
   // otherwise pin the peak of every run they ever held).
-  if (v.pages.capacity() > kKeptCapacity) std::vector<Page>().swap(v.pages);
+  if (v.hashes.capacity() > kKeptCapacity) std::vector<BlockHash>().swap(v.hashes);
   free_slots_.push_back(victim);
   --at(parent).num_children;
   return parent;
@@ -189,24 +254,60 @@ RadixCache::NodeId RadixCache::newNode(NodeId parent) {
   node.num_children = 0;
   node.live = true;
   node.in_leaves = false;
-  node.pages.clear();
+  node.hashes.clear();
+  node.ticks.clear();
+  node.locks.clear();
   ++at(parent).num_children;
   return id;
 }
 
 RadixCache::NodeId RadixCache::splitBefore(NodeId n, std::uint32_t split) {
-  MOCKER_CHECK(split > 0 && split < at(n).pages.size());
+  MOCKER_CHECK(split > 0 && split < at(n).size());
   const NodeId head = newNode(at(n).parent);
   --at(at(n).parent).num_children;  // `head` replaces `n` under the old parent
   Node& tail = at(n);
   Node& h = at(head);
-  h.pages.assign(tail.pages.begin(), tail.pages.begin() + split);
-  tail.pages.erase(tail.pages.begin(), tail.pages.begin() + split);
+  h.hashes.assign(tail.hashes.begin(), tail.hashes.begin() + split);
+  tail.hashes.erase(tail.hashes.begin(), tail.hashes.begin() + split);
+  // Ticks: the segments starting before the split go to the head; the tail starts with the
+  // rest of the segment covering the split.
+  std::vector<TickSegment> ticks;
+  for (const TickSegment& t : tail.ticks) {
+    if (t.start < split) {
+      h.ticks.push_back(t);
+    } else {
+      if (ticks.empty() && t.start != split) {
+        const TickSegment& cover = h.ticks.back();
+        ticks.push_back({0, cover.base + (split - cover.start)});
+      }
+      ticks.push_back({t.start - split, t.base});
+    }
+  }
+  if (ticks.empty()) {
+    const TickSegment& cover = h.ticks.back();
+    ticks.push_back({0, cover.base + (split - cover.start)});
+  }
+  tail.ticks = std::move(ticks);
+  // Locks: a holder past the split holds the whole head; the tail keeps the ends past it.
+  std::vector<LockEnd> locks;
+  for (const LockEnd& e : tail.locks) {
+    if (e.end <= split) {
+      h.locks.push_back(e);
+      continue;
+    }
+    if (!h.locks.empty() && h.locks.back().end == split) {
+      h.locks.back().count += e.count;
+    } else {
+      h.locks.push_back({split, e.count});
+    }
+    locks.push_back({e.end - split, e.count});
+  }
+  tail.locks = std::move(locks);
   tail.parent = head;
   h.num_children = 1;
   // `n` keeps its id and last page, so its leaf-set key is unchanged; the index moves.
-  index_.find(h.pages.front().hash.value())->node = head;
-  auto [entry, inserted] = index_.findOrInsert(tail.pages.front().hash.value());
+  index_.find(h.hashes.front().value())->node = head;
+  auto [entry, inserted] = index_.findOrInsert(tail.hashes.front().value());
   MOCKER_CHECK(inserted);
   entry->count = 1;
   entry->node = n;
@@ -214,10 +315,8 @@ RadixCache::NodeId RadixCache::splitBefore(NodeId n, std::uint32_t split) {
 }
 
 std::uint32_t RadixCache::share(NodeId node, std::uint32_t from, std::uint32_t n) {
-  for (std::uint32_t k = from; k < from + n; ++k) {
-    lockPage(node, k);  // leaves the leaf set (keyed by the old tick) before the tick changes
-    at(node).pages[k].tick = ++clock_;
-  }
+  lockRange(node, from, from + n);  // leaves the leaf set (keyed by the old tick) first
+  assignTicks(node, from, n);
   freePrivate(n);  // the duplicates go back
   return n;
 }
@@ -225,14 +324,14 @@ std::uint32_t RadixCache::share(NodeId node, std::uint32_t from, std::uint32_t n
 std::uint32_t RadixCache::insertRun(PageRef& parent, std::span<const BlockHash> hashes,
                                     bool& created, std::uint32_t expected) {
   MOCKER_CHECK(!hashes.empty() && hashes.size() <= num_private_);
-  MOCKER_CHECK(parent.node == kRoot || at(parent.node).pages[parent.offset].lock > 0);
+  MOCKER_CHECK(parent.node == kRoot || at(parent.node).lockedEnd() > parent.offset);
   created = false;
-  if (parent.node != kRoot && parent.offset + 1 < at(parent.node).pages.size()) {
+  if (parent.node != kRoot && parent.offset + 1 < at(parent.node).size()) {
     // Inside a run the parent page's only child is the run's next page: share while they agree.
-    const std::vector<Page>& pages = at(parent.node).pages;
+    const std::vector<BlockHash>& pages = at(parent.node).hashes;
     const std::size_t limit = std::min(pages.size() - parent.offset - 1, hashes.size());
     std::uint32_t n = 0;
-    while (n < limit && pages[parent.offset + 1 + n].hash == hashes[n]) ++n;
+    while (n < limit && pages[parent.offset + 1 + n] == hashes[n]) ++n;
     if (n > 0) {
       share(parent.node, parent.offset + 1, n);
       parent.offset += n;
@@ -241,10 +340,10 @@ std::uint32_t RadixCache::insertRun(PageRef& parent, std::span<const BlockHash> 
     parent.node = splitBefore(parent.node, parent.offset + 1);  // diverges: a new child below
   } else if (NodeId child; (parent.node == kRoot || at(parent.node).num_children != 0) &&
                            findChild(parent.node, hashes.front(), child)) {
-    const std::vector<Page>& pages = at(child).pages;
+    const std::vector<BlockHash>& pages = at(child).hashes;
     const std::size_t limit = std::min(pages.size(), hashes.size());
     std::uint32_t n = 1;  // the first page matched through the index
-    while (n < limit && pages[n].hash == hashes[n]) ++n;
+    while (n < limit && pages[n] == hashes[n]) ++n;
     share(child, 0, n);
     parent = {child, n - 1};
     return n;
@@ -265,17 +364,25 @@ std::uint32_t RadixCache::insertRun(PageRef& parent, std::span<const BlockHash> 
   }
   // Otherwise the parent page ends a childless run (locked by the caller, so not a leaf in the
   // set): the run grows instead of getting a child.
-  std::vector<Page>& pages = at(target).pages;
-  MOCKER_DCHECK(!at(target).in_leaves);
+  Node& node = at(target);
+  std::vector<BlockHash>& pages = node.hashes;
+  MOCKER_DCHECK(!node.in_leaves);
+  const std::uint32_t from = node.size();
   // Grow once for every page the caller expects to publish (a prompt's later chunks extend this
   // run), else geometrically (a run also grows a page at a time while decoding).
   if (const std::size_t need = pages.size() + n; need > pages.capacity()) {
     pages.reserve(std::max({need, pages.size() + expected, 2 * pages.capacity()}));
   }
-  std::uint64_t tick = clock_;
-  for (const BlockHash h : hashes) pages.push_back(Page{h, ++tick, 1});
-  clock_ = tick;
-  parent = {target, static_cast<std::uint32_t>(pages.size() - 1)};
+  pages.insert(pages.end(), hashes.begin(), hashes.end());
+  // The caller's hold on the run moves from its old end to the new one (new pages were never
+  // evictable, so no count changes).
+  if (from > 0) {
+    MOCKER_CHECK(node.locks.back().end == from);
+    if (--node.locks.back().count == 0) node.locks.pop_back();
+  }
+  node.locks.push_back(LockEnd{node.size(), 1});
+  assignTicks(target, from, n);
+  parent = {target, node.size() - 1};
   return n;
 }
 
@@ -285,10 +392,8 @@ void RadixCache::releasePath(std::span<const BlockHash> hashes) {
   // One pass, root first: a page's tick is set before it is unlocked, and only a node's last page
   // can join the leaf set (keyed by that tick), so the order of unlocks does not matter.
   for (const Segment& s : segments_) {
-    for (std::uint32_t k = s.begin; k < s.end; ++k) {
-      at(s.node).pages[k].tick = ++clock_;
-      unlockPage(s.node, k);
-    }
+    assignTicks(s.node, 0, s.end);
+    unlockRange(s.node, s.end);
   }
 }
 
@@ -297,7 +402,7 @@ std::vector<BlockHash> RadixCache::cachedHashes() const {
   out.reserve(num_cached_);
   for (const Node& n : nodes_) {
     if (!n.live) continue;
-    for (const Page& p : n.pages) out.push_back(p.hash);
+    out.insert(out.end(), n.hashes.begin(), n.hashes.end());
   }
   std::sort(out.begin(), out.end());
   return out;
@@ -316,14 +421,40 @@ bool RadixCache::clear() {
   return true;
 }
 
+namespace {
+
+// Σ count over the lock ends past page k.
+template <typename Locks>
+std::uint32_t lockAt(const Locks& locks, std::uint32_t k) {
+  std::uint32_t lock = 0;
+  for (const auto& e : locks) lock += e.end > k ? e.count : 0;
+  return lock;
+}
+
+// The shape of a run's tick segments and lock ends; empty when sound.
+template <typename Ticks, typename Locks>
+std::string runShapeError(const Ticks& ticks, const Locks& locks, std::size_t size) {
+  if (ticks.empty() || ticks.front().start != 0) return "tick segments do not start at page 0";
+  for (std::size_t i = 0; i < ticks.size(); ++i) {
+    if (ticks[i].start >= size) return "tick segment past the run";
+    if (i > 0 && ticks[i].start <= ticks[i - 1].start) return "tick segments out of order";
+  }
+  for (std::size_t i = 0; i < locks.size(); ++i) {
+    if (locks[i].count == 0 || locks[i].end == 0 || locks[i].end > size) return "bad lock end";
+    if (i > 0 && locks[i].end <= locks[i - 1].end) return "lock ends out of order";
+  }
+  return {};
+}
+
+}  // namespace
+
 Status RadixCache::checkInvariants(std::span<const std::span<const BlockHash>> held) const {
   const auto fail = [](const std::string& what) {
     return Error{ErrorCode::Internal, "radix cache invariant: " + what};
   };
   const auto num_slots = static_cast<std::uint32_t>(nodes_.size());
   std::vector<std::vector<std::uint32_t>> holders(num_slots);
-  for (std::uint32_t slot = 0; slot < num_slots; ++slot)
-    holders[slot].resize(nodes_[slot].pages.size());
+  for (std::uint32_t slot = 0; slot < num_slots; ++slot) holders[slot].resize(nodes_[slot].size());
   for (std::span<const BlockHash> path : held) {
     const std::uint32_t matched = walk(path, true, [&](const Segment& s) {
       for (std::uint32_t k = s.begin; k < s.end; ++k) ++holders[s.node.value()][k];
@@ -337,23 +468,27 @@ Status RadixCache::checkInvariants(std::span<const std::span<const BlockHash>> h
     const Node& n = at(id);
     if (!n.live) continue;
     ++live;
-    if (n.pages.empty()) return fail("empty run");
-    const Entry* e = index_.find(n.pages.front().hash.value());
+    if (n.hashes.empty()) return fail("empty run");
+    if (std::string shape = runShapeError(n.ticks, n.locks, n.size()); !shape.empty()) {
+      return fail(shape);
+    }
+    const Entry* e = index_.find(n.hashes.front().value());
     if (e == nullptr || e->node != id) return fail("run missing from the first-page index");
     if (n.parent.value() >= num_slots || !at(n.parent).live) return fail("dangling parent");
     ++children[n.parent.value()];
-    std::uint32_t above = n.parent == kRoot ? ~std::uint32_t{0} : at(n.parent).pages.back().lock;
-    for (std::uint32_t k = 0; k < n.pages.size(); ++k) {
-      const Page& p = n.pages[k];
-      if (p.lock > above) return fail("parent page less locked than child");
-      above = p.lock;
-      if (p.lock != holders[slot][k]) {
-        return fail("lock " + std::to_string(p.lock) + " != holders " +
+    const Node& up = at(n.parent);
+    std::uint32_t above = n.parent == kRoot ? ~std::uint32_t{0} : lockAt(up.locks, up.size() - 1);
+    for (std::uint32_t k = 0; k < n.size(); ++k) {
+      const std::uint32_t lock = lockAt(n.locks, k);
+      if (lock > above) return fail("parent page less locked than child");
+      above = lock;
+      if (lock != holders[slot][k]) {
+        return fail("lock " + std::to_string(lock) + " != holders " +
                     std::to_string(holders[slot][k]));
       }
-      if (p.lock == 0) ++unlocked;
+      if (lock == 0) ++unlocked;
     }
-    cached += n.pages.size();
+    cached += n.size();
   }
   for (std::uint32_t slot = 0; slot < num_slots; ++slot) {
     const NodeId id{slot};
@@ -361,14 +496,14 @@ Status RadixCache::checkInvariants(std::span<const std::span<const BlockHash>> h
     if (!n.live) continue;
     if (children[slot] != n.num_children) return fail("child count mismatch");
     if (id == kRoot) continue;
-    const bool unlocked_leaf = n.num_children == 0 && n.pages.back().lock == 0;
+    const bool unlocked_leaf = n.num_children == 0 && n.lockedEnd() < n.size();
     if (unlocked_leaf != n.in_leaves) return fail("leaf set membership mismatch");
     if (unlocked_leaf) {
       ++leaves;
       if (!leaves_.contains(leafKey(id))) return fail("leaf set key mismatch");
     }
   }
-  if (!at(kRoot).live || !at(kRoot).pages.empty()) return fail("root holds pages");
+  if (!at(kRoot).live || !at(kRoot).hashes.empty()) return fail("root holds pages");
   if (live != index_.size()) return fail("first-page index size != runs");
   if (cached != num_cached_) return fail("cached page count mismatch");
   if (leaves != leaves_.size()) return fail("leaf set size mismatch");

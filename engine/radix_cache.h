@@ -10,22 +10,29 @@
 // in order. There is exactly one cached page per hash: a request whose page completes with a
 // hash that is already cached frees its private page and shares the cached one.
 //
-// Every cached page carries its own `lock` (the number of requests holding it; a request holds
-// its whole path, so along a path locks never grow with depth) and logical access tick. Unlocked
-// pages are *evictable*; eviction repeatedly removes the unlocked leaf page (the last page of a
-// node without children) with the oldest tick and produces a BlockRemoved for its hash. A page's
+// Every cached page has a `lock` (the number of requests holding it; a request holds its whole
+// path, so along a path locks never grow with depth) and a logical access tick. Unlocked pages
+// are *evictable*; eviction repeatedly removes the unlocked leaf page (the last page of a node
+// without children) with the oldest tick and produces a BlockRemoved for its hash. A page's
 // creation is the caller's Stored event. This is exactly the page-granular LRU-of-leaves order
 // of an uncompressed tree (ticks are unique, so no tie-break is ever needed); compressing runs
 // only changes the cost: with page size 1 one request's prompt is one node, not 40,000.
+// Neither is stored per page. A holder covers a prefix [0, end) of every run it enters, so a
+// run keeps its holders' ends (page i's lock = holders whose end > i; the pages from the
+// largest end on are the unlocked ones), and every operation gives a range of a run
+// consecutive ticks, so a run keeps segments of consecutive ticks (tick = base + offset).
+// Locking, inserting and releasing a path therefore cost O(1) per run on it, not per page.
 //
 // Invariants (checkInvariants): free + private + cached = N; evictable = unlocked pages; the leaf
 // set holds exactly the nodes without children whose last page is unlocked; locks never grow
 // along a path; every node but the root holds >= 1 page.
 //
-// Costs: match, lock and release O(pages on the path), sequential within a node, plus one index
-// lookup per node; inserting a page O(1) amortised, plus O(run) for a split (the split node's
-// pages are moved once); eviction O(1) per page while it follows its node and chain, O(log n)
-// per leaf-set update. Not thread-safe; owned by one rank's SglangScheduler.
+// Costs: match O(pages on the path) (hash compares, sequential within a node), lock and release
+// O(runs on the path × their holders' ends and tick segments), plus one index lookup per node;
+// inserting pages appends their hashes, plus O(run) for a split (the split node's hashes are
+// moved once); eviction takes every page of a leaf's last tick segment in one step (one
+// BlockRemoved each when recorded), O(log n) per leaf-set update. Not thread-safe; owned by one
+// rank's SglangScheduler.
 #pragma once
 
 #include <cstdint>
@@ -121,17 +128,33 @@ class RadixCache final {
   Status checkInvariants(std::span<const std::span<const BlockHash>> held) const;
 
  private:
-  struct Page {
-    BlockHash hash;
-    std::uint64_t tick = 0;
-    std::uint32_t lock = 0;
+  // Ticks of a run's pages, in segments of consecutive ticks: page i of [start, next start)
+  // has tick base + (i − start). Locking, inserting or releasing a path assigns consecutive
+  // ticks to a range of a run, so one call adds at most two segments whatever the pages.
+  struct TickSegment {
+    std::uint32_t start = 0;
+    std::uint64_t base = 0;
+  };
+  // Locks of a run as the ends of the paths holding it: a holder covers pages [0, end) (a
+  // path is a prefix of each run it enters), so page i's lock is Σ count over ends > i and the
+  // pages from the largest end on are the unlocked ones.
+  struct LockEnd {
+    std::uint32_t end = 0;
+    std::uint32_t count = 0;
   };
   struct Node {
     NodeId parent = kRoot;
     std::uint32_t num_children = 0;
     bool live = false;
     bool in_leaves = false;
-    std::vector<Page> pages;  // the run, root side first
+    std::vector<BlockHash> hashes;   // the run, root side first
+    std::vector<TickSegment> ticks;  // by start; covers [0, size) when non-empty
+    std::vector<LockEnd> locks;      // by end, counts > 0, ends <= size
+
+    std::uint32_t size() const { return static_cast<std::uint32_t>(hashes.size()); }
+    /// Pages [0, lockedEnd()) are locked, the rest unlocked.
+    std::uint32_t lockedEnd() const { return locks.empty() ? 0 : locks.back().end; }
+    std::uint64_t lastTick() const { return ticks.back().base + (size() - 1 - ticks.back().start); }
   };
   struct Entry {
     std::uint32_t count = 0;  // 1 while present (HashIndex's occupancy marker)
@@ -155,9 +178,14 @@ class RadixCache final {
   /// is not; without, the path is trusted (REQUIRES: cached) and only node starts are looked up.
   template <typename F>
   std::uint32_t walk(std::span<const BlockHash> hashes, bool compare, F&& f) const;
-  void lockPage(NodeId n, std::uint32_t offset);
-  void unlockPage(NodeId n, std::uint32_t offset);
-  LeafKey leafKey(NodeId n) const { return {at(n).pages.back().tick, n}; }
+  /// A holder's lock on `n` grows from pages [0, from) (0: it held none of `n`) to [0, to);
+  /// pages it makes locked leave the evictable count (and `n` the leaf set).
+  void lockRange(NodeId n, std::uint32_t from, std::uint32_t to);
+  /// A holder of pages [0, end) of `n` lets go; pages left unlocked become evictable.
+  void unlockRange(NodeId n, std::uint32_t end);
+  /// Pages [from, from + count) of `n` get ticks clock_ + 1, clock_ + 2, …; the clock advances.
+  void assignTicks(NodeId n, std::uint32_t from, std::uint32_t count);
+  LeafKey leafKey(NodeId n) const { return {at(n).lastTick(), n}; }
   void addLeaf(NodeId n);
   void removeLeaf(NodeId n);
   NodeId newNode(NodeId parent);
@@ -168,10 +196,10 @@ class RadixCache final {
   std::uint32_t share(NodeId node, std::uint32_t from, std::uint32_t n);
   /// Evicts `count` unlocked leaf pages, oldest tick first; one BlockRemoved each.
   void evict(std::uint32_t count, std::vector<KvEvent>& events);
-  /// Drops the last page of unlocked leaf node `victim` (out of the leaf set). Returns the node
-  /// that holds the victim page's parent page (the same node unless it became empty, then its
-  /// parent, whose child count is decremented).
-  NodeId removeLastPage(NodeId victim, std::vector<KvEvent>& events);
+  /// Drops the last `count` pages of unlocked leaf node `victim` (out of the leaf set; the
+  /// pages are unlocked). Returns the node that holds the last remaining page's parent page (the
+  /// same node unless it became empty, then its parent, whose child count is decremented).
+  NodeId removeLastPages(NodeId victim, std::uint32_t count, std::vector<KvEvent>& events);
 
   std::uint32_t num_pages_;
   std::uint32_t num_free_;

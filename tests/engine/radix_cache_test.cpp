@@ -283,5 +283,49 @@ TEST(RadixCacheTest, EvictsLeafPagesLeastRecentlyUsedFirst) {
   EXPECT_EQ(evictAll(cache), (std::vector<std::uint64_t>{11, 10, 1}));
 }
 
+TEST(RadixCacheTest, EvictionWithoutRecordingLeavesTheSameTree) {
+  // Eviction with KV events off takes a leaf's last tick segment in one step; it must leave the
+  // tree, the counts and the eviction total exactly as recorded eviction (page by page) does.
+  for (std::uint64_t seed = 1; seed <= 20; ++seed) {
+    SCOPED_TRACE("seed " + std::to_string(seed));
+    std::mt19937_64 rng(seed);
+    RadixCache recorded(40);
+    RadixCache silent(40);
+    silent.setRecordRemovals(false);
+    std::vector<KvEvent> recorded_events;
+    std::vector<KvEvent> silent_events;
+    for (int step = 0; step < 200; ++step) {
+      const std::vector<BlockHash> seq = randomSequence(rng);
+      // Lock a random cached prefix again (new ticks inside runs), then publish and release.
+      const std::uint32_t matched = recorded.matchLength(seq);
+      ASSERT_EQ(silent.matchLength(seq), matched);
+      const auto prefix = static_cast<std::uint32_t>(rng() % (matched + 1));
+      for (RadixCache* c : {&recorded, &silent}) {
+        c->lockPath(std::span(seq).first(prefix));
+        c->releasePath(std::span(seq).first(prefix));
+      }
+      publish(recorded, seq);
+      publish(silent, seq);
+      recorded.releasePath(seq);
+      silent.releasePath(seq);
+      const auto take =
+          static_cast<std::uint32_t>(rng() % (recorded.numFree() + 1 + recorded.numEvictable()));
+      recorded.allocatePrivate(take, recorded_events);
+      silent.allocatePrivate(take, silent_events);
+      recorded.freePrivate(take);
+      silent.freePrivate(take);
+      ASSERT_EQ(silent.cachedHashes(), recorded.cachedHashes());
+      ASSERT_EQ(silent.numEvictable(), recorded.numEvictable());
+      ASSERT_EQ(silent.numFree(), recorded.numFree());
+      ASSERT_EQ(silent.numEvicted(), recorded.numEvicted());
+      const Status ok = silent.checkInvariants({});
+      ASSERT_TRUE(ok.has_value()) << ok.error().message;
+    }
+    EXPECT_TRUE(silent_events.empty());
+    EXPECT_FALSE(recorded_events.empty());
+    EXPECT_GT(silent.numEvicted(), 0u);
+  }
+}
+
 }  // namespace
 }  // namespace mocker::engine

@@ -166,8 +166,9 @@ void KvIndex::applyStored(WorkerRank source, std::span<const std::uint64_t> bloc
     if (parent == nullptr || !holds(*parent, src)) ++counters_.stored_with_unknown_parent;
   }
   std::uint64_t added = 0;
-  for (const std::uint64_t h : block_hashes) {
-    Entry& e = findOrInsert(h);
+  for (std::size_t i = 0; i < block_hashes.size(); ++i) {
+    if (i + kPrefetchAhead < block_hashes.size()) prefetch(block_hashes[i + kPrefetchAhead]);
+    Entry& e = findOrInsert(block_hashes[i]);
     if (addOwner(e, src)) {
       ++added;
     } else {
@@ -183,8 +184,9 @@ void KvIndex::applyRemoved(WorkerRank source, std::span<const std::uint64_t> blo
   const std::uint32_t src = registerSource(source);
   ++counters_.events_applied;
   ++counters_.removed_events;
-  for (const std::uint64_t h : block_hashes) {
-    Entry* e = find(h);
+  for (std::size_t i = 0; i < block_hashes.size(); ++i) {
+    if (i + kPrefetchAhead < block_hashes.size()) prefetch(block_hashes[i + kPrefetchAhead]);
+    Entry* e = find(block_hashes[i]);
     if (e == nullptr || !removeOwner(*e, src)) {
       ++counters_.unknown_removes;
       continue;

@@ -96,7 +96,10 @@ void ActiveLoad::add(std::uint64_t request, std::uint32_t candidate,
   a.candidate = candidate;
   a.hashes.assign(hashes.begin(), hashes.end());
   a.prefill_tokens = prefill_tokens;
-  for (const std::uint64_t h : hashes) addRef(h, candidate);
+  for (std::size_t i = 0; i < hashes.size(); ++i) {
+    if (i + kPrefetchAhead < hashes.size()) holders_.prefetch(hashes[i + kPrefetchAhead]);
+    addRef(hashes[i], candidate);
+  }
   queued_prefill_[candidate] += prefill_tokens;
 }
 
@@ -170,7 +173,11 @@ void ActiveLoad::remove(std::uint64_t request) {
   const auto it = requests_.find(request);
   if (it == requests_.end()) return;
   prefillDone(request);
-  for (const std::uint64_t h : it->second.hashes) dropRef(h, it->second.candidate);
+  const std::vector<std::uint64_t>& hashes = it->second.hashes;
+  for (std::size_t i = 0; i < hashes.size(); ++i) {
+    if (i + kPrefetchAhead < hashes.size()) holders_.prefetch(hashes[i + kPrefetchAhead]);
+    dropRef(hashes[i], it->second.candidate);
+  }
   requests_.erase(it);
 }
 
@@ -188,8 +195,9 @@ std::uint64_t ActiveLoad::newBlocks(std::uint32_t candidate,
 void ActiveLoad::heldBlocks(std::span<const std::uint64_t> hashes,
                             std::vector<std::uint64_t>& held) const {
   held.assign(active_blocks_.size(), 0);
-  for (const std::uint64_t hash : hashes) {
-    const Holders* e = holders_.find(hash);
+  for (std::size_t i = 0; i < hashes.size(); ++i) {
+    if (i + kPrefetchAhead < hashes.size()) holders_.prefetch(hashes[i + kPrefetchAhead]);
+    const Holders* e = holders_.find(hashes[i]);
     if (e == nullptr) continue;
     ++held[e->first.candidate];
     if (e->more == kNoList) continue;

@@ -82,6 +82,9 @@ class ActiveLoad {
 
  private:
   static constexpr std::uint32_t kNoList = ~std::uint32_t{0};
+  // Hashes ahead that a loop over a prompt's hashes prefetches (each probe is a cache miss once
+  // the index outgrows the cache: SGLang page size 1 has one hash per token).
+  static constexpr std::size_t kPrefetchAhead = 8;
   struct Active {
     std::uint32_t candidate = 0;
     std::vector<std::uint64_t> hashes;

@@ -7,6 +7,7 @@
 #include <span>
 #include <string>
 #include <utility>
+#include <variant>
 
 #include "base/check.h"
 #include "engine/block_hash.h"
@@ -183,8 +184,18 @@ class OfflineReplay {
     while (!pending_events_.empty() && pending_events_.top().visible_ms <= now) {
       const PendingEvents& p = pending_events_.top();
       const Slot& s = slots_[p.slot];
-      for (const engine::KvEvent& e : p.events) {
+      const std::vector<engine::KvEvent>& events = p.events;
+      for (std::size_t i = 0; i < events.size(); ++i) {
+        // Eviction is one event per hash (SGLang page size 1: tens of millions, each a cache
+        // miss in the index): start loading the slot of one a few events ahead.
+        if (i + index::KvIndex::kPrefetchAhead < events.size()) {
+          const engine::KvEvent& ahead = events[i + index::KvIndex::kPrefetchAhead];
+          if (const auto* r = std::get_if<engine::BlockRemoved>(&ahead)) {
+            index_.prefetch(r->block_hash);
+          }
+        }
         // The router scores GPU prefixes; offload-tier events (medium CPU / DISK) are not its.
+        const engine::KvEvent& e = events[i];
         if (engine::eventMedium(e) == engine::Medium::Gpu) index_.apply(e, {s.worker, s.rank});
       }
       pending_events_.pop();
