@@ -275,7 +275,10 @@ std::string gpuKvCacheSizeText(std::uint64_t tokens) {
   return "GPU KV cache size: " + grouped + " tokens";
 }
 
-std::optional<ConfigError> checkEngineConfig(const EngineConfig& c) {
+namespace {
+
+/// Sizes, limits and speed-ups.
+std::optional<ConfigError> checkShape(const EngineConfig& c) {
   const auto u = [](std::uint64_t v) { return std::to_string(v); };
   if (c.num_gpu_blocks && *c.num_gpu_blocks < 1) {
     return fieldError("num_gpu_blocks", ">= 1", u(*c.num_gpu_blocks));
@@ -304,6 +307,12 @@ std::optional<ConfigError> checkEngineConfig(const EngineConfig& c) {
   if (!std::isfinite(c.decode_speedup_ratio) || c.decode_speedup_ratio <= 0) {
     return fieldError("decode_speedup_ratio", "finite and > 0", num(c.decode_speedup_ratio));
   }
+  return std::nullopt;
+}
+
+/// Speculative decoding.
+std::optional<ConfigError> checkSpeculative(const EngineConfig& c) {
+  const auto u = [](std::uint64_t v) { return std::to_string(v); };
   if (c.spec_num_draft_tokens &&
       (*c.spec_num_draft_tokens < 1 || *c.spec_num_draft_tokens > kMaxSpecDraftTokens)) {
     return fieldError("spec_num_draft_tokens", "in 1..=5 or null (off)",
@@ -326,6 +335,12 @@ std::optional<ConfigError> checkEngineConfig(const EngineConfig& c) {
                          num(c.decode_speedup_ratio) +
                          "): speculative decoding models the decode speedup itself");
   }
+  return std::nullopt;
+}
+
+/// Disaggregated prefill/decode: KV handoff size, link and hold timeout.
+std::optional<ConfigError> checkDisaggregation(const EngineConfig& c) {
+  const auto u = [](std::uint64_t v) { return std::to_string(v); };
   if (c.kv_bytes_per_token < 1) {
     return fieldError("kv_bytes_per_token", ">= 1", u(c.kv_bytes_per_token));
   }
@@ -333,13 +348,16 @@ std::optional<ConfigError> checkEngineConfig(const EngineConfig& c) {
     return fieldError("kv_transfer_bandwidth_gbps", "finite and > 0",
                       num(c.kv_transfer_bandwidth_gbps));
   }
-  if (auto e = checkOffload(c)) return e;
-  if (auto e = checkLora(c)) return e;
   if (c.kv_hold_timeout_ms &&
       (!std::isfinite(*c.kv_hold_timeout_ms) || *c.kv_hold_timeout_ms < 0)) {
     return fieldError("kv_hold_timeout_ms", "finite and >= 0, or null (hold forever)",
                       num(*c.kv_hold_timeout_ms));
   }
+  return std::nullopt;
+}
+
+/// The timing model and what it requires.
+std::optional<ConfigError> checkTiming(const EngineConfig& c) {
   switch (c.timing_model) {
     case TimingModelKind::Polynomial:
       break;
@@ -381,6 +399,13 @@ std::optional<ConfigError> checkEngineConfig(const EngineConfig& c) {
                                                        std::string(toString(c.timing_model)) +
                                                        " (set timing_model = roofline)");
   }
+  return std::nullopt;
+}
+
+/// SGLang settings.
+std::optional<ConfigError> checkSglang(const EngineConfig& c) {
+  const auto u = [](std::uint64_t v) { return std::to_string(v); };
+  const std::uint32_t block_size = effectiveBlockSize(c);
   // SGLang settings are range-checked whatever the engine type (a bad value is never silently
   // ignored); the cross-field rules apply only when the SGLang scheduler is selected.
   const SglangConfig& s = c.sglang;
@@ -409,6 +434,16 @@ std::optional<ConfigError> checkEngineConfig(const EngineConfig& c) {
           {"sglang.chunked_prefill_size", "block_size", "sglang.page_size", "engine_type"},
           ">= 1 and divisible by block_size " + u(block_size), u(s.chunked_prefill_size));
     }
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
+std::optional<ConfigError> checkEngineConfig(const EngineConfig& c) {
+  for (const auto check : {checkShape, checkSpeculative, checkDisaggregation, checkOffload,
+                           checkLora, checkTiming, checkSglang}) {
+    if (auto e = check(c)) return e;
   }
   return std::nullopt;
 }

@@ -148,17 +148,16 @@ Result<std::unique_ptr<WorkerPool>> WorkerPool::start(WorkerPoolOptions options,
   impl.num_ready = &pool->num_ready_;
   impl.num_lost = &pool->num_lost_;
   for (const auto& w : impl.options.workers) {
-    auto client =
-        net::Client::connect({.submit_endpoint = w.submit,
-                                  .cancel_endpoint = w.cancel,
-                                  // Deep queues: the service drops outputs to a
-                                  // client whose receive queue is full.
-                                  .rcvhwm = 1'000'000,
-                                  .sndhwm = 100'000,
-                                  .nonblocking_send = true,
-                                  .curve_server_key = impl.options.curve.server_public_key,
-                                  .curve_public_key = impl.options.curve.public_key,
-                                  .curve_secret_key = impl.options.curve.secret_key});
+    auto client = net::Client::connect({.submit_endpoint = w.submit,
+                                        .cancel_endpoint = w.cancel,
+                                        // Deep queues: the service drops outputs to a
+                                        // client whose receive queue is full.
+                                        .rcvhwm = 1'000'000,
+                                        .sndhwm = 100'000,
+                                        .nonblocking_send = true,
+                                        .curve_server_key = impl.options.curve.server_public_key,
+                                        .curve_public_key = impl.options.curve.public_key,
+                                        .curve_secret_key = impl.options.curve.secret_key});
     if (!client) return client.error().withContext("worker " + w.submit);
     for (const int fd : (*client)->notifyFds()) {
       boost::system::error_code ec;

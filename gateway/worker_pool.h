@@ -28,8 +28,8 @@
 #include <vector>
 
 #include "base/result.h"
-#include "protocol/client.h"
 #include "net/security.h"
+#include "protocol/client.h"
 
 namespace boost::asio {
 class io_context;
