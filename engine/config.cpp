@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cctype>
 #include <cmath>
+#include <concepts>
 #include <limits>
 #include <string>
 #include <utility>
@@ -61,6 +62,9 @@ std::string num(double v) {
   std::string s = std::to_string(v);
   return s;
 }
+
+/// Integers in messages (sizes, counts, indices).
+std::string num(std::integral auto v) { return std::to_string(v); }
 
 /// Profile errors name the array in the message; their field is "timing_profile".
 ConfigError profileError(const std::string& array, const std::string& rule,
@@ -279,28 +283,27 @@ namespace {
 
 /// Sizes, limits and speed-ups.
 std::optional<ConfigError> checkShape(const EngineConfig& c) {
-  const auto u = [](std::uint64_t v) { return std::to_string(v); };
   if (c.num_gpu_blocks && *c.num_gpu_blocks < 1) {
-    return fieldError("num_gpu_blocks", ">= 1", u(*c.num_gpu_blocks));
+    return fieldError("num_gpu_blocks", ">= 1", num(*c.num_gpu_blocks));
   }
   const std::uint32_t block_size = effectiveBlockSize(c);
-  if (block_size < 1) return fieldError("block_size", ">= 1", u(block_size));
+  if (block_size < 1) return fieldError("block_size", ">= 1", num(block_size));
   if (c.max_model_len && *c.max_model_len < 2) {
-    return fieldError("max_model_len", ">= 2 or null", u(*c.max_model_len));
+    return fieldError("max_model_len", ">= 2 or null", num(*c.max_model_len));
   }
   if (c.max_model_len && c.engine_type == EngineType::Sglang) {
     return ruleError({"max_model_len", "engine_type"},
                      "max_model_len applies only to engine_type vllm or trtllm");
   }
   if (c.max_num_seqs && *c.max_num_seqs < 1) {
-    return fieldError("max_num_seqs", ">= 1 or null (unbounded)", u(*c.max_num_seqs));
+    return fieldError("max_num_seqs", ">= 1 or null (unbounded)", num(*c.max_num_seqs));
   }
   if (c.max_num_batched_tokens && *c.max_num_batched_tokens < 1) {
     return fieldError("max_num_batched_tokens", ">= 1 or null (unbounded)",
-                      u(*c.max_num_batched_tokens));
+                      num(*c.max_num_batched_tokens));
   }
-  if (c.dp_size < 1) return fieldError("dp_size", ">= 1", u(c.dp_size));
-  if (c.dp_size > 1024) return fieldError("dp_size", "<= 1024", u(c.dp_size));
+  if (c.dp_size < 1) return fieldError("dp_size", ">= 1", num(c.dp_size));
+  if (c.dp_size > 1024) return fieldError("dp_size", "<= 1024", num(c.dp_size));
   if (!std::isfinite(c.speedup_ratio) || c.speedup_ratio < 0) {
     return fieldError("speedup_ratio", "finite and >= 0", num(c.speedup_ratio));
   }
@@ -312,21 +315,20 @@ std::optional<ConfigError> checkShape(const EngineConfig& c) {
 
 /// Speculative decoding.
 std::optional<ConfigError> checkSpeculative(const EngineConfig& c) {
-  const auto u = [](std::uint64_t v) { return std::to_string(v); };
   if (c.spec_num_draft_tokens &&
       (*c.spec_num_draft_tokens < 1 || *c.spec_num_draft_tokens > kMaxSpecDraftTokens)) {
     return fieldError("spec_num_draft_tokens", "in 1..=5 or null (off)",
-                      u(*c.spec_num_draft_tokens));
+                      num(*c.spec_num_draft_tokens));
   }
   if (c.spec_accept_rates.size() > kMaxSpecDraftTokens) {
     return fieldError("spec_accept_rates", "at most 5 rates",
-                      u(c.spec_accept_rates.size()) + " rates");
+                      num(c.spec_accept_rates.size()) + " rates");
   }
   for (std::size_t i = 0; i < c.spec_accept_rates.size(); ++i) {
     const double p = c.spec_accept_rates[i];
     if (!std::isfinite(p) || p < 0 || p > 1) {
       return fieldError("spec_accept_rates", "finite and in [0, 1] each",
-                        "element " + u(i) + " = " + num(p));
+                        "element " + num(i) + " = " + num(p));
     }
   }
   if (c.spec_num_draft_tokens && c.decode_speedup_ratio != 1.0) {
@@ -340,9 +342,8 @@ std::optional<ConfigError> checkSpeculative(const EngineConfig& c) {
 
 /// Disaggregated prefill/decode: KV handoff size, link and hold timeout.
 std::optional<ConfigError> checkDisaggregation(const EngineConfig& c) {
-  const auto u = [](std::uint64_t v) { return std::to_string(v); };
   if (c.kv_bytes_per_token < 1) {
-    return fieldError("kv_bytes_per_token", ">= 1", u(c.kv_bytes_per_token));
+    return fieldError("kv_bytes_per_token", ">= 1", num(c.kv_bytes_per_token));
   }
   if (!std::isfinite(c.kv_transfer_bandwidth_gbps) || c.kv_transfer_bandwidth_gbps <= 0) {
     return fieldError("kv_transfer_bandwidth_gbps", "finite and > 0",
@@ -404,16 +405,15 @@ std::optional<ConfigError> checkTiming(const EngineConfig& c) {
 
 /// SGLang settings.
 std::optional<ConfigError> checkSglang(const EngineConfig& c) {
-  const auto u = [](std::uint64_t v) { return std::to_string(v); };
   const std::uint32_t block_size = effectiveBlockSize(c);
   // SGLang settings are range-checked whatever the engine type (a bad value is never silently
   // ignored); the cross-field rules apply only when the SGLang scheduler is selected.
   const SglangConfig& s = c.sglang;
   if (s.max_prefill_tokens < 1) {
-    return fieldError("sglang.max_prefill_tokens", ">= 1", u(s.max_prefill_tokens));
+    return fieldError("sglang.max_prefill_tokens", ">= 1", num(s.max_prefill_tokens));
   }
   if (s.clip_max_new_tokens < 1) {
-    return fieldError("sglang.clip_max_new_tokens", ">= 1", u(s.clip_max_new_tokens));
+    return fieldError("sglang.clip_max_new_tokens", ">= 1", num(s.clip_max_new_tokens));
   }
   if (!std::isfinite(s.schedule_conservativeness) || s.schedule_conservativeness < 0 ||
       s.schedule_conservativeness > 1) {
@@ -421,18 +421,18 @@ std::optional<ConfigError> checkSglang(const EngineConfig& c) {
                       num(s.schedule_conservativeness));
   }
   if (s.chunked_prefill_size < 1) {
-    return fieldError("sglang.chunked_prefill_size", ">= 1", u(s.chunked_prefill_size));
+    return fieldError("sglang.chunked_prefill_size", ">= 1", num(s.chunked_prefill_size));
   }
   if (c.engine_type == EngineType::Sglang) {
     if (c.block_size != 0 && s.page_size != 0 && c.block_size != s.page_size) {
       return ruleError({"sglang.page_size", "block_size", "engine_type"},
-                       "sglang.page_size (" + u(s.page_size) + ") must equal block_size (" +
-                           u(c.block_size) + ") when both are set");
+                       "sglang.page_size (" + num(s.page_size) + ") must equal block_size (" +
+                           num(c.block_size) + ") when both are set");
     }
     if (s.chunked_prefill_size % block_size != 0) {
       return fieldError(
           {"sglang.chunked_prefill_size", "block_size", "sglang.page_size", "engine_type"},
-          ">= 1 and divisible by block_size " + u(block_size), u(s.chunked_prefill_size));
+          ">= 1 and divisible by block_size " + num(block_size), num(s.chunked_prefill_size));
     }
   }
   return std::nullopt;

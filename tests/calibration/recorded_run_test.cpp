@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include "tests/calibration/calibrate_test_util.h"
+#include "tools/calibrate/simulate.h"
 #include "tools/replay/mooncake_trace.h"
 
 namespace mocker::calibrate {
@@ -161,6 +162,37 @@ TEST(RecordedRunTest, UnrecordedBlocksFallBackToTheEstimate) {
   for (const auto& [k, v] : run->engine_settings)
     found = found || (k == "num_gpu_blocks" && v == "2588");
   EXPECT_TRUE(found);
+}
+
+// Under the roofline model an estimated num_gpu_blocks (run.json's, possibly from a run with other
+// settings) is dropped so the engine sizes the KV cache from the deployment; a recorded one, or
+// one a profile set, is kept; the polynomial model keeps the estimate.
+TEST(RecordedRunTest, RooflineSizesAnEstimatedKvCacheFromTheDeployment) {
+  const std::string recorded =
+      std::string(MOCKER_SOURCE_DIR_FOR_TEST) + "/data/calibration/recorded/";
+  const auto estimated = loadRecordedRun(recorded + "rtx4090-llama3.1-8b-mns128", 512);
+  ASSERT_TRUE(estimated.has_value()) << estimated.error().message;
+  const auto prepared = prepareRun(*estimated);
+  ASSERT_TRUE(prepared.has_value()) << prepared.error().message;
+  EXPECT_EQ(prepared->base.engine.num_gpu_blocks, std::optional<std::uint32_t>(2588));
+
+  service::ServiceConfig roofline = prepared->base;
+  ASSERT_TRUE(useRoofline(*prepared, roofline));
+  EXPECT_EQ(roofline.engine.timing_model, engine::TimingModelKind::Roofline);
+  EXPECT_EQ(roofline.engine.num_gpu_blocks, std::nullopt);
+
+  service::ServiceConfig profiled = prepared->base;
+  profiled.engine.num_gpu_blocks = 3000;  // set by a profile: kept
+  ASSERT_TRUE(useRoofline(*prepared, profiled));
+  EXPECT_EQ(profiled.engine.num_gpu_blocks, std::optional<std::uint32_t>(3000));
+
+  const auto measured = loadRecordedRun(recorded + "rtx4090-llama3.1-8b-mns256", 512);
+  ASSERT_TRUE(measured.has_value()) << measured.error().message;
+  const auto measured_prepared = prepareRun(*measured);
+  ASSERT_TRUE(measured_prepared.has_value()) << measured_prepared.error().message;
+  service::ServiceConfig kept = measured_prepared->base;
+  ASSERT_TRUE(useRoofline(*measured_prepared, kept));
+  EXPECT_EQ(kept.engine.num_gpu_blocks, std::optional<std::uint32_t>(2588));
 }
 
 TEST(RecordedRunTest, MissingFilesAndBadRunJsonAreNamed) {
