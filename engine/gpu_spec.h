@@ -31,6 +31,15 @@ struct GpuSpec {
   /// its measured NCCL all-reduce bus bandwidth relative to the link bandwidth, over the
   /// NVLink ratio allreduce_efficiency is fitted to (1 = NVLink-like; docs/engine.md, GPU table).
   double interconnect_efficiency_scale = 1.0;
+  /// Multiplies the memory efficiency of the dense GEMMs and elementwise kernels on this GPU:
+  /// the bandwidth fraction its memory-bound dense GEMMs (1-16 tokens, >= 50 MB of weights)
+  /// reach in kernel profiles, over the default gemm_memory_efficiency (1 = no profile;
+  /// docs/engine.md, GPU table; scripts/roofline_profile_check.py --measure-scales).
+  double memory_efficiency_scale = 1.0;
+  /// Multiplies attention_decode_efficiency (the KV reads of attention) on this GPU: the peak
+  /// bandwidth fraction of its decode-only attention kernels in kernel profiles (least squares
+  /// of launch + per-sequence + bytes / bandwidth), over the default (1 = no profile).
+  double attention_efficiency_scale = 1.0;
 };
 
 /// One built-in GPU: its spec, the accepted names (first = canonical) and the datasheet.

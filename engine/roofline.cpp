@@ -53,7 +53,7 @@ struct Shapes {
   double ep;             ///< expert-parallel GPUs (1 = experts sharded by TP)
   double local_experts;  ///< experts one GPU holds
   double token_scale;    ///< tokens an expert GPU serves per token of this rank's batch (EP / TP)
-  double flops_per_s, bytes_per_s, gemm_flops_per_s, sms;
+  double flops_per_s, bytes_per_s, gemm_flops_per_s, gemm_bytes_per_s, attention_bytes_per_s, sms;
 };
 
 Shapes shapesOf(const RooflineConfig& c) {
@@ -81,6 +81,8 @@ Shapes shapesOf(const RooflineConfig& c) {
   s.flops_per_s = c.gpu.bf16_tflops * 1e12;
   s.bytes_per_s = c.gpu.memory_bandwidth_gbps * 1e9;
   s.gemm_flops_per_s = s.flops_per_s * c.gpu.compute_efficiency_scale;
+  s.gemm_bytes_per_s = s.bytes_per_s * c.gpu.memory_efficiency_scale;
+  s.attention_bytes_per_s = s.bytes_per_s * c.gpu.attention_efficiency_scale;
   s.sms = c.gpu.sm_count;
   return s;
 }
@@ -88,7 +90,7 @@ Shapes shapesOf(const RooflineConfig& c) {
 /// One GEMM kernel: launch + max(compute, memory), ms.
 double gemmMs(const Shapes& s, const C& k, double flops, double bytes) {
   const double compute = flops / (s.gemm_flops_per_s * k.gemm_compute_efficiency);
-  const double memory = bytes / (s.bytes_per_s * k.gemm_memory_efficiency);
+  const double memory = bytes / (s.gemm_bytes_per_s * k.gemm_memory_efficiency);
   return k.kernel_overhead_us * 1e-3 + std::max(compute, memory) * 1e3;
 }
 
@@ -107,8 +109,8 @@ double denseLayerMs(const Shapes& s, const C& k, double tokens) {
   }
   const double act = s.experts > 0 ? s.topk * s.moe_inter : s.inter;
   const double bytes = tokens * kActBytes * (4.0 * s.h + 2.0 * (s.qd + s.kvd) + 3.0 * act);
-  ms +=
-      4.0 * k.kernel_overhead_us * 1e-3 + bytes / (s.bytes_per_s * k.gemm_memory_efficiency) * 1e3;
+  ms += 4.0 * k.kernel_overhead_us * 1e-3 +
+        bytes / (s.gemm_bytes_per_s * k.gemm_memory_efficiency) * 1e3;
   return ms;
 }
 
@@ -146,7 +148,7 @@ double attentionLayerMs(const Shapes& s, const C& k, std::span<const PassSequenc
     const double efficiency = decode ? decode_efficiency : k.attention_decode_efficiency;
     const double compute =
         flops / (decode ? s.flops_per_s * k.attention_prefill_efficiency : prefill_flops_per_s);
-    seconds += std::max(compute, bytes / (s.bytes_per_s * efficiency));
+    seconds += std::max(compute, bytes / (s.attention_bytes_per_s * efficiency));
   }
   return k.kernel_overhead_us * 1e-3 + seconds * 1e3;
 }

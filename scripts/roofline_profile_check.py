@@ -8,7 +8,12 @@ up, down projections), vidur's NCCL all_reduce.csv (NVLink and PCIe nodes) and L
 dense.csv / attention.csv / moe.csv (RTX 4090, RTX PRO 6000). PROFILES is the `profiles/` folder of the calibration reference data (its README gives the
 formats and sources). Stdlib only.
 
-    scripts/roofline_profile_check.py PROFILES [--stride N] [--bounds FILE]
+    scripts/roofline_profile_check.py PROFILES [--stride N] [--bounds FILE] [--measure-scales]
+
+--measure-scales prints instead each GPU's memory-bound efficiencies (dense GEMMs of 1-16 tokens
+and >= 50 MB of weights; decode-only attention, least squares of launch + per-sequence + bytes /
+bandwidth) and their ratio to the default efficiencies: the GPU table's memory and attention
+efficiency scales.
 
 With --bounds (a JSON object: report line label -> largest accepted mean |log err|), exits 1 when
 a profile's error exceeds its bound or a bounded profile is missing: the CI check that a change
@@ -16,9 +21,10 @@ to the roofline formulas keeps agreeing with real kernels (data/calibration/prof
 """
 import argparse, csv, glob, json, math, os, statistics as st, sys
 
-# engine/gpu_spec.cpp: BF16 TFLOP/s, GB/s, SMs, compute efficiency scale
-GPU = {"RTX4090": (165.2, 1008.0, 128, 1.3), "RTXPRO6000": (503.8, 1792.0, 188, 1.0),
-       "h100": (989.4, 3350.0, 132, 1.0), "a100": (312.0, 2039.0, 108, 1.0)}
+# engine/gpu_spec.cpp: BF16 TFLOP/s, GB/s, SMs, compute, memory and attention efficiency scales
+GPU = {"RTX4090": (165.2, 1008.0, 128, 1.3, 1.13, 1.27),
+       "RTXPRO6000": (503.8, 1792.0, 188, 1.0, 1.04, 1.03),
+       "h100": (989.4, 3350.0, 132, 1.0, 1.12, 1.0), "a100": (312.0, 2039.0, 108, 1.0, 1.0, 1.0)}
 DEFAULTS = dict(kernel_us=8.0, gemm_compute=0.75, gemm_memory=0.85, attn_prefill=0.5,
                 attn_decode=0.7, mixed_factor=2.0, moe_compute=0.5, moe_memory=0.8,
                 allreduce=0.7, allreduce_latency_us=36.0)
@@ -32,14 +38,15 @@ LINKS = {("a100_dgx", 2): 300.0, ("a100_dgx", 4): 300.0, ("a100_dgx", 8): 300.0,
 
 
 def gemm_us(gpu, c, tokens, din, dout):
-    peak, bw, _, scale = GPU[gpu]
+    peak, bw, _, scale, mem_scale, _ = GPU[gpu]
     compute = 2 * tokens * din * dout / (peak * scale * 1e12 * c["gemm_compute"])
-    memory = (din * dout * 2 + tokens * (din + dout) * 2) / (bw * 1e9 * c["gemm_memory"])
+    memory = (din * dout * 2 + tokens * (din + dout) * 2) / (bw * mem_scale * 1e9 * c["gemm_memory"])
     return c["kernel_us"] + max(compute, memory) * 1e6
 
 
 def attention_us(gpu, c, heads, kv_heads, hd, chunk, kv_prefill, n_decode, kv_decode):
-    peak, bw, sms, _ = GPU[gpu]
+    peak, bw, sms, _, _, attn_scale = GPU[gpu]
+    bw *= attn_scale
     blocks = heads * math.ceil(chunk / QUERY_TILE) if chunk > 1 else 0
     wave = blocks / (math.ceil(blocks / sms) * sms) if blocks else 1.0
     def one(n, ctx, eff, util=1.0, kv_width=kv_heads):
@@ -55,7 +62,7 @@ def attention_us(gpu, c, heads, kv_heads, hd, chunk, kv_prefill, n_decode, kv_de
 
 
 def moe_us(gpu, c, tokens, active, h, inter, experts, topk):
-    peak, bw, _, scale = GPU[gpu]
+    peak, bw, _, scale, _, _ = GPU[gpu]
     peak *= scale
     flops = 2 * tokens * topk * 3 * h * inter
     nbytes = active * 3 * h * inter * 2 + tokens * topk * (2 * h + 3 * inter) * 2
@@ -73,6 +80,77 @@ def err(pairs):
 
 
 RESULTS = {}
+KERNEL_US = 8.0  # DEFAULTS["kernel_us"]: the launch subtracted before measuring a bandwidth
+
+
+def solve3(rows, ys, ws):
+    """Weighted least squares of ys ~ rows (3 columns) by the normal equations."""
+    a = [[sum(w * r[i] * r[j] for r, w in zip(rows, ws)) for j in range(3)] for i in range(3)]
+    b = [sum(w * r[i] * y for r, y, w in zip(rows, ys, ws)) for i in range(3)]
+    for i in range(3):  # Gaussian elimination with partial pivoting
+        p = max(range(i, 3), key=lambda k: abs(a[k][i]))
+        a[i], a[p], b[i], b[p] = a[p], a[i], b[p], b[i]
+        for k in range(i + 1, 3):
+            f = a[k][i] / a[i][i]
+            a[k] = [x - f * y for x, y in zip(a[k], a[i])]
+            b[k] -= f * b[i]
+    x = [0.0] * 3
+    for i in (2, 1, 0):
+        x[i] = (b[i] - sum(a[i][j] * x[j] for j in range(i + 1, 3))) / a[i][i]
+    return x
+
+
+def measure_scales(profiles, models):
+    """Prints each GPU's measured memory-bound efficiencies and the scales over the defaults
+    (engine/gpu_spec.cpp's memory_efficiency_scale and attention_efficiency_scale)."""
+    gemm, attn = {}, {}
+    def gemm_row(gpu, tokens, din, dout, time_us):
+        nbytes = din * dout * 2 + tokens * (din + dout) * 2
+        if tokens <= 16 and din * dout * 2 >= 50e6:
+            gemm.setdefault(gpu, []).append(nbytes / ((time_us - KERNEL_US) * GPU[gpu][1] * 1e3))
+    for path in sorted(glob.glob(os.path.join(profiles, "llmservingsim/*/*/*/*/tp*"))):
+        gpu, model = path.split(os.sep)[-5], "/".join(path.split(os.sep)[-4:-2])
+        tp, m = int(path.split(os.sep)[-1][2:]), models["/".join(path.split(os.sep)[-4:-2])]
+        hd, heads = m["head_dim"], m["num_attention_heads"] // tp
+        kvh, h, inter = max(1, m["num_kv_heads"] // tp), m["hidden_size"], m["intermediate_size"] // tp
+        shapes = {"qkv_proj": (h, (heads + 2 * kvh) * hd), "o_proj": (heads * hd, h),
+                  "gate_up_proj": (h, 2 * inter), "down_proj": (inter, h)}
+        for r in csv.DictReader(open(os.path.join(path, "dense.csv"))):
+            if r["layer"] in shapes:
+                gemm_row(gpu, int(r["tokens"]), *shapes[r["layer"]], float(r["time_us"]))
+        rows, ys = [], []
+        for r in csv.DictReader(open(os.path.join(path, "attention.csv"))):
+            n = int(r["n_decode"])
+            if int(r["prefill_chunk"]) == 0 and n > 0:  # time = launch + per-seq + bytes / (e·B)
+                nbytes = n * int(r["kv_decode"]) * 2 * kvh * hd * 2
+                rows.append((1.0, n, nbytes / (GPU[gpu][1] * 1e3)))
+                ys.append(float(r["time_us"]))
+        if rows:
+            x = solve3(rows, ys, [1.0 / y ** 2 for y in ys])  # relative error
+            attn.setdefault(gpu, []).append(1.0 / x[2])
+            print(f"{gpu} {model} tp{tp} decode attention: launch %.1f us, per sequence %.2f us, "
+                  "bandwidth fraction %.3f" % (x[0], x[1], 1.0 / x[2]))
+    for path in sorted(glob.glob(os.path.join(profiles, "vidur/compute/*/*/*/mlp.csv"))):
+        gpu = path.split(os.sep)[-4]
+        for r in csv.DictReader(open(path)):
+            tp = int(r["num_tensor_parallel_workers"])
+            h, nh, nkv = int(r["n_embd"]), int(r["n_head"]), int(r["n_kv_head"])
+            inter, hd = int(r["n_expanded_embd"]) // tp, h // nh
+            q, kv = nh * hd // tp, max(1, nkv // tp) * hd
+            up = (2 if r["use_gated_mlp"] == "True" else 1) * inter
+            for op, (din, dout) in {"attn_pre_proj": (h, q + 2 * kv), "attn_post_proj": (q, h),
+                                    "mlp_up_proj": (h, up), "mlp_down_proj": (inter, h)}.items():
+                gemm_row(gpu, int(r["num_tokens"]), din, dout,
+                         float(r[f"time_stats.{op}.median"]) * 1000)
+    for gpu in sorted(gemm):
+        g = st.median(gemm[gpu])
+        line = (f"{gpu}: memory-bound dense GEMMs %.3f of bandwidth over %d kernels, "
+                "memory_efficiency_scale %.2f" % (g, len(gemm[gpu]), g / DEFAULTS["gemm_memory"]))
+        if gpu in attn:
+            a = st.median(attn[gpu])
+            line += ("; decode attention %.3f, attention_efficiency_scale %.2f"
+                     % (a, a / DEFAULTS["attn_decode"]))
+        print(line)
 
 
 def report(label, pairs):
@@ -86,9 +164,14 @@ def main():
     ap.add_argument("profiles")
     ap.add_argument("--stride", type=int, default=1, help="use every Nth profile row (speed)")
     ap.add_argument("--bounds", help="JSON: label -> largest accepted mean |log err|")
+    ap.add_argument("--measure-scales", action="store_true",
+                    help="print each GPU's measured memory and attention efficiency scales")
     a = ap.parse_args()
     c = DEFAULTS
     models = json.load(open(os.path.join(a.profiles, "models.json")))["models"]
+    if a.measure_scales:
+        measure_scales(a.profiles, models)
+        return
     lss = os.path.join(a.profiles, "llmservingsim")
     for path in sorted(glob.glob(os.path.join(lss, "*/*/*/bf16/tp*"))):
         gpu = path.split(os.sep)[-5]

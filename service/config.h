@@ -181,6 +181,8 @@ struct RooflineSettings {
   std::optional<std::uint32_t> gpu_sm_count;
   std::optional<double> gpu_compute_efficiency_scale;
   std::optional<double> gpu_interconnect_efficiency_scale;
+  std::optional<double> gpu_memory_efficiency_scale;
+  std::optional<double> gpu_attention_efficiency_scale;
   std::uint32_t tensor_parallel_size = 1;
   /// vLLM's --enable-expert-parallel: experts spread over TP × dp_size GPUs
   /// (engine::RooflineConfig::expert_parallel_size).

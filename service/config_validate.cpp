@@ -79,7 +79,9 @@ std::optional<std::string> rooflineKeySet(const RooflineSettings& r) {
       {"memory_gib", &r.gpu_memory_gib},
       {"interconnect_gbps", &r.gpu_interconnect_gbps},
       {"compute_efficiency_scale", &r.gpu_compute_efficiency_scale},
-      {"interconnect_efficiency_scale", &r.gpu_interconnect_efficiency_scale}};
+      {"interconnect_efficiency_scale", &r.gpu_interconnect_efficiency_scale},
+      {"memory_efficiency_scale", &r.gpu_memory_efficiency_scale},
+      {"attention_efficiency_scale", &r.gpu_attention_efficiency_scale}};
   for (const auto& [name, v] : gpu) {
     if (*v) return "engine.gpu_spec." + std::string(name);
   }

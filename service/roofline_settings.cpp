@@ -107,6 +107,10 @@ Result<engine::GpuSpec> buildGpu(const RooflineSettings& s) {
   if (s.gpu_interconnect_efficiency_scale) {
     g.interconnect_efficiency_scale = *s.gpu_interconnect_efficiency_scale;
   }
+  if (s.gpu_memory_efficiency_scale) g.memory_efficiency_scale = *s.gpu_memory_efficiency_scale;
+  if (s.gpu_attention_efficiency_scale) {
+    g.attention_efficiency_scale = *s.gpu_attention_efficiency_scale;
+  }
   if (auto problem = engine::checkGpuSpec(g, "engine.gpu_spec.")) return invalidArgument(*problem);
   return g;
 }

@@ -47,7 +47,7 @@ TRACE = os.path.join(ROOT, "data", "traces", "mooncake_synthetic_trace.jsonl")
 ENDPOINT_FLAGS = [
     f"--{name}-endpoint=tcp://127.0.0.1:*"
     for name in ("submit", "cancel", "kv-events", "kv-replay", "fpm")
-]
+] + ["--http-endpoint=127.0.0.1:0"]  # an ephemeral HTTP port, not the default 8000
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 _children = []
 

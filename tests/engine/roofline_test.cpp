@@ -67,11 +67,15 @@ RooflineCoefficients ideal() {
   return c;
 }
 
+/// The built-in GPU with its measured memory and attention efficiency scales set to 1, so the
+/// hand-computed cases below are the bare roofline (MemoryScalesDivideTheirBandwidthTerms pins
+/// the scales).
 RooflineConfig deployment(ModelArch model, std::string_view gpu, std::uint32_t tp = 1) {
-  return {.model = std::move(model),
-          .gpu = *findGpu(gpu),
-          .tensor_parallel_size = tp,
-          .coefficients = ideal()};
+  GpuSpec spec = *findGpu(gpu);
+  spec.memory_efficiency_scale = 1.0;
+  spec.attention_efficiency_scale = 1.0;
+  return {
+      .model = std::move(model), .gpu = spec, .tensor_parallel_size = tp, .coefficients = ideal()};
 }
 
 TEST(RooflineTest, DecodeOfOneTokenIsTheWeightReadTime) {
@@ -92,6 +96,29 @@ TEST(RooflineTest, DecodeOfOneTokenIsTheWeightReadTime) {
   EXPECT_EQ(b.allreduce_ms, 0.0);
   EXPECT_EQ(b.overhead_ms, 0.0);
   EXPECT_NEAR(b.total_ms, 15.0329726984, 1e-8);
+}
+
+TEST(RooflineTest, MemoryScalesDivideTheirBandwidthTerms) {
+  // The RTX 4090 of the table: memory efficiency scale 1.13 (memory-bound dense GEMMs reach
+  // 0.963 of its bandwidth in the kernel profiles), attention efficiency scale 1.27 (decode
+  // attention 0.892). The one-token decode above is memory bound in every term, so its GEMMs,
+  // elementwise kernels and LM head take 1 / 1.13 of the bare time and its attention 1 / 1.27.
+  RooflineConfig c = deployment(llama8b(), "RTX4090");
+  c.gpu = *findGpu("RTX4090");
+  ASSERT_EQ(c.gpu.memory_efficiency_scale, 1.13);
+  ASSERT_EQ(c.gpu.attention_efficiency_scale, 1.27);
+  const std::vector<PassSequence> seqs = {{.new_tokens = 1, .context = 1023}};
+  const RooflineBreakdown b = rooflinePass(c, seqs);
+  EXPECT_NEAR(b.gemm_ms, 32 * 0.43302196825 / 1.13, 1e-8);
+  EXPECT_NEAR(b.attention_ms, 32 * 4.177269841e-3 / 1.27, 1e-9);
+  EXPECT_NEAR(b.lm_head_ms, 1.04259707937 / 1.13, 1e-9);
+  // A compute-bound prefill is unchanged by either scale.
+  const std::vector<PassSequence> prompt = {{.new_tokens = 2048, .context = 0}};
+  RooflineConfig bare = deployment(llama8b(), "RTX4090");
+  EXPECT_NEAR(rooflinePass(c, prompt).attention_ms, rooflinePass(bare, prompt).attention_ms, 1e-12);
+  // GPUs without kernel profiles keep 1.
+  EXPECT_EQ(findGpu("B200")->memory_efficiency_scale, 1.0);
+  EXPECT_EQ(findGpu("L40S")->attention_efficiency_scale, 1.0);
 }
 
 TEST(RooflineTest, PrefillIsComputeBoundAndAttentionCausal) {

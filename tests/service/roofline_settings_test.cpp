@@ -34,6 +34,8 @@ TEST(RooflineSettingsTest, ConfigJsonPlusOverridesPlusGpu) {
   EXPECT_EQ(c->gpu.sm_count, 128u);
   EXPECT_EQ(c->gpu.compute_efficiency_scale, 1.3);
   EXPECT_EQ(c->gpu.interconnect_efficiency_scale, 1.0);
+  EXPECT_EQ(c->gpu.memory_efficiency_scale, 1.13);
+  EXPECT_EQ(c->gpu.attention_efficiency_scale, 1.27);
   const std::string_view mha = R"({"num_hidden_layers": 32, "hidden_size": 4096,
       "num_attention_heads": 32, "intermediate_size": 14336, "vocab_size": 128256})";
   // Overrides of the named GPU; a custom GPU: SM count unknown (no wave quantisation), scale 1.
@@ -41,19 +43,23 @@ TEST(RooflineSettingsTest, ConfigJsonPlusOverridesPlusGpu) {
   over.gpu_sm_count = 100;
   over.gpu_compute_efficiency_scale = 1.0;
   over.gpu_interconnect_efficiency_scale = 0.25;
+  over.gpu_memory_efficiency_scale = 1.5;
+  over.gpu_attention_efficiency_scale = 0.5;
   RooflineSettings custom = s;
   custom.gpu.clear();
   custom.gpu_tflops = 100.0;
   custom.gpu_memory_gib = 40.0;
   custom.gpu_interconnect_gbps = 32.0;
-  const std::tuple<const RooflineSettings*, std::uint32_t, double, double> cases[] = {
-      {&over, 100u, 1.0, 0.25}, {&custom, 0u, 1.0, 1.0}};
-  for (const auto& [settings, sms, scale, link_scale] : cases) {
+  const std::tuple<const RooflineSettings*, std::uint32_t, double, double, double, double> cases[] =
+      {{&over, 100u, 1.0, 0.25, 1.5, 0.5}, {&custom, 0u, 1.0, 1.0, 1.0, 1.0}};
+  for (const auto& [settings, sms, scale, link_scale, memory_scale, attention_scale] : cases) {
     const auto built = buildRooflineConfig(*settings, mha);
     ASSERT_TRUE(built.has_value()) << built.error().message;
     EXPECT_EQ(built->gpu.sm_count, sms);
     EXPECT_EQ(built->gpu.compute_efficiency_scale, scale);
     EXPECT_EQ(built->gpu.interconnect_efficiency_scale, link_scale);
+    EXPECT_EQ(built->gpu.memory_efficiency_scale, memory_scale);
+    EXPECT_EQ(built->gpu.attention_efficiency_scale, attention_scale);
   }
   // A bad scale is named.
   custom.gpu_compute_efficiency_scale = 9.0;
@@ -70,6 +76,14 @@ TEST(RooflineSettingsTest, ConfigJsonPlusOverridesPlusGpu) {
                 "engine.gpu_spec.interconnect_efficiency_scale must be in (0, 4]"),
             std::string::npos)
       << bad_link.error().message;
+  custom.gpu_interconnect_efficiency_scale = 1.0;
+  custom.gpu_attention_efficiency_scale = -1.0;
+  const auto bad_attention = buildRooflineConfig(custom, mha);
+  ASSERT_FALSE(bad_attention.has_value());
+  EXPECT_NE(bad_attention.error().message.find(
+                "engine.gpu_spec.attention_efficiency_scale must be in (0, 4]"),
+            std::string::npos)
+      << bad_attention.error().message;
 }
 
 TEST(RooflineSettingsTest, ErrorsNameTheKey) {
