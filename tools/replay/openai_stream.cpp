@@ -93,8 +93,10 @@ std::string openAiRequestBody(const OpenAiRequestSpec& spec) {
                {"max_tokens", spec.max_tokens},
                {"min_tokens", spec.max_tokens},
                {"ignore_eos", true},
-               {"stream", true},
-               {"stream_options", {{"include_usage", true}, {"continuous_usage_stats", true}}}};
+               {"stream", spec.stream}};
+  if (spec.stream) {
+    body["stream_options"] = {{"include_usage", true}, {"continuous_usage_stats", true}};
+  }
   if (spec.chat) {
     body["messages"] = json::array({{{"role", "user"}, {"content", spec.text.value_or("")}}});
   } else if (spec.text) {
@@ -221,9 +223,14 @@ Status OpenAiStream::onEvent(std::string_view data, double now_ms) {
   for (const json& choice : *choices) {
     if (!choice.is_object()) return invalidArgument("a choice is not an object");
     MOCKER_TRY(auto text, stringField(choice, "text", "choices[]"));
-    if (const json* delta = field(choice, "delta")) {
-      if (!delta->is_object()) return invalidArgument("choices[].delta is not an object");
-      MOCKER_TRY(auto content, stringField(*delta, "content", "choices[].delta"));
+    for (const char* key : {"delta", "message"}) {
+      const json* part = field(choice, key);
+      if (!part) continue;
+      if (!part->is_object())
+        return invalidArgument("choices[]." + std::string(key) + " is not an object");
+      MOCKER_TRY(auto content, stringField(*part, "content",
+                                           key == std::string_view("delta") ? "choices[].delta"
+                                                                            : "choices[].message"));
       if (content) text = std::move(content);
     }
     MOCKER_TRY(auto reason, stringField(choice, "finish_reason", "choices[]"));
@@ -237,6 +244,11 @@ Status OpenAiStream::onEvent(std::string_view data, double now_ms) {
   const json* usage = field(doc, "usage");
   countTokens(usage ? completion_tokens_ : std::nullopt, has_text, now_ms);
   return {};
+}
+
+Status OpenAiStream::onResponse(std::string_view body, double now_ms) {
+  MOCKER_TRY_VOID(onEvent(body, now_ms));
+  return onEvent("[DONE]", now_ms);
 }
 
 void OpenAiStream::countTokens(std::optional<std::uint32_t> cumulative, bool has_text,
