@@ -68,6 +68,42 @@ TEST(OpenAiRequestBodyTest, TokenIdPromptOrTextAndStreamedUsage) {
   EXPECT_EQ(whole["max_tokens"], 2);
 }
 
+TEST(OpenAiRequestBodyTest, BytesAreNlohmannsDumpOfTheSameTree) {
+  // The body is written without a JSON tree; pinned byte for byte to the tree's dump.
+  const std::vector<std::uint32_t> ids = {0, 7, 4294967295u, 123456};
+  for (const bool chat : {false, true}) {
+    for (const bool stream : {false, true}) {
+      for (const std::optional<std::string>& text :
+           {std::optional<std::string>{},
+            std::optional<std::string>("q\"uote\\ \n\x01 \xc3\xa9")}) {
+        if (chat && !text) continue;
+        const OpenAiRequestSpec spec{.model = "m\"x",
+                                     .chat = chat,
+                                     .prompt_ids = ids,
+                                     .text = text,
+                                     .max_tokens = 16,
+                                     .stream = stream};
+        nlohmann::json tree = {{"model", spec.model},
+                               {"max_tokens", spec.max_tokens},
+                               {"min_tokens", spec.max_tokens},
+                               {"ignore_eos", true},
+                               {"stream", stream}};
+        if (stream) {
+          tree["stream_options"] = {{"include_usage", true}, {"continuous_usage_stats", true}};
+        }
+        if (chat) {
+          tree["messages"] = nlohmann::json::array({{{"role", "user"}, {"content", *text}}});
+        } else if (text) {
+          tree["prompt"] = *text;
+        } else {
+          tree["prompt"] = ids;
+        }
+        EXPECT_EQ(openAiRequestBody(spec), tree.dump()) << chat << stream << text.has_value();
+      }
+    }
+  }
+}
+
 TEST(OpenAiErrorMessageTest, ReadsOpenAiErrorsAndQuotesAnythingElse) {
   EXPECT_EQ(openAiErrorMessage(R"({"error":{"message":"no such model","type":"x"}})"),
             "no such model");
