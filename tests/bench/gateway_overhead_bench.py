@@ -188,7 +188,7 @@ def replay_throughput(serves, gw, args):
                 continue
             print("%-8s %-7s CPU per request: %s us (median %.0f)" % (
                 path, who, " ".join("%.0f" % x for x in values), median(values)))
-    print(json.dumps({"zeromq_rps": rates["zeromq"], "gateway_rps": rates["gateway"],
+    print("json: " + json.dumps({"zeromq_rps": rates["zeromq"], "gateway_rps": rates["gateway"],
                       "ratio_of_medians": med["gateway"] / med["zeromq"],
                       "ratio_per_round": [r / 100 for r in ratios],
                       "cpu_us": {p: {w: median(v) for w, v in c.items() if v}
