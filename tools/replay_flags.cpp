@@ -301,6 +301,11 @@ void registerOpenAiFlags(CLI::App& cmd, ReplayFlags& f) {
                "--openai-url: /v1/chat/completions with the prompt as one user message (text) "
                "instead of /v1/completions with a token-id prompt")
       ->group(group);
+  cmd.add_flag("--no-stream", f.no_stream,
+               "--openai-url: non-streaming requests (`stream: false`, one JSON body per answer): "
+               "every output token is stamped when the body arrives (TTFT = E2E, no ITL), usage "
+               "from the body")
+      ->group(group);
   cmd.add_option("--api-key-file", f.api_key_file,
                  "--openai-url: send `Authorization: Bearer KEY` with KEY the file's first line")
       ->option_text("FILE")

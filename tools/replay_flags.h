@@ -38,6 +38,7 @@ struct ReplayFlags {
   // Live against an OpenAI-compatible HTTP server (--openai-url).
   std::string openai_url;      ///< http://HOST:PORT[/v1]
   bool chat = false;           ///< /v1/chat/completions
+  bool no_stream = false;      ///< --openai-url: `stream: false` requests
   std::string api_key_file;    ///< a Bearer key, read from this file
   std::string tokenizer_file;  ///< a tokenizer.json: text prompts
   /// From --fleet: each worker's KV-event PUB and replay ROUTER endpoints, by rank (kv router).

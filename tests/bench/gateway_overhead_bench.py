@@ -9,8 +9,9 @@ hits on either path).
     ... gateway_overhead_bench.py --hold 2000      # 2,000 concurrent streams: the gateway's RSS
     ... gateway_overhead_bench.py --throughput 4000 --concurrency 64 --tokens 16 \
         --prefill-ms 0.1 --decode-ms 0.1
-        # non-streaming requests per second, direct (mocker's C++ client) vs through the gateway
-        # (an asyncio HTTP client), same workers; and the gateway's CPU per request
+        # non-streaming requests per second, direct vs through the gateway, both driven by
+        # `mocker replay` (ZeroMQ / --openai-url --no-stream), same workers, alternating rounds;
+        # CPU per request of the client, the workers and the gateway
 """
 
 import argparse
@@ -18,6 +19,7 @@ import asyncio
 import itertools
 import json
 import os
+import resource
 import subprocess
 import sys
 import tempfile
@@ -104,24 +106,93 @@ async def http_stream(host, port, tokens):
     return t0, times
 
 
-def direct_throughput(serves, total, concurrency, tokens):
-    """Requests per second of the direct ZeroMQ path, driven by mocker's own C++ client: `mocker
-    replay --mode live` in closed loop (`concurrency` in flight) with `total` synthetic requests of
-    a fresh PROMPT_LEN-token prompt and exactly `tokens` output tokens, round robin over the
-    workers. (A Python client would measure itself: it decodes one message per token.)"""
+def replay_run(serves, gw, total, concurrency, tokens, seed):
+    """One closed-loop run of mocker's own C++ client, `mocker replay --mode live`: `total`
+    synthetic requests (a fresh PROMPT_LEN-token prompt each — `seed` differs per run so no run
+    hits the prefix cache of an earlier one — and exactly `tokens` output tokens), `concurrency`
+    in flight. Direct (`gw` None): over ZeroMQ to `serves`, round robin. Through the gateway:
+    `--openai-url --no-stream`, token-id prompts, non-streaming /v1/completions on keep-alive
+    connections. Both sides time the same points: the report's throughput is completed requests
+    over first send to last answer, in the client. Returns (req/s, client CPU s, serves' CPU s,
+    gateway CPU s)."""
     with tempfile.TemporaryDirectory() as tmp:
         report = os.path.join(tmp, "report.json")
         args = [mocker_bin(), "replay", "--format", "synthetic", "--num-prompts", str(total),
                 "--input-tokens-mean", str(PROMPT_LEN), "--input-tokens-stddev", "0",
                 "--output-tokens-mean", str(tokens), "--output-tokens-stddev", "0",
-                "--concurrency", str(concurrency), "--report-json", report]
-        for s in serves:
-            args += ["--connect", s.submit, "--connect-cancel", s.cancel]
-        subprocess.run(args, check=True, capture_output=True, timeout=300)
+                "--seed", str(seed), "--concurrency", str(concurrency), "--no-progress",
+                "--report-json", report]
+        if gw is None:
+            for s in serves:
+                args += ["--connect", s.submit, "--connect-cancel", s.cancel]
+        else:
+            args += ["--openai-url", "http://%s:%d" % (gw.host, gw.port), "--no-stream"]
+        serves_before = sum(cpu_seconds(s.proc.pid) for s in serves)
+        gw_before = cpu_seconds(gw.proc.pid) if gw else 0.0
+        proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE)
+        out, err = proc.communicate(timeout=300)
+        usage = resource.getrusage(resource.RUSAGE_CHILDREN)  # includes this child now
+        if proc.returncode != 0:
+            raise RuntimeError("replay failed: %s %s" % (out.decode()[-2000:], err.decode()[-2000:]))
         with open(report, encoding="utf-8") as f:
             r = json.load(f)
-    assert r["num_requests"] == total, r["num_requests"]
-    return r["request_throughput_rps"]
+    if r["completed_requests"] != total:
+        raise RuntimeError("%d of %d requests completed: %s" % (r["completed_requests"], total,
+                                                                out.decode()[-2000:]))
+    client = usage.ru_utime + usage.ru_stime
+    return (r["request_throughput_rps"], client,
+            sum(cpu_seconds(s.proc.pid) for s in serves) - serves_before,
+            cpu_seconds(gw.proc.pid) - gw_before if gw else 0.0)
+
+
+def median(values):
+    return sorted(values)[len(values) // 2]
+
+
+def replay_throughput(serves, gw, args):
+    """Both paths driven by `mocker replay`, alternating (direct first in even rounds, the
+    gateway first in odd ones): req/s, and CPU per request of the client, the workers and the
+    gateway. Prints the table and one JSON line."""
+    rates = {"zeromq": [], "gateway": []}
+    cpu = {k: {"client": [], "workers": [], "gateway": []} for k in rates}
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    children = usage.ru_utime + usage.ru_stime  # the clients that ended before
+    for i in range(args.rounds):
+        order = ("zeromq", "gateway") if i % 2 == 0 else ("gateway", "zeromq")
+        for path in order:
+            seed = 1 + 2 * i + (path == "gateway")
+            rps, client, workers, gateway = replay_run(
+                serves, gw if path == "gateway" else None, args.throughput, args.concurrency,
+                args.tokens, seed)
+            rates[path].append(rps)
+            per = 1e6 / args.throughput
+            cpu[path]["client"].append((client - children) * per)
+            children = client
+            cpu[path]["workers"].append(workers * per)
+            cpu[path]["gateway"].append(gateway * per)
+    med = {k: median(v) for k, v in rates.items()}
+    print("%d requests x %d tokens per path and round, %d in flight, %d rounds, %d workers "
+          "(prefill %g ms, decode %g ms); both paths driven by `mocker replay` (gateway: "
+          "--openai-url --no-stream)" % (args.throughput, args.tokens, args.concurrency,
+                                         args.rounds, args.workers, args.prefill_ms,
+                                         args.decode_ms))
+    for k, v in rates.items():
+        print("%-8s %s req/s (median %.0f)" % (k, " ".join("%.0f" % r for r in v), med[k]))
+    ratios = [100.0 * g / d for d, g in zip(rates["zeromq"], rates["gateway"])]
+    print("gateway / zeromq: %.1f %% of the medians; per round %s %%" % (
+        100.0 * med["gateway"] / med["zeromq"], " ".join("%.1f" % r for r in ratios)))
+    for path in rates:
+        for who, values in cpu[path].items():
+            if path == "zeromq" and who == "gateway":
+                continue
+            print("%-8s %-7s CPU per request: %s us (median %.0f)" % (
+                path, who, " ".join("%.0f" % x for x in values), median(values)))
+    print("json: " + json.dumps({"zeromq_rps": rates["zeromq"], "gateway_rps": rates["gateway"],
+                      "ratio_of_medians": med["gateway"] / med["zeromq"],
+                      "ratio_per_round": [r / 100 for r in ratios],
+                      "cpu_us": {p: {w: median(v) for w, v in c.items() if v}
+                                 for p, c in cpu.items()}}))
 
 
 def cpu_seconds(pid):
@@ -220,6 +291,11 @@ def main():
                     help="instead: this many non-streaming requests per path and round, "
                          "--concurrency in flight: requests per second direct vs gateway")
     ap.add_argument("--concurrency", type=int, default=64)
+    ap.add_argument("--client", choices=("replay", "asyncio"), default="replay",
+                    help="--throughput: the gateway path driven by `mocker replay --openai-url "
+                         "--no-stream` like the direct path (default), or by the asyncio HTTP "
+                         "client of this script (the earlier figures; it costs as much CPU as the "
+                         "gateway)")
     args = ap.parse_args()
     serves = [Serve(*paced(args.prefill_ms, args.decode_ms)) for _ in range(args.workers)]
     gw = Gateway(serves)
@@ -229,13 +305,16 @@ def main():
             print("held %d streams (%d running on the workers): gateway RSS %d KiB idle, %d KiB "
                   "holding them; all cancelled on close" % (args.hold, routes, before, held))
             return 0
+        if args.throughput and args.client == "replay":
+            replay_throughput(serves, gw, args)
+            return 0
         if args.throughput:
             rates = {"zeromq": [], "gateway": []}
             cpu = []  # the gateway's CPU per request (µs): its capacity on one core
             client_cpu = []  # this (asyncio HTTP client) process's, on the gateway path
-            for _ in range(args.rounds):
-                rates["zeromq"].append(direct_throughput(
-                    serves, args.throughput, args.concurrency, args.tokens))
+            for i in range(args.rounds):
+                rates["zeromq"].append(replay_run(
+                    serves, None, args.throughput, args.concurrency, args.tokens, 1 + i)[0])
                 before, client_before = cpu_seconds(gw.proc.pid), time.process_time()
                 rates["gateway"].append(asyncio.run(gateway_throughput(
                     gw, args.throughput, args.concurrency, args.tokens)))

@@ -128,6 +128,23 @@ class OpenAiReplayTest(unittest.TestCase):
         self.assertEqual(http_reused, [q["reused_input_tokens"] for q in zmq_requests])
         self.assertEqual(http_reused, [0, 48, 0, 48, 48])
 
+    def test_non_streaming_counts_and_cache_as_streamed_tokens_at_the_body(self):
+        report, requests, out = self.run_against_gateway("whole", "--no-stream",
+                                                         "--concurrency", "1")
+        self.assertEqual(report["completed_requests"], len(ROWS), out)
+        self.assertEqual(report["total_input_tokens"], sum(r["input_length"] for r in ROWS))
+        self.assertEqual([q["output_length"] for q in requests], [r["output_length"] for r in ROWS])
+        self.assertEqual([q["reused_input_tokens"] for q in requests], [0, 48, 0, 48, 48])
+        for q in requests:  # one body: every token arrives with it
+            self.assertEqual(q["first_token_ms"], q["last_token_ms"], q)
+        self.assertIn("completions, not streamed", out)
+        self.assertNotIn("OpenAI issues", out)
+        chat, chat_requests, out = self.run_against_gateway("whole-chat", "--no-stream", "--chat",
+                                                            "--concurrency", "2")
+        self.assertEqual(chat["completed_requests"], len(ROWS), out)
+        self.assertEqual([q["output_length"] for q in chat_requests],
+                         [r["output_length"] for r in ROWS])
+
     def test_chat_sends_text_and_counts_the_servers_prompt_tokens(self):
         report, requests, out = self.run_against_gateway("chat", "--chat", "--concurrency", "2")
         self.assertEqual(report["completed_requests"], len(ROWS), out)
@@ -282,6 +299,31 @@ class HostileResponseTest(unittest.TestCase):
             self.assertEqual([q["terminal_status"] for q in requests], ["failed"])
 
 
+class HugeBodyHandler(http.server.BaseHTTPRequestHandler):
+    """A non-streaming answer whose body goes on and on (64 MiB of text, then its end)."""
+    protocol_version = "HTTP/1.1"
+
+    def do_POST(self):
+        self.rfile.read(int(self.headers["Content-Length"]))
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.end_headers()
+        flood(self.wfile, b'{"choices": [{"text": "', b"a", 64 << 20, b'"}]}')
+        self.close_connection = True
+
+    def log_message(self, *args):
+        pass
+
+
+class HugeBodyTest(unittest.TestCase):
+    def test_a_non_streaming_body_over_its_limit_fails_the_request(self):
+        with stub_replay(HugeBodyHandler, ROWS[:1], "--no-stream") as (r, requests):
+            self.assertEqual(r.returncode, 0, r.stdout[-2000:] + r.stderr[-2000:])
+            self.assertIn("1 malformed streams", r.stdout)
+            self.assertIn("a response body over %d bytes" % ((1 << 20) + 1024 * 4), r.stdout)
+            self.assertEqual([q["terminal_status"] for q in requests], ["failed"])
+
+
 class EndlessModelsHandler(http.server.BaseHTTPRequestHandler):
     """GET /v1/models answered with a body that goes on and on (16 MiB, then the end)."""
 
@@ -322,6 +364,8 @@ class UsageErrorTest(unittest.TestCase):
                                 (url + ["--connect", "tcp://127.0.0.1:1"], "--connect"),
                                 (url + ["--num-workers", "2"], "--num-workers"),
                                 (["--chat", "--connect", "tcp://127.0.0.1:1"], "--chat"),
+                                (["--no-stream", "--connect", "tcp://127.0.0.1:1"],
+                                 "--no-stream"),
                                 (["--openai-url", "https://h:1"], "https")]:
                 r = replay(files.trace, *flags)
                 self.assertEqual(r.returncode, 2, (flags, r.stderr))

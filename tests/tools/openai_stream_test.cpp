@@ -61,6 +61,47 @@ TEST(OpenAiRequestBodyTest, TokenIdPromptOrTextAndStreamedUsage) {
   const auto text = nlohmann::json::parse(
       openAiRequestBody({.model = "m", .prompt_ids = ids, .text = "hi", .max_tokens = 1}));
   EXPECT_EQ(text["prompt"], "hi");
+  const auto whole = nlohmann::json::parse(
+      openAiRequestBody({.model = "m", .prompt_ids = ids, .max_tokens = 2, .stream = false}));
+  EXPECT_EQ(whole["stream"], false);
+  EXPECT_FALSE(whole.contains("stream_options"));
+  EXPECT_EQ(whole["max_tokens"], 2);
+}
+
+TEST(OpenAiRequestBodyTest, BytesAreNlohmannsDumpOfTheSameTree) {
+  // The body is written without a JSON tree; pinned byte for byte to the tree's dump.
+  const std::vector<std::uint32_t> ids = {0, 7, 4294967295u, 123456};
+  for (const bool chat : {false, true}) {
+    for (const bool stream : {false, true}) {
+      for (const std::optional<std::string>& text :
+           {std::optional<std::string>{},
+            std::optional<std::string>("q\"uote\\ \n\x01 \xc3\xa9")}) {
+        if (chat && !text) continue;
+        const OpenAiRequestSpec spec{.model = "m\"x",
+                                     .chat = chat,
+                                     .prompt_ids = ids,
+                                     .text = text,
+                                     .max_tokens = 16,
+                                     .stream = stream};
+        nlohmann::json tree = {{"model", spec.model},
+                               {"max_tokens", spec.max_tokens},
+                               {"min_tokens", spec.max_tokens},
+                               {"ignore_eos", true},
+                               {"stream", stream}};
+        if (stream) {
+          tree["stream_options"] = {{"include_usage", true}, {"continuous_usage_stats", true}};
+        }
+        if (chat) {
+          tree["messages"] = nlohmann::json::array({{{"role", "user"}, {"content", *text}}});
+        } else if (text) {
+          tree["prompt"] = *text;
+        } else {
+          tree["prompt"] = ids;
+        }
+        EXPECT_EQ(openAiRequestBody(spec), tree.dump()) << chat << stream << text.has_value();
+      }
+    }
+  }
 }
 
 TEST(OpenAiErrorMessageTest, ReadsOpenAiErrorsAndQuotesAnythingElse) {
@@ -184,6 +225,39 @@ TEST(OpenAiStreamTest, AUsageCountOverMaxTokensIsMalformedNotAnAllocation) {
   OpenAiStream exact(2);
   ASSERT_TRUE(exact.onEvent(R"({"choices":[{"text":"ab"}],"usage":{"completion_tokens":2}})", 1.0));
   EXPECT_EQ(exact.tokenTimes().size(), 2u);
+}
+
+TEST(OpenAiStreamTest, ANonStreamingBodyStampsEveryTokenAtItsArrival) {
+  OpenAiStream completion(3);
+  ASSERT_TRUE(completion.onResponse(
+      R"({"id":"cmpl-r0","object":"text_completion","choices":[{"index":0,"text":" t1 t2 t3",)"
+      R"("finish_reason":"length"}],"usage":{"prompt_tokens":9,"completion_tokens":3,)"
+      R"("total_tokens":12,"prompt_tokens_details":{"cached_tokens":4}}})",
+      7.0));
+  completion.finish();
+  EXPECT_TRUE(completion.done());
+  EXPECT_EQ(completion.tokenTimes(), (std::vector<double>{7.0, 7.0, 7.0}));
+  EXPECT_EQ(completion.promptTokens(), 9u);
+  EXPECT_EQ(completion.cachedTokens(), 4u);
+  EXPECT_EQ(completion.finishReason(), "length");
+  EXPECT_EQ(completion.text(), " t1 t2 t3");
+  OpenAiStream chat(2);
+  ASSERT_TRUE(chat.onResponse(
+      R"({"choices":[{"message":{"role":"assistant","content":" t1 t2"},"finish_reason":"stop"}],)"
+      R"("usage":{"prompt_tokens":5,"completion_tokens":2}})",
+      3.0));
+  chat.finish();
+  EXPECT_EQ(chat.tokenTimes(), (std::vector<double>{3.0, 3.0}));
+  EXPECT_EQ(chat.text(), " t1 t2");
+  OpenAiStream error(2);
+  ASSERT_TRUE(error.onResponse(R"({"error":{"message":"worker lost"}})", 1.0));
+  EXPECT_EQ(error.error(), "worker lost");
+  for (const char* bad : {"", R"({"choices":[{"message":"x"}]})",
+                          R"({"choices":[{"text":"a"}],"usage":{"completion_tokens":3}})"}) {
+    OpenAiStream s(2);
+    EXPECT_FALSE(s.onResponse(bad, 1.0)) << bad;
+    EXPECT_FALSE(s.done()) << bad;
+  }
 }
 
 TEST(OpenAiStreamTest, ErrorFramesAndMalformedEvents) {

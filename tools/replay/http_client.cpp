@@ -176,8 +176,8 @@ class BeastCall final : public HttpCall, public std::enable_shared_from_this<Bea
   HttpCallbacks callbacks_;
   beast::flat_buffer buffer_{kMaxBufferBytes};
   std::optional<http::response_parser<http::buffer_body>> parser_;
-  std::array<char, kReadChunk> chunk_{};
-  bool reused_ = false;  ///< on a reused idle connection, no response byte read yet
+  std::array<char, kReadChunk> chunk_;  // not zeroed (16 KiB per call): written before read
+  bool reused_ = false;                 ///< on a reused idle connection, no response byte read yet
   bool ended_ = false;
 };
 

@@ -24,6 +24,11 @@ using Headers = std::vector<std::pair<std::string, std::string>>;
 constexpr double kProgressEveryMs = 100.0;
 /// An error body is kept up to this size (its message is all the report needs).
 constexpr std::size_t kMaxErrorBody = 64 << 10;
+/// A non-streaming response body over kMaxResponseBase + kMaxResponsePerToken x max_tokens is
+/// malformed (the builtin tokenizer spells a token in a few bytes; a hostile server must not
+/// size the client's memory).
+constexpr std::size_t kMaxResponseBase = 1 << 20;
+constexpr std::size_t kMaxResponsePerToken = 1 << 10;
 /// A GET /v1/models body over this size is refused (a list of model cards is a few KiB).
 constexpr std::size_t kMaxModelsBody = 1 << 20;
 
@@ -39,6 +44,7 @@ struct Call {
   std::uint32_t prompt_length = 0;  ///< token ids sent (or spelled as text)
   unsigned status = 0;              ///< HTTP status; 0 = none yet
   std::string error_body;
+  std::string body;  ///< non-streaming: the response body so far
   SseReader sse;
   OpenAiStream stream{0};                  ///< set with the request's max_tokens at dispatch
   std::optional<std::string> malformed{};  ///< why the stream was abandoned
@@ -180,7 +186,8 @@ class OpenAiReplay {
     OpenAiRequestSpec spec{.model = stats_.model,
                            .chat = options_.chat,
                            .prompt_ids = prompt,
-                           .max_tokens = turn.output_length};
+                           .max_tokens = turn.output_length,
+                           .stream = options_.stream};
     if (text_tokenizer_) spec.text = text_tokenizer_->decode(prompt);
     const double send_ms = nowMs();
     if (!options_.concurrency) dispatch_lags_.push_back(std::max(0.0, send_ms - next.time_ms));
@@ -217,6 +224,17 @@ class OpenAiReplay {
     if (!c.live || c.malformed) return;
     if (c.status != 200) {
       if (c.error_body.size() < kMaxErrorBody) c.error_body.append(bytes);
+      return;
+    }
+    if (!options_.stream) {
+      const std::size_t limit =
+          kMaxResponseBase + kMaxResponsePerToken * std::size_t{c.stream.maxTokens()};
+      if (c.body.size() + bytes.size() > limit) {
+        c.malformed = "a response body over " + std::to_string(limit) + " bytes";
+        c.http->abort();  // on_end follows: the request is recorded failed there
+        return;
+      }
+      c.body.append(bytes);
       return;
     }
     events_.clear();
@@ -261,6 +279,9 @@ class OpenAiReplay {
     const double now = nowMs();
     TerminalStatus status = TerminalStatus::Failed;
     std::string message;
+    if (!options_.stream && !error && !c.malformed && c.status == 200) {
+      if (const Status s = c.stream.onResponse(c.body, now); !s) c.malformed = s.error().message;
+    }
     if (c.malformed) {
       ++stats_.malformed_streams;
       message = "malformed stream: " + *c.malformed;
@@ -276,7 +297,9 @@ class OpenAiReplay {
       message = "error event: " + *c.stream.error();
     } else if (!c.stream.done()) {
       ++stats_.cut_streams;
-      message = "stream ended before data: [DONE]" + (error ? " (" + *error + ")" : std::string());
+      message = std::string(options_.stream ? "stream ended before data: [DONE]"
+                                            : "response body cut before its end") +
+                (error ? " (" + *error + ")" : std::string());
     } else {
       status = TerminalStatus::Completed;
     }
@@ -307,6 +330,7 @@ class OpenAiReplay {
       scheduler_.received(c.session, c.turn, t.encode(c.stream.text()));
     }
     c.error_body = {};
+    c.body = {};
     ++ended_;
     scheduler_.ended(c.session, c.turn, now);
     dispatchDue();
@@ -368,8 +392,9 @@ std::string formatOpenAiReplay(const OpenAiReplayOptions& options, const OpenAiR
                                bool closed_loop) {
   std::ostringstream out;
   out << "Live OpenAI: " << options.url << " ("
-      << (options.chat ? "chat completions" : "completions") << ", model " << stats.model
-      << ", prompts as " << stats.prompt_form << "); max in flight " << stats.max_in_flight;
+      << (options.chat ? "chat completions" : "completions")
+      << (options.stream ? "" : ", not streamed") << ", model " << stats.model << ", prompts as "
+      << stats.prompt_form << "); max in flight " << stats.max_in_flight;
   if (!closed_loop) out << "; max dispatch lag " << stats.dispatch_lag_ms.max << " ms";
   out << "\n";
   std::uint64_t http = 0;

@@ -10,8 +10,8 @@
 // trace's `hash_ids` through PromptSynthesizer (equal hash ids → equal token ids, so shared
 // prefixes stay shared) and mooncake-delta histories are kept as in the ZeroMQ driver (the
 // outputs' ids from re-tokenizing their text with the tokenizer in use, the built-in one by
-// default). Each request is a streamed completion (or chat completion with `chat`):
-// openAiRequestBody, X-Request-Id "r<dispatch index>".
+// default). Each request is a streamed completion (or chat completion with `chat`; a
+// non-streaming one with `stream` false): openAiRequestBody, X-Request-Id "r<dispatch index>".
 //
 // Prompt form: token ids (`prompt` as a list of ids) by default — exact for any server that
 // accepts them (vLLM, SGLang and `mocker gateway` do): the server's prompt is the trace's. As text
@@ -22,7 +22,9 @@
 // Recorded per request: arrival = send time; the output tokens' times from the SSE chunks
 // (openai_stream.h); admission = the first token's time (a client sees no admission), with
 // usage.prompt_tokens_details.cached_tokens as the reused tokens; the input length =
-// usage.prompt_tokens (the prompt sent when the server reports none). The terminal: [DONE] →
+// usage.prompt_tokens (the prompt sent when the server reports none). Non-streaming: the body is
+// kept (at most 1 MiB + 1 KiB per max_tokens, else malformed) and read whole when it ends, every
+// token at that time. The terminal: [DONE] (non-streaming: a complete 200 body) →
 // completed (a finish_reason is not required); HTTP 429 → rejected; any other HTTP error, an error
 // frame, a malformed stream, a connection that fails or a stream cut before [DONE] → failed
 // (counted by kind, with the server's message); no terminal after request_timeout_ms → the
@@ -48,9 +50,12 @@
 namespace mocker::replay {
 
 struct OpenAiReplayOptions {
-  std::string url;        ///< http://HOST:PORT[/v1]
-  std::string model;      ///< "" = the first model of GET /v1/models
-  bool chat = false;      ///< /v1/chat/completions (text prompts) instead of /v1/completions
+  std::string url;    ///< http://HOST:PORT[/v1]
+  std::string model;  ///< "" = the first model of GET /v1/models
+  bool chat = false;  ///< /v1/chat/completions (text prompts) instead of /v1/completions
+  /// false: non-streaming requests (`stream: false`): the whole answer in one JSON body, every
+  /// output token stamped at its arrival (TTFT = E2E), usage from that body.
+  bool stream = true;
   std::string api_key{};  ///< sent as `Authorization: Bearer KEY` when not empty
   /// Text prompts spelled with this tokenizer (and outputs re-tokenized with it); null = token-id
   /// prompts (chat: text from the built-in tokenizer).

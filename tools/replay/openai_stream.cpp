@@ -89,21 +89,46 @@ Result<OpenAiUrl> parseOpenAiUrl(std::string_view url) {
 }
 
 std::string openAiRequestBody(const OpenAiRequestSpec& spec) {
-  json body = {{"model", spec.model},
-               {"max_tokens", spec.max_tokens},
-               {"min_tokens", spec.max_tokens},
-               {"ignore_eos", true},
-               {"stream", true},
-               {"stream_options", {{"include_usage", true}, {"continuous_usage_stats", true}}}};
+  // Written straight into one string, keys in the order nlohmann's std::map would dump them
+  // (a tree and its dump cost ~40 k instructions per request for a 64-id prompt); strings are
+  // escaped by nlohmann.
+  std::string out;
+  out.reserve(160 + spec.model.size() + 11 * spec.prompt_ids.size() +
+              (spec.text ? spec.text->size() + 32 : 0));
+  const auto number = [&out](std::uint64_t v) {
+    char digits[24];
+    const auto end = std::to_chars(digits, digits + sizeof digits, v).ptr;
+    out.append(digits, end);
+  };
+  out += R"({"ignore_eos":true,"max_tokens":)";
+  number(spec.max_tokens);
   if (spec.chat) {
-    body["messages"] = json::array({{{"role", "user"}, {"content", spec.text.value_or("")}}});
-  } else if (spec.text) {
-    body["prompt"] = *spec.text;
-  } else {
-    body["prompt"] =
-        json(std::vector<std::uint32_t>(spec.prompt_ids.begin(), spec.prompt_ids.end()));
+    out += R"(,"messages":[{"content":)";
+    out += json(spec.text.value_or("")).dump();
+    out += R"(,"role":"user"}])";
   }
-  return body.dump();
+  out += R"(,"min_tokens":)";
+  number(spec.max_tokens);
+  out += R"(,"model":)";
+  out += json(spec.model).dump();
+  if (!spec.chat) {
+    out += R"(,"prompt":)";
+    if (spec.text) {
+      out += json(*spec.text).dump();
+    } else {
+      out += '[';
+      for (std::size_t i = 0; i < spec.prompt_ids.size(); ++i) {
+        if (i > 0) out += ',';
+        number(spec.prompt_ids[i]);
+      }
+      out += ']';
+    }
+  }
+  out +=
+      spec.stream
+          ? R"(,"stream":true,"stream_options":{"continuous_usage_stats":true,"include_usage":true}})"
+          : R"(,"stream":false})";
+  return out;
 }
 
 std::string openAiErrorMessage(std::string_view body) {
@@ -221,9 +246,14 @@ Status OpenAiStream::onEvent(std::string_view data, double now_ms) {
   for (const json& choice : *choices) {
     if (!choice.is_object()) return invalidArgument("a choice is not an object");
     MOCKER_TRY(auto text, stringField(choice, "text", "choices[]"));
-    if (const json* delta = field(choice, "delta")) {
-      if (!delta->is_object()) return invalidArgument("choices[].delta is not an object");
-      MOCKER_TRY(auto content, stringField(*delta, "content", "choices[].delta"));
+    for (const char* key : {"delta", "message"}) {
+      const json* part = field(choice, key);
+      if (!part) continue;
+      if (!part->is_object())
+        return invalidArgument("choices[]." + std::string(key) + " is not an object");
+      MOCKER_TRY(auto content, stringField(*part, "content",
+                                           key == std::string_view("delta") ? "choices[].delta"
+                                                                            : "choices[].message"));
       if (content) text = std::move(content);
     }
     MOCKER_TRY(auto reason, stringField(choice, "finish_reason", "choices[]"));
@@ -237,6 +267,11 @@ Status OpenAiStream::onEvent(std::string_view data, double now_ms) {
   const json* usage = field(doc, "usage");
   countTokens(usage ? completion_tokens_ : std::nullopt, has_text, now_ms);
   return {};
+}
+
+Status OpenAiStream::onResponse(std::string_view body, double now_ms) {
+  MOCKER_TRY_VOID(onEvent(body, now_ms));
+  return onEvent("[DONE]", now_ms);
 }
 
 void OpenAiStream::countTokens(std::optional<std::uint32_t> cumulative, bool has_text,

@@ -44,10 +44,11 @@ struct OpenAiRequestSpec {
   std::span<const std::uint32_t> prompt_ids{};
   std::optional<std::string> text{};  ///< the prompt as text
   std::uint32_t max_tokens = 0;
+  bool stream = true;  ///< false: one JSON response body (`stream: false`)
 };
 /// The JSON body: model, prompt / messages, max_tokens, ignore_eos and min_tokens (= max_tokens:
-/// the trace's output length exactly, as vLLM's benchmark asks), stream with include_usage and
-/// continuous_usage_stats.
+/// the trace's output length exactly, as vLLM's benchmark asks), then either stream with
+/// include_usage and continuous_usage_stats, or `stream: false`.
 std::string openAiRequestBody(const OpenAiRequestSpec& spec);
 
 /// The message of an error response body: `error.message` of an OpenAI error object (or a
@@ -89,10 +90,15 @@ class OpenAiStream {
   /// JSON, not an object, or whose known fields have the wrong types; a usage.completion_tokens
   /// over max_tokens; anything after [DONE].
   Status onEvent(std::string_view data, double now_ms);
+  /// A whole non-streaming response body received at `now_ms` (`choices[].text` or
+  /// `choices[].message.content`, usage): as one event whose tokens all arrive at `now_ms`, then
+  /// [DONE]. Errors: as onEvent's.
+  Status onResponse(std::string_view body, double now_ms);
   /// Ends the stream: reconciles the token count with the final usage (see the header comment).
   void finish();
 
   bool done() const { return done_; }  ///< [DONE] received
+  std::uint32_t maxTokens() const { return max_tokens_; }
   /// An error frame (`{"error": {...}}`) ended the stream: its message.
   const std::optional<std::string>& error() const { return error_; }
   const std::optional<std::string>& finishReason() const { return finish_reason_; }
