@@ -19,6 +19,7 @@ struct Client::Impl {
   std::string routing_id;
   bool has_cancel = true;  ///< false: `cancel` was never connected (no cancel endpoint given)
   bool nonblocking_send = false;
+  bool immediate = false;                      ///< ZMQ_IMMEDIATE on the submit socket
   std::vector<zmq::message_t> parts;           // receive scratch
   std::unique_ptr<ConnectionMonitor> monitor;  // watch_connection only
   /// Per socket ([0] cancel, [1] submit): messages may be queued that its ZMQ_FD will not
@@ -69,7 +70,10 @@ Status Client::Impl::sendOn(zmq::socket_t& socket, std::span<const std::byte> pa
         return {};
       case SendOutcome::WouldBlock:
         return Error{ErrorCode::IoError,
-                     std::string(what) + ": would block (high-water mark reached)"};
+                     std::string(what) + (immediate && &socket == &submit
+                                              ? ": would block (no connection to the service, "
+                                                "or high-water mark reached)"
+                                              : ": would block (high-water mark reached)")};
       case SendOutcome::Unroutable:  // ROUTER only; a DEALER never reports it
         return Error{ErrorCode::IoError, std::string(what) + ": unroutable"};
       case SendOutcome::Failed:
@@ -94,6 +98,7 @@ Result<std::unique_ptr<Client>> Client::connect(ClientOptions options) {
   auto impl = std::make_unique<Impl>();
   impl->routing_id = options.routing_id;
   impl->nonblocking_send = options.nonblocking_send;
+  impl->immediate = options.immediate;
   if (impl->routing_id.empty()) {
     std::random_device rd;
     static constexpr char kAlphabet[] = "0123456789abcdefghijklmnopqrstuvwxyz";
@@ -119,6 +124,7 @@ Result<std::unique_ptr<Client>> Client::connect(ClientOptions options) {
     impl->submit.set(zmq::sockopt::rcvhwm, options.rcvhwm);
     impl->submit.set(zmq::sockopt::sndhwm, options.sndhwm);
     impl->submit.set(zmq::sockopt::rcvbuf, options.rcvbuf);
+    impl->submit.set(zmq::sockopt::immediate, options.immediate);
     impl->submit.connect(options.submit_endpoint);
     if (impl->has_cancel) impl->cancel.connect(options.cancel_endpoint);
     if (options.watch_connection) {

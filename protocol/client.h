@@ -195,6 +195,13 @@ struct FaultCounts {
   std::uint64_t reorder = 0;
   std::uint64_t delay = 0;
   std::uint64_t truncate_ring = 0;
+  // Metrics faults (absent in replies of services that predate them: 0).
+  std::uint64_t fpm_stop = 0;
+  std::uint64_t metrics_freeze = 0;
+  // kv_fetch faults (absent in replies of services that predate them: 0).
+  std::uint64_t fetch_not_found = 0;
+  std::uint64_t fetch_late = 0;
+  std::uint64_t fetch_never = 0;
   friend bool operator==(const FaultCounts&, const FaultCounts&) = default;
 };
 

@@ -27,7 +27,12 @@ constexpr EnumNames<FaultKind, kNumFaultKinds> kKinds{
      {"duplicate", FaultKind::Duplicate},
      {"reorder", FaultKind::Reorder},
      {"delay", FaultKind::Delay},
-     {"truncate_ring", FaultKind::TruncateRing}}};
+     {"truncate_ring", FaultKind::TruncateRing},
+     {"fpm_stop", FaultKind::FpmStop},
+     {"metrics_freeze", FaultKind::MetricsFreeze},
+     {"fetch_not_found", FaultKind::FetchNotFound},
+     {"fetch_late", FaultKind::FetchLate},
+     {"fetch_never", FaultKind::FetchNever}}};
 
 constexpr std::array kErrorCodes{ErrorCode::InvalidArgument,  ErrorCode::Corruption,
                                  ErrorCode::NotFound,         ErrorCode::Unsupported,
@@ -80,12 +85,14 @@ Result<ErrorCode> parseCode(std::string_view v) {
 
 /// Which keys each kind takes (besides worker and rank, which every kind takes).
 bool keyApplies(FaultKind kind, std::string_view key) {
-  if (key == "worker" || key == "rank") return true;
+  // /metrics is one snapshot per worker: a freeze cannot be scoped to a rank.
+  if (key == "rank") return kind != FaultKind::MetricsFreeze;
+  if (key == "worker") return true;
   if (key == "after_passes" || key == "at_ms") return isWorkerFault(kind) || isKvFault(kind);
   if (key == "count") return isKvFault(kind);
   if (key == "rate") return !isWorkerFault(kind);
   if (key == "match") return !isWorkerFault(kind) && !isKvFault(kind);
-  if (key == "ms") return kind == FaultKind::Delay;
+  if (key == "ms") return kind == FaultKind::Delay || kind == FaultKind::FetchLate;
   if (key == "for_passes" || key == "factor") return kind == FaultKind::Slow;
   if (key == "health_after_ms") return kind == FaultKind::Hang;
   if (key == "code") return kind == FaultKind::Error;
@@ -162,10 +169,18 @@ std::uint64_t mix64(std::uint64_t x) {  // splitmix64's finaliser
 std::string_view faultKindName(FaultKind kind) { return enumName(kKinds, kind); }
 
 bool isWorkerFault(FaultKind kind) {
-  return kind == FaultKind::Crash || kind == FaultKind::Hang || kind == FaultKind::Slow;
+  return kind == FaultKind::Crash || kind == FaultKind::Hang || kind == FaultKind::Slow ||
+         kind == FaultKind::FpmStop || kind == FaultKind::MetricsFreeze;
 }
 
-bool isKvFault(FaultKind kind) { return kind >= FaultKind::Drop; }
+bool isKvFault(FaultKind kind) {
+  return kind >= FaultKind::Drop && kind <= FaultKind::TruncateRing;
+}
+
+bool isFetchFault(FaultKind kind) {
+  return kind == FaultKind::FetchNotFound || kind == FaultKind::FetchLate ||
+         kind == FaultKind::FetchNever;
+}
 
 Result<FaultSpec> parseFaultSpec(std::string_view text) {
   const std::size_t colon = text.find(':');
@@ -212,7 +227,7 @@ Result<FaultSpec> parseFaultSpec(std::string_view text) {
   if (spec.kind == FaultKind::Abort && spec.tokens == 0) {
     return invalidArgument(prefix + "tokens is required (>= 1)");
   }
-  if (spec.kind == FaultKind::Delay && spec.delay_ms <= 0) {
+  if ((spec.kind == FaultKind::Delay || spec.kind == FaultKind::FetchLate) && spec.delay_ms <= 0) {
     return invalidArgument(prefix + "ms is required (> 0)");
   }
 
@@ -273,7 +288,7 @@ std::string faultSpecText(const FaultSpec& s) {
   if (s.kind == FaultKind::Slow) add("factor", num(s.factor));
   if (s.kind == FaultKind::Error) add("code", errorCodeName(s.code));
   if (s.kind == FaultKind::Abort) add("tokens", std::to_string(s.tokens));
-  if (s.kind == FaultKind::Delay) add("ms", num(s.delay_ms));
+  if (s.kind == FaultKind::Delay || s.kind == FaultKind::FetchLate) add("ms", num(s.delay_ms));
   if (s.kind == FaultKind::Hang) {
     add("health_after_ms", s.health_after_ms ? num(*s.health_after_ms) : "none");
   }
@@ -296,6 +311,7 @@ FaultPlan::FaultPlan(std::vector<FaultSpec> specs, std::uint64_t seed, std::uint
   for (std::uint32_t i = 0; i < specs.size(); ++i) {
     if (specs[i].worker && *specs[i].worker != worker) continue;  // another worker's
     has_kv_ = has_kv_ || isKvFault(specs[i].kind);
+    has_fetch_ = has_fetch_ || isFetchFault(specs[i].kind);
     specs_.push_back({.spec = std::move(specs[i]), .index = i});
   }
 }
@@ -351,6 +367,12 @@ FaultPlan::PassFaults FaultPlan::beforePass(std::uint32_t rank, std::uint64_t pa
         ++a.slowed;
         result.slow_factor *= s.factor;
         break;
+      case FaultKind::FpmStop:
+        result.fpm_stop = true;
+        break;
+      case FaultKind::MetricsFreeze:
+        result.metrics_freeze = true;
+        break;
       default:
         break;
     }
@@ -363,7 +385,7 @@ FaultPlan::RequestFaults FaultPlan::onSubmit(std::uint32_t rank, std::string_vie
   RequestFaults result;
   for (const Armed& a : specs_) {
     const FaultSpec& s = a.spec;
-    if (isWorkerFault(s.kind) || isKvFault(s.kind) || !inScope(s, rank) ||
+    if (isWorkerFault(s.kind) || isKvFault(s.kind) || isFetchFault(s.kind) || !inScope(s, rank) ||
         !matches(s.match, request_id)) {
       continue;
     }
@@ -386,6 +408,29 @@ FaultPlan::RequestFaults FaultPlan::onSubmit(std::uint32_t rank, std::string_vie
     result.injection = std::move(in);
   }
   return result;
+}
+
+FaultPlan::FetchFaults FaultPlan::onFetch(std::uint32_t rank, std::string_view request_id,
+                                          double now_ms) const {
+  for (const Armed& a : specs_) {
+    const FaultSpec& s = a.spec;
+    if (!isFetchFault(s.kind) || !inScope(s, rank) || !matches(s.match, request_id)) continue;
+    if (draw(a.index, request_id) >= s.rate) continue;
+    Injection in{.time_ms = now_ms,
+                 .kind = s.kind,
+                 .fault = a.index,
+                 .worker = worker_,
+                 .rank = rank,
+                 .request = std::string(request_id)};
+    in.detail = s.kind == FaultKind::FetchNotFound ? "kv_fetch answered not_found"
+                : s.kind == FaultKind::FetchNever
+                    ? "kv_fetch never answered"
+                    : "kv_fetch answered " + number(s.delay_ms) + " ms late";
+    return {.kind = s.kind,
+            .late_ms = s.kind == FaultKind::FetchLate ? s.delay_ms : 0.0,
+            .injection = std::move(in)};
+  }
+  return {};
 }
 
 double FaultPlan::drawBatch(std::uint32_t fault, std::uint32_t rank, std::uint64_t seq) const {

@@ -3,7 +3,8 @@
 //
 //   parseFaultSpec("slow:factor=3:after_passes=10")   one `--fault` / `[faults] inject` entry
 //   FaultPlan plan(specs, seed, worker)                the faults that apply to fleet worker
-//   plan.beforePass(rank, passes, rank_passes, now)    crash / hang / slow for the next pass
+//   plan.beforePass(rank, passes, rank_passes, now)    crash / hang / slow / fpm_stop /
+//                                                      metrics_freeze for the next pass
 //   plan.onSubmit(rank, request_id, now)               error / abort for a new request
 //   plan.onBatch(rank, seq, passes, rank_passes, now)  KV-event faults for the next batch
 //   faultLogLine(injection)                            the JSONL line of the fault log
@@ -43,11 +44,18 @@ enum class FaultKind {
   Reorder,         ///< KV batch: held, sent right after the next batch
   Delay,           ///< KV batch: held `ms` milliseconds
   TruncateRing,    ///< KV batch: the replay ring forgets every batch before it
+  FpmStop,         ///< worker: forward-pass metrics (and their heartbeats) stop being published
+  MetricsFreeze,   ///< worker: /metrics keeps serving the snapshot taken at the trigger
+  // Disaggregation: a prefill worker's answer to a decode worker's kv_fetch of a held request.
+  FetchNotFound,  ///< kv_fetch: answered `not_found` at once (the hold stays until it ends)
+  FetchLate,      ///< kv_fetch: answered `ms` wall milliseconds after its transfer end
+  FetchNever,     ///< kv_fetch: never answered (the decode worker's fetch timeout ends it)
 };
-inline constexpr std::size_t kNumFaultKinds = 12;
+inline constexpr std::size_t kNumFaultKinds = 17;
 std::string_view faultKindName(FaultKind kind);
 bool isWorkerFault(FaultKind kind);
 bool isKvFault(FaultKind kind);
+bool isFetchFault(FaultKind kind);
 
 /// Exit code of `mocker serve` when a `crash` fault fires (EX_SOFTWARE).
 inline constexpr int kFaultCrashExitCode = 70;
@@ -78,7 +86,7 @@ struct FaultSpec {
   double factor = 1.0;                            ///< slow: > 1 (required)
   ErrorCode code = ErrorCode::ResourceExhausted;  ///< error: the `error` message's code
   std::uint32_t tokens = 0;                       ///< abort: output tokens before the stream ends
-  double delay_ms = 0.0;                          ///< delay: how long a batch is held (> 0)
+  double delay_ms = 0.0;  ///< delay: how long a batch is held; fetch_late: the answer (> 0)
   std::optional<double> health_after_ms = kDefaultHangHealthAfterMs;  ///< hang; none = stays 200
   friend bool operator==(const FaultSpec&, const FaultSpec&) = default;
 };
@@ -124,6 +132,8 @@ class FaultPlan {
     bool hang = false;
     std::optional<double> health_after_ms;  ///< with hang
     double slow_factor = 1.0;
+    bool fpm_stop = false;        ///< from this pass on, the rank publishes no FPM
+    bool metrics_freeze = false;  ///< from this pass on, the worker's /metrics is frozen
   };
   PassFaults beforePass(std::uint32_t rank, std::uint64_t passes, std::uint64_t rank_passes,
                         double now_ms, std::vector<Injection>& out);
@@ -139,6 +149,16 @@ class FaultPlan {
     std::optional<Injection> injection;
   };
   RequestFaults onSubmit(std::uint32_t rank, std::string_view request_id, double now_ms) const;
+
+  /// What a kv_fetch of request `request_id` (held on `rank` of this prefill worker) suffers:
+  /// the first fetch fault whose `match` and rate draw (seed, fault index, request id) hit it,
+  /// with its injection; none = answered as usual.
+  struct FetchFaults {
+    std::optional<FaultKind> kind;  ///< FetchNotFound, FetchLate or FetchNever
+    double late_ms = 0.0;           ///< FetchLate: wall ms added to the answer time
+    std::optional<Injection> injection;
+  };
+  FetchFaults onFetch(std::uint32_t rank, std::string_view request_id, double now_ms) const;
 
   /// What the next KV-event batch of `rank` suffers (several faults on one batch combine; a
   /// dropped batch is not sent at all). `seq`: the batch's sequence number; `passes` /
@@ -159,6 +179,8 @@ class FaultPlan {
                       std::uint64_t rank_passes, double now_ms, std::vector<Injection>& out);
   /// Whether any KV-event fault applies to this worker (the caller skips onBatch otherwise).
   bool hasKvFaults() const { return has_kv_; }
+  /// Whether any kv_fetch fault applies to this worker.
+  bool hasFetchFaults() const { return has_fetch_; }
 
   /// An armed abort, held by the caller until the stream reaches `after_tokens`.
   struct PendingAbort {
@@ -182,6 +204,7 @@ class FaultPlan {
   std::uint64_t seed_ = 0;
   std::uint32_t worker_ = 0;
   bool has_kv_ = false;
+  bool has_fetch_ = false;
 };
 
 }  // namespace mocker::service

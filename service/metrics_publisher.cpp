@@ -53,7 +53,7 @@ std::optional<MetricsPublisher::Clock::time_point> MetricsPublisher::onTurn(Cloc
   const bool stats_on = stats_every_ > Clock::duration::zero();
   const bool stats_due = stats_on && now - last_stats_log_ >= stats_every_;
   const bool publish_due =
-      served() && (changed_ || unpublished_) && now - last_publish_ >= kPublishInterval;
+      served() && !frozen_ && (changed_ || unpublished_) && now - last_publish_ >= kPublishInterval;
   if (publish_due || stats_due) {
     const MetricsSnapshot& snapshot = collectSnapshot();
     if (publish_due) {
@@ -68,14 +68,19 @@ std::optional<MetricsPublisher::Clock::time_point> MetricsPublisher::onTurn(Cloc
   const auto wakeBy = [&wake](Clock::time_point t) { wake = wake ? std::min(*wake, t) : t; };
   if (served()) {
     wakeBy(now + kLivenessInterval);
-    if (changed_ || unpublished_) wakeBy(last_publish_ + kPublishInterval);
+    if (!frozen_ && (changed_ || unpublished_)) wakeBy(last_publish_ + kPublishInterval);
   }
   if (stats_on) wakeBy(last_stats_log_ + stats_every_);
   return wake;
 }
 
+void MetricsPublisher::freeze() {
+  publishFinal();
+  frozen_ = true;
+}
+
 void MetricsPublisher::publishFinal() {
-  if (!served()) return;
+  if (!served() || frozen_) return;
   // The loop is done: waiting for a scrape's copy here costs nothing.
   const MetricsSnapshot& snapshot = collectSnapshot();
   while (!board_.tryPublish(snapshot)) std::this_thread::yield();

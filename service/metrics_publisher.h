@@ -81,8 +81,13 @@ class MetricsPublisher final {
   /// One loop turn at `now`: publishes and logs what is due; the next time the loop must wake
   /// for it (nullopt: never).
   std::optional<Clock::time_point> onTurn(Clock::time_point now);
-  /// At shutdown: publishes the final snapshot (waiting for the board if a scrape holds it).
+  /// At shutdown: publishes the final snapshot (waiting for the board if a scrape holds it),
+  /// unless frozen.
   void publishFinal();
+  /// A `metrics_freeze` fault: publishes the snapshot of now (waiting for the board if a scrape
+  /// holds it) and no other after it, so /metrics serves that one for good. /health and /ready
+  /// are not snapshots: they go on telling the truth. The stats log line goes on too.
+  void freeze();
 
  private:
   const MetricsSnapshot& collectSnapshot();
@@ -96,6 +101,7 @@ class MetricsPublisher final {
   std::shared_ptr<spdlog::logger> log_;
   Collect collect_;
   bool external_ = false;          // serveExternally()
+  bool frozen_ = false;            // freeze(): nothing is published any more
   Clock::duration stats_every_{};  // zero: no stats line
   bool changed_ = true;            // since the last publish
   bool unpublished_ = false;       // a publish found the board busy: retry soon

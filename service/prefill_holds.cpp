@@ -30,11 +30,9 @@ void PrefillHolds::hold(const std::string& key, engine::RequestId id, double pre
   keys_.emplace(id, key);
 }
 
-std::optional<PrefillHolds::Clock::time_point> PrefillHolds::fetch(const std::string& key,
-                                                                   std::uint32_t tokens,
-                                                                   Requester from,
-                                                                   Clock::time_point now,
-                                                                   const LoopClock* paced_clock) {
+std::optional<PrefillHolds::Clock::time_point> PrefillHolds::fetch(
+    const std::string& key, std::uint32_t tokens, Requester from, Clock::time_point now,
+    const LoopClock* paced_clock, Clock::duration late) {
   const auto it = held_.find(key);
   if (it == held_.end() || it->second.fetching) return std::nullopt;
   // Ready at the modelled transfer end: the prefill pass's end plus the transfer of the tokens
@@ -42,7 +40,7 @@ std::optional<PrefillHolds::Clock::time_point> PrefillHolds::fetch(const std::st
   it->second.fetching = true;
   const double ready_ms = it->second.prefill_end_ms +
                           engine::kvTransferMs(engine_, std::min(tokens, it->second.max_tokens));
-  const Clock::time_point due = paced_clock ? paced_clock->wallAt(ready_ms) : now;
+  const Clock::time_point due = (paced_clock ? paced_clock->wallAt(ready_ms) : now) + late;
   fetches_.push_back({.due = due, .key = key, .to = std::move(from)});
   return due;
 }

@@ -48,9 +48,18 @@ class PrefillHolds {
   /// A kv_fetch of `key` for `tokens` tokens: its due time (the prefill pass's end plus the
   /// transfer of min(tokens, max_tokens), on `clock` when passes are paced, else `now`), or
   /// nullopt when `key` is not held or already being fetched (answer `not_found` at once).
+  /// `late` (a fetch_late fault) is added to the due time.
   std::optional<Clock::time_point> fetch(const std::string& key, std::uint32_t tokens,
                                          Requester from, Clock::time_point now,
-                                         const LoopClock* paced_clock);
+                                         const LoopClock* paced_clock,
+                                         Clock::duration late = Clock::duration::zero());
+  /// The request held under `key` and not being fetched (what a fetch would answer `ready`
+  /// for), or nullopt.
+  std::optional<engine::RequestId> fetchable(const std::string& key) const {
+    const auto it = held_.find(key);
+    if (it == held_.end() || it->second.fetching) return std::nullopt;
+    return it->second.id;
+  }
   /// The fetches due by `now`, earliest first, removed; each one still held releases its hold.
   std::vector<DueFetch> takeDue(Clock::time_point now);
   /// A kv_release of `key`: the held request it frees (its pending fetch is dropped), or

@@ -175,7 +175,7 @@ void Server::Impl::completePass(std::uint32_t r, bool timed) {
   endClosedConnections();
   // 1. KV events and forward-pass metrics (a send error is counted by the sink, logged here).
   publishKvEvents(r, pass.kv_events);
-  if (rank.pub.fpm) rank.pub.fpm->onPass(pass.fpm, engineNowMs());
+  if (auto* fpm = rank.fpm()) fpm->onPass(pass.fpm, engineNowMs());
   rank.pub.logSinkErrors(*log_);
   // Lateness: when the outputs go out (after the KV events and FPM) against the modelled end.
   if (timed) {
@@ -233,8 +233,8 @@ void Server::Impl::heartbeats() {
   const double now_ms = engineNowMs();
   for (std::uint32_t r = 0; r < ranks_.size(); ++r) {
     Rank& rank = ranks_[r];
-    if (rank.pub.fpm && !rank.in_flight && (!engine_.hasWork(r) || rank.stalled)) {
-      rank.pub.fpm->onIdle(now_ms);
+    if (rank.fpm() && !rank.in_flight && (!engine_.hasWork(r) || rank.stalled)) {
+      rank.fpm()->onIdle(now_ms);
     }
   }
 }
@@ -347,8 +347,8 @@ std::chrono::milliseconds Server::Impl::pollTimeout(Clock::time_point now,
   PollTimeout timeout(now);
   for (const Rank& rank : ranks_) {
     if (rank.in_flight && (!next_end || rank.deadline < *next_end)) next_end = rank.deadline;
-    if (rank.pub.fpm) {
-      if (auto due = rank.pub.fpm->nextHeartbeatDue()) timeout.wakeBy(clock_.wallAt(*due));
+    if (auto* fpm = rank.fpm()) {
+      if (auto due = fpm->nextHeartbeatDue()) timeout.wakeBy(clock_.wallAt(*due));
     }
   }
   for (std::uint32_t r = 0; r < ranks_.size(); ++r) {

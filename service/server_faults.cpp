@@ -59,6 +59,11 @@ bool Server::Impl::passFaults(std::uint32_t r, double start_ms, double& slow_fac
     }
     return false;
   }
+  if (f.fpm_stop) rank.fpm_stopped = true;
+  if (f.metrics_freeze && !metrics_frozen_) {
+    metrics_frozen_ = true;
+    metrics_.freeze();  // the snapshot taken now, with this fault counted
+  }
   slow_factor = f.slow_factor;
   return true;
 }

@@ -84,9 +84,24 @@ void Server::Impl::handleHandoffSocketMessage(std::vector<zmq::message_t>& parts
   auto msg = decodeRequest(handoff_, from);
   if (!msg) return;
   if (const auto* fetch = std::get_if<protocol::KvFetch>(&*msg)) {
+    Clock::duration late{};
+    if (faults_.hasFetchFaults()) {
+      const std::optional<FaultPlan::FetchFaults> f = fetchFaults(fetch->key);
+      if (f && f->kind == FaultKind::FetchNotFound) {
+        ++counters.kv_fetches_missed;
+        reply(handoff_, from,
+              protocol::KvFetchReply{fetch->key, protocol::KvFetchResult::NotFound});
+        return;
+      }
+      if (f && f->kind == FaultKind::FetchNever) return;  // the hold stays until it ends
+      if (f) {
+        late = std::chrono::duration_cast<Clock::duration>(
+            std::chrono::duration<double, std::milli>(f->late_ms));
+      }
+    }
     // Answered at the modelled transfer end (answerDueFetches).
     if (!holds_.fetch(fetch->key, fetch->tokens, {from.routing_id, from.delimiter}, Clock::now(),
-                      paced() ? &clock_ : nullptr)) {
+                      paced() ? &clock_ : nullptr, late)) {
       ++counters.kv_fetches_missed;
       reply(handoff_, from, protocol::KvFetchReply{fetch->key, protocol::KvFetchResult::NotFound});
     }
@@ -107,6 +122,17 @@ void Server::Impl::handleHandoffSocketMessage(std::vector<zmq::message_t>& parts
                              "messages (got \"" +
                                  std::string(protocol::messageType(*msg)) + "\")",
                              std::nullopt});
+}
+
+std::optional<FaultPlan::FetchFaults> Server::Impl::fetchFaults(const std::string& key) {
+  const std::optional<engine::RequestId> id = holds_.fetchable(key);
+  const Route* route = id ? routes_.find(*id) : nullptr;
+  if (route == nullptr) return std::nullopt;  // answered not_found anyway
+  FaultPlan::FetchFaults f = faults_.onFetch(route->rank, route->id, engineNowMs());
+  if (!f.injection) return std::nullopt;
+  injections_.push_back(std::move(*f.injection));
+  recordInjections();
+  return f;
 }
 
 void Server::Impl::answerDueFetches() {

@@ -227,7 +227,12 @@ protocol::StatsReply Server::Impl::statsReply(const net::RoutedEnvelope& from,
                                      .duplicate = at(FaultKind::Duplicate),
                                      .reorder = at(FaultKind::Reorder),
                                      .delay = at(FaultKind::Delay),
-                                     .truncate_ring = at(FaultKind::TruncateRing)};
+                                     .truncate_ring = at(FaultKind::TruncateRing),
+                                     .fpm_stop = at(FaultKind::FpmStop),
+                                     .metrics_freeze = at(FaultKind::MetricsFreeze),
+                                     .fetch_not_found = at(FaultKind::FetchNotFound),
+                                     .fetch_late = at(FaultKind::FetchLate),
+                                     .fetch_never = at(FaultKind::FetchNever)};
   }
   // Only the sender's own entries: its routing id, or with CURVE every routing id of its key.
   for (protocol::ClientRoutes& c : routes_.routesPerClient()) {

@@ -378,10 +378,13 @@ void registerWorkerHealthFlags(CLI::App& cmd, ReplayFlags& f) {
       ->check(atLeast(0))
       ->capture_default_str()
       ->group(group);
-  cmd.add_option("--migration-limit", f.migration_limit,
-                 "how many times one request may be migrated: re-sent, when its server is declared "
-                 "down, to a server up with its prompt plus the tokens it streamed so far, for the "
-                 "rest of its output (Dynamo's --migration-limit; 0 = never: the requests fail)")
+  cmd.add_option(
+         "--migration-limit", f.migration_limit,
+         "how many times one request may be migrated: re-sent, when its server is declared "
+         "down, to a server up with its prompt plus the tokens it streamed so far, for the "
+         "rest of its output; a submit that cannot be sent is migrated the same way; a request "
+         "that streamed every token and lost only its finish ends completed, not re-sent "
+         "(Dynamo's --migration-limit; 0 = never: the requests fail)")
       ->capture_default_str()
       ->group(group);
 }

@@ -264,11 +264,6 @@ Status planLive(const ReplayFlags& f, const GivenFlags& given, ReplayPlan& plan)
                            .down_after_ms = f.worker_down_after_ms,
                            .stall_timeout_ms = f.worker_stall_timeout_ms};
   options.migration_limit = f.migration_limit;
-  if (f.migration_limit > 0 && !f.worker_health) {
-    return invalidArgument(
-        "--migration-limit needs worker health (--no-worker-health declares no "
-        "server down, so no request would ever be migrated)");
-  }
   if (f.connect.empty()) {
     return invalidArgument("live mode needs --connect tcp://HOST:PORT (a running `mocker serve`)");
   }

@@ -415,7 +415,8 @@ void addServeFlags(CLI::App& app, ServeFlags& flags, ConfigUse use) {
         app.add_option("--fault", flags.faults,
                        "inject a fault (repeatable; appended to [faults.inject]): "
                        "KIND[:KEY=VALUE]..., KIND crash | hang | slow | error | abort | drop | "
-                       "drop_unhealable | suppress | duplicate | reorder | delay | truncate_ring, "
+                       "drop_unhealable | suppress | duplicate | reorder | delay | truncate_ring | "
+                       "fpm_stop | metrics_freeze | fetch_not_found | fetch_late | fetch_never, "
                        "e.g. crash:after_passes=100, slow:factor=3:worker=1, "
                        "error:rate=0.05:code=resource_exhausted, abort:tokens=5:match=req-*, "
                        "drop:after_passes=50, delay:ms=200:rate=0.01; "

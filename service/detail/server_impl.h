@@ -103,6 +103,9 @@ class Server::Impl {
     RankPublishers pub;
     std::uint64_t passes = 0;  // passes this rank has run (fault triggers)
     bool hung = false;         // a `hang` fault: no pass starts any more
+    bool fpm_stopped = false;  // an `fpm_stop` fault: no FPM (nor heartbeat) is published
+    /// The rank's FPM publisher, null once an `fpm_stop` fault fired (its socket stays bound).
+    publishers::FpmPublisher* fpm() const { return fpm_stopped ? nullptr : pub.fpm.get(); }
   };
 
   double engineNowMs() const { return clock_.engineMs(Clock::now()); }
@@ -120,6 +123,9 @@ class Server::Impl {
                   protocol::KvFetchResult result);
   /// Prefill: answers the kv_fetches whose transfer end has come.
   void answerDueFetches();
+  /// The kv_fetch fault (if any) that hits a fetch of `key`, its injection recorded; nullopt
+  /// for none, or a key nothing fetchable is held under.
+  std::optional<FaultPlan::FetchFaults> fetchFaults(const std::string& key);
   /// Decode: a submit carrying a ticket; the refusal reason, or the engine's id.
   Result<engine::RequestId> submitHandoff(const protocol::SubmitRequest& req, std::uint32_t rank,
                                           double now_ms);
@@ -296,7 +302,8 @@ class Server::Impl {
   std::unordered_map<engine::RequestId, FaultPlan::PendingAbort> aborts_;  // armed `abort`s
   std::vector<engine::RequestId> aborting_;  // scratch: streams cut in this pass
   bool crashed_ = false;
-  bool hang_reported_ = false;  // /health already told when to fail
+  bool hang_reported_ = false;   // /health already told when to fail
+  bool metrics_frozen_ = false;  // a `metrics_freeze` fault fired
 };
 
 }  // namespace mocker::service

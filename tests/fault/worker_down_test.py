@@ -2,6 +2,11 @@
 """A crashed worker under live replay, with real processes (docs/failure-drills.md, drill 1;
 tools/replay/README.md "Workers that fail").
 
+SendRefusedTest: a submit to a crashed worker's closed connection cannot be sent — migrated at
+once with --migration-limit, failed at once without. FinishLostTest: a worker that dies after
+streaming every token of a request but before its finish — that request ends completed, not
+re-sent.
+
 Three `mocker serve` children (paced: 2 ms prefill, 5 ms decode passes); the second crashes
 after 20 passes (`--fault crash:after_passes=20`: sockets closed, exit code 70). `mocker replay`
 drives them with 60 requests, one every 10 ms, with each router kind. The replay must see the
@@ -110,6 +115,12 @@ class WorkerDownTest(unittest.TestCase):
         self.assertEqual(len(re.findall(r"ms: server \d down", out.stdout)), 1, out.stdout)
         failed = int(re.search(r"(\d+) requests? failed with a worker that went down",
                                out.stdout).group(1))
+        # Between the crash and the declaration, a submit to the crashed server cannot be sent
+        # (its connection is gone): it fails at once (no migration here).
+        issues = re.search(r"(\d+) send failures", out.stdout)
+        refused = int(issues.group(1)) if issues else 0
+        if fault is not CRASH:
+            self.assertEqual(refused, 0)  # a hung server's connection stays up
 
         # Every request: the ones the crash caught failed at the down time; none timed out;
         # every request that arrived after the declaration completed (on a survivor).
@@ -117,12 +128,19 @@ class WorkerDownTest(unittest.TestCase):
             rows = [json.loads(line) for line in f]
         self.assertEqual(len(rows), REQUESTS)
         statuses = [r["terminal_status"] for r in rows]
-        self.assertEqual(statuses.count("failed"), failed)
+        self.assertEqual(statuses.count("failed"), failed + refused)
         self.assertEqual(statuses.count("cancelled"), 0)
-        self.assertEqual(statuses.count("completed"), REQUESTS - failed)
+        self.assertEqual(statuses.count("completed"), REQUESTS - failed - refused)
+        at_down = 0
         for r in rows:
-            if r["terminal_status"] == "failed":
-                self.assertAlmostEqual(r["terminal_time_ms"], down_ms, delta=0.05)
+            if r["terminal_status"] != "failed":
+                continue
+            if abs(r["terminal_time_ms"] - down_ms) <= 0.05:
+                at_down += 1
+            else:  # refused: sent after the crash, failed as it was sent
+                self.assertLess(r["terminal_time_ms"] - r["arrival_time_ms"], 100)
+                self.assertLess(r["terminal_time_ms"], down_ms)
+        self.assertEqual(at_down, failed)
         after = [r for r in rows if r["arrival_time_ms"] > down_ms]
         self.assertGreaterEqual(len(after), REQUESTS // 6,
                                 "the fault came too late to test routing")
@@ -247,6 +265,205 @@ class MigrationTest(unittest.TestCase):
         # Acknowledged by the hung worker and never started: migrated before any token.
         before = [r for r in migrated if r["first_token_ms"] > down_ms]
         self.assertGreaterEqual(len(before), 1)
+
+
+class SendRefusedTest(unittest.TestCase):
+    """A submit the replay cannot send (the worker's connection is gone): migrated at once like
+    a request held by a down worker, or failed at once with a warning saying why. Server 1
+    crashes after 20 passes. The replay runs with --no-worker-health, so nothing routes around
+    the crashed server and no server is declared down: every later submit to it is refused
+    (with the health rule, a server whose connection closed gets no new request, and only a
+    send in the moment before the replay sees the close is refused). What the crash caught
+    ends at the (short) request timeout."""
+
+    def run_drill(self, migration):
+        work = tempfile.mkdtemp(prefix="mocker-send-refused-")
+        self.addCleanup(shutil.rmtree, work, ignore_errors=True)
+        trace = os.path.join(work, "trace.jsonl")
+        write_trace(trace)
+        fleet = []
+        for w in range(3):
+            flags = paced(2, 5)
+            if w == 1:
+                flags += ["--fault", CRASH[0]]
+            fleet.append(Serve(*flags))
+            self.addCleanup(fleet[-1].close)
+        requests = os.path.join(work, "requests.jsonl")
+        cmd = [mocker_bin(), "replay", trace, "--trace-block-size", "64", "--router",
+               "round_robin", "--no-worker-health", "--request-timeout-s", "3",
+               "--no-progress", "--requests-jsonl", requests]
+        if migration:
+            cmd += ["--migration-limit", str(LIMIT)]
+        for s in fleet:
+            cmd += ["--connect", s.submit, "--connect-cancel", s.cancel]
+        out = subprocess.run(cmd, stdin=subprocess.DEVNULL, capture_output=True, text=True,
+                             timeout=120)
+        self.assertEqual(out.returncode, 0, out.stderr)
+        print(out.stdout[out.stdout.find("Live:"):], out.stderr)
+        poll_until(lambda: fleet[1].proc.poll() is not None, "the crashed worker's exit", WAIT_S)
+        self.assertEqual(fleet[1].proc.returncode, CRASH_EXIT_CODE)
+        issues = re.search(r"(\d+) send failures", out.stdout)
+        self.assertIsNotNone(issues, out.stdout)
+        refused = int(issues.group(1))
+        with open(requests) as f:
+            rows = [json.loads(line) for line in f]
+        self.assertEqual(len(rows), REQUESTS)
+        statuses = [r["terminal_status"] for r in rows]
+        self.assertEqual(statuses.count("rejected"), 0)
+        # The crash (after 20 passes) comes early: a good part of the rotation's turns at
+        # server 1 come after it, and are refused.
+        self.assertGreaterEqual(refused, REQUESTS // 6, out.stdout)
+        cancelled = statuses.count("cancelled")  # held by server 1 when it crashed
+        if migration:
+            migrated = [r for r in rows if r["migrations"] > 0]
+            # Each refused send was re-sent at once to a survivor, and completed in full.
+            self.assertEqual(len(migrated), refused, out.stdout)
+            self.assertTrue(all(r["migrations"] == 1 for r in migrated))
+            for r in migrated:
+                self.assertEqual(r["terminal_status"], "completed")
+                self.assertEqual(r["output_length"], 8)
+            self.assertEqual(statuses.count("failed"), 0)
+            self.assertEqual(statuses.count("completed"), REQUESTS - cancelled)
+            self.assertIn("Live worker health off (no server declared down): %d requests "
+                          "migrated to another server (%d migrations, limit %d per request)" %
+                          (refused, refused, LIMIT), out.stdout)
+            self.assertIn("could not be sent: migrated to another server", out.stderr)
+        else:
+            # Failed at once (not at a timeout), and the warning says why.
+            failed = [r for r in rows if r["terminal_status"] == "failed"]
+            self.assertEqual(len(failed), refused)
+            for r in failed:
+                self.assertLess(r["terminal_time_ms"] - r["arrival_time_ms"], 100)
+            self.assertEqual(statuses.count("completed"), REQUESTS - cancelled - refused)
+            self.assertIn("could not be sent: failed (migration off, --migration-limit 0)",
+                          out.stderr)
+
+    def test_migrated(self):
+        self.run_drill(migration=True)
+
+    def test_failed_without_migration(self):
+        self.run_drill(migration=False)
+
+
+class FinishLostProxy:
+    """Stands between the replay and a real `mocker serve` (both of its connections, frames
+    passed through unchanged) until the first output entry that finishes `length` comes back:
+    it forwards that output message with every finish taken out (the tokens kept), then closes
+    its sockets like a worker that died right after streaming a request's last token. Runs on a
+    thread; waits are polls with a deadline."""
+
+    def __init__(self, serve):
+        import threading
+        import zmq
+        self.ctx = zmq.Context()
+        self.front = {}
+        self.back = {}
+        for name, endpoint in (("submit", serve.submit), ("cancel", serve.cancel)):
+            f = self.ctx.socket(zmq.ROUTER)
+            f.setsockopt(zmq.LINGER, 0)
+            f.bind("tcp://127.0.0.1:*")
+            b = self.ctx.socket(zmq.DEALER)
+            b.setsockopt(zmq.LINGER, 0)
+            b.setsockopt(zmq.ROUTING_ID, b"finish-lost-proxy")
+            b.connect(endpoint)
+            self.front[name], self.back[name] = f, b
+        self.submit = self.front["submit"].getsockopt(zmq.LAST_ENDPOINT).decode()
+        self.cancel = self.front["cancel"].getsockopt(zmq.LAST_ENDPOINT).decode()
+        self.stripped = []  # ids whose finish was taken out
+        self.stop = False
+        self.thread = threading.Thread(target=self.run, daemon=True)
+        self.thread.start()
+
+    def run(self):
+        import msgpack
+        import time
+        import zmq
+        poller = zmq.Poller()
+        for sock in (*self.front.values(), *self.back.values()):
+            poller.register(sock, zmq.POLLIN)
+        client = {}
+        deadline = time.monotonic() + 120
+        while not self.stop and time.monotonic() < deadline:
+            for sock, _ in poller.poll(100):
+                if self.stop:
+                    break
+                for name in ("submit", "cancel"):
+                    if sock is self.front[name]:
+                        client[name], payload = sock.recv_multipart()
+                        self.back[name].send(payload)
+                    elif sock is self.back[name]:
+                        payload = sock.recv()
+                        m = msgpack.unpackb(payload, raw=False)
+                        if m.get("type") == "output" and any(
+                                e.get("finish") == "length" for e in m["outputs"]):
+                            for e in m["outputs"]:
+                                if e.pop("finish", None) is not None:
+                                    e.pop("reason", None)
+                                    self.stripped.append(e["id"])
+                            m["outputs"] = [e for e in m["outputs"] if e["tokens"]]
+                            if m["outputs"]:
+                                self.front[name].send_multipart(
+                                    [client[name], msgpack.packb(m, use_bin_type=True)])
+                            self.stop = True  # the worker dies with the finish unsent
+                            break
+                        self.front[name].send_multipart([client[name], payload])
+        for sock in (*self.front.values(), *self.back.values()):
+            sock.close()
+
+    def close(self):
+        self.stop = True
+        self.thread.join(WAIT_S)
+        self.ctx.term()
+
+
+class FinishLostTest(unittest.TestCase):
+    """Server 0 is a real `mocker serve` behind a FinishLostProxy: it streams a request's every
+    token, then dies before its finish. With migration on, that request ends completed (finish
+    length) at the down declaration, not re-sent (a re-send would ask for 0 tokens, which a
+    server refuses: it used to end rejected); what else server 0 held is migrated and completes
+    on server 1."""
+
+    def test_completed_not_resent(self):
+        work = tempfile.mkdtemp(prefix="mocker-finish-lost-")
+        self.addCleanup(shutil.rmtree, work, ignore_errors=True)
+        trace = os.path.join(work, "trace.jsonl")
+        output = 20
+        with open(trace, "w") as f:
+            for i in range(6):
+                f.write(json.dumps({"timestamp": i * GAP_MS, "input_length": 64,
+                                    "output_length": output, "hash_ids": [1000 + i]}) + "\n")
+        fleet = [Serve(*paced(2, 5)) for _ in range(2)]
+        for s in fleet:
+            self.addCleanup(s.close)
+        proxy = FinishLostProxy(fleet[0])
+        self.addCleanup(proxy.close)
+        requests = os.path.join(work, "requests.jsonl")
+        cmd = [mocker_bin(), "replay", trace, "--trace-block-size", "64", "--router",
+               "round_robin", "--worker-down-after-ms", str(DOWN_AFTER_MS),
+               "--request-timeout-s", "20", "--no-progress", "--requests-jsonl", requests,
+               "--migration-limit", str(LIMIT),
+               "--connect", proxy.submit, "--connect-cancel", proxy.cancel,
+               "--connect", fleet[1].submit, "--connect-cancel", fleet[1].cancel]
+        out = subprocess.run(cmd, stdin=subprocess.DEVNULL, capture_output=True, text=True,
+                             timeout=120)
+        self.assertEqual(out.returncode, 0, out.stderr)
+        print(out.stdout[out.stdout.find("Live:"):], out.stderr)
+        self.assertGreaterEqual(len(proxy.stripped), 1)
+        with open(requests) as f:
+            rows = [json.loads(line) for line in f]
+        self.assertEqual(len(rows), 6)
+        # Every request completed with all its tokens; none was rejected.
+        self.assertEqual([r["terminal_status"] for r in rows], ["completed"] * 6, out.stderr)
+        self.assertTrue(all(r["output_length"] == output for r in rows))
+        lost = int(re.search(r"(\d+) requests? completed whose finish was lost", out.stdout)
+                   .group(1))
+        self.assertEqual(lost, len(proxy.stripped))
+        self.assertIn("1 declared down", out.stdout)
+        self.assertNotIn("submit rejected", out.stderr)
+        # The requests whose finish was lost were not re-sent.
+        by_wire = {"r%d" % i: r for i, r in enumerate(rows)}
+        for wire_id in proxy.stripped:
+            self.assertEqual(by_wire[wire_id]["migrations"], 0)
 
 
 if __name__ == "__main__":

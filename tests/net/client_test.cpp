@@ -88,6 +88,46 @@ TEST(ClientTest, NonBlockingSendToAPeerThatNeverTakesSaysItWouldBlock) {
   EXPECT_EQ(*cancel_error, "send cancel: would block (high-water mark reached)");
 }
 
+// ZMQ_IMMEDIATE (the live replay's submit sockets): a send with no completed connection fails
+// at once instead of queueing for whoever comes back on the endpoint — before the connection,
+// and after the service went away.
+TEST(ClientTest, ImmediateSendWithoutAConnectionFailsAtOnce) {
+  auto service = std::make_unique<FakeService>();
+  auto c =
+      service->connect({.nonblocking_send = true, .immediate = true, .watch_connection = true});
+  const auto waitFor = [&c](ConnectionEvent wanted) {
+    const auto deadline = std::chrono::steady_clock::now() + 10s;
+    while (std::chrono::steady_clock::now() < deadline) {
+      const std::array<Client*, 1> clients{c.get()};
+      ASSERT_TRUE(Client::waitReadable(clients, 100ms));
+      for (const ConnectionEvent e : c->takeConnectionEvents()) {
+        if (e == wanted) return;
+      }
+    }
+    FAIL() << "no connection event in 10 s";
+  };
+  waitFor(ConnectionEvent::Connected);
+  // Connected: sends go out (the handshake's pipe may reach the socket just after the event).
+  const auto deadline = std::chrono::steady_clock::now() + 10s;
+  while (!c->send(protocol::StatsRequest{})) {
+    ASSERT_LT(std::chrono::steady_clock::now(), deadline) << "no send went out in 10 s";
+  }
+  service->awaitHello();
+  service.reset();  // the service goes away
+  waitFor(ConnectionEvent::Closed);
+  // libzmq reports the disconnect just before it drops the connection's pipe: a send in between
+  // still goes into the pipe (lost with it), the next ones are refused.
+  Status refused;
+  const auto closed_deadline = std::chrono::steady_clock::now() + 10s;
+  while ((refused = c->submit({.id = "r1", .prompt = {1}, .max_tokens = 1}))) {
+    ASSERT_LT(std::chrono::steady_clock::now(), closed_deadline) << "sends still queued after 10 s";
+  }
+  EXPECT_EQ(refused.error().message,
+            "send: would block (no connection to the service, or high-water mark reached)");
+  // The cancel socket is not immediate: a cancel still queues.
+  EXPECT_TRUE(c->cancel("r1"));
+}
+
 // Both sockets carry one routing id, so a cancel endpoint equal to the submit endpoint would put
 // two connections with that id on one ROUTER, which refuses whichever comes second: at random the
 // submit socket's messages were lost (`mocker stats` waited out its timeout). Refused at connect;

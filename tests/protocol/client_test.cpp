@@ -235,12 +235,18 @@ TEST(ClientGoldenTest, StatsReplyKvFaultCountsRoundTripAndMayBeAbsent) {
                                      .duplicate = 9,
                                      .reorder = 10,
                                      .delay = 11,
-                                     .truncate_ring = 12}};
+                                     .truncate_ring = 12,
+                                     .fpm_stop = 13,
+                                     .metrics_freeze = 14,
+                                     .fetch_not_found = 15,
+                                     .fetch_late = 16,
+                                     .fetch_never = 17}};
   const auto decoded = decodeClientMessage(encodeClientMessage(r));
   ASSERT_TRUE(decoded.has_value()) << decoded.error().toString();
   EXPECT_EQ(*decoded, ClientMessage{r});
   // A service that predates them sends the first five keys only (faults is the last field):
-  // cut the seven KV pairs (a key and a one-byte count each) and fix the map header.
+  // cut the twelve KV-event, metrics and kv_fetch pairs (a key and a one-byte count each) and
+  // make the map header (map16, 17 entries) a fixmap of 5.
   std::vector<std::byte> bytes = encodeClientMessage(StatsReply{.faults = FaultCounts{.abort = 5}});
   std::size_t kv_bytes = 0;
   for (std::size_t i = protocol::detail::kRequiredFaultCountKeys;
@@ -248,11 +254,13 @@ TEST(ClientGoldenTest, StatsReplyKvFaultCountsRoundTripAndMayBeAbsent) {
     kv_bytes += 1 + protocol::detail::kFaultCountKeys[i].first.size() + 1;
   }
   const std::string hex = toHex(bytes);
-  const std::size_t header =
-      hex.find("8ca5" + toHex(std::vector<std::byte>{std::byte{'c'}, std::byte{'r'}, std::byte{'a'},
-                                                     std::byte{'s'}, std::byte{'h'}}));
+  const std::size_t header = hex.find(
+      "de0011a5" + toHex(std::vector<std::byte>{std::byte{'c'}, std::byte{'r'}, std::byte{'a'},
+                                                std::byte{'s'}, std::byte{'h'}}));
   ASSERT_NE(header, std::string::npos);
   bytes[header / 2] = std::byte{0x85};
+  bytes.erase(bytes.begin() + static_cast<std::ptrdiff_t>(header / 2) + 1,
+              bytes.begin() + static_cast<std::ptrdiff_t>(header / 2) + 3);
   bytes.resize(bytes.size() - kv_bytes);
   const auto old = decodeClientMessage(bytes);
   ASSERT_TRUE(old.has_value()) << old.error().toString();

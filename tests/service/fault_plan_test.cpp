@@ -26,12 +26,28 @@ TEST(FaultPlanTest, SpecsParseAndRoundTrip) {
   EXPECT_EQ(slow.for_passes, 5u);
   EXPECT_EQ(slow.worker, 1u);
   EXPECT_EQ(slow.rank, 0u);
-  for (const char* text :
-       {"crash", "crash:after_passes=100", "hang:at_ms=2500.5:health_after_ms=none",
-        "hang:health_after_ms=200", "slow:factor=1.5", "error:rate=0.25:code=internal",
-        "error:match=req-*", "abort:tokens=5:rate=0.5:match=r1", "ERROR:code=not_found", "drop",
-        "drop_unhealable:after_passes=3:rank=0", "suppress:at_ms=10:count=2", "duplicate:rate=1",
-        "reorder:rate=0.5:count=4:worker=1", "delay:ms=250", "truncate_ring:after_passes=9"}) {
+  for (const char* text : {"crash",
+                           "crash:after_passes=100",
+                           "hang:at_ms=2500.5:health_after_ms=none",
+                           "hang:health_after_ms=200",
+                           "slow:factor=1.5",
+                           "error:rate=0.25:code=internal",
+                           "error:match=req-*",
+                           "abort:tokens=5:rate=0.5:match=r1",
+                           "ERROR:code=not_found",
+                           "drop",
+                           "drop_unhealable:after_passes=3:rank=0",
+                           "suppress:at_ms=10:count=2",
+                           "duplicate:rate=1",
+                           "reorder:rate=0.5:count=4:worker=1",
+                           "delay:ms=250",
+                           "truncate_ring:after_passes=9",
+                           "fpm_stop",
+                           "fpm_stop:after_passes=4:rank=1",
+                           "metrics_freeze:at_ms=20:worker=1",
+                           "fetch_not_found:match=r1",
+                           "fetch_late:ms=250:rate=0.5",
+                           "fetch_never:worker=1"}) {
     const FaultSpec spec = parsed(text);
     EXPECT_EQ(parsed(faultSpecText(spec)), spec) << text << " -> " << faultSpecText(spec);
   }
@@ -44,7 +60,14 @@ TEST(FaultPlanTest, BadSpecsNameTheProblem) {
       {"", "unknown kind ''"},
       {"explode",
        "unknown kind 'explode' (expected one of crash, hang, slow, error, abort, drop, "
-       "drop_unhealable, suppress, duplicate, reorder, delay, truncate_ring)"},
+       "drop_unhealable, suppress, duplicate, reorder, delay, truncate_ring, fpm_stop, "
+       "metrics_freeze, fetch_not_found, fetch_late, fetch_never)"},
+      {"fetch_late", "ms is required (> 0)"},
+      {"fetch_never:after_passes=3", "'after_passes' is not a key of fetch_never faults"},
+      {"fetch_not_found:ms=5", "'ms' is not a key of fetch_not_found faults"},
+      {"metrics_freeze:rank=0", "'rank' is not a key of metrics_freeze faults"},
+      {"fpm_stop:rate=0.5", "'rate' is not a key of fpm_stop faults"},
+      {"fpm_stop:match=r1", "'match' is not a key of fpm_stop faults"},
       {"delay", "ms is required (> 0)"},
       {"delay:ms=0", "ms must be > 0"},
       {"drop:match=r1", "'match' is not a key of drop faults"},
@@ -130,6 +153,67 @@ TEST(FaultPlanTest, HangAtTimeAndWorkerScope) {
   ASSERT_EQ(out.size(), 1u);
   EXPECT_EQ(out[0].worker, 1u);
   EXPECT_EQ(out[0].detail, "at 100.000 ms");
+}
+
+TEST(FaultPlanTest, MetricsFaultsFireOnceAndHoldFromTheTrigger) {
+  // fpm_stop on rank 1 from its pass 3; metrics_freeze worker-wide from 5 ms of engine time.
+  FaultPlan plan({parsed("fpm_stop:after_passes=2:rank=1"), parsed("metrics_freeze:at_ms=5")}, 0);
+  std::vector<Injection> out;
+  std::vector<bool> stopped;
+  std::vector<bool> frozen;
+  for (std::uint64_t p = 0; p < 5; ++p) {
+    EXPECT_FALSE(plan.beforePass(0, 2 * p, p, static_cast<double>(p), out).fpm_stop);  // rank 0
+    const FaultPlan::PassFaults f =
+        plan.beforePass(1, 2 * p + 1, p, 2.0 * static_cast<double>(p), out);
+    stopped.push_back(f.fpm_stop);
+    frozen.push_back(f.metrics_freeze);
+    EXPECT_FALSE(f.crash || f.hang);
+    EXPECT_EQ(f.slow_factor, 1.0);
+  }
+  EXPECT_EQ(stopped, (std::vector<bool>{false, false, true, true, true}));
+  EXPECT_EQ(frozen, (std::vector<bool>{false, false, false, true, true}));
+  ASSERT_EQ(out.size(), 2u);  // each logged once, at its onset
+  EXPECT_EQ(faultLogLine(out[0]),
+            R"({"time_ms":4.000,"kind":"fpm_stop","fault":0,"worker":0,"rank":1,)"
+            R"("detail":"after 2 passes"})");
+  EXPECT_EQ(out[1].kind, FaultKind::MetricsFreeze);
+  EXPECT_EQ(out[1].detail, "at 6.000 ms");
+  EXPECT_FALSE(isKvFault(FaultKind::FpmStop) || isKvFault(FaultKind::MetricsFreeze));
+  EXPECT_TRUE(isKvFault(FaultKind::TruncateRing));
+}
+
+TEST(FaultPlanTest, FetchFaultsHitFetchesByRequestIdOnly) {
+  FaultPlan plan({parsed("fetch_late:ms=250:match=slow-*"), parsed("fetch_not_found:rate=0.5"),
+                  parsed("fetch_never:match=lost")},
+                 7);
+  EXPECT_TRUE(plan.hasFetchFaults());
+  EXPECT_FALSE(plan.hasKvFaults());
+  // Never a submit's fault.
+  EXPECT_FALSE(plan.onSubmit(0, "lost", 1.0).injection.has_value());
+  const FaultPlan::FetchFaults late = plan.onFetch(0, "slow-1", 2.0);
+  EXPECT_EQ(late.kind, FaultKind::FetchLate);
+  EXPECT_EQ(late.late_ms, 250.0);
+  ASSERT_TRUE(late.injection.has_value());
+  EXPECT_EQ(faultLogLine(*late.injection),
+            R"({"time_ms":2.000,"kind":"fetch_late","fault":0,"worker":0,"rank":0,)"
+            R"("request":"slow-1","detail":"kv_fetch answered 250.000 ms late"})");
+  // The rate draw is per request id: the same id, the same answer; about half of them hit.
+  int hits = 0;
+  for (int i = 0; i < 1000; ++i) {
+    const std::string id = "r" + std::to_string(i);
+    const auto f = plan.onFetch(0, id, 0.0);
+    EXPECT_EQ(f.kind, plan.onFetch(0, id, 5.0).kind);
+    if (f.kind) {
+      EXPECT_EQ(f.kind, FaultKind::FetchNotFound);
+      ++hits;
+    }
+  }
+  EXPECT_GT(hits, 400);
+  EXPECT_LT(hits, 600);
+  // The first fault that fires wins: "lost" may be drawn by fetch_not_found first.
+  const auto lost = plan.onFetch(0, "lost", 0.0);
+  ASSERT_TRUE(lost.kind.has_value());
+  EXPECT_TRUE(*lost.kind == FaultKind::FetchNotFound || *lost.kind == FaultKind::FetchNever);
 }
 
 TEST(FaultPlanTest, KvFaultOnceAfterPassesOnTheNextBatch) {

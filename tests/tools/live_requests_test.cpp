@@ -82,6 +82,42 @@ TEST(LiveRequestsTest, AMigrationSendsThePromptAndTheTokensSoFarForTheRest) {
   EXPECT_TRUE(migratedSubmit(original, all).output_tokens->empty());
 }
 
+TEST(LiveRequestsTest, ALostRequestIsCompletedResentOrFailed) {
+  using enum LostRequestStep;
+  LiveRequest r{.submit = protocol::SubmitRequest{.id = "r0", .prompt = {1, 2}, .max_tokens = 3}};
+  // Migration off: a lost request fails, whatever it streamed.
+  EXPECT_EQ(lostRequestStep(r, 0), Fail);
+  r.generated = {7, 8, 9};
+  EXPECT_EQ(lostRequestStep(r, 0), Fail);
+  // Every token streamed, only the finish lost: completed, never re-sent for 0 tokens — also
+  // when the limit is used up.
+  EXPECT_EQ(lostRequestStep(r, 2), Complete);
+  r.migrations = 2;
+  EXPECT_EQ(lostRequestStep(r, 2), Complete);
+  // Tokens left: re-sent while migrations < limit.
+  r.generated = {7, 8};
+  EXPECT_EQ(lostRequestStep(r, 2), Fail);
+  r.migrations = 1;
+  EXPECT_EQ(lostRequestStep(r, 2), Resend);
+  r.generated.clear();
+  EXPECT_EQ(lostRequestStep(r, 2), Resend);
+  // Planned output: its length is what counts, not max_tokens.
+  r.submit->output_tokens = std::vector<std::uint32_t>{7, 8};
+  r.generated = {7, 8};
+  EXPECT_EQ(lostRequestStep(r, 2), Complete);
+  r.submit->output_tokens = std::vector<std::uint32_t>{7, 8, 9, 10};
+  r.generated = {7, 8, 9};
+  EXPECT_EQ(lostRequestStep(r, 2), Resend);
+  // A 0-token request (allow_empty_output) is not complete until its server says so.
+  r.submit->output_tokens.reset();
+  r.submit->max_tokens = 0;
+  r.generated.clear();
+  EXPECT_EQ(lostRequestStep(r, 2), Resend);
+  // No submit kept (nothing to re-send): failed.
+  r.submit.reset();
+  EXPECT_EQ(lostRequestStep(r, 2), Fail);
+}
+
 TEST(LiveRequestsTest, DeadlinesComeOutInOrderAndSkipEndedRequests) {
   LiveRequests requests(1);
   for (int i = 0; i < 3; ++i) requests.add({});

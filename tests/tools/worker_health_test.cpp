@@ -247,6 +247,22 @@ TEST(WorkerHealthTest, ReportLinesNameTheRuleAndEachTransition) {
                       "limit 3 per request), 1 request failed with a worker that went down, 2 "
                       "failed with no worker up\n"),
             std::string::npos);
+  // Worker health off: no rule to name; migrations of submits that could not be sent.
+  WorkerHealthConfig off = kDefaults;
+  off.enabled = false;
+  EXPECT_EQ(
+      formatWorkerHealth(off, {}, {.migration_limit = 2, .migrated_requests = 3, .migrations = 3}),
+      "Live worker health off (no server declared down): 3 requests migrated to another "
+      "server (3 migrations, limit 2 per request), 0 requests failed with a worker that "
+      "went down, 0 failed with no worker up\n");
+  // Requests whose finish was lost with their server after every token: said when any.
+  EXPECT_NE(
+      formatWorkerHealth(
+          kDefaults, {},
+          {.migration_limit = 1, .migrated_requests = 1, .migrations = 1, .completed_when_lost = 2})
+          .find("limit 1 per request), 2 requests completed whose finish was lost (every "
+                "token streamed, not re-sent), 0 requests failed"),
+      std::string::npos);
 }
 
 TEST(WorkerHealthTest, ConfigErrorsNameTheValue) {

@@ -22,6 +22,10 @@ Result<std::vector<std::unique_ptr<net::Client>>> connectServers(
                                       .rcvhwm = 0,  // never make the server drop streams
                                       .sndhwm = 0,  // an open loop never blocks on a send
                                       .nonblocking_send = true,
+                                      // A submit to a server with no connection (gone, or not
+                                      // reached yet) is refused, not queued: the driver migrates
+                                      // it at once (live_replay.h "Migration").
+                                      .immediate = true,
                                       .watch_connection = true};  // worker health
     if (curve) {
       client_options.curve_server_key = curve->server_public_key;
@@ -33,7 +37,6 @@ Result<std::vector<std::unique_ptr<net::Client>>> connectServers(
       return Error{client.error().code, "cannot connect to " + target.submit_endpoint + " / " +
                                             target.cancel_endpoint + ": " + client.error().message};
     }
-    MOCKER_TRY_VOID((*client)->send(protocol::StatsRequest{}));
     clients.push_back(std::move(*client));
   }
   std::vector<net::Client*> ptrs;
@@ -48,7 +51,17 @@ Result<std::vector<std::unique_ptr<net::Client>>> connectServers(
   const auto answered = [&ranks] {
     return std::all_of(ranks.begin(), ranks.end(), [](const auto& r) { return r.has_value(); });
   };
+  // The `stats` request goes out once the connection is up (an immediate socket refuses it
+  // before): retried at each connection event, and every kHandshakeRetry as a backstop (libzmq
+  // may attach the connection just after it reports the handshake).
+  constexpr auto kHandshakeRetry = std::chrono::milliseconds(5);
+  std::vector<bool> asked(clients.size(), false);
   while (!answered()) {
+    bool all_asked = true;
+    for (std::size_t t = 0; t < clients.size(); ++t) {
+      if (!asked[t]) asked[t] = static_cast<bool>(clients[t]->send(protocol::StatsRequest{}));
+      all_asked = all_asked && asked[t];
+    }
     const auto left = deadline - Clock::now();
     if (left <= Clock::duration::zero()) {
       for (std::size_t t = 0; t < ranks.size(); ++t) {
@@ -60,7 +73,8 @@ Result<std::vector<std::unique_ptr<net::Client>>> connectServers(
         }
       }
     }
-    const auto wait = std::chrono::ceil<std::chrono::milliseconds>(left);
+    auto wait = std::chrono::ceil<std::chrono::milliseconds>(left);
+    if (!all_asked) wait = std::min(wait, kHandshakeRetry);
     MOCKER_TRY(const std::vector<std::size_t> ready, net::Client::waitReadable(ptrs, wait));
     for (const std::size_t t : ready) {
       (void)clients[t]->takeConnectionEvents();  // the first handshake: nothing to act on

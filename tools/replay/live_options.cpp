@@ -28,10 +28,6 @@ Status validateLiveReplayOptions(const Workload& workload, const LiveReplayOptio
     MOCKER_TRY_VOID(validateKvRouterConfig(options.kv_router));
   }
   MOCKER_TRY_VOID(validateWorkerHealthConfig(options.worker_health));
-  if (options.migration_limit > 0 && !options.worker_health.enabled) {
-    return invalidArgument(
-        "migration needs worker health: without it no server is ever declared down");
-  }
   return {};
 }
 

@@ -159,7 +159,12 @@ class LiveReplay {
   /// The router's pick for `request` among the routable servers (its DP rank set for kv), with
   /// its counters; nullopt when no server is routable.
   std::optional<std::uint32_t> route(std::size_t index, protocol::SubmitRequest& request) {
-    const std::optional<LiveRoute> pick = router_.route(index, request.prompt, health_.routable());
+    return route(index, request, health_.routable());
+  }
+  /// The same among the servers `routable` marks.
+  std::optional<std::uint32_t> route(std::size_t index, protocol::SubmitRequest& request,
+                                     const std::vector<bool>& routable) {
+    const std::optional<LiveRoute> pick = router_.route(index, request.prompt, routable);
     if (!pick) return std::nullopt;
     if (pick->query_error) {
       ++stats_.kv_query_failures;
@@ -171,7 +176,7 @@ class LiveReplay {
   }
 
   /// Applies the health timers. The requests a server that went down holds are migrated while
-  /// they may be; the others end failed at once.
+  /// they may be (completed when only their finish was lost); the others end failed at once.
   void checkHealth(double now) {
     health_.advance(now);
     for (const std::uint32_t w : health_.takeNewlyDown()) {
@@ -179,42 +184,63 @@ class LiveReplay {
         const LiveRequest& r = sent_[i];
         if (!r.live || r.target != w || r.decode_target) continue;
         (void)clients_[w]->cancel(sent_.wireId(i));  // best effort: it may be gone
-        if (migrate(i, now)) continue;
-        ++stats_.failed_by_down;
-        end(i, now, TerminalStatus::Failed);
+        if (!recoverLost(i, now, std::nullopt)) {
+          ++stats_.failed_by_down;
+          end(i, now, TerminalStatus::Failed);
+        }
       }
     }
   }
 
-  /// Re-sends request `index` from its server that went down to a routable one (live_replay.h,
-  /// "Migration"); false when it may not (limit reached), no server is routable or the send
-  /// failed.
-  bool migrate(std::size_t index, double now) {
+  /// Request `index` lost its server: it went down, or the submit to server `refused` could not
+  /// be sent. Completed when only its finish was lost, else re-sent to a routable server
+  /// (live_replay.h "Migration"); a re-send that cannot be sent leaves that server out and is
+  /// itself lost, while the limit allows. False when the request must end failed (migration
+  /// off, limit reached, no server to send it to).
+  bool recoverLost(std::size_t index, double now, std::optional<std::uint32_t> refused) {
     LiveRequest& r = sent_[index];
-    if (r.migrations >= options_.migration_limit || !r.submit) return false;
-    health_.released(r.target, index);
-    router_.released(index);
-    protocol::SubmitRequest request = migratedSubmit(*r.submit, r.generated);
-    request.id = liveRequestId(index, r.migrations + 1);
-    const std::optional<std::uint32_t> target = route(index, request);
-    if (!target) {
-      warnOnce("no server up to migrate a request to");
-      return false;
+    std::vector<bool> excluded(num_prefill_, false);
+    if (refused) excluded[*refused] = true;
+    while (true) {
+      switch (lostRequestStep(r, options_.migration_limit)) {
+        case LostRequestStep::Fail:
+          return false;
+        case LostRequestStep::Complete:
+          ++stats_.completed_when_lost;
+          end(index, now, TerminalStatus::Completed);
+          return true;
+        case LostRequestStep::Resend:
+          break;
+      }
+      health_.released(r.target, index);
+      router_.released(index);
+      protocol::SubmitRequest request = migratedSubmit(*r.submit, r.generated);
+      request.id = liveRequestId(index, r.migrations + 1);
+      std::vector<bool> routable = health_.routable();
+      for (std::uint32_t t = 0; t < num_prefill_; ++t) routable[t] = routable[t] && !excluded[t];
+      const std::optional<std::uint32_t> target = route(index, request, routable);
+      if (!target) {
+        warnOnce("no server up to migrate a request to");
+        return false;
+      }
+      if (r.migrations++ == 0) ++stats_.migrated_requests;
+      ++stats_.migrations;
+      ++stats_.per_target[*target];
+      collector_.onMigration(r.handle);
+      r.target = *target;
+      r.token_base = r.tokens;
+      if (!r.admitted) r.ack_ms.reset();  // admission: the new server's ack
+      if (const Status s = clients_[*target]->submit(request); !s) {
+        ++stats_.send_failures;
+        warnOnce(
+            "migration to server " + std::to_string(*target) +
+            " could not be sent (migrated again while the limit allows): " + s.error().message);
+        excluded[*target] = true;
+        continue;
+      }
+      health_.sent(*target, index, now);
+      return true;
     }
-    if (const Status s = clients_[*target]->submit(request); !s) {
-      ++stats_.send_failures;
-      warnOnce("migration to server " + std::to_string(*target) + " failed: " + s.error().message);
-      return false;
-    }
-    if (r.migrations++ == 0) ++stats_.migrated_requests;
-    ++stats_.migrations;
-    ++stats_.per_target[*target];
-    collector_.onMigration(r.handle);
-    r.target = *target;
-    r.token_base = r.tokens;
-    if (!r.admitted) r.ack_ms.reset();  // admission: the new server's ack
-    health_.sent(*target, index, now);
-    return true;
   }
 
   void dispatchDue(double now) {
@@ -263,15 +289,27 @@ class LiveReplay {
     }
     ++stats_.per_target[target];
     if (stats_.handoff || options_.migration_limit > 0) sent.submit = request;
+    sent_.setDeadline(index, send_ms + options_.request_timeout_ms);
     const Status status = clients_[target]->submit(request);
-    if (!status) {
-      ++stats_.send_failures;
-      warnOnce("submit to server " + std::to_string(target) + " failed: " + status.error().message);
-      end(index, nowMs(), TerminalStatus::Failed);
+    if (status) {
+      health_.sent(target, index, send_ms);
       return;
     }
-    sent_.setDeadline(index, send_ms + options_.request_timeout_ms);
-    health_.sent(target, index, send_ms);
+    // Lost like a request held by a server that went down: migrated while the limit allows.
+    ++stats_.send_failures;
+    const double now = nowMs();
+    if (recoverLost(index, now, target)) {
+      warnOnce("submit to server " + std::to_string(target) +
+               " could not be sent: migrated to another server (" + status.error().message + ")");
+      return;
+    }
+    const char* why = options_.migration_limit == 0 ? "migration off, --migration-limit 0"
+                      : sent_[index].migrations >= options_.migration_limit
+                          ? "its re-sends failed too, up to the migration limit"
+                          : "no other server up to migrate it to";
+    warnOnce("submit to server " + std::to_string(target) + " could not be sent: failed (" + why +
+             "): " + status.error().message);
+    end(index, now, TerminalStatus::Failed);
   }
 
   /// Records the terminal of request `index` and makes its session's next turn eligible.

@@ -46,6 +46,10 @@
 // streamed so far and max_tokens less those tokens (migratedSubmit, live_requests.h), as
 // "r<index>.<k>" for its k-th migration (messages for an earlier attempt are ignored). A request
 // is migrated at most `migration_limit` times; past that, or with no server up, it ends failed.
+// One that had streamed every output token lost only its finish: it ends completed, not re-sent
+// (lostRequestStep, live_requests.h; LiveReplayStats::completed_when_lost). A submit that cannot
+// be sent (dispatch or re-send) is lost the same way: re-sent to another routable server, the
+// refusing one left out, while the limit allows (each try is a migration); else failed.
 // The client sees one request: its arrival, admission (the first ack that led to tokens), token
 // times and deadline are unchanged, so its latency includes the detour (detection + the new
 // server's prefill). Counted per request (RequestRecord::migrations) and in
@@ -120,7 +124,8 @@ struct LiveReplayOptions {
   /// When a (prefill) server counts as down and gets no more requests (worker_health.h).
   WorkerHealthConfig worker_health{};
   /// How many times one request may be migrated (re-sent to another server when its server goes
-  /// down: "Migration" above); 0 = never, Dynamo's default. Needs worker_health.enabled.
+  /// down, or its submit could not be sent: "Migration" above); 0 = never, Dynamo's default.
+  /// Without worker_health.enabled only submits that cannot be sent are migrated.
   std::uint32_t migration_limit = 0;
   /// A request still without a terminal this long after it was sent is cancelled (> 0).
   double request_timeout_ms = 600'000.0;

@@ -61,6 +61,14 @@ protocol::SubmitRequest migratedSubmit(const protocol::SubmitRequest& original,
   return next;
 }
 
+LostRequestStep lostRequestStep(const LiveRequest& r, std::uint32_t migration_limit) {
+  if (migration_limit == 0 || !r.submit) return LostRequestStep::Fail;
+  const protocol::SubmitRequest& s = *r.submit;
+  const std::uint64_t output = s.output_tokens ? s.output_tokens->size() : s.max_tokens;
+  if (output > 0 && r.generated.size() >= output) return LostRequestStep::Complete;
+  return r.migrations < migration_limit ? LostRequestStep::Resend : LostRequestStep::Fail;
+}
+
 TerminalStatus terminalStatusOf(protocol::FinishReason reason) {
   switch (reason) {
     case protocol::FinishReason::Length:

@@ -65,6 +65,21 @@ struct LiveRequest {
 protocol::SubmitRequest migratedSubmit(const protocol::SubmitRequest& original,
                                        std::span<const std::uint32_t> generated);
 
+/// What becomes of a live request whose server can no longer finish it: the server went down
+/// while holding it, or the submit to it could not be sent (live_replay.h "Migration").
+enum class LostRequestStep : std::uint8_t {
+  /// Migration on and every output token already streamed (only the finish was lost with the
+  /// server): it ends completed (finish `length`) and nothing is re-sent — a re-send would ask
+  /// for 0 tokens, which a server refuses.
+  Complete,
+  Resend,  ///< re-sent to another server (migratedSubmit), its migrations < the limit
+  Fail,    ///< migration off (limit 0), its limit reached, or no submit kept: it ends failed
+};
+/// The step for request `r` under `migration_limit` (0 = migration off). A request's output
+/// length is its planned output_tokens' size when it has them, else max_tokens; a request of 0
+/// output tokens (allow_empty_output) is never complete before its server says so.
+LostRequestStep lostRequestStep(const LiveRequest& r, std::uint32_t migration_limit);
+
 /// Every request of a run, by dispatch index. Connections are numbered prefill servers first
 /// (0 .. num_prefill-1), then decode servers.
 class LiveRequests {

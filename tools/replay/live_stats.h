@@ -81,6 +81,9 @@ struct LiveReplayStats {
   std::uint64_t no_worker = 0;       ///< requests failed at dispatch: every server was down
   std::uint64_t migrated_requests = 0;  ///< requests re-sent at least once (live_replay.h)
   std::uint64_t migrations = 0;         ///< re-sends, over every request
+  /// With migration on: requests whose server was lost after their last token but before their
+  /// finish, ended completed without a re-send (live_replay.h "Migration").
+  std::uint64_t completed_when_lost = 0;
   // Kv router.
   std::uint64_t kv_routed_hits = 0;      ///< dispatches routed where overlap > 0
   std::uint64_t kv_query_failures = 0;   ///< overlap queries without an answer (overlap 0 used)

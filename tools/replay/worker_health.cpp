@@ -211,20 +211,29 @@ std::string formatWorkerHealth(const WorkerHealthConfig& config,
                                const std::vector<HealthTransition>& transitions,
                                const DownRequests& requests) {
   std::ostringstream out;
-  out << "Live worker health (suspect: connection closed";
-  if (config.ack_timeout_ms > 0) out << " or no ack within " << config.ack_timeout_ms << " ms";
-  out << "; down after " << config.down_after_ms << " ms suspect";
-  if (config.stall_timeout_ms > 0) {
-    out << " or no output for " << config.stall_timeout_ms << " ms while holding work";
+  if (!config.enabled) {
+    out << "Live worker health off (no server declared down): ";
+  } else {
+    out << "Live worker health (suspect: connection closed";
+    if (config.ack_timeout_ms > 0) out << " or no ack within " << config.ack_timeout_ms << " ms";
+    out << "; down after " << config.down_after_ms << " ms suspect";
+    if (config.stall_timeout_ms > 0) {
+      out << " or no output for " << config.stall_timeout_ms << " ms while holding work";
+    }
+    std::size_t downs = 0;
+    for (const HealthTransition& t : transitions) downs += t.to == WorkerState::Down ? 1 : 0;
+    out << "): " << downs << " declared down; ";
   }
-  std::size_t downs = 0;
-  for (const HealthTransition& t : transitions) downs += t.to == WorkerState::Down ? 1 : 0;
-  out << "): " << downs << " declared down; ";
   if (requests.migration_limit > 0) {
     out << requests.migrated_requests
         << (requests.migrated_requests == 1 ? " request" : " requests")
         << " migrated to another server (" << requests.migrations << " migrations, limit "
         << requests.migration_limit << " per request), ";
+    if (requests.completed_when_lost > 0) {
+      out << requests.completed_when_lost
+          << (requests.completed_when_lost == 1 ? " request" : " requests")
+          << " completed whose finish was lost (every token streamed, not re-sent), ";
+    }
   }
   out << requests.failed_by_down << (requests.failed_by_down == 1 ? " request" : " requests")
       << " failed with a worker that went down, " << requests.no_worker

@@ -131,8 +131,11 @@ struct DownRequests {
   std::uint32_t migration_limit = 0;    ///< 0: migration off (no migration figures printed)
   std::uint64_t migrated_requests = 0;  ///< re-sent to another worker at least once
   std::uint64_t migrations = 0;         ///< re-sends over every request
-  std::uint64_t failed_by_down = 0;     ///< ended failed when their worker went Down
-  std::uint64_t no_worker = 0;          ///< failed at dispatch: every worker was Down
+  /// Lost after their last token, before their finish: ended completed, not re-sent (printed
+  /// when > 0).
+  std::uint64_t completed_when_lost = 0;
+  std::uint64_t failed_by_down = 0;  ///< ended failed when their worker went Down
+  std::uint64_t no_worker = 0;       ///< failed at dispatch: every worker was Down
 };
 
 /// The report's lines: the rule's settings and what became of the requests (migrated, failed),
