@@ -9,17 +9,88 @@
 
 namespace mocker::engine {
 
-RadixCache::RadixCache(std::uint32_t num_pages)
+RadixCache::RadixCache(std::uint32_t num_pages, const std::optional<HashSeeds>& token_keys)
     : num_pages_(num_pages), num_free_(num_pages), index_(num_pages) {
+  // Hash keys until recording is switched off while empty (setRecordRemovals).
+  if (token_keys) token_seeds_ = HashSeeds{token_keys->hash_seed, token_keys->chain_seed, {}};
   // Nothing is sized by num_pages: nodes and the index grow with the runs actually cached, so an
   // idle pool of 1 Mi pages costs almost nothing.
   nodes_.emplace_back().live = true;  // the root
 }
 
+std::uint64_t RadixCache::indexKey(NodeId parent, BlockHash first) const {
+  if (!token_keyed_ || parent == kRoot) return first.value();
+  // (parent slot, token) packed into 64 bits, then the murmur3 finalizer (a bijection): equal
+  // keys are equal pairs, and the low bits the index uses are well mixed.
+  std::uint64_t k = (std::uint64_t{parent.value()} << 32) | first.value();
+  k ^= k >> 33;
+  k *= 0xff51afd7ed558ccdULL;
+  k ^= k >> 33;
+  k *= 0xc4ceb9fe1a85ec53ULL;
+  k ^= k >> 33;
+  return k;
+}
+
+void RadixCache::setRecordRemovals(bool on) {
+  record_removals_ = on;
+  if (!on && token_seeds_ && num_cached_ == 0) {
+    token_keyed_ = true;  // empty: nothing to re-key
+  } else if (on && token_keyed_) {
+    // BlockRemoved carries sequence hashes: re-key every run by them (and the index with it).
+    std::vector<std::vector<BlockHash>> all = deriveHashes();
+    token_keyed_ = false;
+    index_.clear();
+    for (std::uint32_t slot = 1; slot < nodes_.size(); ++slot) {
+      Node& n = nodes_[slot];
+      if (!n.live) continue;
+      n.hashes = std::move(all[slot]);
+      auto [entry, inserted] = index_.findOrInsert(indexKey(n.parent, n.hashes.front()));
+      MOCKER_CHECK(inserted);
+      entry->count = 1;
+      entry->node = NodeId{slot};
+    }
+  }
+}
+
+std::vector<std::vector<BlockHash>> RadixCache::deriveHashes() const {
+  MOCKER_CHECK(tokenKeyed());
+  std::vector<std::vector<BlockHash>> out(nodes_.size());
+  std::vector<bool> done(nodes_.size(), false);
+  done[kRoot.value()] = true;
+  std::vector<NodeId> chain;  // a node and its ancestors not yet derived, deepest first
+  for (std::uint32_t slot = 1; slot < nodes_.size(); ++slot) {
+    if (!nodes_[slot].live || done[slot]) continue;
+    chain.clear();
+    for (NodeId n{slot}; !done[n.value()]; n = at(n).parent) chain.push_back(n);
+    for (auto it = chain.rbegin(); it != chain.rend(); ++it) {
+      const Node& node = at(*it);
+      std::vector<BlockHash>& seq = out[it->value()];
+      seq.reserve(node.size());
+      std::size_t k = 0;
+      std::uint64_t prev = 0;
+      if (node.parent == kRoot) {
+        prev = node.hashes.front().value();  // page 0's key is its sequence hash
+        seq.push_back(node.hashes.front());
+        k = 1;
+      } else {
+        prev = out[node.parent.value()].back().value();
+      }
+      for (; k < node.size(); ++k) {
+        const auto token = static_cast<std::uint32_t>(node.hashes[k].value());
+        prev = chainHash(prev, contentHash(std::span(&token, 1), token_seeds_->hash_seed),
+                         token_seeds_->chain_seed);
+        seq.push_back(BlockHash{prev});
+      }
+      done[it->value()] = true;
+    }
+  }
+  return out;
+}
+
 bool RadixCache::findChild(NodeId parent, BlockHash hash, NodeId& child) const {
-  const Entry* e = index_.find(hash.value());
-  // A first page hash chains its whole prefix, so an entry under another parent is a 64-bit
-  // hash collision: not a match.
+  const Entry* e = index_.find(indexKey(parent, hash));
+  // A first page hash chains its whole prefix (and a token key is mixed with its parent), so an
+  // entry under another parent is a 64-bit hash collision: not a match.
   if (e == nullptr || at(e->node).parent != parent) return false;
   child = e->node;
   return true;
@@ -229,7 +300,7 @@ RadixCache::NodeId RadixCache::removeLastPages(NodeId victim, std::uint32_t coun
   if (keep > 0) return victim;
   // The run is gone.
   const NodeId parent = v.parent;
-  index_.erase(first.value());
+  index_.erase(indexKey(parent, first));
   v.live = false;
   v.parent = kRoot;
   // A recycled slot keeps a small buffer; a long run's memory goes back (dead slots would
@@ -306,8 +377,8 @@ RadixCache::NodeId RadixCache::splitBefore(NodeId n, std::uint32_t split) {
   tail.parent = head;
   h.num_children = 1;
   // `n` keeps its id and last page, so its leaf-set key is unchanged; the index moves.
-  index_.find(h.hashes.front().value())->node = head;
-  auto [entry, inserted] = index_.findOrInsert(tail.hashes.front().value());
+  index_.find(indexKey(h.parent, h.hashes.front()))->node = head;
+  auto [entry, inserted] = index_.findOrInsert(indexKey(head, tail.hashes.front()));
   MOCKER_CHECK(inserted);
   entry->count = 1;
   entry->node = n;
@@ -356,7 +427,7 @@ std::uint32_t RadixCache::insertRun(PageRef& parent, std::span<const BlockHash> 
   NodeId target = parent.node;
   if (parent.node == kRoot || at(parent.node).num_children != 0) {
     target = newNode(parent.node);
-    auto [entry, inserted] = index_.findOrInsert(hashes.front().value());
+    auto [entry, inserted] = index_.findOrInsert(indexKey(parent.node, hashes.front()));
     // Only a 64-bit collision of sequence hashes could put this hash under another parent.
     MOCKER_CHECK(inserted);
     entry->count = 1;
@@ -400,9 +471,14 @@ void RadixCache::releasePath(std::span<const BlockHash> hashes) {
 std::vector<BlockHash> RadixCache::cachedHashes() const {
   std::vector<BlockHash> out;
   out.reserve(num_cached_);
-  for (const Node& n : nodes_) {
-    if (!n.live) continue;
-    out.insert(out.end(), n.hashes.begin(), n.hashes.end());
+  if (tokenKeyed()) {
+    for (const std::vector<BlockHash>& seq : deriveHashes())
+      out.insert(out.end(), seq.begin(), seq.end());
+  } else {
+    for (const Node& n : nodes_) {
+      if (!n.live) continue;
+      out.insert(out.end(), n.hashes.begin(), n.hashes.end());
+    }
   }
   std::sort(out.begin(), out.end());
   return out;
@@ -463,6 +539,7 @@ Status RadixCache::checkInvariants(std::span<const std::span<const BlockHash>> h
   }
   std::uint64_t cached = 0, unlocked = 0, leaves = 0, live = 0;
   std::vector<std::uint32_t> children(num_slots, 0);
+  if (token_keyed_ && record_removals_) return fail("token keys while removals are recorded");
   for (std::uint32_t slot = 1; slot < num_slots; ++slot) {
     const NodeId id{slot};
     const Node& n = at(id);
@@ -472,7 +549,7 @@ Status RadixCache::checkInvariants(std::span<const std::span<const BlockHash>> h
     if (std::string shape = runShapeError(n.ticks, n.locks, n.size()); !shape.empty()) {
       return fail(shape);
     }
-    const Entry* e = index_.find(n.hashes.front().value());
+    const Entry* e = index_.find(indexKey(n.parent, n.hashes.front()));
     if (e == nullptr || e->node != id) return fail("run missing from the first-page index");
     if (n.parent.value() >= num_slots || !at(n.parent).live) return fail("dangling parent");
     ++children[n.parent.value()];

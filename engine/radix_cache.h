@@ -4,11 +4,14 @@
 // request, not cache-visible: uncomputed, partial, or prefix caching off) or *cached* (in the
 // tree). The tree is a compressed radix tree over pages, as SGLang's RadixCache: a node holds a
 // run of consecutive pages of one sequence (its edge), and a run is split where sequences
-// diverge. A cached page's identity is its sequence hash s_i, which already chains the whole
-// prefix, so a node's children are found through one index from a node's *first* page hash to
-// the node (one entry per node, not per page); inside a node the walk compares the run's hashes
-// in order. There is exactly one cached page per hash: a request whose page completes with a
-// hash that is already cached frees its private page and shares the cached one.
+// diverge. A cached page's identity is its key: its sequence hash s_i, which already chains the
+// whole prefix, or with token keys (page size 1, SGLang's own keying) its token under its parent
+// page (page 0: s_0). A node's children are found through one index from a node's *first* page
+// key (mixed with the parent node for a token) to the node (one entry per node, not per page);
+// inside a node the walk compares the run's keys in order. There is exactly one cached page per
+// identity: a request whose page completes with one that is already cached frees its private page
+// and shares the cached one. Token keys are used only while no BlockRemoved is recorded, so no
+// sequence hash is stored: snapshots derive them from the keys.
 //
 // Every cached page has a `lock` (the number of requests holding it; a request holds its whole
 // path, so along a path locks never grow with depth) and a logical access tick. Unlocked pages
@@ -36,6 +39,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <set>
 #include <span>
 #include <utility>
@@ -44,6 +48,7 @@
 #include "base/hash_index.h"
 #include "base/result.h"
 #include "base/strong_id.h"
+#include "engine/block_hash.h"
 #include "engine/types.h"
 
 namespace mocker::engine {
@@ -61,7 +66,15 @@ class RadixCache final {
     std::uint32_t offset = 0;
   };
 
-  explicit RadixCache(std::uint32_t num_pages);
+  /// Keyed by sequence hashes: a page's key is its sequence hash s_i. With `token_keys` (page
+  /// size 1 only) the cache becomes keyed by tokens when removal recording is switched off while
+  /// it is empty: page i > 0 of a path then has the key BlockHash{t_i} (its token), page 0 its
+  /// sequence hash s_0 (which carries the request's LoRA adapter); a page is identified by its
+  /// parent page and its key, as in SGLang's token-keyed RadixCache. Sequence hashes are then
+  /// needed only for snapshots and derived with the seeds (hash and chain seed; the adapter is
+  /// in s_0); switching recording back on re-keys the tree by sequence hashes (O(pool)).
+  explicit RadixCache(std::uint32_t num_pages,
+                      const std::optional<HashSeeds>& token_keys = std::nullopt);
   RadixCache(const RadixCache&) = delete;
   RadixCache& operator=(const RadixCache&) = delete;
 
@@ -74,6 +87,9 @@ class RadixCache final {
   std::uint32_t numEvictable() const { return num_evictable_; }
   /// Private pages plus locked cached pages (active_blocks of "Load metrics").
   std::uint32_t numActive() const { return num_private_ + num_cached_ - num_evictable_; }
+
+  // Below, a path's `hashes` are its pages' keys: the sequence hashes, or with token keys s_0
+  // followed by the tokens.
 
   /// Number of leading hashes that form a path of cached pages from the root. Side-effect free.
   std::uint32_t matchLength(std::span<const BlockHash> hashes) const;
@@ -90,7 +106,11 @@ class RadixCache final {
   /// REQUIRES: n <= numFree() + numEvictable().
   void allocatePrivate(std::uint32_t n, std::vector<KvEvent>& events);
   /// Whether evictions append BlockRemoved events (default on); the tree is the same either way.
-  void setRecordRemovals(bool on) { record_removals_ = on; }
+  /// With `token_keys` (constructor): off on an empty cache switches to token keys, on re-keys a
+  /// token-keyed tree by sequence hashes.
+  void setRecordRemovals(bool on);
+  /// Whether the keys are currently tokens (then removals are never recorded).
+  bool tokenKeyed() const { return token_keyed_; }
   /// Pages evicted since construction (counted whether or not they are recorded).
   std::uint64_t numEvicted() const { return num_evicted_; }
   /// Returns `n` private pages to the free pool.
@@ -118,7 +138,7 @@ class RadixCache final {
   /// unlocks every page.
   void releasePath(std::span<const BlockHash> hashes);
 
-  /// Sorted hashes of every cached page.
+  /// Sorted sequence hashes of every cached page (token keys: derived, O(pool)).
   std::vector<BlockHash> cachedHashes() const;
   /// Drops every cached page without events if no page is active; false otherwise.
   bool clear();
@@ -147,7 +167,7 @@ class RadixCache final {
     std::uint32_t num_children = 0;
     bool live = false;
     bool in_leaves = false;
-    std::vector<BlockHash> hashes;   // the run, root side first
+    std::vector<BlockHash> hashes;   // the run's page keys, root side first
     std::vector<TickSegment> ticks;  // by start; covers [0, size) when non-empty
     std::vector<LockEnd> locks;      // by end, counts > 0, ends <= size
 
@@ -173,6 +193,12 @@ class RadixCache final {
   const Node& at(NodeId n) const { return nodes_[n.value()]; }
   /// The child of `parent` whose run starts with `hash`, if any.
   bool findChild(NodeId parent, BlockHash hash, NodeId& child) const;
+  /// The index key of a run under `parent` whose first page key is `first`: the key itself when
+  /// it is a sequence hash (page 0 with token keys, every page otherwise), else a bijective mix
+  /// of (parent, token) (uniform low bits for the index's slots).
+  std::uint64_t indexKey(NodeId parent, BlockHash first) const;
+  /// Token keys: every live node's sequence hashes by slot (derived from the keys).
+  std::vector<std::vector<BlockHash>> deriveHashes() const;
   /// Calls f(Segment) for the per-node runs of the cached path `hashes`, root first, and returns
   /// how many leading hashes are cached: with `compare`, the walk stops at the first hash that
   /// is not; without, the path is trusted (REQUIRES: cached) and only node starts are looked up.
@@ -209,6 +235,8 @@ class RadixCache final {
   std::uint64_t clock_ = 0;
   std::uint64_t num_evicted_ = 0;
   bool record_removals_ = true;
+  std::optional<HashSeeds> token_seeds_;  // set: token keys are allowed (page size 1)
+  bool token_keyed_ = false;
   std::vector<Node> nodes_;         // slot per node id (slot 0: the root); free slots recycled
   std::vector<NodeId> free_slots_;  // stack
   HashIndex<Entry> index_;          // first page hash of a node → node

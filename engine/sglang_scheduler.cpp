@@ -47,7 +47,11 @@ SglangScheduler::SglangScheduler(const EngineConfig& config, std::uint32_t dp_ra
       dp_rank_(dp_rank),
       page_size_(effectiveBlockSize(config)),
       timing_(config),
-      cache_(effectiveNumGpuBlocks(config)),
+      // Page size 1 keys the tree by tokens while KV events are off (setKvEvents): no sequence
+      // hash per token unless something reads it.
+      cache_(effectiveNumGpuBlocks(config),
+             page_size_ == 1 ? std::optional(HashSeeds{config.hash_seed, config.chain_seed, {}})
+                             : std::nullopt),
       total_tokens_(std::uint64_t{effectiveNumGpuBlocks(config)} * page_size_),
       limit_(detail::sglangEffectiveLimit(config)),
       init_ratio_(kInitRatioBase * config.sglang.schedule_conservativeness),
@@ -125,9 +129,34 @@ void SglangScheduler::ensureHashes(Req& r, std::uint32_t pages) const {
                        r.hashSeeds(config_), r.hashes);
 }
 
+void SglangScheduler::setKvEvents(bool enabled) {
+  kv_events_ = enabled;
+  const bool was_token_keyed = cache_.tokenKeyed();
+  cache_.setRecordRemovals(enabled);
+  if (was_token_keyed && !cache_.tokenKeyed()) {
+    // Re-keyed by sequence hashes: every held path needs its pages' hashes now.
+    for (auto& [id, r] : requests_) ensureHashes(r, r.path_pages);
+  }
+}
+
+void SglangScheduler::ensureKeys(Req& r, std::uint32_t pages) const {
+  if (!cache_.tokenKeyed()) return ensureHashes(r, pages);
+  std::vector<BlockHash>& keys = r.token_keys;
+  if (keys.size() >= pages) return;
+  if (keys.empty()) {
+    ensureHashes(r, 1);
+    keys.push_back(r.hashes[0]);  // page 0: s_0, which carries the adapter
+  }
+  // The prompt's keys at once, then geometric growth (decode adds a page at a time).
+  if (pages > keys.capacity()) {
+    keys.reserve(std::max<std::size_t>({pages, r.prompt_len, 2 * keys.capacity()}));
+  }
+  for (std::size_t i = keys.size(); i < pages; ++i) keys.push_back(BlockHash{r.tokens[i]});
+}
+
 void SglangScheduler::releaseKv(Req& r) {
   const std::uint64_t before = overheadOf(r);
-  cache_.releasePath(r.path());
+  cache_.releasePath(path(r));
   cache_.freePrivate(r.private_pages);
   r.path_pages = 0;
   r.private_pages = 0;
@@ -140,16 +169,18 @@ void SglangScheduler::publishPages(Req& r, std::vector<KvEvent>& events) {
   const std::uint32_t full = r.materialized / page_size_;
   const std::uint32_t first = r.path_pages;
   if (full <= first) return;
-  ensureHashes(r, full);
+  ensureKeys(r, full);
+  if (kv_events_) ensureHashes(r, full);  // Stored carries them (the keys may be tokens)
+  const std::span<const BlockHash> keys = pageKeys(r);
   // Newly created pages form maximal runs of consecutive pages; one Stored per run.
   detail::StoredRuns runs(r, page_size_, events);
-  RadixCache::PageRef parent = cache_.locate(r.path());
+  RadixCache::PageRef parent = cache_.locate(path(r));
   MOCKER_CHECK(r.private_pages >= full - first);
   const std::uint32_t prompt_pages = r.prompt_len / page_size_;
   for (std::uint32_t i = first; i < full;) {
     bool created = false;
-    const std::uint32_t n = cache_.insertRun(parent, std::span(r.hashes).subspan(i, full - i),
-                                             created, std::max(prompt_pages, full) - i);
+    const std::uint32_t n = cache_.insertRun(parent, keys.subspan(i, full - i), created,
+                                             std::max(prompt_pages, full) - i);
     r.private_pages -= n;
     r.path_pages += n;
     if (!kv_events_) {
@@ -185,11 +216,11 @@ bool SglangScheduler::allocateChunk(Req& r, std::uint32_t chunk_end, std::uint32
     if (config_.enable_prefix_caching) {
       // At least one token is computed (SGLang init_next_round_input): match ≤ len − 1 tokens.
       const std::uint32_t limit = std::min(chunk_end, r.len() - 1) / page_size_;
-      ensureHashes(r, limit);
-      matched = cache_.matchLength(std::span(r.hashes).first(limit));
+      ensureKeys(r, limit);
+      matched = cache_.matchLength(pageKeys(r).first(limit));
       // Speculative decoding: the drafter needs the last cached page's hidden states.
       if (config_.spec_num_draft_tokens && matched > 0) --matched;
-      prefix = std::span(r.hashes).first(matched);
+      prefix = pageKeys(r).first(matched);
     }
     if (!lockAndAllocate(r, prefix, pagesFor(chunk_end), events)) return false;
     cached = matched * page_size_;
@@ -253,8 +284,8 @@ void SglangScheduler::orderWaitingLpm() {
     std::uint32_t prefix = 0;
     if (config_.enable_prefix_caching) {
       const std::uint32_t limit = (r.len() - 1) / page_size_;
-      ensureHashes(r, limit);
-      prefix = cache_.matchLength(std::span(r.hashes).first(limit)) * page_size_;
+      ensureKeys(r, limit);
+      prefix = cache_.matchLength(pageKeys(r).first(limit)) * page_size_;
     }
     bool deprioritised = false;
     if (prefix <= kInBatchPrefixThreshold && r.len() >= key_pages * page_size_) {
@@ -640,8 +671,8 @@ void SglangScheduler::tryReserve(double now_ms, std::vector<KvEvent>& events) {
     std::span<const BlockHash> prefix;
     if (config_.enable_prefix_caching) {
       const std::uint32_t full = r.prompt_len / page_size_;
-      ensureHashes(r, full);
-      prefix = std::span(r.hashes).first(cache_.matchLength(std::span(r.hashes).first(full)));
+      ensureKeys(r, full);
+      prefix = pageKeys(r).first(cache_.matchLength(pageKeys(r).first(full)));
     }
     const std::uint32_t pages = pagesFor(r.prompt_len);
     if (!lockAndAllocate(r, prefix, pages, events)) return;  // the head waits; FIFO is strict
@@ -698,8 +729,8 @@ Status SglangScheduler::checkInvariants() const {
   std::uint64_t private_pages = 0, overhead = 0, num_held = 0;
   std::unordered_map<RequestId, int> seen;
   for (const auto& [id, r] : requests_) {
-    if (r.path_pages > r.hashes.size()) return fail("path beyond the request's page hashes");
-    if (r.path_pages > 0) paths.push_back(r.path());
+    if (r.path_pages > pageKeys(r).size()) return fail("path beyond the request's page keys");
+    if (r.path_pages > 0) paths.push_back(path(r));
     private_pages += r.private_pages;
     overhead += overheadOf(r);
     if (r.state == ReqState::Held) {

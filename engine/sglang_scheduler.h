@@ -48,10 +48,9 @@ class SglangScheduler final : public detail::RankCore {
     return detail::rawHashes(cache_.cachedHashes());
   }
   bool clearCache() override { return cache_.clear(); }
-  void setKvEvents(bool enabled) override {
-    kv_events_ = enabled;
-    cache_.setRecordRemovals(enabled);
-  }
+  /// Off while the cache is empty at page size 1: the radix tree is keyed by tokens (on again
+  /// re-keys it by sequence hashes).
+  void setKvEvents(bool enabled) override;
   Status checkInvariants() const override;
   void submitHandoff(detail::AcceptedRequest&& request, const HandoffTicket& ticket,
                      double now_ms) override;
@@ -90,14 +89,16 @@ class SglangScheduler final : public detail::RankCore {
   struct Req : detail::RequestRecord {
     using RequestRecord::RequestRecord;
     std::uint32_t materialized = 0;   // tokens whose KV exists
-    std::uint32_t path_pages = 0;     // cached pages held: the radix path hashes[0, path_pages)
+    std::uint32_t path_pages = 0;     // cached pages held: the radix path keys[0, path_pages)
     std::uint32_t private_pages = 0;  // pages held after the path (not cache-visible)
     ReqState state = ReqState::Waiting;
     std::uint32_t num_retractions = 0;
+    // Radix page keys while the cache is token-keyed (s_0, then the tokens), grown lazily;
+    // otherwise the keys are `hashes`.
+    std::vector<BlockHash> token_keys;
 
     std::uint32_t remainingOutput() const { return max_output - generated(); }
     std::uint32_t heldPages() const { return path_pages + private_pages; }
-    std::span<const BlockHash> path() const { return std::span(hashes).first(path_pages); }
   };
 
   // One request's prefill work in the current pass.
@@ -175,6 +176,13 @@ class SglangScheduler final : public detail::RankCore {
   void finish(Req& r);
   bool reachedEnd(const Req& r) const;
   void ensureHashes(Req& r, std::uint32_t pages) const;
+  /// The radix cache's page keys of `r` (at least `pages` of them after ensureKeys).
+  std::span<const BlockHash> pageKeys(const Req& r) const {
+    return cache_.tokenKeyed() ? std::span(r.token_keys) : std::span(r.hashes);
+  }
+  void ensureKeys(Req& r, std::uint32_t pages) const;
+  /// The cached path `r` holds.
+  std::span<const BlockHash> path(const Req& r) const { return pageKeys(r).first(r.path_pages); }
 
   // Disaggregation.
   /// Decode worker: reserves pages for the head of the reservation queue, in FIFO order, while

@@ -5,6 +5,7 @@
 // eviction); every step compares events, counts and created flags, and checks the invariants.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <initializer_list>
 #include <map>
 #include <optional>
@@ -12,6 +13,7 @@
 #include <span>
 #include <vector>
 
+#include "engine/block_hash.h"
 #include "engine/radix_cache.h"
 
 namespace mocker::engine {
@@ -325,6 +327,153 @@ TEST(RadixCacheTest, EvictionWithoutRecordingLeavesTheSameTree) {
     EXPECT_FALSE(recorded_events.empty());
     EXPECT_GT(silent.numEvicted(), 0u);
   }
+}
+
+// A random token sequence (alphabet 3, length 1..14, one adapter of two or none) as a
+// hash-keyed cache sees it (sequence hashes) and as a token-keyed one does (s_0, then tokens).
+struct TokenSequence {
+  std::vector<BlockHash> hashes;
+  std::vector<BlockHash> keys;
+};
+
+TokenSequence randomTokenSequence(std::mt19937_64& rng, const HashSeeds& base) {
+  const auto len = static_cast<std::size_t>(1 + rng() % 14);
+  std::vector<std::uint32_t> tokens;
+  for (std::size_t i = 0; i < len; ++i) tokens.push_back(static_cast<std::uint32_t>(rng() % 3));
+  HashSeeds seeds = base;
+  if (const std::uint64_t adapter = rng() % 3; adapter != 0) seeds.lora_key = adapter * 977;
+  TokenSequence out;
+  for (const std::uint64_t h : sequenceHashes(tokens, 1, seeds)) out.hashes.push_back(BlockHash{h});
+  out.keys.push_back(out.hashes.front());
+  for (std::size_t i = 1; i < len; ++i) out.keys.push_back(BlockHash{tokens[i]});
+  return out;
+}
+
+std::vector<std::uint64_t> removedHashes(const std::vector<KvEvent>& events) {
+  std::vector<std::uint64_t> out;
+  for (const KvEvent& e : events) out.push_back(std::get<BlockRemoved>(e).block_hash);
+  return out;
+}
+
+// Page size 1: the token-keyed tree (identity = parent page + token) behaves exactly as the
+// hash-keyed one on the same traffic — matches, created flags, counts, evictions and the cached
+// set (derived from the keys) — and, in half of the seeds, once recording is switched on halfway
+// (re-keying the tree by sequence hashes), the same BlockRemoved hashes in order.
+TEST(RadixCacheTest, TokenKeysBehaveAsSequenceHashKeys) {
+  constexpr std::uint32_t kPages = 40;
+  const HashSeeds seeds{.hash_seed = 7, .chain_seed = 11, .lora_key = std::nullopt};
+  for (std::uint64_t seed = 1; seed <= 30; ++seed) {
+    std::mt19937_64 rng(seed);
+    RadixCache by_hash(kPages);
+    RadixCache by_token(kPages, seeds);
+    ASSERT_FALSE(by_token.tokenKeyed());  // until recording is off on an empty cache
+    by_hash.setRecordRemovals(false);
+    by_token.setRecordRemovals(false);
+    ASSERT_TRUE(by_token.tokenKeyed());
+    ASSERT_FALSE(by_hash.tokenKeyed());
+    struct Held {
+      TokenSequence seq;
+      std::uint32_t path = 0;
+      std::uint32_t private_pages = 0;
+    };
+    std::vector<Held> held;
+    const auto keysOf = [&](const Held& h) -> std::span<const BlockHash> {
+      return by_token.tokenKeyed() ? h.seq.keys : h.seq.hashes;
+    };
+    for (int step = 0; step < 300; ++step) {
+      SCOPED_TRACE("seed " + std::to_string(seed) + " step " + std::to_string(step));
+      if (step == 150 && seed % 2 == 1) {
+        by_hash.setRecordRemovals(true);
+        by_token.setRecordRemovals(true);
+        ASSERT_FALSE(by_token.tokenKeyed());
+      }
+      std::vector<KvEvent> hash_events;
+      std::vector<KvEvent> token_events;
+      if (!held.empty() && (rng() % 2 == 0 || held.size() > 6)) {
+        const std::size_t i = rng() % held.size();
+        Held& h = held[i];
+        by_hash.releasePath(std::span(h.seq.hashes).first(h.path));
+        by_token.releasePath(keysOf(h).first(h.path));
+        by_hash.freePrivate(h.private_pages);
+        by_token.freePrivate(h.private_pages);
+        held.erase(held.begin() + static_cast<std::ptrdiff_t>(i));
+      } else {
+        Held h{randomTokenSequence(rng, seeds)};
+        const std::span<const BlockHash> keys = keysOf(h);
+        const std::uint32_t matched = by_hash.matchLength(h.seq.hashes);
+        ASSERT_EQ(by_token.matchLength(keys), matched);
+        const auto prefix = static_cast<std::uint32_t>(rng() % (matched + 1));
+        const auto total = static_cast<std::uint32_t>(keys.size());
+        const std::uint32_t newly = by_hash.countUnlocked(std::span(h.seq.hashes).first(prefix));
+        ASSERT_EQ(by_token.countUnlocked(keys.first(prefix)), newly);
+        if (total - prefix + newly > by_hash.numFree() + by_hash.numEvictable()) continue;
+        by_hash.lockPath(std::span(h.seq.hashes).first(prefix));
+        by_token.lockPath(keys.first(prefix));
+        by_hash.allocatePrivate(total - prefix, hash_events);
+        by_token.allocatePrivate(total - prefix, token_events);
+        h.path = prefix;
+        h.private_pages = total - prefix;
+        RadixCache::PageRef hash_parent = by_hash.locate(std::span(h.seq.hashes).first(h.path));
+        RadixCache::PageRef token_parent = by_token.locate(keys.first(h.path));
+        while (h.path < total) {
+          const auto want = static_cast<std::uint32_t>(1 + rng() % (total - h.path));
+          bool hash_created = false;
+          bool token_created = false;
+          const std::uint32_t n = by_hash.insertRun(
+              hash_parent, std::span(h.seq.hashes).subspan(h.path, want), hash_created);
+          ASSERT_EQ(by_token.insertRun(token_parent, keys.subspan(h.path, want), token_created), n);
+          ASSERT_EQ(token_created, hash_created);
+          h.path += n;
+          h.private_pages -= n;
+        }
+        held.push_back(std::move(h));
+      }
+      ASSERT_EQ(removedHashes(token_events), removedHashes(hash_events));
+      ASSERT_EQ(by_token.numFree(), by_hash.numFree());
+      ASSERT_EQ(by_token.numEvictable(), by_hash.numEvictable());
+      ASSERT_EQ(by_token.numCached(), by_hash.numCached());
+      ASSERT_EQ(by_token.numEvicted(), by_hash.numEvicted());
+      ASSERT_EQ(by_token.cachedHashes(), by_hash.cachedHashes());
+      std::vector<std::span<const BlockHash>> paths;
+      for (const Held& h : held) paths.push_back(keysOf(h).first(h.path));
+      const Status ok = by_token.checkInvariants(paths);
+      ASSERT_TRUE(ok.has_value()) << ok.error().message;
+    }
+    EXPECT_GT(by_token.numEvicted(), 0u);
+  }
+}
+
+// Two runs that share a token but hang under different parent pages are different pages: the
+// token-keyed index keys a child by (parent, token), not by the token alone.
+TEST(RadixCacheTest, TokenKeysIdentifyAPageByItsParentAndToken) {
+  const HashSeeds seeds{};
+  RadixCache cache(16, seeds);
+  cache.setRecordRemovals(false);  // empty: token keys from here on
+  ASSERT_TRUE(cache.tokenKeyed());
+  const auto keysOf = [&](std::vector<std::uint32_t> tokens) {
+    std::vector<BlockHash> keys{BlockHash{sequenceHashes(tokens, 1, seeds).front()}};
+    for (std::size_t i = 1; i < tokens.size(); ++i) keys.push_back(BlockHash{tokens[i]});
+    return keys;
+  };
+  const std::vector<BlockHash> a = keysOf({5, 1, 2});
+  const std::vector<BlockHash> b = keysOf({6, 1, 2});  // same tokens after a different page 0
+  EXPECT_EQ(publish(cache, a), std::vector<bool>{true});
+  EXPECT_EQ(cache.matchLength(b), 0u);
+  EXPECT_EQ(publish(cache, b), std::vector<bool>{true});
+  EXPECT_EQ(cache.numCached(), 6u);
+  EXPECT_EQ(cache.matchLength(keysOf({5, 1, 3})), 2u);
+  std::vector<std::uint64_t> expected =
+      sequenceHashes(std::vector<std::uint32_t>{5, 1, 2}, 1, seeds);
+  for (const std::uint64_t h : sequenceHashes(std::vector<std::uint32_t>{6, 1, 2}, 1, seeds)) {
+    expected.push_back(h);
+  }
+  std::sort(expected.begin(), expected.end());
+  std::vector<std::uint64_t> cached;
+  for (const BlockHash h : cache.cachedHashes()) cached.push_back(h.value());
+  EXPECT_EQ(cached, expected);
+  const std::vector<std::span<const BlockHash>> held{a, b};
+  const Status ok = cache.checkInvariants(held);
+  EXPECT_TRUE(ok.has_value()) << ok.error().message;
 }
 
 }  // namespace

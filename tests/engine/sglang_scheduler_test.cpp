@@ -591,5 +591,71 @@ TEST(RadixCacheTest, ChainEvictionKeepsOldestLeafFirstOrder) {
   EXPECT_EQ(cache.numPrivate(), 5u);
 }
 
+// Page size 1 with KV events off keys the radix tree by tokens; switched on mid-run it is re-keyed
+// by sequence hashes. Three runs under constant eviction (events on throughout, off throughout,
+// off then on at pass 6) give the same passes and the same cached pages after every pass, and
+// the switched run's events from then on are the always-on run's.
+TEST(SglangSchedulerTest, PageSizeOneTokenKeysChangeNoOutputAndSwitchOnMidRun) {
+  struct Run {
+    std::vector<PassResult> passes;
+    std::vector<std::vector<std::uint64_t>> cached;  // after each pass
+  };
+  const auto run = [](std::optional<std::size_t> events_on_at) {
+    EngineConfig c = sgConfig();
+    c.sglang.page_size = 1;
+    c.num_gpu_blocks = 48;
+    c.sglang.schedule_policy = SchedulePolicy::Lpm;
+    Engine engine(c);
+    engine.setKvEvents(events_on_at == std::size_t{0});
+    for (std::uint32_t i = 0; i < 14; ++i) {
+      // Shared prefixes of 3-15 tokens, then divergence: hits, splits and evictions.
+      auto tokens = range(1, 3 + 4 * (i % 4));
+      tokens.push_back(100 + i % 5);
+      tokens.push_back(200 + i);
+      EXPECT_TRUE(engine.submit({.tokens = std::move(tokens), .max_output_tokens = 2 + i % 5}));
+    }
+    Run out;
+    double now = 0.0;
+    while (engine.hasWork() && out.passes.size() < 1000) {
+      if (events_on_at && out.passes.size() == *events_on_at) engine.setKvEvents(true);
+      out.passes.push_back(engine.step(0, now));
+      now = out.passes.back().end_ms;
+      out.cached.push_back(engine.cachedBlockHashes(0));
+      const Status ok = engine.checkInvariantsForTest(0);
+      EXPECT_TRUE(ok.has_value()) << (ok ? "" : ok.error().message);
+    }
+    EXPECT_FALSE(engine.hasWork());
+    return out;
+  };
+  constexpr std::size_t kSwitch = 6;
+  const Run on = run(0);
+  const Run off = run(std::nullopt);
+  const Run switched = run(kSwitch);
+  ASSERT_GT(on.passes.size(), kSwitch + 2);
+  std::size_t removed_after_switch = 0;
+  for (const Run* other : {&off, &switched}) {
+    ASSERT_EQ(other->passes.size(), on.passes.size());
+    for (std::size_t i = 0; i < on.passes.size(); ++i) {
+      SCOPED_TRACE("pass " + std::to_string(i));
+      const PassResult& a = on.passes[i];
+      const PassResult& b = other->passes[i];
+      EXPECT_EQ(a.end_ms, b.end_ms);
+      EXPECT_EQ(a.did_work, b.did_work);
+      EXPECT_EQ(a.admissions, b.admissions);
+      EXPECT_EQ(a.outputs, b.outputs);
+      EXPECT_EQ(a.fpm, b.fpm);
+      EXPECT_EQ(on.cached[i], other->cached[i]);
+      if (other == &off) {
+        EXPECT_TRUE(b.kv_events.empty());
+      }
+      if (other == &switched && i >= kSwitch) {
+        EXPECT_EQ(a.kv_events, b.kv_events);
+        removed_after_switch += removedHashes(b).size();
+      }
+    }
+  }
+  EXPECT_GT(removed_after_switch, 0u);  // evictions happen after the switch
+}
+
 }  // namespace
 }  // namespace mocker::engine
