@@ -30,6 +30,11 @@ std::uint64_t loraHashKey(std::string_view name, std::uint64_t hash_seed) {
   return XXH3_64bits_withSeed(name.data(), name.size(), hash_seed);
 }
 
+HashSeeds adapterSeeds(HashSeeds seeds, const std::optional<std::string>& lora) {
+  seeds.lora_key = lora ? std::optional(loraHashKey(*lora, seeds.hash_seed)) : std::nullopt;
+  return seeds;
+}
+
 Result<std::uint32_t> LoraRegistry::intern(std::string_view name) {
   if (const auto it = ids_.find(std::string(name)); it != ids_.end()) return it->second;
   MOCKER_TRY_VOID(checkLoraName(name, "lora"));

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "base/result.h"
+#include "engine/block_hash.h"
 
 namespace mocker::engine {
 
@@ -36,6 +37,12 @@ Status checkLoraName(std::string_view name, std::string_view field);
 /// adapter chains its first block from this key, so prefixes are never shared across adapters
 /// and every worker with the same seeds computes the same hashes (block_hash.h).
 std::uint64_t loraHashKey(std::string_view name, std::uint64_t hash_seed);
+
+/// `seeds` for a prompt of adapter `lora` (absent = the base model: `seeds` unchanged): its
+/// lora_key set from `seeds.hash_seed`, as the engine sets it. Routers and indexers that hash a
+/// request's prompt to score prefix hits use this, so a prefix cached under one adapter is no
+/// hit for another adapter or for the base model.
+HashSeeds adapterSeeds(HashSeeds seeds, const std::optional<std::string>& lora);
 
 class LoraRegistry {
  public:

@@ -31,7 +31,7 @@ const char* errorType(int status) {
 
 std::string errorBody(const ApiError& error) {
   nlohmann::ordered_json inner = {{"message", error.message},
-                                  {"type", errorType(error.status)},
+                                  {"type", error.type ? *error.type : errorType(error.status)},
                                   {"param", error.param ? nlohmann::ordered_json(*error.param)
                                                         : nlohmann::ordered_json(nullptr)},
                                   {"code", error.status}};

@@ -13,6 +13,9 @@ struct ApiError {
   int status = 400;     ///< HTTP status: 400, 401, 404, 405, 413, 429, 500, 503
   std::string message;  ///< names what is wrong ("max_tokens: expected integer, got string")
   std::optional<std::string> param;  ///< the offending request field, when there is one
+  /// The error's `type` where vLLM names it other than by the status (its LoRA endpoints'
+  /// "InvalidUserInput"); absent: errorType(status).
+  std::optional<std::string> type;
 };
 
 /// The error's `type` as vLLM names it: "BadRequestError" (400), "AuthenticationError" (401),
@@ -21,7 +24,8 @@ struct ApiError {
 /// (503), "GatewayTimeoutError" (504), "InternalServerError" (others).
 const char* errorType(int status);
 
-/// `{"error": {"message": ..., "type": ..., "param": ..., "code": status}}`.
+/// `{"error": {"message": ..., "type": ..., "param": ..., "code": status}}` (`type`:
+/// error.type, else errorType(status)).
 std::string errorBody(const ApiError& error);
 
 }  // namespace mocker::gateway

@@ -25,12 +25,14 @@ int finishStatus(protocol::FinishReason reason) {
 }  // namespace
 
 Exchange::Exchange(ExchangeHost& host, std::shared_ptr<HttpConnection> connection,
-                   std::string endpoint, HttpHeaders headers, ResponseShaper&& shaper)
+                   std::string endpoint, HttpHeaders headers, ResponseShaper&& shaper,
+                   std::optional<std::string> lora)
     : host_(host),
       connection_(std::move(connection)),
       endpoint_(std::move(endpoint)),
       headers_(std::move(headers)),
       shaper_(std::move(shaper)),
+      lora_(std::move(lora)),
       stream_(shaper_.streaming()) {}
 
 void Exchange::addChoice(std::size_t worker, std::string wire_id,
@@ -57,7 +59,8 @@ protocol::SubmitRequest Exchange::submitRequest(std::size_t c) const {
   return protocol::SubmitRequest{.id = choices_[c].wire_id,
                                  .prompt = shaper_.prompt(c),
                                  .max_tokens = shaper_.planned(c),
-                                 .dp_rank = choices_[c].dp_rank};
+                                 .dp_rank = choices_[c].dp_rank,
+                                 .lora = lora_};
 }
 
 void Exchange::handOff(std::size_t c, std::size_t decode_worker, protocol::HandoffTicket ticket) {

@@ -47,8 +47,10 @@ class Exchange final : public std::enable_shared_from_this<Exchange> {
     std::optional<Clock::time_point> last_output;  ///< the latest message with tokens
   };
 
+  /// `lora`: the LoRA adapter every choice's worker request names (absent: the base model).
   Exchange(ExchangeHost& host, std::shared_ptr<HttpConnection> connection, std::string endpoint,
-           HttpHeaders headers, ResponseShaper&& shaper);
+           HttpHeaders headers, ResponseShaper&& shaper,
+           std::optional<std::string> lora = std::nullopt);
   Exchange(const Exchange&) = delete;
   Exchange& operator=(const Exchange&) = delete;
 
@@ -96,6 +98,7 @@ class Exchange final : public std::enable_shared_from_this<Exchange> {
   std::string endpoint_;
   HttpHeaders headers_;
   ResponseShaper shaper_;
+  std::optional<std::string> lora_;
   std::vector<Choice> choices_;
   Timing timing_;
   bool stream_ = false;

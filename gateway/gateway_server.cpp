@@ -37,6 +37,7 @@ class Server final : public GatewayServer, public ExchangeHost {
   explicit Server(GatewayOptions options) : options_(std::move(options)) {}
 
   Status open() {
+    MOCKER_TRY(loras_, LoraAdapters::create(options_.model, options_.lora_modules));
     auto listener = HttpListener::listen(
         io_, options_.host, options_.port, options_.http,
         [this](const std::shared_ptr<HttpConnection>& c, HttpRequest&& r) {
@@ -160,14 +161,23 @@ class Server final : public GatewayServer, public ExchangeHost {
         {"/v1/models", "GET"}, {"/v1/completions", "POST"}, {"/v1/chat/completions", "POST"},
         {"/tokenize", "POST"}, {"/detokenize", "POST"},     {"/health", "GET"},
         {"/ready", "GET"},     {"/metrics", "GET"}};
-    const auto route = kRoutes.find(path);
-    if (route == kRoutes.end()) {
+    static const std::map<std::string, std::string> kLoraRoutes = {
+        {"/v1/load_lora_adapter", "POST"}, {"/v1/unload_lora_adapter", "POST"}};
+    // The LoRA update routes exist only with --allow-runtime-lora-updating (vLLM: 404 without).
+    const std::string* method = nullptr;
+    if (const auto it = kRoutes.find(path); it != kRoutes.end()) {
+      method = &it->second;
+    } else if (const auto lora = kLoraRoutes.find(path);
+               lora != kLoraRoutes.end() && options_.allow_runtime_lora_updating) {
+      method = &lora->second;
+    }
+    if (method == nullptr) {
       return answer("unknown", errorReply({.status = 404, .message = "no route " + path}));
     }
-    if (request.method != route->second) {
+    if (request.method != *method) {
       auto reply = errorReply(
           {.status = 405, .message = "method " + request.method + " not allowed on " + path});
-      reply.headers.emplace_back("Allow", route->second);
+      reply.headers.emplace_back("Allow", *method);
       return answer("unknown", std::move(reply));
     }
     // The metrics label: the path without its "/v1/" and with '/' as '_' ("chat_completions").
@@ -179,6 +189,7 @@ class Server final : public GatewayServer, public ExchangeHost {
                                                      "(Authorization: Bearer KEY)"}));
     }
     if (path == "/v1/models") return answer(endpoint, modelsReply());
+    if (kLoraRoutes.contains(path)) return answer(endpoint, loraUpdateReply(path, request.body));
     if (path == "/tokenize") return answer(endpoint, tokenizeReply(request.body));
     if (path == "/detokenize") return answer(endpoint, detokenizeReply(request.body));
     (void)post;
@@ -203,15 +214,34 @@ class Server final : public GatewayServer, public ExchangeHost {
     return reply;
   }
 
+  /// The base model, then each LoRA adapter in load order (vLLM's cards: an adapter's `root` is
+  /// its path, `parent` the base model, `max_model_len` null).
   HttpReply modelsReply() const {
-    ojson model = {{"id", options_.model},
-                   {"object", "model"},
-                   {"created", created_},
-                   {"owned_by", "mocker"},
-                   {"root", options_.model},
-                   {"parent", nullptr},
-                   {"max_model_len", options_.request.max_model_len}};
-    return jsonReply(ojson{{"object", "list"}, {"data", ojson::array({model})}});
+    ojson data = ojson::array({ojson{{"id", options_.model},
+                                     {"object", "model"},
+                                     {"created", created_},
+                                     {"owned_by", "mocker"},
+                                     {"root", options_.model},
+                                     {"parent", nullptr},
+                                     {"max_model_len", options_.request.max_model_len}}});
+    for (const LoraAdapter& a : loras_.adapters()) {
+      data.push_back(ojson{{"id", a.name},
+                           {"object", "model"},
+                           {"created", created_},
+                           {"owned_by", "mocker"},
+                           {"root", a.path},
+                           {"parent", options_.model},
+                           {"max_model_len", nullptr}});
+    }
+    return jsonReply(ojson{{"object", "list"}, {"data", std::move(data)}});
+  }
+
+  /// POST /v1/load_lora_adapter, /v1/unload_lora_adapter: vLLM's plain-text success answer.
+  HttpReply loraUpdateReply(const std::string& path, const std::string& body) {
+    auto result = path == "/v1/load_lora_adapter" ? loras_.load(body) : loras_.unload(body);
+    if (const auto* e = std::get_if<ApiError>(&result)) return errorReply(*e);
+    return HttpReply{.content_type = "text/plain; charset=utf-8",
+                     .body = std::move(std::get<std::string>(result))};
   }
 
   HttpReply tokenizeReply(const std::string& body) const {
@@ -291,10 +321,15 @@ class Server final : public GatewayServer, public ExchangeHost {
                       : parseChatRequest(request.body, *tokenizer_, options_.request);
     if (auto* e = std::get_if<ApiError>(&parsed)) return refuse(std::move(*e));
     auto& req = std::get<GenerateRequest>(parsed);
+    // `model`: the base model (or absent), or a LoRA adapter the request is then sent with.
+    std::optional<std::string> lora;
     if (!req.model.empty() && req.model != options_.model) {
-      return refuse({.status = 404,
-                     .message = "The model `" + req.model + "` does not exist.",
-                     .param = "model"});
+      if (loras_.find(req.model) == nullptr) {
+        return refuse({.status = 404,
+                       .message = "The model `" + req.model + "` does not exist.",
+                       .param = "model"});
+      }
+      lora = req.model;
     }
     const std::uint64_t seq = next_sequence_++;
     std::string id = request.request_id;
@@ -305,10 +340,12 @@ class Server final : public GatewayServer, public ExchangeHost {
       id = hex;
     }
     auto lengths = planOutputLengths(req, options_.lengths, seq);
-    ResponseIdentity identity{.request_id = id, .model = options_.model, .created = wallSeconds()};
+    // vLLM answers with the adapter's name as `model` for an adapter's request.
+    ResponseIdentity identity{
+        .request_id = id, .model = lora.value_or(options_.model), .created = wallSeconds()};
     auto exchange = std::make_shared<Exchange>(
         *this, connection, endpoint, std::move(headers),
-        ResponseShaper(req, std::move(lengths), std::move(identity), *tokenizer_));
+        ResponseShaper(req, std::move(lengths), std::move(identity), *tokenizer_), lora);
     inflight_.emplace(exchange.get(), exchange);
     metrics_.setInflight(inflight_.size());
     const std::string prefix = "gw" + std::to_string(seq) + "-";
@@ -317,7 +354,7 @@ class Server final : public GatewayServer, public ExchangeHost {
       std::optional<std::size_t> worker;
       std::optional<std::uint32_t> dp_rank;
       if (kv_) {
-        const KvRouting::Pick pick = kv_->route(exchange->shaper().prompt(c), dispatch);
+        const KvRouting::Pick pick = kv_->route(exchange->shaper().prompt(c), dispatch, lora);
         worker = choice_->keepOrPick(pick.worker);
         if (worker == pick.worker) dp_rank = pick.dp_rank;
       } else {
@@ -447,6 +484,7 @@ class Server final : public GatewayServer, public ExchangeHost {
   std::unique_ptr<HttpListener> listener_;
   std::unique_ptr<WorkerPool> pool_;
   std::unique_ptr<KvRouting> kv_;  // --router kv
+  LoraAdapters loras_;             // --lora-modules and run-time loads
   std::shared_ptr<const Tokenizer> tokenizer_ =
       options_.tokenizer ? options_.tokenizer : std::make_shared<BuiltinTokenizer>();
   GatewayMetrics metrics_;

@@ -20,6 +20,7 @@
 #include "base/result.h"
 #include "gateway/http_connection.h"
 #include "gateway/kv_routing.h"
+#include "gateway/lora_adapters.h"
 #include "gateway/openai_request.h"
 #include "gateway/output_plan.h"
 #include "gateway/tokenizer.h"
@@ -33,6 +34,11 @@ struct GatewayOptions {
   std::string host = "127.0.0.1";
   std::uint16_t port = 8080;  ///< 0 = ephemeral
   std::string model = "mocker";
+  /// --lora-modules: adapters served under their own model names (lora_adapters.h).
+  std::vector<LoraAdapter> lora_modules{};
+  /// --allow-runtime-lora-updating: POST /v1/load_lora_adapter and /v1/unload_lora_adapter
+  /// exist (vLLM's VLLM_ALLOW_RUNTIME_LORA_UPDATING); off, they are 404 as in vLLM.
+  bool allow_runtime_lora_updating = false;
   WorkerPoolOptions pool{};
   HttpLimits http{};
   RequestLimits request{};

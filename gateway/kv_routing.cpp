@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "engine/block_hash.h"
+#include "engine/lora.h"
 
 namespace mocker::gateway {
 
@@ -31,9 +32,10 @@ KvRouting::KvRouting(std::unique_ptr<index::LiveKvIndex> index,
       overlaps_(candidates_.size(), 0),
       cached_(candidates_.size(), 0) {}
 
-KvRouting::Pick KvRouting::route(std::span<const std::uint32_t> prompt, std::uint64_t key) {
+KvRouting::Pick KvRouting::route(std::span<const std::uint32_t> prompt, std::uint64_t key,
+                                 const std::optional<std::string>& lora) {
   hashes_.clear();
-  engine::extendSequenceHashes(prompt, block_size_, seeds_, hashes_);
+  engine::extendSequenceHashes(prompt, block_size_, engine::adapterSeeds(seeds_, lora), hashes_);
   if (const Status s = index_->overlaps(hashes_, overlaps_, cached_); !s) {
     if (query_failures_++ == 0) {
       spdlog::warn("gateway: kv router: {} (routed as if nothing were cached)", s.error().message);

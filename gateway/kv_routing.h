@@ -16,7 +16,9 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -50,9 +52,11 @@ class KvRouting {
 
   static Result<std::unique_ptr<KvRouting>> start(KvRoutingOptions options);
 
-  /// Picks the (worker, rank) for `prompt` and adds it to the load under `key` (unique among
-  /// the choices in flight).
-  Pick route(std::span<const std::uint32_t> prompt, std::uint64_t key);
+  /// Picks the (worker, rank) for `prompt` of adapter `lora` (absent = the base model; its
+  /// blocks hashed as the engine hashes them, so another adapter's blocks are no overlap) and adds
+  /// it to the load under `key` (unique among the choices in flight).
+  Pick route(std::span<const std::uint32_t> prompt, std::uint64_t key,
+             const std::optional<std::string>& lora);
   /// The choice produced its first token (or was handed off): its prefill leaves the queue.
   void prefillDone(std::uint64_t key) { router_.load().prefillDone(key); }
   /// The choice ended, or left its worker (handed off to a decode worker).

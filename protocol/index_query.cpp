@@ -93,6 +93,23 @@ Result<std::optional<std::string>> optId(const MapView& m) {
   return std::optional<std::string>(s);
 }
 
+/// "lora": absent or nil ⇒ nullopt; otherwise an adapter name as the engine accepts one
+/// (1..kMaxLoraNameBytes bytes of UTF-8, no ASCII control characters).
+Result<std::optional<std::string>> optLora(const MapView& m) {
+  const msgpack::object* o = m.findNonNil("lora");
+  if (o == nullptr) return std::optional<std::string>{};
+  MOCKER_TRY(const std::string_view s, getStr(*o, "lora", protocol::kMaxLoraNameBytes));
+  if (s.empty()) return invalidArgument("lora: an adapter name must not be empty");
+  for (std::size_t i = 0; i < s.size(); ++i) {
+    const auto b = static_cast<unsigned char>(s[i]);
+    if (b < 0x20 || b == 0x7f) {
+      return invalidArgument("lora: control character at byte " + std::to_string(i) +
+                             " of the adapter name");
+    }
+  }
+  return std::optional<std::string>(s);
+}
+
 /// A list of maps, each decoded with `fn`; errors are prefixed "<key>[i]".
 template <typename T, typename Fn>
 Result<std::vector<T>> listKey(const MapView& m, std::string_view key, Fn&& fn) {
@@ -131,6 +148,10 @@ Result<OverlapQuery> decodeOverlap(const MapView& m) {
   }
   MOCKER_TRY(q.hash_seed, optU64Key(m, "hash_seed"));
   MOCKER_TRY(q.chain_seed, optU64Key(m, "chain_seed"));
+  MOCKER_TRY(q.lora, optLora(m));
+  if (q.lora && hashes != nullptr) {
+    return invalidArgument("lora: only with \"tokens\" (block hashes already carry their adapter)");
+  }
   if (const msgpack::object* with_cached = m.find("with_cached")) {
     if (with_cached->type != msgpack::type::BOOLEAN) {
       return invalidArgument("with_cached: expected a boolean");
@@ -205,9 +226,9 @@ std::vector<std::byte> encodeQueryRequest(const QueryRequest& request) {
         [&](const auto& r) {
           using T = std::decay_t<decltype(r)>;
           if constexpr (std::is_same_v<T, OverlapQuery>) {
-            const auto n =
-                static_cast<std::uint32_t>(1 + (r.block_size ? 1 : 0) + (r.hash_seed ? 1 : 0) +
-                                           (r.chain_seed ? 1 : 0) + (r.with_cached ? 1 : 0));
+            const auto n = static_cast<std::uint32_t>(
+                1 + (r.block_size ? 1 : 0) + (r.hash_seed ? 1 : 0) + (r.chain_seed ? 1 : 0) +
+                (r.lora ? 1 : 0) + (r.with_cached ? 1 : 0));
             beginMap(pk, "overlap", r.id, n);
             if (r.tokens) {
               packStr(pk, "tokens");
@@ -227,6 +248,10 @@ std::vector<std::byte> encodeQueryRequest(const QueryRequest& request) {
             if (r.chain_seed) {
               packStr(pk, "chain_seed");
               pk.pack(*r.chain_seed);
+            }
+            if (r.lora) {
+              packStr(pk, "lora");
+              packStr(pk, *r.lora);
             }
             if (r.with_cached) {
               packStr(pk, "with_cached");

@@ -1,7 +1,7 @@
 // The query protocol of `mocker index` (tools/index/README.md, "Query protocol"): msgpack maps
 // exchanged with the index's query ROUTER. A client (DEALER or REQ) sends one request frame:
 //   {"type": "overlap", "tokens": [...] | "block_hashes": [...], "block_size"?, "hash_seed"?,
-//    "chain_seed"?, "id"?}
+//    "chain_seed"?, "lora"?, "with_cached"?, "id"?}
 //   {"type": "stats", "id"?}      {"type": "verify", "id"?}
 // and receives one reply frame: overlap_reply, stats_reply, verify_reply or error. "id" (a
 // string) is echoed. Unknown keys are ignored; a malformed request yields an error reply.
@@ -41,6 +41,11 @@ struct OverlapQuery {
   std::optional<std::uint32_t> block_size;  ///< tokens only; default: the index's --block-size
   std::optional<std::uint64_t> hash_seed;   ///< tokens only; default: the index's seeds
   std::optional<std::uint64_t> chain_seed;
+  /// tokens only: the prompt's LoRA adapter (1..256 bytes of UTF-8, no control characters). Its
+  /// blocks are hashed as the engine hashes that adapter's (docs/engine.md, "LoRA adapters"),
+  /// so blocks cached under another adapter or the base model are no overlap. Absent: the base
+  /// model. (A block_hashes query already names the adapter through its hashes.)
+  std::optional<std::string> lora;
   /// "with_cached": true — each rank entry of the reply also says how many blocks the index
   /// holds for it (RankOverlap::cached; a router's tie-break by cache size).
   bool with_cached = false;

@@ -150,6 +150,12 @@ Result<gateway::GatewayOptions> gatewayOptions(const GatewayCommand& c) {
   if (!c.tokenizer_file.empty()) {
     MOCKER_TRY(o.tokenizer, gateway::HfTokenizer::load(c.tokenizer_file));
   }
+  for (const std::string& spec : c.lora_modules) {
+    MOCKER_TRY(gateway::LoraAdapter adapter, gateway::parseLoraModule(spec));
+    o.lora_modules.push_back(std::move(adapter));
+  }
+  MOCKER_TRY_VOID(gateway::LoraAdapters::create(o.model, o.lora_modules));  // names checked early
+  o.allow_runtime_lora_updating = c.allow_runtime_lora_updating;
   return o;
 }
 
@@ -293,6 +299,17 @@ void addModelFlags(CLI::App& c, GatewayCommand& g) {
                "match the real model's; generated text is spelled with its \" word\" tokens so "
                "it re-tokenizes to the reported count")
       ->option_text("FILE")
+      ->group(model);
+  c.add_option("--lora-modules", g.lora_modules,
+               "LoRA adapters served under their own model names, as vLLM's flag: name=path or "
+               "name alone (path = name), several values or repeated; the path is only echoed "
+               "(/v1/models `root`). A request whose `model` is an adapter is sent with it to "
+               "the workers (they need --max-loras > 0)")
+      ->option_text("NAME[=PATH] ...")
+      ->group(model);
+  c.add_flag("--allow-runtime-lora-updating", g.allow_runtime_lora_updating,
+             "serve POST /v1/load_lora_adapter and /v1/unload_lora_adapter (vLLM's "
+             "VLLM_ALLOW_RUNTIME_LORA_UPDATING; without it they are 404)")
       ->group(model);
   c.add_option("--max-model-len", g.max_model_len,
                "prompt + max_tokens limit (400 beyond); chat without max_tokens gets the rest")

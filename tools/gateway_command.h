@@ -26,6 +26,8 @@ struct GatewayCommand {
   std::uint16_t port = 8080;
   std::string model;
   std::string tokenizer_file;
+  std::vector<std::string> lora_modules;
+  bool allow_runtime_lora_updating = false;
   std::string router = "round_robin";
   double router_overlap_weight = 1.0;
   double router_temperature = 0.0;

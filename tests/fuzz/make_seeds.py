@@ -33,6 +33,7 @@ def index_query_seeds():
                                   "block_hashes": [0xCB38E4D7FB2DCA5C, 0x44A2B2379D6D3C3D]})
     yield "overlap_seeds", pack({"type": "overlap", "tokens": [1, 2, 3, 4], "hash_seed": 7,
                                  "chain_seed": 9})
+    yield "overlap_lora", pack({"type": "overlap", "tokens": [1, 2, 3, 4], "lora": "sql-lora"})
     yield "stats", pack({"type": "stats"})
     yield "verify", pack({"type": "verify", "id": "v"})
     yield "overlap_reply", pack({"type": "overlap_reply", "id": "q1", "num_blocks": 2,

@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include "protocol/limits.h"
 #include "tests/protocol/protocol_test_util.h"
 
 namespace mocker::index {
@@ -82,6 +83,36 @@ TEST(QueryProtocol, WithCachedRoundTrips) {
   auto bad = decodeQueryRequest(not_bool);
   ASSERT_FALSE(bad.has_value());
   EXPECT_NE(bad.error().message.find("with_cached"), std::string::npos) << bad.error().message;
+}
+
+// "lora" names a token query's adapter; hostile names are errors naming the key, and a hash
+// query may not name one (its hashes already carry the adapter).
+TEST(QueryProtocol, LoraRoundTripsAndHostileNamesAreErrors) {
+  const OverlapQuery q{.tokens = std::vector<std::uint32_t>{1, 2}, .lora = "sql-lora"};
+  const auto bytes = encodeQueryRequest(q);
+  auto back = decodeQueryRequest(bytes);
+  ASSERT_TRUE(back.has_value()) << back.error().message;
+  EXPECT_EQ(*back, QueryRequest{q});
+  const auto refused = [](const OverlapQuery& bad) {
+    auto r = decodeQueryRequest(encodeQueryRequest(bad));
+    EXPECT_FALSE(r.has_value());
+    return r.has_value() ? std::string() : r.error().message;
+  };
+  const std::vector<std::uint32_t> tokens{1, 2};
+  EXPECT_EQ(refused({.tokens = tokens, .lora = ""}), "lora: an adapter name must not be empty");
+  EXPECT_EQ(refused({.tokens = tokens, .lora = std::string(protocol::kMaxLoraNameBytes + 1, 'x')}),
+            "lora: string of 257 bytes exceeds the limit of 256");
+  EXPECT_EQ(refused({.tokens = tokens, .lora = std::string("a\nb")}),
+            "lora: control character at byte 1 of the adapter name");
+  EXPECT_NE(
+      refused({.tokens = tokens, .lora = std::string("ad\xc3")}).find("lora: not valid UTF-8"),
+      std::string::npos);
+  EXPECT_EQ(refused({.block_hashes = std::vector<std::uint64_t>{1}, .lora = "a"}),
+            "lora: only with \"tokens\" (block hashes already carry their adapter)");
+  // The longest name is accepted.
+  const OverlapQuery longest{.tokens = tokens,
+                             .lora = std::string(protocol::kMaxLoraNameBytes, 'l')};
+  EXPECT_TRUE(decodeQueryRequest(encodeQueryRequest(longest)).has_value());
 }
 
 TEST(QueryProtocol, MalformedRequestsAreErrors) {

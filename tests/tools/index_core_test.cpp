@@ -11,6 +11,8 @@
 #include <algorithm>
 #include <array>
 
+#include "engine/block_hash.h"
+#include "engine/lora.h"
 #include "protocol/framing.h"
 #include "tools/index/query_answer.h"
 #include "tools/index/stream_frames.h"
@@ -80,6 +82,27 @@ TEST(IndexQueryAnswer, ConfiguredWorkersAppearAndRanksAreOrdered) {
   EXPECT_EQ(r.workers[0].ranks[0], (RankOverlap{0, 1, 1}));
   EXPECT_EQ(r.workers[0].ranks[1], (RankOverlap{1, 2, 2}));
   EXPECT_EQ(r.workers[1], (WorkerOverlap{9, 0, {}}));
+}
+
+// A token query names its adapter: the blocks adapter A's request stored (the engine's hashes)
+// overlap a query for A only, not one for adapter B or the base model with the same tokens.
+TEST(IndexQueryAnswer, TokenQueriesHashUnderTheirAdapter) {
+  const std::vector<std::uint32_t> tokens{1, 2, 3, 4, 5, 6, 7, 8};
+  const QueryDefaults defaults{.block_size = 4, .seeds = {}};
+  KvIndex index;
+  index.applyStored({3, 0},
+                    engine::sequenceHashes(tokens, 4, engine::adapterSeeds({}, std::string("A"))),
+                    std::nullopt);
+  const std::vector<WorkerEndpoint> workers{{.worker_id = 3}};
+  const auto blocks = [&](std::optional<std::string> lora) {
+    const OverlapReply r =
+        answerOverlap(index, {.tokens = tokens, .lora = std::move(lora)}, defaults, workers);
+    EXPECT_EQ(r.num_blocks, 2u);
+    return r.workers.at(0).blocks;
+  };
+  EXPECT_EQ(blocks("A"), 2u);
+  EXPECT_EQ(blocks("B"), 0u);
+  EXPECT_EQ(blocks(std::nullopt), 0u);
 }
 
 protocol::RankBlocks rankAt(std::vector<std::uint64_t> hashes, std::uint64_t seq) {

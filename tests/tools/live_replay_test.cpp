@@ -579,6 +579,40 @@ TEST(LiveReplayTest, KvRouterSendsAFollowUpBackToTheServerThatHoldsItsPrefix) {
   EXPECT_GT(servers_used.size(), 1u);
 }
 
+// The trace's adapter goes on the wire, and the kv router hashes the prompt under it as the
+// servers' engines do: a follow-up with adapter A goes back to the server holding A's blocks
+// and reuses them; the same tokens under adapter B score no hit and reuse nothing.
+TEST(LiveReplayTest, KvRouterScoresAPrefixOnlyForItsOwnAdapter) {
+  service::ServiceConfig config = kvServerConfig();
+  config.engine.max_loras = 2;
+  LiveService a(config);
+  LiveService b(config);
+  LiveService c(config);
+  const std::vector<LiveTarget> targets{kvTargetOf(a), kvTargetOf(b), kvTargetOf(c)};
+  const auto row = [](std::string_view hash_ids, std::string_view lora) {
+    return R"({"timestamp": 0, "output_length": 2, "hash_ids": [)" + std::string(hash_ids) +
+           R"(], "lora": ")" + std::string(lora) + "\"}\n";
+  };
+  const LiveRun served = runLive(parse(row("7, 8, 9", "A")), kvOptions(targets, 1));
+  const auto& n = served.stats.per_target;
+  ASSERT_EQ(std::accumulate(n.begin(), n.end(), std::uint64_t{0}), 1u);
+  const auto k = static_cast<std::size_t>(std::find(n.begin(), n.end(), 1u) - n.begin());
+  ASSERT_EQ(served.collector.buildReport({}).completed_requests, 1u);
+
+  const LiveRun other = runLive(parse(row("7, 8, 9, 99", "B")), kvOptions(targets, 2));
+  EXPECT_EQ(other.stats.kv_routed_hits, 0u);
+  ASSERT_EQ(other.collector.buildReport({}).completed_requests, 1u);
+  EXPECT_EQ(other.collector.requests()[0].last_reused_input_tokens, 0u);
+
+  const LiveRun same = runLive(parse(row("7, 8, 9, 99", "A")), kvOptions(targets, 3));
+  std::vector<std::uint64_t> expected(3, 0);
+  expected[k] = 1;
+  EXPECT_EQ(same.stats.per_target, expected);
+  EXPECT_EQ(same.stats.kv_routed_hits, 1u);
+  ASSERT_EQ(same.collector.buildReport({}).completed_requests, 1u);
+  EXPECT_EQ(same.collector.requests()[0].last_reused_input_tokens, 48u);
+}
+
 // Prompts that share nothing, all due at once: each dispatch sees the load of the ones before it
 // (their active blocks and queued prefill), so the servers take turns.
 TEST(LiveReplayTest, KvRouterSpreadsUnrelatedPromptsByLoad) {

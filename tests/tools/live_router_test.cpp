@@ -7,6 +7,8 @@
 #include <numeric>
 #include <set>
 
+#include "engine/lora.h"
+
 namespace mocker::replay {
 namespace {
 
@@ -97,6 +99,43 @@ TEST(LiveRouterTest, KvGoesToTheCachedPrefixUnlessItsServerIsNotRoutable) {
   EXPECT_EQ(away->server, 0u);
   EXPECT_FALSE(away->cached_prefix);
   EXPECT_FALSE(f.router.route(2, prompt(100, 8), {false, false}).has_value());
+}
+
+// The prompt is hashed under its adapter as the engine hashes it: server 1 holds the blocks
+// adapter A's request stored there (the engine's hashes), a hit for A only, not for adapter B
+// nor the base model with the same tokens.
+TEST(LiveRouterTest, KvScoresAnAdaptersBlocksOnlyForThatAdapter) {
+  const engine::HashSeeds seeds{};
+  const std::vector<std::uint32_t> tokens = prompt(100, 8);
+  const std::vector<std::uint64_t> stored =
+      engine::sequenceHashes(tokens, 4, engine::adapterSeeds(seeds, std::string("A")));
+  LiveRouter router{
+      {.kind = RouterKind::Kv,
+       .seed = 3,
+       .ranks_per_server = {1, 1},
+       .kv_block_size = 4,
+       .kv_hash_seeds = seeds},
+      [&](std::span<const std::uint64_t> hashes, std::vector<std::uint32_t>& o,
+          std::vector<std::uint64_t>& cached) -> Status {
+        std::uint32_t lead = 0;
+        while (lead < hashes.size() && lead < stored.size() && hashes[lead] == stored[lead]) {
+          ++lead;
+        }
+        o = {0, lead};
+        cached = {0, stored.size()};
+        return {};
+      }};
+  const std::vector<bool> all{true, true};
+  const std::optional<LiveRoute> a = router.route(0, tokens, all, std::string("A"));
+  EXPECT_EQ(a->server, 1u);
+  EXPECT_TRUE(a->cached_prefix);
+  router.released(0);
+  for (const std::optional<std::string>& other :
+       {std::optional<std::string>("B"), std::optional<std::string>()}) {
+    const std::optional<LiveRoute> r = router.route(1, tokens, all, other);
+    EXPECT_FALSE(r->cached_prefix) << other.value_or("(base)");
+    router.released(1);
+  }
 }
 
 TEST(LiveRouterTest, KvLoadSpreadsRequestsUntilReleasedAndAFailedQueryRoutesWithoutCache) {

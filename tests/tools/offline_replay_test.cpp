@@ -381,5 +381,90 @@ TEST(OfflineReplayTest, KvRouterRejectsBadWeights) {
   EXPECT_NE(r.error().message.find("temperature"), std::string::npos);
 }
 
+// The kv routers hash a prompt under its LoRA adapter as the engine does (docs/engine.md, "LoRA
+// adapters"): adapter A's blocks are a hit for A again, and no hit for adapter B or the base
+// model with the same prompt. A goes to worker 0; B (no hit) too (all idle, lowest); the base
+// model's request (no hit) to worker 1 (0 is busy with B). While B and the base request still
+// run, A again: a router hashing it as the base model would send it to worker 1 (the base
+// blocks) and reuse nothing; hashed under A it goes back to worker 0.
+TEST(OfflineReplayTest, KvRoutersScoreAPrefixOnlyForItsOwnAdapter) {
+  const Workload w =
+      parse(R"({"timestamp": 0, "output_length": 1, "hash_ids": [1, 2], "lora": "A"})"
+            "\n"
+            R"({"timestamp": 1000, "output_length": 1000, "hash_ids": [1, 2], "lora": "B"})"
+            "\n"
+            R"({"timestamp": 1001, "output_length": 1000, "hash_ids": [1, 2]})"
+            "\n"
+            R"({"timestamp": 2000, "output_length": 1, "hash_ids": [1, 2], "lora": "A"})"
+            "\n");
+  engine::EngineConfig config = smallEngine();
+  config.max_loras = 2;
+  for (const RouterKind kind : {RouterKind::KvPrefix, RouterKind::Kv}) {
+    OfflineReplayStats stats;
+    const ReplayCollector c =
+        replayOrDie(w, {.engine = config, .num_workers = 3, .router = kind}, &stats);
+    ASSERT_EQ(c.requests().size(), 4u);
+    EXPECT_EQ(stats.kv_routed_hits, 1u) << toString(kind);  // the second A only
+    EXPECT_EQ(c.requests()[1].first_reused_input_tokens, 0u);
+    EXPECT_EQ(c.requests()[2].first_reused_input_tokens, 0u);
+    // The same 2-block prompt: its last block is recomputed (vLLM's rule), the first reused.
+    EXPECT_EQ(c.requests()[3].first_reused_input_tokens, 16u) << toString(kind);
+  }
+}
+
+// Per-adapter rows, hand-computed (one worker; fixed timing: a pass that computes prompt tokens
+// and emits the first token takes 10 + 2 ms, a decode pass 2 ms, plus 5 ms to load an adapter
+// that is not resident; the requests 1 s apart run alone): the base model's row first, then A
+// and B; the same bytes twice.
+TEST(OfflineReplayTest, ReportHasARowPerAdapter) {
+  const Workload w =
+      parse(R"({"timestamp": 0, "output_length": 2, "hash_ids": [1, 2], "lora": "A"})"
+            "\n"
+            R"({"timestamp": 1000, "output_length": 2, "hash_ids": [1, 2, 3], "lora": "A"})"
+            "\n"
+            R"({"timestamp": 2000, "output_length": 2, "hash_ids": [1, 2]})"
+            "\n"
+            R"({"timestamp": 3000, "output_length": 2, "hash_ids": [5], "lora": "B"})"
+            "\n");
+  engine::EngineConfig config = smallEngine();
+  config.max_loras = 2;
+  config.lora_load_ms = 5.0;
+  const auto run = [&] { return replayOrDie(w, {.engine = config}).buildReport({}); };
+  const Report report = run();
+  ASSERT_EQ(report.adapters.size(), 3u);
+  const AdapterReport& base = report.adapters[0];
+  const AdapterReport& a = report.adapters[1];
+  const AdapterReport& b = report.adapters[2];
+  EXPECT_EQ(base.adapter, std::nullopt);
+  EXPECT_EQ(base.requests, 1u);
+  EXPECT_EQ(base.completed_requests, 1u);
+  EXPECT_EQ(base.ttft_p50_ms, 12.0);  // A's blocks are no hit for the base model
+  EXPECT_EQ(base.e2e_p50_ms, 14.0);
+  EXPECT_EQ(base.prefix_cache_reused_ratio, 0.0);
+  EXPECT_EQ(a.adapter, std::optional<std::string>("A"));
+  EXPECT_EQ(a.requests, 2u);
+  EXPECT_EQ(a.completed_requests, 2u);
+  EXPECT_EQ(a.ttft_p50_ms, 14.5);  // 17 (with the load) and 12 (resident)
+  EXPECT_EQ(a.e2e_p50_ms, 16.5);
+  EXPECT_EQ(a.prefix_cache_reused_ratio, 32.0 / 80.0);  // the second reuses 32 of 48 tokens
+  EXPECT_EQ(b.adapter, std::optional<std::string>("B"));
+  EXPECT_EQ(b.ttft_p50_ms, 17.0);
+  EXPECT_EQ(b.e2e_p50_ms, 19.0);
+  const std::string json = formatReportJson(report);
+  EXPECT_NE(json.find(R"("adapter": "A")"), std::string::npos) << json;
+  EXPECT_NE(json.find(R"("adapter": null)"), std::string::npos);
+  EXPECT_EQ(json, formatReportJson(run()));
+  const std::string text = formatReportTable(report);
+  EXPECT_NE(text.find("2 requests (completed 2), TTFT p50 14.500 ms, E2E p50 16.500 ms, prefix "
+                      "reuse 40.00 %"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("LoRA (base model)"), std::string::npos);
+  // Without adapters: no rows, no key.
+  const Report plain = replayOrDie(lowLoad(2), {.engine = smallEngine()}).buildReport({});
+  EXPECT_TRUE(plain.adapters.empty());
+  EXPECT_EQ(formatReportJson(plain).find("lora_adapters"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace mocker::replay

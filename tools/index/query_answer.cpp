@@ -6,6 +6,7 @@
 #include <utility>
 #include <vector>
 
+#include "engine/lora.h"
 #include "tools/index/index_service.h"
 
 namespace mocker::index {
@@ -17,8 +18,10 @@ OverlapReply answerOverlap(const KvIndex& index, const OverlapQuery& q,
   std::vector<Overlap> overlaps;
   if (q.tokens) {
     const std::uint32_t bs = q.block_size.value_or(defaults.block_size);
-    const engine::HashSeeds seeds{q.hash_seed.value_or(defaults.seeds.hash_seed),
-                                  q.chain_seed.value_or(defaults.seeds.chain_seed)};
+    const engine::HashSeeds seeds =
+        engine::adapterSeeds({q.hash_seed.value_or(defaults.seeds.hash_seed),
+                              q.chain_seed.value_or(defaults.seeds.chain_seed)},
+                             q.lora);
     overlaps = index.overlapsByTokens(*q.tokens, bs, seeds);
     r.num_blocks = static_cast<std::uint32_t>(q.tokens->size() / bs);
   } else {

@@ -1,6 +1,7 @@
 #include "tools/replay/collector.h"
 
 #include <algorithm>
+#include <map>
 #include <utility>
 
 #include "base/check.h"
@@ -139,6 +140,46 @@ std::optional<double> perSecond(double amount, std::optional<double> duration_ms
 
 }  // namespace
 
+namespace {
+
+/// Per-adapter rows (Report::adapters); empty when no request names an adapter.
+std::vector<AdapterReport> adapterReports(const std::vector<RequestRecord>& requests) {
+  const bool any = std::any_of(requests.begin(), requests.end(),
+                               [](const RequestRecord& r) { return r.info.lora.has_value(); });
+  if (!any) return {};
+  struct Acc {
+    AdapterReport row;
+    std::uint64_t input = 0, reused = 0;
+    std::vector<double> ttft, e2e;
+  };
+  std::map<std::optional<std::string>, Acc> by;  // nullopt (the base model) sorts first
+  for (const RequestRecord& r : requests) {
+    Acc& a = by[r.info.lora];
+    ++a.row.requests;
+    if (r.status != TerminalStatus::Completed) continue;
+    ++a.row.completed_requests;
+    a.input += r.info.input_length;
+    a.reused += r.last_reused_input_tokens;
+    const RequestLatencies l = latenciesOf(r);
+    if (l.ttft_ms) a.ttft.push_back(*l.ttft_ms);
+    if (l.e2e_ms) a.e2e.push_back(*l.e2e_ms);
+  }
+  std::vector<AdapterReport> out;
+  for (auto& [name, a] : by) {
+    a.row.adapter = name;
+    if (!a.ttft.empty()) a.row.ttft_p50_ms = summarize(std::move(a.ttft)).p50;
+    if (!a.e2e.empty()) a.row.e2e_p50_ms = summarize(std::move(a.e2e)).p50;
+    if (a.input > 0) {
+      a.row.prefix_cache_reused_ratio =
+          static_cast<double>(a.reused) / static_cast<double>(a.input);
+    }
+    out.push_back(std::move(a.row));
+  }
+  return out;
+}
+
+}  // namespace
+
 Report ReplayCollector::buildReport(const ReportOptions& options) const {
   Report rep;
   rep.num_requests = requests_.size();
@@ -241,6 +282,7 @@ Report ReplayCollector::buildReport(const ReportOptions& options) const {
   for (double& gap : itl) gap = 1000.0 / gap;
   rep.output_token_throughput_per_user = summarizeSorted(itl);
 
+  rep.adapters = adapterReports(requests_);
   for (const auto& [rank, preemptions] : preemptions_by_rank_) rep.total_preemptions += preemptions;
   rep.peak_kv_usage = peak_kv_usage_;
   if (options.slo.any()) {

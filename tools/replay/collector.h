@@ -53,6 +53,7 @@ struct RequestInfo {
   std::optional<std::string> request_id{};
   std::uint32_t input_length = 0;             ///< prompt tokens actually submitted
   std::uint32_t requested_output_length = 0;  ///< max_output_tokens
+  std::optional<std::string> lora{};          ///< its LoRA adapter (absent: the base model)
 };
 
 /// Everything recorded for one request ("Per-request record").
@@ -146,6 +147,17 @@ struct TierReport {
   double onboard_ms_max = 0.0;
 };
 
+/// One adapter's requests in a run where some request names a LoRA adapter (docs/metrics.md,
+/// "Per adapter"). Latencies and reuse over its completed requests, as the run's own.
+struct AdapterReport {
+  std::optional<std::string> adapter{};  ///< absent: the base model
+  std::uint64_t requests = 0;            ///< every request naming it, any ending
+  std::uint64_t completed_requests = 0;
+  std::optional<double> ttft_p50_ms{};
+  std::optional<double> e2e_p50_ms{};
+  std::optional<double> prefix_cache_reused_ratio{};  ///< Σ reused (last admit) / Σ input
+};
+
 struct Report {
   std::uint64_t num_requests = 0;
   std::uint64_t completed_requests = 0;
@@ -181,6 +193,9 @@ struct Report {
   std::optional<RunIdentity> identity{};
   std::optional<HandoffReport> handoff{};  ///< disaggregated runs only
   std::optional<TierReport> tiers{};       ///< runs with KV offload tiers only
+  /// Runs where some request names a LoRA adapter: the base model's row first (when some
+  /// request names none), then each adapter in byte order of its name. Empty otherwise.
+  std::vector<AdapterReport> adapters{};
 };
 
 /// What a collector keeps beyond the report's inputs.

@@ -164,7 +164,8 @@ class LiveReplay {
   /// The same among the servers `routable` marks.
   std::optional<std::uint32_t> route(std::size_t index, protocol::SubmitRequest& request,
                                      const std::vector<bool>& routable) {
-    const std::optional<LiveRoute> pick = router_.route(index, request.prompt, routable);
+    const std::optional<LiveRoute> pick =
+        router_.route(index, request.prompt, routable, request.lora);
     if (!pick) return std::nullopt;
     if (pick->query_error) {
       ++stats_.kv_query_failures;
@@ -259,7 +260,8 @@ class LiveReplay {
     // its engine clock, so a driver-clock value would only be decoded and then discarded.
     protocol::SubmitRequest request{.id = liveRequestId(index),
                                     .prompt = schedule_.prompt(next, synth_.synthesize(turn)),
-                                    .max_tokens = turn.output_length};
+                                    .max_tokens = turn.output_length,
+                                    .lora = turn.lora};
     const std::optional<std::uint32_t> routed = route(index, request);
     const std::uint32_t target = routed.value_or(0);
     const double send_ms = nowMs();
@@ -268,7 +270,8 @@ class LiveReplay {
                               .turn_index = next.turn,
                               .request_id = turn.request_id,
                               .input_length = static_cast<std::uint32_t>(request.prompt.size()),
-                              .requested_output_length = turn.output_length},
+                              .requested_output_length = turn.output_length,
+                              .lora = turn.lora},
                              send_ms);
     MOCKER_CHECK(handle == index);
     LiveRequest& sent =

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "base/check.h"
+#include "engine/lora.h"
 #include "tools/replay/decode_router.h"
 #include "tools/replay/worker_health.h"
 
@@ -27,14 +28,15 @@ LiveRouter::LiveRouter(LiveRouterConfig config, KvOverlapQuery query)
 
 std::optional<LiveRoute> LiveRouter::route(std::uint64_t request,
                                            std::span<const std::uint32_t> prompt,
-                                           const std::vector<bool>& routable) {
+                                           const std::vector<bool>& routable,
+                                           const std::optional<std::string>& lora) {
   MOCKER_CHECK(routable.size() == config_.ranks_per_server.size());
   const std::uint64_t call = calls_++;
   const auto up = static_cast<std::uint64_t>(std::count(routable.begin(), routable.end(), true));
   if (up == 0) return std::nullopt;
   switch (config_.kind) {
     case RouterKind::Kv:
-      return routeKv(request, prompt, routable);
+      return routeKv(request, prompt, routable, lora);
     case RouterKind::Random:
       return LiveRoute{.server = nthRoutable(routable, rng_.uniformIndex(up))};
     case RouterKind::RoundRobin:
@@ -46,13 +48,15 @@ std::optional<LiveRoute> LiveRouter::route(std::uint64_t request,
 
 std::optional<LiveRoute> LiveRouter::routeKv(std::uint64_t request,
                                              std::span<const std::uint32_t> prompt,
-                                             const std::vector<bool>& routable) {
+                                             const std::vector<bool>& routable,
+                                             const std::optional<std::string>& lora) {
   std::vector<bool> excluded(candidates_.size());
   for (std::size_t g = 0; g < candidates_.size(); ++g)
     excluded[g] = !routable[candidates_[g].first];
   kv_->setExcluded(std::move(excluded));
   hashes_.clear();
-  engine::extendSequenceHashes(prompt, config_.kv_block_size, config_.kv_hash_seeds, hashes_);
+  engine::extendSequenceHashes(prompt, config_.kv_block_size,
+                               engine::adapterSeeds(config_.kv_hash_seeds, lora), hashes_);
   LiveRoute route;
   if (const Status s = query_(hashes_, overlaps_, cached_); !s) {
     route.query_error = s.error().message;

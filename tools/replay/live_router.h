@@ -69,9 +69,12 @@ class LiveRouter {
 
   /// The server for request `request` (a key unique among the requests routed and not
   /// released) with prompt `prompt`, among the servers `routable` marks (one entry per
-  /// server); nullopt when none is. Kv: the request's load now counts on its rank.
+  /// server); nullopt when none is. Kv: the request's load now counts on its rank; the prompt is
+  /// hashed under its adapter `lora` (absent = the base model) as the engine hashes it, so blocks
+  /// cached under another adapter are no overlap.
   std::optional<LiveRoute> route(std::uint64_t request, std::span<const std::uint32_t> prompt,
-                                 const std::vector<bool>& routable);
+                                 const std::vector<bool>& routable,
+                                 const std::optional<std::string>& lora = std::nullopt);
   /// Kv load: the request's first token arrived (its prefill is done).
   void prefillDone(std::uint64_t request);
   /// Kv load: the request left its server (ended, handed off or migrated). Unknown: ignored.
@@ -88,7 +91,8 @@ class LiveRouter {
 
  private:
   std::optional<LiveRoute> routeKv(std::uint64_t request, std::span<const std::uint32_t> prompt,
-                                   const std::vector<bool>& routable);
+                                   const std::vector<bool>& routable,
+                                   const std::optional<std::string>& lora);
 
   LiveRouterConfig config_;
   KvOverlapQuery query_;

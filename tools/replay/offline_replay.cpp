@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <functional>
 #include <limits>
+#include <optional>
 #include <queue>
 #include <span>
 #include <string>
@@ -12,6 +13,7 @@
 #include "base/check.h"
 #include "engine/block_hash.h"
 #include "engine/engine.h"
+#include "engine/lora.h"
 #include "tools/index/kv_index.h"
 #include "tools/replay/detail/offline_state.h"
 #include "tools/replay/kv_router.h"
@@ -227,10 +229,12 @@ class OfflineReplay {
 
   /// Picks a (worker, rank) slot among workers [first, last): round-robin / random over the
   /// workers (rank round-robin per worker), or kv: the highest overlap of `tokens` (with
-  /// `overlap_credit`; none for the decode hop) and then the fewest requests in flight.
-  std::uint32_t route(double now, const std::vector<std::uint32_t>& tokens, RouterKind kind,
-                      std::uint32_t first, std::uint32_t last, std::uint64_t turn,
-                      bool overlap_credit) {
+  /// `overlap_credit`; none for the decode hop) and then the fewest requests in flight. The
+  /// prompt's blocks are hashed under its adapter `lora` as the engine hashes them, so blocks
+  /// cached under another adapter (or the base model) are no overlap.
+  std::uint32_t route(double now, const std::vector<std::uint32_t>& tokens,
+                      const std::optional<std::string>& lora, RouterKind kind, std::uint32_t first,
+                      std::uint32_t last, std::uint64_t turn, bool overlap_credit) {
     const std::uint32_t num_workers = last - first;
     switch (kind) {
       case RouterKind::RoundRobin:
@@ -260,7 +264,7 @@ class OfflineReplay {
     }
     flushEvents(now);
     hashes_.clear();  // reuses the scratch vector's capacity
-    engine::extendSequenceHashes(tokens, block_size_, seeds_, hashes_);
+    engine::extendSequenceHashes(tokens, block_size_, engine::adapterSeeds(seeds_, lora), hashes_);
     index_.overlapBlocks(hashes_, overlap_);
     if (kind == RouterKind::Kv) {
       flushLoad(now);
@@ -302,13 +306,14 @@ class OfflineReplay {
                               .turn_index = next.turn,
                               .request_id = turn.request_id,
                               .input_length = static_cast<std::uint32_t>(request.tokens.size()),
-                              .requested_output_length = turn.output_length},
+                              .requested_output_length = turn.output_length,
+                              .lora = turn.lora},
                              now);
 
     const std::uint32_t first_hop_end =
         num_prefill_ > 0 ? num_prefill_ : static_cast<std::uint32_t>(workers_.size());
-    const std::uint32_t g =
-        route(now, request.tokens, options_.router, 0, first_hop_end, dispatches_, true);
+    const std::uint32_t g = route(now, request.tokens, request.lora, options_.router, 0,
+                                  first_hop_end, dispatches_, true);
     ++dispatches_;
     Slot& slot = slots_[g];
     request.dp_rank = slot.rank;
@@ -347,8 +352,8 @@ class OfflineReplay {
     handoffs_.pop();
     HandoffStats& hs = *stats_.handoff;
     const std::uint32_t g =
-        route(h.time_ms, h.ticket.tokens, options_.disagg->decode_router, num_prefill_,
-              static_cast<std::uint32_t>(workers_.size()), hs.handoffs, false);
+        route(h.time_ms, h.ticket.tokens, std::nullopt, options_.disagg->decode_router,
+              num_prefill_, static_cast<std::uint32_t>(workers_.size()), hs.handoffs, false);
     ++hs.handoffs;
     Slot& slot = slots_[g];
     ++hs.per_decode_worker[slot.worker - num_prefill_];

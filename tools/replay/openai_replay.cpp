@@ -183,7 +183,9 @@ class OpenAiReplay {
     const Turn& turn = session.turns[next.turn];
     const std::size_t index = calls_.size();
     const std::vector<std::uint32_t> prompt = promptOf(next);
-    OpenAiRequestSpec spec{.model = stats_.model,
+    // A trace row's LoRA adapter is the request's `model` (vLLM's OpenAI server: an adapter is
+    // served under its own model name).
+    OpenAiRequestSpec spec{.model = turn.lora.value_or(stats_.model),
                            .chat = options_.chat,
                            .prompt_ids = prompt,
                            .max_tokens = turn.output_length,
@@ -196,7 +198,8 @@ class OpenAiReplay {
                                          .turn_index = next.turn,
                                          .request_id = turn.request_id,
                                          .input_length = static_cast<std::uint32_t>(prompt.size()),
-                                         .requested_output_length = turn.output_length},
+                                         .requested_output_length = turn.output_length,
+                                         .lora = turn.lora},
                                         send_ms);
     MOCKER_CHECK(call->handle == index);
     call->session = next.session;

@@ -283,6 +283,14 @@ std::string formatReportTable(const Report& r) {
          std::to_string(t.bytes_gpu_to_host) + ", " + std::to_string(t.bytes_host_to_gpu) + ", " +
              std::to_string(t.bytes_host_to_disk) + ", " + std::to_string(t.bytes_disk_to_host));
   }
+  for (const AdapterReport& a : r.adapters) {
+    line("LoRA " + (a.adapter ? "'" + *a.adapter + "'" : std::string("(base model)")),
+         std::to_string(a.requests) + " requests (completed " +
+             std::to_string(a.completed_requests) + "), TTFT p50 " + fixedOr(a.ttft_p50_ms, 3) +
+             " ms, E2E p50 " + fixedOr(a.e2e_p50_ms, 3) + " ms, prefix reuse " +
+             (a.prefix_cache_reused_ratio ? fixed(100.0 * *a.prefix_cache_reused_ratio, 2) + " %"
+                                          : std::string("–")));
+  }
   if (r.goodput) {
     line("Goodput (good requests)", std::to_string(r.goodput->completed_requests));
     line("Goodput request throughput (req/s)", fixedOr(r.goodput->request_throughput_rps, 3));
@@ -380,6 +388,18 @@ std::string formatReportJson(const Report& r) {
     j["onboardings"] = t.onboardings;
     j["onboard_mean_ms"] = orNull(onboardMean(t));
     j["onboard_max_ms"] = t.onboard_ms_max;
+  }
+  if (!r.adapters.empty()) {
+    ordered_json rows = ordered_json::array();
+    for (const AdapterReport& a : r.adapters) {
+      rows.push_back({{"adapter", a.adapter ? ordered_json(*a.adapter) : ordered_json(nullptr)},
+                      {"requests", a.requests},
+                      {"completed_requests", a.completed_requests},
+                      {"ttft_p50_ms", orNull(a.ttft_p50_ms)},
+                      {"e2e_p50_ms", orNull(a.e2e_p50_ms)},
+                      {"prefix_cache_reused_ratio", orNull(a.prefix_cache_reused_ratio)}});
+    }
+    j["lora_adapters"] = std::move(rows);
   }
   if (r.goodput) {
     j["goodput_completed_requests"] = r.goodput->completed_requests;
