@@ -83,6 +83,22 @@ RESULTS = {}
 KERNEL_US = 8.0  # DEFAULTS["kernel_us"]: the launch subtracted before measuring a bandwidth
 
 
+def vidur_gemms(path, stride=1, max_tokens=4096):
+    """(tokens, in, out, measured µs) of every GEMM in a vidur mlp.csv (every `stride`th row)."""
+    for i, r in enumerate(csv.DictReader(open(path))):
+        tokens = int(r["num_tokens"])
+        if i % stride or tokens > max_tokens:
+            continue
+        tp = int(r["num_tensor_parallel_workers"])
+        h, nh, nkv = int(r["n_embd"]), int(r["n_head"]), int(r["n_kv_head"])
+        inter, hd = int(r["n_expanded_embd"]) // tp, h // nh
+        q, kv = nh * hd // tp, max(1, nkv // tp) * hd
+        up = (2 if r["use_gated_mlp"] == "True" else 1) * inter
+        for op, (din, dout) in {"attn_pre_proj": (h, q + 2 * kv), "attn_post_proj": (q, h),
+                                "mlp_up_proj": (h, up), "mlp_down_proj": (inter, h)}.items():
+            yield tokens, din, dout, float(r[f"time_stats.{op}.median"]) * 1000
+
+
 def solve3(rows, ys, ws):
     """Weighted least squares of ys ~ rows (3 columns) by the normal equations."""
     a = [[sum(w * r[i] * r[j] for r, w in zip(rows, ws)) for j in range(3)] for i in range(3)]
@@ -131,17 +147,8 @@ def measure_scales(profiles, models):
             print(f"{gpu} {model} tp{tp} decode attention: launch %.1f us, per sequence %.2f us, "
                   "bandwidth fraction %.3f" % (x[0], x[1], 1.0 / x[2]))
     for path in sorted(glob.glob(os.path.join(profiles, "vidur/compute/*/*/*/mlp.csv"))):
-        gpu = path.split(os.sep)[-4]
-        for r in csv.DictReader(open(path)):
-            tp = int(r["num_tensor_parallel_workers"])
-            h, nh, nkv = int(r["n_embd"]), int(r["n_head"]), int(r["n_kv_head"])
-            inter, hd = int(r["n_expanded_embd"]) // tp, h // nh
-            q, kv = nh * hd // tp, max(1, nkv // tp) * hd
-            up = (2 if r["use_gated_mlp"] == "True" else 1) * inter
-            for op, (din, dout) in {"attn_pre_proj": (h, q + 2 * kv), "attn_post_proj": (q, h),
-                                    "mlp_up_proj": (h, up), "mlp_down_proj": (inter, h)}.items():
-                gemm_row(gpu, int(r["num_tokens"]), din, dout,
-                         float(r[f"time_stats.{op}.median"]) * 1000)
+        for row in vidur_gemms(path):
+            gemm_row(path.split(os.sep)[-4], *row)
     for gpu in sorted(gemm):
         g = st.median(gemm[gpu])
         line = (f"{gpu}: memory-bound dense GEMMs %.3f of bandwidth over %d kernels, "
@@ -201,20 +208,8 @@ def main():
             report(f"{gpu} {model} tp{tp} MoE block", pairs)
     for path in sorted(glob.glob(os.path.join(a.profiles, "vidur/compute/*/*/*/mlp.csv"))):
         gpu = path.split(os.sep)[-4]
-        pairs = []
-        for i, r in enumerate(csv.DictReader(open(path))):
-            tokens = int(r["num_tokens"])
-            if i % a.stride or tokens > 4096:
-                continue
-            tp = int(r["num_tensor_parallel_workers"])
-            h, nh, nkv = int(r["n_embd"]), int(r["n_head"]), int(r["n_kv_head"])
-            inter, hd = int(r["n_expanded_embd"]) // tp, h // nh
-            q, kv = nh * hd // tp, max(1, nkv // tp) * hd
-            up = (2 if r["use_gated_mlp"] == "True" else 1) * inter
-            for op, (din, dout) in {"attn_pre_proj": (h, q + 2 * kv), "attn_post_proj": (q, h),
-                                    "mlp_up_proj": (h, up), "mlp_down_proj": (inter, h)}.items():
-                pairs.append((gemm_us(gpu, c, tokens, din, dout),
-                              float(r[f"time_stats.{op}.median"]) * 1000))
+        pairs = [(gemm_us(gpu, c, tokens, din, dout), t)
+                 for tokens, din, dout, t in vidur_gemms(path, a.stride)]
         report(f"{gpu} {'/'.join(path.split(os.sep)[-3:-1])} GEMMs", pairs)
     for path in sorted(glob.glob(os.path.join(a.profiles, "vidur/network/*/all_reduce.csv"))):
         node = path.split(os.sep)[-2]
