@@ -137,9 +137,15 @@ class MetricsFaultTest(unittest.TestCase):
         self.addCleanup(serve.close)
         url = serve.endpoints["http"]
         self.stream(serve)
-        poll_until(lambda: counter(http_get(url + "/metrics")[1],
-                                   "vllm:generation_tokens_total") == TOKENS,
-                   "/metrics counting the 40 tokens", WAIT_S)
+        # The board publishes every 100 ms: until its first snapshot after the stream the
+        # series may not be there at all (absent, not yet a failure).
+        def generation_tokens():
+            try:
+                return counter(http_get(url + "/metrics")[1], "vllm:generation_tokens_total")
+            except AssertionError:
+                return None
+        poll_until(lambda: generation_tokens() == TOKENS, "/metrics counting the 40 tokens",
+                   WAIT_S)
 
 
 if __name__ == "__main__":
