@@ -83,6 +83,11 @@ Result<ErrorCode> parseCode(std::string_view v) {
                          names + ")");
 }
 
+/// Kinds that hold something `ms` milliseconds (a KV batch, a kv_fetch answer).
+bool takesDelayMs(FaultKind kind) {
+  return kind == FaultKind::Delay || kind == FaultKind::FetchLate;
+}
+
 /// Which keys each kind takes (besides worker and rank, which every kind takes).
 bool keyApplies(FaultKind kind, std::string_view key) {
   // /metrics is one snapshot per worker: a freeze cannot be scoped to a rank.
@@ -92,7 +97,7 @@ bool keyApplies(FaultKind kind, std::string_view key) {
   if (key == "count") return isKvFault(kind);
   if (key == "rate") return !isWorkerFault(kind);
   if (key == "match") return !isWorkerFault(kind) && !isKvFault(kind);
-  if (key == "ms") return kind == FaultKind::Delay || kind == FaultKind::FetchLate;
+  if (key == "ms") return takesDelayMs(kind);
   if (key == "for_passes" || key == "factor") return kind == FaultKind::Slow;
   if (key == "health_after_ms") return kind == FaultKind::Hang;
   if (key == "code") return kind == FaultKind::Error;
@@ -227,7 +232,7 @@ Result<FaultSpec> parseFaultSpec(std::string_view text) {
   if (spec.kind == FaultKind::Abort && spec.tokens == 0) {
     return invalidArgument(prefix + "tokens is required (>= 1)");
   }
-  if ((spec.kind == FaultKind::Delay || spec.kind == FaultKind::FetchLate) && spec.delay_ms <= 0) {
+  if (takesDelayMs(spec.kind) && spec.delay_ms <= 0) {
     return invalidArgument(prefix + "ms is required (> 0)");
   }
 
@@ -288,7 +293,7 @@ std::string faultSpecText(const FaultSpec& s) {
   if (s.kind == FaultKind::Slow) add("factor", num(s.factor));
   if (s.kind == FaultKind::Error) add("code", errorCodeName(s.code));
   if (s.kind == FaultKind::Abort) add("tokens", std::to_string(s.tokens));
-  if (s.kind == FaultKind::Delay || s.kind == FaultKind::FetchLate) add("ms", num(s.delay_ms));
+  if (takesDelayMs(s.kind)) add("ms", num(s.delay_ms));
   if (s.kind == FaultKind::Hang) {
     add("health_after_ms", s.health_after_ms ? num(*s.health_after_ms) : "none");
   }
