@@ -6,6 +6,9 @@ traces and documented examples.
                                             chunks) for a fuzzing run
   tests/fuzz/make_seeds.py --checked-in     the small seeds kept in tests/fuzz/corpus/ (replayed by
                                             fuzz_corpus_tests next to the crash reproducers)
+  tests/fuzz/make_seeds.py --check          exits 1 naming every checked-in seed that is missing or
+                                            differs from what --checked-in would write (ctest
+                                            fuzz_seeds_current)
 
 Seed files are named seed-*; reproducers of fixed crashes sit beside them under other names.
 """
@@ -168,13 +171,36 @@ def seeds(full):
     return out
 
 
+def check_checked_in():
+    corpus = ROOT / "tests/fuzz/corpus"
+    stale = []
+    for target, items in seeds(full=False).items():
+        for name, data in items:
+            path = corpus / target / f"seed-{name}"
+            if not path.exists():
+                stale.append(f"{path.relative_to(ROOT)}: missing")
+            elif path.read_bytes() != data:
+                stale.append(f"{path.relative_to(ROOT)}: differs from its source")
+    for line in stale:
+        print(line, file=sys.stderr)
+    if stale:
+        print(f"{len(stale)} stale seed(s): run tests/fuzz/make_seeds.py --checked-in",
+              file=sys.stderr)
+        return 1
+    print("every checked-in seed matches its source")
+    return 0
+
+
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0], allow_abbrev=False)
     ap.add_argument("out_dir", nargs="?", type=pathlib.Path)
     ap.add_argument("--checked-in", action="store_true")
+    ap.add_argument("--check", action="store_true")
     args = ap.parse_args()
-    if args.checked_in == (args.out_dir is not None):
-        ap.error("give OUT_DIR or --checked-in")
+    if (args.checked_in + args.check + (args.out_dir is not None)) != 1:
+        ap.error("give exactly one of OUT_DIR, --checked-in, --check")
+    if args.check:
+        return check_checked_in()
     out_dir = ROOT / "tests/fuzz/corpus" if args.checked_in else args.out_dir
     for target, items in seeds(full=not args.checked_in).items():
         d = out_dir / target
