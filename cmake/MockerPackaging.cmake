@@ -5,7 +5,7 @@
 #
 # What is installed: the `mocker` binary, the example configuration and the reference docs under
 # share/doc/mocker: the module READMEs renamed by topic, docs/*.md (engine, wire, traces, metrics, failure drills)
-# and the Python client (README and mocker_client.py) at their repository paths, so the README's
+# and the Python client (README and the mocker_client package) at their repository paths, so the README's
 # links to docs/… and clients/python/… resolve there too. The package's runtime dependencies
 # are computed by dpkg-shlibdeps (Debian package dpkg-dev) from the binary's shared libraries.
 include(GNUInstallDirs)
@@ -31,7 +31,11 @@ set(MOCKER_INSTALLED_DOCS
   docs/metrics.md             docs/metrics.md
   docs/failure-drills.md      docs/failure-drills.md
   clients/python/README.md    clients/python/README.md
-  clients/python/mocker_client.py clients/python/mocker_client.py)
+  clients/python/mocker_client/__init__.py clients/python/mocker_client/__init__.py
+  clients/python/mocker_client/client.py clients/python/mocker_client/client.py
+  clients/python/mocker_client/disaggregated.py clients/python/mocker_client/disaggregated.py
+  clients/python/mocker_client/files.py clients/python/mocker_client/files.py
+  clients/python/mocker_client/wire.py clients/python/mocker_client/wire.py)
 list(LENGTH MOCKER_INSTALLED_DOCS _n)
 math(EXPR _last "${_n} - 1")
 foreach(_i RANGE 0 ${_last} 2)

@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""End-to-end tests of mocker_client.py (and `mocker submit`) against a real `mocker serve`.
+"""End-to-end tests of the mocker_client package (and `mocker submit`) against a real `mocker serve`.
 
 Usage: test_mocker_client.py [path/to/mocker] [unittest args]   (or MOCKER_BIN=path/to/mocker)
 

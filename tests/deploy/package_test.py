@@ -90,8 +90,20 @@ class DebianPackageTest(unittest.TestCase):
     def test_reference_docs_and_python_client_are_shipped(self):
         for name in ("docs/engine.md", "docs/wire.md", "docs/traces.md", "docs/metrics.md",
                      "docs/failure-drills.md", "clients/python/README.md",
-                     "clients/python/mocker_client.py"):
+                     "clients/python/mocker_client/__init__.py",
+                     "clients/python/mocker_client/wire.py"):
             self.assertIn(name, self.docs)
+
+    def test_shipped_python_client_imports(self):
+        # The package is shipped whole: importing it from the installed doc directory needs
+        # every one of its modules.
+        clients = os.path.join(self.root, DOC_DIR, "clients/python")
+        out = du.run(["/usr/bin/python3", "-c",
+                      "import sys; sys.path.insert(0, sys.argv[1]); import mocker_client; "
+                      "print(mocker_client.__file__, mocker_client.MockerClient.__name__, "
+                      "mocker_client.DisaggregatedClient.__name__)", clients])
+        self.assertIn(os.path.join(clients, "mocker_client", "__init__.py"), out)
+        self.assertIn("MockerClient DisaggregatedClient", out)
 
     def test_help_points_at_the_installed_docs(self):
         binary = os.path.join(self.root, "usr/bin/mocker")

@@ -5,7 +5,7 @@
                      [--prompt-len P] [--waves-until-eof] [--timeout S]
 
 Submits N requests (ids "<wave>-<i>", distinct prompts) and reads every message with the
-repository's Python client (mocker_client.py, which validates each one strictly). It prints one
+repository's Python client (mocker_client, which validates each one strictly). It prints one
 JSON line per event on stdout:
 
   {"event": "streaming", "wave": 0}   every request of the first wave has received a token
