@@ -156,6 +156,12 @@ struct FaultsConfig {
   std::vector<std::string> inject;  ///< fault specs, `KIND[:KEY=VALUE]...` (`--fault`)
   std::uint64_t seed = 0;           ///< seed of the rate draws
   std::string log;                  ///< JSONL fault log (`--fault-log`); "" = none
+  /// The admin interface on the HTTP endpoint: GET/POST /admin/faults, DELETE
+  /// /admin/faults/{id} (`--faults-admin`); service/README.md "Failure drills".
+  bool admin = false;
+  /// Its bearer key (a file holding it; `--faults-admin-key-file`): required when the HTTP
+  /// endpoint is not loopback; "" = no key asked for.
+  std::string admin_key_file;
   friend bool operator==(const FaultsConfig&, const FaultsConfig&) = default;
 };
 

@@ -489,6 +489,8 @@ const std::vector<ConfigKey>& keys() {
       {"faults", "inject", MOCKER_REF(StringListRef, faults.inject)},
       {"faults", "seed", MOCKER_REF(U64Ref, faults.seed)},
       {"faults", "log", MOCKER_REF(StringRef, faults.log)},
+      {"faults", "admin", MOCKER_REF(BoolRef, faults.admin)},
+      {"faults", "admin_key_file", MOCKER_REF(StringRef, faults.admin_key_file)},
   };
   static const std::vector<ConfigKey> kAll = [] {
     std::vector<ConfigKey> all = kKeys;

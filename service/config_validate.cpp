@@ -167,6 +167,29 @@ std::optional<ConfigError> checkEngineTypeKeysApply(const engine::EngineConfig& 
 }
 
 /// [service], [fleet], [faults], [kv_events], [fpm], [logging] and [limits] values.
+/// The fault admin interface: on the HTTP endpoint, and behind a bearer key unless loopback.
+std::optional<ConfigError> checkFaultAdmin(const ServiceConfig& c) {
+  const FaultsConfig& f = c.faults;
+  if (!f.admin_key_file.empty() && !f.admin) {
+    return issue("faults.admin_key_file", "needs faults.admin = true", {"faults.admin"});
+  }
+  if (!f.admin) return std::nullopt;
+  if (!c.endpoints.http.enabled) {
+    return issue("faults.admin", "needs the HTTP endpoint (endpoints.http.enabled = true)",
+                 {"endpoints.http.enabled"});
+  }
+  const auto hp = parseHttpEndpoint(c.endpoints.http.endpoint);
+  const bool loopback =
+      hp && (hp->host == "localhost" || hp->host.starts_with("127.") || hp->host == "::1");
+  if (hp && !loopback && f.admin_key_file.empty()) {
+    return issue("faults.admin",
+                 "on a non-loopback HTTP endpoint (" + c.endpoints.http.endpoint +
+                     ") needs a bearer key: set faults.admin_key_file (--faults-admin-key-file)",
+                 {"endpoints.http.endpoint", "faults.admin_key_file"});
+  }
+  return std::nullopt;
+}
+
 std::optional<ConfigError> checkServiceValues(const ServiceConfig& c) {
   const LiveConfig& s = c.service;
   if (s.max_buffered_outputs < 1) {
@@ -191,6 +214,7 @@ std::optional<ConfigError> checkServiceValues(const ServiceConfig& c) {
       !faults) {
     return issue("faults.inject", faults.error().message);
   }
+  if (auto e = checkFaultAdmin(c)) return e;
   if (s.linger_ms > 60000) {
     return issue("service.linger_ms",
                  "must be in [0, 60000] (got " + std::to_string(s.linger_ms) + ")");

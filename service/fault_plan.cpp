@@ -315,10 +315,50 @@ FaultPlan::FaultPlan(std::vector<FaultSpec> specs, std::uint64_t seed, std::uint
     : seed_(seed), worker_(worker) {
   for (std::uint32_t i = 0; i < specs.size(); ++i) {
     if (specs[i].worker && *specs[i].worker != worker) continue;  // another worker's
-    has_kv_ = has_kv_ || isKvFault(specs[i].kind);
-    has_fetch_ = has_fetch_ || isFetchFault(specs[i].kind);
-    specs_.push_back({.spec = std::move(specs[i]), .index = i});
+    specs_.push_back({.spec = specs[i], .index = i, .given = std::move(specs[i])});
   }
+  noteKinds();
+}
+
+void FaultPlan::noteKinds() {
+  has_kv_ = std::any_of(specs_.begin(), specs_.end(),
+                        [](const Armed& a) { return isKvFault(a.spec.kind); });
+  has_fetch_ = std::any_of(specs_.begin(), specs_.end(),
+                           [](const Armed& a) { return isFetchFault(a.spec.kind); });
+}
+
+std::uint64_t FaultPlan::arm(FaultSpec spec, std::uint32_t id, std::uint64_t passes,
+                             std::uint64_t rank_passes, double now_ms) {
+  const std::uint64_t at = spec.rank ? rank_passes : passes;
+  Armed a{.spec = spec, .index = id, .given = spec, .armed_at_pass = at};
+  if (a.spec.after_passes) *a.spec.after_passes += at;
+  if (a.spec.at_ms) *a.spec.at_ms += now_ms;
+  specs_.push_back(std::move(a));
+  noteKinds();
+  return at;
+}
+
+bool FaultPlan::disarm(std::uint32_t id) {
+  const auto gone =
+      std::remove_if(specs_.begin(), specs_.end(), [id](const Armed& a) { return a.index == id; });
+  if (gone == specs_.end()) return false;
+  specs_.erase(gone, specs_.end());
+  noteKinds();
+  return true;
+}
+
+std::vector<FaultPlan::ArmedInfo> FaultPlan::armed() const {
+  std::vector<ArmedInfo> out;
+  out.reserve(specs_.size());
+  for (const Armed& a : specs_) {
+    out.push_back({.id = a.index, .spec = a.given, .armed_at_pass = a.armed_at_pass});
+  }
+  return out;
+}
+
+std::string FaultPlan::withArming(const Armed& a, std::string detail) {
+  if (a.armed_at_pass) detail += ", armed at pass " + std::to_string(*a.armed_at_pass);
+  return detail;
 }
 
 bool FaultPlan::inScope(const FaultSpec& spec, std::uint32_t rank) const {
@@ -356,7 +396,7 @@ FaultPlan::PassFaults FaultPlan::beforePass(std::uint32_t rank, std::uint64_t pa
                      .fault = a.index,
                      .worker = worker_,
                      .rank = s.rank ? std::optional(rank) : std::nullopt,
-                     .detail = std::move(detail)});
+                     .detail = withArming(a, std::move(detail))});
     } else if (s.kind == FaultKind::Crash) {
       continue;  // crashes once
     }
@@ -403,12 +443,12 @@ FaultPlan::RequestFaults FaultPlan::onSubmit(std::uint32_t rank, std::string_vie
                  .rank = rank,
                  .request = std::string(request_id)};
     if (s.kind == FaultKind::Error) {
-      in.detail = std::string("code ") + errorCodeName(s.code);
+      in.detail = withArming(a, std::string("code ") + errorCodeName(s.code));
       return {.error = s.code,
               .error_message = "fault injected: error (fault " + std::to_string(a.index) + ")",
               .injection = std::move(in)};
     }
-    in.detail = "stream ended after " + std::to_string(s.tokens) + " tokens";
+    in.detail = withArming(a, "stream ended after " + std::to_string(s.tokens) + " tokens");
     result.abort_after_tokens = s.tokens;
     result.injection = std::move(in);
   }
@@ -427,10 +467,10 @@ FaultPlan::FetchFaults FaultPlan::onFetch(std::uint32_t rank, std::string_view r
                  .worker = worker_,
                  .rank = rank,
                  .request = std::string(request_id)};
-    in.detail = s.kind == FaultKind::FetchNotFound ? "kv_fetch answered not_found"
-                : s.kind == FaultKind::FetchNever
-                    ? "kv_fetch never answered"
-                    : "kv_fetch answered " + number(s.delay_ms) + " ms late";
+    in.detail = withArming(a, s.kind == FaultKind::FetchNotFound ? "kv_fetch answered not_found"
+                              : s.kind == FaultKind::FetchNever
+                                  ? "kv_fetch never answered"
+                                  : "kv_fetch answered " + number(s.delay_ms) + " ms late");
     return {.kind = s.kind,
             .late_ms = s.kind == FaultKind::FetchLate ? s.delay_ms : 0.0,
             .injection = std::move(in)};
@@ -488,7 +528,7 @@ FaultPlan::BatchFaults FaultPlan::onBatch(std::uint32_t rank, std::uint64_t seq,
                    .worker = worker_,
                    .rank = rank,
                    .seq = seq,
-                   .detail = batchDetail(s)});
+                   .detail = withArming(a, batchDetail(s))});
     switch (s.kind) {
       case FaultKind::DropUnhealable:
         result.unhealable = true;

@@ -7,6 +7,8 @@
 //                                                      metrics_freeze for the next pass
 //   plan.onSubmit(rank, request_id, now)               error / abort for a new request
 //   plan.onBatch(rank, seq, passes, rank_passes, now)  KV-event faults for the next batch
+//   plan.arm(spec, id, passes, rank_passes, now)       a fault armed at run time (admin API)
+//   plan.disarm(id)                                    no more firings of fault `id`
 //   faultLogLine(injection)                            the JSONL line of the fault log
 //
 // Decisions depend only on the specs, the seed and what the caller passes in (pass counts, the
@@ -182,6 +184,24 @@ class FaultPlan {
   /// Whether any kv_fetch fault applies to this worker.
   bool hasFetchFaults() const { return has_fetch_; }
 
+  /// Arms `spec` at run time as fault `id` (the `fault` of its injections and of its rate
+  /// draws; ids must not repeat), its trigger counted from now: `after_passes=N` fires N passes
+  /// after the scope's current count (`passes`, or `rank_passes` of its `rank`), `at_ms=T` at
+  /// T ms after `now_ms`. Returns the pass count it was armed at (the fault log's details say
+  /// "armed at pass P"). The caller checks the scope (worker and rank exist).
+  std::uint64_t arm(FaultSpec spec, std::uint32_t id, std::uint64_t passes,
+                    std::uint64_t rank_passes, double now_ms);
+  /// Stops fault `id` from firing again (what it already did stays: a hung rank stays hung, a
+  /// frozen /metrics frozen, a stream already cut by an abort cut); false if it is not armed.
+  bool disarm(std::uint32_t id);
+  /// One armed fault as listed by the admin interface.
+  struct ArmedInfo {
+    std::uint32_t id = 0;
+    FaultSpec spec;  ///< as given (a run-time fault's trigger relative to its arming)
+    std::optional<std::uint64_t> armed_at_pass;  ///< run-time faults: the pass count then
+  };
+  std::vector<ArmedInfo> armed() const;
+
   /// An armed abort, held by the caller until the stream reaches `after_tokens`.
   struct PendingAbort {
     std::uint32_t after_tokens = 0;
@@ -195,7 +215,12 @@ class FaultPlan {
     bool fired = false;        ///< crash / hang / slow onset injected
     std::uint64_t slowed = 0;  ///< slow: passes slowed so far
     std::uint64_t hits = 0;    ///< KV-event faults: batches hit so far
+    FaultSpec given;           ///< the spec as given (arm(): before its trigger was shifted)
+    std::optional<std::uint64_t> armed_at_pass;  ///< arm(): the scope's pass count then
   };
+  /// `detail` with ", armed at pass P" for a run-time fault.
+  static std::string withArming(const Armed& a, std::string detail);
+  void noteKinds();
   bool inScope(const FaultSpec& spec, std::uint32_t rank) const;
   double draw(std::uint32_t fault, std::string_view request_id) const;
   double drawBatch(std::uint32_t fault, std::uint32_t rank, std::uint64_t seq) const;

@@ -387,6 +387,16 @@ Result<std::unique_ptr<Fleet>> Fleet::create(ServiceConfig config, ServerOptions
   if (!config.faults.log.empty()) {
     MOCKER_TRY(options.fault_log, FaultLog::open(config.faults.log));
   }
+  // One admin interface on the fleet's HTTP endpoint, a box per worker.
+  if (n > 1 && config.faults.admin && config.endpoints.http.enabled) {
+    FaultAdmin::Options o{.num_workers = static_cast<std::uint32_t>(n),
+                          .dp_size = config.engine.dp_size,
+                          .first_id = static_cast<std::uint32_t>(config.faults.inject.size())};
+    if (!config.faults.admin_key_file.empty()) {
+      MOCKER_TRY(o.key, loadAdminKey(config.faults.admin_key_file));
+    }
+    options.fault_admin = std::make_shared<FaultAdmin>(std::move(o));
+  }
   for (std::size_t i = 0; i < n; ++i) {
     if (n > 1) options.log_name = "serve[" + plan[i].fpm.worker_id + "]";
     options.worker_index = static_cast<std::uint32_t>(i);
@@ -404,7 +414,8 @@ Result<std::unique_ptr<Fleet>> Fleet::create(ServiceConfig config, ServerOptions
   } else if (config.endpoints.http.enabled) {
     std::vector<const MetricsBoard*> boards;
     for (const auto& s : fleet->servers_) boards.push_back(&s->metricsBoard());
-    MOCKER_TRY(fleet->http_, HttpServer::start(config.endpoints.http, std::move(boards)));
+    MOCKER_TRY(fleet->http_, HttpServer::start(config.endpoints.http, std::move(boards),
+                                               options.fault_admin.get()));
     fleet->http_url_ = fleet->http_->url();
   }
   return fleet;

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "base/enum_names.h"
+#include "service/fault_admin.h"
 
 namespace mocker::service {
 namespace {
@@ -27,7 +28,7 @@ constexpr auto kReadTimeout = std::chrono::seconds(2);
 constexpr auto kWriteTimeout = std::chrono::seconds(2);
 constexpr time_t kKeepAliveSeconds = 2;
 constexpr std::size_t kKeepAliveRequests = 100;
-/// GET only: a body is never needed.
+/// GET only: a body is never needed (with the admin interface: one fault spec).
 constexpr std::size_t kMaxPayloadBytes = 1024;
 /// /health fails when the loop has not finished a turn for this long (it wakes at least once a
 /// second while HTTP is on, so this is a loop stuck in one step).
@@ -56,7 +57,8 @@ void json(httplib::Response& res, int status, bool ok, LoopPhase phase, std::str
 
 class HttpServer::Impl {
  public:
-  explicit Impl(std::vector<const MetricsBoard*> boards) : boards_(std::move(boards)) {}
+  Impl(std::vector<const MetricsBoard*> boards, FaultAdmin* admin)
+      : boards_(std::move(boards)), admin_(admin) {}
   ~Impl() {
     server_.stop();
     if (thread_.joinable()) thread_.join();
@@ -69,7 +71,7 @@ class HttpServer::Impl {
     server_.set_write_timeout(kWriteTimeout);
     server_.set_keep_alive_timeout(kKeepAliveSeconds);
     server_.set_keep_alive_max_count(kKeepAliveRequests);
-    server_.set_payload_max_length(kMaxPayloadBytes);
+    server_.set_payload_max_length(admin_ ? kMaxAdminBodyBytes : kMaxPayloadBytes);
     // cpp-httplib's default also sets SO_REUSEPORT, which lets a second process bind the same
     // port and take half the scrapes: only SO_REUSEADDR here, so a busy port is an error.
     server_.set_socket_options([](socket_t sock) {
@@ -126,10 +128,21 @@ class HttpServer::Impl {
       json(res, all ? 200 : 503, all, first_bad.value_or(boards_.front()->phase()),
            counts("workers_ready", ok));
     });
-    server_.set_error_handler([](const httplib::Request&, httplib::Response& res) {
+    addAdmin();
+    server_.set_error_handler([this](const httplib::Request&, httplib::Response& res) {
       if (res.body.empty()) {
-        res.set_content("{\"error\":\"" + std::to_string(res.status) +
-                            "\",\"paths\":[\"/metrics\",\"/health\",\"/ready\"]}\n",
+        std::string what = std::to_string(res.status);
+        if (res.status == 413) {
+          what += ": body over " + std::to_string(admin_ ? kMaxAdminBodyBytes : kMaxPayloadBytes) +
+                  " bytes";
+        } else if (res.status == 400) {
+          what += ": malformed request, or a method this server does not know";
+        } else if (res.status == 404) {
+          what += ": no such path";
+        }
+        res.set_content("{\"error\":\"" + what +
+                            "\",\"paths\":[\"/metrics\",\"/health\",\"/ready\"" +
+                            (admin_ ? ",\"/admin/faults\"" : "") + "]}\n",
                         "application/json");
       }
     });
@@ -153,6 +166,34 @@ class HttpServer::Impl {
   }
 
  private:
+  /// /admin/...: every method goes to the FaultAdmin (which answers 401, 404 and 405 itself);
+  /// without one, 404 saying how to turn it on.
+  void addAdmin() {
+    const auto handler = [this](const httplib::Request& req, httplib::Response& res) {
+      if (!admin_) {
+        res.status = 404;
+        res.set_content(
+            "{\"error\":\"the fault admin interface is off ([faults] admin = true, "
+            "--faults-admin)\"}\n",
+            "application/json");
+        return;
+      }
+      const FaultAdmin::Reply r =
+          admin_->handle(req.method, req.target, req.body, req.get_header_value("Authorization"));
+      res.status = r.status;
+      if (r.unauthorized) res.set_header("WWW-Authenticate", "Bearer");
+      if (!r.allow.empty()) res.set_header("Allow", r.allow);
+      res.set_content(r.body, "application/json");
+    };
+    const std::string pattern = "/admin(/.*)?";
+    server_.Get(pattern, handler);
+    server_.Post(pattern, handler);
+    server_.Put(pattern, handler);
+    server_.Patch(pattern, handler);
+    server_.Delete(pattern, handler);
+    server_.Options(pattern, handler);
+  }
+
   /// `,"workers":N,"<name>":K` with several loops; nothing with one (the single-worker body).
   std::string counts(std::string_view name, std::size_t ok) const {
     if (boards_.size() == 1) return "";
@@ -166,6 +207,7 @@ class HttpServer::Impl {
   }
 
   std::vector<const MetricsBoard*> boards_;  // at least one
+  FaultAdmin* admin_;                        // null: /admin is off
   httplib::Server server_;
   std::atomic<bool> done_{false};
   std::thread thread_;
@@ -176,14 +218,16 @@ HttpServer::HttpServer(std::unique_ptr<Impl> impl, std::string url)
 HttpServer::~HttpServer() = default;
 
 Result<std::unique_ptr<HttpServer>> HttpServer::start(const HttpEndpointConfig& config,
-                                                      const MetricsBoard& board) {
-  return start(config, std::vector<const MetricsBoard*>{&board});
+                                                      const MetricsBoard& board,
+                                                      FaultAdmin* admin) {
+  return start(config, std::vector<const MetricsBoard*>{&board}, admin);
 }
 
 Result<std::unique_ptr<HttpServer>> HttpServer::start(const HttpEndpointConfig& config,
-                                                      std::vector<const MetricsBoard*> boards) {
+                                                      std::vector<const MetricsBoard*> boards,
+                                                      FaultAdmin* admin) {
   if (boards.empty()) return invalidArgument("HttpServer: no metrics board to serve");
-  auto impl = std::make_unique<Impl>(std::move(boards));
+  auto impl = std::make_unique<Impl>(std::move(boards), admin);
   MOCKER_TRY(std::string url, impl->start(config));
   return std::unique_ptr<HttpServer>(new HttpServer(std::move(impl), std::move(url)));
 }

@@ -1,7 +1,8 @@
 // HttpServer: the HTTP endpoint of `mocker serve` ([endpoints.http]) — GET /metrics (Prometheus
 // text 0.0.4), GET /health (the process is alive and its loop turning) and GET /ready (sockets
 // bound, startup delay over, not draining); service/README.md, "HTTP: metrics, health,
-// readiness".
+// readiness". With a FaultAdmin, also /admin/faults (service/README.md "Failure drills", "Admin
+// interface"): its handlers hand commands to the loops and wait for their answers (bounded).
 //
 // Threads: start() binds on the caller's thread, then runs cpp-httplib's accept loop on a
 // thread of its own with a small worker pool; the handlers read only the MetricsBoard (a copy of
@@ -21,15 +22,20 @@
 
 namespace mocker::service {
 
+class FaultAdmin;
+
 class HttpServer final {
  public:
   /// Binds `config.endpoint` (port 0 = ephemeral) and starts serving. Errors name the endpoint.
+  /// `admin` (may be null: /admin is 404) must outlive this.
   static Result<std::unique_ptr<HttpServer>> start(const HttpEndpointConfig& config,
-                                                   const MetricsBoard& board);
+                                                   const MetricsBoard& board,
+                                                   FaultAdmin* admin = nullptr);
   /// The same for several loops (a fleet): /metrics shows every board's series, /health and
   /// /ready are ok only when every board is. `boards` must not be empty and must outlive this.
   static Result<std::unique_ptr<HttpServer>> start(const HttpEndpointConfig& config,
-                                                   std::vector<const MetricsBoard*> boards);
+                                                   std::vector<const MetricsBoard*> boards,
+                                                   FaultAdmin* admin = nullptr);
   ~HttpServer();
   HttpServer(const HttpServer&) = delete;
   HttpServer& operator=(const HttpServer&) = delete;

@@ -35,9 +35,10 @@ MetricsPublisher::MetricsPublisher(const ServiceConfig& config, std::shared_ptr<
 
 MetricsPublisher::~MetricsPublisher() = default;
 
-Result<std::string> MetricsPublisher::startHttp(const HttpEndpointConfig& config) {
+Result<std::string> MetricsPublisher::startHttp(const HttpEndpointConfig& config,
+                                                FaultAdmin* admin) {
   if (!config.enabled) return std::string();
-  MOCKER_TRY(http_, HttpServer::start(config, board_));
+  MOCKER_TRY(http_, HttpServer::start(config, board_, admin));
   return http_->url();
 }
 

@@ -32,6 +32,7 @@ class logger;
 namespace mocker::service {
 
 class HttpServer;
+class FaultAdmin;
 
 class MetricsPublisher final {
  public:
@@ -45,8 +46,9 @@ class MetricsPublisher final {
   MetricsPublisher(const MetricsPublisher&) = delete;
   MetricsPublisher& operator=(const MetricsPublisher&) = delete;
 
-  /// Binds [endpoints.http] when enabled; "" or the bound "http://HOST:PORT".
-  Result<std::string> startHttp(const HttpEndpointConfig& config);
+  /// Binds [endpoints.http] when enabled; "" or the bound "http://HOST:PORT". `admin` (may be
+  /// null) serves /admin/faults and must outlive this.
+  Result<std::string> startHttp(const HttpEndpointConfig& config, FaultAdmin* admin = nullptr);
   /// The process serves HTTP for this loop elsewhere (a fleet's one endpoint reads board()):
   /// publish snapshots and turn at least once a second as with HTTP on, but bind nothing.
   void serveExternally() { external_ = true; }

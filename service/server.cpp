@@ -93,12 +93,12 @@ Status Server::Impl::init() {
   for (std::uint32_t r = 0; r < ranks_.size(); ++r) {
     MOCKER_TRY(ranks_[r].pub, RankPublishers::open(config_, r, sockets, endpoints, *log_));
   }
+  MOCKER_TRY_VOID(initFaults());
   if (options_.external_http) {
     metrics_.serveExternally();
   } else if (config_.endpoints.http.enabled) {
-    MOCKER_TRY(endpoints.http, metrics_.startHttp(config_.endpoints.http));
+    MOCKER_TRY(endpoints.http, metrics_.startHttp(config_.endpoints.http, admin_.get()));
   }
-  MOCKER_TRY_VOID(initFaults());
   if (config_.service.startup_time_s) {
     accept_from_ = start_ + std::chrono::duration_cast<Clock::duration>(
                                 std::chrono::duration<double>(*config_.service.startup_time_s));
@@ -391,6 +391,7 @@ Server::Impl::PollSlots Server::Impl::fillPollSet() {
   slots.sources.begin = poll_.next();
   for (auto& [source, dealer] : sources_) poll_.add(dealer.handle());
   slots.sources.end = poll_.next();
+  if (admin_) slots.admin = poll_.addFd(admin_->wakeFd(options_.worker_index));
   return slots;
 }
 
@@ -429,10 +430,25 @@ bool Server::Impl::serviceReadable(const PollSlots& slots,
         [&](std::string_view error) { log_->warn("handoff socket receive failed: {}", error); });
   }
   for (zmq::socket_t* dealer : readable_sources) readFetchReplies(*dealer);
+  if (slots.admin && poll_.readable(*slots.admin)) applyAdminCommands();
+  if (admin_stale_) {
+    admin_stale_ = false;
+    admin_->publish(options_.worker_index, adminListing());
+  }
   return true;
 }
 
 Status Server::Impl::run() {
+  // However the loop ends, the admin interface lists what fired last (a crash) and stops
+  // sending it commands.
+  struct CloseAdmin {
+    Impl& impl;
+    ~CloseAdmin() {
+      if (!impl.admin_) return;
+      impl.admin_->publish(impl.options_.worker_index, impl.adminListing());
+      impl.admin_->close(impl.options_.worker_index);
+    }
+  } close_admin{*this};
   try {
     if (!awaitStartup()) {
       log_->info("stopped during startup");

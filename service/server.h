@@ -41,6 +41,7 @@
 
 #include "base/result.h"
 #include "service/config.h"
+#include "service/fault_admin.h"
 #include "service/fault_log.h"
 #include "service/fault_plan.h"
 
@@ -123,6 +124,9 @@ struct ServerOptions {
   /// The fault log shared by a fleet's workers; null = the server opens `faults.log` itself
   /// (when set).
   std::shared_ptr<FaultLog> fault_log;
+  /// The fault admin interface a fleet's HTTP endpoint serves (box `worker_index` is this
+  /// server's); null = the server makes its own when `faults.admin` is on and it serves HTTP.
+  std::shared_ptr<FaultAdmin> fault_admin;
 };
 
 class Server final {

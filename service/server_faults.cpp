@@ -1,6 +1,7 @@
 // Failure drills in the serve loop (service/README.md "Failure drills"): the worker faults of
 // the FaultPlan applied before each pass (crash, hang, slow), and the accounting every injected
-// fault gets — one log line, a count by kind (/metrics, stats) and a fault-log line.
+// fault gets — one log line, a count by kind (/metrics, stats) and a fault-log line — and the
+// faults armed and disarmed at run time through the admin interface (fault_admin.h).
 #include <spdlog/spdlog.h>
 
 #include <zmq.hpp>
@@ -20,12 +21,52 @@ Status Server::Impl::initFaults() {
   if (!fault_log_ && !config_.faults.log.empty()) {
     MOCKER_TRY(fault_log_, FaultLog::open(config_.faults.log));
   }
+  if (!admin_ && config_.faults.admin && !options_.external_http &&
+      config_.endpoints.http.enabled) {
+    FaultAdmin::Options o{.num_workers = 1,
+                          .dp_size = config_.engine.dp_size,
+                          .first_id = static_cast<std::uint32_t>(config_.faults.inject.size())};
+    if (!config_.faults.admin_key_file.empty()) {
+      MOCKER_TRY(o.key, loadAdminKey(config_.faults.admin_key_file));
+    }
+    admin_ = std::make_shared<FaultAdmin>(std::move(o));
+  }
+  if (admin_) admin_->publish(options_.worker_index, adminListing());
   return {};
+}
+
+void Server::Impl::applyAdminCommands() {
+  const auto apply = [this](const FaultAdmin::Command& c) -> std::uint64_t {
+    if (c.op == FaultAdmin::Command::Op::Disarm) {
+      const bool was = faults_.disarm(c.id);
+      log_->warn("fault {} disarmed at pass {}", c.id, counters.passes);
+      return was ? 1 : 0;
+    }
+    const std::uint64_t rank_passes = c.spec.rank ? ranks_[*c.spec.rank].passes : 0;
+    const std::uint64_t at = faults_.arm(c.spec, c.id, counters.passes, rank_passes, engineNowMs());
+    log_->warn("fault {} armed at pass {}{}: {}", c.id, at, c.spec.rank ? " of its rank" : "",
+               faultSpecText(c.spec));
+    return at;
+  };
+  admin_->applyCommands(options_.worker_index, apply, [this] { return adminListing(); });
+}
+
+std::vector<FaultAdmin::Listed> Server::Impl::adminListing() const {
+  std::vector<FaultAdmin::Listed> out;
+  for (FaultPlan::ArmedInfo& info : faults_.armed()) {
+    const auto it = fired_.find(info.id);
+    out.push_back({.info = std::move(info), .fired = it == fired_.end() ? 0 : it->second});
+  }
+  return out;
 }
 
 void Server::Impl::recordInjections() {
   for (const Injection& in : injections_) {
     ++counters.faults_injected[static_cast<std::size_t>(in.kind)];
+    if (admin_) {
+      ++fired_[in.fault];
+      admin_stale_ = true;
+    }
     const std::string line = faultLogLine(in);
     log_->warn("fault injected: {}", line);
     if (fault_log_ && !fault_log_->write(line)) {

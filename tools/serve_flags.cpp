@@ -140,6 +140,8 @@ const std::initializer_list<Group> kGroups = {
   {"Failure drills ([faults]; see serve.md \"Failure drills\")", {
     {"--fault-seed", "faults.seed", "u64 seed of the faults' rate draws (same seed and workload: same faults)"},
     {"--fault-log", "faults.log", "JSONL fault log: one line per injected fault (time, kind, target)"},
+    {"--faults-admin,!--no-faults-admin", "faults.admin", "admin API on the HTTP endpoint: GET/POST /admin/faults, DELETE /admin/faults/{id}", true},
+    {"--faults-admin-key-file", "faults.admin_key_file", "bearer key file of the admin API (>= 16 printable characters); required when the HTTP endpoint is not loopback"},
   }},
   {"Security ([security]; CURVE, see serve.md \"Security\")", {
     {"--curve,!--no-curve", "security.curve", "CURVE on submit, cancel and kv_replay; only allow-listed client keys get in", true},

@@ -200,7 +200,8 @@ class Server::Impl {
     net::PollSet::Slot stop = 0, pass_timer = 0, cancel = 0, submit = 0, monitor = 0;
     net::PollSet::Range replays;
     std::optional<net::PollSet::Slot> handoff;
-    net::PollSet::Range sources;  ///< in sources_ order
+    net::PollSet::Range sources;              ///< in sources_ order
+    std::optional<net::PollSet::Slot> admin;  ///< the fault admin's wake-up
   };
   PollSlots fillPollSet();
   /// Reads what the poll found readable; false when a stop without drain ends the loop.
@@ -253,6 +254,10 @@ class Server::Impl {
   bool cutByAbort(const engine::OutputSignal& s);
   /// Ends the streams cutByAbort cut in this pass: finish `error`, the request cancelled.
   void endAborted();
+  /// The fault admin's commands waiting for this worker: armed or disarmed now.
+  void applyAdminCommands();
+  /// The faults armed here with their firings, as the admin interface lists them.
+  std::vector<FaultAdmin::Listed> adminListing() const;
 
   ServiceConfig config_;
   ServerOptions options_;
@@ -293,6 +298,11 @@ class Server::Impl {
   Clock::time_point last_trim_ = start_;
   std::size_t iterations_since_check_ = 0;  // debug builds: loop turns since the routes' check
   AddressSpaceProbe address_space_;         // refuses submits when memory runs out
+
+  // The fault admin interface (null: off); before metrics_, whose HTTP server reads it.
+  std::shared_ptr<FaultAdmin> admin_ = options_.fault_admin;
+  std::map<std::uint32_t, std::uint64_t> fired_;  // injections per fault id (admin listing)
+  bool admin_stale_ = false;                      // fired_ changed since the last publish
 
   MetricsPublisher metrics_;  // after log_ and start_, which it is built from
 

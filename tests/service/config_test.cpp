@@ -1060,6 +1060,8 @@ TEST(ServiceConfigTest, EveryKeyHasAReader) {
       {"faults.inject", "server_faults.cpp (FaultPlan per worker; FaultServeTest)"},
       {"faults.seed", "server_faults.cpp (FaultPlan's request draws; FaultPlanTest)"},
       {"faults.log", "server_faults.cpp and fleet.cpp (FaultLog; FaultServeTest)"},
+      {"faults.admin", "server_faults.cpp and fleet.cpp (FaultAdmin; fault_admin_test.py)"},
+      {"faults.admin_key_file", "fault_admin.cpp loadAdminKey (fault_admin_test.py)"},
       {"engine.num_g2_blocks", "engine/offload.cpp offloadSettings (OffloadTest)"},
       {"engine.num_g3_blocks", "engine/offload.cpp offloadSettings (OffloadTest)"},
       {"engine.offload_batch_size", "engine/offload.cpp pumpOffloads (OffloadTest)"},

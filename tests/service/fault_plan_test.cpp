@@ -345,5 +345,71 @@ TEST(FaultPlanTest, FaultsConfigKeysLoadAndValidate) {
   EXPECT_TRUE(bad.error().message.starts_with("t.toml:2:")) << bad.error().message;
 }
 
+TEST(FaultPlanTest, RunTimeFaultsCountFromTheirArmingAndDisarm) {
+  // A crash armed at pass 10 with after_passes=3 fires before pass 14 (passes = 13), and the
+  // log says when it was armed; a rank-scoped one counts the rank's passes; at_ms is relative.
+  FaultPlan plan({parsed("fpm_stop:after_passes=1000")}, 0);
+  EXPECT_EQ(plan.arm(parsed("crash:after_passes=3"), 5, 10, 4, 50.0), 10u);
+  EXPECT_EQ(plan.arm(parsed("slow:factor=2:after_passes=1:rank=1"), 6, 10, 4, 50.0), 4u);
+  EXPECT_EQ(plan.arm(parsed("hang:at_ms=20"), 7, 10, 4, 50.0), 10u);
+  std::vector<Injection> out;
+  EXPECT_FALSE(plan.beforePass(0, 12, 12, 60.0, out).crash);
+  EXPECT_EQ(plan.beforePass(1, 12, 4, 60.0, out).slow_factor, 1.0);  // rank 1's 5th pass
+  EXPECT_EQ(plan.beforePass(1, 12, 5, 60.0, out).slow_factor, 2.0);  // its 6th
+  EXPECT_FALSE(plan.beforePass(0, 12, 12, 69.9, out).hang);
+  EXPECT_TRUE(plan.beforePass(0, 13, 13, 70.0, out).crash);
+  ASSERT_EQ(out.size(), 3u);
+  EXPECT_EQ(out[0].detail, "after 5 passes, factor 2.000, armed at pass 4");
+  EXPECT_EQ(faultLogLine(out[1]), R"({"time_ms":70.000,"kind":"crash","fault":5,"worker":0,)"
+                                  R"("detail":"after 13 passes, armed at pass 10"})");
+  EXPECT_EQ(out[2].kind, FaultKind::Hang);
+  // Listed as given, in arming order after the start-up fault.
+  const auto armed = plan.armed();
+  ASSERT_EQ(armed.size(), 4u);
+  EXPECT_EQ(armed[0].id, 0u);
+  EXPECT_FALSE(armed[0].armed_at_pass.has_value());
+  EXPECT_EQ(armed[1].id, 5u);
+  EXPECT_EQ(armed[1].armed_at_pass, 10u);
+  EXPECT_EQ(faultSpecText(armed[1].spec), "crash:after_passes=3");
+  EXPECT_EQ(faultSpecText(armed[3].spec), "hang:at_ms=20:health_after_ms=10000");
+  // Disarmed: the slow fault stops slowing; an unknown id is reported.
+  EXPECT_TRUE(plan.disarm(6));
+  EXPECT_FALSE(plan.disarm(6));
+  EXPECT_EQ(plan.beforePass(1, 14, 6, 80.0, out).slow_factor, 1.0);
+  EXPECT_EQ(plan.armed().size(), 3u);
+  // Arming a KV-event fault turns the batch hook on; disarming it off again.
+  EXPECT_FALSE(plan.hasKvFaults());
+  plan.arm(parsed("drop"), 8, 14, 6, 80.0);
+  EXPECT_TRUE(plan.hasKvFaults());
+  EXPECT_TRUE(plan.onBatch(0, 3, 15, 7, 90.0, out).drop);
+  EXPECT_EQ(out.back().detail, "not sent; kept in the replay ring, armed at pass 14");
+  EXPECT_TRUE(plan.disarm(8));
+  EXPECT_FALSE(plan.hasKvFaults());
+}
+
+TEST(FaultPlanTest, AdminKeysAndTheirChecks) {
+  auto on = parseServiceConfig("[faults]\nadmin = true\n", "t.toml");
+  ASSERT_TRUE(on.has_value()) << on.error().message;
+  EXPECT_TRUE(on->faults.admin);
+  const auto open = parseServiceConfig(
+      "[endpoints.http]\nendpoint = \"0.0.0.0:8000\"\n[faults]\nadmin = true\n", "t.toml");
+  ASSERT_FALSE(open.has_value());
+  EXPECT_NE(open.error().message.find("faults.admin on a non-loopback HTTP endpoint (0.0.0.0:8000) "
+                                      "needs a bearer key"),
+            std::string::npos)
+      << open.error().message;
+  EXPECT_TRUE(parseServiceConfig("[endpoints.http]\nendpoint = \"0.0.0.0:8000\"\n[faults]\n"
+                                 "admin = true\nadmin_key_file = \"k\"\n",
+                                 "t.toml")
+                  .has_value());
+  const auto no_http =
+      parseServiceConfig("[endpoints.http]\nenabled = false\n[faults]\nadmin = true\n", "t.toml");
+  ASSERT_FALSE(no_http.has_value());
+  EXPECT_NE(no_http.error().message.find("needs the HTTP endpoint"), std::string::npos);
+  const auto key_alone = parseServiceConfig("[faults]\nadmin_key_file = \"k\"\n", "t.toml");
+  ASSERT_FALSE(key_alone.has_value());
+  EXPECT_NE(key_alone.error().message.find("needs faults.admin = true"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace mocker::service
