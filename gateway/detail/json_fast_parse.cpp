@@ -1,6 +1,8 @@
 #include "gateway/detail/json_fast_parse.h"
 
+#include <algorithm>
 #include <cstdint>
+#include <cstring>
 
 #include "protocol/detail/utf8.h"
 
@@ -174,6 +176,11 @@ class FastParser {
     skipSpace();
     if (p_ == end_ || *p_ != '[') return false;
     ++p_;
+    // One allocation: room for as many ids as there are commas before the list's end, if it is
+    // one (the scan is bounded by the body, so is the reservation).
+    const void* close = std::memchr(p_, ']', static_cast<std::size_t>(end_ - p_));
+    if (close == nullptr) return false;
+    ids.reserve(1 + static_cast<std::size_t>(std::count(p_, static_cast<const char*>(close), ',')));
     while (true) {
       skipSpace();
       const char* digits = p_;
