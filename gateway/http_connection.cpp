@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <array>
+#include <charconv>
 #include <cstdio>
 #include <optional>
 
@@ -25,20 +26,36 @@ struct Shared {
   std::size_t connections = 0;
 };
 
-std::string head(int status, const std::string& content_type, std::optional<std::size_t> length,
-                 bool keep_alive, const HttpHeaders& headers) {
-  std::string out = "HTTP/1.1 " + std::to_string(status) + " ";
-  out += std::string(http::obsolete_reason(static_cast<http::status>(status)));
-  out += "\r\nServer: mocker-gateway\r\nContent-Type: " + content_type + "\r\n";
+/// Appends a response's status line and headers to `out` (no temporaries: once per response).
+void appendHead(std::string& out, int status, const std::string& content_type,
+                std::optional<std::size_t> length, bool keep_alive, const HttpHeaders& headers) {
+  char number[24];
+  const auto append_number = [&](std::size_t v) {
+    out.append(number, static_cast<std::size_t>(
+                           std::to_chars(number, number + sizeof number, v).ptr - number));
+  };
+  out += "HTTP/1.1 ";
+  append_number(static_cast<std::size_t>(status));
+  out += ' ';
+  out += http::obsolete_reason(static_cast<http::status>(status));
+  out += "\r\nServer: mocker-gateway\r\nContent-Type: ";
+  out += content_type;
+  out += "\r\n";
   if (length) {
-    out += "Content-Length: " + std::to_string(*length) + "\r\n";
+    out += "Content-Length: ";
+    append_number(*length);
+    out += "\r\n";
   } else {
     out += "Transfer-Encoding: chunked\r\nCache-Control: no-cache\r\n";
   }
   out += keep_alive ? "Connection: keep-alive\r\n" : "Connection: close\r\n";
-  for (const auto& [name, value] : headers) out += name + ": " + value + "\r\n";
+  for (const auto& [name, value] : headers) {
+    out += name;
+    out += ": ";
+    out += value;
+    out += "\r\n";
+  }
   out += "\r\n";
-  return out;
 }
 
 class Session final : public HttpConnection, public std::enable_shared_from_this<Session> {
@@ -62,13 +79,17 @@ class Session final : public HttpConnection, public std::enable_shared_from_this
 
   void reply(HttpReply&& r) override {
     if (closed_ || !response_open_) return;
-    write(head(r.status, r.content_type, r.body.size(), keep_alive_, r.headers) + r.body);
+    pending_.reserve(pending_.size() + r.body.size() + 256);
+    appendHead(pending_, r.status, r.content_type, r.body.size(), keep_alive_, r.headers);
+    write(r.body);
     endResponse();
   }
 
   void beginStream(const HttpHeaders& headers) override {
     if (closed_ || !response_open_) return;
-    write(head(200, "text/event-stream; charset=utf-8", std::nullopt, keep_alive_, headers));
+    appendHead(pending_, 200, "text/event-stream; charset=utf-8", std::nullopt, keep_alive_,
+               headers);
+    flush();
   }
 
   bool streamWrite(std::string_view data) override {

@@ -122,13 +122,19 @@ std::variant<std::vector<std::uint32_t>, ApiError> tokenIds(const json& list,
   return ids;
 }
 
-std::optional<ApiError> parsePrompt(const json& body, const Tokenizer& tokenizer,
-                                    const RequestLimits& limits, GenerateRequest& out) {
-  const json* p = field(body, "prompt");
+/// `prompt`, or `prompt_ids` when the fast JSON path read it as a list of token ids already.
+std::optional<ApiError> parsePrompt(const json& body,
+                                    std::optional<std::vector<std::uint32_t>>&& prompt_ids,
+                                    const Tokenizer& tokenizer, const RequestLimits& limits,
+                                    GenerateRequest& out) {
+  const json* p = prompt_ids ? nullptr : field(body, "prompt");
   constexpr const char* kShapes =
       "a string, a list of strings, a list of token ids or a list of lists of token ids";
-  if (p == nullptr) return badRequest("prompt", "required");
-  if (p->is_string()) {
+  if (prompt_ids) {
+    out.prompts.push_back(std::move(*prompt_ids));
+  } else if (p == nullptr) {
+    return badRequest("prompt", "required");
+  } else if (p->is_string()) {
     out.prompts.push_back(tokenizer.encode(p->get_ref<const std::string&>()));
   } else if (!p->is_array()) {
     return wrongType("prompt", kShapes, *p);
@@ -307,7 +313,10 @@ std::variant<GenerateRequest, ApiError> parse(ApiKind kind, std::string_view tex
                                               const Tokenizer& tokenizer,
                                               const RequestLimits& limits) {
   json body;
-  if (auto fast = detail::parseJsonFast(text)) {
+  // A completion's token-id prompt comes back as one vector, not as JSON values.
+  std::optional<std::vector<std::uint32_t>> prompt_ids;
+  if (auto fast =
+          detail::parseJsonFast(text, kind == ApiKind::Completion ? &prompt_ids : nullptr)) {
     body = std::move(*fast);
   } else {
     try {
@@ -323,7 +332,7 @@ std::variant<GenerateRequest, ApiError> parse(ApiKind kind, std::string_view tex
   }
   GenerateRequest out{.kind = kind};
   auto e = kind == ApiKind::Chat ? parseMessages(body, tokenizer, out)
-                                 : parsePrompt(body, tokenizer, limits, out);
+                                 : parsePrompt(body, std::move(prompt_ids), tokenizer, limits, out);
   if (!e) e = parseCommon(body, limits, out);
   if (!e) e = parseLengths(body, limits, out);
   if (e) return *e;

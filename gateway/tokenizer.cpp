@@ -84,23 +84,34 @@ std::vector<std::uint32_t> BuiltinTokenizer::encode(std::string_view text) const
   return ids;
 }
 
-std::string BuiltinTokenizer::piece(std::uint32_t id) const {
+namespace {
+
+/// Appends the canonical spelling of `id`: " t" + its lowercase hex digits.
+void appendPiece(std::string& out, std::uint32_t id) {
   static constexpr char kHex[] = "0123456789abcdef";
-  char digits[8];
-  int n = 0;
+  char spelled[10];
+  char* p = spelled + sizeof spelled;
   do {
-    digits[n++] = kHex[id % 16];
+    *--p = kHex[id % 16];
     id /= 16;
   } while (id != 0);
-  std::string out = " t";
-  while (n > 0) out += digits[--n];
+  *--p = 't';
+  *--p = ' ';
+  out.append(p, static_cast<std::size_t>(spelled + sizeof spelled - p));
+}
+
+}  // namespace
+
+std::string BuiltinTokenizer::piece(std::uint32_t id) const {
+  std::string out;
+  appendPiece(out, id);
   return out;
 }
 
 std::string BuiltinTokenizer::decode(std::span<const std::uint32_t> ids) const {
   std::string out;
-  out.reserve(ids.size() * 6);
-  for (const std::uint32_t id : ids) out += piece(id);
+  out.reserve(ids.size() * 10);
+  for (const std::uint32_t id : ids) appendPiece(out, id);
   return out;
 }
 

@@ -1,6 +1,8 @@
 #include "gateway/detail/json_fast_parse.h"
 
+#include <algorithm>
 #include <cstdint>
+#include <cstring>
 
 #include "protocol/detail/utf8.h"
 
@@ -14,7 +16,8 @@ constexpr std::size_t kMaxDigits = 18;  // fits int64 and uint64: no overflow ch
 
 class FastParser {
  public:
-  explicit FastParser(std::string_view text) : p_(text.data()), end_(text.data() + text.size()) {}
+  FastParser(std::string_view text, std::optional<std::vector<std::uint32_t>>* prompt_ids)
+      : p_(text.data()), end_(text.data() + text.size()), prompt_ids_(prompt_ids) {}
 
   /// The whole text as one object, or false.
   bool parseDocument(json& out) {
@@ -137,7 +140,18 @@ class FastParser {
       skipSpace();
       if (p_ == end_ || *p_++ != ':') return false;
       // A repeated key keeps its last value, as nlohmann's parser does.
-      if (!value(members[std::string(key)], depth)) return false;
+      if (depth == 1 && prompt_ids_ != nullptr && key == "prompt") {
+        prompt_ids_->reset();
+        std::vector<std::uint32_t> ids;
+        if (tokenIds(ids)) {
+          members.erase("prompt");
+          *prompt_ids_ = std::move(ids);
+        } else if (!value(members["prompt"], depth)) {
+          return false;
+        }
+      } else if (!value(members[std::string(key)], depth)) {
+        return false;
+      }
       skipSpace();
       if (p_ == end_) return false;
       if (*p_ == '}') {
@@ -148,15 +162,60 @@ class FastParser {
     }
   }
 
+  /// A non-empty list of token ids (integers in [0, 2^32)) read into `ids`; else false, with the
+  /// cursor where it was.
+  bool tokenIds(std::vector<std::uint32_t>& ids) {
+    const char* const start = p_;
+    if (readTokenIds(ids)) return true;
+    p_ = start;
+    ids.clear();
+    return false;
+  }
+
+  bool readTokenIds(std::vector<std::uint32_t>& ids) {
+    skipSpace();
+    if (p_ == end_ || *p_ != '[') return false;
+    ++p_;
+    // One allocation: room for as many ids as there are commas before the list's end, if it is
+    // one (the scan is bounded by the body, so is the reservation).
+    const void* close = std::memchr(p_, ']', static_cast<std::size_t>(end_ - p_));
+    if (close == nullptr) return false;
+    ids.reserve(1 + static_cast<std::size_t>(std::count(p_, static_cast<const char*>(close), ',')));
+    while (true) {
+      skipSpace();
+      const char* digits = p_;
+      std::uint64_t v = 0;
+      while (p_ != end_ && *p_ >= '0' && *p_ <= '9' && p_ - digits < 11) {
+        v = v * 10 + static_cast<unsigned>(*p_++ - '0');
+      }
+      const auto n = p_ - digits;
+      if (n == 0 || n > 10 || (n > 1 && *digits == '0') || v > 0xFFFF'FFFFull) return false;
+      ids.push_back(static_cast<std::uint32_t>(v));
+      skipSpace();
+      if (p_ == end_) return false;
+      if (*p_ == ']') {
+        ++p_;
+        return true;
+      }
+      if (*p_++ != ',') return false;
+    }
+  }
+
   const char* p_;
   const char* end_;
+  std::optional<std::vector<std::uint32_t>>* prompt_ids_;
 };
 
 }  // namespace
 
-std::optional<json> parseJsonFast(std::string_view text) {
+std::optional<json> parseJsonFast(std::string_view text,
+                                  std::optional<std::vector<std::uint32_t>>* prompt_ids) {
+  if (prompt_ids != nullptr) prompt_ids->reset();
   json out;
-  if (!FastParser(text).parseDocument(out)) return std::nullopt;
+  if (!FastParser(text, prompt_ids).parseDocument(out)) {
+    if (prompt_ids != nullptr) prompt_ids->reset();
+    return std::nullopt;
+  }
   return out;
 }
 

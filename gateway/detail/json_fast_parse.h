@@ -13,13 +13,21 @@
 
 #include <nlohmann/json.hpp>
 
+#include <cstdint>
 #include <optional>
 #include <string_view>
+#include <vector>
 
 namespace mocker::gateway::detail {
 
 /// `text`'s value, exactly as nlohmann::json::parse(text) gives it, when `text` is an object of
 /// the common shape; nullopt otherwise (parse it with nlohmann).
-std::optional<nlohmann::json> parseJsonFast(std::string_view text);
+///
+/// With `prompt_ids`: when the object's (last) "prompt" member is a non-empty list of token ids
+/// (integers in [0, 2^32), no sign, fraction or exponent), the ids go to *prompt_ids and that
+/// member is left out of the value (a 64-token prompt is then one vector, not 64 JSON values);
+/// otherwise *prompt_ids is empty and "prompt" is in the value as usual.
+std::optional<nlohmann::json> parseJsonFast(
+    std::string_view text, std::optional<std::vector<std::uint32_t>>* prompt_ids = nullptr);
 
 }  // namespace mocker::gateway::detail

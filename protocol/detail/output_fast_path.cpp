@@ -27,27 +27,20 @@ class Reader {
   bool arrayHeader(std::uint32_t& n) { return header(n, 0x90, 0xdc, 0xdd); }
 
   bool str(std::string_view& s) {
-    if (p_ == end_) return false;
-    const std::uint8_t b = *p_;
-    std::uint32_t n = 0;
-    if (b >= 0xa0 && b <= 0xbf) {
-      ++p_;
-      n = b & 0x1fu;
-    } else if (!((b == 0xd9 && length(1, n)) || (b == 0xda && length(2, n)) ||
-                 (b == 0xdb && length(4, n)))) {
-      return false;
-    }
-    if (remaining() < n) return false;
-    s = std::string_view(reinterpret_cast<const char*>(p_), n);
+    if (!rawStr(s)) return false;
     // Not UTF-8: step aside, the general decoder names the field.
     if (findInvalidUtf8(s)) return false;
-    p_ += n;
+    p_ += s.size();
     return true;
   }
 
+  /// A map key equal to `want` (ASCII): compared as bytes, so not checked for UTF-8 first (a key
+  /// that is not UTF-8 differs from `want` and the caller gives up all the same).
   bool key(std::string_view want) {
     std::string_view s;
-    return str(s) && s == want;
+    if (!rawStr(s) || s != want) return false;
+    p_ += s.size();
+    return true;
   }
 
   /// An unsigned integer in any width (positive fixint, uint8..uint64), at most `max`.
@@ -80,6 +73,23 @@ class Reader {
   }
 
  private:
+  /// The next str's bytes (the cursor left on them), or false.
+  bool rawStr(std::string_view& s) {
+    if (p_ == end_) return false;
+    const std::uint8_t b = *p_;
+    std::uint32_t n = 0;
+    if (b >= 0xa0 && b <= 0xbf) {
+      ++p_;
+      n = b & 0x1fu;
+    } else if (!((b == 0xd9 && length(1, n)) || (b == 0xda && length(2, n)) ||
+                 (b == 0xdb && length(4, n)))) {
+      return false;
+    }
+    if (remaining() < n) return false;
+    s = std::string_view(reinterpret_cast<const char*>(p_), n);
+    return true;
+  }
+
   // A map or array header: fix (`fix` | n < 16), 16-bit (`b16`) or 32-bit (`b32`) count.
   bool header(std::uint32_t& n, std::uint8_t fix, std::uint8_t b16, std::uint8_t b32) {
     if (p_ == end_) return false;

@@ -1,8 +1,11 @@
 // The gateway's OpenAI request parser (gateway/openai_request.h) on arbitrary bodies.
 #include <nlohmann/json.hpp>
 
+#include <cstdint>
+#include <optional>
 #include <string>
 #include <variant>
+#include <vector>
 
 #include "gateway/detail/json_fast_parse.h"
 #include "gateway/openai_request.h"
@@ -24,6 +27,25 @@ void checkOpenAiRequest(Input input) {
     const auto slow = nlohmann::json::parse(body, nullptr, false);
     MOCKER_FUZZ_REQUIRE(!slow.is_discarded());
     MOCKER_FUZZ_REQUIRE(*fast == slow && fast->dump() == slow.dump());
+  }
+  // With the prompt taken out as token ids: the same value less "prompt", whose ids they are.
+  std::optional<std::vector<std::uint32_t>> ids;
+  if (auto fast = gateway::detail::parseJsonFast(body, &ids)) {
+    auto slow = nlohmann::json::parse(body, nullptr, false);
+    MOCKER_FUZZ_REQUIRE(!slow.is_discarded());
+    if (ids) {
+      MOCKER_FUZZ_REQUIRE(!ids->empty() && !fast->contains("prompt"));
+      const auto& prompt = slow["prompt"];
+      MOCKER_FUZZ_REQUIRE(prompt.is_array() && prompt.size() == ids->size());
+      for (std::size_t i = 0; i < ids->size(); ++i) {
+        MOCKER_FUZZ_REQUIRE(prompt[i].is_number_unsigned() &&
+                            prompt[i].get<std::uint64_t>() == (*ids)[i]);
+      }
+      slow.erase("prompt");
+    }
+    MOCKER_FUZZ_REQUIRE(*fast == slow);
+  } else {
+    MOCKER_FUZZ_REQUIRE(!ids);
   }
   const gateway::BuiltinTokenizer tokenizer;
   const auto parsed = chat ? gateway::parseChatRequest(body, tokenizer, limits)

@@ -128,6 +128,11 @@ def seeds(full):
          b'true, "stream_options": {"include_usage": true}, "stop": ["x"]}'),
         ("completion_ids", b"\x20" + b'{"prompt": [[1, 2, 3], [4]], "n": 2, "min_tokens": 1, '
          b'"ignore_eos": true}'),
+        # A flat token-id prompt (the JSON fast path's ids), given twice: the last one counts.
+        ("completion_flat_ids", b"\x20" + b'{"prompt": "x", "max_tokens": 2, '
+         b'"prompt": [7, 1000000, 4294967295]}'),
+        ("completion_flat_ids_replaced", b"\x20" + b'{"prompt": [7, 1000000], "max_tokens": 2, '
+         b'"prompt": "x"}'),
         ("chat", b"\x21" + b'{"model": "m", "messages": [{"role": "system", "content": '
          b'"Be brief."}, {"role": "user", "content": [{"type": "text", "text": "Hi"}]}], '
          b'"max_completion_tokens": 3}'),

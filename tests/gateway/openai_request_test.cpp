@@ -255,5 +255,85 @@ TEST(JsonFastParse, LeavesEverythingElseToNlohmann) {
   }
 }
 
+TEST(JsonFastParse, TakesATopLevelTokenIdPromptOutOfTheValue) {
+  struct Case {
+    std::string text;
+    std::optional<std::vector<std::uint32_t>> ids;  // what comes out of the value
+  };
+  using Ids = std::vector<std::uint32_t>;
+  for (const Case& c : std::vector<Case>{
+           {R"({"prompt": [1000000, 2, 0], "max_tokens": 16})", Ids{1000000, 2, 0}},
+           {R"({"prompt":[ 4294967295 ,7 ]})", Ids{4294967295u, 7}},
+           {R"({"prompt":"x","prompt":[1,2]})", Ids{1, 2}},  // the last one counts
+           {R"({"prompt":[1,2],"prompt":"x"})", std::nullopt},
+           {R"({"prompt":[1,2],"prompt":[3]})", Ids{3}},
+           {R"({"prompt":[4294967296]})", std::nullopt},  // past 2^32: the error's path
+           {R"({"prompt":[-1]})", std::nullopt},
+           {R"({"prompt":[]})", std::nullopt},
+           {R"({"prompt":[[1,2],[3]]})", std::nullopt},
+           {R"({"prompt":[1,"a"]})", std::nullopt},
+           {R"({"a":{"prompt":[1]}})", std::nullopt},  // nested: not the request's prompt
+       }) {
+    std::optional<std::vector<std::uint32_t>> ids = Ids{99};  // reset by the call
+    const auto fast = detail::parseJsonFast(c.text, &ids);
+    auto slow = nlohmann::json::parse(c.text);
+    ASSERT_TRUE(fast) << c.text;
+    EXPECT_EQ(ids, c.ids) << c.text;
+    if (c.ids) {
+      EXPECT_EQ(slow["prompt"].get<Ids>(), *c.ids) << c.text;
+      slow.erase("prompt");
+      EXPECT_FALSE(fast->contains("prompt")) << c.text;
+    }
+    EXPECT_TRUE(sameJson(*fast, slow)) << c.text << " read as " << fast->dump();
+  }
+  // The fast path giving up leaves no ids behind.
+  std::optional<std::vector<std::uint32_t>> ids;
+  EXPECT_FALSE(detail::parseJsonFast(R"({"prompt":[1],"x":1.5})", &ids));
+  EXPECT_FALSE(ids);
+}
+
+// The request a body means does not depend on which JSON reader read it: each body is parsed
+// as given (the fast path where it applies) and with an escaped member added, which sends it
+// through nlohmann::json::parse; accepted or refused alike, with the same fields or error.
+TEST_F(OpenAiRequestTest, TheFastPathReadsARequestAsNlohmannDoes) {
+  for (const std::string& members : std::vector<std::string>{
+           R"("prompt": [1000000, 2, 0], "max_tokens": 16, "ignore_eos": true)",
+           R"("prompt": [4294967295], "max_tokens": 3, "n": 2, "seed": 5)",
+           R"("prompt": [4294967296])",
+           R"("prompt": [-1, 2])",
+           R"("prompt": [])",
+           R"("prompt": [0])",
+           R"("prompt": "hello there", "stop": ["a"])",
+           R"("prompt": [[1, 2], [3]], "max_tokens": 2)",
+           R"("prompt": [[1, 2], []])",
+           R"("prompt": ["a", [7]])",
+           R"("prompt": [1, 2], "prompt": "again")",
+           R"("prompt": "x", "prompt": [5, 6], "stream": true)",
+           R"("prompt": [1, 2], "max_tokens": 999)",
+           R"("prompt": [1, 2], "max_tokens": "3")",
+           R"("max_tokens": 3)",
+       }) {
+    const auto fast = completion("{" + members + "}");
+    const auto slow = completion("{" + members + R"(, "\u0078": 0})");
+    ASSERT_EQ(fast.index(), slow.index()) << members;
+    if (const auto* e = std::get_if<ApiError>(&fast)) {
+      const auto& f = std::get<ApiError>(slow);
+      EXPECT_EQ(e->status, f.status) << members;
+      EXPECT_EQ(e->message, f.message) << members;
+      EXPECT_EQ(e->param, f.param) << members;
+      continue;
+    }
+    const auto& a = std::get<GenerateRequest>(fast);
+    const auto& b = std::get<GenerateRequest>(slow);
+    EXPECT_EQ(a.prompts, b.prompts) << members;
+    EXPECT_EQ(a.max_tokens, b.max_tokens) << members;
+    EXPECT_EQ(a.n, b.n) << members;
+    EXPECT_EQ(a.stream, b.stream) << members;
+    EXPECT_EQ(a.ignore_eos, b.ignore_eos) << members;
+    EXPECT_EQ(a.stop, b.stop) << members;
+    EXPECT_EQ(a.seed, b.seed) << members;
+  }
+}
+
 }  // namespace
 }  // namespace mocker::gateway

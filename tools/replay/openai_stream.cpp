@@ -5,6 +5,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "gateway/detail/json_fast_parse.h"
+
 namespace mocker::replay {
 namespace {
 
@@ -211,7 +213,9 @@ Status OpenAiStream::onEvent(std::string_view data, double now_ms) {
     done_ = true;
     return {};
   }
-  const json doc = json::parse(data, nullptr, false);
+  // The common shape (a gateway's chunks and answers) without nlohmann's lexer: the same value.
+  auto fast = gateway::detail::parseJsonFast(data);
+  const json doc = fast ? std::move(*fast) : json::parse(data, nullptr, false);
   if (doc.is_discarded() || !doc.is_object()) {
     std::string quoted(data.substr(0, kMaxQuotedBody));
     return invalidArgument("an SSE event that is not a JSON object: " + quoted);
