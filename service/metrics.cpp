@@ -405,6 +405,12 @@ std::string renderPrometheus(std::span<const MetricsSnapshot> snapshots) {
   e.service("mocker:disconnect_cancels_total",
             "Active requests cancelled because their client's connection closed.",
             &M::disconnect_cancels);
+  e.service("mocker:unroutable_sends_total",
+            "Output messages a client's ROUTER refused as unroutable (EHOSTUNREACH).",
+            &M::unroutable_sends);
+  e.service("mocker:clients_gone_total",
+            "Clients forgotten with open streams (unroutable for 1 s, or connection closed).",
+            &M::clients_gone);
   e.service("mocker:malformed_messages_total", "Client messages that could not be decoded.",
             &M::malformed_messages);
   e.service("mocker:rejected_submits_total", "Submits refused (limits, validation, memory).",

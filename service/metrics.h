@@ -81,6 +81,8 @@ struct RankMetrics {
 struct ServiceMetrics {
   std::uint64_t backpressure_cancels = 0;
   std::uint64_t disconnect_cancels = 0;
+  std::uint64_t unroutable_sends = 0;
+  std::uint64_t clients_gone = 0;
   std::uint64_t malformed_messages = 0;
   std::uint64_t rejected_submits = 0;
   std::uint64_t limit_rejections = 0;

@@ -257,6 +257,8 @@ void Server::Impl::collectMetrics(std::vector<engine::LoadMetrics>& load,
   for (std::uint32_t r = 0; r < engine_.dpSize(); ++r) load.push_back(engine_.loadMetrics(r));
   service = {.backpressure_cancels = counters.backpressure_cancels,
              .disconnect_cancels = counters.disconnect_cancels,
+             .unroutable_sends = counters.unroutable_sends,
+             .clients_gone = counters.clients_gone,
              .malformed_messages = counters.malformed_messages,
              .rejected_submits = counters.rejected_submits,
              .limit_rejections = counters.limit_rejections,

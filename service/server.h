@@ -77,6 +77,9 @@ struct ServerCounters {
   std::uint64_t backpressure_cancels = 0;
   std::uint64_t unroutable_cancels = 0;  ///< active requests cancelled when a client was gone
   std::uint64_t unroutable_sends = 0;    ///< output sends answered EHOSTUNREACH
+  /// Clients forgotten with open routes (unroutable for kGoneAfter, or connection closed):
+  /// nothing more is sent to them, not even the terminals of streams the engine finished.
+  std::uint64_t clients_gone = 0;
   std::uint64_t malformed_messages = 0;
   std::uint64_t passes = 0;
   std::uint64_t output_messages = 0;

@@ -122,6 +122,9 @@ int Server::Impl::drainSubmits(int budget, std::optional<Clock::time_point> unti
       // the loop keeps serving the others.
       refuseOutOfMemory(parts);
     }
+    // A cancel never waits behind more than a few submits (each may be an admission, an ack
+    // and error replies): the cancel socket is looked at between bounded batches of them.
+    if (n % kSubmitsBetweenCancels == 0) drainCancels();
   }
   return n;
 }

@@ -50,12 +50,18 @@ void Server::Impl::abandon(engine::RequestId id, std::string why) {
 void Server::Impl::dropClient(const std::string& client, std::uint64_t& cancelled) {
   // The peer is gone (unroutable for kGoneAfter, or its connection closed): cancel everything it
   // had; nothing can be delivered.
+  const ClientEntry* entry = routes_.findClient(client);
+  if (entry == nullptr) return;
+  const std::uint64_t routes = entry->num_routes;
+  const std::size_t owed = entry->queue.size();
   const std::vector<RemovedRoute> active = routes_.removeClient(client);
   for (const RemovedRoute& r : active) {
     cancelInEngine(r.id, r.rank);
     ++cancelled;
   }
-  if (!active.empty()) log_->info("client gone: cancelled {} request(s)", active.size());
+  ++counters.clients_gone;
+  log_->info("client gone: {} stream(s), {} cancelled in the engine, {} owed item(s) dropped",
+             routes, active.size(), owed);
 }
 
 Server::Impl::Flush Server::Impl::flush(const std::string& client) {
@@ -138,8 +144,7 @@ void Server::Impl::deliver() {
   for (OutputBatcher::ClientBatch& batch : batcher_.batches()) {
     if (!closed_fds_.empty() && std::find(closed_fds_.begin(), closed_fds_.end(),
                                           batch.owner->connection_fd) != closed_fds_.end()) {
-      gone_.push_back(batch.client);
-      continue;
+      continue;  // endClosedConnections, below, ends the client (a disconnect, not unroutable)
     }
     // What the client is already owed goes first; while some of it waits, so does this pass.
     if (!batch.owner->queue.empty() && flush(batch.client) == Flush::Gone) continue;

@@ -43,8 +43,12 @@ class Server::Impl {
   using ClientMessage = protocol::ClientMessage;
   using FinishReason = protocol::FinishReason;
 
-  /// Submits read per loop iteration before cancels are looked at again (cancel latency bound).
+  /// Submits read per loop iteration (the rest wait for the next one, after passes and outputs).
   static constexpr int kSubmitsPerIteration = 64;
+  /// Submits read before the cancel socket is looked at again, within an iteration: a cancel
+  /// waits behind at most this many submits, not a whole iteration's (the look costs one
+  /// receive on an empty socket, ~1 µs, against ~10 µs per submit).
+  static constexpr int kSubmitsBetweenCancels = 8;
   /// Submits read per iteration even when a pass end is due (the rest wait for the next
   /// iteration, after the pass is published): progress for submits, bounded delay for passes.
   static constexpr int kSubmitsPastDeadline = 8;
@@ -158,7 +162,7 @@ class Server::Impl {
   void handleCancelSocketMessage(std::vector<zmq::message_t>& parts);
   /// Reads up to `budget` submit-socket messages, stopping early (after kSubmitsPastDeadline)
   /// once `until` (the next pass end) has passed: a burst of large submits must not make the
-  /// pass late.
+  /// pass late. Every kSubmitsBetweenCancels submits, waiting cancels are served first.
   int drainSubmits(int budget, std::optional<Clock::time_point> until = std::nullopt);
   void handleSubmitSocketMessage(std::vector<zmq::message_t>& parts);
   /// Accepts one submit. Throws std::bad_alloc (engine and route table unchanged) when it runs

@@ -148,7 +148,8 @@ TEST(PrometheusTextTest, EverySeriesHasHelpTypeAndLabels) {
   rec.onSubmit(engine::RequestId(1), 1, 0.0, 8);
   rec.onAdmissions(admitting(1, 0.0));
   rec.onOutput(1, token(1, 0, 50.0, engine::Terminal::Completed), true);
-  const std::string text = renderPrometheus(rec.snapshot({}, {.backpressure_cancels = 5}));
+  const std::string text = renderPrometheus(
+      rec.snapshot({}, {.backpressure_cancels = 5, .unroutable_sends = 7, .clients_gone = 2}));
   const std::string r1 = R"({model_name="llama \"3\"",engine="1")";
   EXPECT_EQ(sample(text, "vllm:generation_tokens_total" + r1 + "}"), 1);
   EXPECT_EQ(
@@ -162,6 +163,8 @@ TEST(PrometheusTextTest, EverySeriesHasHelpTypeAndLabels) {
   EXPECT_EQ(sample(text, "vllm:time_to_first_token_seconds_count" + r1 + "}"), 1);
   EXPECT_DOUBLE_EQ(sample(text, "vllm:time_to_first_token_seconds_sum" + r1 + "}"), 0.05);
   EXPECT_EQ(sample(text, "mocker:backpressure_cancels_total{model_name=\"llama \\\"3\\\"\"}"), 5);
+  EXPECT_EQ(sample(text, "mocker:unroutable_sends_total{model_name=\"llama \\\"3\\\"\"}"), 7);
+  EXPECT_EQ(sample(text, "mocker:clients_gone_total{model_name=\"llama \\\"3\\\"\"}"), 2);
   for (const char* name :
        {"vllm:num_requests_running", "vllm:num_requests_waiting", "vllm:kv_cache_usage_perc",
         "vllm:prefix_cache_queries_total", "vllm:prefix_cache_hits_total",

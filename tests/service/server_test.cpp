@@ -273,6 +273,9 @@ TEST(ServerTest, DisconnectedClientHasItsRequestsCancelled) {
   EXPECT_TRUE(testing::eventually(*observer, [](const protocol::StatsReply& r) {
     return r.routes == 0 && r.ranks.at(0).active_blocks == 0 && r.ranks.at(0).running == 0;
   }));
+  svc.stop();  // the counters are the loop's: read them once it has ended
+  EXPECT_EQ(svc.server().counters().clients_gone, 1u);
+  EXPECT_EQ(svc.server().counters().disconnect_cancels, 3u);
 }
 
 TEST(ServerTest, ShutdownEndsEveryOpenStream) {
