@@ -165,6 +165,7 @@ void OffloadTiers::startJob(LinkIdx link, Job job, double now_ms) {
       metrics_.bytes_host_to_gpu += whole;
       break;
   }
+  job.leg_start_ms = now_ms;
   links_[link].add(id, bytes, now_ms);
   jobs_.emplace(id, std::move(job));
 }
@@ -233,6 +234,7 @@ void OffloadTiers::complete(std::uint64_t job_id, double t, std::vector<KvEvent>
   switch (job.kind) {
     case Kind::ToHost:
       to_host_busy_ = false;
+      metrics_.store_ms_total += t - job.leg_start_ms;
       for (std::uint64_t h : job.hashes) pending_host_.erase(h);
       storeInHost(job.hashes, events);
       break;
@@ -253,6 +255,7 @@ void OffloadTiers::complete(std::uint64_t job_id, double t, std::vector<KvEvent>
       break;
     }
     case Kind::FromHost:
+      metrics_.load_ms_total += t - job.leg_start_ms;
       ++metrics_.onboardings;
       metrics_.onboard_ms_total += t - job.start_ms;
       metrics_.onboard_ms_max = std::max(metrics_.onboard_ms_max, t - job.start_ms);

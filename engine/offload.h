@@ -126,6 +126,7 @@ class OffloadTiers final {
     std::vector<std::uint64_t> hashes;  // blocks moved
     std::uint32_t from_disk = 0;        // onboarding: blocks read from G3
     double start_ms = 0.0;              // onboarding: when it began
+    double leg_start_ms = 0.0;          // when this transfer started on its link
   };
   enum LinkIdx : std::size_t { kGpuToHost, kHostToGpu, kHostToDisk, kDiskToHost };
 

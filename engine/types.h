@@ -161,6 +161,10 @@ struct TierMetrics {
   std::uint64_t onboardings = 0;  ///< finished onboardings
   double onboard_ms_total = 0.0;  ///< Σ (end − start) over finished onboardings
   double onboard_ms_max = 0.0;
+  /// Σ transfer times of the GPU↔host legs (vLLM's kv_offload store / load time): GPU→host
+  /// offload batches, and the host→GPU leg of each finished onboarding (without its disk leg).
+  double store_ms_total = 0.0;
+  double load_ms_total = 0.0;
   friend bool operator==(const TierMetrics&, const TierMetrics&) = default;
 };
 

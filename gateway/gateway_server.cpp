@@ -215,7 +215,7 @@ class Server final : public GatewayServer, public ExchangeHost {
   }
 
   /// The base model, then each LoRA adapter in load order (vLLM's cards: an adapter's `root` is
-  /// its path, `parent` the base model, `max_model_len` null).
+  /// its path, `parent` its base_model_name or else the base model, `max_model_len` null).
   HttpReply modelsReply() const {
     ojson data = ojson::array({ojson{{"id", options_.model},
                                      {"object", "model"},
@@ -225,13 +225,14 @@ class Server final : public GatewayServer, public ExchangeHost {
                                      {"parent", nullptr},
                                      {"max_model_len", options_.request.max_model_len}}});
     for (const LoraAdapter& a : loras_.adapters()) {
-      data.push_back(ojson{{"id", a.name},
-                           {"object", "model"},
-                           {"created", created_},
-                           {"owned_by", "mocker"},
-                           {"root", a.path},
-                           {"parent", options_.model},
-                           {"max_model_len", nullptr}});
+      data.push_back(
+          ojson{{"id", a.name},
+                {"object", "model"},
+                {"created", created_},
+                {"owned_by", "mocker"},
+                {"root", a.path},
+                {"parent", a.base_model_name.empty() ? options_.model : a.base_model_name},
+                {"max_model_len", nullptr}});
     }
     return jsonReply(ojson{{"object", "list"}, {"data", std::move(data)}});
   }

@@ -51,12 +51,51 @@ std::variant<nlohmann::json, ApiError> parseBody(std::string_view body) {
   return parsed;
 }
 
+/// vLLM's JSON form of a `--lora-modules` value (LoRAModulePath's fields).
+Result<LoraAdapter> parseLoraModuleJson(std::string_view spec) {
+  const auto j = nlohmann::json::parse(spec, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded() || !j.is_object()) {
+    return invalidArgument(
+        "--lora-modules: invalid JSON (expected {\"name\": ..., \"path\": "
+        "..., \"base_model_name\": ...})");
+  }
+  LoraAdapter a;
+  for (const auto& [key, value] : j.items()) {
+    std::string* field = key == "name"              ? &a.name
+                         : key == "path"            ? &a.path
+                         : key == "base_model_name" ? &a.base_model_name
+                                                    : nullptr;
+    if (field == nullptr) {
+      return invalidArgument("--lora-modules: unknown key '" + key +
+                             "' (expected name, path, base_model_name)");
+    }
+    if (key == "base_model_name" && value.is_null()) continue;
+    if (!value.is_string()) {
+      return invalidArgument("--lora-modules: '" + key + "' must be a string, got " +
+                             value.type_name());
+    }
+    *field = value.get<std::string>();
+  }
+  if (!j.contains("name") || !j.contains("path")) {
+    return invalidArgument("--lora-modules: the JSON form needs \"name\" and \"path\"");
+  }
+  if (const auto bad = protocol::detail::findInvalidUtf8(a.base_model_name)) {
+    return invalidArgument("--lora-modules: base_model_name of '" + a.name + "': not valid UTF-8");
+  }
+  return a;
+}
+
 }  // namespace
 
 Result<LoraAdapter> parseLoraModule(std::string_view spec) {
-  const std::size_t eq = spec.find('=');
-  LoraAdapter a{.name = std::string(spec.substr(0, eq)),
-                .path = std::string(eq == std::string_view::npos ? spec : spec.substr(eq + 1))};
+  LoraAdapter a;
+  if (spec.starts_with('{')) {
+    MOCKER_TRY(a, parseLoraModuleJson(spec));
+  } else {
+    const std::size_t eq = spec.find('=');
+    a.name = std::string(spec.substr(0, eq));
+    a.path = std::string(eq == std::string_view::npos ? spec : spec.substr(eq + 1));
+  }
   if (const Status s = checkName(a.name, "--lora-modules: name"); !s) return s.error();
   if (a.path.empty()) {
     return invalidArgument("--lora-modules: '" + a.name +

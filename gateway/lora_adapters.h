@@ -26,11 +26,16 @@ namespace mocker::gateway {
 struct LoraAdapter {
   std::string name;
   std::string path;  ///< `root` in /v1/models; `name` when none was given
+  /// `parent` in /v1/models (vLLM's `base_model_name`); empty = the gateway's base model.
+  std::string base_model_name;
   friend bool operator==(const LoraAdapter&, const LoraAdapter&) = default;
 };
 
-/// One `--lora-modules` value: `name=path` (vLLM's form) or `name` alone (path = name). The
-/// name: 1..256 bytes, no control characters (the engine's rule for adapter names).
+/// One `--lora-modules` value: `name=path` (vLLM's form), `name` alone (path = name), or vLLM's
+/// JSON form when it starts with `{`: `{"name": "...", "path": "...", "base_model_name": "..."}`
+/// (name and path required strings, base_model_name an optional string or null; any other key
+/// is refused, as vLLM's dataclass refuses it). The name: 1..256 bytes, no control characters
+/// (the engine's rule for adapter names).
 Result<LoraAdapter> parseLoraModule(std::string_view spec);
 
 class LoraAdapters {

@@ -158,6 +158,10 @@ Result<OverlapQuery> decodeOverlap(const MapView& m) {
     }
     q.with_cached = with_cached->via.boolean;
   }
+  if (const msgpack::object* tiers = m.find("tiers")) {
+    if (tiers->type != msgpack::type::BOOLEAN) return invalidArgument("tiers: expected a boolean");
+    q.tiers = tiers->via.boolean;
+  }
   return q;
 }
 
@@ -166,6 +170,14 @@ Result<RankOverlap> decodeRankOverlap(const MapView& m) {
   MOCKER_TRY(r.dp_rank, u32Key(m, "dp_rank"));
   MOCKER_TRY(r.blocks, u32Key(m, "blocks"));
   MOCKER_TRY(r.cached, optU64Key(m, "cached"));
+  if (const msgpack::object* tiers = m.find("tiers")) {
+    MOCKER_TRY(const MapView t, MapView::create(*tiers, "tiers"));
+    TierBlocks b;
+    MOCKER_TRY(b.gpu, u32Key(t, "GPU"));
+    MOCKER_TRY(b.cpu, u32Key(t, "CPU"));
+    MOCKER_TRY(b.disk, u32Key(t, "DISK"));
+    r.tiers = b;
+  }
   return r;
 }
 
@@ -228,7 +240,7 @@ std::vector<std::byte> encodeQueryRequest(const QueryRequest& request) {
           if constexpr (std::is_same_v<T, OverlapQuery>) {
             const auto n = static_cast<std::uint32_t>(
                 1 + (r.block_size ? 1 : 0) + (r.hash_seed ? 1 : 0) + (r.chain_seed ? 1 : 0) +
-                (r.lora ? 1 : 0) + (r.with_cached ? 1 : 0));
+                (r.lora ? 1 : 0) + (r.with_cached ? 1 : 0) + (r.tiers ? 1 : 0));
             beginMap(pk, "overlap", r.id, n);
             if (r.tokens) {
               packStr(pk, "tokens");
@@ -255,6 +267,10 @@ std::vector<std::byte> encodeQueryRequest(const QueryRequest& request) {
             }
             if (r.with_cached) {
               packStr(pk, "with_cached");
+              pk.pack(true);
+            }
+            if (r.tiers) {
+              packStr(pk, "tiers");
               pk.pack(true);
             }
           } else if constexpr (std::is_same_v<T, StatsQuery>) {
@@ -287,7 +303,7 @@ std::vector<std::byte> encodeQueryReply(const QueryReply& reply) {
               packStr(pk, "ranks");
               pk.pack_array(static_cast<std::uint32_t>(w.ranks.size()));
               for (const RankOverlap& ro : w.ranks) {
-                pk.pack_map(ro.cached ? 3 : 2);
+                pk.pack_map(2u + (ro.cached ? 1u : 0u) + (ro.tiers ? 1u : 0u));
                 packStr(pk, "dp_rank");
                 pk.pack(ro.dp_rank);
                 packStr(pk, "blocks");
@@ -295,6 +311,16 @@ std::vector<std::byte> encodeQueryReply(const QueryReply& reply) {
                 if (ro.cached) {
                   packStr(pk, "cached");
                   pk.pack(*ro.cached);
+                }
+                if (ro.tiers) {
+                  packStr(pk, "tiers");
+                  pk.pack_map(3);
+                  packStr(pk, "GPU");
+                  pk.pack(ro.tiers->gpu);
+                  packStr(pk, "CPU");
+                  pk.pack(ro.tiers->cpu);
+                  packStr(pk, "DISK");
+                  pk.pack(ro.tiers->disk);
                 }
               }
             }

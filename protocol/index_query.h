@@ -1,7 +1,7 @@
 // The query protocol of `mocker index` (tools/index/README.md, "Query protocol"): msgpack maps
 // exchanged with the index's query ROUTER. A client (DEALER or REQ) sends one request frame:
 //   {"type": "overlap", "tokens": [...] | "block_hashes": [...], "block_size"?, "hash_seed"?,
-//    "chain_seed"?, "lora"?, "with_cached"?, "id"?}
+//    "chain_seed"?, "lora"?, "with_cached"?, "tiers"?, "id"?}
 //   {"type": "stats", "id"?}      {"type": "verify", "id"?}
 // and receives one reply frame: overlap_reply, stats_reply, verify_reply or error. "id" (a
 // string) is echoed. Unknown keys are ignored; a malformed request yields an error reply.
@@ -49,6 +49,11 @@ struct OverlapQuery {
   /// "with_cached": true — each rank entry of the reply also says how many blocks the index
   /// holds for it (RankOverlap::cached; a router's tie-break by cache size).
   bool with_cached = false;
+  /// "tiers": true — each rank entry also splits the prefix the rank can reuse without
+  /// recomputing across its KV tiers, as the engine's admission does (docs/engine.md, "KV
+  /// offload tiers"): the leading GPU blocks, then the blocks that continue the chain in host
+  /// memory (CPU) or else on disk (DISK) (RankOverlap::tiers).
+  bool tiers = false;
   friend bool operator==(const OverlapQuery&, const OverlapQuery&) = default;
 };
 
@@ -64,10 +69,22 @@ struct VerifyQuery {
 
 using QueryRequest = std::variant<OverlapQuery, StatsQuery, VerifyQuery>;
 
+/// A rank's reusable prefix split by tier (an overlap query's "tiers"): `gpu` leading blocks on
+/// the GPU (= RankOverlap::blocks), then `cpu` + `disk` blocks that continue the chain, each
+/// counted in host memory when the rank holds it there, else on disk. The first block held by
+/// neither ends the run. Wire: {"GPU": g, "CPU": c, "DISK": d} (vLLM's medium strings).
+struct TierBlocks {
+  std::uint32_t gpu = 0;
+  std::uint32_t cpu = 0;
+  std::uint32_t disk = 0;
+  friend bool operator==(const TierBlocks&, const TierBlocks&) = default;
+};
+
 struct RankOverlap {
   std::uint32_t dp_rank = 0;
   std::uint32_t blocks = 0;
   std::optional<std::uint64_t> cached;  ///< blocks the index holds for it (with_cached only)
+  std::optional<TierBlocks> tiers;      ///< the prefix per tier ("tiers" queries only)
   friend bool operator==(const RankOverlap&, const RankOverlap&) = default;
 };
 

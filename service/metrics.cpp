@@ -5,6 +5,7 @@
 #include <charconv>
 #include <cmath>
 #include <cstdio>
+#include <functional>
 #include <string_view>
 #include <utility>
 
@@ -172,6 +173,78 @@ class Exposition {
     }
   }
 
+  /// KV offload tiers, only when a rank has them: vLLM's OffloadingConnector counters (its
+  /// CPU spec's labelled `vllm:kv_offload_total_bytes` / `_total_time` with `transfer_type`
+  /// GPU_to_CPU / CPU_to_GPU, and the flat `vllm:kv_offload_store_*` / `_load_*` names newer
+  /// vLLM emits beside them: the same bytes and seconds under two names), then mocker's per-tier
+  /// occupancy, hits, bytes per link direction and onboarding counters.
+  void offloadTiers() {
+    bool any = false;
+    for (const MetricsSnapshot& s : snapshots_) {
+      for (const RankMetrics& r : s.ranks) any = any || r.tiers.has_value();
+    }
+    if (!any) return;
+    using T = engine::TierMetrics;
+    const auto count = [](std::uint64_t T::*m) {
+      return [m](const T& t) { return static_cast<double>(t.*m); };
+    };
+    const auto secs = [](double T::*m) { return [m](const T& t) { return seconds(t.*m); }; };
+    using Labelled = std::vector<std::pair<std::string, std::function<double(const T&)>>>;
+    tierFamily("vllm:kv_offload_total_bytes_total", "counter",
+               "Number of bytes offloaded by KV connector",
+               Labelled{{",transfer_type=\"GPU_to_CPU\"", count(&T::bytes_gpu_to_host)},
+                        {",transfer_type=\"CPU_to_GPU\"", count(&T::bytes_host_to_gpu)}});
+    tierFamily("vllm:kv_offload_total_time_total", "counter",
+               "Total time measured by all KV offloading operations",
+               Labelled{{",transfer_type=\"GPU_to_CPU\"", secs(&T::store_ms_total)},
+                        {",transfer_type=\"CPU_to_GPU\"", secs(&T::load_ms_total)}});
+    tierFamily("vllm:kv_offload_store_bytes_total", "counter",
+               "Total bytes stored from GPU to offload storage.",
+               Labelled{{"", count(&T::bytes_gpu_to_host)}});
+    tierFamily("vllm:kv_offload_store_time_total", "counter",
+               "Total store time from GPU to offload storage, in seconds.",
+               Labelled{{"", secs(&T::store_ms_total)}});
+    tierFamily("vllm:kv_offload_load_bytes_total", "counter",
+               "Total bytes loaded from offload storage to GPU.",
+               Labelled{{"", count(&T::bytes_host_to_gpu)}});
+    tierFamily("vllm:kv_offload_load_time_total", "counter",
+               "Total load time from offload storage to GPU, in seconds.",
+               Labelled{{"", secs(&T::load_ms_total)}});
+    tierFamily("mocker:kv_tier_blocks", "gauge", "Blocks held in a KV offload tier.",
+               Labelled{{",tier=\"CPU\"", count(&T::g2_blocks)},
+                        {",tier=\"DISK\"", count(&T::g3_blocks)}});
+    tierFamily("mocker:kv_tier_capacity_blocks", "gauge", "Capacity of a KV offload tier, blocks.",
+               Labelled{{",tier=\"CPU\"", count(&T::g2_capacity)},
+                        {",tier=\"DISK\"", count(&T::g3_capacity)}});
+    tierFamily("mocker:kv_tier_hit_blocks_total", "counter",
+               "Prefix blocks onboarded from a KV offload tier.",
+               Labelled{{",tier=\"CPU\"", count(&T::g2_hit_blocks)},
+                        {",tier=\"DISK\"", count(&T::g3_hit_blocks)}});
+    tierFamily("mocker:kv_tier_offloaded_blocks_total", "counter",
+               "Blocks evicted from the GPU and stored in host memory.",
+               Labelled{{"", count(&T::offloaded_blocks)}});
+    tierFamily("mocker:kv_tier_bytes_total", "counter", "Bytes moved per link direction.",
+               Labelled{{",direction=\"gpu_to_host\"", count(&T::bytes_gpu_to_host)},
+                        {",direction=\"host_to_gpu\"", count(&T::bytes_host_to_gpu)},
+                        {",direction=\"host_to_disk\"", count(&T::bytes_host_to_disk)},
+                        {",direction=\"disk_to_host\"", count(&T::bytes_disk_to_host)}});
+    tierFamily("mocker:kv_onboardings_total", "counter",
+               "Finished onboardings (a prefix brought back from host memory or disk).",
+               Labelled{{"", count(&T::onboardings)}});
+    tierFamily("mocker:kv_onboarding_seconds_total", "counter",
+               "Sum of the finished onboardings' durations (disk leg included).",
+               Labelled{{"", secs(&T::onboard_ms_total)}});
+    tierFamily("mocker:kv_onboarding_max_seconds", "gauge", "Longest finished onboarding.",
+               Labelled{{"", secs(&T::onboard_ms_max)}});
+    header("mocker:kv_onboarding_requests", "gauge",
+           "Requests parked while their prefix is onboarded.");
+    forTierRanks([&](std::size_t w, std::size_t r, const RankMetrics& m) {
+      series("mocker:kv_onboarding_requests", w, r, "");
+      appendNumber(out_, m.onboarding_requests);
+      out_ += '\n';
+    });
+  }
+
   /// `mocker:faults_injected_total{kind}`: one series per fault kind of every snapshot.
   void faults() {
     header("mocker:faults_injected_total", "counter",
@@ -190,6 +263,30 @@ class Exposition {
   std::string take() { return std::move(out_); }
 
  private:
+  template <typename Fn>
+  void forTierRanks(Fn fn) {
+    for (std::size_t w = 0; w < snapshots_.size(); ++w) {
+      for (std::size_t r = 0; r < snapshots_[w].ranks.size(); ++r) {
+        if (snapshots_[w].ranks[r].tiers) fn(w, r, snapshots_[w].ranks[r]);
+      }
+    }
+  }
+
+  /// One family over the ranks with offload tiers: per rank, one series per (labels, value).
+  void tierFamily(
+      std::string_view name, std::string_view type, std::string_view help,
+      const std::vector<std::pair<std::string, std::function<double(const engine::TierMetrics&)>>>&
+          labelled) {
+    header(name, type, help);
+    forTierRanks([&](std::size_t w, std::size_t r, const RankMetrics& m) {
+      for (const auto& [labels, get] : labelled) {
+        series(name, w, r, labels);
+        appendNumber(out_, get(*m.tiers));
+        out_ += '\n';
+      }
+    });
+  }
+
   void series(std::string_view name, std::size_t worker, std::size_t rank,
               const std::string& extra) {
     out_ += name;
@@ -322,6 +419,10 @@ const MetricsSnapshot& MetricsRecorder::snapshot(std::span<const engine::LoadMet
     m.num_preemptions = l.preemptions_total;
     m.prefix_cache_queries = l.prefix_cache_queries_tokens;
     m.prefix_cache_hits = l.prefix_cache_hits_tokens;
+    if (l.tiers.g2_capacity > 0) {
+      m.tiers = l.tiers;
+      m.onboarding_requests = l.onboarding_requests;
+    }
   }
   snapshot_.service = service;
   return snapshot_;
@@ -424,6 +525,7 @@ std::string renderPrometheus(std::span<const MetricsSnapshot> snapshots) {
   e.service("mocker:output_messages_total", "Output messages sent to clients.",
             &M::output_messages);
   e.service("mocker:passes_total", "Forward passes computed, all ranks.", &M::passes);
+  e.offloadTiers();
   e.faults();
   e.loraInfo();
   return e.take();

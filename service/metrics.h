@@ -23,6 +23,7 @@
 #include <cstdint>
 #include <limits>
 #include <mutex>
+#include <optional>
 #include <span>
 #include <string>
 #include <unordered_map>
@@ -67,6 +68,10 @@ struct RankMetrics {
   std::uint64_t prompt_tokens = 0;      ///< prompt length of each request, at its first token
   std::uint64_t generation_tokens = 0;  ///< tokens handed to clients
   std::array<std::uint64_t, kNumFinishedReasons> request_success{};
+  /// KV offload tiers (docs/engine.md, "KV offload tiers"): the engine's counters when the rank
+  /// has a host tier, else nullopt (and no offload series).
+  std::optional<engine::TierMetrics> tiers;
+  std::uint64_t onboarding_requests = 0;  ///< gauge: requests parked while they onboard
   // Histograms, seconds.
   Histogram time_to_first_token;
   Histogram inter_token_latency;

@@ -301,11 +301,13 @@ void addModelFlags(CLI::App& c, GatewayCommand& g) {
       ->option_text("FILE")
       ->group(model);
   c.add_option("--lora-modules", g.lora_modules,
-               "LoRA adapters served under their own model names, as vLLM's flag: name=path or "
-               "name alone (path = name), several values or repeated; the path is only echoed "
-               "(/v1/models `root`). A request whose `model` is an adapter is sent with it to "
-               "the workers (they need --max-loras > 0)")
-      ->option_text("NAME[=PATH] ...")
+               "LoRA adapters served under their own model names, as vLLM's flag: name=path, "
+               "name alone (path = name), or vLLM's JSON form '{\"name\": ..., \"path\": ..., "
+               "\"base_model_name\": ...}' (base_model_name: the adapter's /v1/models `parent`); "
+               "several values or repeated; the path is only echoed (/v1/models `root`). A "
+               "request whose `model` is an adapter is sent with it to the workers (they need "
+               "--max-loras > 0)")
+      ->option_text("NAME[=PATH]|JSON ...")
       ->group(model);
   c.add_flag("--allow-runtime-lora-updating", g.allow_runtime_lora_updating,
              "serve POST /v1/load_lora_adapter and /v1/unload_lora_adapter (vLLM's "

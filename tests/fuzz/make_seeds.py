@@ -37,6 +37,12 @@ def index_query_seeds():
     yield "overlap_seeds", pack({"type": "overlap", "tokens": [1, 2, 3, 4], "hash_seed": 7,
                                  "chain_seed": 9})
     yield "overlap_lora", pack({"type": "overlap", "tokens": [1, 2, 3, 4], "lora": "sql-lora"})
+    yield "overlap_tiers", pack({"type": "overlap", "tokens": [1, 2, 3, 4], "tiers": True,
+                                 "with_cached": True})
+    yield "overlap_reply_tiers", pack({"type": "overlap_reply", "num_blocks": 3,
+                                       "workers": [{"worker_id": 7, "blocks": 1, "ranks": [
+                                           {"dp_rank": 0, "blocks": 1,
+                                            "tiers": {"GPU": 1, "CPU": 1, "DISK": 1}}]}]})
     yield "stats", pack({"type": "stats"})
     yield "verify", pack({"type": "verify", "id": "v"})
     yield "overlap_reply", pack({"type": "overlap_reply", "id": "q1", "num_blocks": 2,

@@ -29,6 +29,8 @@ class LoraGatewayTest(unittest.TestCase):
         try:
             cls.gw = Gateway([], "--fleet", cls.fleet.fleet_file, "--router", "kv", "--model",
                              "base", "--lora-modules", "sql=/adapters/sql-lora", "chat",
+                             '{"name": "json", "path": "/adapters/json", '
+                             '"base_model_name": "org/other-base"}',
                              "--allow-runtime-lora-updating")
         except BaseException:
             cls.fleet.close()
@@ -57,12 +59,15 @@ class LoraGatewayTest(unittest.TestCase):
 
     def test_models_list_the_base_model_then_each_adapter(self):
         models = self.models()
-        self.assertEqual(list(models)[:3], ["base", "sql", "chat"])
+        self.assertEqual(list(models)[:4], ["base", "sql", "chat", "json"])
         self.assertEqual(models["base"]["parent"], None)
         self.assertEqual(models["base"]["root"], "base")
         self.assertEqual((models["sql"]["parent"], models["sql"]["root"]),
                          ("base", "/adapters/sql-lora"))
         self.assertEqual((models["chat"]["parent"], models["chat"]["root"]), ("base", "chat"))
+        # vLLM's JSON form: its base_model_name is the parent.
+        self.assertEqual((models["json"]["parent"], models["json"]["root"]),
+                         ("org/other-base", "/adapters/json"))
         self.assertIsNone(models["sql"]["max_model_len"])
 
     def test_a_prefix_is_cached_and_routed_per_adapter(self):
@@ -178,7 +183,9 @@ class LoraFlagsTest(unittest.TestCase):
         for flags, needle in ((["a\x01b"], b"control character"),
                               (["sql", "sql=/p"], b"'sql' is given twice"),
                               (["mocker"], b"is the base model's name"),
-                              (["sql="], b"the path is empty")):
+                              (["sql="], b"the path is empty"),
+                              (['{"name": "j", "path": "/p", "x": 1}'], b"unknown key 'x'"),
+                              (['{"name": "j"'], b"invalid JSON")):
             r = subprocess.run([mocker_bin(), "gateway", "--connect", "tcp://127.0.0.1:5999",
                                 "--lora-modules", *flags], capture_output=True, timeout=WAIT_S)
             self.assertEqual(r.returncode, 2, r.stderr)

@@ -39,6 +39,36 @@ TEST(LoraAdaptersTest, LoraModulesNameEqualsPathOrTheNameAlone) {
   EXPECT_FALSE(LoraAdapters::create("base", {{"base", "p"}}).has_value());
 }
 
+// vLLM's JSON form: name and path required, base_model_name optional (the adapter's `parent`);
+// unknown keys, wrong types and malformed JSON are refused with the key named.
+TEST(LoraAdaptersTest, LoraModulesJsonFormAsVllm) {
+  EXPECT_EQ(
+      *parseLoraModule(
+          R"({"name": "sql", "path": "/a/sql", "base_model_name": "meta-llama/Llama-3-8B"})"),
+      (LoraAdapter{.name = "sql", .path = "/a/sql", .base_model_name = "meta-llama/Llama-3-8B"}));
+  EXPECT_EQ(*parseLoraModule(R"({"name": "sql", "path": "/a/sql"})"),
+            (LoraAdapter{.name = "sql", .path = "/a/sql"}));
+  EXPECT_EQ(*parseLoraModule(R"({"name": "sql", "path": "/a/sql", "base_model_name": null})"),
+            (LoraAdapter{.name = "sql", .path = "/a/sql"}));
+  const auto error = [](std::string_view spec) {
+    auto r = parseLoraModule(spec);
+    EXPECT_FALSE(r.has_value()) << spec;
+    return r.has_value() ? std::string() : r.error().message;
+  };
+  EXPECT_NE(error(R"({"name": "sql")").find("invalid JSON"), std::string::npos);
+  EXPECT_NE(error(R"({"name": "sql"})").find("needs \"name\" and \"path\""), std::string::npos);
+  EXPECT_NE(error(R"({"path": "/p"})").find("needs"), std::string::npos);
+  EXPECT_EQ(error(R"({"name": "sql", "path": "/p", "rank": 8})"),
+            "--lora-modules: unknown key 'rank' (expected name, path, base_model_name)");
+  EXPECT_EQ(error(R"({"name": 7, "path": "/p"})"),
+            "--lora-modules: 'name' must be a string, got number");
+  EXPECT_EQ(error(R"({"name": "", "path": "/p"})"),
+            "--lora-modules: name: an adapter name must not be empty");
+  EXPECT_NE(error(R"({"name": "a\u0001b", "path": "/p"})").find("control character"),
+            std::string::npos);
+  EXPECT_NE(error(R"({"name": "sql", "path": ""})").find("the path is empty"), std::string::npos);
+}
+
 TEST(LoraAdaptersTest, LoadAndUnloadAnswerAsVllm) {
   LoraAdapters a = adapters({{"sql", "/p/sql"}});
   EXPECT_EQ(a.find("sql")->path, "/p/sql");

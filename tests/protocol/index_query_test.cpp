@@ -85,6 +85,46 @@ TEST(QueryProtocol, WithCachedRoundTrips) {
   EXPECT_NE(bad.error().message.find("with_cached"), std::string::npos) << bad.error().message;
 }
 
+// "tiers" asks for each rank's prefix per KV tier; replies carry it as "tiers": {"GPU", "CPU",
+// "DISK"} only then. Hostile forms (not a boolean; a reply's map missing a tier) are errors
+// naming the key.
+TEST(QueryProtocol, TiersRoundTripAndMalformedFormsAreErrors) {
+  const OverlapQuery q{.block_hashes = std::vector<std::uint64_t>{1, 2}, .tiers = true};
+  const auto bytes = encodeQueryRequest(q);
+  // Last key: a5"tiers" c3 (true).
+  EXPECT_TRUE(toHex(bytes).ends_with("a57469657273c3")) << toHex(bytes);
+  auto back = decodeQueryRequest(bytes);
+  ASSERT_TRUE(back.has_value()) << back.error().message;
+  EXPECT_EQ(*back, QueryRequest{q});
+  const OverlapReply reply{
+      .num_blocks = 5,
+      .workers = {{.worker_id = 3,
+                   .blocks = 2,
+                   .ranks = {{.dp_rank = 0, .blocks = 2, .tiers = TierBlocks{2, 2, 1}},
+                             {.dp_rank = 1, .blocks = 0, .tiers = TierBlocks{0, 0, 0}}}}}};
+  const auto reply_bytes = encodeQueryReply(reply);
+  auto reply_back = decodeQueryReply(reply_bytes);
+  ASSERT_TRUE(reply_back.has_value()) << reply_back.error().message;
+  EXPECT_EQ(*reply_back, QueryReply{reply});
+  // Rank 1's tiers, the last bytes: a5"tiers" 83 a3"GPU" 00 a3"CPU" 00 a4"DISK" 00.
+  EXPECT_TRUE(toHex(reply_bytes)
+                  .ends_with("a5746965727383a3475055"
+                             "00a3435055"
+                             "00a44449534b00"))
+      << toHex(reply_bytes);
+  std::vector<std::byte> not_bool = bytes;
+  not_bool.back() = std::byte{0x01};  // "tiers": 1
+  auto bad = decodeQueryRequest(not_bool);
+  ASSERT_FALSE(bad.has_value());
+  EXPECT_NE(bad.error().message.find("tiers"), std::string::npos) << bad.error().message;
+  // A reply whose tiers map lacks DISK ("DISK" renamed "DISC").
+  std::vector<std::byte> no_disk = reply_bytes;
+  no_disk[no_disk.size() - 2] = std::byte{'C'};
+  auto bad_reply = decodeQueryReply(no_disk);
+  ASSERT_FALSE(bad_reply.has_value());
+  EXPECT_NE(bad_reply.error().message.find("DISK"), std::string::npos) << bad_reply.error().message;
+}
+
 // "lora" names a token query's adapter; hostile names are errors naming the key, and a hash
 // query may not name one (its hashes already carry the adapter).
 TEST(QueryProtocol, LoraRoundTripsAndHostileNamesAreErrors) {

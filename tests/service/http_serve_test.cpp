@@ -77,6 +77,63 @@ TEST(HttpServeTest, MetricsCountWhatTheClientsReceived) {
   EXPECT_EQ(res->get_header_value("Content-Type"), "text/plain; version=0.0.4; charset=utf-8");
 }
 
+// KV offload tiers on a live service (docs/engine.md, "KV offload tiers"): a prompt's blocks are
+// flushed from an 8-block GPU pool into host memory, the prompt comes back and is onboarded.
+// The scrape shows vLLM's offload counters and mocker's per-tier ones with the values that
+// sequence implies (block = 4 tokens x 1,000 B).
+TEST(HttpServeTest, OffloadCountersFollowAnEvictionAndAnOnboarding) {
+  ServiceConfig config = withHttp(TestConfig().numGpuBlocks(8).build());
+  config.engine.num_g2_blocks = 64;
+  config.engine.kv_bytes_per_token = 1000;
+  LiveService svc(config);
+  auto client = svc.client();
+  auto http = httpClient(svc.endpoints().http);
+  const std::string r0 = R"({model_name="mocker",engine="0")";
+  const auto run = [&](const std::string& id, std::vector<std::uint32_t> tokens) {
+    ASSERT_TRUE(client->submit({.id = id, .prompt = std::move(tokens), .max_tokens = 1}));
+    ASSERT_EQ(collect(*client, {id}).at(id).tokens.size(), 1u);
+  };
+  run("a", prompt(16, 0));         // 4 full blocks cached
+  run("flush", prompt(31, 5000));  // 31 prompt tokens fill all 8 blocks: a's go to host memory
+  std::string text;
+  ASSERT_TRUE(pollUntil(
+      http, "/metrics",
+      [&](int status, const std::string& body) {
+        return status == 200 && sample(body, "mocker:kv_tier_blocks" + r0 + R"(,tier="CPU"})") >= 4;
+      },
+      20s, &text))
+      << text;
+  run("a-again", prompt(16, 0));  // 3 blocks onboarded (the last prompt token is recomputed)
+  ASSERT_TRUE(pollUntil(
+      http, "/metrics",
+      [&](int status, const std::string& body) {
+        return status == 200 && sample(body, "mocker:kv_onboardings_total" + r0 + "}") == 1 &&
+               sample(body, "vllm:generation_tokens_total" + r0 + "}") == 3;
+      },
+      20s, &text))
+      << text;
+  EXPECT_EQ(sample(text, "mocker:kv_tier_hit_blocks_total" + r0 + R"(,tier="CPU"})"), 3);
+  EXPECT_EQ(sample(text, "mocker:kv_tier_hit_blocks_total" + r0 + R"(,tier="DISK"})"), 0);
+  EXPECT_EQ(sample(text, "mocker:kv_tier_capacity_blocks" + r0 + R"(,tier="CPU"})"), 64);
+  EXPECT_EQ(sample(text, "vllm:prefix_cache_hits_total" + r0 + "}"), 12);
+  const double loaded =
+      sample(text, "vllm:kv_offload_total_bytes_total" + r0 + R"(,transfer_type="CPU_to_GPU"})");
+  const double stored =
+      sample(text, "vllm:kv_offload_total_bytes_total" + r0 + R"(,transfer_type="GPU_to_CPU"})");
+  EXPECT_EQ(loaded, 3 * 4000);
+  EXPECT_GE(stored, 4 * 4000);  // a's 4 blocks, and whatever else the flush evicted
+  EXPECT_EQ(sample(text, "vllm:kv_offload_load_bytes_total" + r0 + "}"), loaded);
+  EXPECT_EQ(sample(text, "vllm:kv_offload_store_bytes_total" + r0 + "}"), stored);
+  EXPECT_EQ(sample(text, "mocker:kv_tier_bytes_total" + r0 + R"(,direction="host_to_gpu"})"),
+            loaded);
+  // 12,000 B at 14 GB/s: 0.857 us of modelled load time.
+  EXPECT_NEAR(
+      sample(text, "vllm:kv_offload_total_time_total" + r0 + R"(,transfer_type="CPU_to_GPU"})"),
+      12000.0 / 14e9, 1e-12);
+  EXPECT_GT(sample(text, "vllm:kv_offload_store_time_total" + r0 + "}"), 0);
+  EXPECT_EQ(sample(text, "mocker:kv_onboarding_requests" + r0 + "}"), 0);
+}
+
 TEST(HttpServeTest, ReadyFollowsStartupAndDrainingHealthTheLoop) {
   ServiceConfig c = withHttp(TestConfig().paced(1, 5).build());
   c.service.startup_time_s = 0.5;

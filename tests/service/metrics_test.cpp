@@ -179,6 +179,55 @@ TEST(PrometheusTextTest, EverySeriesHasHelpTypeAndLabels) {
   EXPECT_EQ(text.back(), '\n');
 }
 
+// KV offload tiers: the series appear only for ranks with a host tier; vLLM's labelled and flat
+// offload counters carry the same bytes and seconds.
+TEST(PrometheusTextTest, OffloadSeriesOnlyForRanksWithTiers) {
+  MetricsRecorder rec("m", 2);
+  EXPECT_EQ(renderPrometheus(rec.snapshot({}, {})).find("offload"), std::string::npos);
+  std::vector<engine::LoadMetrics> load(2);
+  load[0].tiers = {.g2_blocks = 5,
+                   .g2_capacity = 64,
+                   .g3_blocks = 2,
+                   .g3_capacity = 128,
+                   .g2_hit_blocks = 7,
+                   .g3_hit_blocks = 1,
+                   .offloaded_blocks = 9,
+                   .bytes_gpu_to_host = 9000,
+                   .bytes_host_to_gpu = 8000,
+                   .bytes_host_to_disk = 3000,
+                   .bytes_disk_to_host = 1000,
+                   .onboardings = 2,
+                   .onboard_ms_total = 1500.0,
+                   .onboard_ms_max = 1000.0,
+                   .store_ms_total = 250.0,
+                   .load_ms_total = 500.0};
+  load[0].onboarding_requests = 1;
+  const std::string text = renderPrometheus(rec.snapshot(load, {}));
+  const std::string r0 = R"({model_name="m",engine="0")";
+  EXPECT_NE(text.find("# TYPE vllm:kv_offload_total_bytes_total counter\n"), std::string::npos);
+  EXPECT_EQ(
+      sample(text, "vllm:kv_offload_total_bytes_total" + r0 + R"(,transfer_type="GPU_to_CPU"})"),
+      9000);
+  EXPECT_EQ(
+      sample(text, "vllm:kv_offload_total_bytes_total" + r0 + R"(,transfer_type="CPU_to_GPU"})"),
+      8000);
+  EXPECT_EQ(
+      sample(text, "vllm:kv_offload_total_time_total" + r0 + R"(,transfer_type="GPU_to_CPU"})"),
+      0.25);
+  EXPECT_EQ(sample(text, "vllm:kv_offload_load_time_total" + r0 + "}"), 0.5);
+  EXPECT_EQ(sample(text, "vllm:kv_offload_store_bytes_total" + r0 + "}"), 9000);
+  EXPECT_EQ(sample(text, "mocker:kv_tier_blocks" + r0 + R"(,tier="DISK"})"), 2);
+  EXPECT_EQ(sample(text, "mocker:kv_tier_capacity_blocks" + r0 + R"(,tier="CPU"})"), 64);
+  EXPECT_EQ(sample(text, "mocker:kv_tier_hit_blocks_total" + r0 + R"(,tier="CPU"})"), 7);
+  EXPECT_EQ(sample(text, "mocker:kv_tier_bytes_total" + r0 + R"(,direction="disk_to_host"})"),
+            1000);
+  EXPECT_EQ(sample(text, "mocker:kv_onboarding_seconds_total" + r0 + "}"), 1.5);
+  EXPECT_EQ(sample(text, "mocker:kv_onboarding_max_seconds" + r0 + "}"), 1.0);
+  EXPECT_EQ(sample(text, "mocker:kv_onboarding_requests" + r0 + "}"), 1);
+  // Rank 1 has no tiers: none of its series.
+  EXPECT_EQ(text.find(R"(mocker:kv_tier_blocks{model_name="m",engine="1")"), std::string::npos);
+}
+
 TEST(PrometheusTextTest, LoraRequestsInfoHasVllmsLabelsOnlyWithLoraOn) {
   MetricsRecorder rec("m", 2);
   EXPECT_EQ(renderPrometheus(rec.snapshot({}, {})).find("lora"), std::string::npos);

@@ -65,14 +65,15 @@ TEST(IndexStreamFrames, LiveAndBothReplayLayouts) {
 }
 
 TEST(IndexQueryAnswer, ConfiguredWorkersAppearAndRanksAreOrdered) {
-  KvIndex index;
+  TieredKvIndex tiers;
+  KvIndex& index = tiers.gpu();
   const std::vector<std::uint64_t> both{10, 11}, first{10};
   index.applyStored({3, 1}, both, std::nullopt);
   index.applyStored({3, 0}, first, std::nullopt);
   const std::vector<WorkerEndpoint> workers{{.worker_id = 9}, {.worker_id = 3}};
   OverlapQuery q{.id = "q", .block_hashes = std::vector<std::uint64_t>{10, 11, 12}};
   q.with_cached = true;
-  const OverlapReply r = answerOverlap(index, q, {}, workers);
+  const OverlapReply r = answerOverlap(tiers, q, {}, workers);
   EXPECT_EQ(r.id, "q");
   EXPECT_EQ(r.num_blocks, 3u);
   ASSERT_EQ(r.workers.size(), 2u);
@@ -89,10 +90,10 @@ TEST(IndexQueryAnswer, ConfiguredWorkersAppearAndRanksAreOrdered) {
 TEST(IndexQueryAnswer, TokenQueriesHashUnderTheirAdapter) {
   const std::vector<std::uint32_t> tokens{1, 2, 3, 4, 5, 6, 7, 8};
   const QueryDefaults defaults{.block_size = 4, .seeds = {}};
-  KvIndex index;
-  index.applyStored({3, 0},
-                    engine::sequenceHashes(tokens, 4, engine::adapterSeeds({}, std::string("A"))),
-                    std::nullopt);
+  TieredKvIndex index;
+  index.gpu().applyStored(
+      {3, 0}, engine::sequenceHashes(tokens, 4, engine::adapterSeeds({}, std::string("A"))),
+      std::nullopt);
   const std::vector<WorkerEndpoint> workers{{.worker_id = 3}};
   const auto blocks = [&](std::optional<std::string> lora) {
     const OverlapReply r =

@@ -414,7 +414,7 @@ void IndexCore::onQuery(Frames frames) {
   }
   if (const auto* q = std::get_if<OverlapQuery>(&*request)) {
     sendQueryReply(identity, delimiter,
-                   answerOverlap(index_, *q, {config_.block_size, config_.seeds}, config_.workers));
+                   answerOverlap(tiers_, *q, {config_.block_size, config_.seeds}, config_.workers));
   } else if (const auto* st = std::get_if<StatsQuery>(&*request)) {
     publishStats();
     sendQueryReply(identity, delimiter, StatsReply{st->id, statsCounters(s_)});

@@ -340,6 +340,13 @@ std::uint64_t KvIndex::numBlocks(WorkerRank source) const {
   return src ? blocks_per_source_[*src] : 0;
 }
 
+bool KvIndex::holds(WorkerRank source, std::uint64_t hash) const {
+  const auto src = sourceIndex(source);
+  if (!src) return false;
+  const Entry* e = find(hash);
+  return e != nullptr && holds(*e, *src);
+}
+
 SnapshotDiff diffSnapshot(const KvIndex& index, WorkerRank source,
                           std::vector<std::uint64_t> worker_hashes) {
   std::sort(worker_hashes.begin(), worker_hashes.end());

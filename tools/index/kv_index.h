@@ -114,6 +114,8 @@ class KvIndex final {
   std::vector<std::uint64_t> snapshot(WorkerRank source) const;
   /// Blocks `source` holds.
   std::uint64_t numBlocks(WorkerRank source) const;
+  /// Whether `source` holds `hash` (false for an unknown source).
+  bool holds(WorkerRank source, std::uint64_t hash) const;
   /// Σ over sources of blocks held ((hash, source) pairs).
   std::uint64_t numBlocksIndexed() const { return num_pairs_; }
   /// Distinct hashes held by at least one source.

@@ -11,22 +11,35 @@
 
 namespace mocker::index {
 
-OverlapReply answerOverlap(const KvIndex& index, const OverlapQuery& q,
+OverlapReply answerOverlap(const TieredKvIndex& tiers, const OverlapQuery& q,
                            const QueryDefaults& defaults, std::span<const WorkerEndpoint> workers) {
+  const KvIndex& index = tiers.gpu();
   OverlapReply r;
   r.id = q.id;
-  std::vector<Overlap> overlaps;
+  std::vector<std::uint64_t> hashes;
   if (q.tokens) {
     const std::uint32_t bs = q.block_size.value_or(defaults.block_size);
     const engine::HashSeeds seeds =
         engine::adapterSeeds({q.hash_seed.value_or(defaults.seeds.hash_seed),
                               q.chain_seed.value_or(defaults.seeds.chain_seed)},
                              q.lora);
-    overlaps = index.overlapsByTokens(*q.tokens, bs, seeds);
-    r.num_blocks = static_cast<std::uint32_t>(q.tokens->size() / bs);
-  } else {
-    overlaps = index.overlapsByHashes(*q.block_hashes);
-    r.num_blocks = static_cast<std::uint32_t>(q.block_hashes->size());
+    hashes = engine::sequenceHashes(*q.tokens, bs, seeds);
+  }
+  const std::span<const std::uint64_t> chain =
+      q.tokens ? std::span<const std::uint64_t>(hashes) : std::span(*q.block_hashes);
+  r.num_blocks = static_cast<std::uint32_t>(chain.size());
+  std::vector<Overlap> overlaps = index.overlapsByHashes(chain);
+  if (q.tiers) {
+    // Ranks the GPU view has not seen may still hold host or disk blocks.
+    for (const engine::Medium m : {engine::Medium::Cpu, engine::Medium::Disk}) {
+      for (const WorkerRank& s : tiers.tier(m).sources()) {
+        if (!index.sourceIndex(s) &&
+            std::none_of(overlaps.begin(), overlaps.end(),
+                         [&](const Overlap& o) { return o.source == s; })) {
+          overlaps.push_back({s, 0});
+        }
+      }
+    }
   }
   std::map<std::uint64_t, WorkerOverlap> by_worker;
   for (const WorkerEndpoint& w : workers) by_worker[w.worker_id].worker_id = w.worker_id;
@@ -34,8 +47,12 @@ OverlapReply answerOverlap(const KvIndex& index, const OverlapQuery& q,
     WorkerOverlap& w = by_worker[o.source.worker_id];
     w.worker_id = o.source.worker_id;
     w.blocks = std::max(w.blocks, o.blocks);
-    w.ranks.push_back({o.source.dp_rank, o.blocks});
-    if (q.with_cached) w.ranks.back().cached = index.numBlocks(o.source);
+    RankOverlap& rank = w.ranks.emplace_back(RankOverlap{o.source.dp_rank, o.blocks});
+    if (q.with_cached) rank.cached = index.numBlocks(o.source);
+    if (q.tiers) {
+      const TieredKvIndex::TierRun run = tiers.offloadedRun(o.source, chain, o.blocks);
+      rank.tiers = TierBlocks{o.blocks, run.cpu, run.disk};
+    }
   }
   for (auto& [id, w] : by_worker) {
     std::sort(w.ranks.begin(), w.ranks.end(),

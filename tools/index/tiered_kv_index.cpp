@@ -42,4 +42,22 @@ bool TieredKvIndex::applyRemoved(WorkerRank source, const std::optional<std::str
   return true;
 }
 
+TieredKvIndex::TierRun TieredKvIndex::offloadedRun(WorkerRank source,
+                                                   std::span<const std::uint64_t> block_hashes,
+                                                   std::uint32_t gpu_blocks) const {
+  TierRun run;
+  const KvIndex& cpu = tier(engine::Medium::Cpu);
+  const KvIndex& disk = tier(engine::Medium::Disk);
+  for (std::size_t i = gpu_blocks; i < block_hashes.size(); ++i) {
+    if (cpu.holds(source, block_hashes[i])) {
+      ++run.cpu;
+    } else if (disk.holds(source, block_hashes[i])) {
+      ++run.disk;
+    } else {
+      break;
+    }
+  }
+  return run;
+}
+
 }  // namespace mocker::index

@@ -9,6 +9,7 @@
 #include <array>
 #include <cstdint>
 #include <optional>
+#include <span>
 #include <string>
 
 #include "engine/types.h"
@@ -42,6 +43,16 @@ class TieredKvIndex final {
   /// Drops every block of `source` from every tier (a publisher restart: the new process starts
   /// with empty GPU, host and disk tiers).
   void clearSource(WorkerRank source);
+  /// The prefix of `block_hashes` (sequence hashes s_0, s_1, …) `source` can reuse without
+  /// recomputing, per tier, as the engine's admission matches it: `gpu_blocks` leading blocks on
+  /// the GPU (the GPU view's overlap), then each following block in host memory if the CPU view
+  /// holds it, else on disk if the DISK view does; the first block in neither ends it.
+  struct TierRun {
+    std::uint32_t cpu = 0;
+    std::uint32_t disk = 0;
+  };
+  TierRun offloadedRun(WorkerRank source, std::span<const std::uint64_t> block_hashes,
+                       std::uint32_t gpu_blocks) const;
   /// Events skipped for an unknown medium.
   std::uint64_t unknownMediumEvents() const { return unknown_medium_; }
 
