@@ -4,6 +4,7 @@
 #include <array>
 #include <cerrno>
 #include <random>
+#include <utility>
 #include <zmq.hpp>
 
 #include "net/connection_monitor.h"
@@ -19,7 +20,9 @@ struct Client::Impl {
   std::string routing_id;
   bool has_cancel = true;  ///< false: `cancel` was never connected (no cancel endpoint given)
   bool nonblocking_send = false;
-  bool immediate = false;                      ///< ZMQ_IMMEDIATE on the submit socket
+  bool refuse_without_connection = false;
+  bool connected = false;                      ///< the monitor's view of the submit connection
+  std::vector<ConnectionEvent> events;         ///< read from the monitor, not yet taken
   std::vector<zmq::message_t> parts;           // receive scratch
   std::unique_ptr<ConnectionMonitor> monitor;  // watch_connection only
   /// Per socket ([0] cancel, [1] submit): messages may be queued that its ZMQ_FD will not
@@ -28,6 +31,8 @@ struct Client::Impl {
   std::array<bool, 2> may_hold{true, true};
 
   zmq::socket_t& socket(std::size_t i) { return i == 0 ? cancel : submit; }
+  // Reads the monitor's events into `events` and `connected`.
+  void readMonitor();
   // Sends one single-frame message; `what` names the message in errors.
   Status sendOn(zmq::socket_t& socket, std::span<const std::byte> payload, const char* what);
   // One non-blocking receive on socket `i`: nullopt when none is queued, else the decoded
@@ -62,6 +67,14 @@ std::optional<Result<protocol::ClientMessage>> Client::Impl::tryReceive(std::siz
 Status Client::Impl::sendOn(zmq::socket_t& socket, std::span<const std::byte> payload,
                             const char* what) {
   const std::array<zmq::const_buffer, 1> frames{zmq::buffer(payload.data(), payload.size())};
+  if (refuse_without_connection && &socket == &submit) {
+    readMonitor();
+    if (!connected) {
+      return Error{ErrorCode::IoError,
+                   std::string(what) +
+                       ": would block (no connection to the service, or high-water mark reached)"};
+    }
+  }
   may_hold[&socket == &cancel ? 0 : 1] = true;
   if (nonblocking_send) {
     std::string error;
@@ -70,7 +83,7 @@ Status Client::Impl::sendOn(zmq::socket_t& socket, std::span<const std::byte> pa
         return {};
       case SendOutcome::WouldBlock:
         return Error{ErrorCode::IoError,
-                     std::string(what) + (immediate && &socket == &submit
+                     std::string(what) + (refuse_without_connection && &socket == &submit
                                               ? ": would block (no connection to the service, "
                                                 "or high-water mark reached)"
                                               : ": would block (high-water mark reached)")};
@@ -98,7 +111,12 @@ Result<std::unique_ptr<Client>> Client::connect(ClientOptions options) {
   auto impl = std::make_unique<Impl>();
   impl->routing_id = options.routing_id;
   impl->nonblocking_send = options.nonblocking_send;
-  impl->immediate = options.immediate;
+  impl->refuse_without_connection = options.refuse_without_connection;
+  if (options.refuse_without_connection && !options.watch_connection) {
+    return invalidArgument(
+        "client connect: refuse_without_connection needs watch_connection (the connection "
+        "monitor says whether the submit connection is up)");
+  }
   if (impl->routing_id.empty()) {
     std::random_device rd;
     static constexpr char kAlphabet[] = "0123456789abcdefghijklmnopqrstuvwxyz";
@@ -124,14 +142,15 @@ Result<std::unique_ptr<Client>> Client::connect(ClientOptions options) {
     impl->submit.set(zmq::sockopt::rcvhwm, options.rcvhwm);
     impl->submit.set(zmq::sockopt::sndhwm, options.sndhwm);
     impl->submit.set(zmq::sockopt::rcvbuf, options.rcvbuf);
-    impl->submit.set(zmq::sockopt::immediate, options.immediate);
-    impl->submit.connect(options.submit_endpoint);
-    if (impl->has_cancel) impl->cancel.connect(options.cancel_endpoint);
+    // The monitor first: attached after connect(), it could miss the first handshake (and a
+    // client refusing sends without a connection would then refuse them all).
     if (options.watch_connection) {
       MOCKER_TRY(impl->monitor,
                  ConnectionMonitor::create(impl->context, impl->submit, "client-submit",
                                            ZMQ_EVENT_DISCONNECTED | ZMQ_EVENT_HANDSHAKE_SUCCEEDED));
     }
+    impl->submit.connect(options.submit_endpoint);
+    if (impl->has_cancel) impl->cancel.connect(options.cancel_endpoint);
   } catch (const zmq::error_t& e) {
     return Error{ErrorCode::IoError, std::string("client connect: ") + e.what()};
   }
@@ -212,16 +231,25 @@ std::size_t Client::drain(std::array<bool, 2> readable,
   return handed;
 }
 
-std::vector<ConnectionEvent> Client::takeConnectionEvents() {
-  std::vector<ConnectionEvent> out;
-  if (!impl_->monitor) return out;
-  std::vector<std::pair<std::uint16_t, std::uint32_t>> events;
-  impl_->monitor->drainEvents(events);
-  for (const auto& [event, value] : events) {
-    if (event == ZMQ_EVENT_DISCONNECTED) out.push_back(ConnectionEvent::Closed);
-    if (event == ZMQ_EVENT_HANDSHAKE_SUCCEEDED) out.push_back(ConnectionEvent::Connected);
+void Client::Impl::readMonitor() {
+  if (!monitor) return;
+  std::vector<std::pair<std::uint16_t, std::uint32_t>> raw;
+  monitor->drainEvents(raw);
+  for (const auto& [event, value] : raw) {
+    if (event == ZMQ_EVENT_DISCONNECTED) {
+      events.push_back(ConnectionEvent::Closed);
+      connected = false;
+    }
+    if (event == ZMQ_EVENT_HANDSHAKE_SUCCEEDED) {
+      events.push_back(ConnectionEvent::Connected);
+      connected = true;
+    }
   }
-  return out;
+}
+
+std::vector<ConnectionEvent> Client::takeConnectionEvents() {
+  impl_->readMonitor();
+  return std::exchange(impl_->events, {});
 }
 
 Result<std::vector<std::size_t>> Client::waitReadable(std::span<Client* const> clients,

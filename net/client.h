@@ -46,13 +46,15 @@ struct ClientOptions {
   /// Sends never block: a send that would block (high-water mark reached, e.g. the service is
   /// gone) fails with IoError instead. Default: block like a plain ZeroMQ send.
   bool nonblocking_send = false;
-  /// ZMQ_IMMEDIATE on the submit socket: messages queue only on a completed connection. While
-  /// there is none (not connected yet, or the service went away and ZeroMQ is reconnecting) a
-  /// send has nowhere to go: a non-blocking one fails ("would block (no connection to the
-  /// service …)") instead of queueing for whichever process comes back on the endpoint, and
-  /// what was queued on a connection that closed is dropped with it. The cancel socket is
-  /// unaffected.
-  bool immediate = false;
+  /// Refuse a submit-socket send while the submit connection is down (requires
+  /// watch_connection): until its handshake succeeded, and from the moment the connection
+  /// monitor reports it closed until a new handshake, a send fails at once ("would block (no
+  /// connection to the service …)") instead of queueing for whichever process comes back on the
+  /// endpoint. The state is the monitor's, read at each send, so a send in the instant between
+  /// the close and its report still queues. Not ZMQ_IMMEDIATE: an immediate DEALER drops every
+  /// message it received but the application had not read yet when the connection closes (the
+  /// last tokens a dying service sent were lost). The cancel socket is unaffected.
+  bool refuse_without_connection = false;
   /// CURVE (service/README.md, "Security"): the service's public key and this client's key
   /// pair, Z85 (40 characters each; `mocker keygen`). All empty: no CURVE; otherwise all three
   /// are required, and the public key must be on the service's allow-list.

@@ -407,7 +407,12 @@ class FinishLostProxy:
                             self.stop = True  # the worker dies with the finish unsent
                             break
                         self.front[name].send_multipart([client[name], payload])
-        for sock in (*self.front.values(), *self.back.values()):
+        # The tokens just forwarded must reach the replay before the connection closes (with
+        # LINGER 0 the close could discard them, and the request would have lost a token, not
+        # only its finish: 2 runs in 6 failed so on an idle machine): the front sockets linger.
+        for sock in self.front.values():
+            sock.close(linger=int(WAIT_S * 1000))
+        for sock in self.back.values():
             sock.close()
 
     def close(self):

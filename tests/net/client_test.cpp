@@ -88,13 +88,13 @@ TEST(ClientTest, NonBlockingSendToAPeerThatNeverTakesSaysItWouldBlock) {
   EXPECT_EQ(*cancel_error, "send cancel: would block (high-water mark reached)");
 }
 
-// ZMQ_IMMEDIATE (the live replay's submit sockets): a send with no completed connection fails
-// at once instead of queueing for whoever comes back on the endpoint — before the connection,
-// and after the service went away.
+// refuse_without_connection (the live replay's submit sockets): a send with no completed
+// connection fails at once instead of queueing for whoever comes back on the endpoint — before
+// the connection, and after the service went away.
 TEST(ClientTest, ImmediateSendWithoutAConnectionFailsAtOnce) {
   auto service = std::make_unique<FakeService>();
-  auto c =
-      service->connect({.nonblocking_send = true, .immediate = true, .watch_connection = true});
+  auto c = service->connect(
+      {.nonblocking_send = true, .refuse_without_connection = true, .watch_connection = true});
   const auto waitFor = [&c](ConnectionEvent wanted) {
     const auto deadline = std::chrono::steady_clock::now() + 10s;
     while (std::chrono::steady_clock::now() < deadline) {
@@ -115,8 +115,8 @@ TEST(ClientTest, ImmediateSendWithoutAConnectionFailsAtOnce) {
   service->awaitHello();
   service.reset();  // the service goes away
   waitFor(ConnectionEvent::Closed);
-  // libzmq reports the disconnect just before it drops the connection's pipe: a send in between
-  // still goes into the pipe (lost with it), the next ones are refused.
+  // The monitor reported the close: the next send is refused (one in the instant before the
+  // report would still queue).
   Status refused;
   const auto closed_deadline = std::chrono::steady_clock::now() + 10s;
   while ((refused = c->submit({.id = "r1", .prompt = {1}, .max_tokens = 1}))) {
@@ -124,8 +124,53 @@ TEST(ClientTest, ImmediateSendWithoutAConnectionFailsAtOnce) {
   }
   EXPECT_EQ(refused.error().message,
             "send: would block (no connection to the service, or high-water mark reached)");
-  // The cancel socket is not immediate: a cancel still queues.
+  // The cancel socket is not watched: a cancel still queues.
   EXPECT_TRUE(c->cancel("r1"));
+}
+
+// What a service sent before its connection closed stays readable after the close, also on a
+// client that refuses sends without a connection. (With ZMQ_IMMEDIATE, which that client used
+// before, libzmq drops every unread message with the connection: the last tokens of a dying
+// worker were lost, and the live replay migrated a request whose every token had been sent.)
+TEST(ClientTest, MessagesSentBeforeTheServiceClosedAreStillReceived) {
+  auto service = std::make_unique<FakeService>();
+  auto c = service->connect(
+      {.nonblocking_send = true, .refuse_without_connection = true, .watch_connection = true});
+  const auto deadline = std::chrono::steady_clock::now() + 10s;
+  while (!c->send(protocol::StatsRequest{})) {
+    ASSERT_LT(std::chrono::steady_clock::now(), deadline) << "no send went out in 10 s";
+    const std::array<Client*, 1> clients{c.get()};
+    ASSERT_TRUE(Client::waitReadable(clients, 10ms));
+    (void)c->takeConnectionEvents();
+  }
+  service->awaitHello();
+  constexpr int kMessages = 20;
+  for (int i = 0; i < kMessages; ++i) {
+    const auto ack = protocol::encodeClientMessage(protocol::SubmitAck{"r" + std::to_string(i), 0});
+    const std::array<zmq::const_buffer, 2> frames{zmq::str_buffer("client-a"),
+                                                  zmq::buffer(ack.data(), ack.size())};
+    ASSERT_EQ(trySendMultipart(service->submit, frames), SendOutcome::Sent);
+  }
+  // The service closes only once its messages are on the wire (linger), then goes away; the
+  // client reads nothing until it has seen the close.
+  service->submit.set(zmq::sockopt::linger, 10000);
+  service.reset();
+  bool closed = false;
+  for (const auto close_deadline = std::chrono::steady_clock::now() + 10s; !closed;) {
+    ASSERT_LT(std::chrono::steady_clock::now(), close_deadline) << "no close reported in 10 s";
+    const std::array<Client*, 1> clients{c.get()};
+    ASSERT_TRUE(Client::waitReadable(clients, 10ms));
+    for (const ConnectionEvent e : c->takeConnectionEvents()) {
+      closed = closed || e == ConnectionEvent::Closed;
+    }
+  }
+  for (int i = 0; i < kMessages; ++i) {
+    auto got = c->receive(10s);
+    ASSERT_TRUE(got.has_value()) << got.error().message;
+    ASSERT_TRUE(got->has_value()) << "message " << i << " of " << kMessages << " lost";
+    EXPECT_EQ(std::get<protocol::SubmitAck>(**got),
+              (protocol::SubmitAck{"r" + std::to_string(i), 0}));
+  }
 }
 
 // Both sockets carry one routing id, so a cancel endpoint equal to the submit endpoint would put

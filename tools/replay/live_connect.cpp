@@ -25,7 +25,7 @@ Result<std::vector<std::unique_ptr<net::Client>>> connectServers(
                                       // A submit to a server with no connection (gone, or not
                                       // reached yet) is refused, not queued: the driver migrates
                                       // it at once (live_replay.h "Migration").
-                                      .immediate = true,
+                                      .refuse_without_connection = true,
                                       .watch_connection = true};  // worker health
     if (curve) {
       client_options.curve_server_key = curve->server_public_key;
@@ -51,9 +51,9 @@ Result<std::vector<std::unique_ptr<net::Client>>> connectServers(
   const auto answered = [&ranks] {
     return std::all_of(ranks.begin(), ranks.end(), [](const auto& r) { return r.has_value(); });
   };
-  // The `stats` request goes out once the connection is up (an immediate socket refuses it
-  // before): retried at each connection event, and every kHandshakeRetry as a backstop (libzmq
-  // may attach the connection just after it reports the handshake).
+  // The `stats` request goes out once the connection is up (the client refuses it before): retried
+  // at each connection event, and every kHandshakeRetry as a backstop (libzmq may attach the
+  // connection just after it reports the handshake).
   constexpr auto kHandshakeRetry = std::chrono::milliseconds(5);
   std::vector<bool> asked(clients.size(), false);
   while (!answered()) {
