@@ -1,6 +1,7 @@
 // Client: the C++ client of `mocker serve` (submit and cancel DEALERs) — contract in client.h.
 #include "net/client.h"
 
+#include <algorithm>
 #include <array>
 #include <cerrno>
 #include <random>
@@ -268,13 +269,24 @@ Result<std::vector<std::size_t>> Client::waitReadable(std::span<Client* const> c
   }
   first[clients.size()] = items.size();
   if (wake_fd >= 0) items.push_back({nullptr, wake_fd, ZMQ_POLLIN, 0});
+  // A connection event a send already took from the monitor (sendOn reads it) is pending in
+  // the client, and its monitor socket will not announce it again: such a client is ready now.
   std::vector<std::size_t> ready;
+  for (std::size_t i = 0; i < clients.size(); ++i) {
+    if (!clients[i]->impl_->events.empty()) ready.push_back(i);
+  }
+  if (!ready.empty()) timeout = std::chrono::milliseconds(0);
   try {
     zmq::poll(items.data(), items.size(), timeout);
   } catch (const zmq::error_t& e) {
     return Error{ErrorCode::IoError, std::string("poll: ") + e.what()};
   }
+  const std::size_t pending = ready.size();
   for (std::size_t i = 0; i < clients.size(); ++i) {
+    if (std::find(ready.begin(), ready.begin() + static_cast<std::ptrdiff_t>(pending), i) !=
+        ready.begin() + static_cast<std::ptrdiff_t>(pending)) {
+      continue;
+    }
     for (std::size_t k = first[i]; k < first[i + 1]; ++k) {
       if (items[k].revents & ZMQ_POLLIN) {
         ready.push_back(i);
@@ -282,6 +294,7 @@ Result<std::vector<std::size_t>> Client::waitReadable(std::span<Client* const> c
       }
     }
   }
+  std::sort(ready.begin(), ready.end());
   return ready;
 }
 

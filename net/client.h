@@ -119,7 +119,8 @@ class Client final {
 
   /// Waits up to `timeout` (0 = just check) until at least one of `clients` has a message to
   /// receive; returns the indices (into `clients`) of those that do, ascending — empty on
-  /// timeout; a watched connection's event counts as readable. `wake_fd` (>= 0: e.g. a timerfd)
+  /// timeout; a watched connection's event counts as readable, also one a send already read from
+  /// the monitor and takeConnectionEvents() has not returned yet. `wake_fd` (>= 0: e.g. a timerfd)
   /// also ends the wait when it becomes readable, so a caller can wake at a sub-millisecond time;
   /// the caller reads it. REQUIRES: non-null pointers.
   static Result<std::vector<std::size_t>> waitReadable(std::span<Client* const> clients,

@@ -12,6 +12,7 @@
 #include <array>
 #include <optional>
 #include <string>
+#include <vector>
 #include <zmq.hpp>
 
 #include "net/zmq_io.h"
@@ -126,6 +127,38 @@ TEST(ClientTest, ImmediateSendWithoutAConnectionFailsAtOnce) {
             "send: would block (no connection to the service, or high-water mark reached)");
   // The cancel socket is not watched: a cancel still queues.
   EXPECT_TRUE(c->cancel("r1"));
+}
+
+// A send reads the monitor to decide whether to refuse (refuse_without_connection). The close it
+// found there must still wake waitReadable: the monitor socket will not announce it again. (It
+// did not: the live replay's next wait missed the close of a killed worker that a refused send
+// had seen first, never declared it down, and the requests it held waited out their timeout.)
+TEST(ClientTest, ACloseASendFoundFirstStillWakesWaitReadable) {
+  auto service = std::make_unique<FakeService>();
+  auto c = service->connect(
+      {.nonblocking_send = true, .refuse_without_connection = true, .watch_connection = true});
+  const std::array<Client*, 1> clients{c.get()};
+  const auto deadline = std::chrono::steady_clock::now() + 10s;
+  while (!c->send(protocol::StatsRequest{})) {
+    ASSERT_LT(std::chrono::steady_clock::now(), deadline) << "no send went out in 10 s";
+    ASSERT_TRUE(Client::waitReadable(clients, 10ms));
+  }
+  service->awaitHello();
+  (void)c->takeConnectionEvents();
+  service.reset();
+  // Only sends look at the monitor here, until one is refused: that one read the close.
+  const auto closed_deadline = std::chrono::steady_clock::now() + 10s;
+  while (c->send(protocol::StatsRequest{})) {
+    ASSERT_LT(std::chrono::steady_clock::now(), closed_deadline) << "sends still queued after 10 s";
+    ::usleep(1000);  // not a wait for the event: a pace for the sends that look for it
+  }
+  const auto start = std::chrono::steady_clock::now();
+  auto ready = Client::waitReadable(clients, 5000ms);
+  ASSERT_TRUE(ready.has_value());
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 1000ms) << "the wait missed the close";
+  EXPECT_EQ(*ready, std::vector<std::size_t>{0});
+  const std::vector<ConnectionEvent> events = c->takeConnectionEvents();
+  EXPECT_NE(std::find(events.begin(), events.end(), ConnectionEvent::Closed), events.end());
 }
 
 // What a service sent before its connection closed stays readable after the close, also on a
