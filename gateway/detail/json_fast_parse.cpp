@@ -100,6 +100,19 @@ class FastParser {
     return !protocol::detail::findInvalidUtf8(out);
   }
 
+  enum class Next : std::uint8_t { More, Closed, Bad };
+  /// After an element of a list or object: its `close` (consumed: Closed), a comma (consumed:
+  /// More), anything else or the end of the body (Bad).
+  Next afterElement(char close) {
+    skipSpace();
+    if (p_ == end_) return Next::Bad;
+    if (*p_ == close) {
+      ++p_;
+      return Next::Closed;
+    }
+    return *p_++ == ',' ? Next::More : Next::Bad;
+  }
+
   bool array(json& out, int depth) {
     if (depth > kMaxDepth) return false;
     ++p_;
@@ -113,13 +126,7 @@ class FastParser {
     while (true) {
       items.emplace_back();
       if (!value(items.back(), depth)) return false;
-      skipSpace();
-      if (p_ == end_) return false;
-      if (*p_ == ']') {
-        ++p_;
-        return true;
-      }
-      if (*p_++ != ',') return false;
+      if (const Next next = afterElement(']'); next != Next::More) return next == Next::Closed;
     }
   }
 
@@ -152,13 +159,7 @@ class FastParser {
       } else if (!value(members[std::string(key)], depth)) {
         return false;
       }
-      skipSpace();
-      if (p_ == end_) return false;
-      if (*p_ == '}') {
-        ++p_;
-        return true;
-      }
-      if (*p_++ != ',') return false;
+      if (const Next next = afterElement('}'); next != Next::More) return next == Next::Closed;
     }
   }
 
@@ -191,13 +192,7 @@ class FastParser {
       const auto n = p_ - digits;
       if (n == 0 || n > 10 || (n > 1 && *digits == '0') || v > 0xFFFF'FFFFull) return false;
       ids.push_back(static_cast<std::uint32_t>(v));
-      skipSpace();
-      if (p_ == end_) return false;
-      if (*p_ == ']') {
-        ++p_;
-        return true;
-      }
-      if (*p_++ != ',') return false;
+      if (const Next next = afterElement(']'); next != Next::More) return next == Next::Closed;
     }
   }
 
