@@ -235,6 +235,11 @@ Status Engine::checkInvariantsForTest(std::uint32_t dp_rank) const {
 
 LoraUsage Engine::loraUsage(std::uint32_t dp_rank) const { return ranks_.at(dp_rank)->loraUsage(); }
 
+LengthBound effectiveLengthLimit(const EngineConfig& config) {
+  const detail::EffectiveLimit limit = detail::effectiveLimit(config);
+  return {.tokens = limit.tokens, .binding = limit.binding};
+}
+
 void discardOutputs(PassResult& pass, RequestId id) {
   std::erase_if(pass.outputs, [id](const OutputSignal& s) { return s.id == id; });
 }

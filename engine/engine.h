@@ -139,6 +139,16 @@ class Engine final {
 /// Removes every output signal of `id` from `pass` (a cancel during the in-flight pass).
 void discardOutputs(PassResult& pass, RequestId id);
 
+/// A rank's effective length limit L (docs/engine.md "Length limits"): a fresh prompt of >= L
+/// tokens is rejected and generation stops when prompt + output reaches L; `binding` names the
+/// limit equal to L (the first of max_model_len, kv capacity, max_num_batched_tokens). The same
+/// for every rank of `config`. REQUIRES: a valid config.
+struct LengthBound {
+  std::uint64_t tokens = 0;
+  LengthLimit binding = LengthLimit::None;
+};
+LengthBound effectiveLengthLimit(const EngineConfig& config);
+
 /// Output token k of a request without a plan ("Output tokens").
 std::uint32_t syntheticToken(std::uint64_t token_seed, RequestId id, std::uint32_t k);
 

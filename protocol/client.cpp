@@ -281,7 +281,7 @@ std::vector<std::byte> encodeClientMessage(const StatsReply& m) {
         }
         if (m.engine) {
           packStr(pk, "engine");
-          pk.pack_map(4);
+          pk.pack_map(m.engine->length_limit != 0 ? 6 : 4);
           packStr(pk, "engine_type");
           packStr(pk, m.engine->engine_type);
           packStr(pk, "worker_type");
@@ -290,6 +290,12 @@ std::vector<std::byte> encodeClientMessage(const StatsReply& m) {
           pk.pack_uint32(m.engine->block_size);
           packStr(pk, "speedup_ratio");
           pk.packF64(m.engine->speedup_ratio);
+          if (m.engine->length_limit != 0) {
+            packStr(pk, "length_limit");
+            pk.pack_uint64(m.engine->length_limit);
+            packStr(pk, "length_limit_name");
+            packStr(pk, m.engine->length_limit_name);
+          }
         }
         if (m.faults) {
           packStr(pk, "faults");

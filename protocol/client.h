@@ -177,6 +177,12 @@ struct EngineInfo {
   std::string worker_type;       ///< "aggregated" | "prefill" | "decode"
   std::uint32_t block_size = 0;  ///< KV block size in tokens (>= 1), what its KV events carry
   double speedup_ratio = 1.0;    ///< model time / wall time; 0 = live mode does not wait
+  /// The effective length limit L in tokens (a prompt of >= L is rejected, a stream stops when
+  /// prompt + output reaches L); 0 = not reported (a service that predates it).
+  std::uint64_t length_limit = 0;
+  /// Which limit L is: "max_model_len", "kv capacity" or "max_num_batched_tokens" (the prefix of
+  /// the terminal reasons it causes); empty when length_limit is 0.
+  std::string length_limit_name;
   friend bool operator==(const EngineInfo&, const EngineInfo&) = default;
 };
 

@@ -324,6 +324,19 @@ Result<EngineInfo> decodeEngineInfo(const msgpack::object& o) {
   if (!std::isfinite(e.speedup_ratio) || e.speedup_ratio < 0) {
     return Error{ErrorCode::Corruption, "engine.speedup_ratio: expected a finite number >= 0"};
   }
+  auto limit = detail::optU64Key(m, "length_limit");
+  if (!limit) return limit.error().withContext("engine");
+  if (*limit) {
+    if (**limit == 0) return Error{ErrorCode::Corruption, "engine.length_limit: expected >= 1"};
+    e.length_limit = **limit;
+    MOCKER_TRY(e.length_limit_name, strKey(m, "length_limit_name"));
+    if (e.length_limit_name != "max_model_len" && e.length_limit_name != "kv capacity" &&
+        e.length_limit_name != "max_num_batched_tokens") {
+      return Error{ErrorCode::Corruption,
+                   "engine.length_limit_name: expected \"max_model_len\", \"kv capacity\" or "
+                   "\"max_num_batched_tokens\""};
+    }
+  }
   return e;
 }
 

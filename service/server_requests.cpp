@@ -216,6 +216,11 @@ protocol::StatsReply Server::Impl::statsReply(const net::RoutedEnvelope& from,
                            .worker_type = std::string(engine::toString(config_.engine.worker_type)),
                            .block_size = engine::effectiveBlockSize(config_.engine),
                            .speedup_ratio = config_.engine.speedup_ratio};
+  const engine::LengthBound limit = engine::effectiveLengthLimit(config_.engine);
+  if (limit.binding != engine::LengthLimit::None) {
+    s.engine->length_limit = limit.tokens;
+    s.engine->length_limit_name = std::string(engine::lengthLimitName(limit.binding));
+  }
   if (!faults_.empty()) {
     const auto& n = counters.faults_injected;
     const auto at = [&n](FaultKind k) { return n[static_cast<std::size_t>(k)]; };

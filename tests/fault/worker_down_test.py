@@ -218,13 +218,24 @@ class MigrationTest(unittest.TestCase):
             summary = json.load(f)
         migrated = [r for r in rows if r["migrations"] > 0]
         self.assertEqual(summary["migrated_requests"], len(migrated))
+        # A submit sent in the instant between the close and the replay's reading of it cannot
+        # be sent (SendRefusedTest): without migration it fails at once, with migration it is
+        # migrated at once. Seen 3 runs in 30 on one loaded core.
+        issues = re.search(r"(\d+) send failures", out)
+        refused = int(issues.group(1)) if issues else 0
         if not migration:
             # Dynamo's default: what the dead worker held fails at the down declaration.
             failed = [r for r in rows if r["terminal_status"] == "failed"]
-            self.assertGreaterEqual(len(failed), 3, out)
+            at_down = [r for r in failed if abs(r["terminal_time_ms"] - down_ms) <= 0.05]
+            self.assertGreaterEqual(len(at_down), 3, out)
             self.assertEqual(migrated, [])
+            self.assertEqual(len(failed), len(at_down) + refused, out)
             for r in failed:
-                self.assertAlmostEqual(r["terminal_time_ms"], down_ms, delta=0.05)
+                if r in at_down:
+                    continue
+                # Refused: failed as it was sent, after the close, before the declaration.
+                self.assertLess(r["terminal_time_ms"] - r["arrival_time_ms"], 100)
+                self.assertLess(r["terminal_time_ms"], down_ms)
             self.assertNotIn("migrated to another server", out)
             return rows, down_ms
         # Every request completed with all its tokens; the migrated ones after the down time.
@@ -233,6 +244,8 @@ class MigrationTest(unittest.TestCase):
         self.assertGreaterEqual(len(migrated), 3, out)
         self.assertTrue(all(r["migrations"] == 1 for r in migrated))  # one worker went down
         for r in migrated:
+            # Also a refused submit migrated at once: its 40 tokens take 200 ms of 5-ms passes,
+            # longer than DOWN_AFTER_MS, so it ends after the declaration too.
             self.assertGreater(r["terminal_time_ms"], down_ms)
             # The detour is in its latency: it could not end before the down declaration.
             self.assertGreater(r["e2e_latency_ms"], down_ms - r["arrival_time_ms"])
@@ -429,6 +442,16 @@ class FinishLostTest(unittest.TestCase):
     on server 1."""
 
     def test_completed_not_resent(self):
+        self.run_drill(max_model_len=None)
+
+    def test_completed_at_the_length_limit_not_resent(self):
+        """Each stream stops at max_model_len (64 + 10 tokens), before its 20 requested tokens.
+        The replay knows the limit from the servers' stats replies: the stream whose finish was
+        lost is complete, with its limit in the report; a re-send (a 74-token prompt) would be
+        rejected by every server."""
+        self.run_drill(max_model_len=74)
+
+    def run_drill(self, max_model_len):
         work = tempfile.mkdtemp(prefix="mocker-finish-lost-")
         self.addCleanup(shutil.rmtree, work, ignore_errors=True)
         trace = os.path.join(work, "trace.jsonl")
@@ -437,7 +460,12 @@ class FinishLostTest(unittest.TestCase):
             for i in range(6):
                 f.write(json.dumps({"timestamp": i * GAP_MS, "input_length": 64,
                                     "output_length": output, "hash_ids": [1000 + i]}) + "\n")
-        fleet = [Serve(*paced(2, 5)) for _ in range(2)]
+        if max_model_len is not None:
+            limit = ["--max-model-len", str(max_model_len)]
+            output = max_model_len - 64
+        else:
+            limit = []
+        fleet = [Serve(*paced(2, 5), *limit) for _ in range(2)]
         for s in fleet:
             self.addCleanup(s.close)
         proxy = FinishLostProxy(fleet[0])
@@ -469,6 +497,9 @@ class FinishLostTest(unittest.TestCase):
         by_wire = {"r%d" % i: r for i, r in enumerate(rows)}
         for wire_id in proxy.stripped:
             self.assertEqual(by_wire[wire_id]["migrations"], 0)
+        if max_model_len is not None:
+            # Every stream was cut by the limit, the lost finishes too.
+            self.assertRegex(out.stdout, r"Cut short by a length limit +max_model_len 6,")
 
 
 if __name__ == "__main__":

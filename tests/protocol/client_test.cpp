@@ -194,6 +194,21 @@ TEST(ClientGoldenTest, StatsReplyEngineRoundTripsAndIsChecked) {
   EXPECT_NE(toHex(encodeClientMessage(r)).find("656e67696e65"), std::string::npos);  // "engine"
   EXPECT_EQ(toHex(encodeClientMessage(StatsReply{})).find("656e67696e65"), std::string::npos);
 
+  // The length limit: optional, both keys or neither; 0 or an unknown name refused.
+  StatsReply limited = r;
+  limited.engine->length_limit = 4096;
+  limited.engine->length_limit_name = "max_model_len";
+  const auto with_limit = decodeClientMessage(encodeClientMessage(limited));
+  ASSERT_TRUE(with_limit.has_value()) << with_limit.error().toString();
+  EXPECT_EQ(*with_limit, ClientMessage{limited});
+  EXPECT_EQ(toHex(encodeClientMessage(r)).find("6c656e677468"), std::string::npos);  // "length"
+  StatsReply other_name = limited;
+  other_name.engine->length_limit_name = "max_tokens";
+  const auto o = decodeClientMessage(encodeClientMessage(other_name));
+  ASSERT_FALSE(o.has_value());
+  EXPECT_NE(o.error().message.find("engine.length_limit_name"), std::string::npos)
+      << o.error().message;
+
   StatsReply zero = r;
   zero.engine->block_size = 0;
   const auto z = decodeClientMessage(encodeClientMessage(zero));

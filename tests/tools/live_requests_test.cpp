@@ -86,36 +86,72 @@ TEST(LiveRequestsTest, ALostRequestIsCompletedResentOrFailed) {
   using enum LostRequestStep;
   LiveRequest r{.submit = protocol::SubmitRequest{.id = "r0", .prompt = {1, 2}, .max_tokens = 3}};
   // Migration off: a lost request fails, whatever it streamed.
-  EXPECT_EQ(lostRequestStep(r, 0), Fail);
+  EXPECT_EQ(lostRequestStep(r, 0).step, Fail);
   r.generated = {7, 8, 9};
-  EXPECT_EQ(lostRequestStep(r, 0), Fail);
+  EXPECT_EQ(lostRequestStep(r, 0).step, Fail);
   // Every token streamed, only the finish lost: completed, never re-sent for 0 tokens — also
   // when the limit is used up.
-  EXPECT_EQ(lostRequestStep(r, 2), Complete);
+  EXPECT_EQ(lostRequestStep(r, 2).step, Complete);
   r.migrations = 2;
-  EXPECT_EQ(lostRequestStep(r, 2), Complete);
+  EXPECT_EQ(lostRequestStep(r, 2).step, Complete);
   // Tokens left: re-sent while migrations < limit.
   r.generated = {7, 8};
-  EXPECT_EQ(lostRequestStep(r, 2), Fail);
+  EXPECT_EQ(lostRequestStep(r, 2).step, Fail);
   r.migrations = 1;
-  EXPECT_EQ(lostRequestStep(r, 2), Resend);
+  EXPECT_EQ(lostRequestStep(r, 2).step, Resend);
   r.generated.clear();
-  EXPECT_EQ(lostRequestStep(r, 2), Resend);
+  EXPECT_EQ(lostRequestStep(r, 2).step, Resend);
   // Planned output: its length is what counts, not max_tokens.
   r.submit->output_tokens = std::vector<std::uint32_t>{7, 8};
   r.generated = {7, 8};
-  EXPECT_EQ(lostRequestStep(r, 2), Complete);
+  EXPECT_EQ(lostRequestStep(r, 2).step, Complete);
   r.submit->output_tokens = std::vector<std::uint32_t>{7, 8, 9, 10};
   r.generated = {7, 8, 9};
-  EXPECT_EQ(lostRequestStep(r, 2), Resend);
+  EXPECT_EQ(lostRequestStep(r, 2).step, Resend);
   // A 0-token request (allow_empty_output) is not complete until its server says so.
   r.submit->output_tokens.reset();
   r.submit->max_tokens = 0;
   r.generated.clear();
-  EXPECT_EQ(lostRequestStep(r, 2), Resend);
+  EXPECT_EQ(lostRequestStep(r, 2).step, Resend);
   // No submit kept (nothing to re-send): failed.
   r.submit.reset();
-  EXPECT_EQ(lostRequestStep(r, 2), Fail);
+  EXPECT_EQ(lostRequestStep(r, 2).step, Fail);
+}
+
+// A stream the server stopped at its length limit L (prompt + output = L) before max_tokens has
+// nothing left either: a re-send would be a prompt of L tokens, which every server with that
+// limit rejects. Known only from the server's stats_reply.engine.length_limit.
+TEST(LiveRequestsTest, LostRequestAtTheServersLengthLimitIsComplete) {
+  using enum LostRequestStep;
+  LiveRequest r{.submit =
+                    protocol::SubmitRequest{.id = "r0", .prompt = {1, 2, 3, 4}, .max_tokens = 10}};
+  r.generated = {7, 8, 9};  // prompt + output = 7
+  const protocol::EngineInfo at_7{.engine_type = "vllm",
+                                  .worker_type = "aggregated",
+                                  .block_size = 16,
+                                  .length_limit = 7,
+                                  .length_limit_name = "max_model_len"};
+  const LostRequestOutcome done = lostRequestStep(r, 2, at_7);
+  EXPECT_EQ(done.step, Complete);
+  EXPECT_EQ(done.cut_short_by, StopReason::MaxModelLen);
+  // Below the limit: tokens left, re-sent.
+  protocol::EngineInfo at_8 = at_7;
+  at_8.length_limit = 8;
+  at_8.length_limit_name = "kv capacity";
+  EXPECT_EQ(lostRequestStep(r, 2, at_8).step, Resend);
+  r.generated.push_back(10);
+  EXPECT_EQ(lostRequestStep(r, 2, at_8).cut_short_by, StopReason::KvCapacity);
+  // A server that does not say its limit (0, or no engine map): re-sent as before.
+  protocol::EngineInfo unknown = at_7;
+  unknown.length_limit = 0;
+  EXPECT_EQ(lostRequestStep(r, 2, unknown).step, Resend);
+  EXPECT_EQ(lostRequestStep(r, 2, std::nullopt).step, Resend);
+  // Migration off: failed all the same.
+  EXPECT_EQ(lostRequestStep(r, 0, at_7).step, Fail);
+  // Every requested token streamed exactly at L: simply complete, no limit named.
+  r.submit->max_tokens = 4;
+  EXPECT_EQ(lostRequestStep(r, 2, at_8).step, Complete);
+  EXPECT_EQ(lostRequestStep(r, 2, at_8).cut_short_by, StopReason::None);
 }
 
 TEST(LiveRequestsTest, DeadlinesComeOutInOrderAndSkipEndedRequests) {

@@ -203,12 +203,14 @@ class LiveReplay {
     std::vector<bool> excluded(num_prefill_, false);
     if (refused) excluded[*refused] = true;
     while (true) {
-      switch (lostRequestStep(r, options_.migration_limit)) {
+      const LostRequestOutcome lost =
+          lostRequestStep(r, options_.migration_limit, stats_.engines[r.target]);
+      switch (lost.step) {
         case LostRequestStep::Fail:
           return false;
         case LostRequestStep::Complete:
           ++stats_.completed_when_lost;
-          end(index, now, TerminalStatus::Completed);
+          end(index, now, TerminalStatus::Completed, lost.cut_short_by);
           return true;
         case LostRequestStep::Resend:
           break;

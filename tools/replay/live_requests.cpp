@@ -61,12 +61,19 @@ protocol::SubmitRequest migratedSubmit(const protocol::SubmitRequest& original,
   return next;
 }
 
-LostRequestStep lostRequestStep(const LiveRequest& r, std::uint32_t migration_limit) {
-  if (migration_limit == 0 || !r.submit) return LostRequestStep::Fail;
+LostRequestOutcome lostRequestStep(const LiveRequest& r, std::uint32_t migration_limit,
+                                   const std::optional<protocol::EngineInfo>& server) {
+  if (migration_limit == 0 || !r.submit) return {};
   const protocol::SubmitRequest& s = *r.submit;
   const std::uint64_t output = s.output_tokens ? s.output_tokens->size() : s.max_tokens;
-  if (output > 0 && r.generated.size() >= output) return LostRequestStep::Complete;
-  return r.migrations < migration_limit ? LostRequestStep::Resend : LostRequestStep::Fail;
+  if (output > 0 && r.generated.size() >= output) return {.step = LostRequestStep::Complete};
+  // The server stops a stream when prompt + output reaches its limit L (engine "Length limits").
+  if (output > 0 && !r.generated.empty() && server && server->length_limit != 0 &&
+      s.prompt.size() + r.generated.size() >= server->length_limit) {
+    return {.step = LostRequestStep::Complete,
+            .cut_short_by = parseWireStopReason(server->length_limit_name + ": ")};
+  }
+  return {.step = r.migrations < migration_limit ? LostRequestStep::Resend : LostRequestStep::Fail};
 }
 
 TerminalStatus terminalStatusOf(protocol::FinishReason reason) {

@@ -68,17 +68,27 @@ protocol::SubmitRequest migratedSubmit(const protocol::SubmitRequest& original,
 /// What becomes of a live request whose server can no longer finish it: the server went down
 /// while holding it, or the submit to it could not be sent (live_replay.h "Migration").
 enum class LostRequestStep : std::uint8_t {
-  /// Migration on and every output token already streamed (only the finish was lost with the
-  /// server): it ends completed (finish `length`) and nothing is re-sent — a re-send would ask
-  /// for 0 tokens, which a server refuses.
+  /// Migration on and nothing left to generate (only the finish was lost with the server): every
+  /// output token streamed, or prompt + output reached the server's length limit. It ends
+  /// completed (finish `length`) and nothing is re-sent — a re-send would ask for 0 tokens, or
+  /// send a prompt at the limit, which a server refuses.
   Complete,
   Resend,  ///< re-sent to another server (migratedSubmit), its migrations < the limit
   Fail,    ///< migration off (limit 0), its limit reached, or no submit kept: it ends failed
 };
-/// The step for request `r` under `migration_limit` (0 = migration off). A request's output
-/// length is its planned output_tokens' size when it has them, else max_tokens; a request of 0
-/// output tokens (allow_empty_output) is never complete before its server says so.
-LostRequestStep lostRequestStep(const LiveRequest& r, std::uint32_t migration_limit);
+struct LostRequestOutcome {
+  LostRequestStep step = LostRequestStep::Fail;
+  /// Complete at the length limit before the requested output: the limit (the report's
+  /// "cut short by" count, as the lost finish's reason would have said); else None.
+  StopReason cut_short_by = StopReason::None;
+};
+/// The step for request `r` under `migration_limit` (0 = migration off), given the length limit
+/// of the server that held it (stats_reply.engine; nullopt or a length_limit of 0: unknown). A
+/// request's output length is its planned output_tokens' size when it has them, else
+/// max_tokens; a request of 0 output tokens (allow_empty_output) is never complete before its
+/// server says so.
+LostRequestOutcome lostRequestStep(const LiveRequest& r, std::uint32_t migration_limit,
+                                   const std::optional<protocol::EngineInfo>& server = {});
 
 /// Every request of a run, by dispatch index. Connections are numbered prefill servers first
 /// (0 .. num_prefill-1), then decode servers.
