@@ -44,6 +44,11 @@ class Engine final {
   /// Validates `config` and builds an engine, or returns the validation error.
   static Result<Engine> create(EngineConfig config);
 
+  /// A fresh engine standing in for `previous` (a worker restart, service/README.md "Failure
+  /// drills"): its request ids continue after the ones `previous` gave out, so an id never names
+  /// two requests in the caller's tables. REQUIRES: nothing submitted to this engine yet.
+  void continueIdsAfter(const Engine& previous) { next_id_ = previous.next_id_; }
+
   const EngineConfig& config() const;
   std::uint32_t blockSize() const;
   std::uint32_t dpSize() const;

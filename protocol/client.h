@@ -208,6 +208,8 @@ struct FaultCounts {
   std::uint64_t fetch_not_found = 0;
   std::uint64_t fetch_late = 0;
   std::uint64_t fetch_never = 0;
+  // Worker restarts (absent in replies of services that predate them: 0).
+  std::uint64_t restart = 0;
   friend bool operator==(const FaultCounts&, const FaultCounts&) = default;
 };
 

@@ -54,6 +54,13 @@ class FpmPublisher {
   /// goes idle), else the time at which onIdle() will publish.
   std::optional<double> nextHeartbeatDue() const;
 
+  /// The worker restarted (a `restart` fault): counter_id starts at 0 again, as a new process's
+  /// publisher's, and the rank counts as busy until its next onIdle. The counters go on.
+  void restart() {
+    next_counter_ = 0;
+    busy_ = true;
+  }
+
   std::uint64_t numSent() const { return num_sent_; }
   std::uint64_t numDropped() const { return num_dropped_; }
   std::uint64_t numHeartbeats() const { return num_heartbeats_; }

@@ -130,6 +130,12 @@ std::uint64_t KvEventPublisher::publishBatch(protocol::KvEventBatch batch,
   return seq;
 }
 
+void KvEventPublisher::restart() {
+  next_seq_ = 0;
+  ring_.clear();
+  held_.clear();
+}
+
 std::size_t KvEventPublisher::releaseDue(double now) {
   std::size_t n = 0;
   for (auto it = held_.begin(); it != held_.end();) {

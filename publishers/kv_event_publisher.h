@@ -10,7 +10,8 @@
 //   * failure drills (service/README.md "Failure drills"): a batch published with a KvBatchFault
 //     is dropped (kept in the ring or not), sent without its events, sent twice, held until the
 //     next batch or for a time (releaseDue()), or first empties the ring. The ring stays sorted
-//     by seq; a batch left out of it is a hole a replay skips.
+//     by seq; a batch left out of it is a hole a replay skips. restart() starts over as a new
+//     process's publisher would (seq 0, empty ring).
 //
 // Not thread-safe: owned and used by the thread that owns the sink (the service loop). Never
 // starts threads, never reads a clock (timestamps are parameters).
@@ -95,6 +96,11 @@ class KvEventPublisher {
   /// batch with seq ≥ start_seq in ascending order, then the end marker. Any other shape is
   /// ignored (no reply) and counted in numMalformedReplayRequests().
   std::vector<Message> handleReplayRequest(std::span<const Frame> frames);
+
+  /// The worker restarted (a `restart` fault, service/README.md "Failure drills"): as a new
+  /// process's publisher, sequence numbers start at 0 again, the replay ring is empty and the
+  /// batches a reorder or delay fault held are gone (never sent). The counters go on.
+  void restart();
 
   std::uint64_t nextSeq() const { return next_seq_; }
   std::uint64_t numBatchesSent() const { return num_sent_; }

@@ -32,7 +32,8 @@ constexpr EnumNames<FaultKind, kNumFaultKinds> kKinds{
      {"metrics_freeze", FaultKind::MetricsFreeze},
      {"fetch_not_found", FaultKind::FetchNotFound},
      {"fetch_late", FaultKind::FetchLate},
-     {"fetch_never", FaultKind::FetchNever}}};
+     {"fetch_never", FaultKind::FetchNever},
+     {"restart", FaultKind::Restart}}};
 
 constexpr std::array kErrorCodes{ErrorCode::InvalidArgument,  ErrorCode::Corruption,
                                  ErrorCode::NotFound,         ErrorCode::Unsupported,
@@ -72,6 +73,13 @@ Result<double> parseDouble(std::string_view key, std::string_view v) {
   return out;
 }
 
+Result<bool> parseBool(std::string_view key, std::string_view v) {
+  if (v == "true") return true;
+  if (v == "false") return false;
+  return invalidArgument(std::string(key) + " must be true or false (got '" + std::string(v) +
+                         "')");
+}
+
 Result<ErrorCode> parseCode(std::string_view v) {
   std::string names;
   for (const ErrorCode c : kErrorCodes) {
@@ -90,8 +98,9 @@ bool takesDelayMs(FaultKind kind) {
 
 /// Which keys each kind takes (besides worker and rank, which every kind takes).
 bool keyApplies(FaultKind kind, std::string_view key) {
-  // /metrics is one snapshot per worker: a freeze cannot be scoped to a rank.
-  if (key == "rank") return kind != FaultKind::MetricsFreeze;
+  // /metrics is one snapshot per worker: a freeze cannot be scoped to a rank; the worker's
+  // engine holds every rank, so a restart cannot either.
+  if (key == "rank") return kind != FaultKind::MetricsFreeze && kind != FaultKind::Restart;
   if (key == "worker") return true;
   if (key == "after_passes" || key == "at_ms") return isWorkerFault(kind) || isKvFault(kind);
   if (key == "count") return isKvFault(kind);
@@ -102,6 +111,7 @@ bool keyApplies(FaultKind kind, std::string_view key) {
   if (key == "health_after_ms") return kind == FaultKind::Hang;
   if (key == "code") return kind == FaultKind::Error;
   if (key == "tokens") return kind == FaultKind::Abort;
+  if (key == "cleared" || key == "down_ms") return kind == FaultKind::Restart;
   return false;
 }
 
@@ -146,6 +156,13 @@ Status setKey(FaultSpec& s, std::string_view key, std::string_view v) {
     MOCKER_TRY(s.code, parseCode(v));
   } else if (key == "tokens") {
     MOCKER_TRY(s.tokens, parseU32(key, v));
+  } else if (key == "cleared") {
+    MOCKER_TRY(s.cleared, parseBool(key, v));
+  } else if (key == "down_ms") {
+    MOCKER_TRY(s.down_ms, parseDouble(key, v));
+    if (s.down_ms > 3.6e6) {
+      return invalidArgument("down_ms must be <= 3600000 (got '" + std::string(v) + "')");
+    }
   } else if (key == "health_after_ms") {
     if (v == "none") {
       s.health_after_ms.reset();
@@ -175,7 +192,8 @@ std::string_view faultKindName(FaultKind kind) { return enumName(kKinds, kind); 
 
 bool isWorkerFault(FaultKind kind) {
   return kind == FaultKind::Crash || kind == FaultKind::Hang || kind == FaultKind::Slow ||
-         kind == FaultKind::FpmStop || kind == FaultKind::MetricsFreeze;
+         kind == FaultKind::FpmStop || kind == FaultKind::MetricsFreeze ||
+         kind == FaultKind::Restart;
 }
 
 bool isKvFault(FaultKind kind) {
@@ -297,6 +315,10 @@ std::string faultSpecText(const FaultSpec& s) {
   if (s.kind == FaultKind::Hang) {
     add("health_after_ms", s.health_after_ms ? num(*s.health_after_ms) : "none");
   }
+  if (s.kind == FaultKind::Restart) {
+    add("cleared", s.cleared ? "true" : "false");
+    add("down_ms", num(s.down_ms));
+  }
   return out;
 }
 
@@ -391,14 +413,18 @@ FaultPlan::PassFaults FaultPlan::beforePass(std::uint32_t rank, std::uint64_t pa
         detail += ", factor " + number(s.factor) +
                   (s.for_passes ? " for " + std::to_string(*s.for_passes) + " passes" : "");
       }
+      if (s.kind == FaultKind::Restart) {
+        detail += std::string(s.cleared ? ", AllBlocksCleared first" : ", no AllBlocksCleared") +
+                  ", down " + number(s.down_ms) + " ms";
+      }
       out.push_back({.time_ms = now_ms,
                      .kind = s.kind,
                      .fault = a.index,
                      .worker = worker_,
                      .rank = s.rank ? std::optional(rank) : std::nullopt,
                      .detail = withArming(a, std::move(detail))});
-    } else if (s.kind == FaultKind::Crash) {
-      continue;  // crashes once
+    } else if (s.kind == FaultKind::Crash || s.kind == FaultKind::Restart) {
+      continue;  // crashes or restarts once
     }
     switch (s.kind) {
       case FaultKind::Crash:
@@ -417,6 +443,11 @@ FaultPlan::PassFaults FaultPlan::beforePass(std::uint32_t rank, std::uint64_t pa
         break;
       case FaultKind::MetricsFreeze:
         result.metrics_freeze = true;
+        break;
+      case FaultKind::Restart:
+        result.restart = true;
+        result.restart_cleared = s.cleared;
+        result.restart_down_ms = s.down_ms;
         break;
       default:
         break;

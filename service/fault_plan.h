@@ -4,7 +4,7 @@
 //   parseFaultSpec("slow:factor=3:after_passes=10")   one `--fault` / `[faults] inject` entry
 //   FaultPlan plan(specs, seed, worker)                the faults that apply to fleet worker
 //   plan.beforePass(rank, passes, rank_passes, now)    crash / hang / slow / fpm_stop /
-//                                                      metrics_freeze for the next pass
+//                                                      metrics_freeze / restart for the next pass
 //   plan.onSubmit(rank, request_id, now)               error / abort for a new request
 //   plan.onBatch(rank, seq, passes, rank_passes, now)  KV-event faults for the next batch
 //   plan.arm(spec, id, passes, rank_passes, now)       a fault armed at run time (admin API)
@@ -52,8 +52,9 @@ enum class FaultKind {
   FetchNotFound,  ///< kv_fetch: answered `not_found` at once (the hold stays until it ends)
   FetchLate,      ///< kv_fetch: answered `ms` wall milliseconds after its transfer end
   FetchNever,     ///< kv_fetch: never answered (the decode worker's fetch timeout ends it)
+  Restart,        ///< worker: open streams end `shutdown`, a fresh engine and KV-event sequence
 };
-inline constexpr std::size_t kNumFaultKinds = 17;
+inline constexpr std::size_t kNumFaultKinds = 18;
 std::string_view faultKindName(FaultKind kind);
 bool isWorkerFault(FaultKind kind);
 bool isKvFault(FaultKind kind);
@@ -61,6 +62,8 @@ bool isFetchFault(FaultKind kind);
 
 /// Exit code of `mocker serve` when a `crash` fault fires (EX_SOFTWARE).
 inline constexpr int kFaultCrashExitCode = 70;
+/// The `reason` of the `shutdown` terminal a `restart` fault gives every open stream.
+inline constexpr std::string_view kRestartReason = "the worker restarted (fault injected: restart)";
 /// /health of a hung worker turns 503 this long after the hang, unless health_after_ms says.
 inline constexpr double kDefaultHangHealthAfterMs = 10000.0;
 
@@ -90,6 +93,8 @@ struct FaultSpec {
   std::uint32_t tokens = 0;                       ///< abort: output tokens before the stream ends
   double delay_ms = 0.0;  ///< delay: how long a batch is held; fetch_late: the answer (> 0)
   std::optional<double> health_after_ms = kDefaultHangHealthAfterMs;  ///< hang; none = stays 200
+  bool cleared = true;   ///< restart: AllBlocksCleared is the new sequence's batch 0
+  double down_ms = 0.0;  ///< restart: wall ms the worker stays down (reads nothing, no passes)
   friend bool operator==(const FaultSpec&, const FaultSpec&) = default;
 };
 
@@ -134,8 +139,11 @@ class FaultPlan {
     bool hang = false;
     std::optional<double> health_after_ms;  ///< with hang
     double slow_factor = 1.0;
-    bool fpm_stop = false;        ///< from this pass on, the rank publishes no FPM
-    bool metrics_freeze = false;  ///< from this pass on, the worker's /metrics is frozen
+    bool fpm_stop = false;         ///< from this pass on, the rank publishes no FPM
+    bool metrics_freeze = false;   ///< from this pass on, the worker's /metrics is frozen
+    bool restart = false;          ///< the worker restarts instead of running the pass
+    bool restart_cleared = true;   ///< with restart: publish AllBlocksCleared first
+    double restart_down_ms = 0.0;  ///< with restart: wall ms down before it comes back
   };
   PassFaults beforePass(std::uint32_t rank, std::uint64_t passes, std::uint64_t rank_passes,
                         double now_ms, std::vector<Injection>& out);

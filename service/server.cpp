@@ -128,7 +128,7 @@ void Server::Impl::startPasses() {
         paced() ? passStart(rank.anchor_ms, now_ms, kMaxCatchUpMs) : PassStart{now_ms, false};
     double slow = 1.0;
     if (!faults_.empty() && !passFaults(r, at.start_ms, slow)) {
-      if (crashed_) return;
+      if (crashed_ || restart_) return;
       continue;  // hung
     }
     if (at.resynced) ++resyncs_;
@@ -472,6 +472,11 @@ Status Server::Impl::run() {
     if (crashed_) {
       crash();
       return {};
+    }
+    if (restart_) {
+      MOCKER_TRY_VOID(restartWorker());
+      if (!stayDown()) break;
+      continue;  // the fresh worker starts over: passes for what came in meanwhile
     }
     if (draining && routes_.numRoutes() == 0) break;
     // Disaggregation: kv_fetches of new reservations go out, due replies and deadlines.

@@ -7,6 +7,7 @@
 #include <zmq.hpp>
 
 #include <algorithm>
+#include <array>
 
 #include "service/detail/server_impl.h"
 
@@ -88,6 +89,10 @@ bool Server::Impl::passFaults(std::uint32_t r, double start_ms, double& slow_fac
     crashed_ = true;
     return false;
   }
+  if (f.restart) {
+    restart_ = PendingRestart{.cleared = f.restart_cleared, .down_ms = f.restart_down_ms};
+    return false;
+  }
   if (f.hang) {
     rank.hung = true;
     rank.anchor_ms.reset();
@@ -127,6 +132,94 @@ void Server::Impl::crash() {
   for (Rank& rank : ranks_) rank.in_flight.reset();
   ranks_.clear();
   metrics_.setPhase(LoopPhase::Stopped);
+}
+
+Status Server::Impl::restartWorker() {
+  const PendingRestart how = *restart_;
+  restart_.reset();
+  log_->warn("restart fault: ending {} open request(s) with `shutdown`, starting a fresh engine",
+             routes_.numRoutes());
+  // The passes in flight die with the old process: nothing of them is published.
+  for (Rank& rank : ranks_) {
+    rank.in_flight.reset();
+    rank.stalled = false;
+    rank.hung = false;
+    rank.anchor_ms.reset();
+  }
+  const double now_ms = engineNowMs();
+  // As at shutdown: held requests (prefill) end without a message, their handoff was the last
+  // (a decode worker's fetch in progress is never answered: its fetch timeout ends it); handoffs
+  // waiting for their KV (decode) release it at their sources; every open stream gets its
+  // terminal after what its client is already owed.
+  for (const engine::RequestId id : holds_.takeAll()) {
+    metrics_.onAbort(id, now_ms);
+    routes_.close(id);
+  }
+  for (const PendingHandoffs::Handoff& p : pending_.takeAll()) {
+    if (zmq::socket_t* dealer = sourceSocket(p.source)) {
+      (void)sendToSource(*dealer, protocol::KvRelease{p.key});
+    }
+  }
+  aborts_.clear();
+  aborting_.clear();
+  for (const engine::RequestId id : routes_.endAll(FinishReason::Shutdown, kRestartReason)) {
+    metrics_.onAbort(id, now_ms);
+    ++counters.restart_ended;
+  }
+  retryOwed();
+  // A fresh engine: empty pools and queues, its ids after the old one's (routes still owed a
+  // terminal keep theirs). resetPrefixCache would refuse while blocks are active.
+  MOCKER_TRY(engine::Engine fresh, engine::Engine::create(config_.engine));
+  fresh.continueIdsAfter(engine_);
+  engine_ = std::move(fresh);
+  for (Rank& rank : ranks_) {
+    if (rank.pub.kv) {
+      rank.pub.kv->restart();
+      // Like kv_events.clear_on_start (a worker without prefix caching publishes no events).
+      if (how.cleared && config_.engine.enable_prefix_caching) {
+        rank.pub.kv->publishEvents({protocol::AllBlocksClearedEvent{}}, unixSeconds());
+      }
+    }
+    if (rank.pub.fpm) rank.pub.fpm->restart();
+    rank.pub.logSinkErrors(*log_);
+  }
+  if (how.down_ms > 0) {
+    down_until_ = Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                                     std::chrono::duration<double, std::milli>(how.down_ms));
+    metrics_.setPhase(LoopPhase::Starting);
+  }
+  return {};
+}
+
+bool Server::Impl::stayDown() {
+  if (!down_until_) return true;
+  // Like the startup delay: sockets up, nothing read, answered or published.
+  while (true) {
+    const auto now = Clock::now();
+    if (now >= *down_until_) break;
+    PollTimeout timeout(now);
+    timeout.wakeBy(*down_until_);
+    if (const auto wake = metrics_.onTurn(now)) timeout.wakeBy(*wake);
+    std::array<zmq::pollitem_t, 2> items{
+        {{nullptr, stop_event_.fd(), ZMQ_POLLIN, 0},
+         {nullptr, admin_ ? admin_->wakeFd(options_.worker_index) : -1, ZMQ_POLLIN, 0}}};
+    try {
+      zmq::poll(items.data(), admin_ ? 2 : 1, timeout.value());
+    } catch (const zmq::error_t& e) {
+      if (e.num() != EINTR) throw;
+    }
+    if (items[0].revents & ZMQ_POLLIN) {
+      stop_event_.drain();
+      stopping_ = true;
+      log_->info("stop while down after a restart: stopping");
+      return false;
+    }
+    if (admin_ && (items[1].revents & ZMQ_POLLIN)) applyAdminCommands();
+  }
+  down_until_.reset();
+  metrics_.setPhase(LoopPhase::Serving);
+  log_->warn("restart fault: the worker is back");
+  return true;
 }
 
 bool Server::Impl::submitFaults(const net::RoutedEnvelope& from, const std::string& id,

@@ -240,7 +240,8 @@ protocol::StatsReply Server::Impl::statsReply(const net::RoutedEnvelope& from,
                                      .metrics_freeze = at(FaultKind::MetricsFreeze),
                                      .fetch_not_found = at(FaultKind::FetchNotFound),
                                      .fetch_late = at(FaultKind::FetchLate),
-                                     .fetch_never = at(FaultKind::FetchNever)};
+                                     .fetch_never = at(FaultKind::FetchNever),
+                                     .restart = at(FaultKind::Restart)};
   }
   // Only the sender's own entries: its routing id, or with CURVE every routing id of its key.
   for (protocol::ClientRoutes& c : routes_.routesPerClient()) {

@@ -418,8 +418,10 @@ void addServeFlags(CLI::App& app, ServeFlags& flags, ConfigUse use) {
                        "inject a fault (repeatable; appended to [faults.inject]): "
                        "KIND[:KEY=VALUE]..., KIND crash | hang | slow | error | abort | drop | "
                        "drop_unhealable | suppress | duplicate | reorder | delay | truncate_ring | "
-                       "fpm_stop | metrics_freeze | fetch_not_found | fetch_late | fetch_never, "
+                       "fpm_stop | metrics_freeze | fetch_not_found | fetch_late | fetch_never | "
+                       "restart, "
                        "e.g. crash:after_passes=100, slow:factor=3:worker=1, "
+                       "restart:at_ms=5000:cleared=false:down_ms=500, "
                        "error:rate=0.05:code=resource_exhausted, abort:tokens=5:match=req-*, "
                        "drop:after_passes=50, delay:ms=200:rate=0.01; "
                        "keys in serve.md \"Failure drills\"")

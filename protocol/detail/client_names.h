@@ -35,9 +35,9 @@ inline constexpr EnumNames<CancelResult, 2> kCancelResultNames{
 inline constexpr EnumNames<KvFetchResult, 2> kKvFetchResultNames{
     {{"ready", KvFetchResult::Ready}, {"not_found", KvFetchResult::NotFound}}};
 /// stats_reply.faults: the wire key of each FaultCounts field, in wire order; the first
-/// kRequiredFaultCountKeys are required, the KV-event, metrics and kv_fetch ones after them
-/// optional (newer).
-inline constexpr std::array<std::pair<std::string_view, std::uint64_t FaultCounts::*>, 17>
+/// kRequiredFaultCountKeys are required, the KV-event, metrics, kv_fetch and restart ones after
+/// them optional (newer).
+inline constexpr std::array<std::pair<std::string_view, std::uint64_t FaultCounts::*>, 18>
     kFaultCountKeys{{
         {"crash", &FaultCounts::crash},
         {"hang", &FaultCounts::hang},
@@ -56,6 +56,7 @@ inline constexpr std::array<std::pair<std::string_view, std::uint64_t FaultCount
         {"fetch_not_found", &FaultCounts::fetch_not_found},
         {"fetch_late", &FaultCounts::fetch_late},
         {"fetch_never", &FaultCounts::fetch_never},
+        {"restart", &FaultCounts::restart},
     }};
 inline constexpr std::size_t kRequiredFaultCountKeys = 5;
 

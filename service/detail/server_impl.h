@@ -250,6 +250,13 @@ class Server::Impl {
   void wakeForHeldBatches(PollTimeout& timeout, Clock::time_point now) const;
   /// A `crash` fault: every socket closed at once (linger 0), nothing more sent.
   void crash();
+  /// A `restart` fault (restart_ set): the passes in flight dropped, every open stream ended
+  /// `shutdown`, a fresh engine, the KV-event and FPM publishers started over (AllBlocksCleared
+  /// first unless cleared=false); with down_ms, down_until_ set.
+  Status restartWorker();
+  /// While a restarted worker is down (down_until_): reads nothing and runs no pass, only the
+  /// stop event and the fault admin are served. False when a stop came first.
+  bool stayDown();
   /// The request faults of a new submit on `rank`: true when an `error` fault answered it.
   bool submitFaults(const net::RoutedEnvelope& from, const std::string& id, std::uint32_t rank,
                     std::optional<FaultPlan::PendingAbort>& abort);
@@ -316,8 +323,14 @@ class Server::Impl {
   std::unordered_map<engine::RequestId, FaultPlan::PendingAbort> aborts_;  // armed `abort`s
   std::vector<engine::RequestId> aborting_;  // scratch: streams cut in this pass
   bool crashed_ = false;
-  bool hang_reported_ = false;   // /health already told when to fail
-  bool metrics_frozen_ = false;  // a `metrics_freeze` fault fired
+  struct PendingRestart {
+    bool cleared = true;
+    double down_ms = 0.0;
+  };
+  std::optional<PendingRestart> restart_;        // a `restart` fault fired: restart now
+  std::optional<Clock::time_point> down_until_;  // a restarted worker is down until then
+  bool hang_reported_ = false;                   // /health already told when to fail
+  bool metrics_frozen_ = false;                  // a `metrics_freeze` fault fired
 };
 
 }  // namespace mocker::service

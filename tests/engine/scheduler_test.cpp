@@ -557,5 +557,23 @@ TEST(SchedulerTest, TrtllmFullyCachedPromptSkipsPrefill) {
   EXPECT_TRUE(p.outputs[0].token.has_value());
 }
 
+// A worker restart (the service's `restart` fault) swaps in a fresh engine: nothing cached, and
+// its ids continue after the old engine's, so no id names two requests.
+TEST(SchedulerTest, FreshEngineContinuesTheIdsOfTheOneItReplaces) {
+  Harness old(specConfig());
+  old.submit(range(1, 8), 1);
+  const RequestId second = old.submit(range(1, 8), 1);
+  old.runUntilIdle();
+  Engine fresh(specConfig());
+  fresh.continueIdsAfter(old.engine());
+  EXPECT_TRUE(fresh.cachedBlockHashes(0).empty());
+  const auto id = fresh.submit(Request{.tokens = range(1, 8), .max_output_tokens = 1});
+  ASSERT_TRUE(id.has_value());
+  EXPECT_EQ(id->value(), second.value() + 1);
+  const PassResult p = fresh.step(0, 0.0);
+  ASSERT_EQ(p.outputs.size(), 1u);
+  EXPECT_EQ(p.outputs[0].cached_tokens, 0u);  // the old engine's cache is gone
+}
+
 }  // namespace
 }  // namespace mocker::engine

@@ -58,6 +58,22 @@ TEST_F(FpmPublisherTest, RecordsAreStampedAndCountersMatchTheSequenceFrame) {
   }
 }
 
+TEST_F(FpmPublisherTest, RestartStartsTheCounterOverAndAnnouncesTheWorkerAgain) {
+  auto p = make({.heartbeat_interval_s = 1.0});
+  EXPECT_EQ(p->onPass(work(), 10.0), 0u);
+  EXPECT_EQ(p->onPass(work(), 20.0), 1u);
+  EXPECT_TRUE(p->onIdle(30.0));  // busy -> idle
+  EXPECT_FALSE(p->onIdle(30.5));
+  p->restart();
+  EXPECT_EQ(p->nextHeartbeatDue(), std::nullopt);  // busy until its next onIdle
+  EXPECT_TRUE(p->onIdle(31.0));                    // a new process announces itself
+  EXPECT_EQ(p->onPass(work(), 40.0), 1u);          // the heartbeat took counter 0
+  ASSERT_EQ(sink_.messages().size(), 5u);
+  EXPECT_EQ(record(3).counter_id, 0u);
+  EXPECT_TRUE(isHeartbeat(record(3)));
+  EXPECT_EQ(p->numSent(), 5u);  // the counters go on
+}
+
 TEST_F(FpmPublisherTest, HeartbeatOnBusyToIdleThenEveryInterval) {
   auto p = make({.heartbeat_interval_s = 1.0});
   p->onPass(work(), 100.0);

@@ -309,6 +309,32 @@ TEST_F(KvEventPublisherTest, ClearOnStartBatchIsSequenceZero) {
   EXPECT_TRUE(std::holds_alternative<protocol::AllBlocksClearedEvent>(batch->events.at(0)));
 }
 
+TEST_F(KvEventPublisherTest, RestartStartsOverAtZeroWithAnEmptyRing) {
+  auto p = make({});
+  p->publishPass(storedEvents(1), 1.0);                     // 0
+  p->publishPass(storedEvents(2), 2.0);                     // 1
+  p->publishPass(storedEvents(3), 3.0, {.delay_s = 5.0});   // 2, held
+  p->publishPass(storedEvents(4), 4.0, {.reorder = true});  // 3, held
+  ASSERT_EQ(p->numHeld(), 2u);
+  p->restart();
+  // The old process's held batches never go out; its ring is gone.
+  EXPECT_EQ(p->numHeld(), 0u);
+  EXPECT_EQ(p->nextRelease(), std::nullopt);
+  EXPECT_EQ(p->releaseDue(100.0), 0u);
+  EXPECT_EQ(p->ringSize(), 0u);
+  EXPECT_EQ(replayedSeqs(replay(*p, 0)), (std::vector<std::uint64_t>{kEnd}));
+  EXPECT_EQ(p->nextSeq(), 0u);
+  EXPECT_EQ(p->publishEvents({protocol::AllBlocksClearedEvent{}}, 10.0), 0u);
+  EXPECT_EQ(p->publishPass(storedEvents(5), 11.0), 1u);
+  EXPECT_EQ(liveSeqs(sink_), (std::vector<std::uint64_t>{0, 1, 0, 1}));
+  EXPECT_EQ(replayedSeqs(replay(*p, 0)), (std::vector<std::uint64_t>{0, 1, kEnd}));
+  EXPECT_EQ(p->numBatchesSent(), 4u);  // the counters go on
+  const auto batch = protocol::decodeKvEventBatch(sink_.messages().at(2)[2]);
+  ASSERT_TRUE(batch.has_value());
+  EXPECT_EQ(batch->ts, 10.0);
+  EXPECT_TRUE(std::holds_alternative<protocol::AllBlocksClearedEvent>(batch->events.at(0)));
+}
+
 TEST(ReplayLayoutTest, Names) {
   EXPECT_EQ(*parseReplayLayout("r2"), ReplayLayout::R2);
   EXPECT_EQ(toString(ReplayLayout::R1), "r1");

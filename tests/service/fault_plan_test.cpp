@@ -47,12 +47,23 @@ TEST(FaultPlanTest, SpecsParseAndRoundTrip) {
                            "metrics_freeze:at_ms=20:worker=1",
                            "fetch_not_found:match=r1",
                            "fetch_late:ms=250:rate=0.5",
-                           "fetch_never:worker=1"}) {
+                           "fetch_never:worker=1",
+                           "restart",
+                           "restart:after_passes=20:cleared=false",
+                           "restart:at_ms=500:down_ms=250.5:worker=1",
+                           "restart:cleared=true:down_ms=0"}) {
     const FaultSpec spec = parsed(text);
     EXPECT_EQ(parsed(faultSpecText(spec)), spec) << text << " -> " << faultSpecText(spec);
   }
   EXPECT_EQ(faultSpecText(parsed("error")), "error:code=resource_exhausted");
   EXPECT_EQ(faultSpecText(parsed("hang")), "hang:health_after_ms=10000");
+  EXPECT_EQ(faultSpecText(parsed("restart")), "restart:cleared=true:down_ms=0");
+  const FaultSpec restart = parsed("restart:cleared=false:down_ms=1500");
+  EXPECT_EQ(restart.kind, FaultKind::Restart);
+  EXPECT_FALSE(restart.cleared);
+  EXPECT_EQ(restart.down_ms, 1500.0);
+  EXPECT_TRUE(parsed("restart").cleared);
+  EXPECT_EQ(parsed("restart").down_ms, 0.0);
 }
 
 TEST(FaultPlanTest, BadSpecsNameTheProblem) {
@@ -61,7 +72,20 @@ TEST(FaultPlanTest, BadSpecsNameTheProblem) {
       {"explode",
        "unknown kind 'explode' (expected one of crash, hang, slow, error, abort, drop, "
        "drop_unhealable, suppress, duplicate, reorder, delay, truncate_ring, fpm_stop, "
-       "metrics_freeze, fetch_not_found, fetch_late, fetch_never)"},
+       "metrics_freeze, fetch_not_found, fetch_late, fetch_never, restart)"},
+      {"restart:cleared=maybe", "cleared must be true or false (got 'maybe')"},
+      {"restart:cleared=", "cleared must be true or false (got '')"},
+      {"restart:cleared=1", "cleared must be true or false (got '1')"},
+      {"restart:down_ms=-5", "down_ms must be a finite number >= 0 (got '-5')"},
+      {"restart:down_ms=inf", "down_ms must be a finite number >= 0 (got 'inf')"},
+      {"restart:down_ms=3600001", "down_ms must be <= 3600000"},
+      {"restart:rank=0", "'rank' is not a key of restart faults"},
+      {"restart:rate=0.5", "'rate' is not a key of restart faults"},
+      {"restart:ms=5", "'ms' is not a key of restart faults"},
+      {"restart:down=5", "'down' is not a key of restart faults"},
+      {"restart:cleared=true:cleared=false", "cleared given twice"},
+      {"crash:cleared=true", "'cleared' is not a key of crash faults"},
+      {"hang:down_ms=5", "'down_ms' is not a key of hang faults"},
       {"fetch_late", "ms is required (> 0)"},
       {"fetch_never:after_passes=3", "'after_passes' is not a key of fetch_never faults"},
       {"fetch_not_found:ms=5", "'ms' is not a key of fetch_not_found faults"},
@@ -123,6 +147,44 @@ TEST(FaultPlanTest, CrashAfterPassesFiresOnceAtTheRightPass) {
             R"({"time_ms":3.000,"kind":"crash","fault":0,"worker":0,"detail":"after 3 passes"})");
   EXPECT_FALSE(plan.beforePass(0, 4, 4, 4.0, out).crash);  // once
   EXPECT_EQ(out.size(), 1u);
+}
+
+TEST(FaultPlanTest, RestartFiresOnceWithItsKeys) {
+  const std::vector<FaultSpec> specs = {
+      parsed("restart:after_passes=2:cleared=false:down_ms=40:worker=0"),
+      parsed("restart:at_ms=10:worker=1")};
+  FaultPlan plan(specs, 0, /*worker=*/0);  // the second is worker 1's
+  std::vector<Injection> out;
+  std::vector<bool> fired;
+  for (std::uint64_t p = 0; p < 5; ++p) {
+    const FaultPlan::PassFaults f = plan.beforePass(0, p, p, 100.0, out);
+    fired.push_back(f.restart);
+    if (f.restart) {
+      EXPECT_FALSE(f.restart_cleared);
+      EXPECT_EQ(f.restart_down_ms, 40.0);
+    }
+    EXPECT_FALSE(f.crash || f.hang);
+  }
+  EXPECT_EQ(fired, (std::vector<bool>{false, false, true, false, false}));
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(faultLogLine(out[0]),
+            R"({"time_ms":100.000,"kind":"restart","fault":0,"worker":0,)"
+            R"("detail":"after 2 passes, no AllBlocksCleared, down 40.000 ms"})");
+  // Worker 1: at 10 ms, AllBlocksCleared first (the default), not down.
+  FaultPlan other(specs, 0, /*worker=*/1);
+  out.clear();
+  EXPECT_FALSE(other.beforePass(0, 0, 0, 9.5, out).restart);
+  const FaultPlan::PassFaults f = other.beforePass(0, 1, 1, 10.0, out);
+  EXPECT_TRUE(f.restart);
+  EXPECT_TRUE(f.restart_cleared);
+  EXPECT_EQ(f.restart_down_ms, 0.0);
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[0].fault, 1u);
+  EXPECT_EQ(out[0].detail, "at 10.000 ms, AllBlocksCleared first, down 0.000 ms");
+  EXPECT_FALSE(other.beforePass(0, 2, 2, 11.0, out).restart);  // once
+  // A restart is no request or KV-event fault.
+  EXPECT_FALSE(other.onSubmit(0, "r1", 12.0).injection.has_value());
+  EXPECT_FALSE(other.hasKvFaults());
 }
 
 TEST(FaultPlanTest, SlowWindowAndRankScope) {
