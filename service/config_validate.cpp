@@ -190,7 +190,7 @@ std::optional<ConfigError> checkFaultAdmin(const ServiceConfig& c) {
   return std::nullopt;
 }
 
-std::optional<ConfigError> checkServiceValues(const ServiceConfig& c) {
+std::optional<ConfigError> checkServiceValues(const ServiceConfig& c, ConfigUse use) {
   const LiveConfig& s = c.service;
   if (s.max_buffered_outputs < 1) {
     return issue("service.max_buffered_outputs", "must be >= 1 (got 0)");
@@ -210,8 +210,11 @@ std::optional<ConfigError> checkServiceValues(const ServiceConfig& c) {
     return issue("fleet.num_workers", "must be in [1, " + std::to_string(kMaxFleetWorkers) +
                                           "] (got " + std::to_string(c.fleet.num_workers) + ")");
   }
-  if (auto faults = parseFaultSpecs(c.faults.inject, c.fleet.num_workers, c.engine.dp_size);
-      !faults) {
+  // An engine-only user (the offline replay) runs its own number of workers and checks the
+  // `worker` scopes against it.
+  const std::uint32_t workers =
+      use == ConfigUse::EngineOnly ? kMaxFleetWorkers : c.fleet.num_workers;
+  if (auto faults = parseFaultSpecs(c.faults.inject, workers, c.engine.dp_size); !faults) {
     return issue("faults.inject", faults.error().message);
   }
   if (auto e = checkFaultAdmin(c)) return e;
@@ -331,7 +334,7 @@ std::optional<ConfigError> checkServiceConfig(const ServiceConfig& c, ConfigUse 
   if (auto e = engine::checkEngineConfig(c.engine)) return fromEngine(std::move(*e));
   if (auto e = checkEngineTypeKeysApply(c.engine)) return e;
 
-  if (auto e = checkServiceValues(c)) return e;
+  if (auto e = checkServiceValues(c, use)) return e;
   if (auto e = checkSecurity(c)) return e;
   // Endpoints: scheme and DP offsets per socket, then no two bound sockets on one address. Only
   // for a service: an engine-only user opens no socket.

@@ -129,9 +129,10 @@ Status writeFile(const std::string& path, const std::string& text) {
 std::string identitySidecarPath(const std::string& jsonl_path) { return jsonl_path + ".run.json"; }
 
 /// Every output path of the run, checked before any work: writable, and no two the same file.
-Status checkOutputPaths(const ReplayFlags& f) {
+Status checkOutputPaths(const ReplayFlags& f, const ReplayPlan& plan) {
   namespace fs = std::filesystem;
   std::vector<std::pair<std::string, std::string>> outputs;  // option, path
+  if (!plan.fault_log.empty()) outputs.emplace_back("--fault-log", plan.fault_log);
   if (!f.report_json.empty()) outputs.emplace_back("--report-json", f.report_json);
   if (!f.requests_jsonl.empty()) {
     outputs.emplace_back("--requests-jsonl", f.requests_jsonl);
@@ -303,7 +304,7 @@ int ReplayCommand::run(std::ostream& out, std::ostream& err,
     err << "mocker replay: " << plan.error().message << "\n";
     return planExitCode(plan.error());
   }
-  if (const Status s = checkOutputPaths(f); !s) {
+  if (const Status s = checkOutputPaths(f, *plan); !s) {
     err << "mocker replay: " << s.error().message << "\n";
     return 1;
   }
@@ -362,7 +363,17 @@ int ReplayCommand::run(std::ostream& out, std::ostream& err,
   report.identity = std::move(identity);
   report.handoff = run->handoff;
   report.tiers = run->tiers;
-  return writeReport(f, report, collector, *run, plan->mode, out, err);
+  report.faults = run->faults;
+  int code = writeReport(f, report, collector, *run, plan->mode, out, err);
+  if (!plan->fault_log.empty()) {
+    std::string text;
+    for (const std::string& line : run->fault_log) text += line + "\n";
+    if (const Status s = writeFile(plan->fault_log, text); !s) {
+      err << "mocker replay: " << s.error().message << "\n";
+      code = 1;
+    }
+  }
+  return code;
 }
 
 }  // namespace mocker::tools

@@ -406,7 +406,9 @@ void registerLiveConnectionFlags(CLI::App& cmd, ReplayFlags& f) {
   curve_server->needs(curve_secret);
   curve_secret->needs(curve_server);
   cmd.add_option("--request-timeout-s", f.request_timeout_s,
-                 "cancel a request (counted cancelled) that has not ended after this long")
+                 "cancel a request (counted cancelled) that has not ended after this long; "
+                 "offline (model time): the requests a hung worker holds (a `hang` --fault) "
+                 "end so")
       ->check(greaterThan(0))
       ->capture_default_str()
       ->group(kLiveGroup);

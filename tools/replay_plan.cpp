@@ -1,5 +1,7 @@
 #include "tools/replay_plan.h"
 
+#include <algorithm>
+#include <cstdint>
 #include <filesystem>
 #include <optional>
 #include <string>
@@ -10,6 +12,7 @@
 #include "engine/config.h"
 #include "net/security.h"
 #include "service/config.h"
+#include "service/fault_plan.h"
 #include "tools/serve_flags.h"
 
 namespace mocker::tools {
@@ -162,6 +165,31 @@ Result<std::vector<replay::LiveTarget>> serverTargets(const std::vector<std::str
   return targets;
 }
 
+/// The offline fault plan: `[faults]` of --config and every --fault, --fault-seed, and
+/// --request-timeout-s for the requests a hung worker holds (refused without a hang fault: it
+/// would do nothing offline).
+Status planOfflineFaults(const ReplayFlags& f, const GivenFlags& given,
+                         const service::ServiceConfig& config,
+                         replay::OfflineReplayOptions& options) {
+  // Validated by resolveServeConfig already (the worker scopes are checked by the plan's
+  // caller against the replay's own workers).
+  auto specs =
+      service::parseFaultSpecs(config.faults.inject, service::kMaxFleetWorkers, UINT32_MAX);
+  if (!specs) return configError(specs.error().message);
+  options.faults = {.specs = std::move(*specs),
+                    .seed = config.faults.seed,
+                    .request_timeout_ms = f.request_timeout_s * 1000.0};
+  const bool hang =
+      std::any_of(options.faults.specs.begin(), options.faults.specs.end(),
+                  [](const service::FaultSpec& s) { return s.kind == service::FaultKind::Hang; });
+  if (given.contains("--request-timeout-s") && !hang) {
+    return invalidArgument(
+        "--request-timeout-s: offline it ends only the requests a hung worker holds (a `hang` "
+        "fault, --fault hang:...), and the plan has none; live it cancels any request");
+  }
+  return {};
+}
+
 /// The offline plan's options: the engine configuration (--config and the [engine] flags; per
 /// role for a disaggregated run), the router, and the flags of the other mode refused.
 Status planOffline(const ReplayFlags& f, const GivenFlags& given, ReplayPlan& plan) {
@@ -202,6 +230,8 @@ Status planOffline(const ReplayFlags& f, const GivenFlags& given, ReplayPlan& pl
   };
   if (plan.closed_loop) options.concurrency = f.concurrency;
   plan.num_workers = f.num_workers;
+  MOCKER_TRY_VOID(planOfflineFaults(f, given, *config, options));
+  plan.fault_log = config->faults.log;
   if (prefill_config) {
     MOCKER_TRY(const replay::RouterKind decode_router, replay::parseRouterKind(f.decode_router));
     options.disagg = replay::DisaggOptions{
@@ -216,6 +246,18 @@ Status planOffline(const ReplayFlags& f, const GivenFlags& given, ReplayPlan& pl
   } else {
     plan.engine_config = engineSettings(*config);
     plan.gpu_kv_cache_tokens = engine::deploymentKvCacheTokens(config->engine);
+  }
+  if (!options.faults.specs.empty()) {
+    std::vector<std::uint32_t> ranks(f.num_workers, config->engine.dp_size);
+    if (options.disagg) {
+      ranks.assign(f.num_prefill_workers, options.disagg->prefill_engine.dp_size);
+      ranks.insert(ranks.end(), f.num_decode_workers, options.disagg->decode_engine.dp_size);
+    }
+    if (Status s =
+            replay::checkOfflineFaults(options.faults.specs, ranks, options.disagg.has_value());
+        !s) {
+      return configError(s.error().message);
+    }
   }
   plan.options = std::move(options);
   return {};

@@ -49,6 +49,8 @@ struct ReplayPlan {
   /// Offline, aggregated: the KV cache in tokens when sized from the deployment (no
   /// num_gpu_blocks), as vLLM's "GPU KV cache size" line gives it.
   std::optional<std::uint64_t> gpu_kv_cache_tokens{};
+  /// Offline: the JSONL fault log (`[faults] log`, --fault-log); "" = none.
+  std::string fault_log{};
 };
 
 /// The plan for `flags` (aliases applied; `given` = the flags the command line gave). Errors:

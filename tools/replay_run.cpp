@@ -37,6 +37,12 @@ Result<RunSummary> runOffline(const replay::OfflineReplayOptions& planned,
   summary.wall_ms = std::chrono::duration<double, std::milli>(Clock::now() - start).count();
   summary.warnings = stats.warnings;
   summary.tiers = stats.tiers;
+  if (stats.faults) {
+    summary.faults = replay::summarizeFaults(*stats.faults);
+    for (const service::Injection& in : stats.faults->injections) {
+      summary.fault_log.push_back(service::faultLogLine(in));
+    }
+  }
   const std::string router(replay::toString(options.router));
   std::vector<RankGroup> groups;
   if (stats.handoff) {

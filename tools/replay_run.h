@@ -24,6 +24,10 @@ struct RunSummary {
   std::vector<std::string> warnings{};             ///< printed on stderr, in order
   std::optional<replay::HandoffReport> handoff{};  ///< disaggregated runs
   std::optional<replay::TierReport> tiers{};       ///< runs with KV offload tiers
+  std::optional<replay::FaultReport> faults{};     ///< offline runs with a fault plan
+  /// Offline runs with a fault plan: the fault log's lines (service::faultLogLine, no newline),
+  /// in the order the faults were injected.
+  std::vector<std::string> fault_log{};
   replay::HtmlReportOptions html{};  ///< rank_labels and requests_per_worker filled in
   /// Live: each server's speedup_ratio as it reported it (nullopt: not reported).
   std::vector<std::optional<double>> server_speedup_ratios{};

@@ -383,7 +383,7 @@ void addBinding(CLI::App& app, ServeFlags& flags, ConfigUse use, const FlagSpec&
   }
   // CLI11: an empty group is hidden. A flag that has no effect for `use` stays registered
   // (using it gets the reason from resolveServeConfig) but is left out of --help.
-  const bool applies = use == ConfigUse::Serve || isEngineKey(spec.key);
+  const bool applies = use == ConfigUse::Serve || isEngineOnlyKey(spec.key);
   b.option->group(spec.hidden || !applies ? "" : group);
 }
 
@@ -395,7 +395,7 @@ void addServeFlags(CLI::App& app, ServeFlags& flags, ConfigUse use) {
          use == ConfigUse::EngineOnly
              ? "TOML configuration file (example: /usr/share/doc/mocker/mocker.example.toml "
                "when installed, docs/mocker.example.toml in the sources); only its "
-               "[engine] table is read; flags override it"
+               "[engine] table and [faults] inject / seed / log are read; flags override it"
              : "TOML configuration file (example: /usr/share/doc/mocker/mocker.example.toml "
                "when installed, docs/mocker.example.toml in the sources); flags override "
                "it")
@@ -412,22 +412,29 @@ void addServeFlags(CLI::App& app, ServeFlags& flags, ConfigUse use) {
           ->option_text("JSON")
           ->group(use == ConfigUse::Serve ? "KV events ([kv_events])" : "");
   addLaunchLineFlags(app, flags, use);
-  if (use == ConfigUse::Serve) {
-    flags.fault_option =
-        app.add_option("--fault", flags.faults,
-                       "inject a fault (repeatable; appended to [faults.inject]): "
-                       "KIND[:KEY=VALUE]..., KIND crash | hang | slow | error | abort | drop | "
-                       "drop_unhealable | suppress | duplicate | reorder | delay | truncate_ring | "
-                       "fpm_stop | metrics_freeze | fetch_not_found | fetch_late | fetch_never | "
-                       "restart, "
-                       "e.g. crash:after_passes=100, slow:factor=3:worker=1, "
-                       "restart:at_ms=5000:cleared=false:down_ms=500, "
-                       "error:rate=0.05:code=resource_exhausted, abort:tokens=5:match=req-*, "
-                       "drop:after_passes=50, delay:ms=200:rate=0.01; "
-                       "keys in serve.md \"Failure drills\"")
-            ->option_text("SPEC")
-            ->group("Failure drills ([faults]; see serve.md \"Failure drills\")");
-  }
+  flags.fault_option =
+      app.add_option(
+             "--fault", flags.faults,
+             use == ConfigUse::Serve
+                 ? "inject a fault (repeatable; appended to [faults.inject]): "
+                   "KIND[:KEY=VALUE]..., KIND crash | hang | slow | error | abort | drop | "
+                   "drop_unhealable | suppress | duplicate | reorder | delay | truncate_ring | "
+                   "fpm_stop | metrics_freeze | fetch_not_found | fetch_late | fetch_never | "
+                   "restart, "
+                   "e.g. crash:after_passes=100, slow:factor=3:worker=1, "
+                   "restart:at_ms=5000:cleared=false:down_ms=500, "
+                   "error:rate=0.05:code=resource_exhausted, abort:tokens=5:match=req-*, "
+                   "drop:after_passes=50, delay:ms=200:rate=0.01; "
+                   "keys in serve.md \"Failure drills\""
+                 : "offline: inject a fault into the simulated workers (repeatable; appended "
+                   "to the --config file's [faults] inject list), the syntax of mocker serve "
+                   "--fault: KIND[:KEY=VALUE]..., KIND crash | hang | slow | error | abort "
+                   "(the other kinds need a live run and are refused), e.g. "
+                   "crash:after_passes=100:worker=1, slow:factor=2:worker=0, "
+                   "error:rate=0.05, abort:tokens=5:match=r1*, hang:at_ms=2000:worker=2; "
+                   "README \"Failure drills offline\"")
+          ->option_text("SPEC")
+          ->group("Failure drills ([faults]; see serve.md \"Failure drills\")");
   for (const Group& group : kGroups) {
     for (const FlagSpec& spec : group.flags) {
       // An engine-only command (`mocker replay`) has a --num-workers of its own (offline workers).
@@ -468,11 +475,12 @@ Result<service::ServiceConfig> resolveServeConfig(const ServeFlags& flags, Confi
   MOCKER_TRY_VOID(applyLaunchLineFlags(flags, config, origins, use));
   for (const ServeFlags::Binding& b : flags.bindings) {
     if (b.option->count() == 0) continue;
-    if (use == ConfigUse::EngineOnly && !isEngineKey(b.key)) {
+    if (use == ConfigUse::EngineOnly && !isEngineOnlyKey(b.key)) {
       return invalidArgument(b.flag + ": " + b.key +
                              " has no effect here: only the engine runs (no sockets, publishers, "
                              "logging or start-up delay, and 0-token outputs are always "
-                             "accepted), so only [engine] keys apply");
+                             "accepted), so only [engine] keys and the fault plan (--fault, "
+                             "--fault-seed, --fault-log) apply");
     }
     const std::string text = b.boolean ? (b.value ? "true" : "false") : b.text;
     if (auto st = service::setConfigValue(config, b.key, text); !st) {
@@ -486,6 +494,10 @@ Result<service::ServiceConfig> resolveServeConfig(const ServeFlags& flags, Confi
     origins["faults.inject"] = "--fault";
   }
   return service::finishServiceConfig(std::move(config), origins, use);
+}
+
+bool isEngineOnlyKey(std::string_view key) {
+  return isEngineKey(key) || key == "faults.seed" || key == "faults.log";
 }
 
 bool isEngineKey(std::string_view key) {

@@ -78,8 +78,11 @@ void addServeFlags(CLI::App& app, ServeFlags& flags, ConfigUse use = ConfigUse::
 Result<service::ServiceConfig> resolveServeConfig(const ServeFlags& flags,
                                                   ConfigUse use = ConfigUse::Serve);
 
-/// Whether `key` changes what an engine computes (the keys an EngineOnly use takes from flags).
+/// Whether `key` changes what an engine computes.
 bool isEngineKey(std::string_view key);
+/// The keys an EngineOnly use (the offline replay) takes from flags: the engine keys, and the
+/// fault plan's seed and log (`--fault` too; the offline replay's failure drills).
+bool isEngineOnlyKey(std::string_view key);
 
 /// The first of --config and the configuration flags that was given on the command line, as
 /// typed ("--num-gpu-blocks"); nullopt if none. For modes that use no configuration at all.

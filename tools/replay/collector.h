@@ -147,6 +147,22 @@ struct TierReport {
   double onboard_ms_max = 0.0;
 };
 
+/// Failure drills in the offline replay (tools/replay/README.md, "Failure drills offline"): what
+/// the injected faults did. The survivors' latencies are the report's own (completed requests).
+/// Set by the caller.
+struct FaultReport {
+  /// Injections by kind name, for every kind the plan holds (in service::FaultKind order).
+  std::vector<std::pair<std::string, std::uint64_t>> injected{};
+  std::uint64_t failed_by_crash = 0;  ///< held by a worker when it crashed
+  std::uint64_t timed_out = 0;        ///< held by a hung rank: cancelled at the request timeout
+  std::uint64_t error_replies = 0;    ///< answered `error` instead of accepted
+  std::uint64_t aborted = 0;          ///< cut after `tokens` output tokens
+  std::uint64_t no_worker = 0;        ///< dispatched while every worker was down
+  std::uint64_t retried = 0;          ///< re-sent to another worker (offline: no migration, 0)
+  std::uint64_t slowed_passes = 0;
+  double request_timeout_ms = 0.0;
+};
+
 /// One adapter's requests in a run where some request names a LoRA adapter (docs/metrics.md,
 /// "Per adapter"). Latencies and reuse over its completed requests, as the run's own.
 struct AdapterReport {
@@ -193,6 +209,7 @@ struct Report {
   std::optional<RunIdentity> identity{};
   std::optional<HandoffReport> handoff{};  ///< disaggregated runs only
   std::optional<TierReport> tiers{};       ///< runs with KV offload tiers only
+  std::optional<FaultReport> faults{};     ///< offline runs with a fault plan only
   /// Runs where some request names a LoRA adapter: the base model's row first (when some
   /// request names none), then each adapter in byte order of its name. Empty otherwise.
   std::vector<AdapterReport> adapters{};

@@ -14,6 +14,9 @@
 //     pass boundary. The request's arrival time is its dispatch time.
 // Routing (one decision per dispatch, see RouterKind). KV events of a pass become visible to the
 // `kv` router at the pass end (kv_event_visibility = pass_end) or start (pass_start).
+// Failure drills (options.faults): checked before each pass (crash, hang, slow) and at each
+// dispatch (error, abort); a crashed or hung (worker, rank) gets no request from then on — the
+// router knows at once (tools/replay/README.md, "Failure drills offline").
 //
 // Not thread-safe; runs on the calling thread.
 #pragma once
@@ -28,6 +31,7 @@
 #include "engine/config.h"
 #include "tools/replay/collector.h"
 #include "tools/replay/kv_router.h"
+#include "tools/replay/offline_faults.h"
 #include "tools/replay/router_kind.h"
 #include "tools/replay/workload.h"
 
@@ -103,27 +107,32 @@ struct OfflineReplayOptions {
   std::function<void(const OfflineProgress&)> progress{};
   /// Disaggregated when set: `engine` and `num_workers` are unused.
   std::optional<DisaggOptions> disagg{};
+  /// Failure drills (tools/replay/offline_faults.h): the fault plan applied to the workers;
+  /// empty specs = none. Checked by runOfflineReplay (checkOfflineFaults).
+  OfflineFaultOptions faults{};
 };
 
 /// Counters of one run (besides what the collector recorded).
 struct OfflineReplayStats {
-  std::uint64_t passes = 0;                 ///< passes that did work, all ranks
-  double end_ms = 0.0;                      ///< latest pass end
-  std::vector<std::uint64_t> per_worker{};  ///< requests dispatched to each worker
-  std::uint64_t refused_at_submit = 0;      ///< recorded as rejected at arrival
-  std::uint64_t kv_events = 0;              ///< KV events produced, all ranks (kv routers only)
-  std::uint64_t kv_index_blocks = 0;        ///< Kv router: (hash, rank) pairs indexed at end
-  std::uint64_t kv_routed_hits = 0;         ///< Kv routers: dispatches with overlap > 0
-  std::vector<std::string> warnings{};      ///< e.g. the hash-id aliasing warning
-  std::optional<HandoffStats> handoff{};    ///< disaggregated runs only
-  std::optional<TierReport> tiers{};        ///< runs with KV offload tiers (num_g2_blocks > 0)
+  std::uint64_t passes = 0;                   ///< passes that did work, all ranks
+  double end_ms = 0.0;                        ///< latest pass end
+  std::vector<std::uint64_t> per_worker{};    ///< requests dispatched to each worker
+  std::uint64_t refused_at_submit = 0;        ///< recorded as rejected at arrival
+  std::uint64_t kv_events = 0;                ///< KV events produced, all ranks (kv routers only)
+  std::uint64_t kv_index_blocks = 0;          ///< Kv router: (hash, rank) pairs indexed at end
+  std::uint64_t kv_routed_hits = 0;           ///< Kv routers: dispatches with overlap > 0
+  std::vector<std::string> warnings{};        ///< e.g. the hash-id aliasing warning
+  std::optional<HandoffStats> handoff{};      ///< disaggregated runs only
+  std::optional<TierReport> tiers{};          ///< runs with KV offload tiers (num_g2_blocks > 0)
+  std::optional<OfflineFaultStats> faults{};  ///< runs with a fault plan
 };
 
 /// Runs the whole workload. Per-pass engine samples go to collector.onEngineSample with
 /// dp_rank = worker · dp_size + rank (a global rank index; disaggregated: prefill workers first,
 /// then decode workers). Errors (before anything is simulated): invalid engine config,
 /// num_workers 0, concurrency 0, a session without a first arrival in trace mode; disaggregated:
-/// 0 workers of a role, different block sizes, an engine type without disaggregation.
+/// 0 workers of a role, different block sizes, an engine type without disaggregation; a fault
+/// spec offline cannot honour (checkOfflineFaults).
 Result<OfflineReplayStats> runOfflineReplay(const Workload& workload,
                                             const OfflineReplayOptions& options,
                                             ReplayCollector& collector);

@@ -52,6 +52,55 @@ std::string fixedOr(const std::optional<double>& v, int decimals, const char* un
   return v ? fixed(*v, decimals) + unit : std::string("–");
 }
 
+/// The report lines of a run with a fault plan: injections by kind, what they did, and the
+/// survivors' (completed requests') latency.
+template <typename Line>
+void addFaultLines(const FaultReport& f, const Report& r, const Line& line) {
+  std::string kinds;
+  for (const auto& [kind, n] : f.injected) {
+    kinds += (kinds.empty() ? "" : ", ") + kind + " " + std::to_string(n);
+  }
+  line("Faults injected", kinds);
+  line("Fault effects (requests)",
+       std::to_string(f.failed_by_crash) + " failed with a crashed worker, " +
+           std::to_string(f.timed_out) + " timed out on a hung worker (" +
+           fixed(f.request_timeout_ms / 1000.0, 3) + " s), " + std::to_string(f.error_replies) +
+           " error replies, " + std::to_string(f.aborted) + " aborted, " +
+           std::to_string(f.no_worker) + " failed with no worker up, " + std::to_string(f.retried) +
+           " retried");
+  line("Slowed passes", std::to_string(f.slowed_passes));
+  line("Survivors (completed)",
+       std::to_string(r.completed_requests) + ": TTFT p50 " +
+           (r.ttft.count > 0 ? fixed(r.ttft.p50, 3) : std::string("–")) + " ms, E2E p50 " +
+           (r.e2e_latency.count > 0 ? fixed(r.e2e_latency.p50, 3) : std::string("–")) +
+           " ms, p99 " +
+           (r.e2e_latency.count > 0 ? fixed(r.e2e_latency.p99, 3) : std::string("–")) + " ms");
+}
+
+/// The report's "faults" object (formatReportJson).
+ordered_json faultsJson(const FaultReport& f, const Report& r) {
+  ordered_json injected = ordered_json::object();
+  for (const auto& [kind, n] : f.injected) injected[kind] = n;
+  const auto stat = [](const Distribution& d, double v) {
+    return d.count == 0 ? ordered_json(nullptr) : ordered_json(v);
+  };
+  ordered_json j;
+  j["injected"] = std::move(injected);
+  j["failed_by_crash"] = f.failed_by_crash;
+  j["timed_out"] = f.timed_out;
+  j["error_replies"] = f.error_replies;
+  j["aborted"] = f.aborted;
+  j["no_worker"] = f.no_worker;
+  j["retried"] = f.retried;
+  j["slowed_passes"] = f.slowed_passes;
+  j["request_timeout_ms"] = f.request_timeout_ms;
+  j["survivors"] = r.completed_requests;
+  j["survivor_ttft_p50_ms"] = stat(r.ttft, r.ttft.p50);
+  j["survivor_e2e_p50_ms"] = stat(r.e2e_latency, r.e2e_latency.p50);
+  j["survivor_e2e_p99_ms"] = stat(r.e2e_latency, r.e2e_latency.p99);
+  return j;
+}
+
 /// `s` right-aligned in a column of `width`; a value as wide as the column or wider still gets
 /// one leading space, so that it never runs into the column before it.
 std::string padLeft(const std::string& s, std::size_t width) {
@@ -283,6 +332,7 @@ std::string formatReportTable(const Report& r) {
          std::to_string(t.bytes_gpu_to_host) + ", " + std::to_string(t.bytes_host_to_gpu) + ", " +
              std::to_string(t.bytes_host_to_disk) + ", " + std::to_string(t.bytes_disk_to_host));
   }
+  if (r.faults) addFaultLines(*r.faults, r, line);
   for (const AdapterReport& a : r.adapters) {
     line("LoRA " + (a.adapter ? "'" + *a.adapter + "'" : std::string("(base model)")),
          std::to_string(a.requests) + " requests (completed " +
@@ -401,6 +451,7 @@ std::string formatReportJson(const Report& r) {
     }
     j["lora_adapters"] = std::move(rows);
   }
+  if (r.faults) j["faults"] = faultsJson(*r.faults, r);
   if (r.goodput) {
     j["goodput_completed_requests"] = r.goodput->completed_requests;
     j["goodput_request_throughput_rps"] = orNull(r.goodput->request_throughput_rps);

@@ -37,7 +37,8 @@ std::size_t displayWidth(const std::string& s);
 /// output_token_throughput_per_user without "_ms"; then failed_requests, incomplete_requests,
 /// total_preemptions, peak_kv_usage; then (disaggregated runs only, report.handoff) handoffs,
 /// handoff_activations, handoffs_refused, expired_holds and the nine statistics of
-/// kv_transfer, decode_queue and handoff_wait (…_ms); then (only when SLOs were given)
+/// kv_transfer, decode_queue and handoff_wait (…_ms); then the tier keys, lora_adapters and
+/// "faults" (docs/metrics.md), each only when the run has them; then (only when SLOs were given)
 /// goodput_completed_requests, goodput_request_throughput_rps, goodput_output_throughput_tok_s;
 /// then `vllm bench serve`'s names: duration (s), completed, failed, request_throughput,
 /// output_throughput, total_token_throughput, {mean,median,p75,p90,p95,p99,std}_e2el_ms; then,

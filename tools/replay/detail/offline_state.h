@@ -21,6 +21,12 @@ struct Tracked {
   std::uint32_t turn = 0;
   bool live = false;
   bool first_token = false;  ///< the kv router's load saw its prefill end
+  // Failure drills (tools/replay/offline_faults.h).
+  std::uint32_t rank = 0;         ///< the DP rank it was submitted to
+  double arrival_ms = 0.0;        ///< a hung rank's requests time out from here
+  std::uint32_t tokens = 0;       ///< output tokens streamed so far (with abort_after only)
+  std::uint32_t abort_after = 0;  ///< an `abort` fault: the stream ends after this many; 0 = none
+  bool aborted = false;           ///< ended by its abort: later outputs of its pass are dropped
   // Decode worker: where its KV came from, and when the prefill pass ended.
   std::uint32_t source_worker = 0;
   double prefill_end_ms = 0.0;
@@ -59,6 +65,7 @@ struct Slot {
   std::uint32_t rank = 0;
   double clock_ms = 0.0;  ///< next pass start (or end of the pass in flight)
   bool blocked = false;   ///< last pass did nothing: wait for a new dispatch
+  bool down = false;      ///< crashed or hung (a fault): no pass, no request routed to it
   std::uint64_t in_flight = 0;
   std::priority_queue<double, std::vector<double>, std::greater<>> pending_terminals;
 };
