@@ -50,7 +50,8 @@ from .wire import (CANCEL_RESULTS, ERROR_CODES, FINISH_REASONS, HANDOFF_KEY_BYTE
 
 __all__ = [
     "CANCEL_RESULTS", "ERROR_CODES", "FINISH_REASONS", "FLEET_FILE_VERSION", "HANDOFF_KEY_BYTES",
-    "LORA_OPS", "MAX_ID_BYTES", "MAX_LORA_NAME_BYTES", "MAX_MESSAGE_BYTES", "LoraRefused", "PROTOCOL_VERSION", "SERVICE_TYPES", "DisaggregatedClient",
+    "LORA_OPS", "MAX_ID_BYTES", "MAX_LORA_NAME_BYTES", "MAX_MESSAGE_BYTES", "LoraRefused",
+    "PROTOCOL_VERSION", "SERVICE_TYPES", "DisaggregatedClient",
     "Fleet", "FleetRank", "FleetWorker", "HandedOff", "MockerClient", "MockerError",
     "ProtocolError", "ServerError", "SubmitRejected", "decode_message", "encode_message",
     "load_fleet", "read_key_file",
