@@ -240,6 +240,40 @@ LengthBound effectiveLengthLimit(const EngineConfig& config) {
   return {.tokens = limit.tokens, .binding = limit.binding};
 }
 
+namespace {
+
+Status checkLoraOp(const EngineConfig& config, std::string_view name, std::string_view op) {
+  MOCKER_TRY_VOID(checkLoraName(name, "name"));
+  if (config.max_loras == 0) {
+    return Error{ErrorCode::Unsupported,
+                 std::string(op) + ": LoRA is off on this engine (max_loras 0)"};
+  }
+  return {};
+}
+
+}  // namespace
+
+Result<bool> Engine::loadLora(std::string_view name, double now_ms) {
+  MOCKER_TRY_VOID(checkLoraOp(*config_, name, "lora_load"));
+  auto id = loras_.intern(name);
+  if (!id) {
+    return invalidArgument("name: this engine already knows " + std::to_string(kMaxLoraAdapters) +
+                           " adapters (the most it interns)");
+  }
+  bool loaded = false;
+  for (auto& rank : ranks_) loaded = rank->loadLora(*id, now_ms) || loaded;
+  return loaded;
+}
+
+Result<bool> Engine::unloadLora(std::string_view name) {
+  MOCKER_TRY_VOID(checkLoraOp(*config_, name, "lora_unload"));
+  const std::uint32_t id = loras_.find(name);
+  if (id == 0) return false;  // never named here: nothing resident
+  bool held = false;
+  for (auto& rank : ranks_) held = rank->unloadLora(id) || held;
+  return held;
+}
+
 void discardOutputs(PassResult& pass, RequestId id) {
   std::erase_if(pass.outputs, [id](const OutputSignal& s) { return s.id == id; });
 }

@@ -16,6 +16,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <string_view>
 #include <vector>
 
 #include "base/result.h"
@@ -130,6 +131,17 @@ class Engine final {
   /// LoRA adapters (docs/engine.md "LoRA adapters"): the name of adapter id `id` as KV events
   /// and loraUsage carry it (REQUIRES: an id this engine gave out, >= 1).
   const std::string& loraName(std::uint32_t id) const { return loras_.name(id); }
+  /// lora_load (vLLM's add_lora) at `now_ms`, on every rank: adapter `name` becomes resident
+  /// (the most recently used; the least recently used one is evicted when max_cpu_loras are
+  /// resident). A rank where it was not resident is busy for lora_load_ms from max(now_ms, the
+  /// end of its last pass): a pass starting before then waits. True if some rank loaded it.
+  /// Refused: LoRA off (Unsupported), a name checkLoraName refuses or one more than
+  /// kMaxLoraAdapters (InvalidArgument naming "name").
+  Result<bool> loadLora(std::string_view name, double now_ms);
+  /// lora_unload (vLLM's remove_lora), on every rank: `name` is no longer resident; a running
+  /// or waiting request of it loads it again when next scheduled. True if some rank held it.
+  /// Refused as loadLora.
+  Result<bool> unloadLora(std::string_view name);
   /// Adapters of `dp_rank`'s running and waiting requests (vllm:lora_requests_info); O(requests).
   LoraUsage loraUsage(std::uint32_t dp_rank) const;
 

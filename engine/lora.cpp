@@ -48,6 +48,11 @@ Result<std::uint32_t> LoraRegistry::intern(std::string_view name) {
   return id;
 }
 
+std::uint32_t LoraRegistry::find(std::string_view name) const {
+  const auto it = ids_.find(std::string(name));
+  return it == ids_.end() ? 0 : it->second;
+}
+
 bool LoraBatch::admits(std::uint32_t id) const {
   if (id == 0 || ids_.size() < max_) return true;
   return std::find(ids_.begin(), ids_.end(), id) != ids_.end();
@@ -59,6 +64,25 @@ void LoraBatch::add(std::uint32_t id) {
 
 bool LoraResidency::resident(std::uint32_t id) const {
   return std::find(lru_.begin(), lru_.end(), id) != lru_.end();
+}
+
+bool LoraResidency::load(std::uint32_t id) {
+  if (const auto it = std::find(lru_.begin(), lru_.end(), id); it != lru_.end()) {
+    lru_.erase(it);
+    lru_.push_back(id);
+    return false;
+  }
+  if (capacity_ == 0) return false;
+  if (lru_.size() >= capacity_) lru_.erase(lru_.begin());
+  lru_.push_back(id);
+  return true;
+}
+
+bool LoraResidency::remove(std::uint32_t id) {
+  const auto it = std::find(lru_.begin(), lru_.end(), id);
+  if (it == lru_.end()) return false;
+  lru_.erase(it);
+  return true;
 }
 
 std::uint32_t LoraResidency::use(std::span<const std::uint32_t> pass_ids) {

@@ -49,6 +49,8 @@ class LoraRegistry {
   /// The id of `name`, interned on first use (1, 2, …). Refused (InvalidArgument naming "lora")
   /// for a name checkLoraName refuses or once kMaxLoraAdapters names are known.
   Result<std::uint32_t> intern(std::string_view name);
+  /// The id of `name` if it was interned, else 0.
+  std::uint32_t find(std::string_view name) const;
   /// The name of id `id` (REQUIRES: 1 <= id <= size()).
   const std::string& name(std::uint32_t id) const { return names_[id - 1]; }
   std::size_t size() const { return names_.size(); }
@@ -84,6 +86,13 @@ class LoraResidency {
   /// used; those not resident are loaded, evicting the least recently used adapters not in this
   /// pass. Returns how many were loaded.
   std::uint32_t use(std::span<const std::uint32_t> pass_ids);
+  /// A load outside a pass (lora_load, vLLM's add_lora): `id` becomes the most recently used;
+  /// if it was not resident it is loaded, evicting the least recently used adapter when all
+  /// capacity slots are taken (as vLLM's worker: even one that running requests use — the
+  /// pass that next schedules it loads it again). Returns whether it was loaded.
+  bool load(std::uint32_t id);
+  /// Drops `id` (lora_unload, vLLM's remove_lora). Returns whether it was resident.
+  bool remove(std::uint32_t id);
   bool resident(std::uint32_t id) const;
   std::span<const std::uint32_t> lru() const { return lru_; }
 

@@ -262,6 +262,7 @@ PassResult VllmScheduler::step(double now_ms) {
   pass.out.did_work = !scheduled_.empty() || !pass.out.outputs.empty() ||
                       !pass.out.handoffs.empty() || !pass.out.activations.empty() ||
                       !pass.out.expired_holds.empty() || !pass.out.kv_events.empty();
+  if (pass.out.did_work) last_end_ms_ = std::max(last_end_ms_, pass.out.end_ms);
   return std::move(pass.out);
 }
 

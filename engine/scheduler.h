@@ -55,6 +55,8 @@ class VllmScheduler final : public detail::RankCore {
   }
   std::vector<std::uint64_t> tierBlockHashes(Medium medium) const override;
   LoraUsage loraUsage() const override;
+  bool loadLora(std::uint32_t id, double now_ms) override;
+  bool unloadLora(std::uint32_t id) override;
 
  private:
   // Held: prefill worker, prompt done, KV kept for a decode worker. Reserving: decode worker,
@@ -178,7 +180,8 @@ class VllmScheduler final : public detail::RankCore {
   /// After admitWaiting: skipped requests back at the front of their queues, in their order.
   void restoreLoraSkipped();
   /// After timing: the pass loads the adapters it schedules that are not resident
-  /// (lora_load_ms each, added to its prefill time).
+  /// (lora_load_ms each, added to its prefill time), after waiting for a lora_load that is
+  /// still running at its start.
   void loadLoras(Pass& pass);
 
   // KV offload tiers (scheduler_offload.cpp; README "KV offload tiers").
@@ -235,6 +238,8 @@ class VllmScheduler final : public detail::RankCore {
   LoraBatch lora_batch_;         // this pass's adapters (at most max_loras)
   LoraResidency lora_resident_;  // resident adapters (max_cpu_loras, LRU)
   std::vector<std::pair<RequestId, bool>> lora_skipped_;  // (id, from loaded_) this pass
+  double last_end_ms_ = 0.0;         // end of the rank's latest pass that did work
+  double lora_busy_until_ms_ = 0.0;  // a lora_load's end: a pass starting earlier waits for it
 
   // Per-pass scratch (kept as members to reuse their capacity).
   std::vector<Scheduled> scheduled_;

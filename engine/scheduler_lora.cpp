@@ -7,6 +7,12 @@
 // adapter while the set has room). Skipped requests return to the front of waiting in their
 // order. A pass then loads the adapters it schedules that are not resident (max_cpu_loras, LRU):
 // lora_load_ms each, added to its prefill time.
+//
+// lora_load / lora_unload (vLLM's add_lora / remove_lora, utility calls its engine core runs
+// between two steps): a load makes the adapter resident at once and keeps the rank busy for
+// lora_load_ms from max(its time, the end of the rank's last pass); a pass that starts before
+// that waits for it (the wait is added to its prefill time). An unload drops the adapter from
+// the resident set; a request of it that runs or waits loads it again when it is next scheduled.
 #include <algorithm>
 
 #include "engine/scheduler.h"
@@ -39,7 +45,19 @@ void VllmScheduler::loadLoras(Pass& pass) {
   const std::uint32_t loads = lora_resident_.use(lora_batch_.ids());
   if (loads > 0)
     pass.out.prefill_ms += detail::scaledPrefillMs(config_, loads * config_.lora_load_ms);
+  if (!scheduled_.empty() && lora_busy_until_ms_ > pass.out.start_ms) {
+    pass.out.prefill_ms += lora_busy_until_ms_ - pass.out.start_ms;
+  }
 }
+
+bool VllmScheduler::loadLora(std::uint32_t id, double now_ms) {
+  if (!lora_resident_.load(id)) return false;
+  const double start = std::max({now_ms, last_end_ms_, lora_busy_until_ms_});
+  lora_busy_until_ms_ = start + detail::scaledPrefillMs(config_, config_.lora_load_ms);
+  return true;
+}
+
+bool VllmScheduler::unloadLora(std::uint32_t id) { return lora_resident_.remove(id); }
 
 LoraUsage VllmScheduler::loraUsage() const {
   LoraUsage usage;

@@ -85,7 +85,7 @@ void Exchange::onOutput(std::size_t c, const protocol::RequestOutput& output) {
   if (!output.tokens.empty()) {
     const auto now = Clock::now();
     if (!timing_.last_output) {
-      host_.firstToken(std::chrono::duration<double>(now - timing_.arrival).count());
+      host_.firstToken(*this, std::chrono::duration<double>(now - timing_.arrival).count());
     } else {
       const double gap = std::chrono::duration<double>(now - *timing_.last_output).count();
       const double per_token = gap / static_cast<double>(output.tokens.size());

@@ -32,7 +32,7 @@ class ExchangeHost {
   virtual void forget(const std::string& id) = 0;
   /// The response ended with HTTP `status` (499: the client went away first).
   virtual void finished(Exchange& exchange, int status) = 0;
-  virtual void firstToken(double seconds) = 0;
+  virtual void firstToken(const Exchange& exchange, double seconds) = 0;
   virtual void interToken(double seconds) = 0;
 
  protected:
@@ -76,6 +76,8 @@ class Exchange final : public std::enable_shared_from_this<Exchange> {
   void expire(const std::string& message);
 
   const std::string& endpoint() const { return endpoint_; }
+  /// The LoRA adapter its choices name (absent: the base model).
+  const std::optional<std::string>& lora() const { return lora_; }
   const ResponseShaper& shaper() const { return shaper_; }
   const Timing& timing() const { return timing_; }
   bool disconnected() const { return disconnected_; }

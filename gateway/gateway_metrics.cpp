@@ -12,6 +12,17 @@ void appendDouble(std::string& out, double v) {
   out.append(buf, end);
 }
 
+/// A label value as the text format wants it: backslash and double quote escaped (an adapter
+/// name holds no control characters).
+std::string escapeLabel(std::string_view v) {
+  std::string out;
+  for (const char ch : v) {
+    if (ch == '\\' || ch == '"') out += '\\';
+    out += ch;
+  }
+  return out;
+}
+
 void header(std::string& out, std::string_view name, std::string_view type, std::string_view help) {
   out.append("# HELP ").append(name).append(" ").append(help).append("\n# TYPE ");
   out.append(name).append(" ").append(type).append("\n");
@@ -22,20 +33,37 @@ void counter(std::string& out, std::string_view name, std::string_view help, std
   out.append(name).append(" ").append(std::to_string(value)).append("\n");
 }
 
-void histogram(std::string& out, std::string_view name, std::string_view help,
-               const service::Histogram& h) {
-  header(out, name, "histogram", help);
+// A histogram's samples; `labels` ("" or `lora="x",`) go first in every label set.
+void histogramSamples(std::string& out, std::string_view name, std::string_view labels,
+                      const service::Histogram& h) {
   std::uint64_t cumulative = 0;
   for (std::size_t i = 0; i < h.bounds.size(); ++i) {
     cumulative += h.counts[i];
-    out.append(name).append("_bucket{le=\"");
+    out.append(name).append("_bucket{").append(labels).append("le=\"");
     appendDouble(out, h.bounds[i]);
     out.append("\"} ").append(std::to_string(cumulative)).append("\n");
   }
-  out.append(name).append("_bucket{le=\"+Inf\"} ").append(std::to_string(h.count)).append("\n");
-  out.append(name).append("_sum ");
+  out.append(name).append("_bucket{").append(labels).append("le=\"+Inf\"} ");
+  out.append(std::to_string(h.count)).append("\n");
+  // Without labels: `name_sum 1.5`; with them: `name_sum{lora="x"} 1.5`.
+  const std::string_view set =
+      labels.empty() ? std::string_view() : labels.substr(0, labels.size() - 1);
+  const auto suffix = [&](std::string_view s) {
+    out.append(name).append(s);
+    if (!set.empty()) out.append("{").append(set).append("}");
+    out.append(" ");
+  };
+  suffix("_sum");
   appendDouble(out, h.sum);
-  out.append("\n").append(name).append("_count ").append(std::to_string(h.count)).append("\n");
+  out.append("\n");
+  suffix("_count");
+  out.append(std::to_string(h.count)).append("\n");
+}
+
+void histogram(std::string& out, std::string_view name, std::string_view help,
+               const service::Histogram& h) {
+  header(out, name, "histogram", help);
+  histogramSamples(out, name, "", h);
 }
 
 void renderKv(std::string& out, const KvRoutingFigures& kv) {
@@ -63,6 +91,19 @@ void renderKv(std::string& out, const KvRoutingFigures& kv) {
 }
 
 }  // namespace
+
+GatewayMetrics::LoraSeries::LoraSeries()
+    : ttft(service::ttftBucketsSeconds()), duration(service::requestLatencyBucketsSeconds()) {}
+
+void GatewayMetrics::observeLoraTtft(const std::string& lora, double seconds) {
+  lora_[lora].ttft.observe(seconds);
+}
+
+void GatewayMetrics::finishLoraRequest(const std::string& lora, int status, double seconds) {
+  LoraSeries& s = lora_[lora];
+  ++s.requests[status];
+  s.duration.observe(seconds);
+}
 
 GatewayMetrics::GatewayMetrics()
     : ttft_(service::ttftBucketsSeconds()),
@@ -102,7 +143,32 @@ std::string GatewayMetrics::render() const {
   counter(out, "dynamo_frontend_disconnects_total",
           "Requests cancelled because their client went away or read too slowly.", disconnects_);
   if (kv_) renderKv(out, *kv_);
+  if (!lora_.empty()) renderLora(out);
   return out;
+}
+
+void GatewayMetrics::renderLora(std::string& out) const {
+  header(out, "mocker_gateway:lora_requests_total", "counter",
+         "Generation requests answered, by LoRA adapter and status code.");
+  for (const auto& [lora, s] : lora_) {
+    for (const auto& [status, n] : s.requests) {
+      out.append("mocker_gateway:lora_requests_total{lora=\"").append(escapeLabel(lora));
+      out.append("\",status=\"").append(std::to_string(status)).append("\"} ");
+      out.append(std::to_string(n)).append("\n");
+    }
+  }
+  constexpr std::string_view kTtft = "mocker_gateway:lora_time_to_first_token_seconds";
+  header(out, kTtft, "histogram",
+         "Time from a LoRA adapter's request's arrival to its first token, in seconds.");
+  for (const auto& [lora, s] : lora_) {
+    histogramSamples(out, kTtft, "lora=\"" + escapeLabel(lora) + "\",", s.ttft);
+  }
+  constexpr std::string_view kDuration = "mocker_gateway:lora_request_duration_seconds";
+  header(out, kDuration, "histogram",
+         "Time from a LoRA adapter's request's arrival to its last byte, in seconds.");
+  for (const auto& [lora, s] : lora_) {
+    histogramSamples(out, kDuration, "lora=\"" + escapeLabel(lora) + "\",", s.duration);
+  }
 }
 
 }  // namespace mocker::gateway

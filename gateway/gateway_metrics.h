@@ -13,6 +13,11 @@
 // dynamo_frontend_kv_query_failures_total, and the live KV index's
 // dynamo_frontend_kv_index_blocks (gauge), _batches_applied_total, _gaps_detected_total,
 // _gaps_healed_total, _resyncs_total.
+// Per LoRA adapter (vLLM's frontend labels none of its series by adapter; Dynamo's frontend
+// labels by model): mocker_gateway:lora_requests_total{lora, status},
+// mocker_gateway:lora_time_to_first_token_seconds{lora} and
+// mocker_gateway:lora_request_duration_seconds{lora} (histograms, the same buckets), for the
+// adapters the gateway serves: an unloaded adapter's series go with it.
 // Why not vLLM's `vllm:` names: the workers behind the gateway already export those for the
 // engine's view; a scrape of both would mix two measurements under one name.
 //
@@ -44,6 +49,12 @@ class GatewayMetrics {
     cached_tokens_ += cached;
   }
   void countDisconnect() { ++disconnects_; }
+  /// Per LoRA adapter `lora` (one the gateway serves): a first token after `seconds`; a request
+  /// answered with `status` after `seconds`.
+  void observeLoraTtft(const std::string& lora, double seconds);
+  void finishLoraRequest(const std::string& lora, int status, double seconds);
+  /// Adapter `lora` is no longer served: its series go.
+  void forgetLora(const std::string& lora) { lora_.erase(lora); }
   void setInflight(std::uint64_t n) { inflight_ = n; }
   void setKvRouting(const KvRoutingFigures& figures) { kv_ = figures; }
 
@@ -64,6 +75,14 @@ class GatewayMetrics {
   std::uint64_t disconnects_ = 0;
   std::uint64_t inflight_ = 0;
   std::optional<KvRoutingFigures> kv_;
+  struct LoraSeries {
+    LoraSeries();
+    std::map<int, std::uint64_t> requests;  // by HTTP status
+    service::Histogram ttft;
+    service::Histogram duration;
+  };
+  std::map<std::string, LoraSeries> lora_;  // by adapter name
+  void renderLora(std::string& out) const;
 };
 
 }  // namespace mocker::gateway

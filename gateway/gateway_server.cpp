@@ -12,6 +12,7 @@
 #include "base/check.h"
 #include "gateway/exchange.h"
 #include "gateway/gateway_metrics.h"
+#include "gateway/lora_rollout.h"
 #include "gateway/tokenizer.h"
 #include "gateway/worker_choice.h"
 #include "tools/replay/decode_router.h"
@@ -100,6 +101,7 @@ class Server final : public GatewayServer, public ExchangeHost {
                                   std::to_string(options_.request_timeout.count()) +
                                   " ms (--request-timeout-s)";
       for (const auto& exchange : expired) exchange->expire(message);
+      lora_rollout_.expire(now, options_.request_timeout);
       sweep();
     });
   }
@@ -127,17 +129,27 @@ class Server final : public GatewayServer, public ExchangeHost {
   void finished(Exchange& exchange, int status) override {
     metrics_.countRequest(exchange.endpoint(), status);
     const auto& t = exchange.timing();
-    metrics_.observeDuration(std::chrono::duration<double>(Clock::now() - t.arrival).count());
+    const double seconds = std::chrono::duration<double>(Clock::now() - t.arrival).count();
+    metrics_.observeDuration(seconds);
+    if (served(exchange.lora())) metrics_.finishLoraRequest(*exchange.lora(), status, seconds);
     metrics_.addTokens(exchange.shaper().promptTokens(), exchange.shaper().completionTokens(),
                        exchange.shaper().cachedTokens());
     if (exchange.disconnected()) metrics_.countDisconnect();
     inflight_.erase(&exchange);
     metrics_.setInflight(inflight_.size());
   }
-  void firstToken(double seconds) override { metrics_.observeTtft(seconds); }
+  void firstToken(const Exchange& exchange, double seconds) override {
+    metrics_.observeTtft(seconds);
+    if (served(exchange.lora())) metrics_.observeLoraTtft(*exchange.lora(), seconds);
+  }
   void interToken(double seconds) override { metrics_.observeItl(seconds); }
 
  private:
+  /// A LoRA adapter the gateway serves now (per-adapter metrics exist for those only).
+  bool served(const std::optional<std::string>& lora) const {
+    return lora && loras_.find(*lora) != nullptr;
+  }
+
   void handle(const std::shared_ptr<HttpConnection>& connection, HttpRequest&& request) {
     const std::string& path = request.target;
     HttpHeaders headers;
@@ -189,7 +201,10 @@ class Server final : public GatewayServer, public ExchangeHost {
                                                      "(Authorization: Bearer KEY)"}));
     }
     if (path == "/v1/models") return answer(endpoint, modelsReply());
-    if (kLoraRoutes.contains(path)) return answer(endpoint, loraUpdateReply(path, request.body));
+    if (kLoraRoutes.contains(path)) {
+      return loraUpdate(connection, path == "/v1/load_lora_adapter", request.body, endpoint,
+                        headers);
+    }
     if (path == "/tokenize") return answer(endpoint, tokenizeReply(request.body));
     if (path == "/detokenize") return answer(endpoint, detokenizeReply(request.body));
     (void)post;
@@ -237,12 +252,49 @@ class Server final : public GatewayServer, public ExchangeHost {
     return jsonReply(ojson{{"object", "list"}, {"data", std::move(data)}});
   }
 
-  /// POST /v1/load_lora_adapter, /v1/unload_lora_adapter: vLLM's plain-text success answer.
-  HttpReply loraUpdateReply(const std::string& path, const std::string& body) {
-    auto result = path == "/v1/load_lora_adapter" ? loras_.load(body) : loras_.unload(body);
-    if (const auto* e = std::get_if<ApiError>(&result)) return errorReply(*e);
-    return HttpReply{.content_type = "text/plain; charset=utf-8",
-                     .body = std::move(std::get<std::string>(result))};
+  /// POST /v1/load_lora_adapter (`load`), /v1/unload_lora_adapter: checked as vLLM checks
+  /// them, sent to every worker (lora_load / lora_unload, one operation per name at a time:
+  /// lora_rollout.h) and answered once all replied: vLLM's plain-text success, or for a load a
+  /// worker refused, vLLM's answer to an engine that cannot load it (400 BadRequestError). An
+  /// unload is answered with success whatever the workers said (vLLM logs a failed engine
+  /// removal and goes on), the refusals logged.
+  void loraUpdate(const std::shared_ptr<HttpConnection>& connection, bool load,
+                  const std::string& body, const std::string& endpoint,
+                  const HttpHeaders& headers) {
+    auto answer = [this, connection, endpoint, headers](HttpReply&& reply) {
+      metrics_.countRequest(endpoint, reply.status);
+      for (const auto& h : headers) reply.headers.push_back(h);
+      connection->reply(std::move(reply));
+    };
+    if (const auto name = LoraAdapters::bodyName(body); name && lora_rollout_.busy(*name)) {
+      lora_rollout_.defer(*name, [this, connection, load, body, endpoint, headers] {
+        loraUpdate(connection, load, body, endpoint, headers);
+      });
+      return;
+    }
+    std::optional<LoraAdapter> adapter;
+    std::string name;
+    if (load) {
+      auto checked = loras_.checkLoad(body);
+      if (const auto* e = std::get_if<ApiError>(&checked)) return answer(errorReply(*e));
+      adapter = std::move(std::get<LoraAdapter>(checked));
+      name = adapter->name;
+    } else {
+      auto checked = loras_.checkUnload(body);
+      if (const auto* e = std::get_if<ApiError>(&checked)) return answer(errorReply(*e));
+      name = std::move(std::get<std::string>(checked));
+    }
+    const auto op = load ? protocol::LoraOp::Load : protocol::LoraOp::Unload;
+    lora_rollout_.start(
+        op, name, pool_->size(), Clock::now(),
+        [this, answer, adapter = std::move(adapter)](LoraRollout::Outcome&& outcome) mutable {
+          if (outcome.op == protocol::LoraOp::Unload) metrics_.forgetLora(outcome.name);
+          auto result = finishLoraUpdate(loras_, std::move(outcome), std::move(adapter));
+          if (const auto* e = std::get_if<ApiError>(&result)) return answer(errorReply(*e));
+          answer(HttpReply{.content_type = "text/plain; charset=utf-8",
+                           .body = std::move(std::get<std::string>(result))});
+        });
+    for (std::size_t w = 0; w < pool_->size(); ++w) pool_->sendLora(w, op, name);
   }
 
   HttpReply tokenizeReply(const std::string& body) const {
@@ -397,6 +449,7 @@ class Server final : public GatewayServer, public ExchangeHost {
   void onLiveness(std::size_t w, bool lost) {
     choice_->setLost(w, lost);
     if (!lost) return;
+    lora_rollout_.onLost(w, "stopped answering (--worker-timeout-s)");
     struct Held {
       std::uint64_t dispatch;
       std::shared_ptr<Exchange> exchange;
@@ -441,6 +494,11 @@ class Server final : public GatewayServer, public ExchangeHost {
         }
       } else if (auto* handoff = std::get_if<protocol::Handoff>(&event.message)) {
         onHandoff(w, *handoff);
+      } else if (auto* lora = std::get_if<protocol::LoraReply>(&event.message)) {
+        if (!lora_rollout_.onReply(w, *lora)) {
+          SPDLOG_DEBUG("gateway: lora_reply for '{}' from worker {} awaited by nothing", lora->name,
+                       w);
+        }
       } else if (auto* reject = std::get_if<protocol::SubmitReject>(&event.message)) {
         if (auto route = find(reject->id, w)) {
           releaseHeld(reject->id);
@@ -486,6 +544,7 @@ class Server final : public GatewayServer, public ExchangeHost {
   std::unique_ptr<WorkerPool> pool_;
   std::unique_ptr<KvRouting> kv_;  // --router kv
   LoraAdapters loras_;             // --lora-modules and run-time loads
+  LoraRollout lora_rollout_;       // run-time loads and unloads awaiting the workers
   std::shared_ptr<const Tokenizer> tokenizer_ =
       options_.tokenizer ? options_.tokenizer : std::make_shared<BuiltinTokenizer>();
   GatewayMetrics metrics_;

@@ -131,7 +131,15 @@ const LoraAdapter* LoraAdapters::find(std::string_view model) const {
   return it == adapters_.end() ? nullptr : &*it;
 }
 
-std::variant<std::string, ApiError> LoraAdapters::load(std::string_view body) {
+std::optional<std::string> LoraAdapters::bodyName(std::string_view body) {
+  auto parsed = parseBody(body);
+  if (std::holds_alternative<ApiError>(parsed)) return std::nullopt;
+  auto name = optString(std::get<nlohmann::json>(parsed), "lora_name");
+  if (std::holds_alternative<ApiError>(name)) return std::nullopt;
+  return std::get<std::optional<std::string>>(name);
+}
+
+std::variant<LoraAdapter, ApiError> LoraAdapters::checkLoad(std::string_view body) const {
   auto parsed = parseBody(body);
   if (auto* e = std::get_if<ApiError>(&parsed)) return std::move(*e);
   const auto& json = std::get<nlohmann::json>(parsed);
@@ -156,11 +164,21 @@ std::variant<std::string, ApiError> LoraAdapters::load(std::string_view body) {
                     .message = "lora_name: '" + *n + "' is the base model's name",
                     .param = "lora_name"};
   }
-  adapters_.push_back({.name = *n, .path = std::move(*p)});
-  return "Success: LoRA adapter '" + *n + "' added successfully.";
+  return LoraAdapter{.name = *n, .path = std::move(*p)};
 }
 
-std::variant<std::string, ApiError> LoraAdapters::unload(std::string_view body) {
+std::string LoraAdapters::add(LoraAdapter adapter) {
+  adapters_.push_back(std::move(adapter));
+  return "Success: LoRA adapter '" + adapters_.back().name + "' added successfully.";
+}
+
+std::variant<std::string, ApiError> LoraAdapters::load(std::string_view body) {
+  auto checked = checkLoad(body);
+  if (auto* e = std::get_if<ApiError>(&checked)) return std::move(*e);
+  return add(std::move(std::get<LoraAdapter>(checked)));
+}
+
+std::variant<std::string, ApiError> LoraAdapters::checkUnload(std::string_view body) const {
   auto parsed = parseBody(body);
   if (auto* e = std::get_if<ApiError>(&parsed)) return std::move(*e);
   const auto& json = std::get<nlohmann::json>(parsed);
@@ -177,15 +195,23 @@ std::variant<std::string, ApiError> LoraAdapters::unload(std::string_view body) 
     return ApiError{
         .status = 404, .message = "The lora adapter 'None' cannot be found.", .param = "lora_name"};
   }
-  const auto it = std::find_if(adapters_.begin(), adapters_.end(),
-                               [&](const LoraAdapter& a) { return a.name == *n; });
-  if (it == adapters_.end()) {
+  if (find(*n) == nullptr) {
     return ApiError{.status = 404,
                     .message = "The lora adapter '" + *n + "' cannot be found.",
                     .param = "lora_name"};
   }
-  adapters_.erase(it);
-  return "Success: LoRA adapter '" + *n + "' removed successfully.";
+  return *n;
+}
+
+std::string LoraAdapters::remove(const std::string& name) {
+  std::erase_if(adapters_, [&](const LoraAdapter& a) { return a.name == name; });
+  return "Success: LoRA adapter '" + name + "' removed successfully.";
+}
+
+std::variant<std::string, ApiError> LoraAdapters::unload(std::string_view body) {
+  auto checked = checkUnload(body);
+  if (auto* e = std::get_if<ApiError>(&checked)) return std::move(*e);
+  return remove(std::get<std::string>(checked));
 }
 
 }  // namespace mocker::gateway

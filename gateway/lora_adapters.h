@@ -6,13 +6,14 @@
 // `lora` set to it; GET /v1/models lists the base model, then each adapter in load order with
 // `parent` = the base model and `root` = its path.
 //
-// The path is only echoed (the mock loads no weights). The workers learn an adapter from the
-// first request that names it (their engines model its load time then: docs/engine.md, "LoRA
-// adapters"); nothing is sent to them on load or unload.
+// The path is only echoed (the mock loads no weights). The gateway sends a load or unload to
+// every worker (the client protocol's lora_load / lora_unload: gateway/lora_rollout.h) between
+// checkLoad / checkUnload and add / remove; load() and unload() do both steps at once.
 //
 // Pure value type; not thread-safe (the gateway's I/O thread owns it).
 #pragma once
 
+#include <optional>
 #include <string>
 #include <string_view>
 #include <variant>
@@ -57,6 +58,17 @@ class LoraAdapters {
   /// finds nothing, as in vLLM): the adapter is no longer served (requests already sent with it
   /// finish); 404 NotFoundError for a name not loaded, 400 InvalidUserInput without a name.
   std::variant<std::string, ApiError> unload(std::string_view body);
+
+  /// load() in two steps: the adapter the body names, checked as load() checks it, and then
+  /// (once the workers loaded it) served: add() answers vLLM's success text.
+  std::variant<LoraAdapter, ApiError> checkLoad(std::string_view body) const;
+  std::string add(LoraAdapter adapter);
+  /// unload() in two steps: the name of the adapter the body names, checked as unload() checks
+  /// it; remove() stops serving it and answers vLLM's success text.
+  std::variant<std::string, ApiError> checkUnload(std::string_view body) const;
+  std::string remove(const std::string& name);
+  /// The body's `lora_name` when it is a JSON object with a non-empty string there.
+  static std::optional<std::string> bodyName(std::string_view body);
 
  private:
   std::string base_model_;

@@ -197,4 +197,20 @@ void WorkerPool::cancel(std::size_t worker, std::string id) {
   impl.postDrain();
 }
 
+void WorkerPool::sendLora(std::size_t worker, protocol::LoraOp op, const std::string& name) {
+  Impl& impl = *impl_;
+  const protocol::ClientMessage message = op == protocol::LoraOp::Load
+                                              ? protocol::ClientMessage{protocol::LoraLoad{name}}
+                                              : protocol::ClientMessage{protocol::LoraUnload{name}};
+  if (auto s = impl.clients[worker]->send(message); !s) {
+    impl.events.push_back(
+        {.worker = worker,
+         .message = protocol::LoraReply{.op = op,
+                                        .name = name,
+                                        .error = ErrorCode::IoError,
+                                        .message = "send failed: " + s.error().message}});
+  }
+  impl.postDrain();
+}
+
 }  // namespace mocker::gateway

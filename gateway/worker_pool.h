@@ -75,6 +75,9 @@ class WorkerPool final {
   /// Sends now; a submit that cannot be sent comes back as a SubmitReject event.
   void submit(std::size_t worker, protocol::SubmitRequest&& request);
   void cancel(std::size_t worker, std::string id);
+  /// Sends a lora_load / lora_unload; one that cannot be sent comes back as a LoraReply event
+  /// with an error.
+  void sendLora(std::size_t worker, protocol::LoraOp op, const std::string& name);
   /// Workers that answered a stats request at least once.
   std::size_t readyCount() const { return num_ready_.load(); }
   bool ready() const { return readyCount() == num_workers_; }

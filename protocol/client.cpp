@@ -90,7 +90,10 @@ std::string_view messageType(const ClientMessage& message) {
                                                 "handoff",
                                                 "kv_fetch",
                                                 "kv_fetch_reply",
-                                                "kv_release"};
+                                                "kv_release",
+                                                "lora_load",
+                                                "lora_unload",
+                                                "lora_reply"};
   static_assert(std::size(kNames) == std::variant_size_v<ClientMessage>);
   return kNames[message.index()];
 }
@@ -380,6 +383,51 @@ std::vector<std::byte> encodeClientMessage(const KvRelease& m) {
     packStr(pk, "key");
     packBin(pk, m.key);
   });
+}
+
+std::vector<std::byte> encodeClientMessage(const LoraLoad& m) {
+  return encodeMap(
+      "lora_load", 1,
+      [&](Packer& pk) {
+        packStr(pk, "name");
+        packStr(pk, m.name);
+      },
+      48 + m.name.size());
+}
+
+std::vector<std::byte> encodeClientMessage(const LoraUnload& m) {
+  return encodeMap(
+      "lora_unload", 1,
+      [&](Packer& pk) {
+        packStr(pk, "name");
+        packStr(pk, m.name);
+      },
+      48 + m.name.size());
+}
+
+std::vector<std::byte> encodeClientMessage(const LoraReply& m) {
+  const bool with_message = m.error && !m.message.empty();
+  return encodeMap(
+      "lora_reply", with_message ? 5 : 4,
+      [&](Packer& pk) {
+        packStr(pk, "op");
+        packStr(pk, enumName(detail::kLoraOpNames, m.op));
+        packStr(pk, "name");
+        packStr(pk, m.name);
+        packStr(pk, "result");
+        packStr(pk, m.error ? std::string_view(errorCodeName(*m.error)) : "ok");
+        packStr(pk, "changed");
+        if (m.changed && !m.error) {
+          pk.pack_true();
+        } else {
+          pk.pack_false();
+        }
+        if (with_message) {
+          packStr(pk, "message");
+          packStr(pk, m.message);
+        }
+      },
+      96 + m.name.size() + m.message.size());
 }
 
 }  // namespace mocker::protocol

@@ -283,12 +283,42 @@ struct KvRelease {
   friend bool operator==(const KvRelease&, const KvRelease&) = default;
 };
 
+/// client → service: make LoRA adapter `name` resident on every rank now (vLLM's add_lora;
+/// protocol/README.md §1.2 "LoRA adapters").
+struct LoraLoad {
+  std::string name;  ///< 1..kMaxLoraNameBytes bytes of UTF-8
+  friend bool operator==(const LoraLoad&, const LoraLoad&) = default;
+};
+
+/// client → service: drop LoRA adapter `name` from every rank's resident adapters (vLLM's
+/// remove_lora).
+struct LoraUnload {
+  std::string name;  ///< 1..kMaxLoraNameBytes bytes of UTF-8
+  friend bool operator==(const LoraUnload&, const LoraUnload&) = default;
+};
+
+enum class LoraOp { Load, Unload };  ///< wire: "load", "unload"
+
+/// service → client: the answer to a lora_load / lora_unload.
+struct LoraReply {
+  LoraOp op = LoraOp::Load;
+  std::string name;
+  /// Absent: done ("ok" on the wire); else why it was refused (wire: errorCodeName).
+  std::optional<ErrorCode> error;
+  /// With an error: names what is wrong (omitted on the wire when empty).
+  std::string message;
+  /// Load: some rank loaded it (it was not resident there: lora_load_ms charged). Unload: some
+  /// rank held it. Always false with an error.
+  bool changed = false;
+  friend bool operator==(const LoraReply&, const LoraReply&) = default;
+};
+
 using ClientMessage =
     std::variant<SubmitRequest, SubmitAck, SubmitReject, OutputBatch, CancelRequest, CancelReply,
                  ErrorReply, StatsRequest, StatsReply, KvSnapshotRequest, KvSnapshotReply, Handoff,
-                 KvFetch, KvFetchReply, KvRelease>;
+                 KvFetch, KvFetchReply, KvRelease, LoraLoad, LoraUnload, LoraReply>;
 
-/// The wire "type" of a message ("submit", "submit_ack", ..., "kv_release").
+/// The wire "type" of a message ("submit", "submit_ack", ..., "lora_reply").
 std::string_view messageType(const ClientMessage& message);
 
 /// Encoders, one per message, plus one for the variant. Output follows the key order of
@@ -309,6 +339,9 @@ std::vector<std::byte> encodeClientMessage(const Handoff& m);
 std::vector<std::byte> encodeClientMessage(const KvFetch& m);
 std::vector<std::byte> encodeClientMessage(const KvFetchReply& m);
 std::vector<std::byte> encodeClientMessage(const KvRelease& m);
+std::vector<std::byte> encodeClientMessage(const LoraLoad& m);
+std::vector<std::byte> encodeClientMessage(const LoraUnload& m);
+std::vector<std::byte> encodeClientMessage(const LoraReply& m);
 
 /// Encodes an "output" message from views; the same bytes as encodeClientMessage(OutputBatch)
 /// with the same content (which is implemented on top of this).

@@ -139,6 +139,57 @@ Result<ClientMessage> decodeKvRelease(const MapView& m) {
   return ClientMessage{std::move(r)};
 }
 
+// A LoRA adapter's `name`: 1..kMaxLoraNameBytes bytes of UTF-8 (the engine checks the rest).
+Result<std::string> loraName(const MapView& m) {
+  MOCKER_TRY(const msgpack::object* o, m.require("name"));
+  MOCKER_TRY(const std::string_view name, detail::getStr(*o, "name", kMaxLoraNameBytes));
+  if (name.empty()) return invalidArgument("name: an adapter name must not be empty");
+  return std::string(name);
+}
+
+Result<ClientMessage> decodeLoraLoad(const MapView& m) {
+  LoraLoad r;
+  MOCKER_TRY(r.name, loraName(m));
+  return ClientMessage{std::move(r)};
+}
+
+Result<ClientMessage> decodeLoraUnload(const MapView& m) {
+  LoraUnload r;
+  MOCKER_TRY(r.name, loraName(m));
+  return ClientMessage{std::move(r)};
+}
+
+Result<ErrorCode> parseErrorCode(std::string_view s);
+
+Result<ClientMessage> decodeLoraReply(const MapView& m) {
+  LoraReply r;
+  MOCKER_TRY(const std::string op, strKey(m, "op"));
+  if (const auto v = detail::exactEnum(detail::kLoraOpNames, op)) {
+    r.op = *v;
+  } else {
+    return corruption("op: '" + std::string(detail::clipUtf8(op, 64)) + "' is not one of " +
+                      enumNameList(detail::kLoraOpNames, ", "));
+  }
+  MOCKER_TRY(r.name, loraName(m));
+  MOCKER_TRY(const std::string result, strKey(m, "result"));
+  if (result != "ok") {
+    auto code = parseErrorCode(result);
+    if (!code) {
+      return corruption("result: '" + std::string(detail::clipUtf8(result, 64)) +
+                        "' is neither 'ok' nor an error code");
+    }
+    r.error = *code;
+  }
+  MOCKER_TRY(const msgpack::object* changed, m.require("changed"));
+  MOCKER_TRY(r.changed, detail::getBool(*changed, "changed"));
+  if (r.changed && r.error) return invalidArgument("changed: true with result '" + result + "'");
+  if (const auto* t = m.findNonNil("message")) {
+    MOCKER_TRY(const std::string_view text, detail::getStr(*t, "message", kMaxStringBytes));
+    r.message = std::string(text);
+  }
+  return ClientMessage{std::move(r)};
+}
+
 Result<ClientMessage> decodeSubmitAck(const MapView& m) {
   SubmitAck r;
   MOCKER_TRY(r.id, requestId(m));
@@ -434,6 +485,9 @@ Result<ClientMessage> detail::decodeClientMessageGeneral(std::span<const std::by
   if (type == "kv_fetch") return decodeKvFetch(m);
   if (type == "kv_fetch_reply") return decodeKvFetchReply(m);
   if (type == "kv_release") return decodeKvRelease(m);
+  if (type == "lora_load") return decodeLoraLoad(m);
+  if (type == "lora_unload") return decodeLoraUnload(m);
+  if (type == "lora_reply") return decodeLoraReply(m);
   return corruption("type: unknown message type '" + std::string(detail::clipUtf8(type, 64)) + "'");
 }
 

@@ -176,6 +176,9 @@ void Server::Impl::handleSubmitSocketMessage(std::vector<zmq::message_t>& parts)
           reply(submit_, from, statsReply(from, peer));
         } else if constexpr (std::is_same_v<T, protocol::KvSnapshotRequest>) {
           reply(submit_, from, kvSnapshotReply(m));
+        } else if constexpr (std::is_same_v<T, protocol::LoraLoad> ||
+                             std::is_same_v<T, protocol::LoraUnload>) {
+          reply(submit_, from, loraReply(m));
         } else {
           ++counters.malformed_messages;
           reply(submit_, from,
@@ -284,6 +287,30 @@ protocol::ClientMessage Server::Impl::kvSnapshotReply(
                                 std::nullopt};
   }
   return s;
+}
+
+protocol::LoraReply Server::Impl::loraReply(const protocol::LoraLoad& req) {
+  return loraReply(protocol::LoraOp::Load, req.name, engine_.loadLora(req.name, engineNowMs()));
+}
+
+protocol::LoraReply Server::Impl::loraReply(const protocol::LoraUnload& req) {
+  return loraReply(protocol::LoraOp::Unload, req.name, engine_.unloadLora(req.name));
+}
+
+protocol::LoraReply Server::Impl::loraReply(protocol::LoraOp op, const std::string& name,
+                                            const Result<bool>& done) {
+  protocol::LoraReply r{.op = op, .name = name};
+  if (done) {
+    r.changed = *done;
+    const bool load = op == protocol::LoraOp::Load;
+    log_->info(
+        "lora_{} '{}': {}", load ? "load" : "unload", name,
+        load ? (*done ? "loaded" : "already resident") : (*done ? "unloaded" : "was not resident"));
+  } else {
+    r.error = done.error().code;
+    r.message = done.error().message;
+  }
+  return r;
 }
 
 void Server::Impl::handleSubmit(const net::RoutedEnvelope& from, const Peer& peer,

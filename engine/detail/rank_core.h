@@ -68,6 +68,11 @@ class RankCore {
   virtual Status checkInvariants() const = 0;
   /// LoRA adapters of the running and waiting requests (empty when LoRA is off).
   virtual LoraUsage loraUsage() const { return {}; }
+  /// lora_load at `now_ms` (Engine::loadLora): adapter `id` becomes resident; true if it was
+  /// not (a load: the rank is busy for lora_load_ms from max(now_ms, its last pass's end)).
+  virtual bool loadLora(std::uint32_t /*id*/, double /*now_ms*/) { return false; }
+  /// lora_unload (Engine::unloadLora): adapter `id` is no longer resident; true if it was.
+  virtual bool unloadLora(std::uint32_t /*id*/) { return false; }
 
   // Disaggregation (README "Disaggregated prefill/decode"); both scheduler families implement
   // them over detail::HandoffBook.

@@ -34,6 +34,8 @@ inline constexpr EnumNames<CancelResult, 2> kCancelResultNames{
     {{"applied", CancelResult::Applied}, {"not_found", CancelResult::NotFound}}};
 inline constexpr EnumNames<KvFetchResult, 2> kKvFetchResultNames{
     {{"ready", KvFetchResult::Ready}, {"not_found", KvFetchResult::NotFound}}};
+inline constexpr EnumNames<LoraOp, 2> kLoraOpNames{
+    {{"load", LoraOp::Load}, {"unload", LoraOp::Unload}}};
 /// stats_reply.faults: the wire key of each FaultCounts field, in wire order; the first
 /// kRequiredFaultCountKeys are required, the KV-event, metrics, kv_fetch and restart ones after
 /// them optional (newer).

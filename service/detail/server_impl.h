@@ -176,6 +176,11 @@ class Server::Impl {
   protocol::StatsReply statsReply(const net::RoutedEnvelope& from, const Peer& peer) const;
   /// The kv_snapshot reply, or the error when it would not fit the protocol's limits.
   ClientMessage kvSnapshotReply(const protocol::KvSnapshotRequest& req) const;
+  // lora_load / lora_unload: done on the engine at once (Engine::loadLora / unloadLora).
+  protocol::LoraReply loraReply(const protocol::LoraLoad& req);
+  protocol::LoraReply loraReply(const protocol::LoraUnload& req);
+  protocol::LoraReply loraReply(protocol::LoraOp op, const std::string& name,
+                                const Result<bool>& done);
   bool submitsPaused() const {
     return service::submitsPaused(engine_, config_.service.max_submit_backlog);
   }

@@ -190,6 +190,14 @@ GOLDENS["client_submit_handoff"] = msg("submit", id="d1", prompt=list(range(1, 4
 GOLDENS["client_kv_fetch"] = msg("kv_fetch", key=KEY, tokens=24)
 GOLDENS["client_kv_fetch_reply"] = msg("kv_fetch_reply", key=KEY, result="ready")
 GOLDENS["client_kv_release"] = msg("kv_release", key=KEY)
+GOLDENS["client_lora_load"] = msg("lora_load", name="sql-lora")
+GOLDENS["client_lora_unload"] = msg("lora_unload", name="sql-lora")
+GOLDENS["client_lora_reply"] = msg("lora_reply", op="load", name="sql-lora", result="ok",
+                                   changed=True)
+GOLDENS["client_lora_reply_error"] = msg("lora_reply", op="unload", name="sql-lora",
+                                         result="unsupported", changed=False,
+                                         message="lora_unload: LoRA is off on this engine "
+                                                 "(max_loras 0)")
 GOLDENS["client_stats_reply_handoff"] = msg("stats_reply", ranks=[
     {"dp_rank": 0, "active_blocks": 3, "total_blocks": 64, "kv_usage": 0.046875, "running": 0,
      "waiting": 0, "preemptions": 0, "prefix_queries_tokens": 40, "prefix_hit_tokens": 16,

@@ -215,6 +215,114 @@ TEST(LoraLoadTest, MoreResidentAdaptersThanBatchSlotsKeepTheirLoads) {
   EXPECT_EQ(ps[3].prefill_ms, 10.0);
 }
 
+TEST(LoraUnitTest, ResidencyLoadTouchesEvictsTheLeastRecentlyUsedAndRemoveDrops) {
+  LoraResidency r(2);
+  EXPECT_TRUE(r.load(1));
+  EXPECT_TRUE(r.load(2));
+  EXPECT_FALSE(r.load(1));  // resident: now the most recently used
+  EXPECT_EQ(std::vector<std::uint32_t>(r.lru().begin(), r.lru().end()),
+            (std::vector<std::uint32_t>{2, 1}));
+  EXPECT_TRUE(r.load(3));  // evicts 2
+  EXPECT_EQ(std::vector<std::uint32_t>(r.lru().begin(), r.lru().end()),
+            (std::vector<std::uint32_t>{1, 3}));
+  EXPECT_TRUE(r.remove(1));
+  EXPECT_FALSE(r.remove(1));
+  EXPECT_FALSE(r.resident(1));
+  EXPECT_TRUE(r.resident(3));
+}
+
+// lora_load / lora_unload (Engine::loadLora / unloadLora). Hand-computed: a pass costs 10 ms
+// when it computes prompt tokens, 5 ms when it samples, 7 ms per adapter it loads; a lora_load
+// keeps the rank busy 7 ms from max(its time, the rank's last pass end).
+TEST(LoraProtocolLoadTest, APreloadedAdapterPaysNoLoadAndAnUnloadedOnePaysAgain) {
+  Harness h(loraConfig(1, 7.0));                           // max_cpu_loras 1
+  ASSERT_EQ(h.engine().loadLora("A", 0.0).value(), true);  // busy 0 → 7
+  h.advanceTo(20.0);
+  submit(h, range(1, 4), 1, "A");
+  const PassResult& p1 = h.step();  // 20 → 35: resident, the load long done
+  EXPECT_EQ(p1.start_ms, 20.0);
+  EXPECT_EQ(p1.prefill_ms, 10.0);
+  EXPECT_EQ(p1.end_ms, 35.0);
+  EXPECT_EQ(h.engine().loadLora("A", 35.0).value(), false);  // already resident: nothing
+  EXPECT_EQ(h.engine().unloadLora("A").value(), true);
+  EXPECT_EQ(h.engine().unloadLora("A").value(), false);
+  EXPECT_EQ(h.engine().unloadLora("never-named").value(), false);
+  h.advanceTo(50.0);
+  submit(h, range(11, 14), 1, "A");
+  const PassResult& p2 = h.step();  // 50 → 72: A loads again (10 + 7, then 5)
+  EXPECT_EQ(p2.prefill_ms, 17.0);
+  EXPECT_EQ(p2.end_ms, 72.0);
+  // max_cpu_loras 1: loading B evicts A, whose next request pays its load.
+  ASSERT_EQ(h.engine().loadLora("B", 100.0).value(), true);  // busy 100 → 107
+  h.advanceTo(110.0);
+  submit(h, range(21, 24), 1, "A");
+  EXPECT_EQ(h.step().prefill_ms, 17.0);
+}
+
+TEST(LoraProtocolLoadTest, APassThatStartsDuringALoadWaitsForIt) {
+  Harness h(loraConfig(1, 7.0));
+  // Idle rank: the load runs 0 → 7; a pass starting at 3 waits 4 ms.
+  ASSERT_EQ(h.engine().loadLora("A", 0.0).value(), true);
+  h.advanceTo(3.0);
+  submit(h, range(1, 4), 3, "A");
+  const PassResult& p1 = h.step();  // 3 → 22: 4 (wait) + 10 + 5
+  EXPECT_EQ(p1.prefill_ms, 14.0);
+  EXPECT_EQ(p1.end_ms, 22.0);
+  // A load asked at 10, while the pass 3 → 22 is in flight, starts at that pass's end: 22 → 29.
+  // With max_cpu_loras 1 it evicts A (vLLM's worker evicts even an adapter in use), so the next
+  // pass, A's decode, waits 7 ms and then loads A again.
+  ASSERT_EQ(h.engine().loadLora("B", 10.0).value(), true);
+  const PassResult& p2 = h.step();  // 22 → 41: 7 (wait) + 7 (A loads again) + 5
+  EXPECT_EQ(p2.prefill_ms, 14.0);
+  EXPECT_EQ(p2.end_ms, 41.0);
+  const PassResult& p3 = h.step();  // 41 → 46: the load is over, A resident
+  EXPECT_EQ(p3.prefill_ms, 0.0);
+  EXPECT_EQ(p3.end_ms, 46.0);
+}
+
+TEST(LoraProtocolLoadTest, UnloadWhileARequestOfItWaitsIsAcceptedAndItLoadsAgain) {
+  // vLLM's remove_lora refuses nothing: the waiting request's pass loads the adapter again.
+  EngineConfig c = loraConfig(1, 7.0);
+  c.max_cpu_loras = 2;
+  for (const bool unload : {false, true}) {
+    SCOPED_TRACE(unload ? "unloaded" : "kept");
+    Harness h(c);
+    ASSERT_EQ(h.engine().loadLora("B", 0.0).value(), true);  // 0 → 7
+    h.advanceTo(10.0);
+    submit(h, range(1, 4), 3, "A");
+    const RequestId b = submit(h, range(11, 14), 1, "B");
+    EXPECT_EQ(h.step().end_ms, 32.0);  // A: 10 + 7 (loads) + 5; B skipped (A holds the set)
+    if (unload) {
+      EXPECT_EQ(h.engine().unloadLora("B").value(), true);  // B waits
+    }
+    EXPECT_EQ(h.engine().loraUsage(0).waiting, std::vector<std::uint32_t>{1});  // B: id 1
+    EXPECT_EQ(h.step().end_ms, 37.0);                                           // A decodes
+    EXPECT_EQ(h.step().end_ms, 42.0);                                           // A's last token
+    const PassResult& p4 = h.step();  // B: 10 (+ 7 when unloaded) + 5
+    ASSERT_EQ(admitted(p4), std::vector<RequestId>{b});
+    EXPECT_EQ(p4.prefill_ms, unload ? 17.0 : 10.0);
+    EXPECT_EQ(p4.end_ms, unload ? 64.0 : 57.0);
+  }
+}
+
+TEST(LoraProtocolLoadTest, LoadAndUnloadRefuseHostileNamesAndAnEngineWithoutLora) {
+  Engine off(loraConfig(0));
+  const auto r = off.loadLora("A", 0.0);
+  ASSERT_FALSE(r.has_value());
+  EXPECT_EQ(r.error().code, ErrorCode::Unsupported);
+  EXPECT_EQ(r.error().message, "lora_load: LoRA is off on this engine (max_loras 0)");
+  EXPECT_EQ(off.unloadLora("A").error().message,
+            "lora_unload: LoRA is off on this engine (max_loras 0)");
+  Engine on(loraConfig(1));
+  for (const std::string& bad : {std::string(), std::string(257, 'y'), std::string("a\x7f")}) {
+    for (const auto& res : {on.loadLora(bad, 0.0), on.unloadLora(bad)}) {
+      ASSERT_FALSE(res.has_value());
+      EXPECT_EQ(res.error().code, ErrorCode::InvalidArgument);
+      EXPECT_TRUE(res.error().message.starts_with("name: ")) << res.error().message;
+    }
+  }
+}
+
 TEST(LoraSubmitTest, HostileOrUnexpectedAdapterNamesAreRefused) {
   Engine off(loraConfig(0));
   EXPECT_EQ(off.submit(Request{.tokens = {1}, .max_output_tokens = 1, .lora = "A"}).error().message,

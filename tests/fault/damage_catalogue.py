@@ -31,7 +31,8 @@ Damage = collections.namedtuple("Damage", "name cls frames code mentions")
 # The goldens a client sends; the others are service-to-client messages, KV events and FPM.
 CLIENT_TO_SERVICE = ("client_submit_min", "client_submit_full", "client_cancel",
                      "client_cancel_client", "client_stats", "client_kv_snapshot",
-                     "client_kv_snapshot_rank", "client_submit_handoff")
+                     "client_kv_snapshot_rank", "client_submit_handoff", "client_lora_load",
+                     "client_lora_unload")
 
 
 def golden(name):
@@ -139,7 +140,8 @@ def catalogue(socket):
         add("golden %s" % name, "wrong direction", golden(name), code)
     if socket == "cancel":
         # Well-formed requests the cancel socket does not take.
-        for name in ("client_submit_min", "client_stats", "client_kv_snapshot"):
+        for name in ("client_submit_min", "client_stats", "client_kv_snapshot",
+                     "client_lora_load", "client_lora_unload"):
             add("golden %s on the cancel socket" % name, "wrong socket", golden(name), INVALID,
                 "accepts only")
 

@@ -116,7 +116,7 @@ def seeds(full):
         for k in ("client_fuzz", "kv_events_fuzz"):
             out[k] = [s for s in out[k] if s[0].endswith(("submit_full", "output", "stats_reply",
                                                           "submit_handoff", "kv_fetch",
-                                                          "p6_batch1", "p8_batch1", "map26_batch1",
+                                                          "lora_reply_error", "p6_batch1", "p8_batch1", "map26_batch1",
                                                           "p12_batch2", "cleared_map"))]
     out["index_query_fuzz"] = list(index_query_seeds())
     out["kv_replay_fuzz"] = list(kv_replay_seeds())

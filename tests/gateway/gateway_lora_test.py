@@ -3,7 +3,9 @@ clients against a real `mocker serve --num-workers 2 --max-loras 2` fleet and `-
 `--lora-modules` in /v1/models, a request whose `model` names an adapter runs under it (its
 prefix is cached and routed per adapter: no hit across adapters or with the base model), and
 run-time load / unload with vLLM's bodies, answers and errors, an in-flight request finishing
-after its adapter was unloaded.
+after its adapter was unloaded; a load or unload reaches every worker (the client protocol's
+lora_load / lora_unload, asked of the workers directly with the Python client), a worker's
+refusal is vLLM's error; per-adapter metrics in a real scrape (prometheus_client's parser).
 
 Nothing sleeps to wait for an event: every wait polls with a deadline.
 """
@@ -20,6 +22,21 @@ sys.path.insert(0, os.path.join(os.path.dirname(HERE), "fault"))
 
 from fault_harness import WAIT_S, mocker_bin, paced, poll_until  # noqa: E402
 from gateway_live_test import FleetServe, Gateway, sse_payloads  # noqa: E402
+from mocker_client import LoraRefused, MockerClient, load_fleet  # noqa: E402
+from prometheus_client.parser import text_string_to_metric_families  # noqa: E402
+
+
+def worker_clients(fleet_file):
+    """A MockerClient per worker of the fleet file."""
+    return [MockerClient.connect(w.submit, w.cancel) for w in load_fleet(fleet_file).workers]
+
+
+def scrape(gw):
+    """{(sample name, frozenset(labels)): value} of the gateway's /metrics, parsed."""
+    status, _, body = gw.request("GET", "/metrics")
+    assert status == 200, body
+    return {(s.name, frozenset(s.labels.items())): s.value
+            for family in text_string_to_metric_families(body.decode()) for s in family.samples}
 
 
 class LoraGatewayTest(unittest.TestCase):
@@ -131,6 +148,53 @@ class LoraGatewayTest(unittest.TestCase):
         # The gateway kept serving.
         self.assertEqual(self.complete("sql", "still here")[0], 200)
 
+    def test_load_and_unload_reach_every_worker(self):
+        def post(path, body):
+            status, _, raw = self.gw.request("POST", path, body)
+            return status, raw.decode()
+
+        clients = worker_clients(self.fleet.fleet_file)
+        try:
+            self.assertEqual(post("/v1/load_lora_adapter", {"lora_name": "pre", "lora_path": "/p"}),
+                             (200, "Success: LoRA adapter 'pre' added successfully."))
+            # Every worker has it resident now: a load asked directly changes nothing there.
+            for c in clients:
+                self.assertIs(c.lora_load("pre"), False)
+            self.assertEqual(post("/v1/unload_lora_adapter", {"lora_name": "pre"}),
+                             (200, "Success: LoRA adapter 'pre' removed successfully."))
+            # ... and none holds it after the unload.
+            for c in clients:
+                self.assertIs(c.lora_unload("pre"), False)
+            # The protocol refuses a name the engine refuses, and keeps serving.
+            with self.assertRaises(LoraRefused) as refused:
+                clients[0].lora_load("bad\u0001name")
+            self.assertEqual(refused.exception.message["result"], "invalid_argument")
+            self.assertIn("control character 0x01", refused.exception.message["message"])
+            self.assertIsInstance(clients[0].stats()["ranks"], list)
+        finally:
+            for c in clients:
+                c.close()
+
+    def test_per_adapter_metrics_in_a_scrape(self):
+        before = scrape(self.gw)
+        key = ("mocker_gateway:lora_requests_total", frozenset({("lora", "chat"),
+                                                                ("status", "200")}))
+        ttft = ("mocker_gateway:lora_time_to_first_token_seconds_count",
+                frozenset({("lora", "chat")}))
+        e2e = ("mocker_gateway:lora_request_duration_seconds_count",
+               frozenset({("lora", "chat")}))
+        for _ in range(2):
+            self.assertEqual(self.complete("chat", "per adapter")[0], 200)
+        self.assertEqual(self.complete("base", "not an adapter")[0], 200)
+        after = scrape(self.gw)
+        for k in (key, ttft, e2e):
+            self.assertEqual(after[k] - before.get(k, 0.0), 2.0, k)
+        # The base model has no series of its own; every label is an adapter the gateway serves.
+        served = set(self.models()) - {"base"}
+        for name, labels in after:
+            if name.startswith("mocker_gateway:lora_"):
+                self.assertIn(dict(labels)["lora"], served, name)
+
     def test_a_request_in_flight_finishes_after_its_adapter_is_unloaded(self):
         self.assertEqual(self.gw.request("POST", "/v1/load_lora_adapter",
                                          {"lora_name": "brief", "lora_path": "/p"})[0], 200)
@@ -159,6 +223,35 @@ class LoraGatewayTest(unittest.TestCase):
         self.assertTrue(all(c["model"] == "brief" for c in chunks))
         self.assertEqual(chunks[-1]["usage"]["completion_tokens"], 300)
         self.assertIn("length", [c["choices"][0]["finish_reason"] for c in chunks if c["choices"]])
+
+
+class LoraWorkerRefusesTest(unittest.TestCase):
+    def test_a_worker_without_lora_refuses_the_load_with_vllms_error(self):
+        fleet = FleetServe("--num-workers", "2", *paced(1, 1))  # max_loras 0: LoRA off
+        try:
+            gw = Gateway([], "--fleet", fleet.fleet_file, "--lora-modules", "sql",
+                         "--allow-runtime-lora-updating")
+            try:
+                status, _, raw = gw.request("POST", "/v1/load_lora_adapter",
+                                            {"lora_name": "x", "lora_path": "/x"})
+                self.assertEqual(status, 400, raw)
+                error = json.loads(raw)["error"]
+                self.assertEqual((error["type"], error["code"]), ("BadRequestError", 400))
+                self.assertEqual(error["message"],
+                                 "LoRA adapter 'x' could not be loaded: worker 0: unsupported: "
+                                 "lora_load: LoRA is off on this engine (max_loras 0); worker 1: "
+                                 "unsupported: lora_load: LoRA is off on this engine "
+                                 "(max_loras 0)")
+                _, _, raw = gw.request("GET", "/v1/models")
+                self.assertNotIn("x", [m["id"] for m in json.loads(raw)["data"]])
+                # vLLM: an unload is answered with success whatever the engine said.
+                status, _, raw = gw.request("POST", "/v1/unload_lora_adapter", {"lora_name": "sql"})
+                self.assertEqual((status, raw), (200, b"Success: LoRA adapter 'sql' removed "
+                                                      b"successfully."))
+            finally:
+                gw.close()
+        finally:
+            fleet.close()
 
 
 class LoraFlagsTest(unittest.TestCase):

@@ -119,6 +119,14 @@ std::vector<std::pair<std::string, ClientMessage>> clientGoldens() {
       {"client_kv_fetch", KvFetch{.key = kKey, .tokens = 24}},
       {"client_kv_fetch_reply", KvFetchReply{.key = kKey, .result = KvFetchResult::Ready}},
       {"client_kv_release", KvRelease{.key = kKey}},
+      {"client_lora_load", LoraLoad{.name = "sql-lora"}},
+      {"client_lora_unload", LoraUnload{.name = "sql-lora"}},
+      {"client_lora_reply", LoraReply{.op = LoraOp::Load, .name = "sql-lora", .changed = true}},
+      {"client_lora_reply_error",
+       LoraReply{.op = LoraOp::Unload,
+                 .name = "sql-lora",
+                 .error = ErrorCode::Unsupported,
+                 .message = "lora_unload: LoRA is off on this engine (max_loras 0)"}},
       {"client_stats_reply_handoff", StatsReply{.ranks = {{.dp_rank = 0,
                                                            .active_blocks = 3,
                                                            .total_blocks = 64,
@@ -135,7 +143,7 @@ std::vector<std::pair<std::string, ClientMessage>> clientGoldens() {
 
 TEST(ClientGoldenTest, EncodersMatchPythonGoldensAndDecodeBack) {
   const auto goldens = clientGoldens();
-  EXPECT_EQ(goldens.size(), 23u);
+  EXPECT_EQ(goldens.size(), 27u);
   for (const auto& [name, message] : goldens) {
     SCOPED_TRACE(name);
     const Bytes golden = readGolden(name);
@@ -623,6 +631,31 @@ std::vector<DamageCase> clientDamageCatalogue() {
                               {"routes", 0},
                               {"clients", Json::array()}})),
        E, "ranks[0]: held: expected unsigned integer"},
+      {"lora_load without name", mp(msg("lora_load", Json::object())), E, "name: missing"},
+      {"lora_load name is an int", mp(msg("lora_load", {{"name", 7}})), E,
+       "name: expected str, got"},
+      {"lora_load name empty", mp(msg("lora_load", {{"name", ""}})), I,
+       "name: an adapter name must not be empty"},
+      {"lora_unload name too long",
+       mp(msg("lora_unload", {{"name", std::string(kMaxLoraNameBytes + 1, 'x')}})), I,
+       "name: string of 257 bytes exceeds the limit of 256"},
+      {"lora_unload name not UTF-8", mp(msg("lora_unload", {{"name", std::string("a\xc3")}})), E,
+       "name: not valid UTF-8 (byte 0xc3 at offset 1)"},
+      {"lora_reply op unknown",
+       mp(msg("lora_reply",
+              {{"op", "reload"}, {"name", "a"}, {"result", "ok"}, {"changed", true}})),
+       E, "op: 'reload' is not one of load, unload"},
+      {"lora_reply result unknown",
+       mp(msg("lora_reply",
+              {{"op", "load"}, {"name", "a"}, {"result", "busy"}, {"changed", false}})),
+       E, "result: 'busy' is neither 'ok' nor an error code"},
+      {"lora_reply changed is an int",
+       mp(msg("lora_reply", {{"op", "load"}, {"name", "a"}, {"result", "ok"}, {"changed", 1}})), E,
+       "changed: expected bool"},
+      {"lora_reply changed with an error",
+       mp(msg("lora_reply",
+              {{"op", "load"}, {"name", "a"}, {"result", "internal"}, {"changed", true}})),
+       I, "changed: true with result 'internal'"},
       {"cancel client str not UTF-8",
        mp(msg("cancel", {{"id", "a"}, {"client", std::string("\xff")}})), E,
        "client: not valid UTF-8 (byte 0xff at offset 0)"},

@@ -13,7 +13,8 @@ clients/python on sys.path.
 
 Design
 ------
-* Two DEALER sockets share one routing id: the *submit* socket (submit, stats, kv_snapshot;
+* Two DEALER sockets share one routing id: the *submit* socket (submit, stats, kv_snapshot,
+  lora_load / lora_unload;
   receives acks, rejects, outputs, errors, replies) and the *cancel* socket (cancel and
   cancel_reply), so a cancel never waits behind this client's own submits and the service can
   match it to this client's requests.
@@ -42,13 +43,15 @@ user needs is importable from the package itself.
 from .client import MockerClient
 from .disaggregated import DisaggregatedClient
 from .files import FLEET_FILE_VERSION, Fleet, FleetRank, FleetWorker, load_fleet, read_key_file
-from .wire import (CANCEL_RESULTS, ERROR_CODES, FINISH_REASONS, HANDOFF_KEY_BYTES, MAX_ID_BYTES,
-                   MAX_MESSAGE_BYTES, PROTOCOL_VERSION, SERVICE_TYPES, HandedOff, MockerError,
-                   ProtocolError, ServerError, SubmitRejected, decode_message, encode_message)
+from .wire import (CANCEL_RESULTS, ERROR_CODES, FINISH_REASONS, HANDOFF_KEY_BYTES, LORA_OPS,
+                   MAX_ID_BYTES, MAX_LORA_NAME_BYTES, MAX_MESSAGE_BYTES, PROTOCOL_VERSION,
+                   SERVICE_TYPES, HandedOff, LoraRefused, MockerError, ProtocolError, ServerError,
+                   SubmitRejected, decode_message, encode_message)
 
 __all__ = [
     "CANCEL_RESULTS", "ERROR_CODES", "FINISH_REASONS", "FLEET_FILE_VERSION", "HANDOFF_KEY_BYTES",
-    "MAX_ID_BYTES", "MAX_MESSAGE_BYTES", "PROTOCOL_VERSION", "SERVICE_TYPES", "DisaggregatedClient",
+    "LORA_OPS", "MAX_ID_BYTES", "MAX_LORA_NAME_BYTES", "MAX_MESSAGE_BYTES", "LoraRefused",
+    "PROTOCOL_VERSION", "SERVICE_TYPES", "DisaggregatedClient",
     "Fleet", "FleetRank", "FleetWorker", "HandedOff", "MockerClient", "MockerError",
     "ProtocolError", "ServerError", "SubmitRejected", "decode_message", "encode_message",
     "load_fleet", "read_key_file",

@@ -8,8 +8,9 @@ import time
 
 import zmq
 
-from .wire import (MAX_ID_BYTES, MAX_MESSAGE_BYTES, HandedOff, ProtocolError, ServerError,
-                   SubmitRejected, _uint_list, decode_message, encode_message)
+from .wire import (MAX_ID_BYTES, MAX_LORA_NAME_BYTES, MAX_MESSAGE_BYTES, HandedOff, LoraRefused,
+                   ProtocolError, ServerError, SubmitRejected, _uint_list, decode_message,
+                   encode_message)
 
 
 class MockerClient:
@@ -160,6 +161,30 @@ class MockerClient:
                                "kv_snapshot_reply", anonymous_errors=True)
         self.last_kv_snapshot = reply
         return {r["dp_rank"]: r["block_hashes"] for r in reply["ranks"]}
+
+    def lora_load(self, name, timeout=5.0):
+        """Makes LoRA adapter `name` resident on every rank now (vLLM's add_lora). Returns True
+        if some rank loaded it (it was not resident there: that rank spends lora_load_ms on it
+        before its next pass), False if it was resident everywhere. A refusal (LoRA off, a name
+        the engine refuses) raises LoraRefused."""
+        return self._lora("load", name, timeout)
+
+    def lora_unload(self, name, timeout=5.0):
+        """Drops LoRA adapter `name` from every rank's resident adapters (vLLM's remove_lora;
+        requests of it that run or wait load it again). Returns True if some rank held it. A
+        refusal raises LoraRefused."""
+        return self._lora("unload", name, timeout)
+
+    def _lora(self, op, name, timeout):
+        if not isinstance(name, str) or not 1 <= len(name.encode()) <= MAX_LORA_NAME_BYTES:
+            raise ValueError("name: expected a str of 1..%d bytes" % MAX_LORA_NAME_BYTES)
+        self._submit.send(encode_message("lora_" + op, name=name))
+        reply = self._wait_for(
+            lambda m: m["type"] == "lora_reply" and m["op"] == op and m["name"] == name, timeout,
+            "lora_reply for %s %r" % (op, name), anonymous_errors=True)
+        if reply["result"] != "ok":
+            raise LoraRefused(reply)
+        return reply["changed"]
 
     # -- receiving -------------------------------------------------------------------------------
 

@@ -16,7 +16,11 @@ ERROR_CODES = frozenset(
 CANCEL_RESULTS = frozenset({"applied", "not_found"})
 #: Types a service sends; a client-to-service type received from the service is a protocol error.
 SERVICE_TYPES = frozenset({"submit_ack", "submit_reject", "output", "cancel_reply", "error",
-                           "stats_reply", "kv_snapshot_reply", "handoff"})
+                           "stats_reply", "kv_snapshot_reply", "handoff", "lora_reply"})
+#: lora_reply `op`s; its `result` is "ok" or one of ERROR_CODES.
+LORA_OPS = frozenset({"load", "unload"})
+#: Longest LoRA adapter name (bytes of UTF-8).
+MAX_LORA_NAME_BYTES = 256
 #: Bytes of a handoff ticket's `key` (the capability naming the held request on the prefill worker).
 HANDOFF_KEY_BYTES = 16
 
@@ -52,6 +56,15 @@ class SubmitRejected(MockerError):
                          % ("%s worker: " % hop if hop else "", message["id"], message["reason"]))
         self.message = message
         self.hop = hop
+
+
+class LoraRefused(MockerError):
+    """The service refused a lora_load / lora_unload (the `lora_reply` dict is in `.message`)."""
+
+    def __init__(self, message):
+        super().__init__("lora_%s %r refused: %s: %s" % (message["op"], message["name"],
+                                                         message["result"], message["message"]))
+        self.message = message
 
 
 class HandedOff(MockerError):
@@ -106,6 +119,12 @@ def _check_id(value, where):
     _check_str(value, where, MAX_ID_BYTES)
     if not value:
         raise ProtocolError("%s: empty request id" % where)
+    return value
+
+
+def _check_bool(value, where):
+    if type(value) is not bool:
+        raise ProtocolError("%s: expected bool, got %s" % (where, _type_name(value)))
     return value
 
 
@@ -235,6 +254,16 @@ def _validate_body(m):
             _check_map(c, w[:-1])
             _field(c, "client", w, _check_bin)
             _field(c, "routes", w, _check_uint)
+    elif t == "lora_reply":
+        _field(m, "op", "", _check_enum, LORA_OPS)
+        _field(m, "name", "", _check_str, MAX_LORA_NAME_BYTES)
+        if not m["name"]:
+            raise ProtocolError("name: empty")
+        _field(m, "result", "", _check_enum, ERROR_CODES | {"ok"})
+        changed = _field(m, "changed", "", _check_bool)
+        if changed and m["result"] != "ok":
+            raise ProtocolError("changed: true with result %r" % m["result"])
+        _field(m, "message", "", _check_str, optional=True)
     elif t == "kv_snapshot_reply":
         ranks = _field(m, "ranks", "", _check_list)
         for i, r in enumerate(ranks):
