@@ -58,7 +58,9 @@ SglangScheduler::SglangScheduler(const EngineConfig& config, std::uint32_t dp_ra
       init_ratio_(kInitRatioBase * config.sglang.schedule_conservativeness),
       min_ratio_(kMinRatioFactor * init_ratio_),
       decay_((init_ratio_ - min_ratio_) / kRatioDecayPasses),
-      new_token_ratio_(init_ratio_) {}
+      new_token_ratio_(init_ratio_) {
+  if (config.num_g2_blocks > 0) tiers_.emplace(offloadSettings(config, page_size_));
+}
 
 void SglangScheduler::submit(detail::AcceptedRequest&& request) {
   Req r(std::move(request));
@@ -105,6 +107,11 @@ bool SglangScheduler::cancel(RequestId id) {
       break;
     case ReqState::Reserving:
     case ReqState::Reserved:
+      break;
+    case ReqState::Onboarding:
+      // Its pages are freed; its copy still runs its course on the link.
+      --num_onboarding_;
+      reserve_next = false;
       break;
     case ReqState::Waiting:
     case ReqState::Done:
@@ -194,6 +201,10 @@ bool SglangScheduler::admitPrefill(PassResult& out, std::vector<detail::Rejectio
       requests_.erase(it);
       continue;
     }
+    if (tiers_ && r.materialized == 0 && !r.admitted_before &&
+        parkForLoadBack(r, rem_total, out.kv_events, out.start_ms)) {
+      continue;
+    }
     const std::uint32_t extend = r.len() - r.materialized;
     std::uint32_t chunk = extend;
     if (extend > sg_.chunked_prefill_size) {
@@ -225,7 +236,11 @@ bool SglangScheduler::admitPrefill(PassResult& out, std::vector<detail::Rejectio
     removeFromWaitingStats(r);
     --num_waiting_;
     if (held_before > 0) std::erase(waiting_holders_, r.id);
-    if (materialized_before == 0) detail::recordAdmission(r, cached, out, prefix_counters_);
+    if (materialized_before == 0 || r.loaded) {
+      // A loaded-back request reuses its whole loaded prefix (device hit and host part).
+      detail::recordAdmission(r, r.loaded ? materialized_before : cached, out, prefix_counters_);
+      r.loaded = false;
+    }
     rem_total -= static_cast<double>(pageTokens(r.heldPages() - held_before) + reserve);
     rem_input -= static_cast<double>(charged);
     rem_chunk -= static_cast<double>(charged);
@@ -243,6 +258,7 @@ PassResult SglangScheduler::step(double now_ms) {
   Pass pass{.out = detail::beginPass(dp_rank_, now_ms)};
   pass.out.kv_events = std::move(book_.carryEvents());
   book_.carryEvents().clear();
+  if (tiers_) advanceTiers(pass, now_ms);
   prefills_.clear();
   oom_ = false;
   if (isPrefillWorker()) {
@@ -284,6 +300,8 @@ PassResult SglangScheduler::step(double now_ms) {
     tryReserve(pass.out.end_ms, pass.out.kv_events);
     pass.out.load = loadMetrics();
   }
+  // HiCache write-through: the pages the tree stored in this pass start their way to host.
+  if (tiers_) tiers_->writeThrough(pass.out.kv_events, now_ms);
   // Evictions since the last pass end are exactly this pass's Removed events (carried ones
   // included), also when they are not built; a Stored event always comes with other work.
   pass.out.did_work = pass.out.did_work || !pass.out.handoffs.empty() ||
@@ -349,10 +367,12 @@ LoadMetrics SglangScheduler::loadMetrics() const {
                                            .active_blocks = cache_.numActive(),
                                            .total_blocks = cache_.numPages(),
                                            .running = running_.size(),
-                                           .waiting = num_waiting_,
+                                           .waiting = num_waiting_ + num_onboarding_,
                                            .preemptions = retractions_total_,
                                            .prefix = prefix_counters_});
   book_.fillLoadMetrics(m);
+  if (tiers_) m.tiers = tiers_->metrics();
+  m.onboarding_requests = num_onboarding_;
   return m;
 }
 

@@ -14,7 +14,7 @@ Status SglangScheduler::checkInvariants() const {
     return Error{ErrorCode::Internal, "sglang scheduler invariant: " + what};
   };
   std::vector<std::span<const BlockHash>> paths;
-  std::uint64_t private_pages = 0, overhead = 0, num_held = 0;
+  std::uint64_t private_pages = 0, overhead = 0, num_held = 0, num_onboarding = 0;
   std::unordered_map<RequestId, int> seen;
   for (const auto& [id, r] : requests_) {
     if (r.path_pages > pageKeys(r).size()) return fail("path beyond the request's page keys");
@@ -25,6 +25,13 @@ Status SglangScheduler::checkInvariants() const {
       ++num_held;
       if (++seen[id] > 1) return fail("held request in a queue");
       if (r.materialized != r.prompt_len) return fail("held request without its prompt's KV");
+    }
+    if (r.state == ReqState::Onboarding) {
+      // HiCache load back in flight: its device prefix locked, the loaded pages private.
+      if (++seen[id] > 1) return fail("loading request in a queue");
+      if (r.materialized != 0 || r.private_pages == 0) return fail("loading request's pages");
+      ++num_onboarding;
+      continue;
     }
     if (r.state == ReqState::Reserving || r.state == ReqState::Reserved) {
       // KV in flight: the whole prompt's pages are reserved (none before the reservation), the
@@ -82,6 +89,7 @@ Status SglangScheduler::checkInvariants() const {
     if (r.state != ReqState::Running) return fail("non-running request in running");
     if (r.materialized != r.len()) return fail("running request without KV for every token");
   }
+  if (num_onboarding != num_onboarding_) return fail("loading request count mismatch");
   if (seen.size() != requests_.size()) return fail("request in no queue");
   return {};
 }

@@ -17,9 +17,11 @@ void SglangScheduler::ensureHashes(Req& r, std::uint32_t pages) const {
 }
 
 void SglangScheduler::setKvEvents(bool enabled) {
-  kv_events_ = enabled;
+  // HiCache writes through what the tree stores (its Stored events) and loads by sequence hash:
+  // a rank with a host tier keeps building its events (the engine drops them when off).
+  kv_events_ = enabled || tiers_.has_value();
   const bool was_token_keyed = cache_.tokenKeyed();
-  cache_.setRecordRemovals(enabled);
+  cache_.setRecordRemovals(kv_events_);
   if (was_token_keyed && !cache_.tokenKeyed()) {
     // Re-keyed by sequence hashes: every held path needs its pages' hashes now.
     for (auto& [id, r] : requests_) ensureHashes(r, r.path_pages);
@@ -48,6 +50,7 @@ void SglangScheduler::releaseKv(Req& r) {
   r.path_pages = 0;
   r.private_pages = 0;
   r.materialized = 0;
+  r.loaded = false;
   page_overhead_ -= before;
 }
 
@@ -110,6 +113,7 @@ bool SglangScheduler::allocateChunk(Req& r, std::uint32_t chunk_end, std::uint32
       prefix = pageKeys(r).first(matched);
     }
     if (!lockAndAllocate(r, prefix, pagesFor(chunk_end), events)) return false;
+    if (tiers_) tiers_->refresh(prefix);  // HiCache: a device hit refreshes its host copies
     cached = matched * page_size_;
   } else {
     const std::uint32_t required = pagesFor(chunk_end) - r.heldPages();
