@@ -134,10 +134,10 @@ std::optional<ConfigError> checkOffload(const EngineConfig& c) {
     if (!std::isfinite(value) || value <= 0) return fieldError(name, "finite and > 0", num(value));
   }
   if (c.num_g2_blocks == 0) return std::nullopt;
-  if (c.engine_type == EngineType::Sglang) {
-    return ruleError({"num_g2_blocks", "engine_type"},
-                     "num_g2_blocks must be 0 with engine_type sglang: offload tiers are modelled "
-                     "for vllm and trtllm only");
+  if (c.engine_type == EngineType::Sglang && c.num_g3_blocks > 0) {
+    return ruleError({"num_g3_blocks", "engine_type"},
+                     "num_g3_blocks must be 0 with engine_type sglang: its host tier is HiCache's "
+                     "host pool; HiCache's storage layer (L3) is not modelled");
   }
   if (!c.enable_prefix_caching) {
     return ruleError({"num_g2_blocks", "enable_prefix_caching"},

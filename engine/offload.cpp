@@ -118,14 +118,32 @@ void OffloadTiers::offloadEvicted(std::span<const KvEvent> events, double now_ms
   for (const KvEvent& e : events) {
     const auto* removed = std::get_if<BlockRemoved>(&e);
     if (removed == nullptr || removed->medium != Medium::Gpu) continue;
-    const std::uint64_t h = removed->block_hash;
-    if (g2_.contains(h)) {
-      g2_.touch(h);  // the host copy is still there: nothing to move
-    } else if (pending_host_.insert(h).second) {
-      to_host_queue_.push_back(h);
-    }
+    queueForHost(removed->block_hash);
   }
   pumpOffloads(now_ms);
+}
+
+void OffloadTiers::writeThrough(std::span<const KvEvent> events, double now_ms) {
+  for (const KvEvent& e : events) {
+    const auto* stored = std::get_if<BlockStored>(&e);
+    if (stored == nullptr || stored->medium != Medium::Gpu) continue;
+    for (std::uint64_t h : stored->block_hashes) queueForHost(h);
+  }
+  pumpOffloads(now_ms);
+}
+
+void OffloadTiers::queueForHost(std::uint64_t h) {
+  if (g2_.contains(h)) {
+    g2_.touch(h);  // the host copy is still there: nothing to move
+  } else if (pending_host_.insert(h).second) {
+    to_host_queue_.push_back(h);
+  }
+}
+
+void OffloadTiers::refresh(std::span<const BlockHash> hashes) {
+  for (std::size_t i = hashes.size(); i-- > 0;) {
+    if (g2_.contains(hashes[i].value())) g2_.touch(hashes[i].value());
+  }
 }
 
 void OffloadTiers::pumpOffloads(double now_ms) {

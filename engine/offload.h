@@ -11,6 +11,8 @@
 //   runs: one job per request, its G3 blocks first over the disk→host link, then all its blocks
 //   over the host→GPU link. Each link direction is a processor-sharing server: n concurrent jobs
 //   each progress at bandwidth / n. Onboarding copies (the tiers keep their blocks, touched).
+// * Write-through (SGLang's HiCache, engine/SGLANG.md "Hierarchical cache"): blocks the GPU
+//   *stores* are copied to G2 the same way, in batches (writeThrough instead of offloadEvicted).
 //
 // Pure and deterministic: time is a parameter (model ms), events are data. Not thread-safe.
 #pragma once
@@ -103,6 +105,12 @@ class OffloadTiers final {
   /// Blocks the GPU pool evicted at `now_ms` (the GPU Removed events among `events`) start
   /// their way to G2. Call after advance(now_ms).
   void offloadEvicted(std::span<const KvEvent> events, double now_ms);
+  /// Write-through: blocks the GPU stored at `now_ms` (the GPU Stored events among `events`)
+  /// start their way to G2, as offloadEvicted does for evicted ones. Call after advance(now_ms).
+  void writeThrough(std::span<const KvEvent> events, double now_ms);
+  /// Marks the G2 copies of `hashes` used now, the last one least recently (a prefix hit on the
+  /// GPU also refreshes its host copies, so the root side of a prefix leaves G2 last).
+  void refresh(std::span<const BlockHash> hashes);
   /// Number of leading `hashes` that are in G2 or G3 (complete copies only).
   std::uint32_t countResident(std::span<const BlockHash> hashes) const;
   /// Starts onboarding `hashes` (all resident) for request `id` at `now_ms`.
@@ -131,6 +139,8 @@ class OffloadTiers final {
   enum LinkIdx : std::size_t { kGpuToHost, kHostToGpu, kHostToDisk, kDiskToHost };
 
   void startJob(LinkIdx link, Job job, double now_ms);
+  /// Queues `hash` for the GPU→host link unless G2 holds it (then touched) or it is on its way.
+  void queueForHost(std::uint64_t hash);
   /// Starts the next queued offload batch towards G2 (or G3) if none is in flight.
   void pumpOffloads(double now_ms);
   void complete(std::uint64_t job_id, double t, std::vector<KvEvent>& events,

@@ -5,7 +5,8 @@
 // Owns its requests (stored once, keyed by RequestId; queues hold ids), its radix cache and its
 // counters. Per-pass cost is proportional to the batch (plus the ≤ 128 waiting requests lpm
 // scores): queue statistics and the page-rounding slack are maintained incrementally, and
-// cancelled waiting requests are dropped lazily when they reach the head.
+// cancelled waiting requests are dropped lazily when they reach the head. With num_g2_blocks > 0
+// a host tier sits under the radix cache as SGLang's HiCache (sglang_scheduler_hicache.cpp).
 //
 // Not thread-safe. Owned by the Engine facade.
 #pragma once
@@ -22,6 +23,7 @@
 #include "engine/detail/pass.h"
 #include "engine/detail/rank_core.h"
 #include "engine/detail/stats.h"
+#include "engine/offload.h"
 #include "engine/radix_cache.h"
 #include "engine/timing_model.h"
 
@@ -35,6 +37,9 @@ class SglangScheduler final : public detail::RankCore {
   static constexpr double kInitRatioBase = 0.7;
   static constexpr double kMinRatioFactor = 0.14;
   static constexpr double kRatioDecayPasses = 600.0;
+  /// HiCache: a host hit shorter than this many tokens is recomputed, not loaded back
+  /// (HiRadixCache's load_back_threshold).
+  static constexpr std::uint64_t kLoadBackThreshold = 10;
 
   /// REQUIRES: validated config with engine_type sglang; `config` outlives this object.
   SglangScheduler(const EngineConfig& config, std::uint32_t dp_rank);
@@ -42,7 +47,9 @@ class SglangScheduler final : public detail::RankCore {
   void submit(detail::AcceptedRequest&& request) override;
   bool cancel(RequestId id) override;
   PassResult step(double now_ms) override;
-  bool hasWork() const override { return num_waiting_ > 0 || !running_.empty(); }
+  bool hasWork() const override {
+    return num_waiting_ > 0 || !running_.empty() || num_onboarding_ > 0;
+  }
   LoadMetrics loadMetrics() const override;
   std::vector<std::uint64_t> cachedBlockHashes() const override {
     return detail::rawHashes(cache_.cachedHashes());
@@ -55,7 +62,8 @@ class SglangScheduler final : public detail::RankCore {
   void submitHandoff(detail::AcceptedRequest&& request, const HandoffTicket& ticket,
                      double now_ms) override;
   bool releaseHeld(RequestId id) override;
-  std::optional<double> nextTimerMs() const override { return book_.nextTimerMs(); }
+  std::optional<double> nextTimerMs() const override;
+  std::vector<std::uint64_t> tierBlockHashes(Medium medium) const override;
   bool handoffReady(RequestId id, double now_ms) override { return book_.ready(id, now_ms); }
   void takeReservations(std::vector<HandoffReservation>& out) override {
     book_.takeReservations(out, dp_rank_);
@@ -76,6 +84,8 @@ class SglangScheduler final : public detail::RankCore {
   // Disaggregation (as in the vLLM scheduler): Held — prefill worker, prompt done, KV kept for a
   // decode worker; Reserving — decode worker, in the FIFO reservation queue; Reserved — pages
   // reserved, KV in flight (materialized 0); Activated — KV in place, waiting for admission.
+  // Onboarding (HiCache): its device prefix locked and pages taken for the prefix being loaded
+  // back from host memory (materialized 0), in no queue until the copy ends.
   enum class ReqState : std::uint8_t {
     Waiting,
     Running,
@@ -83,7 +93,8 @@ class SglangScheduler final : public detail::RankCore {
     Held,
     Reserving,
     Reserved,
-    Activated
+    Activated,
+    Onboarding
   };
 
   struct Req : detail::RequestRecord {
@@ -93,6 +104,7 @@ class SglangScheduler final : public detail::RankCore {
     std::uint32_t private_pages = 0;  // pages held after the path (not cache-visible)
     ReqState state = ReqState::Waiting;
     std::uint32_t num_retractions = 0;
+    bool loaded = false;  // HiCache: holds a prefix loaded back from host, not yet admitted
     // Radix page keys while the cache is token-keyed (s_0, then the tokens), grown lazily;
     // otherwise the keys are `hashes`.
     std::vector<BlockHash> token_keys;
@@ -124,9 +136,12 @@ class SglangScheduler final : public detail::RankCore {
   std::uint32_t pagesFor(std::uint64_t tokens) const {
     return static_cast<std::uint32_t>((tokens + page_size_ - 1) / page_size_);
   }
-  // A reserved handoff's pages are all spoken for by its transfer: no slack until activation.
+  // A reserved handoff's or a loading request's pages are all spoken for by their transfer: no
+  // slack until it ends.
   std::uint64_t overheadOf(const Req& r) const {
-    return r.state == ReqState::Reserved ? 0 : pageTokens(r.heldPages()) - r.materialized;
+    return r.state == ReqState::Reserved || r.state == ReqState::Onboarding
+               ? 0
+               : pageTokens(r.heldPages()) - r.materialized;
   }
   bool isPrefillWorker() const { return config_.worker_type == WorkerType::Prefill; }
   bool isDecodeWorker() const { return config_.worker_type == WorkerType::Decode; }
@@ -184,6 +199,15 @@ class SglangScheduler final : public detail::RankCore {
   /// The cached path `r` holds.
   std::span<const BlockHash> path(const Req& r) const { return pageKeys(r).first(r.path_pages); }
 
+  // HiCache (sglang_scheduler_hicache.cpp).
+  /// Pass start: transfers that ended by `now_ms` (tier events); requests whose load back ended
+  /// get their pages published (Stored) and return to the front of waiting, in completion order.
+  void advanceTiers(Pass& pass, double now_ms);
+  /// The fresh waiting head `r`: if its radix match continues in host memory for at least
+  /// kLoadBackThreshold tokens and the pages fit (under `rem_total`, charged for them), locks
+  /// its device prefix, takes pages for the host part, starts the load and parks it (popped).
+  bool parkForLoadBack(Req& r, double& rem_total, std::vector<KvEvent>& events, double now_ms);
+
   // Disaggregation.
   /// Decode worker: reserves pages for the head of the reservation queue, in FIFO order, while
   /// the head fits; reservations made at `now_ms`.
@@ -226,6 +250,10 @@ class SglangScheduler final : public detail::RankCore {
 
   std::uint64_t retractions_total_ = 0;
   detail::PrefixCacheCounters prefix_counters_;
+
+  std::optional<OffloadTiers> tiers_;      // HiCache host tier; nullopt when num_g2_blocks = 0
+  std::uint64_t num_onboarding_ = 0;       // requests in state Onboarding (parked)
+  std::vector<OnboardDone> onboard_done_;  // advanceTiers scratch
 
   detail::HandoffBook book_;  // disaggregation: holds or reservations
   double clock_ms_ = 0.0;     // latest time the rank has seen

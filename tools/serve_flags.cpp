@@ -66,8 +66,8 @@ const std::initializer_list<Group> kGroups = {
     {"--kv-hold-timeout-ms", "engine.kv_hold_timeout_ms", "disaggregated: modelled ms a prefill worker holds unreleased KV (>= 0), or none = forever"},
   }},
   {"KV offload tiers (vllm, trtllm; blocks evicted from the GPU go to host memory, a prefix hit there is copied back before the request runs; docs/engine.md \"KV offload tiers\")", {
-    {"--num-g2-blocks", "engine.num_g2_blocks", "host-memory (G2, KV event medium CPU) blocks per DP rank; 0 = off"},
-    {"--num-g3-blocks", "engine.num_g3_blocks", "disk (G3, medium DISK) blocks per DP rank, filled by G2's evictions; 0 = off (needs --num-g2-blocks)"},
+    {"--num-g2-blocks", "engine.num_g2_blocks", "host-memory (G2, KV event medium CPU) blocks per DP rank; 0 = off (sglang: the HiCache host tier)"},
+    {"--num-g3-blocks", "engine.num_g3_blocks", "disk (G3, medium DISK) blocks per DP rank, filled by G2's evictions; 0 = off (needs --num-g2-blocks; vllm/trtllm)"},
     {"--offload-batch-size", "engine.offload_batch_size", "evicted blocks per offload transfer, one transfer in flight per direction (>= 1)"},
     {"--offload-gpu-to-host-gbps", "engine.offload_gpu_to_host_gbps", "GPU to host bandwidth in GB/s (1e9 B/s, > 0; default 14, Dynamo KVBM's figure); a block is --kv-bytes-per-token x block size bytes (the roofline model's KV bytes per token per GPU with --timing-model roofline)"},
     {"--offload-host-to-gpu-gbps", "engine.offload_host_to_gpu_gbps", "host to GPU (onboarding) bandwidth in GB/s, shared by concurrent onboardings (> 0; default 14)"},

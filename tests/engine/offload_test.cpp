@@ -245,11 +245,11 @@ TEST(OffloadTest, TiersOffLeaveEventsAndMetricsUntouched) {
 TEST(OffloadTest, RefusesTiersItCannotModel) {
   EngineConfig c = tierConfig(3, 0, 4);
   EXPECT_EQ(checkEngineConfig(c)->fields.front(), "num_g3_blocks");
-  c = tierConfig(3, 4);
+  c = tierConfig(3, 4, 8);
   c.engine_type = EngineType::Sglang;
   c.block_size = 0;
   c.sglang.page_size = 4;
-  EXPECT_EQ(checkEngineConfig(c)->fields.front(), "num_g2_blocks");
+  EXPECT_EQ(checkEngineConfig(c)->fields.front(), "num_g3_blocks");
   c = tierConfig(3, 4);
   c.enable_prefix_caching = false;
   EXPECT_EQ(checkEngineConfig(c)->fields.front(), "num_g2_blocks");

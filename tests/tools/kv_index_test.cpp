@@ -252,16 +252,9 @@ TEST(TieredKvIndexTest, WireMediumNamesTheTier) {
   EXPECT_TRUE(tiers.tier(engine::Medium::Cpu).snapshot(kW0).empty());
 }
 
-TEST(TieredKvIndexTest, PerTierViewEqualsTheEnginesAfterEveryPass) {
-  // A small GPU pool with host and disk tiers under prompts that share prefixes: every pass's
-  // events go into the tiered index, whose three views must equal the engine's tiers each time.
-  engine::EngineConfig c;
-  c.num_gpu_blocks = 24;
-  c.block_size = 4;
-  c.num_g2_blocks = 16;
-  c.num_g3_blocks = 32;
-  c.offload_batch_size = 4;
-  c.kv_bytes_per_token = 100000;
+// Feeds every pass of a run of prompts sharing prefixes into a tiered index, whose three views
+// must equal the engine's tiers after each pass; returns the engine's host hits.
+std::uint64_t checkTierViewsOverARun(const engine::EngineConfig& c) {
   engine::Engine e(c);
   engine::OfflineDriver driver(e);
   std::uint32_t state = 12345;
@@ -288,8 +281,31 @@ TEST(TieredKvIndexTest, PerTierViewEqualsTheEnginesAfterEveryPass) {
     EXPECT_EQ(index.tier(engine::Medium::Cpu).counters().duplicate_stores, 0u);
   });
   EXPECT_GT(checked_cpu, 0u);  // the host tier was used
-  const engine::TierMetrics& t = e.loadMetrics(0).tiers;
-  EXPECT_GT(t.g2_hit_blocks, 0u);
+  return e.loadMetrics(0).tiers.g2_hit_blocks;
+}
+
+TEST(TieredKvIndexTest, PerTierViewEqualsTheEnginesAfterEveryPass) {
+  // A small GPU pool with host and disk tiers.
+  engine::EngineConfig c;
+  c.num_gpu_blocks = 24;
+  c.block_size = 4;
+  c.num_g2_blocks = 16;
+  c.num_g3_blocks = 32;
+  c.offload_batch_size = 4;
+  c.kv_bytes_per_token = 100000;
+  EXPECT_GT(checkTierViewsOverARun(c), 0u);
+}
+
+TEST(TieredKvIndexTest, SglangHiCachePerTierViewEqualsTheEnginesAfterEveryPass) {
+  // SGLang mode's host tier (HiCache, written through) under a small device pool.
+  engine::EngineConfig c;
+  c.engine_type = engine::EngineType::Sglang;
+  c.num_gpu_blocks = 24;
+  c.sglang.page_size = 4;
+  c.num_g2_blocks = 16;
+  c.offload_batch_size = 4;
+  c.kv_bytes_per_token = 100000;
+  EXPECT_GT(checkTierViewsOverARun(c), 0u);
 }
 
 }  // namespace
