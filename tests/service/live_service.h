@@ -159,6 +159,7 @@ struct Stream {
   std::string reason;
   bool acked = false;
   std::optional<std::string> rejected;
+  std::optional<std::uint32_t> cached_tokens;  // prefix-cache hits, from the first output
 };
 
 /// Folds one received message into `streams` (outputs, acks, rejects); anything else goes to
@@ -172,6 +173,7 @@ inline void absorb(std::map<std::string, Stream>& streams, protocol::ClientMessa
       EXPECT_EQ(o.index, s.tokens.size()) << "out-of-order output for " << o.id;
       s.indices.push_back(o.index);
       s.tokens.insert(s.tokens.end(), o.tokens.begin(), o.tokens.end());
+      if (o.cached_tokens) s.cached_tokens = o.cached_tokens;
       if (o.finish) {
         s.finish = o.finish;
         s.reason = o.reason;

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "tests/testing/temp_dir.h"
 #include "tests/tools/cli_run.h"
 
 namespace mocker::tools {
@@ -20,36 +21,8 @@ using cli_test::CliRun;
 using cli_test::runMocker;
 using nlohmann::ordered_json;
 
-std::string readAll(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::ostringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
-
-/// A per-test scratch directory, removed at scope exit.
-class TempDir {
- public:
-  TempDir() {
-    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-    path_ = fs::temp_directory_path() / ("mocker_replay_faults_" + std::string(info->name()) + "_" +
-                                         std::to_string(::getpid()));
-    fs::remove_all(path_);
-    fs::create_directories(path_);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  std::string file(const std::string& name) const { return (path_ / name).string(); }
-  std::string write(const std::string& name, const std::string& text) const {
-    std::ofstream(path_ / name, std::ios::binary) << text;
-    return file(name);
-  }
-
- private:
-  fs::path path_;
-};
+using mocker::testing::readAll;
+using mocker::testing::TempDir;
 
 /// A synthetic workload of 200 requests on 3 workers (kv router).
 std::vector<std::string> drill(std::vector<std::string> extra) {
