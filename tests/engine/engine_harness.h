@@ -11,6 +11,7 @@
 #include <deque>
 #include <map>
 #include <numeric>
+#include <random>
 #include <set>
 #include <vector>
 
@@ -173,6 +174,30 @@ inline std::vector<std::uint64_t> removedHashes(const PassResult& p) {
     }
   }
   return out;
+}
+
+/// A seeded random workload for tier soaks: `requests` prompts over 5 shared prefix groups
+/// (group g's prompt starts g * 100 + 1 and is `min_len` + 4 * k tokens long, k < `len_steps`),
+/// up to 5 unique tokens after it, 1-4 output tokens; 0-2 steps between submits (advancing to
+/// the next timer when a step did no work), and a cancel of an earlier request one time in
+/// seven. The caller runs the harness until idle and checks what it soaks.
+inline void randomTierSoak(Harness& h, int requests, std::uint32_t min_len,
+                           std::uint32_t len_steps) {
+  std::mt19937 mt(7);
+  const auto rng = [&] { return static_cast<std::uint32_t>(mt()); };
+  std::vector<RequestId> ids;
+  for (int i = 0; i < requests; ++i) {
+    const std::uint32_t group = rng() % 5;
+    auto prompt = range(group * 100 + 1, group * 100 + min_len + 4 * (rng() % len_steps));
+    for (std::uint32_t k = rng() % 6; k > 0; --k) prompt.push_back(1000 + rng() % 50);
+    ids.push_back(h.submit(prompt, 1 + rng() % 4));
+    for (std::uint32_t s = rng() % 3; s > 0 && h.engine().hasWork(0); --s) {
+      if (!h.step().did_work) {
+        if (const auto t = h.engine().nextTimerMs(0)) h.advanceTo(*t);
+      }
+    }
+    if (rng() % 7 == 0) (void)h.engine().cancel(ids[rng() % ids.size()]);
+  }
 }
 
 }  // namespace mocker::engine::testing

@@ -240,21 +240,7 @@ TEST(HiCacheTest, SoakEventsStayInOrderPerTierAndNoPageLeaks) {
   c.offload_batch_size = 2;
   c.sglang.chunked_prefill_size = 16;
   Harness h(c);
-  std::mt19937 mt(7);
-  const auto rng = [&] { return static_cast<std::uint32_t>(mt()); };
-  std::vector<RequestId> ids;
-  for (int i = 0; i < 80; ++i) {
-    const std::uint32_t group = rng() % 5;
-    auto prompt = range(group * 100 + 1, group * 100 + 12 + 4 * (rng() % 4));
-    for (std::uint32_t k = rng() % 6; k > 0; --k) prompt.push_back(1000 + rng() % 50);
-    ids.push_back(h.submit(prompt, 1 + rng() % 4));
-    for (std::uint32_t s = rng() % 3; s > 0 && h.engine().hasWork(0); --s) {
-      if (!h.step().did_work) {
-        if (const auto t = h.engine().nextTimerMs(0)) h.advanceTo(*t);
-      }
-    }
-    if (rng() % 7 == 0) (void)h.engine().cancel(ids[rng() % ids.size()]);
-  }
+  testing::randomTierSoak(h, 80, 12, 4);
   h.runUntilIdle();
   EXPECT_EQ(h.engine().loadMetrics(0).active_blocks, 0u);
   EXPECT_GT(h.passes().back().load.tiers.g2_hit_blocks, 0u);

@@ -9,7 +9,6 @@
 // computes prompt tokens costs 10 ms, one that samples 5 ms more.
 #include <gtest/gtest.h>
 
-#include <random>
 #include <vector>
 
 #include "engine/block_hash.h"
@@ -272,21 +271,7 @@ TEST_P(OffloadSoakTest, EventsStayInOrderPerTierAndNoBlockLeaks) {
   c.offload_batch_size = 2;
   c.max_num_batched_tokens = 16;
   Harness h(c);
-  std::mt19937 mt(7);
-  const auto rng = [&] { return static_cast<std::uint32_t>(mt()); };
-  std::vector<RequestId> ids;
-  for (int i = 0; i < 60; ++i) {
-    const std::uint32_t group = rng() % 5;
-    auto prompt = range(group * 100 + 1, group * 100 + 4 + 4 * (rng() % 3));
-    for (std::uint32_t k = rng() % 6; k > 0; --k) prompt.push_back(1000 + rng() % 50);
-    ids.push_back(h.submit(prompt, 1 + rng() % 4));
-    for (std::uint32_t s = rng() % 3; s > 0 && h.engine().hasWork(0); --s) {
-      if (!h.step().did_work) {
-        if (const auto t = h.engine().nextTimerMs(0)) h.advanceTo(*t);
-      }
-    }
-    if (rng() % 7 == 0) (void)h.engine().cancel(ids[rng() % ids.size()]);
-  }
+  testing::randomTierSoak(h, 60, 4, 3);
   h.runUntilIdle();
   EXPECT_EQ(h.engine().loadMetrics(0).active_blocks, 0u);
   EXPECT_GT(h.passes().back().load.tiers.g2_hit_blocks + h.passes().back().load.tiers.g3_hit_blocks,
