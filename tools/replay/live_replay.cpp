@@ -47,6 +47,8 @@ LiveReplay::LiveReplay(const Workload& workload, const LiveReplayOptions& option
       schedule_(workload, options.concurrency.has_value()),
       sent_(num_prefill_),
       health_(num_prefill_, options.worker_health),
+      decode_health_(static_cast<std::uint32_t>(options.decode_targets.size()),
+                     options.worker_health),
       kv_index_(std::move(kv_index)),
       router_(liveRouterConfig(options, stats_.ranks_per_target),
               [this](std::span<const std::uint64_t> hashes, std::vector<std::uint32_t>& overlaps,
@@ -83,8 +85,8 @@ LiveReplayStats LiveReplay::run() {
       reportProgress(now);
     }
     if (schedule_.empty() && in_flight_ == 0) break;
-    double wake = std::min(
-        {nextDispatchMs(), sent_.nextDeadlineMs(), next_stats_ms_, health_.nextDeadlineMs()});
+    double wake = std::min({nextDispatchMs(), sent_.nextDeadlineMs(), next_stats_ms_,
+                            health_.nextDeadlineMs(), decode_health_.nextDeadlineMs()});
     if (options_.progress) wake = std::min(wake, last_progress_ms_ + kProgressEveryMs);
     // Something is always pending here: an eligible turn (due, or waiting for a closed-loop
     // slot that a request in flight will free) or a request in flight with a deadline.
@@ -123,6 +125,7 @@ LiveReplayStats LiveReplay::run() {
     stats_.kv_resyncs = s.resyncs;
   }
   stats_.health = health_.transitions();
+  stats_.decode_health = decode_health_.transitions();
   summarizeDispatchLag(dispatch_lags_, stats_);
   stats_.warnings.insert(stats_.warnings.end(), synth_.warnings().begin(), synth_.warnings().end());
   if (options_.progress) reportProgress(now);
@@ -225,7 +228,10 @@ void LiveReplay::end(std::size_t index, double time_ms, TerminalStatus status, S
   r.live = false;
   r.submit.reset();
   r.generated = {};
-  if (r.decode_target) router_.decodeEnded(*r.decode_target);
+  if (r.decode_target) {
+    router_.decodeEnded(*r.decode_target);
+    decode_health_.released(*r.decode_target, index);
+  }
   router_.released(index);
   health_.released(r.target, index);
   collector_.onTerminal(r.handle, time_ms, status, reason);
@@ -256,11 +262,11 @@ void LiveReplay::pollStats(double now) {
 
 void LiveReplay::drain(std::uint32_t target) {
   for (const net::ConnectionEvent e : clients_[target]->takeConnectionEvents()) {
-    if (target >= num_prefill_) continue;  // decode servers: not tracked
+    const auto [health, w] = healthOf(target);
     if (e == net::ConnectionEvent::Closed) {
-      health_.connectionClosed(target, nowMs());
+      health->connectionClosed(w, nowMs());
     } else {
-      health_.connected(target, nowMs());
+      health->connected(w, nowMs());
     }
   }
   for (int i = 0; i < kMaxDrainPerWake; ++i) {
@@ -279,11 +285,11 @@ void LiveReplay::drain(std::uint32_t target) {
 
 void LiveReplay::handle(std::uint32_t target, const protocol::ClientMessage& msg, double now) {
   const bool prefill_hop = stats_.handoff && target < num_prefill_;
-  const bool first_hop = target < num_prefill_;  // the servers whose health is tracked
-  if (first_hop) health_.answered(target, now);
+  const auto [health, w] = healthOf(target);  // the prefill or the decode servers' rule
+  health->answered(w, now);
   if (const auto* ack = std::get_if<protocol::SubmitAck>(&msg)) {
     if (LiveRequest* r = sent_.find(target, ack->id)) {
-      if (first_hop) health_.acked(target, sent_.indexOf(*r), now);
+      health->acked(w, sent_.indexOf(*r), now);
       if (stats_.handoff && r->handoff_ms) {  // the decode server's ack
         r->decode_ack_ms = now;
         ++stats_.handoff->decode_acks;
@@ -301,7 +307,7 @@ void LiveReplay::handle(std::uint32_t target, const protocol::ClientMessage& msg
       return;
     }
     ++stats_.submit_rejects;
-    if (first_hop) health_.progressed(target, now);
+    health->progressed(w, now);
     if (stats_.handoff && !prefill_hop) {
       // The decode server refused the handoff: the prefill server still holds the KV.
       ++stats_.handoff->decode_rejects;
@@ -336,7 +342,7 @@ void LiveReplay::handle(std::uint32_t target, const protocol::ClientMessage& msg
     warnOnce("server " + std::to_string(target) + " error: " + error->message);
     if (error->id) {
       if (LiveRequest* r = sent_.find(target, *error->id)) {
-        if (first_hop) health_.progressed(target, now);
+        health->progressed(w, now);
         end(sent_.indexOf(*r), now, TerminalStatus::Failed);
       }
     }
@@ -353,7 +359,8 @@ void LiveReplay::onOutput(std::uint32_t target, const protocol::RequestOutput& o
     ++stats_.late_messages;
     return;
   }
-  if (target < num_prefill_) health_.progressed(target, now);
+  const auto [health, w] = healthOf(target);
+  health->progressed(w, now);
   if (!r->admitted && (!o.tokens.empty() || o.finish == protocol::FinishReason::Length)) {
     // Admission = the ack's receive time; reuse = cached_tokens of the first output (absent
     // on a 0-token completion, which the engine reports without a first token).

@@ -3,6 +3,7 @@
 // servers' terminals.
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "base/check.h"
@@ -19,22 +20,48 @@ void LiveReplay::onHandoff(LiveRequest& r, const protocol::Handoff& handoff, dou
   h.transfer_ms.push_back(handoff.ticket.transfer_ms);
   // The prefill server's part is done: its load leaves the kv router's view.
   router_.released(index);
-  const std::uint32_t d = router_.routeDecode(index);  // hop 2 (decode_router.h)
-  r.decode_target = d;
-  ++h.per_decode_target[d];
   MOCKER_CHECK(r.submit.has_value());
-  protocol::SubmitRequest request = std::move(*r.submit);
-  r.submit.reset();
+  // With migration on, the submit stays kept until the end: a decode server that goes down
+  // loses the request, which is then migrated with the tokens it streamed. After such a
+  // migration the decode hop is asked for the rest (the prompt the prefill server prefilled).
+  protocol::SubmitRequest request = !r.generated.empty() ? migratedSubmit(*r.submit, r.generated)
+                                    : options_.migration_limit == 0 ? std::move(*r.submit)
+                                                                    : *r.submit;
+  if (options_.migration_limit == 0) r.submit.reset();
   request.id = sent_.wireId(index);
   request.handoff = handoff.ticket;
-  const Status status = clients_[num_prefill_ + d]->submit(request);
-  if (!status) {
+  // Hop 2 (decode_router.h) among the decode servers that are routable (worker_health.h). A
+  // submit that cannot be sent (the server's connection closed: it never left) goes to the
+  // next routable one; the prefill server holds the KV meanwhile.
+  std::vector<bool> routable = decode_health_.routable();
+  bool refused = false;
+  while (const std::optional<std::uint32_t> d = router_.routeDecode(index, routable)) {
+    const Status status = clients_[num_prefill_ + *d]->submit(request);
+    if (status) {
+      r.decode_target = *d;
+      ++h.per_decode_target[*d];
+      decode_health_.sent(*d, index, now);
+      return;
+    }
+    router_.decodeEnded(*d);
+    routable[*d] = false;
+    refused = true;
     ++stats_.send_failures;
-    warnOnce("submit to decode server " + std::to_string(d) + " failed: " + status.error().message);
-    ++h.prefill_cancels;
-    (void)clients_[r.target]->cancel(request.id);  // release the held KV
-    end(index, nowMs(), TerminalStatus::Failed);
+    warnOnce("submit to decode server " + std::to_string(*d) +
+             " could not be sent (handed to another decode server while one is up): " +
+             status.error().message);
   }
+  // No decode server to send it to: it fails at once (as at hop 1 with every server down),
+  // and the prefill server's held KV is released.
+  if (refused) {
+    warnOnce("a handoff could not be sent to any decode server: failed");
+  } else {
+    ++stats_.no_decode_worker;
+    warnOnce("every decode server was down: handed-off requests failed at once");
+  }
+  ++h.prefill_cancels;
+  (void)clients_[r.target]->cancel(request.id);
+  end(index, nowMs(), TerminalStatus::Failed);
 }
 
 void LiveReplay::onPrefillOutput(std::uint32_t target, const protocol::RequestOutput& o,

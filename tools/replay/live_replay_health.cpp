@@ -41,6 +41,25 @@ void LiveReplay::checkHealth(double now) {
       }
     }
   }
+  // Disaggregated: the decode servers, by the same rule. A request handed to one that went
+  // down is lost with it: before its first decode token the prefill server may still hold its
+  // KV (a cancel releases it; "not_found" when the decode server had fetched it).
+  decode_health_.advance(now);
+  for (const std::uint32_t d : decode_health_.takeNewlyDown()) {
+    for (std::size_t i = 0; i < sent_.size(); ++i) {
+      const LiveRequest& r = sent_[i];
+      if (!r.live || r.decode_target != d) continue;
+      (void)clients_[num_prefill_ + d]->cancel(sent_.wireId(i));  // best effort: it may be gone
+      if (!r.admitted) {
+        ++stats_.handoff->prefill_cancels;
+        (void)clients_[r.target]->cancel(sent_.wireId(i));
+      }
+      if (!recoverLost(i, now, std::nullopt)) {
+        ++stats_.failed_by_down;
+        end(i, now, TerminalStatus::Failed);
+      }
+    }
+  }
 }
 
 bool LiveReplay::recoverLost(std::size_t index, double now, std::optional<std::uint32_t> refused) {
@@ -48,8 +67,9 @@ bool LiveReplay::recoverLost(std::size_t index, double now, std::optional<std::u
   std::vector<bool> excluded(num_prefill_, false);
   if (refused) excluded[*refused] = true;
   while (true) {
+    // The length limit of the server that held it (its decode server once handed off).
     const LostRequestOutcome lost =
-        lostRequestStep(r, options_.migration_limit, stats_.engines[r.target]);
+        lostRequestStep(r, options_.migration_limit, stats_.engines[sent_.holder(index)]);
     switch (lost.step) {
       case LostRequestStep::Fail:
         return false;
@@ -62,6 +82,14 @@ bool LiveReplay::recoverLost(std::size_t index, double now, std::optional<std::u
     }
     health_.released(r.target, index);
     router_.released(index);
+    if (r.decode_target) {
+      // Lost on the decode hop: re-sent through hop 1 (a new prefill, then a new handoff).
+      router_.decodeEnded(*r.decode_target);
+      decode_health_.released(*r.decode_target, index);
+      r.decode_target.reset();
+      r.handoff_ms.reset();
+      r.decode_ack_ms.reset();
+    }
     protocol::SubmitRequest request = migratedSubmit(*r.submit, r.generated);
     request.id = liveRequestId(index, r.migrations + 1);
     std::vector<bool> routable = health_.routable();

@@ -77,8 +77,12 @@ struct LiveReplayStats {
   std::vector<std::string> warnings{};  ///< e.g. the first reject/error reasons, aliasing
   // Worker health (worker_health.h): the (prefill) servers' state changes, in order.
   std::vector<HealthTransition> health{};
+  /// Disaggregated: the decode servers' state changes (worker = decode server index), in order.
+  std::vector<HealthTransition> decode_health{};
   std::uint64_t failed_by_down = 0;  ///< live requests ended (failed) when their server went down
   std::uint64_t no_worker = 0;       ///< requests failed at dispatch: every server was down
+  /// Disaggregated: requests failed at their handoff: every decode server was down.
+  std::uint64_t no_decode_worker = 0;
   std::uint64_t migrated_requests = 0;  ///< requests re-sent at least once (live_replay.h)
   std::uint64_t migrations = 0;         ///< re-sends, over every request
   /// With migration on: requests whose server was lost after their last token but before their

@@ -15,6 +15,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "net/client.h"
@@ -54,15 +55,23 @@ class LiveReplay {
   std::optional<std::uint32_t> route(std::size_t index, protocol::SubmitRequest& request,
                                      const std::vector<bool>& routable);
 
-  /// Applies the health timers. The requests a server that went down holds are migrated while
-  /// they may be (completed when only their finish was lost); the others end failed at once.
+  /// Applies the health timers of both hops. The requests a server that went down holds are
+  /// migrated while they may be (completed when only their finish was lost); the others end
+  /// failed at once. A decode server's requests are migrated through hop 1 again (the prefill
+  /// servers), with the tokens they streamed.
   void checkHealth(double now);
+  /// The health rule that watches connection `connection` (a prefill server's, or a decode
+  /// server's) and the server's index there.
+  std::pair<WorkerHealth*, std::uint32_t> healthOf(std::uint32_t connection) {
+    if (connection < num_prefill_) return {&health_, connection};
+    return {&decode_health_, connection - num_prefill_};
+  }
 
-  /// Request `index` lost its server: it went down, or the submit to server `refused` could not
-  /// be sent. Completed when only its finish was lost, else re-sent to a routable server
-  /// (live_replay.h "Migration"); a re-send that cannot be sent leaves that server out and is
-  /// itself lost, while the limit allows. False when the request must end failed (migration
-  /// off, limit reached, no server to send it to).
+  /// Request `index` lost its server (a prefill server, or its decode server): it went down, or
+  /// the submit to (prefill) server `refused` could not be sent. Completed when only its finish was
+  /// lost, else re-sent to a routable server (live_replay.h "Migration"); a re-send that cannot be
+  /// sent leaves that server out and is itself lost, while the limit allows. False when the request
+  /// must end failed (migration off, limit reached, no server to send it to).
   bool recoverLost(std::size_t index, double now, std::optional<std::uint32_t> refused);
 
   void dispatchDue(double now);
@@ -98,7 +107,8 @@ class LiveReplay {
   service::PassTimer wake_timer_;  // wakes the loop at the next dispatch or deadline
   TurnSchedule schedule_;
   LiveRequests sent_;
-  WorkerHealth health_;  // the (prefill) servers' state: who gets new requests
+  WorkerHealth health_;         // the (prefill) servers' state: who gets new requests
+  WorkerHealth decode_health_;  // disaggregated: the decode servers' state: who gets handoffs
   std::vector<double> dispatch_lags_;
   std::uint32_t in_flight_ = 0;
   std::uint64_t ended_ = 0;
