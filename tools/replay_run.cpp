@@ -119,6 +119,7 @@ Result<RunSummary> runLive(const replay::LiveReplayOptions& planned, bool closed
              replay::runLiveReplay(workload, options, collector));
   RunSummary summary;
   summary.wall_ms = stats.wall_ms;
+  summary.server_faults = replay::liveServerFaults(stats);
   for (const auto& e : stats.engines) {
     summary.server_speedup_ratios.push_back(e ? std::optional(e->speedup_ratio) : std::nullopt);
   }

@@ -62,6 +62,7 @@ LiveReplay::LiveReplay(const Workload& workload, const LiveReplayOptions& option
   }
   stats_.timing_end = stats_.timing_start;
   stats_.handoff_expired_end = stats_.handoff_expired_start;
+  stats_.faults_end = stats_.faults_start;
   stats_.per_target.assign(num_prefill_, 0);
   total_turns_ = workload.numTurns();
   sent_.reserve(total_turns_);
