@@ -13,7 +13,8 @@ hop round robin. The replay must see decode server 1's closed connection, declar
     all its 40 tokens;
   * without (0), the requests it held end failed at the down declaration.
 Either way none waits for its request timeout, and every request that arrived after the
-declaration completes without a migration.
+declaration completes without a migration. With a single decode server that crashes, the
+requests handed off after its declaration fail at once (no decode server up).
 
 Waits are polls with deadlines (the replay itself is bounded by its request timeout). Needs
 MOCKER_BIN.
@@ -147,6 +148,48 @@ class DecodeDownTest(unittest.TestCase):
         self.assertEqual(int(line.group(1)), len(migrated))
         # Mid-stream: the crash caught requests that had streamed tokens from decode server 1.
         self.assertGreaterEqual(len([r for r in migrated if r["first_token_ms"] < down_ms]), 1)
+
+    def test_no_decode_server_left(self):
+        """The only decode server crashes: once it is down, a handoff has nowhere to go and the
+        request fails at once (the prefill server's KV released), counted in the report; none
+        waits for its timeout."""
+        work = tempfile.mkdtemp(prefix="mocker-decode-none-")
+        self.addCleanup(shutil.rmtree, work, ignore_errors=True)
+        trace = os.path.join(work, "trace.jsonl")
+        write_trace(trace)
+        prefill = Serve("--worker-type", "prefill", "--handoff-endpoint", EPHEMERAL,
+                        *paced(2, 5))
+        self.addCleanup(prefill.close)
+        decode = Serve("--worker-type", "decode", *paced(2, 5), "--fault",
+                       "crash:after_passes=20")
+        self.addCleanup(decode.close)
+        requests = os.path.join(work, "requests.jsonl")
+        cmd = [mocker_bin(), "replay", trace, "--trace-block-size", "64",
+               "--worker-down-after-ms", str(DOWN_AFTER_MS), "--request-timeout-s", "20",
+               "--no-progress", "--requests-jsonl", requests, "--migration-limit", str(LIMIT),
+               "--connect-prefill", prefill.submit, "--connect-cancel", prefill.cancel,
+               "--connect-decode", decode.submit, "--connect-decode-cancel", decode.cancel]
+        out = subprocess.run(cmd, stdin=subprocess.DEVNULL, capture_output=True, text=True,
+                             timeout=120)
+        self.assertEqual(out.returncode, 0, out.stderr)
+        print(out.stdout[out.stdout.find("Live"):], out.stderr)
+        down = re.search(r"  ([0-9.]+) ms: decode server 0 down \(suspect too long;", out.stdout)
+        self.assertIsNotNone(down, out.stdout)
+        down_ms = float(down.group(1))
+        none_up = re.search(r"(\d+) failed at their handoff with no decode server up",
+                            out.stdout)
+        self.assertIsNotNone(none_up, out.stdout)
+        self.assertIn("every decode server was down", out.stderr)
+        with open(requests) as f:
+            rows = [json.loads(line) for line in f]
+        self.assertEqual(len(rows), REQUESTS)
+        statuses = [r["terminal_status"] for r in rows]
+        self.assertEqual(statuses.count("cancelled"), 0, out.stdout)  # none waited its timeout
+        after = [r for r in rows if r["arrival_time_ms"] > down_ms]
+        self.assertGreaterEqual(len(after), REQUESTS // 6, "the fault came too late")
+        self.assertTrue(all(r["terminal_status"] == "failed" for r in after))
+        # Each of them failed at its handoff: no decode server was up.
+        self.assertGreaterEqual(int(none_up.group(1)), len(after))
 
     def test_migrated(self):
         self.run_drill(migration=True)

@@ -47,9 +47,11 @@ void LiveReplay::onHandoff(LiveRequest& r, const protocol::Handoff& handoff, dou
     routable[*d] = false;
     refused = true;
     ++stats_.send_failures;
-    warnOnce("submit to decode server " + std::to_string(*d) +
-             " could not be sent (handed to another decode server while one is up): " +
-             status.error().message);
+    warnOnce(
+        "submit to decode server " + std::to_string(*d) +
+        " could not be sent (its connection is gone; the handoff goes to the next decode server "
+        "up, if any): " +
+        status.error().message);
   }
   // No decode server to send it to: it fails at once (as at hop 1 with every server down),
   // and the prefill server's held KV is released.
