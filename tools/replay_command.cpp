@@ -364,6 +364,7 @@ int ReplayCommand::run(std::ostream& out, std::ostream& err,
   report.handoff = run->handoff;
   report.tiers = run->tiers;
   report.faults = run->faults;
+  report.server_faults = run->server_faults;
   int code = writeReport(f, report, collector, *run, plan->mode, out, err);
   if (!plan->fault_log.empty()) {
     std::string text;

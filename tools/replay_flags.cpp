@@ -357,7 +357,9 @@ void registerWorkerHealthFlags(CLI::App& cmd, ReplayFlags& f) {
                std::string("route around servers that are down: a server is suspect when its "
                            "connection closed or a request had no ack in time, down when it "
                            "stays suspect too long or holds work and streams nothing; it then "
-                           "gets no new request and the requests it holds end failed") +
+                           "gets no new request and the requests it holds are migrated "
+                           "(--migration-limit) or end failed; disaggregated, the prefill and "
+                           "the decode servers alike") +
                    flagDefault(true))
       ->group(group);
   cmd.add_option("--worker-ack-timeout-ms", f.worker_ack_timeout_ms,

@@ -119,6 +119,7 @@ Result<RunSummary> runLive(const replay::LiveReplayOptions& planned, bool closed
              replay::runLiveReplay(workload, options, collector));
   RunSummary summary;
   summary.wall_ms = stats.wall_ms;
+  summary.server_faults = replay::liveServerFaults(stats);
   for (const auto& e : stats.engines) {
     summary.server_speedup_ratios.push_back(e ? std::optional(e->speedup_ratio) : std::nullopt);
   }
@@ -129,15 +130,19 @@ Result<RunSummary> runLive(const replay::LiveReplayOptions& planned, bool closed
   summary.warnings.insert(summary.warnings.end(), timing.warnings.begin(), timing.warnings.end());
   std::ostringstream line;
   line << liveServerLines(options, stats, closed_loop) << timing.text;
-  if (!stats.health.empty() ||
-      stats.failed_by_down + stats.no_worker + stats.migrations + stats.completed_when_lost > 0) {
+  if (!stats.health.empty() || !stats.decode_health.empty() ||
+      stats.failed_by_down + stats.no_worker + stats.no_decode_worker + stats.migrations +
+              stats.completed_when_lost >
+          0) {
     line << replay::formatWorkerHealth(options.worker_health, stats.health,
                                        {.migration_limit = options.migration_limit,
                                         .migrated_requests = stats.migrated_requests,
                                         .migrations = stats.migrations,
                                         .completed_when_lost = stats.completed_when_lost,
                                         .failed_by_down = stats.failed_by_down,
-                                        .no_worker = stats.no_worker});
+                                        .no_worker = stats.no_worker,
+                                        .no_decode_worker = stats.no_decode_worker},
+                                       stats.decode_health);
   }
   if (stats.submit_rejects + stats.timeouts + stats.send_failures + stats.error_replies +
           stats.undecodable + stats.index_gaps >

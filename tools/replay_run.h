@@ -7,6 +7,7 @@
 #include <functional>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "base/result.h"
@@ -25,6 +26,8 @@ struct RunSummary {
   std::optional<replay::HandoffReport> handoff{};  ///< disaggregated runs
   std::optional<replay::TierReport> tiers{};       ///< runs with KV offload tiers
   std::optional<replay::FaultReport> faults{};     ///< offline runs with a fault plan
+  /// Live: the faults the servers injected during the run, by kind (replay::liveServerFaults).
+  std::optional<std::vector<std::pair<std::string, std::uint64_t>>> server_faults{};
   /// Offline runs with a fault plan: the fault log's lines (service::faultLogLine, no newline),
   /// in the order the faults were injected.
   std::vector<std::string> fault_log{};

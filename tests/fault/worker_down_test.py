@@ -103,6 +103,9 @@ class WorkerDownTest(unittest.TestCase):
         else:
             self.assertIsNone(fleet[1].proc.poll())  # hung, not gone
             self.assertNotIn("server 1 suspect", out.stdout)
+            # Cause and effect: the hung server still answers `stats`, whose fault counts the
+            # report sums over the run (the other servers have no faults configured).
+            self.assertRegex(out.stdout, r"\nFaults injected \(servers\) +hang 1\n")
             reason, grace = r"stalled: no output while holding work", 250
         down = re.search(r"  ([0-9.]+) ms: server 1 down \(%s; first failure at "
                          r"([0-9.]+) ms, detected in ([0-9.]+) ms\)" % reason, out.stdout)

@@ -1,11 +1,15 @@
 // The live replay's socket-free request bookkeeping (tools/replay/live_requests.h): ids, which
 // connection speaks for a request before and after its handoff, the deadlines in order, and the
-// counters of tools/replay/live_stats.h the loop feeds (finish counts, dispatch lag summary).
+// counters of tools/replay/live_stats.h the loop feeds (finish counts, dispatch lag summary, the
+// servers' injected faults by kind and their report line and JSON key).
 #include "tools/replay/live_requests.h"
 
 #include <gtest/gtest.h>
 
+#include <nlohmann/json.hpp>
+
 #include "tools/replay/live_stats.h"
+#include "tools/replay/report_output.h"
 
 namespace mocker::replay {
 namespace {
@@ -185,6 +189,46 @@ TEST(LiveRequestsTest, FinishCountsAndDispatchLagSummary) {
   summarizeDispatchLag(lags, stats);
   EXPECT_DOUBLE_EQ(stats.mean_dispatch_lag_ms, 50.5);
   EXPECT_EQ(stats.p99_dispatch_lag_ms, 99.0);
+}
+
+/// The value of table line `label` (after its padding), or "" when the table has no such line.
+std::string tableValue(const std::string& table, const std::string& label) {
+  const std::size_t at = table.find("\n" + label + " ");
+  if (at == std::string::npos) return {};
+  const std::size_t from = table.find_first_not_of(' ', at + 1 + label.size());
+  return table.substr(from, table.find('\n', from) - from);
+}
+
+TEST(LiveRequestsTest, ServerFaultsAreCountedOverTheRunByKind) {
+  LiveReplayStats stats;
+  // No server has faults configured: no counts, no report line.
+  stats.faults_start.assign(2, std::nullopt);
+  stats.faults_end.assign(2, std::nullopt);
+  EXPECT_EQ(liveServerFaults(stats), std::nullopt);
+  // Server 0 had injected before the run (hang 1, error 4: not this run's); server 1 reported
+  // counts only later (from 0); the counts are summed over the servers, every kind listed.
+  stats.faults_start[0] = protocol::FaultCounts{.hang = 1, .error = 4};
+  stats.faults_end[0] = protocol::FaultCounts{.hang = 2, .error = 7, .drop = 2};
+  stats.faults_end[1] = protocol::FaultCounts{.error = 1, .restart = 1};
+  const auto kinds = liveServerFaults(stats);
+  ASSERT_TRUE(kinds.has_value());
+  EXPECT_EQ(kinds->size(), 18u);
+  EXPECT_EQ(kinds->front(), (std::pair<std::string, std::uint64_t>("crash", 0)));
+  Report report;
+  report.server_faults = kinds;
+  EXPECT_EQ(tableValue(formatReportTable(report), "Faults injected (servers)"),
+            "hang 1, error 4, drop 2, restart 1");
+  const auto j = nlohmann::json::parse(formatReportJson(report));
+  EXPECT_EQ(j["server_faults_injected"]["error"], 4);
+  EXPECT_EQ(j["server_faults_injected"]["crash"], 0);
+  EXPECT_EQ(j["server_faults_injected"].size(), 18u);
+  // Reported, none fired: "none"; without it (offline), no line and no key.
+  report.server_faults = liveServerFaults(LiveReplayStats{.faults_start = {protocol::FaultCounts{}},
+                                                          .faults_end = {protocol::FaultCounts{}}});
+  EXPECT_EQ(tableValue(formatReportTable(report), "Faults injected (servers)"), "none");
+  report.server_faults.reset();
+  EXPECT_EQ(formatReportTable(report).find("Faults injected (servers)"), std::string::npos);
+  EXPECT_FALSE(nlohmann::json::parse(formatReportJson(report)).contains("server_faults_injected"));
 }
 
 }  // namespace

@@ -5,9 +5,13 @@
 #include <gtest/gtest.h>
 
 #include <numeric>
+#include <optional>
 #include <set>
+#include <string>
+#include <vector>
 
 #include "engine/lora.h"
+#include "tools/replay/decode_router.h"
 
 namespace mocker::replay {
 namespace {
@@ -160,19 +164,70 @@ TEST(LiveRouterTest, KvLoadSpreadsRequestsUntilReleasedAndAFailedQueryRoutesWith
 
 TEST(LiveRouterTest, DecodeHopByKindAndLoad) {
   KvFixture f;  // decode kind kv: the least loaded decode server, ties to the lowest
-  EXPECT_EQ(f.router.routeDecode(0), 0u);
-  EXPECT_EQ(f.router.routeDecode(1), 1u);
-  EXPECT_EQ(f.router.routeDecode(2), 0u);
+  const std::vector<bool> both = {true, true};
+  EXPECT_EQ(f.router.routeDecode(0, both), std::optional<std::uint32_t>(0));
+  EXPECT_EQ(f.router.routeDecode(1, both), std::optional<std::uint32_t>(1));
+  EXPECT_EQ(f.router.routeDecode(2, both), std::optional<std::uint32_t>(0));
   f.router.decodeEnded(0);
   f.router.decodeEnded(0);
-  EXPECT_EQ(f.router.routeDecode(3), 0u);
+  EXPECT_EQ(f.router.routeDecode(3, both), std::optional<std::uint32_t>(0));
   LiveRouter rr({.kind = RouterKind::RoundRobin,
                  .ranks_per_server = {1},
                  .decode_kind = RouterKind::RoundRobin,
                  .num_decode = 3},
                 nullptr);
-  EXPECT_EQ(rr.routeDecode(4), 1u);  // the request key mod 3
-  EXPECT_EQ(rr.routeDecode(8), 2u);
+  const std::vector<bool> all = {true, true, true};
+  EXPECT_EQ(rr.routeDecode(4, all), std::optional<std::uint32_t>(1));  // the request key mod 3
+  EXPECT_EQ(rr.routeDecode(8, all), std::optional<std::uint32_t>(2));
+}
+
+LiveRouter decodeRouter(RouterKind kind, std::uint32_t num_decode) {
+  return LiveRouter({.kind = RouterKind::RoundRobin,
+                     .ranks_per_server = {1},
+                     .decode_kind = kind,
+                     .num_decode = num_decode},
+                    nullptr);
+}
+
+TEST(LiveRouterTest, DecodeHopSkipsDecodeServersThatAreNotRoutable) {
+  // Every kind: a decode server left out of the mask never gets a handoff; with every one
+  // routable the choice is the plain rule's (decode_router.h); none routable: nullopt.
+  for (const RouterKind kind : {RouterKind::RoundRobin, RouterKind::Random, RouterKind::Kv}) {
+    SCOPED_TRACE(std::string(toString(kind)));
+    LiveRouter masked = decodeRouter(kind, 3);
+    LiveRouter plain = decodeRouter(kind, 3);
+    const std::vector<bool> all = {true, true, true};
+    const std::vector<bool> one_down = {true, false, true};
+    std::vector<std::uint32_t> per(3, 0);
+    for (std::uint64_t k = 0; k < 60; ++k) {
+      // All routable, loads kept at 0: the plain rule's choice.
+      const std::optional<std::uint32_t> p = plain.routeDecode(k, all);
+      ASSERT_TRUE(p.has_value());
+      EXPECT_EQ(*p,
+                pickDecodeWorker(decodeRouterKindFor(kind), 0, k, std::vector<std::uint32_t>(3, 0)))
+          << k;
+      plain.decodeEnded(*p);
+      const std::optional<std::uint32_t> d = masked.routeDecode(k, one_down);
+      ASSERT_TRUE(d.has_value());
+      EXPECT_NE(*d, 1u);
+      ++per[*d];  // kept in flight: least loaded alternates between the survivors
+    }
+    // Both survivors share the handoffs.
+    EXPECT_GT(per[0], 0u);
+    EXPECT_GT(per[2], 0u);
+    EXPECT_EQ(masked.routeDecode(99, {false, false, false}), std::nullopt);
+  }
+  // Round robin over the routable ones: the request key mod their count picks among them.
+  LiveRouter rr = decodeRouter(RouterKind::RoundRobin, 3);
+  EXPECT_EQ(rr.routeDecode(0, {false, true, true}), std::optional<std::uint32_t>(1));
+  EXPECT_EQ(rr.routeDecode(1, {false, true, true}), std::optional<std::uint32_t>(2));
+  EXPECT_EQ(rr.routeDecode(2, {false, true, true}), std::optional<std::uint32_t>(1));
+  // Least loaded (kv): the load of a server left out does not count.
+  LiveRouter ll = decodeRouter(RouterKind::Kv, 2);
+  EXPECT_EQ(ll.routeDecode(0, {true, true}), std::optional<std::uint32_t>(0));
+  EXPECT_EQ(ll.routeDecode(1, {false, true}), std::optional<std::uint32_t>(1));
+  EXPECT_EQ(ll.routeDecode(2, {false, true}), std::optional<std::uint32_t>(1));
+  EXPECT_EQ(ll.routeDecode(3, {true, false}), std::optional<std::uint32_t>(0));
 }
 
 }  // namespace

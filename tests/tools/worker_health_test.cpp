@@ -265,6 +265,31 @@ TEST(WorkerHealthTest, ReportLinesNameTheRuleAndEachTransition) {
       std::string::npos);
 }
 
+TEST(WorkerHealthTest, ReportLinesMergeTheDecodeServersInTimeOrder) {
+  // Disaggregated: the decode servers' changes interleave with the first hop's by time (the
+  // first hop's first at a tie), named "decode server i"; the count is over both hops.
+  const std::string text = formatWorkerHealth(
+      kDefaults,
+      {{10, 1, Suspect, R::ConnectionClosed, std::nullopt}, {60, 1, Down, R::SuspectTooLong, 10.0}},
+      {.failed_by_down = 3, .no_decode_worker = 2},
+      {{5, 0, Suspect, R::ConnectionClosed, std::nullopt},
+       {55, 0, Down, R::SuspectTooLong, 5.0},
+       {60, 1, Down, R::Stalled, 20.0}});
+  EXPECT_EQ(text,
+            "Live worker health (suspect: connection closed or no ack within 100 ms; down after "
+            "50 ms suspect or no output for 1000 ms while holding work): 3 declared down; 3 "
+            "requests failed with a worker that went down, 0 failed with no worker up, 2 failed "
+            "at their handoff with no decode server up\n"
+            "  5 ms: decode server 0 suspect (connection closed)\n"
+            "  10 ms: server 1 suspect (connection closed)\n"
+            "  55 ms: decode server 0 down (suspect too long; first failure at 5 ms, detected in "
+            "50 ms)\n"
+            "  60 ms: server 1 down (suspect too long; first failure at 10 ms, detected in 50 "
+            "ms)\n"
+            "  60 ms: decode server 1 down (stalled: no output while holding work; first failure "
+            "at 20 ms, detected in 40 ms)\n");
+}
+
 TEST(WorkerHealthTest, ConfigErrorsNameTheValue) {
   EXPECT_TRUE(validateWorkerHealthConfig({}));
   const auto bad = validateWorkerHealthConfig({.ack_timeout_ms = -1});

@@ -210,6 +210,10 @@ struct Report {
   std::optional<HandoffReport> handoff{};  ///< disaggregated runs only
   std::optional<TierReport> tiers{};       ///< runs with KV offload tiers only
   std::optional<FaultReport> faults{};     ///< offline runs with a fault plan only
+  /// Live: the faults the servers injected during the run, by kind (every kind of
+  /// stats_reply.faults, in its order; liveServerFaults, live_stats.h); absent when no server
+  /// reported fault counts.
+  std::optional<std::vector<std::pair<std::string, std::uint64_t>>> server_faults{};
   /// Runs where some request names a LoRA adapter: the base model's row first (when some
   /// request names none), then each adapter in byte order of its name. Empty otherwise.
   std::vector<AdapterReport> adapters{};

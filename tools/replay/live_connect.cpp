@@ -45,6 +45,7 @@ Result<std::vector<std::unique_ptr<net::Client>>> connectServers(
   stats.timing_start.assign(clients.size(), std::nullopt);
   stats.engines.assign(clients.size(), std::nullopt);
   stats.handoff_expired_start.assign(clients.size(), 0);
+  stats.faults_start.assign(clients.size(), std::nullopt);
   const auto deadline =
       Clock::now() + std::chrono::duration_cast<Clock::duration>(
                          std::chrono::duration<double, std::milli>(connect_timeout_ms));
@@ -91,6 +92,7 @@ Result<std::vector<std::unique_ptr<net::Client>>> connectServers(
           stats.timing_start[t] = reply->timing;
           stats.engines[t] = reply->engine;
           stats.handoff_expired_start[t] = handoffExpiredOf(*reply);
+          stats.faults_start[t] = reply->faults;
         }
       }
     }

@@ -53,8 +53,11 @@
 // The client sees one request: its arrival, admission (the first ack that led to tokens), token
 // times and deadline are unchanged, so its latency includes the detour (detection + the new
 // server's prefill). Counted per request (RequestRecord::migrations) and in
-// LiveReplayStats::migrated_requests / migrations. Disaggregated: hop 1 only (a prefill server
-// that goes down before the handoff); decode servers are not watched.
+// LiveReplayStats::migrated_requests / migrations. Disaggregated: the decode servers are watched
+// by the same rule (LiveReplayStats::decode_health): a handoff goes to a decode server up (none:
+// the request fails, the prefill server's KV released); the requests a decode server that went
+// down holds are completed, migrated through hop 1 again (prefill of the prompt and the tokens
+// so far, a new handoff) or failed, as a prefill server's.
 //
 // Disaggregated (decode_targets non-empty; tools/replay/README.md, Disaggregated replay): the
 // `targets` are `mocker serve --worker-type prefill` servers and `decode_targets` `--worker-type

@@ -81,10 +81,20 @@ void LiveRouter::released(std::uint64_t request) {
   if (kv_) kv_->load().remove(request);
 }
 
-std::uint32_t LiveRouter::routeDecode(std::uint64_t request) {
+std::optional<std::uint32_t> LiveRouter::routeDecode(std::uint64_t request,
+                                                     const std::vector<bool>& routable) {
   MOCKER_CHECK(!decode_in_flight_.empty());
-  const std::uint32_t d = pickDecodeWorker(decodeRouterKindFor(config_.decode_kind), config_.seed,
-                                           request, decode_in_flight_);
+  MOCKER_CHECK(routable.size() == decode_in_flight_.size());
+  // The rule over the routable servers alone: their loads, in order (round robin and random
+  // take the k-th of them).
+  std::vector<std::uint32_t> in_flight;
+  for (std::uint32_t d = 0; d < routable.size(); ++d) {
+    if (routable[d]) in_flight.push_back(decode_in_flight_[d]);
+  }
+  if (in_flight.empty()) return std::nullopt;
+  const std::uint32_t k =
+      pickDecodeWorker(decodeRouterKindFor(config_.decode_kind), config_.seed, request, in_flight);
+  const std::uint32_t d = nthRoutable(routable, k);
   ++decode_in_flight_[d];
   return d;
 }

@@ -12,7 +12,8 @@
 //                chosen rank until prefillDone() / released(). An overlap query that fails
 //                routes as if nothing were cached (said in LiveRoute::query_error).
 //   decode hop:  routeDecode() by decode_router (round_robin / random by the request key,
-//                kv = the decode server with the fewest requests handed to it and not ended).
+//                kv = the decode server with the fewest requests handed to it and not ended)
+//                among the decode servers that are routable (the k-th of them).
 //
 // Deterministic: the choices depend only on the calls, their order and the seed. Not
 // thread-safe.
@@ -80,9 +81,13 @@ class LiveRouter {
   /// Kv load: the request left its server (ended, handed off or migrated). Unknown: ignored.
   void released(std::uint64_t request);
 
-  /// The decode server for request `request`'s handoff; it counts as in flight there until
+  /// The decode server for request `request`'s handoff among the decode servers `routable`
+  /// marks (one entry per decode server; worker_health.h), by the decode hop's rule
+  /// (decode_router.h) over those servers alone — the same choice as over all of them while
+  /// every one is routable; nullopt when none is. The choice counts as in flight there until
   /// decodeEnded().
-  std::uint32_t routeDecode(std::uint64_t request);
+  std::optional<std::uint32_t> routeDecode(std::uint64_t request,
+                                           const std::vector<bool>& routable);
   void decodeEnded(std::uint32_t decode_server);
 
   std::uint32_t numServers() const {

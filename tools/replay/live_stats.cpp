@@ -4,6 +4,7 @@
 #include <cmath>
 #include <sstream>
 
+#include "protocol/detail/client_names.h"
 #include "tools/replay/stats.h"
 
 namespace mocker::replay {
@@ -135,6 +136,7 @@ void recordStatsReply(const protocol::StatsReply& reply, std::uint32_t target, d
                       LiveReplayStats& stats, ReplayCollector& collector) {
   stats.timing_end[target] = reply.timing;
   stats.handoff_expired_end[target] = handoffExpiredOf(reply);
+  if (reply.faults) stats.faults_end[target] = reply.faults;
   const std::uint32_t ranks = stats.ranks_per_target[target];
   for (const protocol::RankStats& rs : reply.ranks) {
     if (rs.dp_rank >= ranks) continue;
@@ -154,6 +156,29 @@ void sumExpiredHolds(std::size_t num_prefill, LiveReplayStats& stats) {
     const std::uint64_t end = stats.handoff_expired_end[t];
     stats.handoff->expired_holds += end >= start ? end - start : 0;
   }
+}
+
+std::optional<std::vector<std::pair<std::string, std::uint64_t>>> liveServerFaults(
+    const LiveReplayStats& stats) {
+  const auto reported = [](const std::optional<protocol::FaultCounts>& f) { return f.has_value(); };
+  if (std::none_of(stats.faults_end.begin(), stats.faults_end.end(), reported) &&
+      std::none_of(stats.faults_start.begin(), stats.faults_start.end(), reported)) {
+    return std::nullopt;
+  }
+  std::vector<std::pair<std::string, std::uint64_t>> out;
+  for (const auto& [name, member] : protocol::detail::kFaultCountKeys) {
+    std::uint64_t n = 0;
+    for (std::size_t t = 0; t < stats.faults_end.size(); ++t) {
+      if (!stats.faults_end[t]) continue;
+      const std::uint64_t end = (*stats.faults_end[t]).*member;
+      const std::uint64_t start = t < stats.faults_start.size() && stats.faults_start[t]
+                                      ? (*stats.faults_start[t]).*member
+                                      : 0;
+      n += end >= start ? end - start : 0;
+    }
+    out.emplace_back(name, n);
+  }
+  return out;
 }
 
 }  // namespace mocker::replay

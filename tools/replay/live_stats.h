@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "protocol/client.h"
@@ -74,11 +75,20 @@ struct LiveReplayStats {
   /// handshake and at the end of the run.
   std::vector<std::uint64_t> handoff_expired_start{};
   std::vector<std::uint64_t> handoff_expired_end{};
+  /// Each server's injected-fault counts (stats_reply.faults, since it started) at the
+  /// handshake and in its last stats reply that carried them; nullopt from a server without
+  /// faults configured (it sends none).
+  std::vector<std::optional<protocol::FaultCounts>> faults_start{};
+  std::vector<std::optional<protocol::FaultCounts>> faults_end{};
   std::vector<std::string> warnings{};  ///< e.g. the first reject/error reasons, aliasing
   // Worker health (worker_health.h): the (prefill) servers' state changes, in order.
   std::vector<HealthTransition> health{};
+  /// Disaggregated: the decode servers' state changes (worker = decode server index), in order.
+  std::vector<HealthTransition> decode_health{};
   std::uint64_t failed_by_down = 0;  ///< live requests ended (failed) when their server went down
   std::uint64_t no_worker = 0;       ///< requests failed at dispatch: every server was down
+  /// Disaggregated: requests failed at their handoff: every decode server was down.
+  std::uint64_t no_decode_worker = 0;
   std::uint64_t migrated_requests = 0;  ///< requests re-sent at least once (live_replay.h)
   std::uint64_t migrations = 0;         ///< re-sends, over every request
   /// With migration on: requests whose server was lost after their last token but before their
@@ -131,6 +141,14 @@ void recordStatsReply(const protocol::StatsReply& reply, std::uint32_t target, d
 /// Disaggregated (stats.handoff set): handoff->expired_holds = the sum over the first
 /// `num_prefill` servers of handoff_expired_end − handoff_expired_start (0 where it fell).
 void sumExpiredHolds(std::size_t num_prefill, LiveReplayStats& stats);
+
+/// The faults the servers injected during the run, by kind: for every kind of stats_reply.faults
+/// (in its wire order), the sum over the servers of faults_end − faults_start (a count absent at
+/// the handshake counts from 0). nullopt when no server reported fault counts. A server's
+/// counts are those of its last stats reply: a server that crashed answers none after its
+/// crash, so its own `crash` is not in them (the worker-health lines show it).
+std::optional<std::vector<std::pair<std::string, std::uint64_t>>> liveServerFaults(
+    const LiveReplayStats& stats);
 
 /// Holds released by the hold timeout, over a server's ranks (its stats_reply's handoff_expired;
 /// 0 from a server without them).

@@ -333,6 +333,14 @@ std::string formatReportTable(const Report& r) {
              std::to_string(t.bytes_host_to_disk) + ", " + std::to_string(t.bytes_disk_to_host));
   }
   if (r.faults) addFaultLines(*r.faults, r, line);
+  if (r.server_faults) {
+    // Live: what the servers injected (only the kinds that fired; "none" when none did).
+    std::string kinds;
+    for (const auto& [kind, n] : *r.server_faults) {
+      if (n > 0) kinds += (kinds.empty() ? "" : ", ") + kind + " " + std::to_string(n);
+    }
+    line("Faults injected (servers)", kinds.empty() ? std::string("none") : kinds);
+  }
   for (const AdapterReport& a : r.adapters) {
     line("LoRA " + (a.adapter ? "'" + *a.adapter + "'" : std::string("(base model)")),
          std::to_string(a.requests) + " requests (completed " +
@@ -452,6 +460,11 @@ std::string formatReportJson(const Report& r) {
     j["lora_adapters"] = std::move(rows);
   }
   if (r.faults) j["faults"] = faultsJson(*r.faults, r);
+  if (r.server_faults) {
+    ordered_json injected = ordered_json::object();
+    for (const auto& [kind, n] : *r.server_faults) injected[kind] = n;
+    j["server_faults_injected"] = std::move(injected);
+  }
   if (r.goodput) {
     j["goodput_completed_requests"] = r.goodput->completed_requests;
     j["goodput_request_throughput_rps"] = orNull(r.goodput->request_throughput_rps);

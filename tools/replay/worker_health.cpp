@@ -209,7 +209,8 @@ std::uint32_t nthRoutable(const std::vector<bool>& routable, std::uint64_t k) {
 
 std::string formatWorkerHealth(const WorkerHealthConfig& config,
                                const std::vector<HealthTransition>& transitions,
-                               const DownRequests& requests) {
+                               const DownRequests& requests,
+                               const std::vector<HealthTransition>& decode_transitions) {
   std::ostringstream out;
   if (!config.enabled) {
     out << "Live worker health off (no server declared down): ";
@@ -221,7 +222,9 @@ std::string formatWorkerHealth(const WorkerHealthConfig& config,
       out << " or no output for " << config.stall_timeout_ms << " ms while holding work";
     }
     std::size_t downs = 0;
-    for (const HealthTransition& t : transitions) downs += t.to == WorkerState::Down ? 1 : 0;
+    for (const auto* list : {&transitions, &decode_transitions}) {
+      for (const HealthTransition& t : *list) downs += t.to == WorkerState::Down ? 1 : 0;
+    }
     out << "): " << downs << " declared down; ";
   }
   if (requests.migration_limit > 0) {
@@ -237,10 +240,21 @@ std::string formatWorkerHealth(const WorkerHealthConfig& config,
   }
   out << requests.failed_by_down << (requests.failed_by_down == 1 ? " request" : " requests")
       << " failed with a worker that went down, " << requests.no_worker
-      << " failed with no worker up\n";
-  for (const HealthTransition& t : transitions) {
-    out << "  " << t.time_ms << " ms: server " << t.worker << " " << workerStateName(t.to) << " ("
-        << healthReasonName(t.reason);
+      << " failed with no worker up";
+  if (requests.no_decode_worker > 0) {
+    out << ", " << requests.no_decode_worker << " failed at their handoff with no decode server up";
+  }
+  out << "\n";
+  // Both lists are in time order: merged, the first hop's first at equal times.
+  std::size_t a = 0;
+  std::size_t b = 0;
+  while (a < transitions.size() || b < decode_transitions.size()) {
+    const bool decode =
+        a == transitions.size() ||
+        (b < decode_transitions.size() && decode_transitions[b].time_ms < transitions[a].time_ms);
+    const HealthTransition& t = decode ? decode_transitions[b++] : transitions[a++];
+    out << "  " << t.time_ms << " ms: " << (decode ? "decode server " : "server ") << t.worker
+        << " " << workerStateName(t.to) << " (" << healthReasonName(t.reason);
     if (t.first_failure_ms) {
       out << "; first failure at " << *t.first_failure_ms << " ms, detected in "
           << t.time_ms - *t.first_failure_ms << " ms";

@@ -136,13 +136,18 @@ struct DownRequests {
   std::uint64_t completed_when_lost = 0;
   std::uint64_t failed_by_down = 0;  ///< ended failed when their worker went Down
   std::uint64_t no_worker = 0;       ///< failed at dispatch: every worker was Down
+  /// Disaggregated: failed at their handoff, every decode worker Down (printed when > 0).
+  std::uint64_t no_decode_worker = 0;
 };
 
 /// The report's lines: the rule's settings and what became of the requests (migrated, failed),
 /// then one line per change of a worker's state (when, why; going Down: the first failure and
-/// the detection time).
+/// the detection time) in time order: `transitions` name "server i" (the first hop), and
+/// `decode_transitions` (disaggregated: the decode servers, watched by the same rule) "decode
+/// server i"; at equal times the first hop's come first. The count of declarations is over both.
 std::string formatWorkerHealth(const WorkerHealthConfig& config,
                                const std::vector<HealthTransition>& transitions,
-                               const DownRequests& requests);
+                               const DownRequests& requests,
+                               const std::vector<HealthTransition>& decode_transitions = {});
 
 }  // namespace mocker::replay
