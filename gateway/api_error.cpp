@@ -10,6 +10,8 @@ const char* errorType(int status) {
       return "BadRequestError";
     case 401:
       return "AuthenticationError";
+    case 403:
+      return "PermissionDeniedError";
     case 404:
       return "NotFoundError";
     case 405:
@@ -27,6 +29,26 @@ const char* errorType(int status) {
     default:
       return "InternalServerError";
   }
+}
+
+int workerErrorStatus(ErrorCode code) {
+  switch (code) {
+    case ErrorCode::InvalidArgument:
+    case ErrorCode::Corruption:
+    case ErrorCode::Unsupported:
+      return 400;
+    case ErrorCode::NotFound:
+      return 404;
+    case ErrorCode::PermissionDenied:
+      return 403;
+    case ErrorCode::ResourceExhausted:
+      return 429;
+    case ErrorCode::IoError:
+      return 503;
+    case ErrorCode::Internal:
+      break;
+  }
+  return 500;
 }
 
 std::string errorBody(const ApiError& error) {

@@ -7,6 +7,8 @@
 #include <optional>
 #include <string>
 
+#include "base/result.h"
+
 namespace mocker::gateway {
 
 struct ApiError {
@@ -19,10 +21,17 @@ struct ApiError {
 };
 
 /// The error's `type` as vLLM names it: "BadRequestError" (400), "AuthenticationError" (401),
-/// "NotFoundError" (404), "MethodNotAllowed" (405), "RequestTooLarge" (413),
-/// "RateLimitError" (429), "RequestHeaderFieldsTooLarge" (431), "ServiceUnavailableError"
-/// (503), "GatewayTimeoutError" (504), "InternalServerError" (others).
+/// "PermissionDeniedError" (403, the OpenAI SDK's name), "NotFoundError" (404), "MethodNotAllowed"
+/// (405), "RequestTooLarge" (413), "RateLimitError" (429), "RequestHeaderFieldsTooLarge" (431),
+/// "ServiceUnavailableError" (503), "GatewayTimeoutError" (504), "InternalServerError" (others).
 const char* errorType(int status);
+
+/// The HTTP status of a worker's `error` reply to a request, by its client-protocol code
+/// (gateway/README.md "Errors"): what the request asked for is wrong — invalid_argument,
+/// corruption, unsupported 400; not_found 404; permission_denied 403; a limit reached, may
+/// succeed later — resource_exhausted 429; the worker could not do I/O — io_error 503;
+/// internal 500.
+int workerErrorStatus(ErrorCode code);
 
 /// `{"error": {"message": ..., "type": ..., "param": ..., "code": status}}` (`type`:
 /// error.type, else errorType(status)).

@@ -508,7 +508,9 @@ class Server final : public GatewayServer, public ExchangeHost {
       } else if (auto* error = std::get_if<protocol::ErrorReply>(&event.message)) {
         if (error->id) {
           if (auto route = find(*error->id, w)) {
-            route->first->onFailure(route->second, 500, "worker error: " + error->message);
+            route->first->onFailure(route->second, workerErrorStatus(error->code),
+                                    std::string("worker error (") + errorCodeName(error->code) +
+                                        "): " + error->message);
           }
         }
         spdlog::warn("gateway: worker {} error: {}", event.worker, error->message);

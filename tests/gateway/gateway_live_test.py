@@ -599,6 +599,54 @@ class WorkerFailureGatewayTest(unittest.TestCase):
         self.assertIn("shutdown", err["message"])
 
 
+class InjectedErrorGatewayTest(unittest.TestCase):
+    """A worker's injected `error` fault (service/README.md "Failure drills") reaches an OpenAI
+    client as the HTTP status its protocol code means, with a valid OpenAI error body (a stream:
+    one error frame with that code): three workers, each failing every request with another
+    code, round robin over them."""
+
+    CODES = {"resource_exhausted": (429, "RateLimitError"),
+             "io_error": (503, "ServiceUnavailableError"),
+             "internal": (500, "InternalServerError")}
+
+    def setUp(self):
+        self.serves = [Serve(*paced(1, 1), "--fault", "error:rate=1:code=" + code)
+                       for code in self.CODES]
+        self.gw = Gateway(self.serves)
+
+    def tearDown(self):
+        self.gw.close()
+        for s in self.serves:
+            s.close()
+
+    def test_each_code_gets_its_status_and_an_openai_error_body(self):
+        seen = {}
+        for stream in (False, True):
+            for _ in range(len(self.serves)):
+                status, headers, raw = self.gw.request(
+                    "POST", "/v1/completions", {"prompt": "x", "max_tokens": 2, "stream": stream})
+                if stream:
+                    # The SSE head is sent at once (as vLLM does): the error is one frame
+                    # carrying the status as its code, then [DONE].
+                    self.assertEqual(status, 200, raw)
+                    frames = error_frames(raw)
+                    self.assertEqual(len(frames), 1, raw)
+                    self.assertTrue(raw.endswith(b"data: [DONE]\n\n"), raw)
+                    err = frames[0]["error"]
+                    status = err["code"]
+                else:
+                    self.assertEqual(headers.get("Content-Type"), "application/json", raw)
+                    err = json.loads(raw)["error"]
+                    self.assertEqual(err["code"], status, raw)
+                self.assertEqual(set(err), {"message", "type", "param", "code"}, raw)
+                self.assertIn("fault injected: error", err["message"])
+                code = err["message"].split("(")[1].split(")")[0]  # "worker error (CODE): ..."
+                self.assertEqual((status, err["type"]), self.CODES[code], raw)
+                seen.setdefault(stream, set()).add(status)
+        # Round robin: every worker, so every code, in both forms.
+        self.assertEqual(seen, {False: {429, 500, 503}, True: {429, 500, 503}})
+
+
 TINY_TOKENIZER = os.path.join(os.path.dirname(HERE), "data",
                               "tiny_tokenizer.json")
 

@@ -5,7 +5,10 @@
 #include <nlohmann/json.hpp>
 
 #include <string>
+#include <tuple>
+#include <vector>
 
+#include "gateway/api_error.h"
 #include "gateway/detail/json_fast_parse.h"
 #include "gateway/output_plan.h"
 #include "gateway/tokenizer.h"
@@ -167,6 +170,25 @@ TEST_F(OpenAiRequestTest, RefusesInvalidUtf8AndSaysWhy) {
   EXPECT_EQ(e.status, 400);
   EXPECT_NE(e.message.find("invalid JSON"), std::string::npos) << e.message;
   EXPECT_NE(errorBody(e).find("\"type\":\"BadRequestError\""), std::string::npos);
+}
+
+// A worker's `error` reply (an injected `error` fault's code among them) becomes the HTTP status
+// its code means, with that status's type in the body: never a 500 for a limit or bad input.
+TEST(WorkerErrorStatusTest, EachProtocolCodeHasItsStatusAndType) {
+  const std::vector<std::tuple<ErrorCode, int, std::string>> cases{
+      {ErrorCode::InvalidArgument, 400, "BadRequestError"},
+      {ErrorCode::Corruption, 400, "BadRequestError"},
+      {ErrorCode::Unsupported, 400, "BadRequestError"},
+      {ErrorCode::NotFound, 404, "NotFoundError"},
+      {ErrorCode::PermissionDenied, 403, "PermissionDeniedError"},
+      {ErrorCode::ResourceExhausted, 429, "RateLimitError"},
+      {ErrorCode::IoError, 503, "ServiceUnavailableError"},
+      {ErrorCode::Internal, 500, "InternalServerError"}};
+  ASSERT_EQ(cases.size(), kErrorCodeNames.size()) << "a code without a case";
+  for (const auto& [code, status, type] : cases) {
+    EXPECT_EQ(workerErrorStatus(code), status) << errorCodeName(code);
+    EXPECT_EQ(errorType(status), type) << errorCodeName(code);
+  }
 }
 
 TEST(OutputPlanTest, IgnoreEosGivesMaxTokensExactly) {
