@@ -210,6 +210,8 @@ struct FaultCounts {
   std::uint64_t fetch_never = 0;
   // Worker restarts (absent in replies of services that predate them: 0).
   std::uint64_t restart = 0;
+  // Requests acknowledged, then left silent (absent in replies of services that predate them).
+  std::uint64_t silent = 0;
   friend bool operator==(const FaultCounts&, const FaultCounts&) = default;
 };
 

@@ -33,7 +33,8 @@ constexpr EnumNames<FaultKind, kNumFaultKinds> kKinds{
      {"fetch_not_found", FaultKind::FetchNotFound},
      {"fetch_late", FaultKind::FetchLate},
      {"fetch_never", FaultKind::FetchNever},
-     {"restart", FaultKind::Restart}}};
+     {"restart", FaultKind::Restart},
+     {"silent", FaultKind::Silent}}};
 
 constexpr std::array kErrorCodes{ErrorCode::InvalidArgument,  ErrorCode::Corruption,
                                  ErrorCode::NotFound,         ErrorCode::Unsupported,
@@ -473,6 +474,10 @@ FaultPlan::RequestFaults FaultPlan::onSubmit(std::uint32_t rank, std::string_vie
                  .worker = worker_,
                  .rank = rank,
                  .request = std::string(request_id)};
+    if (s.kind == FaultKind::Silent) {
+      in.detail = withArming(a, "acknowledged, then silent");
+      return {.silent = true, .injection = std::move(in)};
+    }
     if (s.kind == FaultKind::Error) {
       in.detail = withArming(a, std::string("code ") + errorCodeName(s.code));
       return {.error = s.code,

@@ -53,8 +53,9 @@ enum class FaultKind {
   FetchLate,      ///< kv_fetch: answered `ms` wall milliseconds after its transfer end
   FetchNever,     ///< kv_fetch: never answered (the decode worker's fetch timeout ends it)
   Restart,        ///< worker: open streams end `shutdown`, a fresh engine and KV-event sequence
+  Silent,         ///< request: acknowledged, then nothing (no output, no terminal) until cancelled
 };
-inline constexpr std::size_t kNumFaultKinds = 18;
+inline constexpr std::size_t kNumFaultKinds = 19;
 std::string_view faultKindName(FaultKind kind);
 bool isWorkerFault(FaultKind kind);
 bool isKvFault(FaultKind kind);
@@ -148,11 +149,13 @@ class FaultPlan {
   PassFaults beforePass(std::uint32_t rank, std::uint64_t passes, std::uint64_t rank_passes,
                         double now_ms, std::vector<Injection>& out);
 
-  /// What a newly submitted request suffers: an error (the first error fault that fires wins
-  /// over any abort), or an abort after some tokens (the first abort fault that fires), with
-  /// its injection. The caller records an error's injection at once and an abort's when the
-  /// stream reaches its token count (a request that ends first was not aborted).
+  /// What a newly submitted request suffers: an error or silence (the first error or silent
+  /// fault that fires wins over any abort), or an abort after some tokens (the first abort
+  /// fault that fires), with its injection. The caller records an error's or a silence's
+  /// injection at once and an abort's when the stream reaches its token count (a request that
+  /// ends first was not aborted).
   struct RequestFaults {
+    bool silent = false;  ///< acknowledged, then never run and never answered until cancelled
     std::optional<ErrorCode> error;
     std::string error_message;  ///< names the fault ("fault injected: error (fault 0)")
     std::optional<std::uint32_t> abort_after_tokens;

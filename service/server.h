@@ -99,6 +99,7 @@ struct ServerCounters {
   std::uint64_t slowed_passes = 0;                              ///< passes a `slow` fault stretched
   std::uint64_t fault_errors = 0;        ///< submits answered with an injected `error`
   std::uint64_t fault_aborts = 0;        ///< streams an `abort` fault ended
+  std::uint64_t fault_silenced = 0;      ///< submits a `silent` fault acknowledged and left
   std::uint64_t restart_ended = 0;       ///< streams a `restart` fault ended `shutdown`
   std::uint64_t fault_log_failures = 0;  ///< fault-log lines that could not be written
 };

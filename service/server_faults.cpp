@@ -223,9 +223,17 @@ bool Server::Impl::stayDown() {
 }
 
 bool Server::Impl::submitFaults(const net::RoutedEnvelope& from, const std::string& id,
-                                std::uint32_t rank, std::optional<FaultPlan::PendingAbort>& abort) {
+                                std::uint32_t rank, std::optional<FaultPlan::PendingAbort>& abort,
+                                bool& silent) {
   FaultPlan::RequestFaults f = faults_.onSubmit(rank, id, engineNowMs());
   if (!f.injection) return false;
+  if (f.silent) {
+    silent = true;
+    ++counters.fault_silenced;
+    injections_.push_back(std::move(*f.injection));
+    recordInjections();
+    return false;
+  }
   if (f.abort_after_tokens) {
     abort = FaultPlan::PendingAbort{*f.abort_after_tokens, std::move(*f.injection)};
     return false;

@@ -244,7 +244,8 @@ protocol::StatsReply Server::Impl::statsReply(const net::RoutedEnvelope& from,
                                      .fetch_not_found = at(FaultKind::FetchNotFound),
                                      .fetch_late = at(FaultKind::FetchLate),
                                      .fetch_never = at(FaultKind::FetchNever),
-                                     .restart = at(FaultKind::Restart)};
+                                     .restart = at(FaultKind::Restart),
+                                     .silent = at(FaultKind::Silent)};
   }
   // Only the sender's own entries: its routing id, or with CURVE every routing id of its key.
   for (protocol::ClientRoutes& c : routes_.routesPerClient()) {
@@ -341,7 +342,8 @@ void Server::Impl::handleSubmit(const net::RoutedEnvelope& from, const Peer& pee
   }
   const std::uint32_t rank = req.dp_rank.value_or(leastLoadedRank(engine_));
   std::optional<FaultPlan::PendingAbort> abort;
-  if (!faults_.empty() && submitFaults(from, req.id, rank, abort)) return;
+  bool silent = false;
+  if (!faults_.empty() && submitFaults(from, req.id, rank, abort, silent)) return;
   const auto prompt_tokens = static_cast<std::uint32_t>(req.prompt.size());
   const std::uint64_t output_len =
       req.output_tokens ? req.output_tokens->size() : std::uint64_t{req.max_tokens};
@@ -369,7 +371,14 @@ void Server::Impl::handleSubmit(const net::RoutedEnvelope& from, const Peer& pee
     }
     return;
   }
-  metrics_.onSubmit(*id, rank, engineNowMs(), prompt_tokens);
+  // Silent (fault): the request leaves the engine at once, unseen by the metrics, while its
+  // route stays open: it is acknowledged and then nothing comes until the client cancels it or
+  // goes away, as with a worker that lost it.
+  if (silent) {
+    (void)engine_.cancel(*id);
+  } else {
+    metrics_.onSubmit(*id, rank, engineNowMs(), prompt_tokens);
+  }
   // At most max_buffered_outputs undelivered signals, capped at the request's output length
   // (Dynamo's min(output_len, 8)), at least 1.
   const auto cap = static_cast<std::uint32_t>(std::max<std::uint64_t>(
@@ -395,10 +404,12 @@ void Server::Impl::handleSubmit(const net::RoutedEnvelope& from, const Peer& pee
   if (abort) aborts_.insert_or_assign(*id, std::move(*abort));
   address_space_.accepted(cost);
   Rank& woken = ranks_[rank];
-  woken.stalled = false;
   // An idle rank starts its next pass at this arrival on the modelled timeline (a busy one at
-  // its current pass's end, which it already holds).
-  if (!woken.in_flight && !woken.anchor_ms) woken.anchor_ms = er_arrival_ms;
+  // its current pass's end, which it already holds). A silenced request gives it no work.
+  if (!silent) {
+    woken.stalled = false;
+    if (!woken.in_flight && !woken.anchor_ms) woken.anchor_ms = er_arrival_ms;
+  }
   // The ack goes before anything else of this request: sent now if nothing older waits for
   // the client, else queued behind what does (and then sent first of this request's items).
   if (owner.queue.empty()) {

@@ -37,9 +37,9 @@ inline constexpr EnumNames<KvFetchResult, 2> kKvFetchResultNames{
 inline constexpr EnumNames<LoraOp, 2> kLoraOpNames{
     {{"load", LoraOp::Load}, {"unload", LoraOp::Unload}}};
 /// stats_reply.faults: the wire key of each FaultCounts field, in wire order; the first
-/// kRequiredFaultCountKeys are required, the KV-event, metrics, kv_fetch and restart ones after
-/// them optional (newer).
-inline constexpr std::array<std::pair<std::string_view, std::uint64_t FaultCounts::*>, 18>
+/// kRequiredFaultCountKeys are required, the KV-event, metrics, kv_fetch, restart and silent
+/// ones after them optional (newer).
+inline constexpr std::array<std::pair<std::string_view, std::uint64_t FaultCounts::*>, 19>
     kFaultCountKeys{{
         {"crash", &FaultCounts::crash},
         {"hang", &FaultCounts::hang},
@@ -59,6 +59,7 @@ inline constexpr std::array<std::pair<std::string_view, std::uint64_t FaultCount
         {"fetch_late", &FaultCounts::fetch_late},
         {"fetch_never", &FaultCounts::fetch_never},
         {"restart", &FaultCounts::restart},
+        {"silent", &FaultCounts::silent},
     }};
 inline constexpr std::size_t kRequiredFaultCountKeys = 5;
 

@@ -262,9 +262,10 @@ class Server::Impl {
   /// While a restarted worker is down (down_until_): reads nothing and runs no pass, only the
   /// stop event and the fault admin are served. False when a stop came first.
   bool stayDown();
-  /// The request faults of a new submit on `rank`: true when an `error` fault answered it.
+  /// The request faults of a new submit on `rank`: true when an `error` fault answered it;
+  /// `silent` set when a `silent` fault takes it (recorded here; accepted, then left unanswered).
   bool submitFaults(const net::RoutedEnvelope& from, const std::string& id, std::uint32_t rank,
-                    std::optional<FaultPlan::PendingAbort>& abort);
+                    std::optional<FaultPlan::PendingAbort>& abort, bool& silent);
   /// Output signal `s` of a request an `abort` fault cuts: true when it is past the cut (not
   /// delivered; the stream ends after the pass, endAborted).
   bool cutByAbort(const engine::OutputSignal& s);

@@ -264,13 +264,14 @@ TEST(ClientGoldenTest, StatsReplyKvFaultCountsRoundTripAndMayBeAbsent) {
                                      .fetch_not_found = 15,
                                      .fetch_late = 16,
                                      .fetch_never = 17,
-                                     .restart = 18}};
+                                     .restart = 18,
+                                     .silent = 19}};
   const auto decoded = decodeClientMessage(encodeClientMessage(r));
   ASSERT_TRUE(decoded.has_value()) << decoded.error().toString();
   EXPECT_EQ(*decoded, ClientMessage{r});
   // A service that predates them sends the first five keys only (faults is the last field):
-  // cut the thirteen KV-event, metrics, kv_fetch and restart pairs (a key and a one-byte count
-  // each) and make the map header (map16, 18 entries) a fixmap of 5.
+  // cut the fourteen KV-event, metrics, kv_fetch, restart and silent pairs (a key and a one-byte
+  // count each) and make the map header (map16, 19 entries) a fixmap of 5.
   std::vector<std::byte> bytes = encodeClientMessage(StatsReply{.faults = FaultCounts{.abort = 5}});
   std::size_t kv_bytes = 0;
   for (std::size_t i = protocol::detail::kRequiredFaultCountKeys;
@@ -279,7 +280,7 @@ TEST(ClientGoldenTest, StatsReplyKvFaultCountsRoundTripAndMayBeAbsent) {
   }
   const std::string hex = toHex(bytes);
   const std::size_t header = hex.find(
-      "de0012a5" + toHex(std::vector<std::byte>{std::byte{'c'}, std::byte{'r'}, std::byte{'a'},
+      "de0013a5" + toHex(std::vector<std::byte>{std::byte{'c'}, std::byte{'r'}, std::byte{'a'},
                                                 std::byte{'s'}, std::byte{'h'}}));
   ASSERT_NE(header, std::string::npos);
   bytes[header / 2] = std::byte{0x85};

@@ -72,7 +72,7 @@ TEST(FaultPlanTest, BadSpecsNameTheProblem) {
       {"explode",
        "unknown kind 'explode' (expected one of crash, hang, slow, error, abort, drop, "
        "drop_unhealable, suppress, duplicate, reorder, delay, truncate_ring, fpm_stop, "
-       "metrics_freeze, fetch_not_found, fetch_late, fetch_never, restart)"},
+       "metrics_freeze, fetch_not_found, fetch_late, fetch_never, restart, silent)"},
       {"restart:cleared=maybe", "cleared must be true or false (got 'maybe')"},
       {"restart:cleared=", "cleared must be true or false (got '')"},
       {"restart:cleared=1", "cleared must be true or false (got '1')"},
@@ -386,6 +386,28 @@ TEST(FaultPlanTest, RequestRateIsSeededAndOrderFree) {
   EXPECT_EQ(
       faultLogLine(*f.injection),
       R"({"time_ms":2.500,"kind":"abort","fault":0,"worker":0,"rank":0,"request":"req-x","detail":"stream ended after 1 tokens"})");
+}
+
+// `silent` is a request fault like `error` (rate, match, scope; the first of the two that fires
+// wins over an abort), with no code or tokens key and no trigger.
+TEST(FaultPlanTest, SilentTakesMatchingRequestsAndWinsOverAnAbort) {
+  EXPECT_EQ(faultSpecText(parsed("silent:match=quiet-*:rate=0.5")),
+            "silent:rate=0.5:match=quiet-*");
+  for (const char* bad : {"silent:code=internal", "silent:tokens=2", "silent:after_passes=3"}) {
+    EXPECT_FALSE(parseFaultSpec(bad).has_value()) << bad;
+  }
+  const FaultPlan plan({parsed("abort:tokens=1"), parsed("silent:match=quiet-*")}, 1);
+  const auto loud = plan.onSubmit(0, "loud", 0.0);
+  EXPECT_FALSE(loud.silent);
+  EXPECT_EQ(loud.abort_after_tokens, 1u);
+  const auto quiet = plan.onSubmit(0, "quiet-1", 4.0);
+  EXPECT_TRUE(quiet.silent);
+  EXPECT_FALSE(quiet.abort_after_tokens);
+  EXPECT_FALSE(quiet.error);
+  ASSERT_TRUE(quiet.injection);
+  EXPECT_EQ(
+      faultLogLine(*quiet.injection),
+      R"({"time_ms":4.000,"kind":"silent","fault":1,"worker":0,"rank":0,"request":"quiet-1","detail":"acknowledged, then silent"})");
 }
 
 TEST(FaultPlanTest, FaultsConfigKeysLoadAndValidate) {

@@ -285,5 +285,74 @@ TEST(FaultServeTest, RequestErrorsAndAbortsAtASeededRate) {
   std::filesystem::remove(log);
 }
 
+/// The next stats reply on `c`, folding any stream message into `streams`.
+std::optional<protocol::StatsReply> statsOf(net::Client& c,
+                                            std::map<std::string, testing::Stream>& streams,
+                                            Clock::time_point deadline) {
+  if (!c.send(protocol::StatsRequest{})) return std::nullopt;
+  while (Clock::now() < deadline) {
+    auto m = c.receive(20ms);
+    EXPECT_TRUE(m) << m.error().message;
+    if (!m || !*m) continue;
+    if (auto* r = std::get_if<protocol::StatsReply>(&**m)) return *r;
+    testing::absorb(streams, std::move(**m), nullptr);
+  }
+  return std::nullopt;
+}
+
+// `silent`: the matching request is acknowledged and then nothing comes — no output, no
+// terminal — while the worker serves the rest (a later request streams in full, so the silent
+// one was passed over, not merely slow); its route stays open until the client cancels it
+// (answered `applied`, terminal `cancelled`). Counted in stats and the fault log.
+TEST(FaultServeTest, SilentRequestIsAcknowledgedThenNothingUntilCancelled) {
+  const auto log = tempPath("fault-silent");
+  ServeProcess serve(
+      {"--speedup-ratio", "0", "--fault", "silent:match=quiet-*", "--fault-log", log.string()});
+  ASSERT_TRUE(serve.awaitReady());
+  auto c = connectTo(serve);
+  ASSERT_TRUE(c);
+  ASSERT_TRUE(c->submit({.id = "quiet-1", .prompt = testing::prompt(8), .max_tokens = 10}));
+  ASSERT_TRUE(c->submit({.id = "loud-1", .prompt = testing::prompt(8, 500), .max_tokens = 10}));
+  std::map<std::string, testing::Stream> streams;
+  const auto deadline = Clock::now() + 20s;
+  ASSERT_TRUE(receiveUntil(
+      *c, streams, [&] { return streams["loud-1"].finish.has_value(); }, deadline));
+  EXPECT_EQ(streams["loud-1"].tokens.size(), 10u);
+  EXPECT_TRUE(streams["quiet-1"].acked);
+  EXPECT_TRUE(streams["quiet-1"].tokens.empty());
+  EXPECT_FALSE(streams["quiet-1"].finish.has_value());
+  auto stats = statsOf(*c, streams, deadline);
+  ASSERT_TRUE(stats && stats->faults);
+  EXPECT_EQ(stats->faults->silent, 1u);
+  EXPECT_EQ(stats->routes, 1u) << "the silent request's route stays open";
+  EXPECT_TRUE(streams["quiet-1"].tokens.empty());
+
+  ASSERT_TRUE(c->cancel("quiet-1"));
+  std::optional<protocol::CancelReply> reply;
+  while (!(reply && streams["quiet-1"].finish)) {
+    ASSERT_LT(Clock::now(), deadline) << "no cancel reply or terminal for the silent request";
+    auto m = c->receive(20ms);
+    ASSERT_TRUE(m) << m.error().message;
+    if (!m || !*m) continue;
+    if (auto* r = std::get_if<protocol::CancelReply>(&**m)) {
+      reply = *r;
+    } else {
+      testing::absorb(streams, std::move(**m), nullptr);
+    }
+  }
+  EXPECT_EQ(reply->result, protocol::CancelResult::Applied);
+  EXPECT_EQ(streams["quiet-1"].finish, protocol::FinishReason::Cancelled);
+  EXPECT_TRUE(streams["quiet-1"].tokens.empty());
+  stats = statsOf(*c, streams, deadline);
+  ASSERT_TRUE(stats);
+  EXPECT_EQ(stats->routes, 0u);
+  const std::string lines = readFile(log);
+  EXPECT_EQ(std::count(lines.begin(), lines.end(), '\n'), 1) << lines;
+  EXPECT_NE(lines.find(R"("kind":"silent")"), std::string::npos) << lines;
+  EXPECT_NE(lines.find(R"("request":"quiet-1")"), std::string::npos) << lines;
+  EXPECT_EQ(serve.stop(), 0);
+  std::filesystem::remove(log);
+}
+
 }  // namespace
 }  // namespace mocker::service

@@ -8,6 +8,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "protocol/detail/client_names.h"
 #include "tools/replay/live_stats.h"
 #include "tools/replay/report_output.h"
 
@@ -212,7 +213,7 @@ TEST(LiveRequestsTest, ServerFaultsAreCountedOverTheRunByKind) {
   stats.faults_end[1] = protocol::FaultCounts{.error = 1, .restart = 1};
   const auto kinds = liveServerFaults(stats);
   ASSERT_TRUE(kinds.has_value());
-  EXPECT_EQ(kinds->size(), 18u);
+  EXPECT_EQ(kinds->size(), protocol::detail::kFaultCountKeys.size());
   EXPECT_EQ(kinds->front(), (std::pair<std::string, std::uint64_t>("crash", 0)));
   Report report;
   report.server_faults = kinds;
@@ -221,7 +222,7 @@ TEST(LiveRequestsTest, ServerFaultsAreCountedOverTheRunByKind) {
   const auto j = nlohmann::json::parse(formatReportJson(report));
   EXPECT_EQ(j["server_faults_injected"]["error"], 4);
   EXPECT_EQ(j["server_faults_injected"]["crash"], 0);
-  EXPECT_EQ(j["server_faults_injected"].size(), 18u);
+  EXPECT_EQ(j["server_faults_injected"].size(), protocol::detail::kFaultCountKeys.size());
   // Reported, none fired: "none"; without it (offline), no line and no key.
   report.server_faults = liveServerFaults(LiveReplayStats{.faults_start = {protocol::FaultCounts{}},
                                                           .faults_end = {protocol::FaultCounts{}}});

@@ -40,6 +40,9 @@ std::string needsLiveRun(FaultKind kind, bool disaggregated) {
     case FaultKind::MetricsFreeze:
       return "metric faults need a live run: the offline replay publishes no forward-pass "
              "metrics and serves no /metrics (mocker serve)";
+    case FaultKind::Silent:
+      return "silent faults need a live run: the offline replay does not model a request "
+             "acknowledged and then never answered (mocker serve, --mode live)";
     case FaultKind::Restart:
       return "restart faults need a live run: the offline replay does not model a worker coming "
              "back with a fresh engine (mocker serve, --mode live)";
