@@ -371,14 +371,8 @@ void Server::Impl::handleSubmit(const net::RoutedEnvelope& from, const Peer& pee
     }
     return;
   }
-  // Silent (fault): the request leaves the engine at once, unseen by the metrics, while its
-  // route stays open: it is acknowledged and then nothing comes until the client cancels it or
-  // goes away, as with a worker that lost it.
-  if (silent) {
-    (void)engine_.cancel(*id);
-  } else {
-    metrics_.onSubmit(*id, rank, engineNowMs(), prompt_tokens);
-  }
+  // A silenced request is never in the request metrics (the worker lost it).
+  if (!silent) metrics_.onSubmit(*id, rank, engineNowMs(), prompt_tokens);
   // At most max_buffered_outputs undelivered signals, capped at the request's output length
   // (Dynamo's min(output_len, 8)), at least 1.
   const auto cap = static_cast<std::uint32_t>(std::max<std::uint64_t>(
@@ -402,6 +396,10 @@ void Server::Impl::handleSubmit(const net::RoutedEnvelope& from, const Peer& pee
   ClientEntry& owner = *opened;
   owner.connection_fd = peer.connection_fd;
   if (abort) aborts_.insert_or_assign(*id, std::move(*abort));
+  // Silent (fault): the request leaves the engine at once (a decode worker's pending KV fetch
+  // released too) while its route stays open: it is acknowledged and then nothing comes until
+  // the client cancels it or goes away, as from a worker that lost it.
+  if (silent) cancelInEngine(*id, rank);
   address_space_.accepted(cost);
   Rank& woken = ranks_[rank];
   // An idle rank starts its next pass at this arrival on the modelled timeline (a busy one at
