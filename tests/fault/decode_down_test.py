@@ -49,7 +49,10 @@ def write_trace(path):
 
 
 class DecodeDownTest(unittest.TestCase):
-    def run_drill(self, migration):
+    def replay(self, decode_faults, *flags):
+        """One prefill server and a decode server per entry of `decode_faults` (its --fault spec
+        or None), the trace replayed live against them with `flags`: (the replay's completed
+        process, its --requests-jsonl and --report-json paths, the decode servers)."""
         work = tempfile.mkdtemp(prefix="mocker-decode-down-")
         self.addCleanup(shutil.rmtree, work, ignore_errors=True)
         trace = os.path.join(work, "trace.jsonl")
@@ -58,27 +61,28 @@ class DecodeDownTest(unittest.TestCase):
                         *paced(2, 5))
         self.addCleanup(prefill.close)
         decode = []
-        for d in range(2):
-            flags = ["--worker-type", "decode", *paced(2, 5)]
-            if d == 1:
-                flags += ["--fault", "crash:after_passes=20"]
-            decode.append(Serve(*flags))
+        for fault in decode_faults:
+            fault_flags = ["--fault", fault] if fault else []
+            decode.append(Serve("--worker-type", "decode", *paced(2, 5), *fault_flags))
             self.addCleanup(decode[-1].close)
         requests = os.path.join(work, "requests.jsonl")
         report = os.path.join(work, "report.json")
         cmd = [mocker_bin(), "replay", trace, "--trace-block-size", "64",
-               "--decode-router", "round_robin", "--worker-down-after-ms", str(DOWN_AFTER_MS),
-               "--request-timeout-s", "20", "--no-progress", "--requests-jsonl", requests,
-               "--report-json", report,
+               "--worker-down-after-ms", str(DOWN_AFTER_MS), "--request-timeout-s", "20",
+               "--no-progress", "--requests-jsonl", requests, "--report-json", report, *flags,
                "--connect-prefill", prefill.submit, "--connect-cancel", prefill.cancel]
-        for s in decode:
-            cmd += ["--connect-decode", s.submit, "--connect-decode-cancel", s.cancel]
-        if migration:
-            cmd += ["--migration-limit", str(LIMIT)]
+        for d in decode:
+            cmd += ["--connect-decode", d.submit, "--connect-decode-cancel", d.cancel]
         out = subprocess.run(cmd, stdin=subprocess.DEVNULL, capture_output=True, text=True,
                              timeout=120)
         self.assertEqual(out.returncode, 0, out.stderr)
         print(out.stdout[out.stdout.find("Live"):], out.stderr)
+        return out, requests, report, decode
+
+    def run_drill(self, migration):
+        out, requests, report, decode = self.replay(
+            [None, "crash:after_passes=20"], "--decode-router", "round_robin",
+            *(["--migration-limit", str(LIMIT)] if migration else []))
         poll_until(lambda: decode[1].proc.poll() is not None, "the crashed decode server's exit",
                    WAIT_S)
         self.assertEqual(decode[1].proc.returncode, CRASH_EXIT_CODE)
@@ -153,26 +157,8 @@ class DecodeDownTest(unittest.TestCase):
         """The only decode server crashes: once it is down, a handoff has nowhere to go and the
         request fails at once (the prefill server's KV released), counted in the report; none
         waits for its timeout."""
-        work = tempfile.mkdtemp(prefix="mocker-decode-none-")
-        self.addCleanup(shutil.rmtree, work, ignore_errors=True)
-        trace = os.path.join(work, "trace.jsonl")
-        write_trace(trace)
-        prefill = Serve("--worker-type", "prefill", "--handoff-endpoint", EPHEMERAL,
-                        *paced(2, 5))
-        self.addCleanup(prefill.close)
-        decode = Serve("--worker-type", "decode", *paced(2, 5), "--fault",
-                       "crash:after_passes=20")
-        self.addCleanup(decode.close)
-        requests = os.path.join(work, "requests.jsonl")
-        cmd = [mocker_bin(), "replay", trace, "--trace-block-size", "64",
-               "--worker-down-after-ms", str(DOWN_AFTER_MS), "--request-timeout-s", "20",
-               "--no-progress", "--requests-jsonl", requests, "--migration-limit", str(LIMIT),
-               "--connect-prefill", prefill.submit, "--connect-cancel", prefill.cancel,
-               "--connect-decode", decode.submit, "--connect-decode-cancel", decode.cancel]
-        out = subprocess.run(cmd, stdin=subprocess.DEVNULL, capture_output=True, text=True,
-                             timeout=120)
-        self.assertEqual(out.returncode, 0, out.stderr)
-        print(out.stdout[out.stdout.find("Live"):], out.stderr)
+        out, requests, _, _ = self.replay(["crash:after_passes=20"],
+                                          "--migration-limit", str(LIMIT))
         down = re.search(r"  ([0-9.]+) ms: decode server 0 down \(suspect too long;", out.stdout)
         self.assertIsNotNone(down, out.stdout)
         down_ms = float(down.group(1))

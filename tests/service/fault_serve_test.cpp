@@ -56,6 +56,21 @@ bool receiveUntil(net::Client& c, std::map<std::string, testing::Stream>& stream
   return true;
 }
 
+/// The next stats reply on `c`, folding any stream message into `streams`.
+std::optional<protocol::StatsReply> statsOf(net::Client& c,
+                                            std::map<std::string, testing::Stream>& streams,
+                                            Clock::time_point deadline) {
+  if (!c.send(protocol::StatsRequest{})) return std::nullopt;
+  while (Clock::now() < deadline) {
+    auto m = c.receive(20ms);
+    EXPECT_TRUE(m) << m.error().message;
+    if (!m || !*m) continue;
+    if (auto* r = std::get_if<protocol::StatsReply>(&**m)) return *r;
+    testing::absorb(streams, std::move(**m), nullptr);
+  }
+  return std::nullopt;
+}
+
 TEST(FaultServeTest, CrashAfterPassesExitsWithTheDocumentedCode) {
   const auto log = tempPath("fault-crash");
   ServeProcess serve(
@@ -266,15 +281,7 @@ TEST(FaultServeTest, RequestErrorsAndAbortsAtASeededRate) {
   EXPECT_GT(n_aborts, 0u);
   EXPECT_LT(n_errors + n_aborts, ids.size());
   // stats and the fault log count them.
-  ASSERT_TRUE(c->send(protocol::StatsRequest{}));
-  std::optional<protocol::StatsReply> stats;
-  while (!stats && Clock::now() < deadline) {
-    auto m = c->receive(20ms);
-    ASSERT_TRUE(m) << m.error().message;
-    if (m && *m) {
-      if (auto* r = std::get_if<protocol::StatsReply>(&**m)) stats = *r;
-    }
-  }
+  const auto stats = statsOf(*c, streams, deadline);
   ASSERT_TRUE(stats && stats->faults);
   EXPECT_EQ(stats->faults->error, n_errors);
   EXPECT_EQ(stats->faults->abort, n_aborts);
@@ -283,21 +290,6 @@ TEST(FaultServeTest, RequestErrorsAndAbortsAtASeededRate) {
             n_errors + n_aborts);
   EXPECT_EQ(serve.stop(), 0);
   std::filesystem::remove(log);
-}
-
-/// The next stats reply on `c`, folding any stream message into `streams`.
-std::optional<protocol::StatsReply> statsOf(net::Client& c,
-                                            std::map<std::string, testing::Stream>& streams,
-                                            Clock::time_point deadline) {
-  if (!c.send(protocol::StatsRequest{})) return std::nullopt;
-  while (Clock::now() < deadline) {
-    auto m = c.receive(20ms);
-    EXPECT_TRUE(m) << m.error().message;
-    if (!m || !*m) continue;
-    if (auto* r = std::get_if<protocol::StatsReply>(&**m)) return *r;
-    testing::absorb(streams, std::move(**m), nullptr);
-  }
-  return std::nullopt;
 }
 
 // `silent`: the matching request is acknowledged and then nothing comes — no output, no
