@@ -14,6 +14,7 @@
 #include "http_probe.h"
 #include "live_service.h"
 #include "protocol/limits.h"
+#include "tests/testing/tcp_sockets.h"
 
 namespace mocker::service {
 namespace {
@@ -118,7 +119,7 @@ struct Receiver {
     } else {
       out += "service stats: no reply within 5 s (its loop is not serving)\n";
     }
-    if (svc.endpoints().http.empty()) return out;
+    if (svc.endpoints().http.empty()) return out + mocker::testing::tcpSocketsReport();
     auto http = httpClient(svc.endpoints().http);
     if (const auto got = http.Get("/metrics")) {
       std::istringstream lines(got->body);
@@ -131,7 +132,9 @@ struct Receiver {
     } else {
       out += "/metrics: no answer\n";
     }
-    return out;
+    // Both ends of the client's connection live in this process: a kernel-level stall (a
+    // retransmission timer backed off, a zero window) shows here.
+    return out + mocker::testing::tcpSocketsReport();
   }
 };
 
@@ -221,7 +224,13 @@ TEST(ServerBackpressureTest, FloodedClientGetsEveryAckBeforeThatRequestsOutputs)
   for (const std::uint32_t buffer : {8u, 1u}) {
     SCOPED_TRACE("max_buffered_outputs " + std::to_string(buffer));
     LiveService svc(withHttp(TestConfig().numGpuBlocks(4096).maxBufferedOutputs(buffer).build()));
-    auto c = svc.client({.rcvhwm = 10, .sndhwm = 0, .rcvbuf = 4096});
+    // The kernel's default receive buffer, not a tiny one: through a 4 KiB SO_RCVBUF on
+    // loopback the kernel drops segments whenever this reader lags (TcpExtRcvPruned), and each
+    // retransmission that finds the buffer still full doubles the timer, so a reader slowed by a
+    // sanitizer on a loaded machine saw nothing for minutes in either direction (three CI
+    // stalls near f16000). The overflow (buffer 1) needs no tiny buffer: the flood's outputs
+    // are megabytes, beyond the service's 4 MiB send buffer at most and this socket's 128 KiB.
+    auto c = svc.client({.rcvhwm = 10, .sndhwm = 0});
     std::vector<std::string> ids;
     for (std::uint32_t i = 0; i < kSubmits; ++i) {
       ids.push_back(idOf("f", i));
@@ -312,14 +321,19 @@ TEST(ServerBackpressureTest, SlowReaderOverItsBufferIsCancelledOthersCompleteEve
 // The other side of the bound: a client that stops reading for a while, but whose request fits
 // in its buffer, loses nothing — the outputs wait in the service and arrive once it reads.
 TEST(ServerBackpressureTest, ReaderThatFallsBehindWithinItsBufferLosesNothing) {
-  constexpr std::uint32_t kTokens = 20000;
+  // ~300 bytes per message: 12 MB, far beyond what the kernel holds for a client that reads
+  // nothing (this socket's default 128 KiB, the service's send buffer at most 4 MiB). A tiny
+  // SO_RCVBUF would hold less but invites the kernel's drops and backed-off retransmissions
+  // once the reader lags (see FloodedClientGetsEveryAckBeforeThatRequestsOutputs): this test
+  // stalled once in CI after 399 tokens.
+  constexpr std::uint32_t kTokens = 40000;
   // With /metrics: a stall's diagnosis shows whether the service forgot the client
   // (mocker:clients_gone_total, mocker:unroutable_sends_total) or still holds its queue.
   LiveService svc(withHttp(
       TestConfig().maxBufferedOutputs(kTokens).submitSndhwm(1).numGpuBlocks(100000).build()));
-  auto slow = svc.client({.rcvhwm = 1, .rcvbuf = 2048});
+  auto slow = svc.client({.rcvhwm = 1});
   auto observer = svc.client();
-  const std::string id(protocol::kMaxRequestIdBytes, 'b');  // ~300 bytes per message: ~6 MB
+  const std::string id(protocol::kMaxRequestIdBytes, 'b');
   ASSERT_TRUE(slow->submit({.id = id, .prompt = prompt(8), .max_tokens = kTokens}));
   // The request finishes in the engine while the client reads nothing: most of its outputs
   // can only be waiting in the service.
