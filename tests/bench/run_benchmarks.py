@@ -286,6 +286,22 @@ def bench_fleet_inproc(ctx):
              f"{r['passes']:,} passes, {r['resyncs']} resyncs", show(replay_cmd, ctx.build))]
 
 
+def bench_floor(ctx):
+    """The live floor next to libzmq's: one-token TTFT against `mocker serve` (0 ms passes) and
+    against a raw ROUTER sending the same replies (live_floor_bench, alternating rounds)."""
+    exe = os.path.join(ctx.build, "tests", "bench", "live_floor_bench")
+    cmd = [exe, "--mocker", os.path.join(ctx.build, "tools", "mocker"), "--rounds", "3"]
+    found = re.findall(r"service TTFT p50 ([\d.]+) p99 ([\d.]+) mean [\d.]+ ms \| raw p50 "
+                       r"([\d.]+) p99 ([\d.]+)", run(cmd))
+    if not found:
+        raise RuntimeError("live_floor_bench: no round lines")
+    col = [[float(f[i]) for f in found] for i in range(4)]
+    return [("live floor next to libzmq's: TTFT of 2,000-token one-token requests, one at a "
+             "time, 0 ms passes: `mocker serve` / a raw ROUTER answering with the same bytes",
+             f"service p50 {span(col[0], 'ms', 3)}, p99 {span(col[1], 'ms', 3)}; raw p50 "
+             f"{span(col[2], 'ms', 3)}, p99 {span(col[3], 'ms', 3)}", show(cmd, ctx.build))]
+
+
 def bench_live_fidelity(ctx):
     """Live vs offline at speedups 10 and 50 (tests/bench/live_fidelity.py, its defaults)."""
     script = os.path.join(ROOT, "tests", "bench", "live_fidelity.py")
@@ -343,6 +359,7 @@ BENCHES = {
     "fleet": bench_fleet,
     "fleet_inproc": bench_fleet_inproc,
     "live_fidelity": bench_live_fidelity,
+    "floor": bench_floor,
     "gateway": bench_gateway,
 }
 
