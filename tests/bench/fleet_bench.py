@@ -134,12 +134,20 @@ def run_replay(args):
         try:
             fleet = load_fleet(fleet_file)
             load_before = os.getloadavg()[0]
-            t0 = time.monotonic()
+            t0, c0 = time.monotonic(), cpu_ticks(proc.pid)
+            children0 = os.times()
             r = subprocess.run([args.mocker, "replay", trace, "--fleet", fleet_file,
                                 "--router", "round_robin", "--arrival-speedup-ratio",
                                 str(args.arrival_speedup_ratio)],
                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
             replay_s = time.monotonic() - t0
+            # Whether the two cores were saturated: the fleet's CPU and the replay client's
+            # (this process's waited-for children: only `mocker replay` ended meanwhile).
+            fleet_cpu_pct = 100.0 * (cpu_ticks(proc.pid) - c0) / CLK_TCK / replay_s
+            children1 = os.times()
+            client_cpu_pct = 100.0 * ((children1.children_user - children0.children_user) +
+                                      (children1.children_system - children0.children_system)
+                                      ) / replay_s
             if r.returncode != 0:
                 sys.exit("fleet_bench: mocker replay failed: " + r.stderr)
             timings = []
@@ -163,6 +171,8 @@ def run_replay(args):
               % (statistics.median(p50s), max(p50s)))
         print("  lateness p99  median %.3f ms, max %.3f ms" % (statistics.median(p99s), max(p99s)))
         print("  lateness max  %.3f ms" % max(maxes))
+    print("  CPU during the replay: fleet %.0f %%, replay client %.0f %% of one core (2 cores: "
+          "200 %%)" % (fleet_cpu_pct, client_cpu_pct))
     print("  load average  %.2f (machine shared with other builds)" % load_before)
     print("json: " + json.dumps({
         "mode": "replay", "workers": args.workers, "speedup_ratio": args.speedup_ratio,
@@ -171,7 +181,8 @@ def run_replay(args):
         "p50_max_ms": max(p50s) if busy else None,
         "p99_median_ms": statistics.median(p99s) if busy else None,
         "p99_max_ms": max(p99s) if busy else None,
-        "max_ms": max(maxes) if busy else None, "loadavg": load_before}))
+        "max_ms": max(maxes) if busy else None, "loadavg": load_before,
+        "fleet_cpu_pct": round(fleet_cpu_pct, 1), "client_cpu_pct": round(client_cpu_pct, 1)}))
 
 
 def main():

@@ -1,6 +1,7 @@
 // live_floor_bench — the live path's floor next to libzmq's own, same client, same bytes.
 //
 //   live_floor_bench --mocker PATH [--requests N] [--rate R] [--prompt-tokens T] [--rounds K]
+//                    [--serve-flag F]...
 //
 // One request at a time (N per round, default 300, paced at R per second, default 100): a
 // submit of a T-token prompt (default 2,000, distinct per request) with max_tokens 1, timed
@@ -44,6 +45,7 @@ struct Options {
   double rate = 100.0;
   std::uint32_t prompt_tokens = 2000;
   int rounds = 3;
+  std::vector<std::string> serve_flags;  // --serve-flag, repeatable
 };
 
 std::string requestId(int i) {
@@ -121,7 +123,7 @@ Child forkRaw(int n) {
 
 /// `mocker serve` with 0 ms passes on ephemeral endpoints; its submit endpoint from the lines
 /// it prints before `ready`.
-Child spawnServe(const std::string& mocker) {
+Child spawnServe(const std::string& mocker, const std::vector<std::string>& extra) {
   int out[2];
   if (::pipe(out) != 0) std::exit(1);
   posix_spawn_file_actions_t fa;
@@ -144,6 +146,7 @@ Child spawnServe(const std::string& mocker) {
                                    "--http-endpoint=127.0.0.1:0",
                                    "--log-level",
                                    "warn"};
+  args.insert(args.end(), extra.begin(), extra.end());
   std::vector<char*> argv;
   for (auto& a : args) argv.push_back(a.data());
   argv.push_back(nullptr);
@@ -227,9 +230,10 @@ int main(int argc, char** argv) {
     if (a == "--help" || a == "-h") {
       std::printf(
           "usage: live_floor_bench --mocker PATH [--requests N] [--rate R] "
-          "[--prompt-tokens T] [--rounds K]\n"
+          "[--prompt-tokens T] [--rounds K] [--serve-flag F]...\n"
           "  TTFT of one-token requests, one at a time, against `mocker serve` (0 ms passes)\n"
-          "  and against a raw ROUTER sending the same replies, alternating rounds.\n");
+          "  and against a raw ROUTER sending the same replies, alternating rounds.\n"
+          "  --serve-flag F adds F to `mocker serve`'s command line (e.g. --no-kv-events).\n");
       return 0;
     }
     if (i + 1 >= argc) {
@@ -247,6 +251,8 @@ int main(int argc, char** argv) {
       opt.prompt_tokens = static_cast<std::uint32_t>(std::max(1, std::atoi(v)));
     } else if (a == "--rounds") {
       opt.rounds = std::max(1, std::atoi(v));
+    } else if (a == "--serve-flag") {
+      opt.serve_flags.emplace_back(v);
     } else {
       std::fprintf(stderr, "unknown option %s\n", a.c_str());
       return 2;
@@ -259,7 +265,7 @@ int main(int argc, char** argv) {
   std::atexit(killChildren);
   // Before any thread: the raw server is a fork of this process.
   const Child raw = forkRaw(opt.requests);
-  const Child serve = spawnServe(opt.mocker);
+  const Child serve = spawnServe(opt.mocker, opt.serve_flags);
   (void)prctl(PR_SET_TIMERSLACK, 1, 0, 0, 0);  // as the live driver waits
   double load[1] = {0};
   (void)getloadavg(load, 1);
