@@ -1,7 +1,7 @@
 // live_floor_bench — the live path's floor next to libzmq's own, same client, same bytes.
 //
 //   live_floor_bench --mocker PATH [--requests N] [--rate R] [--prompt-tokens T] [--rounds K]
-//                    [--serve-flag F]...
+//                    [--serve-flag F]... [--raw-gap-us G]
 //
 // One request at a time (N per round, default 300, paced at R per second, default 100): a
 // submit of a T-token prompt (default 2,000, distinct per request) with max_tokens 1, timed
@@ -46,6 +46,8 @@ struct Options {
   std::uint32_t prompt_tokens = 2000;
   int rounds = 3;
   std::vector<std::string> serve_flags;  // --serve-flag, repeatable
+  int raw_gap_us = 0;                    // --raw-gap-us: raw waits this long between its two
+                                         // replies, as the service does its work between them
 };
 
 std::string requestId(int i) {
@@ -56,7 +58,7 @@ std::string requestId(int i) {
 
 /// The raw server: answers the i-th submit it reads (modulo `n`) with the service's two
 /// messages for request i. Runs until killed.
-[[noreturn]] void rawServer(int ready_fd, int n) {
+[[noreturn]] void rawServer(int ready_fd, int n, int gap_us) {
   zmq::context_t ctx(1);
   zmq::socket_t s(ctx, zmq::socket_type::router);
   s.set(zmq::sockopt::linger, 0);
@@ -79,11 +81,15 @@ std::string requestId(int i) {
   zmq::message_t rid, payload;
   for (int i = 0;; i = (i + 1) % n) {
     if (!s.recv(rid) || !s.recv(payload)) continue;
-    for (const auto* bytes :
-         {&acks[static_cast<std::size_t>(i)], &outputs[static_cast<std::size_t>(i)]}) {
-      s.send(zmq::buffer(rid.data(), rid.size()), zmq::send_flags::sndmore);
-      s.send(zmq::buffer(bytes->data(), bytes->size()));
+    const auto& ack = acks[static_cast<std::size_t>(i)];
+    const auto& output = outputs[static_cast<std::size_t>(i)];
+    s.send(zmq::buffer(rid.data(), rid.size()), zmq::send_flags::sndmore);
+    s.send(zmq::buffer(ack.data(), ack.size()));
+    const auto until = Clock::now() + std::chrono::microseconds(gap_us);
+    while (gap_us > 0 && Clock::now() < until) {
     }
+    s.send(zmq::buffer(rid.data(), rid.size()), zmq::send_flags::sndmore);
+    s.send(zmq::buffer(output.data(), output.size()));
   }
 }
 
@@ -103,14 +109,14 @@ void killChildren() {
   }
 }
 
-Child forkRaw(int n) {
+Child forkRaw(int n, int gap_us) {
   int fds[2];
   if (::pipe(fds) != 0) std::exit(1);
   const pid_t pid = ::fork();
   if (pid == 0) {
     ::close(fds[0]);
     (void)prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);
-    rawServer(fds[1], n);
+    rawServer(fds[1], n, gap_us);
   }
   g_children[0] = pid;
   ::close(fds[1]);
@@ -230,10 +236,12 @@ int main(int argc, char** argv) {
     if (a == "--help" || a == "-h") {
       std::printf(
           "usage: live_floor_bench --mocker PATH [--requests N] [--rate R] "
-          "[--prompt-tokens T] [--rounds K] [--serve-flag F]...\n"
+          "[--prompt-tokens T] [--rounds K] [--serve-flag F]... [--raw-gap-us G]\n"
           "  TTFT of one-token requests, one at a time, against `mocker serve` (0 ms passes)\n"
           "  and against a raw ROUTER sending the same replies, alternating rounds.\n"
-          "  --serve-flag F adds F to `mocker serve`'s command line (e.g. --no-kv-events).\n");
+          "  --serve-flag F adds F to `mocker serve`'s command line (e.g. --no-kv-events).\n"
+          "  --raw-gap-us G: raw busy-waits G us between its ack and its output (the service\n"
+          "  sends its ack, then works on the pass before the output).\n");
       return 0;
     }
     if (i + 1 >= argc) {
@@ -251,6 +259,8 @@ int main(int argc, char** argv) {
       opt.prompt_tokens = static_cast<std::uint32_t>(std::max(1, std::atoi(v)));
     } else if (a == "--rounds") {
       opt.rounds = std::max(1, std::atoi(v));
+    } else if (a == "--raw-gap-us") {
+      opt.raw_gap_us = std::max(0, std::atoi(v));
     } else if (a == "--serve-flag") {
       opt.serve_flags.emplace_back(v);
     } else {
@@ -264,7 +274,7 @@ int main(int argc, char** argv) {
   }
   std::atexit(killChildren);
   // Before any thread: the raw server is a fork of this process.
-  const Child raw = forkRaw(opt.requests);
+  const Child raw = forkRaw(opt.requests, opt.raw_gap_us);
   const Child serve = spawnServe(opt.mocker, opt.serve_flags);
   (void)prctl(PR_SET_TIMERSLACK, 1, 0, 0, 0);  // as the live driver waits
   double load[1] = {0};
