@@ -26,12 +26,19 @@
 // the kernel's timer precision (tens of microseconds) instead of spinning through the last
 // millisecond that zmq_poll's millisecond timeout cannot express.
 //
+// HeapTrimGate: one heap trim per interval for the whole process. malloc_trim(0) trims every
+// arena of the process and each of its madvise calls makes the kernel flush the TLBs of every
+// CPU running it, so in a fleet (one serve loop per worker, one process) the workers share one
+// gate: a worker whose trim is due claims it; another's claim within the interval refuses it and
+// tells it when that interval ends.
+//
 // LoopClock, PollTimeout and LatenessStats are values without a clock of their own; PassTimer
-// owns a file descriptor. None is thread-safe.
+// owns a file descriptor. None is thread-safe but HeapTrimGate (atomic).
 #pragma once
 
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <cstdint>
@@ -181,6 +188,32 @@ class PassTimer {
  private:
   int fd_;
   std::optional<Clock::time_point> armed_;
+};
+
+class HeapTrimGate {
+ public:
+  using Clock = std::chrono::steady_clock;
+  explicit HeapTrimGate(Clock::duration interval) : interval_(interval.count()) {}
+  /// The gate every serve loop of this process shares.
+  static HeapTrimGate& process(Clock::duration interval) {
+    static HeapTrimGate gate(interval);
+    return gate;
+  }
+  /// True: no trim was claimed in the interval before `now`, and the caller trims now. False:
+  /// `latest` is the claim that stands (the caller's trim waits for its interval to end).
+  bool claim(Clock::time_point now, Clock::time_point& latest) {
+    Clock::rep last = last_.load(std::memory_order_relaxed);
+    const Clock::rep t = now.time_since_epoch().count();
+    while (last == 0 || t - last >= interval_) {
+      if (last_.compare_exchange_weak(last, t, std::memory_order_relaxed)) return true;
+    }
+    latest = Clock::time_point(Clock::duration(last));
+    return false;
+  }
+
+ private:
+  const Clock::rep interval_;
+  std::atomic<Clock::rep> last_{0};  // 0: never claimed
 };
 
 }  // namespace mocker::service

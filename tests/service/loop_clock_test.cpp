@@ -4,6 +4,7 @@
 #include <poll.h>
 #include <sys/prctl.h>
 
+#include <atomic>
 #include <thread>
 
 #include <optional>
@@ -137,6 +138,38 @@ TEST(TimerSlackTest, TightenedForTheCallingThreadOnly) {
   EXPECT_EQ(after, 1);
   EXPECT_EQ(other, before);  // a new thread inherits the creator's slack, unchanged
   EXPECT_GT(before, 1);      // the default (50,000 ns) is what the call improves on
+}
+
+// One trim per interval, whoever asks: a claim within the interval of the standing one is
+// refused and names it; the first claim at or after its end is granted.
+TEST(HeapTrimGateTest, OneClaimPerIntervalTheRefusedLearnWhenItEnds) {
+  HeapTrimGate gate(1000ms);
+  const Clock::time_point t0 = Clock::now();
+  Clock::time_point latest{};
+  EXPECT_TRUE(gate.claim(t0, latest));
+  EXPECT_FALSE(gate.claim(t0 + 999ms, latest));
+  EXPECT_EQ(latest, t0);
+  EXPECT_TRUE(gate.claim(t0 + 1000ms, latest));
+  EXPECT_FALSE(gate.claim(t0 + 1500ms, latest));
+  EXPECT_EQ(latest, t0 + 1000ms);
+}
+
+// Workers asking at the same moment from their own threads: exactly one trims.
+TEST(HeapTrimGateTest, ConcurrentClaimsGrantExactlyOne) {
+  for (int round = 0; round < 50; ++round) {
+    HeapTrimGate gate(1000ms);
+    const Clock::time_point now = Clock::now();
+    std::atomic<int> granted{0};
+    std::vector<std::thread> workers;
+    for (int w = 0; w < 8; ++w) {
+      workers.emplace_back([&] {
+        Clock::time_point latest{};
+        if (gate.claim(now, latest)) ++granted;
+      });
+    }
+    for (auto& t : workers) t.join();
+    ASSERT_EQ(granted.load(), 1) << "round " << round;
+  }
 }
 
 }  // namespace
