@@ -449,6 +449,9 @@ Result<ClientMessage> decodeKvSnapshotReply(const MapView& m) {
 Result<ClientMessage> decodeClientMessage(std::span<const std::byte> payload) {
   // Output messages arrive at token rate; their canonical form skips the object tree.
   if (auto batch = detail::decodeCanonicalOutput(payload)) return ClientMessage{std::move(*batch)};
+  // A plain submit's prompt (thousands of tokens) is read straight into its vector.
+  if (auto submit = detail::decodeCanonicalSubmit(payload))
+    return ClientMessage{std::move(*submit)};
   return detail::decodeClientMessageGeneral(payload);
 }
 

@@ -304,6 +304,67 @@ std::vector<std::byte> encodeCanonicalOutput(std::span<const RequestOutputView> 
   return out;
 }
 
+namespace {
+
+// A token array (prompt, output_tokens): each token takes at least one byte, so a count the
+// input cannot back is refused before the allocation.
+bool readTokens(Reader& r, std::vector<std::uint32_t>& tokens, std::size_t& objects) {
+  std::uint32_t count = 0;
+  std::uint64_t v = 0;
+  if (!r.arrayHeader(count) || count > kMaxTokensPerRequest || count > r.remaining()) {
+    return false;
+  }
+  tokens.resize(count);
+  for (std::uint32_t& t : tokens) {
+    if (!r.uint(v, kU32Max)) return false;
+    t = static_cast<std::uint32_t>(v);
+  }
+  objects += count;
+  return true;
+}
+
+}  // namespace
+
+std::optional<SubmitRequest> decodeCanonicalSubmit(std::span<const std::byte> bytes) {
+  if (bytes.size() > kMaxMessageBytes) return std::nullopt;
+  Reader r(bytes);
+  std::uint32_t n = 0;
+  std::uint64_t v = 0;
+  std::string_view text;
+  // v, type, id, prompt, max_tokens; then output_tokens and dp_rank, each optional, in the
+  // encoder's order. Any other key (arrival_ms, priority, handoff, lora) goes the general way.
+  if (!r.mapHeader(n) || n < 5 || n > 7) return std::nullopt;
+  if (!r.key("v") || !r.uint(v, kClientProtocolVersion) || v != kClientProtocolVersion) {
+    return std::nullopt;
+  }
+  if (!r.key("type") || !r.str(text) || text != "submit") return std::nullopt;
+  SubmitRequest s;
+  if (!r.key("id") || !r.str(text) || text.empty() || text.size() > kMaxRequestIdBytes) {
+    return std::nullopt;
+  }
+  s.id.assign(text);
+  std::size_t objects = 1 + 2 * std::size_t{n};  // the map, its keys and values
+  if (!r.key("prompt") || !readTokens(r, s.prompt, objects)) return std::nullopt;
+  if (!r.key("max_tokens") || !r.uint(v, kU32Max)) return std::nullopt;
+  s.max_tokens = static_cast<std::uint32_t>(v);
+  int stage = 0;  // output_tokens (1), dp_rank (2)
+  for (std::uint32_t k = 5; k < n; ++k) {
+    if (!r.str(text)) return std::nullopt;
+    if (stage < 1 && text == "output_tokens") {
+      stage = 1;
+      if (!readTokens(r, s.output_tokens.emplace(), objects)) return std::nullopt;
+    } else if (stage < 2 && text == "dp_rank") {
+      stage = 2;
+      if (!r.uint(v, kU32Max)) return std::nullopt;
+      s.dp_rank = static_cast<std::uint32_t>(v);
+    } else {
+      return std::nullopt;
+    }
+  }
+  if (!r.done() || objects > kMaxObjectsPerMessage) return std::nullopt;
+  return s;
+}
+
 std::optional<OutputBatch> decodeCanonicalOutput(std::span<const std::byte> bytes) {
   if (bytes.size() > kMaxMessageBytes) return std::nullopt;
   Reader r(bytes);

@@ -1,4 +1,5 @@
-// The fast paths for "output" messages, the one message sent and received at token rate.
+// The fast paths for "output" messages, the one message sent and received at token rate, and
+// for plain "submit" messages, whose prompts are the largest arrays a service reads.
 //
 // Encoding: encodeOutputBatch writes the bytes directly into a buffer sized from an upper bound,
 // without msgpack-c's packer (5x faster; the bytes are the same, pinned by the goldens and by a
@@ -11,8 +12,8 @@
 // decodeClientMessage falls back to the general decoder, which stays the single source of truth for
 // semantics and error messages.
 //
-// Invariant (tested differentially in tests/protocol/output_fast_path_test.cpp): whenever the
-// fast path returns a batch, the general decoder accepts the same bytes and returns an equal one.
+// Invariant (tested differentially in tests/protocol/output_fast_path_test.cpp): whenever a
+// fast path returns a value, the general decoder accepts the same bytes and returns an equal one.
 //
 // Pure functions; thread-safe. Never throws.
 #pragma once
@@ -33,7 +34,12 @@ std::vector<std::byte> encodeCanonicalOutput(std::span<const RequestOutputView> 
 /// The batch, or nullopt when `bytes` is not a canonical, valid "output" message.
 std::optional<OutputBatch> decodeCanonicalOutput(std::span<const std::byte> bytes);
 
-/// decodeClientMessage without the fast path (for differential tests and benchmarks).
+/// The request, or nullopt when `bytes` is not a canonical, valid "submit" message with only
+/// id, prompt, max_tokens and optionally output_tokens and dp_rank (what the C++ client sends
+/// for a plain request: mocker replay --mode live, the gateway, the benches).
+std::optional<SubmitRequest> decodeCanonicalSubmit(std::span<const std::byte> bytes);
+
+/// decodeClientMessage without the fast paths (for differential tests and benchmarks).
 Result<ClientMessage> decodeClientMessageGeneral(std::span<const std::byte> payload);
 
 }  // namespace mocker::protocol::detail

@@ -1,5 +1,6 @@
-// The output fast path must be invisible: for any bytes, decodeClientMessage (fast path first)
-// returns exactly what the general decoder returns — the same batch, or the same error.
+// The output and submit fast paths must be invisible: for any bytes, decodeClientMessage (fast
+// paths first) returns exactly what the general decoder returns — the same value, or the same
+// error.
 #include "protocol/detail/output_fast_path.h"
 
 #include <gtest/gtest.h>
@@ -181,6 +182,152 @@ TEST(OutputFastPath, RefusesWhatTheGeneralDecoderRefuses) {
   const Bytes bytes = encodeClientMessage(long_id);
   EXPECT_FALSE(detail::decodeCanonicalOutput(bytes));
   expectSameAsGeneral(bytes, "long id");
+}
+
+// --- The submit fast path --------------------------------------------------------------------
+
+SubmitRequest randomSubmit(std::mt19937_64& rng) {
+  SubmitRequest r;
+  r.id = "s-" + std::to_string(rng() % 100000);
+  if (rng() % 8 == 0) r.id.assign(40 + rng() % 200, 'x');
+  if (rng() % 6 == 0) r.id += "-\xc3\xa9\xe2\x82\xac\xf0\x9f\x98\x80";
+  const std::uint64_t widths[] = {0x7f, 0xff, 0xffff, 0xffffffff};
+  const std::size_t n = rng() % 4 == 0 ? rng() % 3000 : rng() % 40;
+  for (std::size_t t = 0; t < n; ++t) {
+    r.prompt.push_back(static_cast<std::uint32_t>(rng() % (widths[rng() % 4] + 1)));
+  }
+  r.max_tokens = static_cast<std::uint32_t>(rng() % 3 == 0 ? rng() : rng() % 2000);
+  if (rng() % 4 == 0) {
+    r.output_tokens.emplace();
+    for (std::size_t t = rng() % 30; t > 0; --t) {
+      r.output_tokens->push_back(static_cast<std::uint32_t>(rng()));
+    }
+  }
+  if (rng() % 3 == 0) r.dp_rank = static_cast<std::uint32_t>(rng() % 8);
+  return r;
+}
+
+TEST(SubmitFastPath, ReadsEveryPlainSubmitTheEncoderWrites) {
+  std::mt19937_64 rng(5);
+  for (int i = 0; i < 500; ++i) {
+    const SubmitRequest want = randomSubmit(rng);
+    const Bytes bytes = encodeClientMessage(want);
+    const auto fast = detail::decodeCanonicalSubmit(bytes);
+    ASSERT_TRUE(fast.has_value()) << i;
+    EXPECT_EQ(*fast, want) << i;
+    expectSameAsGeneral(bytes, "submit " + std::to_string(i));
+  }
+}
+
+// Fields the fast path leaves to the general decoder: it steps aside, the result is the same.
+TEST(SubmitFastPath, OtherFieldsAndLayoutsFallBackToTheGeneralDecoder) {
+  std::mt19937_64 rng(9);
+  for (int i = 0; i < 40; ++i) {
+    SubmitRequest r = randomSubmit(rng);
+    switch (i % 4) {
+      case 0:
+        r.arrival_ms = 12.5 * i;
+        break;
+      case 1:
+        r.priority = -i;
+        break;
+      case 2:
+        r.lora = "adapter-" + std::to_string(i);
+        break;
+      default:
+        r.handoff = HandoffTicket{.source = "tcp://10.0.0.7:5560",
+                                  .key = std::string(kHandoffKeyBytes, 'k'),
+                                  .block_size = 16,
+                                  .prompt_len = 40,
+                                  .transfer_ms = 1.25};
+        break;
+    }
+    const Bytes bytes = encodeClientMessage(r);
+    EXPECT_FALSE(detail::decodeCanonicalSubmit(bytes)) << i;
+    const auto decoded = decodeClientMessage(bytes);
+    ASSERT_TRUE(decoded.has_value()) << decoded.error().message;
+    EXPECT_EQ(std::get<SubmitRequest>(*decoded), r) << i;
+  }
+  // Keys in another order.
+  const Bytes reordered =
+      mp(Json{{"type", "submit"}, {"v", 1}, {"prompt", {1, 2}}, {"id", "a"}, {"max_tokens", 3}});
+  EXPECT_FALSE(detail::decodeCanonicalSubmit(reordered));
+  const auto decoded = decodeClientMessage(reordered);
+  ASSERT_TRUE(decoded.has_value()) << decoded.error().message;
+  EXPECT_EQ(std::get<SubmitRequest>(*decoded),
+            (SubmitRequest{.id = "a", .prompt = {1, 2}, .max_tokens = 3}));
+}
+
+// Every single-byte change, truncation and extension of plain submits (and the goldens): where
+// the fast path accepts, the general decoder accepts the same value; errors are the general's.
+TEST(SubmitFastPath, DamagedSubmitsDecodeExactlyAsTheGeneralDecoder) {
+  std::mt19937_64 rng(13);
+  std::vector<Bytes> seeds = {readGolden("client_submit_min")};
+  for (int i = 0; i < 4; ++i) {
+    SubmitRequest r = randomSubmit(rng);
+    r.prompt.resize(std::min<std::size_t>(r.prompt.size(), 12));
+    seeds.push_back(encodeClientMessage(r));
+  }
+  std::size_t accepted_by_fast_path = 0;
+  std::size_t cases = 0;
+  for (const Bytes& seed : seeds) {
+    for (std::size_t pos = 0; pos < seed.size(); ++pos) {
+      const auto b = std::to_integer<unsigned>(seed[pos]);
+      for (unsigned value :
+           {0x00u, 0x01u, 0x7fu, 0x80u, 0x90u, 0xa0u, 0xc0u, 0xc1u, 0xccu, 0xcfu, 0xd9u, 0xdcu,
+            0xdeu, 0xffu, b ^ 1u, (b + 1) & 0xffu, (b - 1) & 0xffu}) {
+        if (value == b) continue;
+        Bytes damaged = seed;
+        damaged[pos] = static_cast<std::byte>(value);
+        if (detail::decodeCanonicalSubmit(damaged)) ++accepted_by_fast_path;
+        ++cases;
+        expectSameAsGeneral(damaged,
+                            "byte " + std::to_string(pos) + " := " + std::to_string(value));
+      }
+      expectSameAsGeneral(Bytes(seed.begin(), seed.begin() + static_cast<std::ptrdiff_t>(pos)),
+                          "truncated to " + std::to_string(pos));
+    }
+    Bytes longer = seed;
+    longer.push_back(std::byte{0});
+    EXPECT_FALSE(detail::decodeCanonicalSubmit(longer));
+    expectSameAsGeneral(longer, "trailing byte");
+  }
+  EXPECT_GT(accepted_by_fast_path, 0u);
+  EXPECT_GT(cases, accepted_by_fast_path);
+}
+
+// Canonical layout, values the general decoder refuses: the fast path must not accept them.
+TEST(SubmitFastPath, RefusesWhatTheGeneralDecoderRefuses) {
+  const std::string head = "85a17601a474797065a67375626d6974";  // {v: 1, type: "submit", …
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"empty id", head + "a26964a0a670726f6d707491"
+                          "01aa6d61785f746f6b656e7302"},
+      {"id not UTF-8", head + "a26964a2fffea670726f6d707491"
+                              "01aa6d61785f746f6b656e7302"},
+      {"token above u32",
+       head + "a26964a161a670726f6d707491cf0000000100000000aa6d61785f746f6b656e7302"},
+      {"max_tokens above u32",
+       head + "a26964a161a670726f6d70749101aa6d61785f746f6b656e73cf0000000100000000"},
+      {"negative token", head + "a26964a161a670726f6d707491ffaa6d61785f746f6b656e7302"},
+      {"token count beyond the input",
+       head + "a26964a161a670726f6d7074dd0010000001aa6d61785f746f6b656e7302"},
+      {"version 2",
+       "85a17602a474797065a67375626d6974a26964a161a670726f6d70749101"
+       "aa6d61785f746f6b656e7302"},
+  };
+  // The same layout with valid values goes the fast way: the cases differ from it in one value.
+  ASSERT_TRUE(detail::decodeCanonicalSubmit(
+      fromHex(head + "a26964a161a670726f6d70749101aa6d61785f746f6b656e7302")));
+  for (const auto& [what, hex] : cases) {
+    const Bytes bytes = fromHex(hex);
+    EXPECT_FALSE(detail::decodeCanonicalSubmit(bytes)) << what;
+    expectSameAsGeneral(bytes, what);
+  }
+  // 257-byte id: one over kMaxRequestIdBytes.
+  const Bytes long_id = encodeClientMessage(SubmitRequest{
+      .id = std::string(kMaxRequestIdBytes + 1, 'i'), .prompt = {1}, .max_tokens = 1});
+  EXPECT_FALSE(detail::decodeCanonicalSubmit(long_id));
+  expectSameAsGeneral(long_id, "long id");
 }
 
 }  // namespace
