@@ -24,6 +24,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.request
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(os.path.dirname(HERE), "fault"))
@@ -114,7 +115,7 @@ def replay_run(serves, gw, total, concurrency, tokens, seed):
     `--openai-url --no-stream`, token-id prompts, non-streaming /v1/completions on keep-alive
     connections. Both sides time the same points: the report's throughput is completed requests
     over first send to last answer, in the client. Returns (req/s, client CPU s, serves' CPU s,
-    gateway CPU s)."""
+    gateway CPU s, the serves' counters over the run: {"passes": …, "output_messages": …})."""
     with tempfile.TemporaryDirectory() as tmp:
         report = os.path.join(tmp, "report.json")
         args = [mocker_bin(), "replay", "--format", "synthetic", "--num-prompts", str(total),
@@ -127,6 +128,7 @@ def replay_run(serves, gw, total, concurrency, tokens, seed):
                 args += ["--connect", s.submit, "--connect-cancel", s.cancel]
         else:
             args += ["--openai-url", "http://%s:%d" % (gw.host, gw.port), "--no-stream"]
+        counters_before = worker_counters(serves)
         serves_before = sum(cpu_seconds(s.proc.pid) for s in serves)
         gw_before = cpu_seconds(gw.proc.pid) if gw else 0.0
         proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
@@ -141,9 +143,26 @@ def replay_run(serves, gw, total, concurrency, tokens, seed):
         raise RuntimeError("%d of %d requests completed: %s" % (r["completed_requests"], total,
                                                                 out.decode()[-2000:]))
     client = usage.ru_utime + usage.ru_stime
-    return (r["request_throughput_rps"], client,
-            sum(cpu_seconds(s.proc.pid) for s in serves) - serves_before,
-            cpu_seconds(gw.proc.pid) - gw_before if gw else 0.0)
+    serves_cpu = sum(cpu_seconds(s.proc.pid) for s in serves) - serves_before
+    counters = {k: v - counters_before[k] for k, v in worker_counters(serves).items()}
+    return (r["request_throughput_rps"], client, serves_cpu,
+            cpu_seconds(gw.proc.pid) - gw_before if gw else 0.0, counters)
+
+
+WORKER_COUNTERS = {"passes": "mocker:passes_total", "output_messages": "mocker:output_messages_total"}
+
+
+def worker_counters(serves):
+    """The serves' forward passes and output messages so far, summed (their /metrics)."""
+    totals = dict.fromkeys(WORKER_COUNTERS, 0.0)
+    for s in serves:
+        with urllib.request.urlopen(s.endpoints["http"] + "/metrics", timeout=10) as r:
+            text = r.read().decode()
+        for line in text.splitlines():
+            for key, name in WORKER_COUNTERS.items():
+                if line.startswith(name + "{") or line.startswith(name + " "):
+                    totals[key] += float(line.rsplit(" ", 1)[1])
+    return totals
 
 
 def median(values):
@@ -156,15 +175,18 @@ def replay_throughput(serves, gw, args):
     gateway. Prints the table and one JSON line."""
     rates = {"zeromq": [], "gateway": []}
     cpu = {k: {"client": [], "workers": [], "gateway": []} for k in rates}
+    per_request = {k: {"passes": [], "output_messages": []} for k in rates}
     usage = resource.getrusage(resource.RUSAGE_CHILDREN)
     children = usage.ru_utime + usage.ru_stime  # the clients that ended before
     for i in range(args.rounds):
         order = ("zeromq", "gateway") if i % 2 == 0 else ("gateway", "zeromq")
         for path in order:
             seed = 1 + 2 * i + (path == "gateway")
-            rps, client, workers, gateway = replay_run(
+            rps, client, workers, gateway, counters = replay_run(
                 serves, gw if path == "gateway" else None, args.throughput, args.concurrency,
                 args.tokens, seed)
+            for key, value in counters.items():
+                per_request[path][key].append(value / args.throughput)
             rates[path].append(rps)
             per = 1e6 / args.throughput
             cpu[path]["client"].append((client - children) * per)
@@ -188,11 +210,21 @@ def replay_throughput(serves, gw, args):
                 continue
             print("%-8s %-7s CPU per request: %s us (median %.0f)" % (
                 path, who, " ".join("%.0f" % x for x in values), median(values)))
+    # The workers' CPU follows their passes, which run while anything is queued: a path that
+    # keeps fewer requests at the workers gets smaller batches, more passes per request.
+    for path, counts in per_request.items():
+        print("%-8s workers: passes per request %s (median %.2f), output messages per request "
+              "%s (median %.2f)" % (
+                  path, " ".join("%.2f" % x for x in counts["passes"]), median(counts["passes"]),
+                  " ".join("%.2f" % x for x in counts["output_messages"]),
+                  median(counts["output_messages"])))
     print("json: " + json.dumps({"zeromq_rps": rates["zeromq"], "gateway_rps": rates["gateway"],
                       "ratio_of_medians": med["gateway"] / med["zeromq"],
                       "ratio_per_round": [r / 100 for r in ratios],
                       "cpu_us": {p: {w: median(v) for w, v in c.items() if v}
-                                 for p, c in cpu.items()}}))
+                                 for p, c in cpu.items()},
+                      "per_request": {p: {k: median(v) for k, v in c.items()}
+                                      for p, c in per_request.items()}}))
 
 
 def cpu_seconds(pid):
