@@ -306,6 +306,15 @@ std::vector<std::byte> encodeCanonicalOutput(std::span<const RequestOutputView> 
 
 namespace {
 
+// The root map's header and its first two entries, "v" (this protocol's version) and "type"
+// (`type`); `fields` is the map's entry count, to be checked by the caller.
+bool readHead(Reader& r, std::string_view type, std::uint32_t& fields) {
+  std::uint64_t version = 0;
+  std::string_view text;
+  return r.mapHeader(fields) && r.key("v") && r.uint(version, kClientProtocolVersion) &&
+         version == kClientProtocolVersion && r.key("type") && r.str(text) && text == type;
+}
+
 // A token array (prompt, output_tokens): each token takes at least one byte, so a count the
 // input cannot back is refused before the allocation.
 bool readTokens(Reader& r, std::vector<std::uint32_t>& tokens, std::size_t& objects) {
@@ -333,11 +342,7 @@ std::optional<SubmitRequest> decodeCanonicalSubmit(std::span<const std::byte> by
   std::string_view text;
   // v, type, id, prompt, max_tokens; then output_tokens and dp_rank, each optional, in the
   // encoder's order. Any other key (arrival_ms, priority, handoff, lora) goes the general way.
-  if (!r.mapHeader(n) || n < 5 || n > 7) return std::nullopt;
-  if (!r.key("v") || !r.uint(v, kClientProtocolVersion) || v != kClientProtocolVersion) {
-    return std::nullopt;
-  }
-  if (!r.key("type") || !r.str(text) || text != "submit") return std::nullopt;
+  if (!readHead(r, "submit", n) || n < 5 || n > 7) return std::nullopt;
   SubmitRequest s;
   if (!r.key("id") || !r.str(text) || text.empty() || text.size() > kMaxRequestIdBytes) {
     return std::nullopt;
@@ -369,14 +374,7 @@ std::optional<OutputBatch> decodeCanonicalOutput(std::span<const std::byte> byte
   if (bytes.size() > kMaxMessageBytes) return std::nullopt;
   Reader r(bytes);
   std::uint32_t n = 0;
-  std::uint64_t version = 0;
-  std::string_view type;
-  if (!r.mapHeader(n) || n != 3) return std::nullopt;
-  if (!r.key("v") || !r.uint(version, kClientProtocolVersion) ||
-      version != kClientProtocolVersion) {
-    return std::nullopt;
-  }
-  if (!r.key("type") || !r.str(type) || type != "output") return std::nullopt;
+  if (!readHead(r, "output", n) || n != 3) return std::nullopt;
   // Every entry takes several bytes: a count the input cannot back is refused before reserving.
   if (!r.key("outputs") || !r.arrayHeader(n) || n > kMaxOutputsPerMessage || n > r.remaining()) {
     return std::nullopt;

@@ -32,6 +32,39 @@ void expectSameAsGeneral(const Bytes& bytes, const std::string& what) {
   }
 }
 
+// Every single-byte change, truncation and extension of each seed decodes as the general
+// decoder decodes it. Returns how many of the damaged messages `fast` still accepted (some
+// damage keeps a message canonical: a token or an index changed) and how many were tried.
+template <typename FastPath>
+std::pair<std::size_t, std::size_t> expectDamageDecodesAsGeneral(const std::vector<Bytes>& seeds,
+                                                                 FastPath fast) {
+  std::size_t accepted_by_fast_path = 0;
+  std::size_t cases = 0;
+  for (const Bytes& seed : seeds) {
+    for (std::size_t pos = 0; pos < seed.size(); ++pos) {
+      const auto b = std::to_integer<unsigned>(seed[pos]);
+      for (unsigned value :
+           {0x00u, 0x01u, 0x7fu, 0x80u, 0x90u, 0xa0u, 0xc0u, 0xc1u, 0xccu, 0xcfu, 0xd9u, 0xdcu,
+            0xdeu, 0xffu, b ^ 1u, (b + 1) & 0xffu, (b - 1) & 0xffu}) {
+        if (value == b) continue;
+        Bytes damaged = seed;
+        damaged[pos] = static_cast<std::byte>(value);
+        if (fast(damaged)) ++accepted_by_fast_path;
+        ++cases;
+        expectSameAsGeneral(damaged,
+                            "byte " + std::to_string(pos) + " := " + std::to_string(value));
+      }
+      expectSameAsGeneral(Bytes(seed.begin(), seed.begin() + static_cast<std::ptrdiff_t>(pos)),
+                          "truncated to " + std::to_string(pos));
+    }
+    Bytes longer = seed;
+    longer.push_back(std::byte{0});
+    EXPECT_FALSE(fast(longer));
+    expectSameAsGeneral(longer, "trailing byte");
+  }
+  return {accepted_by_fast_path, cases};
+}
+
 OutputBatch randomBatch(std::mt19937_64& rng) {
   OutputBatch b;
   const std::size_t n = rng() % 20;
@@ -101,30 +134,8 @@ TEST(OutputFastPath, DamagedMessagesDecodeExactlyAsTheGeneralDecoder) {
   std::mt19937_64 rng(11);
   std::vector<Bytes> seeds = {readGolden("client_output")};
   for (int i = 0; i < 6; ++i) seeds.push_back(encodeClientMessage(randomBatch(rng)));
-  std::size_t accepted_by_fast_path = 0;
-  std::size_t cases = 0;
-  for (const Bytes& seed : seeds) {
-    for (std::size_t pos = 0; pos < seed.size(); ++pos) {
-      const auto b = std::to_integer<unsigned>(seed[pos]);
-      for (unsigned value :
-           {0x00u, 0x01u, 0x7fu, 0x80u, 0x90u, 0xa0u, 0xc0u, 0xc1u, 0xccu, 0xcfu, 0xd9u, 0xdcu,
-            0xdeu, 0xffu, b ^ 1u, (b + 1) & 0xffu, (b - 1) & 0xffu}) {
-        if (value == b) continue;
-        Bytes damaged = seed;
-        damaged[pos] = static_cast<std::byte>(value);
-        if (detail::decodeCanonicalOutput(damaged)) ++accepted_by_fast_path;
-        ++cases;
-        expectSameAsGeneral(damaged,
-                            "byte " + std::to_string(pos) + " := " + std::to_string(value));
-      }
-      expectSameAsGeneral(Bytes(seed.begin(), seed.begin() + static_cast<std::ptrdiff_t>(pos)),
-                          "truncated to " + std::to_string(pos));
-    }
-    Bytes longer = seed;
-    longer.push_back(std::byte{0});
-    EXPECT_FALSE(detail::decodeCanonicalOutput(longer));
-    expectSameAsGeneral(longer, "trailing byte");
-  }
+  const auto [accepted_by_fast_path, cases] = expectDamageDecodesAsGeneral(
+      seeds, [](const Bytes& b) { return detail::decodeCanonicalOutput(b).has_value(); });
   // Some damage keeps the message canonical (a token or index changed): those must have gone
   // through the fast path, so the comparison above covered accepted values too.
   EXPECT_GT(accepted_by_fast_path, 0u);
@@ -268,30 +279,8 @@ TEST(SubmitFastPath, DamagedSubmitsDecodeExactlyAsTheGeneralDecoder) {
     r.prompt.resize(std::min<std::size_t>(r.prompt.size(), 12));
     seeds.push_back(encodeClientMessage(r));
   }
-  std::size_t accepted_by_fast_path = 0;
-  std::size_t cases = 0;
-  for (const Bytes& seed : seeds) {
-    for (std::size_t pos = 0; pos < seed.size(); ++pos) {
-      const auto b = std::to_integer<unsigned>(seed[pos]);
-      for (unsigned value :
-           {0x00u, 0x01u, 0x7fu, 0x80u, 0x90u, 0xa0u, 0xc0u, 0xc1u, 0xccu, 0xcfu, 0xd9u, 0xdcu,
-            0xdeu, 0xffu, b ^ 1u, (b + 1) & 0xffu, (b - 1) & 0xffu}) {
-        if (value == b) continue;
-        Bytes damaged = seed;
-        damaged[pos] = static_cast<std::byte>(value);
-        if (detail::decodeCanonicalSubmit(damaged)) ++accepted_by_fast_path;
-        ++cases;
-        expectSameAsGeneral(damaged,
-                            "byte " + std::to_string(pos) + " := " + std::to_string(value));
-      }
-      expectSameAsGeneral(Bytes(seed.begin(), seed.begin() + static_cast<std::ptrdiff_t>(pos)),
-                          "truncated to " + std::to_string(pos));
-    }
-    Bytes longer = seed;
-    longer.push_back(std::byte{0});
-    EXPECT_FALSE(detail::decodeCanonicalSubmit(longer));
-    expectSameAsGeneral(longer, "trailing byte");
-  }
+  const auto [accepted_by_fast_path, cases] = expectDamageDecodesAsGeneral(
+      seeds, [](const Bytes& b) { return detail::decodeCanonicalSubmit(b).has_value(); });
   EXPECT_GT(accepted_by_fast_path, 0u);
   EXPECT_GT(cases, accepted_by_fast_path);
 }
