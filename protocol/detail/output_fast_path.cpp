@@ -126,6 +126,32 @@ class Reader {
   const std::uint8_t* end_;
 };
 
+// The root map's header and its first two entries, "v" (this protocol's version) and "type"
+// (`type`); `fields` is the map's entry count, to be checked by the caller.
+bool readHead(Reader& r, std::string_view type, std::uint32_t& fields) {
+  std::uint64_t version = 0;
+  std::string_view text;
+  return r.mapHeader(fields) && r.key("v") && r.uint(version, kClientProtocolVersion) &&
+         version == kClientProtocolVersion && r.key("type") && r.str(text) && text == type;
+}
+
+// A token array (prompt, output_tokens): each token takes at least one byte, so a count the
+// input cannot back is refused before the allocation.
+bool readTokens(Reader& r, std::vector<std::uint32_t>& tokens, std::size_t& objects) {
+  std::uint32_t count = 0;
+  std::uint64_t v = 0;
+  if (!r.arrayHeader(count) || count > kMaxTokensPerRequest || count > r.remaining()) {
+    return false;
+  }
+  tokens.resize(count);
+  for (std::uint32_t& t : tokens) {
+    if (!r.uint(v, kU32Max)) return false;
+    t = static_cast<std::uint32_t>(v);
+  }
+  objects += count;
+  return true;
+}
+
 // The optional keys of an output entry, in the order the encoder writes them.
 bool readOptionalFields(Reader& r, std::uint32_t count, RequestOutput& out) {
   int stage = 0;  // keys must come in encoder order: finish (1), reason (2), cached_tokens (3)
@@ -159,26 +185,15 @@ bool readOutput(Reader& r, RequestOutput& out, std::size_t& objects) {
   std::uint32_t fields = 0;
   std::string_view id;
   std::uint64_t v = 0;
-  std::uint32_t count = 0;
   if (!r.mapHeader(fields) || fields < 3 || fields > 6) return false;
   if (!r.key("id") || !r.str(id) || id.empty() || id.size() > kMaxRequestIdBytes) return false;
   if (!r.key("index") || !r.uint(v, kU32Max)) return false;
   out.id.assign(id);
   out.index = static_cast<std::uint32_t>(v);
-  // Each token takes at least one byte: a count the input cannot back is refused before the
-  // allocation.
-  if (!r.key("tokens") || !r.arrayHeader(count) || count > kMaxTokensPerRequest ||
-      count > r.remaining()) {
-    return false;
-  }
-  out.tokens.resize(count);
-  for (std::uint32_t& t : out.tokens) {
-    if (!r.uint(v, kU32Max)) return false;
-    t = static_cast<std::uint32_t>(v);
-  }
+  if (!r.key("tokens") || !readTokens(r, out.tokens, objects)) return false;  // counts them
   if (!readOptionalFields(r, fields - 3, out)) return false;
   if (!out.finish && out.tokens.empty()) return false;
-  objects += 1 + 2 * std::size_t{fields} + count;  // the map, its keys and values, the tokens
+  objects += 1 + 2 * std::size_t{fields};  // the map, its keys and values
   return objects <= kMaxObjectsPerMessage;
 }
 
@@ -303,36 +318,6 @@ std::vector<std::byte> encodeCanonicalOutput(std::span<const RequestOutputView> 
   out.resize(static_cast<std::size_t>(w.position() - out.data()));
   return out;
 }
-
-namespace {
-
-// The root map's header and its first two entries, "v" (this protocol's version) and "type"
-// (`type`); `fields` is the map's entry count, to be checked by the caller.
-bool readHead(Reader& r, std::string_view type, std::uint32_t& fields) {
-  std::uint64_t version = 0;
-  std::string_view text;
-  return r.mapHeader(fields) && r.key("v") && r.uint(version, kClientProtocolVersion) &&
-         version == kClientProtocolVersion && r.key("type") && r.str(text) && text == type;
-}
-
-// A token array (prompt, output_tokens): each token takes at least one byte, so a count the
-// input cannot back is refused before the allocation.
-bool readTokens(Reader& r, std::vector<std::uint32_t>& tokens, std::size_t& objects) {
-  std::uint32_t count = 0;
-  std::uint64_t v = 0;
-  if (!r.arrayHeader(count) || count > kMaxTokensPerRequest || count > r.remaining()) {
-    return false;
-  }
-  tokens.resize(count);
-  for (std::uint32_t& t : tokens) {
-    if (!r.uint(v, kU32Max)) return false;
-    t = static_cast<std::uint32_t>(v);
-  }
-  objects += count;
-  return true;
-}
-
-}  // namespace
 
 std::optional<SubmitRequest> decodeCanonicalSubmit(std::span<const std::byte> bytes) {
   if (bytes.size() > kMaxMessageBytes) return std::nullopt;

@@ -119,22 +119,26 @@ struct Receiver {
     } else {
       out += "service stats: no reply within 5 s (its loop is not serving)\n";
     }
-    if (svc.endpoints().http.empty()) return out + mocker::testing::tcpSocketsReport();
-    auto http = httpClient(svc.endpoints().http);
-    if (const auto got = http.Get("/metrics")) {
-      std::istringstream lines(got->body);
-      for (std::string line; std::getline(lines, line);) {
-        if ((line.starts_with("mocker:") && !line.starts_with("mocker:faults_injected")) ||
-            line.starts_with("vllm:num_requests")) {
-          out += line + "\n";
-        }
-      }
-    } else {
-      out += "/metrics: no answer\n";
-    }
     // Both ends of the client's connection live in this process: a kernel-level stall (a
-    // retransmission timer backed off, a zero window) shows here.
-    return out + mocker::testing::tcpSocketsReport();
+    // retransmission timer backed off, a zero window) shows in its TCP sockets.
+    return out + metricsLines(svc) + mocker::testing::tcpSocketsReport();
+  }
+
+  /// The service's own counters from /metrics ("" without an HTTP endpoint).
+  static std::string metricsLines(const LiveService& svc) {
+    if (svc.endpoints().http.empty()) return "";
+    auto http = httpClient(svc.endpoints().http);
+    const auto got = http.Get("/metrics");
+    if (!got) return "/metrics: no answer\n";
+    std::string out;
+    std::istringstream lines(got->body);
+    for (std::string line; std::getline(lines, line);) {
+      if ((line.starts_with("mocker:") && !line.starts_with("mocker:faults_injected")) ||
+          line.starts_with("vllm:num_requests")) {
+        out += line + "\n";
+      }
+    }
+    return out;
   }
 };
 
