@@ -1,4 +1,4 @@
-// live_floor_bench — the live path's floor next to libzmq's own, same client, same bytes.
+// live_floor_bench — the live path's floor next to libzmq's own, same client, same messages.
 //
 //   live_floor_bench --mocker PATH [--requests N] [--rate R] [--prompt-tokens T] [--rounds K]
 //                    [--serve-flag F]... [--raw-gap-us G]
@@ -10,7 +10,8 @@
 //   service  `mocker serve` in its own process, 0 ms modelled passes (`--timing-model fixed`),
 //            KV events and FPM on with nobody subscribed — the live_fidelity.py floor's set-up;
 //   raw      a plain ROUTER in a forked process that answers each submit, without decoding it,
-//            with the bytes the service sends for it: a submit_ack, then the one-token output.
+//            with the messages the service sends for it (same encoder and fields; only the
+//            token differs): a submit_ack, then the one-token output.
 // raw is what libzmq over loopback TCP costs (both processes' I/O threads and wake-ups) for
 // the same messages; service − raw is what the serve loop adds (decode, admission, hashing
 // the prompt's blocks, the pass, encode). Prints p50 / p99 / mean per round; asserts nothing.

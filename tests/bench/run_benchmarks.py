@@ -297,7 +297,7 @@ def bench_floor(ctx):
         raise RuntimeError("live_floor_bench: no round lines")
     col = [[float(f[i]) for f in found] for i in range(4)]
     return [("live floor next to libzmq's: TTFT of 2,000-token one-token requests, one at a "
-             "time, 0 ms passes: `mocker serve` / a raw ROUTER answering with the same bytes",
+             "time, 0 ms passes: `mocker serve` / a raw ROUTER answering with the same messages",
              f"service p50 {span(col[0], 'ms', 3)}, p99 {span(col[1], 'ms', 3)}; raw p50 "
              f"{span(col[2], 'ms', 3)}, p99 {span(col[3], 'ms', 3)}", show(cmd, ctx.build))]
 
