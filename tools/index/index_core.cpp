@@ -412,11 +412,13 @@ void IndexCore::onQuery(Frames frames) {
     sendQueryReply(identity, delimiter, QueryError{peekQueryId(payload), request.error().message});
     return;
   }
+  // What stats() shows is never behind an answer: a caller that saw a batch in an overlap reads
+  // it in batches_applied too (the loop otherwise publishes only at the end of its turn).
+  publishStats();
   if (const auto* q = std::get_if<OverlapQuery>(&*request)) {
     sendQueryReply(identity, delimiter,
                    answerOverlap(tiers_, *q, {config_.block_size, config_.seeds}, config_.workers));
   } else if (const auto* st = std::get_if<StatsQuery>(&*request)) {
-    publishStats();
     sendQueryReply(identity, delimiter, StatsReply{st->id, statsCounters(s_)});
   } else {
     const auto& v = std::get<VerifyQuery>(*request);

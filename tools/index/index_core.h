@@ -90,7 +90,8 @@ class IndexCore final {
   bool stopRequested() const { return stop_; }
   /// Refreshes the gauges and the copy stats() returns.
   void publishStats();
-  /// The counters as of the last publishStats(). Any thread.
+  /// The counters as of the last publishStats() (at the latest the end of the loop's turn, and
+  /// before every query is answered: never behind an answer the caller saw). Any thread.
   IndexStats stats() const;
   /// The counters now (the loop's thread), after publishStats().
   const IndexStats& counters() const { return s_; }
