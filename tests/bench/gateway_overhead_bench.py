@@ -1,11 +1,15 @@
 """Overhead of `mocker gateway`: TTFT and ITL of the same streaming requests sent to the same
 paced workers directly over ZeroMQ and through the gateway's OpenAI HTTP API, in the same run
-(alternating rounds), from one asyncio client process. Prints the p50 / p99 of each path and the
-difference (the gateway's added latency). Each request has a prompt of its own (no prefix-cache
-hits on either path).
+(alternating rounds). Prints the p50 / p99 of each path and the difference (the gateway's added
+latency). Each request has a prompt of its own (no prefix-cache hits on either path).
 
     MOCKER_BIN=build/mocker /usr/bin/python3 tests/bench/gateway_overhead_bench.py \
-        --streams 100 --tokens 32 --rounds 2
+        --streams 100 --requests 1000 --tokens 32 --rounds 3
+        # 100 streams in flight, closed loop: both paths driven by `mocker replay` (ZeroMQ live /
+        # --openai-url with SSE), the client's own TTFT / ITL
+    ... gateway_overhead_bench.py --client asyncio --streams 100 --tokens 32 --rounds 2
+        # one burst of 100 streams opened at once by this script's asyncio clients (pyzmq /
+        # raw HTTP): measures how fast the gateway admits a burst as much as its per-request cost
     ... gateway_overhead_bench.py --hold 2000      # 2,000 concurrent streams: the gateway's RSS
     ... gateway_overhead_bench.py --throughput 4000 --concurrency 64 --tokens 16 \
         --prefill-ms 0.1 --decode-ms 0.1
@@ -107,27 +111,31 @@ async def http_stream(host, port, tokens):
     return t0, times
 
 
-def replay_run(serves, gw, total, concurrency, tokens, seed):
+def replay_run(serves, gw, total, concurrency, tokens, seed, stream=False, rate=None):
     """One closed-loop run of mocker's own C++ client, `mocker replay --mode live`: `total`
     synthetic requests (a fresh PROMPT_LEN-token prompt each — `seed` differs per run so no run
     hits the prefix cache of an earlier one — and exactly `tokens` output tokens), `concurrency`
-    in flight. Direct (`gw` None): over ZeroMQ to `serves`, round robin. Through the gateway:
-    `--openai-url --no-stream`, token-id prompts, non-streaming /v1/completions on keep-alive
-    connections. Both sides time the same points: the report's throughput is completed requests
-    over first send to last answer, in the client. Returns (req/s, client CPU s, serves' CPU s,
-    gateway CPU s, the serves' counters over the run: {"passes": …, "output_messages": …})."""
+    in flight (or, with `rate`, Poisson arrivals at `rate` req/s and no cap). Direct (`gw` None): over ZeroMQ to `serves`, round robin (streamed: one output
+    message per pass). Through the gateway: `--openai-url`, token-id prompts, /v1/completions on
+    keep-alive connections, non-streaming (`--no-stream`) unless `stream`. Both sides time the
+    same points: the report's throughput is completed requests over first send to last answer,
+    its TTFT / ITL from a request's send to its tokens' arrival, in the client. Returns (req/s,
+    client CPU s, serves' CPU s, gateway CPU s, the serves' counters over the run: {"passes": …,
+    "output_messages": …}, the report)."""
     with tempfile.TemporaryDirectory() as tmp:
         report = os.path.join(tmp, "report.json")
         args = [mocker_bin(), "replay", "--format", "synthetic", "--num-prompts", str(total),
                 "--input-tokens-mean", str(PROMPT_LEN), "--input-tokens-stddev", "0",
                 "--output-tokens-mean", str(tokens), "--output-tokens-stddev", "0",
-                "--seed", str(seed), "--concurrency", str(concurrency), "--no-progress",
-                "--report-json", report]
+                "--seed", str(seed), "--no-progress", "--report-json", report]
+        args += ["--request-rate", str(rate)] if rate else ["--concurrency", str(concurrency)]
         if gw is None:
             for s in serves:
                 args += ["--connect", s.submit, "--connect-cancel", s.cancel]
         else:
-            args += ["--openai-url", "http://%s:%d" % (gw.host, gw.port), "--no-stream"]
+            args += ["--openai-url", "http://%s:%d" % (gw.host, gw.port)]
+            if not stream:
+                args.append("--no-stream")
         counters_before = worker_counters(serves)
         serves_before = sum(cpu_seconds(s.proc.pid) for s in serves)
         gw_before = cpu_seconds(gw.proc.pid) if gw else 0.0
@@ -146,7 +154,7 @@ def replay_run(serves, gw, total, concurrency, tokens, seed):
     serves_cpu = sum(cpu_seconds(s.proc.pid) for s in serves) - serves_before
     counters = {k: v - counters_before[k] for k, v in worker_counters(serves).items()}
     return (r["request_throughput_rps"], client, serves_cpu,
-            cpu_seconds(gw.proc.pid) - gw_before if gw else 0.0, counters)
+            cpu_seconds(gw.proc.pid) - gw_before if gw else 0.0, counters, r)
 
 
 WORKER_COUNTERS = {"passes": "mocker:passes_total", "output_messages": "mocker:output_messages_total"}
@@ -182,7 +190,7 @@ def replay_throughput(serves, gw, args):
         order = ("zeromq", "gateway") if i % 2 == 0 else ("gateway", "zeromq")
         for path in order:
             seed = 1 + 2 * i + (path == "gateway")
-            rps, client, workers, gateway, counters = replay_run(
+            rps, client, workers, gateway, counters, _ = replay_run(
                 serves, gw if path == "gateway" else None, args.throughput, args.concurrency,
                 args.tokens, seed)
             for key, value in counters.items():
@@ -225,6 +233,46 @@ def replay_throughput(serves, gw, args):
                                  for p, c in cpu.items()},
                       "per_request": {p: {k: median(v) for k, v in c.items()}
                                       for p, c in per_request.items()}}))
+
+
+STREAM_STATS = (("TTFT p50", "median_ttft_ms"), ("TTFT p99", "p99_ttft_ms"),
+                ("ITL p50", "median_itl_ms"), ("ITL p99", "p99_itl_ms"),
+                ("in flight", "in_flight"))
+
+
+def replay_streaming(serves, gw, args):
+    """Streaming overhead: both paths driven by `mocker replay` (ZeroMQ live / `--openai-url`,
+    streamed SSE), `--requests` per path and round, alternating which path goes first; a closed
+    loop of `--streams` in flight, or Poisson arrivals at `--request-rate` (no cap; the mean in
+    flight, Little's law: completions per second × mean E2E, is printed). Each statistic is the
+    client's own (its report: a request's send to its tokens' arrival); the table shows the
+    median over rounds of each path's figure and their difference. Prints the table and one
+    JSON line."""
+    stats = {"zeromq": [], "gateway": []}
+    for i in range(args.rounds):
+        order = ("zeromq", "gateway") if i % 2 == 0 else ("gateway", "zeromq")
+        for path in order:
+            report = replay_run(serves, gw if path == "gateway" else None, args.requests,
+                                args.streams, args.tokens, 1 + 2 * i + (path == "gateway"),
+                                stream=True, rate=args.request_rate)[5]
+            report["in_flight"] = report["request_throughput_rps"] * report[
+                "mean_e2e_latency_ms"] / 1000
+            stats[path].append({key: report[key] for _, key in STREAM_STATS})
+    med = {path: {key: median([r[key] for r in rounds]) for _, key in STREAM_STATS}
+           for path, rounds in stats.items()}
+    load = ("Poisson arrivals at %g req/s" % args.request_rate if args.request_rate
+            else "%d in flight (closed loop)" % args.streams)
+    print("%d streaming requests x %d tokens per path and round, %s, %d rounds, %d workers "
+          "(prefill %g ms, decode %g ms); both paths driven by `mocker replay` (gateway: "
+          "--openai-url, SSE)" % (args.requests, args.tokens, load, args.rounds, args.workers,
+                                  args.prefill_ms, args.decode_ms))
+    print("%-8s %s" % ("path", " ".join("%10s" % name for name, _ in STREAM_STATS)))
+    for path in stats:
+        print("%-8s %s" % (path, " ".join("%10.2f" % med[path][key] for _, key in STREAM_STATS)))
+    added = {key: med["gateway"][key] - med["zeromq"][key] for _, key in STREAM_STATS}
+    print("%-8s %s  (ms, medians over rounds)" % (
+        "added", " ".join("%10.2f" % added[key] for _, key in STREAM_STATS)))
+    print("json: " + json.dumps({"rounds": stats, "median": med, "added": added}))
 
 
 def cpu_seconds(pid):
@@ -311,7 +359,13 @@ def summarize(samples, tokens):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--streams", type=int, default=100)
+    ap.add_argument("--streams", type=int, default=100,
+                    help="streaming requests in flight (default 100)")
+    ap.add_argument("--requests", type=int, default=1000,
+                    help="streaming, --client replay: requests per path and round (default 1000)")
+    ap.add_argument("--request-rate", type=float, default=0,
+                    help="streaming, --client replay: Poisson arrivals at this many req/s "
+                         "instead of a closed loop of --streams")
     ap.add_argument("--tokens", type=int, default=32)
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--workers", type=int, default=2)
@@ -324,10 +378,12 @@ def main():
                          "--concurrency in flight: requests per second direct vs gateway")
     ap.add_argument("--concurrency", type=int, default=64)
     ap.add_argument("--client", choices=("replay", "asyncio"), default="replay",
-                    help="--throughput: the gateway path driven by `mocker replay --openai-url "
-                         "--no-stream` like the direct path (default), or by the asyncio HTTP "
-                         "client of this script (the earlier figures; it costs as much CPU as the "
-                         "gateway)")
+                    help="replay (default): both paths driven by `mocker replay` — streaming: "
+                         "a closed loop of --requests with --streams in flight; --throughput: "
+                         "the gateway path by `--openai-url --no-stream`. asyncio: this script's "
+                         "own clients — streaming: one burst of --streams requests opened at "
+                         "once (the earlier figures); --throughput: its asyncio HTTP client (it "
+                         "costs as much CPU as the gateway)")
     args = ap.parse_args()
     serves = [Serve(*paced(args.prefill_ms, args.decode_ms)) for _ in range(args.workers)]
     gw = Gateway(serves)
@@ -367,6 +423,9 @@ def main():
             print("HTTP client CPU per request: %s us (median %.0f)"
                   % (" ".join("%.0f" % x for x in client_cpu),
                      sorted(client_cpu)[len(client_cpu) // 2]))
+            return 0
+        if args.client == "replay":
+            replay_streaming(serves, gw, args)
             return 0
         direct, through = [], []
         for _ in range(args.rounds):

@@ -345,7 +345,26 @@ def bench_gateway(ctx):
              f"{fmt(sorted(r['zeromq_rps'])[1])} req/s); CPU per request: gateway "
              f"{fmt(cpu['gateway']['gateway'])} us, its HTTP client {fmt(cpu['gateway']['client'])}"
              f" us, the ZeroMQ client {fmt(cpu['zeromq']['client'])} us",
-             show(["MOCKER_BIN=" + env["MOCKER_BIN"]] + cmd, ctx.build))]
+             show(["MOCKER_BIN=" + env["MOCKER_BIN"]] + cmd, ctx.build)),
+            bench_gateway_streaming(script, env, ctx)]
+
+
+def bench_gateway_streaming(script, env, ctx):
+    """TTFT / ITL added by the gateway to streams, about 100 in flight (Poisson arrivals), both
+    paths driven by `mocker replay` (gateway_overhead_bench.py --request-rate)."""
+    cmd = ["/usr/bin/python3", script, "--request-rate", "180", "--requests", "1000", "--tokens",
+           "32", "--rounds", "5"]
+    out = subprocess.run(cmd, check=True, capture_output=True, text=True, env=env,
+                         timeout=900).stdout
+    r = json_lines(out)[-1]
+    added, through = r["added"], r["median"]["gateway"]
+    return ("gateway − direct ZeroMQ, streaming 32-token requests, Poisson 180 req/s (about "
+            f"{fmt(through['in_flight'])} in flight), 10 ms passes, both driven by `mocker "
+            "replay` (medians of 5 alternating rounds)",
+            f"TTFT p50 {added['median_ttft_ms']:+.2f} ms, p99 {added['p99_ttft_ms']:+.2f} ms; ITL "
+            f"p50 {added['median_itl_ms']:+.2f} ms, p99 {added['p99_itl_ms']:+.2f} ms (gateway "
+            f"TTFT p50 {through['median_ttft_ms']:.2f} ms)",
+            show(["MOCKER_BIN=" + env["MOCKER_BIN"]] + cmd, ctx.build))
 
 
 BENCHES = {
