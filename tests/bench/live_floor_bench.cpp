@@ -15,7 +15,6 @@
 // raw is what libzmq over loopback TCP costs (both processes' I/O threads and wake-ups) for
 // the same messages; service − raw is what the serve loop adds (decode, admission, hashing
 // the prompt's blocks, the pass, encode). Prints p50 / p99 / mean per round; asserts nothing.
-#include <spawn.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -25,6 +24,7 @@
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
+#include <memory>
 #include <string>
 #include <thread>
 #include <vector>
@@ -32,8 +32,7 @@
 
 #include "net/client.h"
 #include "protocol/client.h"
-
-extern char** environ;
+#include "tests/testing/serve_child.h"
 
 namespace {
 
@@ -99,15 +98,13 @@ struct Child {
   std::string endpoint;
 };
 
-// The children, killed however this process exits (std::exit on an error included).
-pid_t g_children[2] = {-1, -1};
-void killChildren() {
-  for (pid_t& pid : g_children) {
-    if (pid <= 0) continue;
-    ::kill(pid, SIGKILL);
-    ::waitpid(pid, nullptr, 0);
-    pid = -1;
-  }
+// The raw server, killed however this process exits (std::exit on an error included).
+pid_t g_raw = -1;
+void killRaw() {
+  if (g_raw <= 0) return;
+  ::kill(g_raw, SIGKILL);
+  ::waitpid(g_raw, nullptr, 0);
+  g_raw = -1;
 }
 
 Child forkRaw(int n, int gap_us) {
@@ -119,7 +116,7 @@ Child forkRaw(int n, int gap_us) {
     (void)prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);
     rawServer(fds[1], n, gap_us);
   }
-  g_children[0] = pid;
+  g_raw = pid;
   ::close(fds[1]);
   char buf[256];
   const ssize_t got = ::read(fds[0], buf, sizeof buf);
@@ -128,58 +125,24 @@ Child forkRaw(int n, int gap_us) {
   return {pid, std::string(buf, static_cast<std::size_t>(got))};
 }
 
-/// `mocker serve` with 0 ms passes on ephemeral endpoints; its submit endpoint from the lines
-/// it prints before `ready`.
-Child spawnServe(const std::string& mocker, const std::vector<std::string>& extra) {
-  int out[2];
-  if (::pipe(out) != 0) std::exit(1);
-  posix_spawn_file_actions_t fa;
-  posix_spawn_file_actions_init(&fa);
-  posix_spawn_file_actions_adddup2(&fa, out[1], 1);
-  posix_spawn_file_actions_addclose(&fa, out[0]);
-  std::vector<std::string> args = {mocker,
-                                   "serve",
-                                   "--timing-model",
-                                   "fixed",
-                                   "--fixed-prefill-ms",
-                                   "0",
-                                   "--fixed-decode-ms",
-                                   "0",
-                                   "--submit-endpoint=tcp://127.0.0.1:*",
-                                   "--cancel-endpoint=tcp://127.0.0.1:*",
-                                   "--kv-events-endpoint=tcp://127.0.0.1:*",
-                                   "--kv-replay-endpoint=tcp://127.0.0.1:*",
-                                   "--fpm-endpoint=tcp://127.0.0.1:*",
-                                   "--http-endpoint=127.0.0.1:0",
-                                   "--log-level",
-                                   "warn"};
-  args.insert(args.end(), extra.begin(), extra.end());
-  std::vector<char*> argv;
-  for (auto& a : args) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  pid_t pid = -1;
-  if (posix_spawn(&pid, mocker.c_str(), &fa, nullptr, argv.data(), environ) != 0) {
-    std::fprintf(stderr, "cannot start %s\n", mocker.c_str());
+/// `mocker serve` with 0 ms passes on ephemeral endpoints, killed when this process exits (a
+/// static's destructor: std::exit too).
+std::unique_ptr<mocker::testing::ServeChild> g_serve;
+
+/// Starts it; its submit endpoint, from the lines it prints before `ready`.
+std::string spawnServe(const std::string& mocker, const std::vector<std::string>& extra) {
+  std::vector<std::string> flags = {"--timing-model",    "fixed", "--fixed-prefill-ms", "0",
+                                    "--fixed-decode-ms", "0",     "--log-level",        "warn"};
+  flags.insert(flags.end(), extra.begin(), extra.end());
+  g_serve = std::make_unique<mocker::testing::ServeChild>(mocker, flags);
+  const bool ready = g_serve->awaitReady(std::chrono::seconds(30));
+  const auto submit = g_serve->endpoints.find("submit");
+  if (!ready || submit == g_serve->endpoints.end()) {
+    std::fprintf(stderr, "mocker serve did not print its endpoints and `ready`%s%s\n",
+                 g_serve->spawnError().empty() ? "" : ": ", g_serve->spawnError().c_str());
     std::exit(1);
   }
-  posix_spawn_file_actions_destroy(&fa);
-  g_children[1] = pid;
-  ::close(out[1]);
-  std::string text;
-  char buf[4096];
-  while (text.find("\nready\n") == std::string::npos && text.rfind("ready\n", 0) != 0) {
-    const ssize_t got = ::read(out[0], buf, sizeof buf);
-    if (got <= 0) {
-      std::fprintf(stderr, "mocker serve exited before `ready`\n");
-      std::exit(1);
-    }
-    text.append(buf, static_cast<std::size_t>(got));
-  }
-  ::close(out[0]);
-  const auto at = text.find("submit ");
-  if (at == std::string::npos) std::exit(1);
-  const auto end = text.find('\n', at);
-  return {pid, text.substr(at + 7, end - at - 7)};
+  return submit->second;
 }
 
 struct Figures {
@@ -273,22 +236,22 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "--mocker PATH is required\n");
     return 2;
   }
-  std::atexit(killChildren);
+  std::atexit(killRaw);
   // Before any thread: the raw server is a fork of this process.
   const Child raw = forkRaw(opt.requests, opt.raw_gap_us);
-  const Child serve = spawnServe(opt.mocker, opt.serve_flags);
+  const std::string serve_endpoint = spawnServe(opt.mocker, opt.serve_flags);
   (void)prctl(PR_SET_TIMERSLACK, 1, 0, 0, 0);  // as the live driver waits
   double load[1] = {0};
   (void)getloadavg(load, 1);
   std::printf("%d requests per round at %.0f/s, %u-token prompts, load average %.2f\n",
               opt.requests, opt.rate, opt.prompt_tokens, load[0]);
   for (int k = 0; k < opt.rounds; ++k) {
-    const Figures s = round(serve.endpoint, opt, static_cast<std::uint32_t>(2 * k + 1));
+    const Figures s = round(serve_endpoint, opt, static_cast<std::uint32_t>(2 * k + 1));
     const Figures r = round(raw.endpoint, opt, static_cast<std::uint32_t>(2 * k + 2));
     std::printf(
         "round %d: service TTFT p50 %.3f p99 %.3f mean %.3f ms | raw p50 %.3f p99 %.3f mean "
         "%.3f ms | service - raw p50 %.3f ms\n",
         k + 1, s.p50, s.p99, s.mean, r.p50, r.p99, r.mean, s.p50 - r.p50);
   }
-  return 0;  // killChildren ends both servers
+  return 0;  // killRaw and g_serve's destructor end both servers
 }
