@@ -37,9 +37,14 @@ Server::Impl::Peer Server::Impl::peerOf(const std::vector<zmq::message_t>& parts
 
 net::SendOutcome Server::Impl::sendTo(zmq::socket_t& socket, const std::string& client,
                                       bool delimiter, std::vector<std::byte>&& payload) {
+  return sendTo(socket, client, delimiter, adoptPayload(std::move(payload)));
+}
+
+net::SendOutcome Server::Impl::sendTo(zmq::socket_t& socket, const std::string& client,
+                                      bool delimiter, zmq::message_t&& payload) {
   std::string error;
   const net::SendOutcome out =
-      net::trySendRouted(socket, client, delimiter, adoptPayload(std::move(payload)), &error);
+      net::trySendRouted(socket, client, delimiter, std::move(payload), &error);
   if (out != net::SendOutcome::Failed) return out;
   log_->error("send to a client failed: {}", error);
   return net::SendOutcome::Unroutable;
