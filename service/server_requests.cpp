@@ -12,8 +12,10 @@
 namespace mocker::service {
 namespace {
 
-// A message owning `payload`'s buffer: libzmq frees it (from its I/O thread) once written, so
-// an output batch of a few KiB is not copied again. Small payloads are copied, which is cheaper.
+// A message owning `payload`'s buffer: libzmq frees it (from its I/O thread) once written, so a
+// large reply (a stats reply, a kv snapshot) is not copied again. Small payloads are copied,
+// which is cheaper. Output messages do not come this way: they are encoded in place into their
+// ZeroMQ message (encodeOutputMessage).
 zmq::message_t adoptPayload(std::vector<std::byte>&& payload) {
   constexpr std::size_t kCopyBelow = 256;
   if (payload.size() < kCopyBelow) return zmq::message_t(payload.data(), payload.size());

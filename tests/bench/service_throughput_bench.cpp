@@ -557,8 +557,15 @@ std::optional<SideResult> runBaseline(
 struct RoundFigures {
   Tally service;
   Tally baseline;
+  ThreadCpu service_cpu;
+  ThreadCpu baseline_cpu;
   double ratio() const { return service.messagesPerS() / baseline.messagesPerS(); }
 };
+
+/// CPU seconds as microseconds per output message of `t`.
+double usPerMessage(double cpu_s, const Tally& t) {
+  return t.messages ? cpu_s * 1e6 / static_cast<double>(t.messages) : 0.0;
+}
 
 bool parse(int argc, char** argv, Options& opt) {
   for (int i = 1; i < argc; ++i) {
@@ -641,7 +648,8 @@ int main(int argc, char** argv) {
         ok = false;
         continue;
       }
-      rounds[events].push_back({service->total, baseline->total});
+      rounds[events].push_back(
+          {service->total, baseline->total, service->threads, baseline->threads});
       std::printf("  ratio service/baseline messages/s: %.2f\n", rounds[events].back().ratio());
     }
   }
@@ -663,12 +671,20 @@ int main(int argc, char** argv) {
         "\"service_messages\":%llu,\"service_messages_per_s\":%.1f,"
         "\"service_tokens_per_s\":%.1f,\"tokens_per_message\":%.3f,"
         "\"baseline_messages_per_s\":%.1f,\"baseline_tokens_per_s\":%.1f,"
-        "\"ratio_worst\":%.4f,\"ratio_median\":%.4f,\"ratio_best\":%.4f}\n",
+        "\"ratio_worst\":%.4f,\"ratio_median\":%.4f,\"ratio_best\":%.4f,"
+        "\"serve_us_per_message\":%.2f,\"service_clients_us_per_message\":%.2f,"
+        "\"service_zmq_io_us_per_message\":%.2f,\"baseline_clients_us_per_message\":%.2f,"
+        "\"baseline_zmq_io_us_per_message\":%.2f,\"baseline_router_us_per_message\":%.2f}\n",
         opt.label.c_str(), events ? "true" : "false", opt.clients, r.size(),
         static_cast<unsigned long long>(median.service.messages), median.service.messagesPerS(),
         median.service.tokensPerS(), median.service.tokensPerMessage(),
         median.baseline.messagesPerS(), median.baseline.tokensPerS(), r.front().ratio(),
-        median.ratio(), r.back().ratio());
+        median.ratio(), r.back().ratio(), usPerMessage(median.service_cpu.serve_s, median.service),
+        usPerMessage(median.service_cpu.clients_s, median.service),
+        usPerMessage(median.service_cpu.zmq_io_s, median.service),
+        usPerMessage(median.baseline_cpu.clients_s, median.baseline),
+        usPerMessage(median.baseline_cpu.zmq_io_s, median.baseline),
+        usPerMessage(median.baseline_cpu.router_s, median.baseline));
   }
   std::printf("load average (1 min) at end: %.2f\n", loadAverage());
   return ok ? 0 : 1;
