@@ -168,6 +168,14 @@ std::vector<std::byte> encodeOutputBatch(std::span<const RequestOutputView> outp
   return detail::encodeCanonicalOutput(outputs);
 }
 
+std::size_t outputBatchSize(std::span<const RequestOutputView> outputs) {
+  return detail::canonicalOutputSize(outputs);
+}
+
+void encodeOutputBatchInto(std::span<const RequestOutputView> outputs, std::span<std::byte> out) {
+  detail::encodeCanonicalOutputInto(outputs, out);
+}
+
 std::vector<std::byte> encodeClientMessage(const OutputBatch& m) {
   std::vector<RequestOutputView> views;
   views.reserve(m.outputs.size());

@@ -348,6 +348,12 @@ std::vector<std::byte> encodeClientMessage(const LoraReply& m);
 /// Encodes an "output" message from views; the same bytes as encodeClientMessage(OutputBatch)
 /// with the same content (which is implemented on top of this).
 std::vector<std::byte> encodeOutputBatch(std::span<const RequestOutputView> outputs);
+/// The exact size in bytes of encodeOutputBatch(outputs).
+std::size_t outputBatchSize(std::span<const RequestOutputView> outputs);
+/// Writes encodeOutputBatch(outputs) into `out`, a buffer the caller allocated (e.g. the send
+/// buffer of a ZeroMQ message: the message is encoded once, in place). REQUIRES: out.size() ==
+/// outputBatchSize(outputs).
+void encodeOutputBatchInto(std::span<const RequestOutputView> outputs, std::span<std::byte> out);
 
 /// Decodes any v1 message. Order of checks: size/structure, map, "v" (missing → Corruption,
 /// ≠ 1 → Unsupported), "type" (unknown → Corruption), then fields. Unknown keys are ignored.

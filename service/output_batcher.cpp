@@ -80,6 +80,12 @@ bool OutputMessageBudget::tryAdd(std::size_t id_bytes, std::size_t reason_bytes,
   return true;
 }
 
+zmq::message_t encodeOutputMessage(std::span<const protocol::RequestOutputView> outputs) {
+  zmq::message_t msg(protocol::outputBatchSize(outputs));
+  protocol::encodeOutputBatchInto(outputs, {static_cast<std::byte*>(msg.data()), msg.size()});
+  return msg;
+}
+
 void fitStatsReply(protocol::StatsReply& reply) {
   std::size_t bytes = 1024 + 256 * reply.ranks.size();  // bound of the map, keys and ranks
   std::size_t keep = 0;
@@ -144,14 +150,13 @@ std::size_t OutputBatcher::messageEnd(const ClientBatch& batch, std::size_t begi
   return end;
 }
 
-std::vector<std::byte> OutputBatcher::encode(const ClientBatch& batch, std::size_t begin,
-                                             std::size_t end) {
+zmq::message_t OutputBatcher::encode(const ClientBatch& batch, std::size_t begin, std::size_t end) {
   views_.clear();
   for (std::size_t i = begin; i < end; ++i) {
     const Entry& e = batch.entries[i];
     views_.push_back({e.route->id, e.index, tokens(e), e.finish, e.reason, e.cached_tokens});
   }
-  return protocol::encodeOutputBatch(views_);
+  return encodeOutputMessage(views_);
 }
 
 }  // namespace mocker::service

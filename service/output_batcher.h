@@ -12,7 +12,8 @@
 //            B: [{r2 index 5, 1 token} {r4 index 3, no token, finish cancelled}]
 //
 // Hot path (runs for every token): no lookups, and no allocation once warm other than each
-// encoded message (which the loop hands to libzmq without a copy) — entries point at
+// encoded message (written once, in place, into the ZeroMQ message the loop sends) — entries
+// point at
 // their routes (borrowed from the RouteTable, which must not close them until the pass has been
 // delivered), each client's batch is found through its ClientEntry::batch_slot, tokens go to one
 // per-pass buffer, and batches, entries and encode views are scratch reused across passes.
@@ -27,6 +28,7 @@
 #include <string>
 #include <string_view>
 #include <vector>
+#include <zmq.hpp>
 
 #include "engine/types.h"
 #include "protocol/client.h"
@@ -60,6 +62,11 @@ class OutputMessageBudget {
   std::size_t bytes_ = 0;
   std::size_t objects_ = 0;
 };
+
+/// The "output" message of `outputs` as a ZeroMQ message ready to send: its exact size is
+/// allocated by libzmq and the bytes are encoded straight into it (no intermediate buffer, no
+/// copy, one allocation).
+zmq::message_t encodeOutputMessage(std::span<const protocol::RequestOutputView> outputs);
 
 /// Cuts a stats reply's `clients` list (ascending) to what one message may carry: at most
 /// kMaxStatsClients entries and, with the ranks, at most kMaxMessageBytes.
@@ -104,8 +111,8 @@ class OutputBatcher final {
   /// REQUIRES: begin < batch.entries.size().
   std::size_t messageEnd(const ClientBatch& batch, std::size_t begin) const;
   /// The output message of entries [begin, end) of `batch` (one of batches()), encoded by the
-  /// output fast path.
-  std::vector<std::byte> encode(const ClientBatch& batch, std::size_t begin, std::size_t end);
+  /// output fast path (encodeOutputMessage).
+  zmq::message_t encode(const ClientBatch& batch, std::size_t begin, std::size_t end);
 
  private:
   std::uint64_t epoch_ = 0;           // pass number; matches ClientEntry::batch_slot.epoch

@@ -12,8 +12,10 @@
 namespace mocker::service {
 namespace {
 
-// A message owning `payload`'s buffer: libzmq frees it (from its I/O thread) once written, so
-// an output batch of a few KiB is not copied again. Small payloads are copied, which is cheaper.
+// A message owning `payload`'s buffer: libzmq frees it (from its I/O thread) once written, so a
+// large reply (a stats reply, a kv snapshot) is not copied again. Small payloads are copied,
+// which is cheaper. Output messages do not come this way: they are encoded in place into their
+// ZeroMQ message (encodeOutputMessage).
 zmq::message_t adoptPayload(std::vector<std::byte>&& payload) {
   constexpr std::size_t kCopyBelow = 256;
   if (payload.size() < kCopyBelow) return zmq::message_t(payload.data(), payload.size());
@@ -37,9 +39,14 @@ Server::Impl::Peer Server::Impl::peerOf(const std::vector<zmq::message_t>& parts
 
 net::SendOutcome Server::Impl::sendTo(zmq::socket_t& socket, const std::string& client,
                                       bool delimiter, std::vector<std::byte>&& payload) {
+  return sendTo(socket, client, delimiter, adoptPayload(std::move(payload)));
+}
+
+net::SendOutcome Server::Impl::sendTo(zmq::socket_t& socket, const std::string& client,
+                                      bool delimiter, zmq::message_t&& payload) {
   std::string error;
   const net::SendOutcome out =
-      net::trySendRouted(socket, client, delimiter, adoptPayload(std::move(payload)), &error);
+      net::trySendRouted(socket, client, delimiter, std::move(payload), &error);
   if (out != net::SendOutcome::Failed) return out;
   log_->error("send to a client failed: {}", error);
   return net::SendOutcome::Unroutable;

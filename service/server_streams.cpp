@@ -76,11 +76,12 @@ Server::Impl::Flush Server::Impl::flush(const std::string& client) {
   while (entry && !entry->queue.empty()) {
     const std::deque<Pending>& queue = entry->queue;
     std::size_t n = 0;
-    std::vector<std::byte> payload;
+    zmq::message_t payload;
     const bool outputs = queue.front().kind == Pending::Kind::Output;
     if (!outputs) {
       const Route& route = *routes_.find(queue.front().route);
-      payload = protocol::encodeClientMessage(protocol::SubmitAck{route.id, route.rank});
+      const auto ack = protocol::encodeClientMessage(protocol::SubmitAck{route.id, route.rank});
+      payload = zmq::message_t(ack.data(), ack.size());
       n = 1;
     } else {
       // Consecutive outputs, as many as one message may hold.
@@ -96,7 +97,7 @@ Server::Impl::Flush Server::Impl::flush(const std::string& client) {
       }
       n = views_.size();
       MOCKER_CHECK(n > 0);  // the first entry always fits (OutputMessageBudget)
-      payload = protocol::encodeOutputBatch(views_);
+      payload = encodeOutputMessage(views_);
     }
     const auto outcome = sendTo(submit_, client, entry->delimiter, std::move(payload));
     if (outcome != net::SendOutcome::Sent) {

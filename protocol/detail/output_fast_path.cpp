@@ -5,6 +5,7 @@
 #include <limits>
 #include <string_view>
 
+#include "base/check.h"
 #include "protocol/detail/utf8.h"
 #include "protocol/limits.h"
 
@@ -205,6 +206,17 @@ class Writer {
   explicit Writer(std::byte* p) : p_(p) {}
   std::byte* position() const { return p_; }
 
+  // Encoded sizes of what str / uint / the headers write.
+  static constexpr std::size_t strSize(std::size_t n) {
+    return n + (n <= 31 ? 1 : n <= 0xff ? 2 : n <= 0xffff ? 3 : 5);
+  }
+  static constexpr std::size_t uintSize(std::uint32_t v) {
+    return v <= 0x7f ? 1 : v <= 0xff ? 2 : v <= 0xffff ? 3 : 5;
+  }
+  static constexpr std::size_t headerSize(std::uint32_t n) {
+    return n <= 15 ? 1 : n <= 0xffff ? 3 : 5;
+  }
+
   void raw(std::string_view bytes) {
     std::memcpy(p_, bytes.data(), bytes.size());
     p_ += bytes.size();
@@ -275,26 +287,34 @@ constexpr std::string_view kCachedTokens =
     "\xad"
     "cached_tokens";
 
-// Upper bound of a str's encoded size.
-constexpr std::size_t strBound(std::size_t n) { return 5 + n; }
+std::uint32_t entryFields(const RequestOutputView& o) {
+  return 3 + (o.finish ? 1u : 0u) + (o.reason.empty() ? 0u : 1u) + (o.cached_tokens ? 1u : 0u);
+}
 
 }  // namespace
 
-std::vector<std::byte> encodeCanonicalOutput(std::span<const RequestOutputView> outputs) {
-  static_assert(kClientProtocolVersion == 1, "kHead spells the version");
-  std::size_t bound = kHead.size() + 5;
+std::size_t canonicalOutputSize(std::span<const RequestOutputView> outputs) {
+  std::size_t size = kHead.size() + Writer::headerSize(static_cast<std::uint32_t>(outputs.size()));
   for (const RequestOutputView& o : outputs) {
-    bound += 1 + kId.size() + strBound(o.id.size()) + kIndex.size() + 5 + kTokens.size() + 5 +
-             5 * o.tokens.size() + kFinish.size() + strBound(16) + kReason.size() +
-             strBound(o.reason.size()) + kCachedTokens.size() + 5;
+    size += Writer::headerSize(entryFields(o)) + kId.size() + Writer::strSize(o.id.size()) +
+            kIndex.size() + Writer::uintSize(o.index) + kTokens.size() +
+            Writer::headerSize(static_cast<std::uint32_t>(o.tokens.size()));
+    for (const std::uint32_t t : o.tokens) size += Writer::uintSize(t);
+    if (o.finish) size += kFinish.size() + Writer::strSize(toString(*o.finish).size());
+    if (!o.reason.empty()) size += kReason.size() + Writer::strSize(o.reason.size());
+    if (o.cached_tokens) size += kCachedTokens.size() + Writer::uintSize(*o.cached_tokens);
   }
-  std::vector<std::byte> out(bound);
+  return size;
+}
+
+void encodeCanonicalOutputInto(std::span<const RequestOutputView> outputs,
+                               std::span<std::byte> out) {
+  static_assert(kClientProtocolVersion == 1, "kHead spells the version");
   Writer w(out.data());
   w.raw(kHead);
   w.arrayHeader(static_cast<std::uint32_t>(outputs.size()));
   for (const RequestOutputView& o : outputs) {
-    w.mapHeader(3 + (o.finish ? 1u : 0u) + (o.reason.empty() ? 0u : 1u) +
-                (o.cached_tokens ? 1u : 0u));
+    w.mapHeader(entryFields(o));
     w.raw(kId);
     w.str(o.id);
     w.raw(kIndex);
@@ -315,7 +335,12 @@ std::vector<std::byte> encodeCanonicalOutput(std::span<const RequestOutputView> 
       w.uint(*o.cached_tokens);
     }
   }
-  out.resize(static_cast<std::size_t>(w.position() - out.data()));
+  MOCKER_CHECK(w.position() == out.data() + out.size());
+}
+
+std::vector<std::byte> encodeCanonicalOutput(std::span<const RequestOutputView> outputs) {
+  std::vector<std::byte> out(canonicalOutputSize(outputs));
+  encodeCanonicalOutputInto(outputs, out);
   return out;
 }
 

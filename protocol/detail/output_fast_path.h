@@ -1,8 +1,9 @@
 // The fast paths for "output" messages, the one message sent and received at token rate, and
 // for plain "submit" messages, whose prompts are the largest arrays a service reads.
 //
-// Encoding: encodeOutputBatch writes the bytes directly into a buffer sized from an upper bound,
-// without msgpack-c's packer (5x faster; the bytes are the same, pinned by the goldens and by a
+// Encoding: encodeOutputBatch computes the exact size (one pass over the views), then writes the
+// bytes directly into a buffer of that size — the caller's, with encodeOutputBatchInto — without
+// msgpack-c's packer (5x faster; the bytes are the same, pinned by the goldens and by a
 // randomized comparison with an independent encoder in the tests).
 //
 // Decoding: the fast path of decodeClientMessage. It recognises only the layout encodeOutputBatch
@@ -30,6 +31,10 @@ namespace mocker::protocol::detail {
 
 /// The "output" message of `outputs` (what encodeOutputBatch returns).
 std::vector<std::byte> encodeCanonicalOutput(std::span<const RequestOutputView> outputs);
+/// Its exact size, and the same bytes written into `out` (REQUIRES: out.size() is that size).
+std::size_t canonicalOutputSize(std::span<const RequestOutputView> outputs);
+void encodeCanonicalOutputInto(std::span<const RequestOutputView> outputs,
+                               std::span<std::byte> out);
 
 /// The batch, or nullopt when `bytes` is not a canonical, valid "output" message.
 std::optional<OutputBatch> decodeCanonicalOutput(std::span<const std::byte> bytes);

@@ -153,6 +153,8 @@ class Server::Impl {
   }
   net::SendOutcome sendTo(zmq::socket_t& socket, const std::string& client, bool delimiter,
                           std::vector<std::byte>&& payload);
+  net::SendOutcome sendTo(zmq::socket_t& socket, const std::string& client, bool delimiter,
+                          zmq::message_t&& payload);
   void reply(zmq::socket_t& socket, const net::RoutedEnvelope& to, const ClientMessage& message);
 
   // Requests: read and answer.

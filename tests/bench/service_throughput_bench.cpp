@@ -11,12 +11,15 @@
 #include <pthread.h>
 #include <spdlog/spdlog.h>
 #include <sys/resource.h>
+#include <time.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <latch>
 #include <optional>
 #include <string>
@@ -71,6 +74,10 @@ Clocks (both sides): start when every client has connected and completed a stats
 with its peer (the service, or the baseline ROUTER) and all threads are released; stop at the
 last message received by any client. Figures: messages (output messages, without acks), their
 rate, tokens per message and tokens/s; ratio = service messages/s / baseline messages/s. Each
+side also prints the CPU its threads spent in the clock's window, per output message: the
+service's loop thread, the baseline's ROUTER thread, the client threads, and every ZeroMQ I/O
+thread (the service's and each client's context's), read from /proc/self/task/*/schedstat and
+the threads' own CPU clocks — on 2 cores it shows which side of the ratio the CPU goes to. Each
 round measures the service and then the baseline on the service's messages; the summary gives
 the worst, median and best ratio over the rounds so host noise shows.
 )";
@@ -93,6 +100,13 @@ double seconds(Clock::time_point a, Clock::time_point b) {
 
 double cpuSeconds() { return static_cast<double>(std::clock()) / CLOCKS_PER_SEC; }
 
+/// CPU time of the calling thread.
+double threadCpuSeconds() {
+  timespec t{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+  return static_cast<double>(t.tv_sec) + static_cast<double>(t.tv_nsec) * 1e-9;
+}
+
 double loadAverage() {
   double avg[1] = {0};
   return getloadavg(avg, 1) == 1 ? avg[0] : -1.0;
@@ -102,6 +116,47 @@ std::string routingId(int index) {
   std::string id = std::to_string(index);
   id.insert(id.begin(), 'c');  // not "c" + …: g++ 12 -Wrestrict false positive
   return id;
+}
+
+/// CPU time (ns, from /proc/self/task/*/schedstat: exact, unlike the tick counts of stat) of
+/// the process's threads, grouped by thread name.
+struct ThreadCpu {
+  double serve_s = 0;    // "mocker-serve": the service's loop thread
+  double clients_s = 0;  // "stb-client": the client threads
+  double router_s = 0;   // "stb-router": the baseline's ROUTER thread
+  double zmq_io_s = 0;   // "ZMQbg/*": every context's I/O threads (the service's, each client's)
+  double other_s = 0;
+
+  ThreadCpu operator-(const ThreadCpu& b) const {
+    return {serve_s - b.serve_s, clients_s - b.clients_s, router_s - b.router_s,
+            zmq_io_s - b.zmq_io_s, other_s - b.other_s};
+  }
+};
+
+ThreadCpu threadCpuByName() {
+  ThreadCpu cpu;
+  const std::filesystem::path tasks = "/proc/self/task";
+  std::error_code ec;
+  for (const auto& task : std::filesystem::directory_iterator(tasks, ec)) {
+    std::ifstream comm_in(task.path() / "comm");
+    std::ifstream sched_in(task.path() / "schedstat");
+    std::string comm;
+    double ns = 0;
+    if (!std::getline(comm_in, comm) || !(sched_in >> ns)) continue;  // the thread just ended
+    const double s = ns * 1e-9;
+    if (comm == "mocker-serve") {
+      cpu.serve_s += s;
+    } else if (comm == "stb-client") {
+      cpu.clients_s += s;
+    } else if (comm == "stb-router") {
+      cpu.router_s += s;
+    } else if (comm.starts_with("ZMQbg/")) {
+      cpu.zmq_io_s += s;
+    } else {
+      cpu.other_s += s;
+    }
+  }
+  return cpu;
 }
 
 /// What one side delivered, in total over the clients.
@@ -230,7 +285,8 @@ void receiveAll(std::vector<ClientState>& clients, const Options& opt, Until unt
 
 /// One driver thread: connect its clients, handshake, wait for the start, run to completion.
 void drive(std::vector<ClientState>& clients, const std::string& submit, const std::string& cancel,
-           const Options& opt, std::latch& ready, std::latch& go) {
+           const Options& opt, std::latch& ready, std::latch& go, double& cpu_s) {
+  pthread_setname_np(pthread_self(), "stb-client");  // named for the CPU breakdown
   for (auto& c : clients) {
     auto client = net::Client::connect({.submit_endpoint = submit,
                                         .cancel_endpoint = cancel,
@@ -246,6 +302,7 @@ void drive(std::vector<ClientState>& clients, const std::string& submit, const s
   receiveAll(clients, opt, [](const ClientState& c) { return c.connected || !c.error.empty(); });
   ready.count_down();
   go.wait();
+  const double cpu0 = threadCpuSeconds();
   for (auto& c : clients) {
     while (c.client && c.error.empty() && c.submits && c.submitted < opt.requests &&
            c.open < opt.concurrency) {
@@ -253,11 +310,13 @@ void drive(std::vector<ClientState>& clients, const std::string& submit, const s
     }
   }
   receiveAll(clients, opt, [](const ClientState& c) { return c.done(); });
+  cpu_s = threadCpuSeconds() - cpu0;
 }
 
 struct SideResult {
   Tally total;
-  double cpu_s = 0;  // process CPU time from the clock start until every client thread ended
+  double cpu_s = 0;   // process CPU time from the clock start until every client thread ended
+  ThreadCpu threads;  // the same window, by thread (threads alive at its end)
   std::string error;
   std::vector<std::vector<protocol::ClientMessage>> received;  // by client index
 };
@@ -280,20 +339,27 @@ SideResult runClients(const std::string& submit, const std::string& cancel, cons
   std::latch ready(num_threads);
   std::latch go(1);
   std::vector<std::thread> threads;
-  for (auto& group : groups) {
-    threads.emplace_back(drive, std::ref(group), std::cref(submit), std::cref(cancel),
-                         std::cref(opt), std::ref(ready), std::ref(go));
+  std::vector<double> client_cpu_s(groups.size());
+  for (std::size_t g = 0; g < groups.size(); ++g) {
+    threads.emplace_back(drive, std::ref(groups[g]), std::cref(submit), std::cref(cancel),
+                         std::cref(opt), std::ref(ready), std::ref(go), std::ref(client_cpu_s[g]));
   }
   ready.wait();
+  const ThreadCpu threads0 = threadCpuByName();
   const auto t0 = Clock::now();
   const double cpu0 = cpuSeconds();
   go.count_down();
   on_go();
   for (auto& t : threads) t.join();
   const double cpu_s = cpuSeconds() - cpu0;
+  // The client threads have ended (their /proc entries with them): each recorded its own CPU.
+  ThreadCpu by_thread = threadCpuByName() - threads0;
+  by_thread.clients_s = 0;
+  for (const double s : client_cpu_s) by_thread.clients_s += s;
 
   SideResult result;
   result.cpu_s = cpu_s;
+  result.threads = by_thread;
   result.received.resize(static_cast<std::size_t>(opt.clients));
   Clock::time_point t_end = t0;
   for (auto& group : groups) {
@@ -312,12 +378,20 @@ SideResult runClients(const std::string& submit, const std::string& cancel, cons
   return result;
 }
 
-void printSide(const char* name, const Tally& t, double cpu_s) {
+void printSide(const char* name, const SideResult& r) {
+  const Tally& t = r.total;
   std::printf(
       "  %-8s %9llu messages (+%llu acks) in %7.3f s = %10.0f messages/s, %7.1f tokens/message, "
       "%11.0f tokens/s; process CPU %.2f s\n",
       name, static_cast<unsigned long long>(t.messages), static_cast<unsigned long long>(t.acks),
-      t.wall_s, t.messagesPerS(), t.tokensPerMessage(), t.tokensPerS(), cpu_s);
+      t.wall_s, t.messagesPerS(), t.tokensPerMessage(), t.tokensPerS(), r.cpu_s);
+  const ThreadCpu& c = r.threads;
+  const double per = t.messages ? 1e6 / static_cast<double>(t.messages) : 0.0;
+  std::printf(
+      "           CPU by thread (us per output message): serve loop %.2f, baseline router %.2f, "
+      "client threads %.2f, ZeroMQ I/O threads %.2f, other %.2f; wall %.2f\n",
+      c.serve_s * per, c.router_s * per, c.clients_s * per, c.zmq_io_s * per, c.other_s * per,
+      t.wall_s * per);
 }
 
 /// The service side. Empty optional on failure (reported on stderr).
@@ -350,7 +424,7 @@ std::optional<SideResult> runService(const Options& opt, bool events) {
                             /*submits=*/true, {}, [] {});
   (*server)->requestStop();
   server_thread.join();
-  printSide("service", r.total, r.cpu_s);
+  printSide("service", r);
   const auto& c = (*server)->counters();
   std::printf("           %llu passes (%.0f passes/s), %llu streams not ended by length\n",
               static_cast<unsigned long long>(c.passes),
@@ -397,6 +471,12 @@ class BaselineRouter {
         router_.send(zmq::buffer(reply.data(), reply.size()), zmq::send_flags::none);
       }
       go_.wait();
+      const double cpu0 = threadCpuSeconds();
+      struct RecordCpu {
+        double cpu0;
+        double& out;
+        ~RecordCpu() { out = threadCpuSeconds() - cpu0; }
+      } record{cpu0, cpu_s_};
       std::size_t longest = 0;
       for (const auto& m : messages_) longest = std::max(longest, m.size());
       for (std::size_t k = 0; k < longest; ++k) {
@@ -418,6 +498,8 @@ class BaselineRouter {
     }
   }
   const std::string& error() const { return error_; }
+  /// CPU time of the thread that ran run(), from `go` to its last send.
+  double cpuSeconds() const { return cpu_s_; }
 
  private:
   const std::vector<std::vector<std::vector<std::byte>>>& messages_;
@@ -428,6 +510,7 @@ class BaselineRouter {
   std::string submit_endpoint_;
   std::string cancel_endpoint_;
   std::string error_;
+  double cpu_s_ = 0;
 };
 
 /// The baseline side on the messages `recorded` (by client index) of a service run.
@@ -449,11 +532,15 @@ std::optional<SideResult> runBaseline(
   }
   std::latch go(1);
   BaselineRouter router(messages, go);
-  std::thread router_thread([&] { router.run(); });
+  std::thread router_thread([&] {
+    pthread_setname_np(pthread_self(), "stb-router");  // named for the CPU breakdown
+    router.run();
+  });
   SideResult r = runClients(router.submitEndpoint(), router.cancelEndpoint(), opt,
                             /*submits=*/false, expected, [&] { go.count_down(); });
   router_thread.join();
-  printSide("baseline", r.total, r.cpu_s);
+  r.threads.router_s = router.cpuSeconds();  // the thread may have ended before the clients
+  printSide("baseline", r);
   std::printf(
       "           output messages are %.1f bytes on average (msgpack payload)\n",
       num_outputs ? static_cast<double>(output_bytes) / static_cast<double>(num_outputs) : 0.0);
@@ -470,8 +557,15 @@ std::optional<SideResult> runBaseline(
 struct RoundFigures {
   Tally service;
   Tally baseline;
+  ThreadCpu service_cpu;
+  ThreadCpu baseline_cpu;
   double ratio() const { return service.messagesPerS() / baseline.messagesPerS(); }
 };
+
+/// CPU seconds as microseconds per output message of `t`.
+double usPerMessage(double cpu_s, const Tally& t) {
+  return t.messages ? cpu_s * 1e6 / static_cast<double>(t.messages) : 0.0;
+}
 
 bool parse(int argc, char** argv, Options& opt) {
   for (int i = 1; i < argc; ++i) {
@@ -554,7 +648,8 @@ int main(int argc, char** argv) {
         ok = false;
         continue;
       }
-      rounds[events].push_back({service->total, baseline->total});
+      rounds[events].push_back(
+          {service->total, baseline->total, service->threads, baseline->threads});
       std::printf("  ratio service/baseline messages/s: %.2f\n", rounds[events].back().ratio());
     }
   }
@@ -576,12 +671,20 @@ int main(int argc, char** argv) {
         "\"service_messages\":%llu,\"service_messages_per_s\":%.1f,"
         "\"service_tokens_per_s\":%.1f,\"tokens_per_message\":%.3f,"
         "\"baseline_messages_per_s\":%.1f,\"baseline_tokens_per_s\":%.1f,"
-        "\"ratio_worst\":%.4f,\"ratio_median\":%.4f,\"ratio_best\":%.4f}\n",
+        "\"ratio_worst\":%.4f,\"ratio_median\":%.4f,\"ratio_best\":%.4f,"
+        "\"serve_us_per_message\":%.2f,\"service_clients_us_per_message\":%.2f,"
+        "\"service_zmq_io_us_per_message\":%.2f,\"baseline_clients_us_per_message\":%.2f,"
+        "\"baseline_zmq_io_us_per_message\":%.2f,\"baseline_router_us_per_message\":%.2f}\n",
         opt.label.c_str(), events ? "true" : "false", opt.clients, r.size(),
         static_cast<unsigned long long>(median.service.messages), median.service.messagesPerS(),
         median.service.tokensPerS(), median.service.tokensPerMessage(),
         median.baseline.messagesPerS(), median.baseline.tokensPerS(), r.front().ratio(),
-        median.ratio(), r.back().ratio());
+        median.ratio(), r.back().ratio(), usPerMessage(median.service_cpu.serve_s, median.service),
+        usPerMessage(median.service_cpu.clients_s, median.service),
+        usPerMessage(median.service_cpu.zmq_io_s, median.service),
+        usPerMessage(median.baseline_cpu.clients_s, median.baseline),
+        usPerMessage(median.baseline_cpu.zmq_io_s, median.baseline),
+        usPerMessage(median.baseline_cpu.router_s, median.baseline));
   }
   std::printf("load average (1 min) at end: %.2f\n", loadAverage());
   return ok ? 0 : 1;

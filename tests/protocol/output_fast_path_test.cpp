@@ -105,20 +105,52 @@ TEST(OutputFastPath, ReadsEveryEncoderOutput) {
 // The direct encoder writes what an independent msgpack encoder (nlohmann's, smallest widths,
 // keys in README order) writes for the same message — across fixstr/str8 ids, every integer
 // width, and all optional fields.
+Bytes independentEncoding(const OutputBatch& batch) {
+  Json outputs = Json::array();
+  for (const RequestOutput& o : batch.outputs) {
+    Json e = {{"id", o.id}, {"index", o.index}, {"tokens", o.tokens}};
+    if (o.finish) e["finish"] = std::string(toString(*o.finish));
+    if (!o.reason.empty()) e["reason"] = o.reason;
+    if (o.cached_tokens) e["cached_tokens"] = *o.cached_tokens;
+    outputs.push_back(std::move(e));
+  }
+  return mp({{"v", 1}, {"type", "output"}, {"outputs", std::move(outputs)}});
+}
+
 TEST(OutputFastPath, EncoderMatchesAnIndependentEncoder) {
   std::mt19937_64 rng(3);
   for (int i = 0; i < 500; ++i) {
     const OutputBatch batch = randomBatch(rng);
-    Json outputs = Json::array();
-    for (const RequestOutput& o : batch.outputs) {
-      Json e = {{"id", o.id}, {"index", o.index}, {"tokens", o.tokens}};
-      if (o.finish) e["finish"] = std::string(toString(*o.finish));
-      if (!o.reason.empty()) e["reason"] = o.reason;
-      if (o.cached_tokens) e["cached_tokens"] = *o.cached_tokens;
-      outputs.push_back(std::move(e));
+    ASSERT_EQ(testing::toHex(encodeClientMessage(batch)),
+              testing::toHex(independentEncoding(batch)))
+        << i;
+  }
+}
+
+// The service encodes each output message in place, into a send buffer of exactly
+// outputBatchSize bytes: the size is exact for every header and integer width (array32 and str32
+// included), and every byte of the buffer is written with encodeOutputBatch's bytes.
+TEST(OutputFastPath, EncodesInPlaceIntoABufferOfTheExactSize) {
+  std::mt19937_64 rng(11);
+  std::vector<OutputBatch> batches;
+  for (int i = 0; i < 500; ++i) batches.push_back(randomBatch(rng));
+  RequestOutput huge{.id = "huge", .index = 70000, .finish = FinishReason::Length};
+  huge.tokens.assign(70000, 0x12345);  // array32 header, u32 tokens
+  huge.reason.assign(70000, 'r');      // str32
+  batches.push_back({.outputs = {huge}});
+  OutputBatch many;  // array32 of entries
+  many.outputs.assign(70000, RequestOutput{.id = "m", .tokens = {1}});
+  batches.push_back(std::move(many));
+  for (std::size_t i = 0; i < batches.size(); ++i) {
+    std::vector<RequestOutputView> views;
+    for (const RequestOutput& o : batches[i].outputs) {
+      views.push_back({o.id, o.index, o.tokens, o.finish, o.reason, o.cached_tokens});
     }
-    const Json message = {{"v", 1}, {"type", "output"}, {"outputs", std::move(outputs)}};
-    ASSERT_EQ(testing::toHex(encodeClientMessage(batch)), testing::toHex(mp(message))) << i;
+    const Bytes want = independentEncoding(batches[i]);
+    ASSERT_EQ(outputBatchSize(views), want.size()) << i;
+    Bytes in_place(want.size(), std::byte{0xa5});
+    encodeOutputBatchInto(views, in_place);
+    ASSERT_TRUE(in_place == want) << i;  // (not ASSERT_EQ: no hex dump of 350 KB on failure)
   }
 }
 

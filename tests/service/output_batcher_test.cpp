@@ -121,8 +121,9 @@ class OutputBatcherTest : public ::testing::Test {
       for (RequestId id : batches[i].terminal) terminal.push_back(id.value());
       EXPECT_EQ(terminal, expected[i].terminal) << name << " batch " << i;
       // What the client receives: the encoded message decodes to the expected entries.
-      auto decoded =
-          protocol::decodeClientMessage(batcher_.encode(batches[i], 0, batches[i].entries.size()));
+      const zmq::message_t message = batcher_.encode(batches[i], 0, batches[i].entries.size());
+      auto decoded = protocol::decodeClientMessage(
+          {static_cast<const std::byte*>(message.data()), message.size()});
       ASSERT_TRUE(decoded.has_value()) << name;
       const auto* batch = std::get_if<protocol::OutputBatch>(&*decoded);
       ASSERT_NE(batch, nullptr) << name;
