@@ -3,6 +3,7 @@
 
 #include "base/enum_names.h"
 
+#include <algorithm>
 #include <cerrno>
 #include <iterator>
 #include <zmq_addon.hpp>
@@ -105,28 +106,67 @@ RoutedEnvelope splitRoutedEnvelope(const std::vector<zmq::message_t>& parts,
 
 std::string_view sendOutcomeName(SendOutcome outcome) { return enumName(kSendOutcomes, outcome); }
 
-PollSet::Slot PollSet::add(void* socket_handle, bool wanted) {
-  items_.push_back({socket_handle, 0, static_cast<short>(wanted ? ZMQ_POLLIN : 0), 0});
+PollSet::Slot PollSet::add(void* socket_handle, bool wanted, Wake wake) {
+  items_.push_back({.socket = socket_handle, .wanted = wanted, .wake = wake});
   return items_.size() - 1;
 }
 
 PollSet::Slot PollSet::addFd(int fd) {
-  items_.push_back({nullptr, fd, ZMQ_POLLIN, 0});
+  items_.push_back({.fd = fd});
   return items_.size() - 1;
 }
 
+bool PollSet::askReadable(Item& item) {
+  int events = 0;
+  std::size_t size = sizeof events;
+  ++num_event_queries_;
+  if (zmq_getsockopt(item.socket, ZMQ_EVENTS, &events, &size) != 0) throw zmq::error_t();
+  item.readable = (events & ZMQ_POLLIN) != 0;
+  return item.readable;
+}
+
 void PollSet::poll(std::chrono::milliseconds timeout) {
-  for (zmq::pollitem_t& item : items_) item.revents = 0;
-  try {
-    zmq::poll(items_, timeout);
-  } catch (const zmq::error_t& e) {
-    if (e.num() != EINTR) throw;
+  // Before the wait: each socket whose readiness its descriptor may not show.
+  bool ready = false;
+  fds_.clear();
+  for (Item& item : items_) {
+    item.readable = false;
+    if (item.socket == nullptr) {
+      fds_.push_back({item.fd, POLLIN, 0});
+      continue;
+    }
+    if (!item.wanted) {
+      fds_.push_back({-1, 0, 0});  // a negative descriptor: poll() skips it
+      continue;
+    }
+    int fd = -1;
+    std::size_t size = sizeof fd;
+    if (zmq_getsockopt(item.socket, ZMQ_FD, &fd, &size) != 0) throw zmq::error_t();
+    fds_.push_back({fd, POLLIN, 0});
+    const bool was_readable = std::find(readable_last_.begin(), readable_last_.end(),
+                                        item.socket) != readable_last_.end();
+    if (item.wake == Wake::Always || was_readable) ready = askReadable(item) || ready;
+  }
+  // One wait, none when something is readable already (the descriptors are still read).
+  const int ms = ready ? 0
+                       : static_cast<int>(std::min<std::chrono::milliseconds::rep>(
+                             timeout.count() < 0 ? -1 : timeout.count(), 1 << 30));
+  const int rc = ::poll(fds_.data(), static_cast<nfds_t>(fds_.size()), ms);
+  if (rc < 0 && errno != EINTR) throw zmq::error_t();
+  readable_last_.clear();
+  for (std::size_t i = 0; i < items_.size(); ++i) {
+    Item& item = items_[i];
+    const bool fired = rc > 0 && (fds_[i].revents & POLLIN) != 0;
+    if (item.socket == nullptr) {
+      item.readable = fired;
+    } else if (item.wanted && fired && !item.readable) {
+      askReadable(item);  // its mailbox signalled: commands may have made it readable
+    }
+    if (item.readable && item.wake == Wake::OnSignal) readable_last_.push_back(item.socket);
   }
 }
 
-bool PollSet::readable(Slot slot) const {
-  return slot < items_.size() && (items_[slot].revents & ZMQ_POLLIN) != 0;
-}
+bool PollSet::readable(Slot slot) const { return slot < items_.size() && items_[slot].readable; }
 
 bool PollSet::anyReadable(Range range) const {
   for (Slot s = range.begin; s < range.end; ++s) {

@@ -15,8 +15,11 @@
 // Thread-compatible: a socket is used by one thread at a time, as ZeroMQ requires.
 #pragma once
 
+#include <poll.h>
+
 #include <chrono>
 #include <cstddef>
+#include <cstdint>
 #include <optional>
 #include <span>
 #include <string>
@@ -103,8 +106,16 @@ RoutedEnvelope splitRoutedEnvelope(const std::vector<zmq::message_t>& parts,
 /// Lower-case name of an outcome ("would_block"), for logs and tests.
 std::string_view sendOutcomeName(SendOutcome outcome);
 
-/// A zmq_poll set rebuilt each loop turn, whose entries are named by the slot add() returned
-/// (not by their position): the loop keeps the slots of what it added and asks readable(slot).
+/// A poll set rebuilt each loop turn, whose entries are named by the slot add() returned (not by
+/// their position): the loop keeps the slots of what it added and asks readable(slot).
+///
+/// It does what zmq_poll does with fewer system calls. zmq_poll asks every ZeroMQ socket for its
+/// events (ZMQ_EVENTS: libzmq's `getpid` and `poll` on the socket's mailbox) twice per call, on
+/// either side of the wait. Here a socket is asked once before the wait only if it may be readable
+/// without its mailbox descriptor (ZMQ_FD) saying so — an `Always` socket, one that was readable
+/// last time — and after the wait only if its descriptor fired. That is exact because a socket's
+/// state changes without a mailbox signal only through operations on the socket itself: a send or
+/// receive may process the mailbox's commands (so the descriptor no longer fires for them).
 class PollSet {
  public:
   using Slot = std::size_t;
@@ -113,23 +124,47 @@ class PollSet {
     Slot begin = 0;
     Slot end = 0;
   };
+  /// When a ZeroMQ socket must be asked before the wait.
+  enum class Wake {
+    /// Every turn: the loop may leave messages queued or send on it between reads.
+    Always,
+    /// Only when it was readable last time (or its descriptor fired): for a socket the loop
+    /// reads until EAGAIN whenever it touches it (sends, if any, before that final receive), so
+    /// between turns it is empty until its mailbox signals.
+    OnSignal,
+  };
 
   void clear() { items_.clear(); }
   /// A ZeroMQ socket (its handle); `wanted` false polls it for nothing (kept in the set, never
   /// readable).
-  Slot add(void* socket_handle, bool wanted = true);
+  Slot add(void* socket_handle, bool wanted = true, Wake wake = Wake::Always);
   /// A file descriptor (eventfd, timerfd).
   Slot addFd(int fd);
   /// The next slot add() will return (the start of a Range).
   Slot next() const { return items_.size(); }
-  /// zmq_poll for up to `timeout` (-1: no limit). An interrupted poll (EINTR) returns with
-  /// nothing readable; other errors throw zmq::error_t.
+  /// Waits up to `timeout` (-1: no limit) for a readable entry. An interrupted wait (EINTR)
+  /// reports only the sockets found readable before it; ZeroMQ errors throw zmq::error_t.
   void poll(std::chrono::milliseconds timeout);
   bool readable(Slot slot) const;
   bool anyReadable(Range range) const;
+  /// ZMQ_EVENTS queries made by poll() so far (each costs libzmq two system calls).
+  std::uint64_t numEventQueries() const { return num_event_queries_; }
 
  private:
-  std::vector<zmq::pollitem_t> items_;
+  struct Item {
+    void* socket = nullptr;  ///< nullptr: `fd` is a plain descriptor
+    int fd = -1;
+    bool wanted = true;
+    Wake wake = Wake::Always;
+    bool readable = false;
+  };
+  bool askReadable(Item& item);
+
+  std::vector<Item> items_;
+  std::vector<::pollfd> fds_;
+  /// OnSignal sockets found readable by the last poll(): asked before the next wait.
+  std::vector<void*> readable_last_;
+  std::uint64_t num_event_queries_ = 0;
 };
 
 }  // namespace mocker::net

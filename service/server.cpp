@@ -388,12 +388,18 @@ Server::Impl::PollSlots Server::Impl::fillPollSet() {
   PollSlots slots;
   slots.stop = poll_.addFd(stop_event_.fd());
   slots.pass_timer = poll_.addFd(pass_timer_.fd());
-  slots.cancel = poll_.add(cancel_.handle());
+  // The cancel socket, the connection monitor and the replay ROUTERs are read until EAGAIN
+  // whenever they are touched (drainCancels, drainClosed, serviceReadable), so between turns
+  // their mailbox descriptors say when they have something: no ZMQ_EVENTS query for them before
+  // each wait (two system calls each). Submits are read in budgets, and acks and outputs go out
+  // on the same socket: asked every turn.
+  constexpr auto kOnSignal = net::PollSet::Wake::OnSignal;
+  slots.cancel = poll_.add(cancel_.handle(), /*wanted=*/true, kOnSignal);
   slots.submit = poll_.add(submit_.handle(), /*wanted=*/!submitsPaused());
-  slots.monitor = poll_.add(submit_monitor_->pollHandle());
+  slots.monitor = poll_.add(submit_monitor_->pollHandle(), /*wanted=*/true, kOnSignal);
   slots.replays.begin = poll_.next();
   for (const Rank& rank : ranks_) {
-    if (rank.pub.replay) poll_.add(rank.pub.replay->pollHandle());
+    if (rank.pub.replay) poll_.add(rank.pub.replay->pollHandle(), /*wanted=*/true, kOnSignal);
   }
   slots.replays.end = poll_.next();
   if (handoff_) slots.handoff = poll_.add(handoff_.handle());

@@ -1,8 +1,12 @@
 #include "net/zmq_io.h"
 
 #include <gtest/gtest.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
 
 #include <array>
+#include <chrono>
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -251,6 +255,75 @@ TEST(PollSetTest, SlotsNameWhatWasAddedAndOnlyReadableOnesReport) {
   const PollSet::Slot again = poll.add(s.router.handle());
   EXPECT_EQ(again, 0u);
   EXPECT_FALSE(poll.readable(again));
+}
+
+// An OnSignal socket is asked only when its mailbox descriptor fires or it was readable last
+// time: a message it holds, unread, is reported again by the next poll (its descriptor no longer
+// fires for it), and once it is read until EAGAIN the next message wakes the wait.
+TEST(PollSetTest, OnSignalSocketStaysReadableUntilReadAndWakesForTheNextMessage) {
+  RouterDealer s;
+  const std::array<zmq::const_buffer, 1> hello{zmq::str_buffer("hello")};
+  std::vector<zmq::message_t> parts;
+  PollSet poll;
+  const auto turn = [&](std::chrono::milliseconds timeout) {
+    poll.clear();
+    const PollSet::Slot slot = poll.add(s.router.handle(), true, PollSet::Wake::OnSignal);
+    poll.poll(timeout);
+    return poll.readable(slot);
+  };
+  ASSERT_EQ(trySendMultipart(s.dealer, hello), SendOutcome::Sent);
+  EXPECT_TRUE(turn(std::chrono::milliseconds(10000)));
+  EXPECT_TRUE(turn(std::chrono::milliseconds(0))) << "still queued: reported again";
+  EXPECT_TRUE(turn(std::chrono::milliseconds(0)));
+  ASSERT_EQ(tryRecvMultipart(s.router, parts), RecvOutcome::Received);
+  ASSERT_EQ(tryRecvMultipart(s.router, parts), RecvOutcome::Empty);
+  EXPECT_FALSE(turn(std::chrono::milliseconds(0)));
+  ASSERT_EQ(trySendMultipart(s.dealer, hello), SendOutcome::Sent);
+  EXPECT_TRUE(turn(std::chrono::milliseconds(10000))) << "the next message woke the wait";
+}
+
+// An Always socket is asked before every wait: readable even when an operation on it (here a
+// ZMQ_EVENTS query of our own) already took the mailbox's signal for the message it holds.
+TEST(PollSetTest, AlwaysSocketIsReadableWithoutASignal) {
+  RouterDealer s;
+  const std::array<zmq::const_buffer, 1> hello{zmq::str_buffer("hello")};
+  ASSERT_EQ(trySendMultipart(s.dealer, hello), SendOutcome::Sent);
+  // Until the message is seen: each query processes the mailbox's commands.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (!(s.router.get(zmq::sockopt::events) & ZMQ_POLLIN)) {
+    ASSERT_LT(std::chrono::steady_clock::now(), deadline) << "the message never arrived";
+    zmq::pollitem_t item{s.router.handle(), 0, ZMQ_POLLIN, 0};
+    zmq::poll(&item, 1, std::chrono::milliseconds(100));
+  }
+  PollSet poll;
+  const PollSet::Slot slot = poll.add(s.router.handle());
+  const std::uint64_t before = poll.numEventQueries();
+  poll.poll(std::chrono::milliseconds(10000));
+  EXPECT_TRUE(poll.readable(slot));
+  EXPECT_EQ(poll.numEventQueries(), before + 1) << "asked once, before the wait";
+}
+
+// Plain descriptors and sockets in one wait: an eventfd that is written wakes it.
+TEST(PollSetTest, ADescriptorWakesTheWait) {
+  RouterDealer s;
+  const int fd = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  ASSERT_GE(fd, 0);
+  PollSet poll;
+  // Settle the sockets' start-up commands (the connection's attach) first.
+  for (int i = 0; i < 3; ++i) {
+    poll.clear();
+    poll.add(s.router.handle(), true, PollSet::Wake::OnSignal);
+    poll.poll(std::chrono::milliseconds(0));
+  }
+  const std::uint64_t one = 1;
+  ASSERT_EQ(::write(fd, &one, sizeof one), static_cast<ssize_t>(sizeof one));
+  poll.clear();
+  const PollSet::Slot router = poll.add(s.router.handle(), true, PollSet::Wake::OnSignal);
+  const PollSet::Slot event = poll.addFd(fd);
+  poll.poll(std::chrono::milliseconds(10000));
+  EXPECT_TRUE(poll.readable(event));
+  EXPECT_FALSE(poll.readable(router));
+  ::close(fd);
 }
 
 }  // namespace
