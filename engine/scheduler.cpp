@@ -182,6 +182,16 @@ void VllmScheduler::finalizeBlocks(Req& r, std::vector<KvEvent>& events) {
   if (full <= r.num_finalized) return;
   extendSequenceHashes(std::span(r.tokens).first(std::size_t{full} * block_size_), block_size_,
                        r.hashSeeds(config_), r.hashes);
+  if (!kv_events_) {
+    // The same blocks become visible; only the Stored events are not built.
+    for (std::uint32_t i = r.num_finalized; i < full; ++i) {
+      if (pool_.isPrivate(r.blocks[i]) && pool_.finalize(r.blocks[i], r.hashes[i])) {
+        ++unbuilt_stored_;
+      }
+    }
+    r.num_finalized = full;
+    return;
+  }
   // Newly visible blocks form maximal runs of consecutive indices; one Stored per run.
   detail::StoredRuns runs(r, block_size_, events);
   for (std::uint32_t i = r.num_finalized; i < full; ++i) {
@@ -189,6 +199,13 @@ void VllmScheduler::finalizeBlocks(Req& r, std::vector<KvEvent>& events) {
   }
   runs.close(full);
   r.num_finalized = full;
+}
+
+void VllmScheduler::setKvEvents(bool enabled) {
+  // Offload tiers take the pass's Removed events as the blocks to offload: a rank with tiers
+  // keeps building its events (the engine drops them when off).
+  kv_events_ = enabled || tiers_.has_value();
+  pool_.setRecordRemovals(kv_events_);
 }
 
 void VllmScheduler::preempt(std::size_t running_index) {
@@ -259,9 +276,14 @@ PassResult VllmScheduler::step(double now_ms) {
   }
   // Blocks the pool evicted in this pass start their way to host memory.
   if (tiers_) tiers_->offloadEvicted(pass.out.kv_events, now_ms);
+  // Events off: the events this rank would have built since the last pass end (evictions and
+  // Stored blocks, carried ones included) count as work all the same.
+  const std::uint64_t unbuilt = unbuilt_stored_ + pool_.numRemovals();
   pass.out.did_work = !scheduled_.empty() || !pass.out.outputs.empty() ||
                       !pass.out.handoffs.empty() || !pass.out.activations.empty() ||
-                      !pass.out.expired_holds.empty() || !pass.out.kv_events.empty();
+                      !pass.out.expired_holds.empty() || !pass.out.kv_events.empty() ||
+                      (!kv_events_ && unbuilt != unbuilt_at_pass_end_);
+  unbuilt_at_pass_end_ = unbuilt;
   if (pass.out.did_work) last_end_ms_ = std::max(last_end_ms_, pass.out.end_ms);
   return std::move(pass.out);
 }
