@@ -64,6 +64,12 @@ class BlockPool final {
   /// Evictions so far that dropped the last copy of a hash (one BlockRemoved each when recorded).
   std::uint64_t numRemovals() const { return num_removals_; }
 
+  /// Hints the CPU to load where `hash`'s copies are kept (finalize, claimCached and lookups of
+  /// it then rarely wait for memory). No effect on contents.
+  void prefetch(BlockHash hash) const { copies_.prefetch(hash.value()); }
+  /// The same for `block`'s record (release, finalize). No effect on contents.
+  void prefetch(BlockId block) const { __builtin_prefetch(&at(block)); }
+
   /// Turns a private block into a cached copy of `hash` with refcount 1. Returns true if the
   /// hash had no copy before (newly visible ⇒ the caller emits Stored).
   bool finalize(BlockId block, BlockHash hash);

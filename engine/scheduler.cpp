@@ -117,7 +117,18 @@ bool VllmScheduler::cancel(RequestId id) {
 }
 
 void VllmScheduler::releaseBlocks(Req& r) {
-  for (std::size_t i = r.blocks.size(); i-- > 0;) pool_.release(r.blocks[i]);
+  // Each release reads a block's record and its hash's slot, both at random: load the ones
+  // 8 blocks further on while this one is released (a finalized block's hash is r.hashes[i]).
+  constexpr std::size_t kAhead = 8;
+  for (std::size_t i = r.blocks.size(); i-- > 0;) {
+    if (i >= kAhead) {
+      pool_.prefetch(r.blocks[i - kAhead]);
+      if (i - kAhead < std::min<std::size_t>(r.num_finalized, r.hashes.size())) {
+        pool_.prefetch(r.hashes[i - kAhead]);
+      }
+    }
+    pool_.release(r.blocks[i]);
+  }
   r.blocks.clear();
   r.num_finalized = 0;
 }
@@ -182,9 +193,19 @@ void VllmScheduler::finalizeBlocks(Req& r, std::vector<KvEvent>& events) {
   if (full <= r.num_finalized) return;
   extendSequenceHashes(std::span(r.tokens).first(std::size_t{full} * block_size_), block_size_,
                        r.hashSeeds(config_), r.hashes);
+  // A prompt finalizes hundreds of blocks at once, each a probe at a random slot of the pool's
+  // index: the slot of the block 8 ahead is loaded while this one is inserted.
+  constexpr std::uint32_t kAhead = 8;
+  for (std::uint32_t i = r.num_finalized; i < std::min(full, r.num_finalized + kAhead); ++i) {
+    pool_.prefetch(r.hashes[i]);
+  }
+  const auto prefetchAhead = [&](std::uint32_t i) {
+    if (i + kAhead < full) pool_.prefetch(r.hashes[i + kAhead]);
+  };
   if (!kv_events_) {
     // The same blocks become visible; only the Stored events are not built.
     for (std::uint32_t i = r.num_finalized; i < full; ++i) {
+      prefetchAhead(i);
       if (pool_.isPrivate(r.blocks[i]) && pool_.finalize(r.blocks[i], r.hashes[i])) {
         ++unbuilt_stored_;
       }
@@ -195,6 +216,7 @@ void VllmScheduler::finalizeBlocks(Req& r, std::vector<KvEvent>& events) {
   // Newly visible blocks form maximal runs of consecutive indices; one Stored per run.
   detail::StoredRuns runs(r, block_size_, events);
   for (std::uint32_t i = r.num_finalized; i < full; ++i) {
+    prefetchAhead(i);
     runs.visit(i, pool_.isPrivate(r.blocks[i]) && pool_.finalize(r.blocks[i], r.hashes[i]));
   }
   runs.close(full);
