@@ -60,7 +60,8 @@ BlockId BlockPool::allocatePrivate(std::vector<KvEvent>& events) {
       --c->count;
     } else {
       copies_.erase(hash.value());
-      events.emplace_back(BlockRemoved{hash.value()});
+      ++num_removals_;
+      if (record_removals_) events.emplace_back(BlockRemoved{hash.value()});
     }
     v = Block{};
     free_.push_back(victim);

@@ -55,8 +55,20 @@ class BlockPool final {
   std::uint32_t numAllocatable() const { return numFree() + num_inactive_; }
 
   /// Takes a free block, evicting the LRU head first when none is free; evictions that drop the
-  /// last copy of a hash append a BlockRemoved to `events`. REQUIRES: numAllocatable() >= 1.
+  /// last copy of a hash append a BlockRemoved to `events` (when recording removals) and count in
+  /// numRemovals(). REQUIRES: numAllocatable() >= 1.
   BlockId allocatePrivate(std::vector<KvEvent>& events);
+
+  /// Whether allocatePrivate appends its BlockRemoved events (default on). Off: only counted.
+  void setRecordRemovals(bool on) { record_removals_ = on; }
+  /// Evictions so far that dropped the last copy of a hash (one BlockRemoved each when recorded).
+  std::uint64_t numRemovals() const { return num_removals_; }
+
+  /// Hints the CPU to load where `hash`'s copies are kept (finalize, claimCached and lookups of
+  /// it then rarely wait for memory). No effect on contents.
+  void prefetch(BlockHash hash) const { copies_.prefetch(hash.value()); }
+  /// The same for `block`'s record (release, finalize). No effect on contents.
+  void prefetch(BlockId block) const { __builtin_prefetch(&at(block)); }
 
   /// Turns a private block into a cached copy of `hash` with refcount 1. Returns true if the
   /// hash had no copy before (newly visible ⇒ the caller emits Stored).
@@ -106,6 +118,8 @@ class BlockPool final {
   BlockId lru_head_ = kNil;
   BlockId lru_tail_ = kNil;
   std::uint32_t num_inactive_ = 0;
+  std::uint64_t num_removals_ = 0;
+  bool record_removals_ = true;
   HashIndex<Copies> copies_;  // hash value → copies; lookup only, cachedHashes() sorts
 };
 

@@ -115,8 +115,9 @@ class Engine final {
 
   /// KV events on (the default) or off. Off: every pass returns an empty `kv_events` and nothing
   /// else changes (outputs, timing, did_work, metrics are those of a run with events on). For a
-  /// caller that would discard them (offline replay without a KV-aware router): an SGLang rank
-  /// then skips building its per-page Stored / Removed events (a third of a page-size-1 replay).
+  /// caller that would discard them (offline replay without a KV-aware router): the ranks then
+  /// skip building their Stored / Removed events (SGLang: a third of a page-size-1 replay; vLLM /
+  /// TRT-LLM: the Stored token copies; a rank with offload tiers keeps building them).
   void setKvEvents(bool enabled);
   bool kvEvents() const { return kv_events_; }
 

@@ -117,7 +117,18 @@ bool VllmScheduler::cancel(RequestId id) {
 }
 
 void VllmScheduler::releaseBlocks(Req& r) {
-  for (std::size_t i = r.blocks.size(); i-- > 0;) pool_.release(r.blocks[i]);
+  // Each release reads a block's record and its hash's slot, both at random: load the ones
+  // 8 blocks further on while this one is released (a finalized block's hash is r.hashes[i]).
+  constexpr std::size_t kAhead = 8;
+  for (std::size_t i = r.blocks.size(); i-- > 0;) {
+    if (i >= kAhead) {
+      pool_.prefetch(r.blocks[i - kAhead]);
+      if (i - kAhead < std::min<std::size_t>(r.num_finalized, r.hashes.size())) {
+        pool_.prefetch(r.hashes[i - kAhead]);
+      }
+    }
+    pool_.release(r.blocks[i]);
+  }
   r.blocks.clear();
   r.num_finalized = 0;
 }
@@ -182,13 +193,41 @@ void VllmScheduler::finalizeBlocks(Req& r, std::vector<KvEvent>& events) {
   if (full <= r.num_finalized) return;
   extendSequenceHashes(std::span(r.tokens).first(std::size_t{full} * block_size_), block_size_,
                        r.hashSeeds(config_), r.hashes);
+  // A prompt finalizes hundreds of blocks at once, each a probe at a random slot of the pool's
+  // index: the slot of the block 8 ahead is loaded while this one is inserted.
+  constexpr std::uint32_t kAhead = 8;
+  for (std::uint32_t i = r.num_finalized; i < std::min(full, r.num_finalized + kAhead); ++i) {
+    pool_.prefetch(r.hashes[i]);
+  }
+  const auto prefetchAhead = [&](std::uint32_t i) {
+    if (i + kAhead < full) pool_.prefetch(r.hashes[i + kAhead]);
+  };
+  if (!kv_events_) {
+    // The same blocks become visible; only the Stored events are not built.
+    for (std::uint32_t i = r.num_finalized; i < full; ++i) {
+      prefetchAhead(i);
+      if (pool_.isPrivate(r.blocks[i]) && pool_.finalize(r.blocks[i], r.hashes[i])) {
+        ++unbuilt_stored_;
+      }
+    }
+    r.num_finalized = full;
+    return;
+  }
   // Newly visible blocks form maximal runs of consecutive indices; one Stored per run.
   detail::StoredRuns runs(r, block_size_, events);
   for (std::uint32_t i = r.num_finalized; i < full; ++i) {
+    prefetchAhead(i);
     runs.visit(i, pool_.isPrivate(r.blocks[i]) && pool_.finalize(r.blocks[i], r.hashes[i]));
   }
   runs.close(full);
   r.num_finalized = full;
+}
+
+void VllmScheduler::setKvEvents(bool enabled) {
+  // Offload tiers take the pass's Removed events as the blocks to offload: a rank with tiers
+  // keeps building its events (the engine drops them when off).
+  kv_events_ = enabled || tiers_.has_value();
+  pool_.setRecordRemovals(kv_events_);
 }
 
 void VllmScheduler::preempt(std::size_t running_index) {
@@ -259,9 +298,14 @@ PassResult VllmScheduler::step(double now_ms) {
   }
   // Blocks the pool evicted in this pass start their way to host memory.
   if (tiers_) tiers_->offloadEvicted(pass.out.kv_events, now_ms);
+  // Events off: the events this rank would have built since the last pass end (evictions and
+  // Stored blocks, carried ones included) count as work all the same.
+  const std::uint64_t unbuilt = unbuilt_stored_ + pool_.numRemovals();
   pass.out.did_work = !scheduled_.empty() || !pass.out.outputs.empty() ||
                       !pass.out.handoffs.empty() || !pass.out.activations.empty() ||
-                      !pass.out.expired_holds.empty() || !pass.out.kv_events.empty();
+                      !pass.out.expired_holds.empty() || !pass.out.kv_events.empty() ||
+                      (!kv_events_ && unbuilt != unbuilt_at_pass_end_);
+  unbuilt_at_pass_end_ = unbuilt;
   if (pass.out.did_work) last_end_ms_ = std::max(last_end_ms_, pass.out.end_ms);
   return std::move(pass.out);
 }

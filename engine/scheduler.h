@@ -44,6 +44,7 @@ class VllmScheduler final : public detail::RankCore {
     return detail::rawHashes(pool_.cachedHashes());
   }
   bool clearCache() override { return pool_.clearCache(); }
+  void setKvEvents(bool enabled) override;
   Status checkInvariants() const override;
   void submitHandoff(detail::AcceptedRequest&& request, const HandoffTicket& ticket,
                      double now_ms) override;
@@ -233,6 +234,12 @@ class VllmScheduler final : public detail::RankCore {
                                            // ids of cancelled requests, dropped at the head)
   std::vector<OnboardDone> onboard_done_;  // advanceTiers scratch
   double clock_ms_ = 0.0;                  // latest time the rank has seen
+  // Engine::setKvEvents. Off: no Stored / Removed is built (an offline replay without a KV-aware
+  // router reads none); a pass whose only work produced events still reports did_work, counted
+  // by the pool's removals and the Stored runs not built since the last pass end.
+  bool kv_events_ = true;
+  std::uint64_t unbuilt_stored_ = 0;
+  std::uint64_t unbuilt_at_pass_end_ = 0;
 
   // LoRA adapters (max_loras > 0).
   LoraBatch lora_batch_;         // this pass's adapters (at most max_loras)

@@ -539,10 +539,10 @@ TEST(DisaggSglangTest, QueuedReservationBlocksFreshAdmission) {
 // A cancel frees pages, the queued reservation takes them by evicting cached pages (its Removed
 // events go out with the next pass), and that next pass has nothing else to do (the handoff's KV
 // is still in flight): it did work. With KV events off no event is built, and it still did.
-TEST(DisaggSglangTest, PassWhoseOnlyWorkIsAReservationsEvictionDidWorkWithEventsOff) {
+TEST_P(DisaggTest, PassWhoseOnlyWorkIsAReservationsEvictionDidWorkWithEventsOff) {
   for (const bool events : {true, false}) {
     SCOPED_TRACE(events ? "events on" : "events off");
-    EngineConfig config = workerConfig(WorkerType::Decode, EngineType::Sglang);
+    EngineConfig config = worker(WorkerType::Decode);
     config.num_gpu_blocks = 8;
     Harness h(config);
     Engine& e = h.engine();

@@ -321,6 +321,7 @@ void OfflineReplay::dispatch(double now) {
   engine::Request request;
   // mooncake-delta: the earlier prompt and its emitted tokens, then this turn's delta.
   request.tokens = schedule_.prompt(next, synth_.synthesize(turn));
+  heap_pages_.follow();
   request.max_output_tokens = turn.output_length;
   request.arrival_ms = now;
   request.lora = turn.lora;

@@ -20,6 +20,7 @@
 #include "tools/index/kv_index.h"
 #include "tools/replay/collector.h"
 #include "tools/replay/detail/offline_state.h"
+#include "tools/replay/heap_huge_pages.h"
 #include "tools/replay/kv_router.h"
 #include "tools/replay/offline_faults.h"
 #include "tools/replay/offline_replay.h"
@@ -118,6 +119,7 @@ class OfflineReplay {
 
   void reportProgress();
 
+  HeapHugePages heap_pages_;  // first: the heap is advised before the run allocates
   const Workload& workload_;
   const OfflineReplayOptions& options_;
   ReplayCollector& collector_;
