@@ -11,7 +11,7 @@
 //   client->cancel("r1");
 //
 // A caller driving several clients from one thread (the live replay) waits on all of them with
-// Client::waitReadable and then drains each ready one with receive(0ms).
+// Client::waitReadable and then drains each ready one with receiveReady() (or receive(0ms)).
 //
 // Owns its own ZeroMQ context. Not thread-safe: use one Client per thread.
 #pragma once
@@ -94,6 +94,13 @@ class Client final {
   /// A message that is not exactly one frame, or does not decode, is an error. A zero timeout
   /// only looks at what is queued now (one non-blocking receive per socket, no poll call).
   Result<std::optional<protocol::ClientMessage>> receive(std::chrono::milliseconds timeout);
+
+  /// For a loop around waitReadable: the next message from a socket that may hold one — one the
+  /// last wait found holding a message, or that was sent on or not found empty since its last
+  /// receive —, cancel replies first; nullopt when those are empty. A socket the wait found
+  /// empty is not read (receive(0ms) would ask it: a mailbox check, two system calls): its
+  /// ZMQ_FD announces its next message to the next waitReadable. Errors as receive().
+  Result<std::optional<protocol::ClientMessage>> receiveReady();
 
   /// Waiting with one's own poll or event loop (the gateway's worker pool: one poll over every
   /// client, a syscall or two per wake-up instead of zmq_poll's mailbox check per socket): the

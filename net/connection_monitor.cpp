@@ -6,9 +6,20 @@
 #include <cstring>
 #include <string>
 
+#include <poll.h>
+
 #include "net/zmq_io.h"
 
 namespace mocker::net {
+
+ConnectionMonitor::ConnectionMonitor(zmq::socket_t&& events)
+    : events_(std::move(events)), notify_fd_(events_.get(zmq::sockopt::fd)) {}
+
+bool ConnectionMonitor::mayHaveEvents() {
+  if (!drained_) return true;
+  ::pollfd item{notify_fd_, POLLIN, 0};
+  return ::poll(&item, 1, 0) != 0;  // readable, or the poll failed: let a drain tell
+}
 
 Result<std::unique_ptr<ConnectionMonitor>> ConnectionMonitor::create(zmq::context_t& context,
                                                                      zmq::socket_t& watched,
@@ -33,9 +44,10 @@ Result<std::unique_ptr<ConnectionMonitor>> ConnectionMonitor::create(zmq::contex
   }
 }
 
-void ConnectionMonitor::drainEvents(std::vector<std::pair<std::uint16_t, std::uint32_t>>& events) {
+bool ConnectionMonitor::drainEvents(std::vector<std::pair<std::uint16_t, std::uint32_t>>& events) {
   std::vector<zmq::message_t> parts;
-  while (tryRecvMultipart(events_, parts) == RecvOutcome::Received) {
+  RecvOutcome got;
+  while ((got = tryRecvMultipart(events_, parts)) == RecvOutcome::Received) {
     // Frame 0: u16 event, u32 value (the descriptor for DISCONNECTED), native byte order.
     if (parts.size() != 2 || parts[0].size() != 6) continue;
     std::uint16_t event = 0;
@@ -44,6 +56,8 @@ void ConnectionMonitor::drainEvents(std::vector<std::pair<std::uint16_t, std::ui
     std::memcpy(&value, static_cast<const char*>(parts[0].data()) + 2, sizeof value);
     events.emplace_back(event, value);
   }
+  drained_ = got == RecvOutcome::Empty;
+  return drained_;
 }
 
 void ConnectionMonitor::drainClosed(std::vector<int>& fds) {

@@ -42,11 +42,24 @@ class ConnectionMonitor final {
   void drainClosed(std::vector<int>& fds);
 
   /// Appends every event reported since the last call (non-blocking): ZMQ_EVENT_* and its value.
-  void drainEvents(std::vector<std::pair<std::uint16_t, std::uint32_t>>& events);
+  /// Returns true when it read until the socket was empty (then its ZMQ_FD announces the next
+  /// event), false when a receive failed first.
+  bool drainEvents(std::vector<std::pair<std::uint16_t, std::uint32_t>>& events);
+
+  /// Whether events may be waiting to be drained: false only when the last drain read the socket
+  /// until it was empty and its notification descriptor (ZMQ_FD) has not become readable since —
+  /// one poll() of the descriptor, where a receive that finds nothing costs libzmq's mailbox
+  /// check (a getpid and a poll). Exact because every drain reads until empty: the next event
+  /// then signals the descriptor. (A fresh socket's first event may not: true until a drain.)
+  /// A ZMQ_EVENTS query of pollHandle() that finds an event takes the descriptor's signal: drain
+  /// after it without asking this.
+  bool mayHaveEvents();
 
  private:
-  explicit ConnectionMonitor(zmq::socket_t&& events) : events_(std::move(events)) {}
+  explicit ConnectionMonitor(zmq::socket_t&& events);
   zmq::socket_t events_;  // PAIR connected to the monitor endpoint
+  int notify_fd_ = -1;    // its ZMQ_FD
+  bool drained_ = false;  // the last drain read it until empty
 };
 
 /// The descriptor of the connection a received message came from (ZMQ_SRCFD), or -1.

@@ -433,7 +433,11 @@ bool Server::Impl::serviceReadable(const PollSlots& slots,
   }
   // Only the sockets zmq_poll found readable are read: a receive on an empty socket costs
   // libzmq two system calls (getpid, poll) for nothing.
-  if (poll_.readable(slots.monitor)) endClosedConnections();
+  if (poll_.readable(slots.monitor)) {
+    // Drained whatever its descriptor says now: the poll set's ZMQ_EVENTS query took the signal.
+    submit_monitor_->drainClosed(closed_fds_);
+    endConnectionsFoundClosed();
+  }
   if (poll_.readable(slots.cancel)) drainCancels();  // first: a cancel never waits behind submits
   if (poll_.readable(slots.submit)) drainSubmits(kSubmitsPerIteration, next_end);
   if (poll_.anyReadable(slots.replays)) serviceReplays();

@@ -120,7 +120,11 @@ Server::Impl::Flush Server::Impl::flush(const std::string& client) {
 }
 
 void Server::Impl::endClosedConnections() {
-  submit_monitor_->drainClosed(closed_fds_);
+  if (submit_monitor_->mayHaveEvents()) submit_monitor_->drainClosed(closed_fds_);
+  endConnectionsFoundClosed();
+}
+
+void Server::Impl::endConnectionsFoundClosed() {
   for (const int fd : closed_fds_) {
     for (const std::string& client : routes_.clientsOnConnection(fd)) {
       dropClient(client, counters.disconnect_cancels);
@@ -140,8 +144,9 @@ void Server::Impl::deliver() {
   gone_.clear();
   // A closed connection's routing id may be taken by a new peer, which must not get these
   // outputs: the connections that closed are looked up once per pass, right before its sends
-  // (one receive on the monitor per client batch cost two system calls each).
-  submit_monitor_->drainClosed(closed_fds_);
+  // (one receive on the monitor per client batch cost two system calls each; a poll of its
+  // descriptor when it has nothing, one).
+  if (submit_monitor_->mayHaveEvents()) submit_monitor_->drainClosed(closed_fds_);
   for (OutputBatcher::ClientBatch& batch : batcher_.batches()) {
     if (!closed_fds_.empty() && std::find(closed_fds_.begin(), closed_fds_.end(),
                                           batch.owner->connection_fd) != closed_fds_.end()) {
@@ -185,7 +190,9 @@ void Server::Impl::deliver() {
     for (std::size_t i = begin; i < n; ++i) bufferOrAbandon(batch.entries[i]);
   }
   for (const auto& c : gone_) dropClient(c, counters.unroutable_cancels);
-  endClosedConnections();
+  // The clients whose batches were skipped above end now. A close reported during the sends
+  // signals the monitor's descriptor: the loop's next wait returns for it.
+  endConnectionsFoundClosed();
 }
 
 void Server::Impl::bufferOrAbandon(const OutputBatcher::Entry& e) {

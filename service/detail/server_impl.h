@@ -231,6 +231,8 @@ class Server::Impl {
   /// Forgets `client`, cancelling its active requests (counted in `cancelled`).
   void dropClient(const std::string& client, std::uint64_t& cancelled);
   void endClosedConnections();
+  // Ends the clients on the connections in closed_fds_ (found by a drain) and clears it.
+  void endConnectionsFoundClosed();
   /// What flush() left: the queue is empty, still waiting (pipe full), or the client is gone.
   enum class Flush { Done, Blocked, Gone };
   /// Sends `client`'s queue in order, as many messages as its pipe takes.

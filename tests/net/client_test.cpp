@@ -342,6 +342,72 @@ TEST(ClientTest, NotifyFdsWakeForWhatArrivesAfterADrain) {
   EXPECT_EQ(std::count(got.begin(), got.end(), "cancel r0"), 1);
 }
 
+// The live replay's loop: waitReadable, then receiveReady until nullopt. Every message sent on
+// either socket, at any moment, is reported by some wait and read (a wait that misses one runs to
+// its 10 s timeout and fails the test); a client the wait reported but the caller left unread is
+// reported again by the next wait (its descriptor's signal was taken by the first one's ask).
+TEST(ClientTest, WaitReadableAndReceiveReadyMissNothing) {
+  FakeService svc;
+  auto c = svc.connect();
+  ASSERT_TRUE(c->send(protocol::StatsRequest{}));
+  svc.awaitHello();
+  ASSERT_TRUE(c->cancel("r0"));  // the cancel ROUTER learns the client's routing id
+  {
+    zmq::pollitem_t item{svc.cancel.handle(), 0, ZMQ_POLLIN, 0};
+    ASSERT_EQ(zmq::poll(&item, 1, 10000ms), 1);
+    std::vector<zmq::message_t> parts;
+    ASSERT_EQ(tryRecvMultipart(svc.cancel, parts), RecvOutcome::Received);
+  }
+  Client* const clients[] = {c.get()};
+  const auto sendAck = [&](zmq::socket_t& router, int i) {
+    const auto ack = protocol::encodeClientMessage(protocol::SubmitAck{"r" + std::to_string(i), 0});
+    const std::array<zmq::const_buffer, 2> frames{zmq::str_buffer("client-a"),
+                                                  zmq::buffer(ack.data(), ack.size())};
+    ASSERT_EQ(trySendMultipart(router, frames), SendOutcome::Sent);
+  };
+  const auto readAll = [&]() {
+    std::vector<std::string> ids;
+    while (true) {
+      auto msg = c->receiveReady();
+      EXPECT_TRUE(msg.has_value());
+      if (!msg || !*msg) return ids;
+      ids.push_back(std::get<protocol::SubmitAck>(**msg).id);
+    }
+  };
+  // Drain what is there (the first wait asks the sockets that were sent on).
+  ASSERT_TRUE(Client::waitReadable(clients, 0ms));
+  (void)readAll();
+  for (int round = 0; round < 20; ++round) {
+    // Alternate sockets and batch sizes; the wait must see each, receiveReady read all.
+    zmq::socket_t& router = round % 2 == 0 ? svc.submit : svc.cancel;
+    const int n = 1 + round % 3;
+    for (int i = 0; i < n; ++i) sendAck(router, round * 10 + i);
+    std::vector<std::string> got;
+    for (const auto deadline = std::chrono::steady_clock::now() + 10s;
+         static_cast<int>(got.size()) < n;) {
+      ASSERT_LT(std::chrono::steady_clock::now(), deadline) << "round " << round << ": missed";
+      const auto ready = Client::waitReadable(clients, 10000ms);
+      ASSERT_TRUE(ready.has_value());
+      if (ready->empty()) continue;
+      if (round % 4 == 3 && got.empty()) {
+        // Reported but left unread: the next wait must report it again, at once.
+        const auto again = Client::waitReadable(clients, 10000ms);
+        ASSERT_TRUE(again.has_value());
+        ASSERT_EQ(*again, std::vector<std::size_t>{0}) << "round " << round;
+      }
+      for (std::string& id : readAll()) got.push_back(std::move(id));
+    }
+    EXPECT_EQ(static_cast<int>(got.size()), n) << "round " << round;
+    EXPECT_EQ(got.front(), "r" + std::to_string(round * 10)) << "round " << round;
+  }
+  // Nothing left: a wait with nothing sent runs to its timeout and reports no client.
+  const auto t0 = std::chrono::steady_clock::now();
+  const auto none = Client::waitReadable(clients, 20ms);
+  ASSERT_TRUE(none.has_value());
+  EXPECT_TRUE(none->empty());
+  EXPECT_GE(std::chrono::steady_clock::now(), t0 + 20ms);
+}
+
 TEST(ClientTest, WaitReadableEndsWhenTheWakeFdBecomesReadable) {
   // The live replay's precise wake-up: a timerfd in the wait ends it long before the (whole
   // millisecond) timeout, with no message from any server.

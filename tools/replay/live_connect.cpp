@@ -80,7 +80,7 @@ Result<std::vector<std::unique_ptr<net::Client>>> connectServers(
     for (const std::size_t t : ready) {
       (void)clients[t]->takeConnectionEvents();  // the first handshake: nothing to act on
       while (true) {
-        auto msg = clients[t]->receive(std::chrono::milliseconds(0));
+        auto msg = clients[t]->receiveReady();
         if (!msg) {
           return Error{msg.error().code,
                        "server " + all[t].submit_endpoint +

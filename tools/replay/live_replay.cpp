@@ -271,8 +271,7 @@ void LiveReplay::drain(std::uint32_t target) {
     }
   }
   for (int i = 0; i < kMaxDrainPerWake; ++i) {
-    Result<std::optional<protocol::ClientMessage>> msg =
-        clients_[target]->receive(std::chrono::milliseconds(0));
+    Result<std::optional<protocol::ClientMessage>> msg = clients_[target]->receiveReady();
     if (!msg) {
       ++stats_.undecodable;
       warnOnce("server " + std::to_string(target) +
