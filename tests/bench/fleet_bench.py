@@ -12,7 +12,7 @@ idle: one `mocker serve --num-workers W` child, default engine configuration, ev
   /proc/PID/stat) over --idle-s seconds of idleness, as a percentage of one core.
 
 replay: one `mocker serve --num-workers W --speedup-ratio S --fleet-file F` child, then
-  `mocker replay TRACE --fleet F --router round_robin` with the first --requests requests of
+  `mocker replay TRACE --fleet F --router R` (--router, default round_robin) with the first --requests requests of
   data/traces/mooncake_synthetic_trace.jsonl at --arrival-speedup-ratio; then each worker's
   `stats` reply (its `timing` map: passes, resyncs, lateness percentiles in ms, histogram bounds
   within 1/16). Reports the passes, resyncs, and over the workers the median and the maximum of
@@ -137,7 +137,7 @@ def run_replay(args):
             t0, c0 = time.monotonic(), cpu_ticks(proc.pid)
             children0 = os.times()
             r = subprocess.run([args.mocker, "replay", trace, "--fleet", fleet_file,
-                                "--router", "round_robin", "--arrival-speedup-ratio",
+                                "--router", args.router, "--arrival-speedup-ratio",
                                 str(args.arrival_speedup_ratio)],
                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
             replay_s = time.monotonic() - t0
@@ -162,9 +162,10 @@ def run_replay(args):
     p50s = [t["lateness_p50_ms"] for t in busy]
     p99s = [t["lateness_p99_ms"] for t in busy]
     maxes = [t["lateness_max_ms"] for t in busy]
-    print("fleet replay: %d workers, speedup_ratio %g, %d requests at arrival speedup %g "
-          "(replay %.1f s, start %.2f s)" % (args.workers, args.speedup_ratio, args.requests,
-                                              args.arrival_speedup_ratio, replay_s, ready_s))
+    print("fleet replay: %d workers, speedup_ratio %g, %d requests at arrival speedup %g, "
+          "router %s (replay %.1f s, start %.2f s)" % (args.workers, args.speedup_ratio,
+                                                      args.requests, args.arrival_speedup_ratio,
+                                                      args.router, replay_s, ready_s))
     print("  passes %d (resyncs %d) on %d busy workers" % (passes, resyncs, len(busy)))
     if busy:
         print("  lateness p50  median %.3f ms, max %.3f ms (over workers)"
@@ -176,7 +177,7 @@ def run_replay(args):
     print("  load average  %.2f (machine shared with other builds)" % load_before)
     print("json: " + json.dumps({
         "mode": "replay", "workers": args.workers, "speedup_ratio": args.speedup_ratio,
-        "requests": args.requests, "passes": passes, "resyncs": resyncs,
+        "requests": args.requests, "router": args.router, "passes": passes, "resyncs": resyncs,
         "p50_median_ms": statistics.median(p50s) if busy else None,
         "p50_max_ms": max(p50s) if busy else None,
         "p99_median_ms": statistics.median(p99s) if busy else None,
@@ -197,6 +198,9 @@ def main():
     rep.add_argument("--speedup-ratio", type=float, default=10.0)
     rep.add_argument("--requests", type=int, default=1000)
     rep.add_argument("--arrival-speedup-ratio", type=float, default=20.0)
+    rep.add_argument("--router", choices=("round_robin", "random", "kv"), default="round_robin",
+                     help="the replay's router; kv subscribes to every rank's KV events (an "
+                          "in-process `mocker index`)")
     args = p.parse_args()
     if args.mode == "idle":
         run_idle(args)

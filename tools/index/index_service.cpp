@@ -68,10 +68,14 @@ class IndexService::Impl final : public IndexOutbox {
                                    bool to_worker = false);
   Status initQuery();
   Status connectChannel(std::size_t ch);
-  void drainSub(std::size_t i);
-  void drainReplay(std::size_t i);
-  void drainChannel(std::size_t ch);
+  // Each drain returns true when it read the socket until it was empty (then its ZMQ_FD
+  // announces the next message), false when it stopped at its budget or a failed receive.
+  bool drainSub(std::size_t i);
+  bool drainReplay(std::size_t i);
+  bool drainChannel(std::size_t ch);
   void drainQueries();
+  /// The poll set of one loop turn; returns the slot of the stop event.
+  net::PollSet::Slot fillPollSet();
   /// The frames of the message last read, as byte spans (for the core).
   Frames frames(const std::vector<zmq::message_t>& parts);
 
@@ -84,6 +88,13 @@ class IndexService::Impl final : public IndexOutbox {
   std::vector<zmq::socket_t> subs_;     // per stream
   std::vector<zmq::socket_t> replays_;  // per stream; not connected without a replay endpoint
   std::vector<zmq::socket_t> dealers_;  // per channel
+  // Per socket: may hold messages its ZMQ_FD will not announce — new, sent on, or not read
+  // until empty since — so the poll set asks it before each wait (PollSet::Wake::Always).
+  std::vector<char> sub_may_hold_, replay_may_hold_, dealer_may_hold_;
+  net::PollSet poll_;
+  struct Slots {
+    net::PollSet::Range subs, replays, dealers;
+  } slots_;
   std::vector<zmq::message_t> parts_;
   std::vector<std::span<const std::byte>> frames_;
   std::unique_ptr<IndexCore> core_;
@@ -190,6 +201,7 @@ SendReport IndexService::Impl::replayRequest(std::size_t stream, std::uint64_t s
   const std::array<zmq::const_buffer, 2> frames{zmq::const_buffer(),
                                                 zmq::buffer(seq.data(), seq.size())};
   std::string error;
+  if (stream < replay_may_hold_.size()) replay_may_hold_[stream] = 1;
   const net::SendOutcome outcome = net::trySendMultipart(replays_[stream], frames, &error);
   return report(outcome, std::move(error));
 }
@@ -199,6 +211,7 @@ SendReport IndexService::Impl::snapshotRequest(std::size_t channel,
   const auto payload = protocol::encodeClientMessage(request);
   const std::array<zmq::const_buffer, 1> frames{zmq::buffer(payload.data(), payload.size())};
   std::string error;
+  if (channel < dealer_may_hold_.size()) dealer_may_hold_[channel] = 1;
   const net::SendOutcome outcome = net::trySendMultipart(dealers_[channel], frames, &error);
   return report(outcome, std::move(error));
 }
@@ -213,6 +226,7 @@ SendReport IndexService::Impl::queryReply(const std::string& identity, bool deli
 }
 
 void IndexService::Impl::reconnectChannel(std::size_t channel) {
+  if (channel < dealer_may_hold_.size()) dealer_may_hold_[channel] = 1;  // a new socket
   dealers_[channel].close();
   if (Status st = connectChannel(channel); !st) spdlog::error("index: {}", st.error().message);
 }
@@ -226,37 +240,48 @@ Frames IndexService::Impl::frames(const std::vector<zmq::message_t>& parts) {
   return frames_;
 }
 
-void IndexService::Impl::drainSub(std::size_t i) {
-  net::drainSocket(
+bool IndexService::Impl::drainSub(std::size_t i) {
+  bool failed = false;
+  const int n = net::drainSocket(
       subs_[i], parts_, kSubBudget,
       [&](const std::vector<zmq::message_t>& parts) {
         core_->onLiveMessage(i, parseLiveMessage(frames(parts)));
       },
       [&](std::string_view error) {
+        failed = true;
         spdlog::warn("index: receive on {} failed: {}", core_->streamSpec(i).events, error);
       });
+  return !failed && n < kSubBudget;
 }
 
-void IndexService::Impl::drainReplay(std::size_t i) {
-  net::drainSocket(
+bool IndexService::Impl::drainReplay(std::size_t i) {
+  bool failed = false;
+  const int n = net::drainSocket(
       replays_[i], parts_, -1,
       [&](const std::vector<zmq::message_t>& parts) {
         core_->onReplayMessage(i, parseReplayMessage(frames(parts)));
       },
       [&](std::string_view error) {
+        failed = true;
         spdlog::warn("index: receive on {} failed: {}", core_->streamSpec(i).replay, error);
       });
+  (void)n;
+  return !failed;
 }
 
-void IndexService::Impl::drainChannel(std::size_t ch) {
-  net::drainSocket(
+bool IndexService::Impl::drainChannel(std::size_t ch) {
+  bool failed = false;
+  const int n = net::drainSocket(
       dealers_[ch], parts_, -1,
       [&](const std::vector<zmq::message_t>& parts) {
         if (!parts.empty()) core_->onChannelMessage(ch, bytes(parts.back()));
       },
       [&](std::string_view error) {
+        failed = true;
         spdlog::warn("index: receive on {} failed: {}", core_->channelEndpoint(ch), error);
       });
+  (void)n;
+  return !failed;
 }
 
 void IndexService::Impl::drainQueries() {
@@ -271,6 +296,33 @@ void IndexService::Impl::drainQueries() {
 // ---------------------------------------------------------------------------------------------
 // Loop
 
+net::PollSet::Slot IndexService::Impl::fillPollSet() {
+  using Wake = net::PollSet::Wake;
+  const auto wake = [](char may_hold) { return may_hold ? Wake::Always : Wake::OnSignal; };
+  poll_.clear();
+  const net::PollSet::Slot stop = poll_.addFd(stop_event_.fd());
+  // The query ROUTER is read in budgets and answered on: asked every turn (drainQueries reads
+  // it whatever the poll says, as before).
+  if (query_) poll_.add(query_.handle());
+  slots_.subs.begin = poll_.next();
+  for (std::size_t i = 0; i < subs_.size(); ++i) {
+    poll_.add(subs_[i].handle(), true, wake(sub_may_hold_[i]));
+  }
+  slots_.subs.end = poll_.next();
+  // One slot per stream (an unconnected replay socket is polled for nothing).
+  slots_.replays.begin = poll_.next();
+  for (std::size_t i = 0; i < replays_.size(); ++i) {
+    poll_.add(replays_[i].handle(), static_cast<bool>(replays_[i]), wake(replay_may_hold_[i]));
+  }
+  slots_.replays.end = poll_.next();
+  slots_.dealers.begin = poll_.next();
+  for (std::size_t ch = 0; ch < dealers_.size(); ++ch) {
+    poll_.add(dealers_[ch].handle(), true, wake(dealer_may_hold_[ch]));
+  }
+  slots_.dealers.end = poll_.next();
+  return stop;
+}
+
 Status IndexService::Impl::run() {
   core_->start(Clock::now());
   auto tick = std::chrono::milliseconds(100);
@@ -278,28 +330,41 @@ Status IndexService::Impl::run() {
   if (config_.stats_interval.count() > 0) tick = std::min(tick, config_.stats_interval);
   tick = std::max(tick, std::chrono::milliseconds(1));
 
-  std::vector<zmq::pollitem_t> items;
+  // Not zmq_poll: it asks every socket for ZMQ_EVENTS on both sides of the wait (libzmq's
+  // mailbox check, a getpid and a poll each), and the loop then read every SUB — over a
+  // 64-worker fleet, hundreds of system calls per KV-event batch. A socket is asked only when
+  // it may hold messages its descriptor will not announce, and read only when found readable.
+  sub_may_hold_.assign(subs_.size(), 1);
+  replay_may_hold_.assign(replays_.size(), 1);
+  dealer_may_hold_.assign(dealers_.size(), 1);
   while (!core_->stopRequested()) {
-    items.clear();
-    items.push_back({nullptr, stop_event_.fd(), ZMQ_POLLIN, 0});
-    if (query_) items.push_back({query_.handle(), 0, ZMQ_POLLIN, 0});
-    for (std::size_t i = 0; i < subs_.size(); ++i) {
-      items.push_back({subs_[i].handle(), 0, ZMQ_POLLIN, 0});
-      if (replays_[i]) items.push_back({replays_[i].handle(), 0, ZMQ_POLLIN, 0});
-    }
-    for (zmq::socket_t& d : dealers_) items.push_back({d.handle(), 0, ZMQ_POLLIN, 0});
+    const net::PollSet::Slot stop = fillPollSet();
     try {
-      zmq::poll(items, tick);
+      poll_.poll(tick);
     } catch (const zmq::error_t& e) {
-      if (e.num() != EINTR) return Error{ErrorCode::IoError, std::string("poll: ") + e.what()};
+      return Error{ErrorCode::IoError, std::string("poll: ") + e.what()};
     }
-    if (items[0].revents & ZMQ_POLLIN) break;
+    if (poll_.readable(stop)) break;
+    // A socket the poll set found not readable was asked (ZMQ_EVENTS found every pipe empty)
+    // or its descriptor is exact: either way the descriptor announces its next message. (A
+    // send below marks its socket again; a drain until empty clears it.)
+    for (std::size_t i = 0; i < subs_.size(); ++i) {
+      if (replays_[i] && !poll_.readable(slots_.replays.begin + i)) replay_may_hold_[i] = 0;
+      if (!poll_.readable(slots_.subs.begin + i)) sub_may_hold_[i] = 0;
+    }
+    for (std::size_t ch = 0; ch < dealers_.size(); ++ch) {
+      if (!poll_.readable(slots_.dealers.begin + ch)) dealer_may_hold_[ch] = 0;
+    }
     // Replays first: they fill gaps that buffered live batches wait on.
     for (std::size_t i = 0; i < subs_.size(); ++i) {
-      if (replays_[i]) drainReplay(i);
-      drainSub(i);
+      if (replays_[i] && poll_.readable(slots_.replays.begin + i)) {
+        replay_may_hold_[i] = !drainReplay(i);
+      }
+      if (poll_.readable(slots_.subs.begin + i)) sub_may_hold_[i] = !drainSub(i);
     }
-    for (std::size_t ch = 0; ch < dealers_.size(); ++ch) drainChannel(ch);
+    for (std::size_t ch = 0; ch < dealers_.size(); ++ch) {
+      if (poll_.readable(slots_.dealers.begin + ch)) dealer_may_hold_[ch] = !drainChannel(ch);
+    }
     if (query_) drainQueries();
     core_->tick(Clock::now());
     core_->publishStats();
