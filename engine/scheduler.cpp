@@ -298,6 +298,7 @@ void VllmScheduler::admitWaiting(Pass& pass) {
       skipForLora(queue);
       continue;
     }
+    r.materializePrompt();  // a deferred prompt is first needed here
     // Loaded (offload tiers): it holds its onboarded prefix, computed; no lookup.
     PrefixMatch match{.active_blocks = static_cast<std::uint32_t>(r.blocks.size())};
     if (r.state != ReqState::Loaded) match = lookupPrefix(r);
