@@ -50,6 +50,7 @@ BlockId BlockPool::claimCached(BlockHash hash) {
 BlockId BlockPool::allocatePrivate(std::vector<KvEvent>& events) {
   if (free_.empty()) {
     MOCKER_CHECK(lru_head_ != kNil);
+    prefetchEvictions();
     const BlockId victim = lru_head_;
     lruRemove(victim);
     Block& v = at(victim);
@@ -119,6 +120,7 @@ bool BlockPool::clearCache() {
     free_.push_back(b);
   }
   copies_.clear();
+  evict_cursor_ = kNil;
   return true;
 }
 
@@ -135,7 +137,33 @@ void BlockPool::lruAppend(BlockId b) {
   ++num_inactive_;
 }
 
+void BlockPool::prefetchEvictions() {
+  constexpr std::uint32_t kEvictAhead = 8;
+  if (evict_cursor_ == kNil) {
+    evict_cursor_ = lru_head_;
+    evict_lag_ = 0;
+  }
+  // One step per eviction in the steady state: the block kEvictAhead after the head is loaded
+  // (its record was prefetched one step earlier), its hash slot and its successor prefetched.
+  while (evict_lag_ < kEvictAhead) {
+    const BlockId next = at(evict_cursor_).lru_next;
+    if (next == kNil) break;
+    evict_cursor_ = next;
+    ++evict_lag_;
+    const Block& ahead = at(next);
+    copies_.prefetch(ahead.hash.value());
+    if (ahead.lru_next != kNil) prefetch(ahead.lru_next);
+  }
+}
+
 void BlockPool::lruRemove(BlockId b) {
+  // The eviction cursor stays on the list: it restarts when its block leaves, and is one step
+  // nearer the head when the head leaves (a block leaving between them only shortens the lead).
+  if (b == evict_cursor_) {
+    evict_cursor_ = kNil;
+  } else if (b == lru_head_ && evict_lag_ > 0) {
+    --evict_lag_;
+  }
   Block& blk = at(b);
   if (blk.lru_prev != kNil) {
     at(blk.lru_prev).lru_next = blk.lru_next;

@@ -112,12 +112,18 @@ class BlockPool final {
   void lruAppend(BlockId b);
   void lruRemove(BlockId b);
   void unlinkCopy(BlockId b);
+  /// Eviction walks the LRU list from its head, each victim a record and a hash slot at random:
+  /// a cursor kept kEvictAhead victims ahead of the head prefetches both (a hint only; the
+  /// cursor restarts from the head when its block leaves the list).
+  void prefetchEvictions();
 
   std::vector<Block> blocks_;
   std::vector<BlockId> free_;  // stack; top = next allocated
   BlockId lru_head_ = kNil;
   BlockId lru_tail_ = kNil;
   std::uint32_t num_inactive_ = 0;
+  BlockId evict_cursor_ = kNil;  // an inactive block at most evict_lag_ steps after the head
+  std::uint32_t evict_lag_ = 0;
   std::uint64_t num_removals_ = 0;
   bool record_removals_ = true;
   HashIndex<Copies> copies_;  // hash value → copies; lookup only, cachedHashes() sorts

@@ -1,5 +1,7 @@
 #include "engine/engine.h"
 
+// syntheticToken hashes 20 bytes per output token: inlined, XXH3 specializes on the length.
+#define XXH_INLINE_ALL
 #include <xxhash.h>
 
 #include <algorithm>
@@ -67,7 +69,12 @@ std::uint32_t Engine::blockSize() const { return effectiveBlockSize(*config_); }
 std::uint32_t Engine::dpSize() const { return config_->dp_size; }
 
 Result<RequestId> Engine::submit(Request request) {
-  if (request.tokens.empty()) return invalidArgument("tokens: the prompt must not be empty");
+  if (request.deferred_prompt && !request.tokens.empty()) {
+    return invalidArgument("tokens: a request with a deferred prompt has no tokens of its own");
+  }
+  const std::uint64_t prompt_size =
+      request.deferred_prompt ? request.deferred_prompt->size() : request.tokens.size();
+  if (prompt_size == 0) return invalidArgument("tokens: the prompt must not be empty");
   if (request.dp_rank >= config_->dp_size) {
     return invalidArgument("dp_rank " + std::to_string(request.dp_rank) +
                            " is out of range (dp_size " + std::to_string(config_->dp_size) + ")");
@@ -79,7 +86,7 @@ Result<RequestId> Engine::submit(Request request) {
         "max_output_tokens: a request must produce at least one token (allow_empty_output is "
         "off)");
   }
-  if (request.tokens.size() + output > kMaxRequestTokens) {
+  if (prompt_size + output > kMaxRequestTokens) {
     return invalidArgument("request too large: prompt + output tokens exceed " +
                            std::to_string(kMaxRequestTokens));
   }
@@ -101,7 +108,8 @@ Result<RequestId> Engine::submit(Request request) {
                                    std::move(request.output_token_ids),
                                    lora_id,
                                    std::move(request.lora).value_or(std::string()),
-                                   lora_key};
+                                   lora_key,
+                                   std::move(request.deferred_prompt)};
   try {
     ranks_[request.dp_rank]->submit(std::move(accepted));
   } catch (const std::bad_alloc&) {

@@ -55,11 +55,13 @@ class Engine final {
   std::uint32_t dpSize() const;
 
   /// Queues a request on its rank's waiting queue. Refused (InvalidArgument naming the field)
-  /// for an empty prompt, dp_rank >= dp_size, zero output without allow_empty_output. A plan
-  /// whose length differs from max_output_tokens is accepted; the plan's length wins. A `lora`
-  /// adapter needs max_loras > 0 and a name checkLoraName accepts.
-  /// Memory: a queued request costs O(prompt + plan), never O(max_output_tokens). An allocation
-  /// failure refuses the request (ResourceExhausted) and leaves the engine unchanged.
+  /// for an empty prompt, tokens beside a deferred prompt, dp_rank >= dp_size, zero output
+  /// without allow_empty_output. A plan whose length differs from max_output_tokens is accepted;
+  /// the plan's length wins. A `lora` adapter needs max_loras > 0 and a name checkLoraName
+  /// accepts.
+  /// Memory: a queued request costs O(prompt + plan), never O(max_output_tokens); with a
+  /// deferred prompt, O(plan) on a vLLM / TRT-LLM rank until its first admission attempt. An
+  /// allocation failure refuses the request (ResourceExhausted) and leaves the engine unchanged.
   Result<RequestId> submit(Request request);
 
   /// Removes a waiting or running request and releases its KV blocks. Applied if the request

@@ -22,7 +22,8 @@ void OfflineDriver::submitNext() {
   RequestTimeline t;
   t.tag = a.tag;
   t.arrival_ms = a.arrival_ms;
-  t.input_length = static_cast<std::uint32_t>(a.request.tokens.size());
+  t.input_length = a.request.deferred_prompt ? a.request.deferred_prompt->size()
+                                             : static_cast<std::uint32_t>(a.request.tokens.size());
   t.requested_output_length = a.request.output_token_ids
                                   ? static_cast<std::uint32_t>(a.request.output_token_ids->size())
                                   : a.request.max_output_tokens;

@@ -41,6 +41,9 @@ Status VllmScheduler::checkInvariants() const {
   // (Reserving: none yet).
   std::uint64_t num_held = 0;
   for (const auto& [id, r] : requests_) {
+    if (r.deferred_prompt && (r.state != ReqState::Waiting || r.admitted_before)) {
+      return fail("a request considered for admission has no tokens");
+    }
     switch (r.state) {
       case ReqState::Held:
         ++num_held;

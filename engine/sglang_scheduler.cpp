@@ -64,6 +64,8 @@ SglangScheduler::SglangScheduler(const EngineConfig& config, std::uint32_t dp_ra
 
 void SglangScheduler::submit(detail::AcceptedRequest&& request) {
   Req r(std::move(request));
+  // Its scheduling policy may read every waiting prompt (longest prefix match).
+  r.materializePrompt();
   // A prefill worker samples only the first token, internally; the requested output travels in
   // the handoff (requested_output keeps it).
   if (isPrefillWorker()) r.max_output = std::min<std::uint32_t>(r.max_output, 1);

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -23,9 +24,20 @@ using RequestId = StrongId<struct RequestIdTag>;
 /// The event types below carry the raw values, which is what the wire and the indexers use.
 using BlockHash = StrongId<struct BlockHashTag>;
 
+/// A prompt the engine produces only when it first needs its tokens (Request::deferred_prompt).
+/// Deterministic: every call appends the same size() tokens.
+class PromptSource {
+ public:
+  virtual ~PromptSource() = default;
+  /// The prompt's length in tokens.
+  virtual std::uint32_t size() const = 0;
+  /// Appends the prompt's size() tokens to `out`.
+  virtual void appendTo(std::vector<std::uint32_t>& out) const = 0;
+};
+
 /// A request as submitted ("Requests"). The engine assigns the RequestId.
 struct Request {
-  std::vector<std::uint32_t> tokens;  ///< prompt, length >= 1
+  std::vector<std::uint32_t> tokens;  ///< prompt, length >= 1 (empty with deferred_prompt)
   std::uint32_t max_output_tokens = 0;
   /// Planned output token ids; when present its length is authoritative ("Requests").
   std::optional<std::vector<std::uint32_t>> output_token_ids;
@@ -34,6 +46,12 @@ struct Request {
   /// LoRA adapter name (docs/engine.md "LoRA adapters"); absent = the base model. Needs
   /// max_loras > 0; the engine interns it (LoraRegistry) and hashes its blocks apart.
   std::optional<std::string> lora;
+  /// Instead of `tokens` (then empty): the prompt, produced when the engine first needs it. A
+  /// vLLM / TRT-LLM rank keeps a queued request that was never admitted without its tokens until
+  /// its first admission attempt, so a deep queue costs O(1) per request instead of O(prompt)
+  /// (the offline replay of an overloaded worker); SGLang ranks produce it at submit. Outputs
+  /// are the same as with `tokens` = the source's tokens.
+  std::shared_ptr<const PromptSource> deferred_prompt;
 };
 
 enum class Terminal : std::uint8_t { None, Completed, Rejected, Cancelled, Failed };

@@ -1,20 +1,34 @@
 // Pass code both schedulers share: signals, Stored runs, pass end and load metrics (pass.h).
 #include "engine/detail/pass.h"
 
+#include <algorithm>
 #include <utility>
+
+#include "base/check.h"
 
 namespace mocker::engine::detail {
 
 RequestRecord::RequestRecord(AcceptedRequest&& request)
     : id(request.id),
       tokens(std::move(request.tokens)),
-      prompt_len(static_cast<std::uint32_t>(tokens.size())),
+      deferred_prompt(std::move(request.deferred_prompt)),
+      prompt_len(deferred_prompt ? deferred_prompt->size()
+                                 : static_cast<std::uint32_t>(tokens.size())),
       max_output(request.max_output_tokens),
       requested_output(request.max_output_tokens),
       plan(std::move(request.output_token_ids)),
       lora_id(request.lora_id),
       lora_name(std::move(request.lora_name)),
       lora_key(request.lora_key) {}
+
+void RequestRecord::materializeDeferred() {
+  // Room for the first outputs (at most 4,096), so that sampling them does not copy the prompt.
+  constexpr std::uint32_t kReservedOutputs = 4096;
+  tokens.reserve(std::size_t{prompt_len} + std::min(max_output, kReservedOutputs));
+  deferred_prompt->appendTo(tokens);
+  MOCKER_CHECK(tokens.size() == prompt_len);
+  deferred_prompt.reset();
+}
 
 EffectiveLimit vllmEffectiveLimit(const EngineConfig& config, std::uint32_t block_size) {
   EffectiveLimit limit;

@@ -14,6 +14,7 @@
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <memory>
 #include <optional>
 #include <span>
 #include <vector>
@@ -39,6 +40,8 @@ inline std::uint64_t limitOrUnbounded(const std::optional<std::uint32_t>& limit)
 struct RequestRecord {
   RequestId id;
   std::vector<std::uint32_t> tokens;  // prompt followed by every sampled output token
+  // Until materializePrompt(): the prompt (tokens is then empty; prompt_len is its size).
+  std::shared_ptr<const PromptSource> deferred_prompt;
   std::uint32_t prompt_len = 0;
   std::uint32_t max_output = 0;        // may be clamped by the scheduler (trtllm)
   std::uint32_t requested_output = 0;  // as submitted: a stream ending before it says why
@@ -56,12 +59,22 @@ struct RequestRecord {
   /// generated, never max_output (a queued request costs O(prompt)).
   explicit RequestRecord(AcceptedRequest&& request);
 
+  /// A deferred prompt becomes `tokens` (room for a few outputs reserved). Needed before
+  /// anything reads tokens, len() or hashes: a scheduler calls it at submit or, vLLM / TRT-LLM,
+  /// when the request is first considered for admission (nothing reads them before).
+  void materializePrompt() {
+    if (deferred_prompt) materializeDeferred();
+  }
+
   std::uint32_t len() const { return static_cast<std::uint32_t>(tokens.size()); }
   std::uint32_t generated() const { return len() - prompt_len; }
   /// The seeds that hash this request's blocks (its adapter's key included).
   HashSeeds hashSeeds(const EngineConfig& config) const {
     return {config.hash_seed, config.chain_seed, lora_key};
   }
+
+ private:
+  void materializeDeferred();
 };
 
 /// The effective length limit L (docs/engine.md, Length limits) and the limit that binds (the

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <deque>
+#include <memory>
 #include <optional>
 #include <string>
 #include <utility>
@@ -23,9 +24,10 @@ struct AcceptedRequest {
   std::vector<std::uint32_t> tokens;    // prompt
   std::uint32_t max_output_tokens = 0;  // effective (plan length when planned)
   std::optional<std::vector<std::uint32_t>> output_token_ids;
-  std::uint32_t lora_id = 0;              // LoRA adapter id (0 = none)
-  std::string lora_name;                  // its name (empty = none)
-  std::optional<std::uint64_t> lora_key;  // its hash key (block_hash.h)
+  std::uint32_t lora_id = 0;                            // LoRA adapter id (0 = none)
+  std::string lora_name;                                // its name (empty = none)
+  std::optional<std::uint64_t> lora_key;                // its hash key (block_hash.h)
+  std::shared_ptr<const PromptSource> deferred_prompt;  // the prompt, when `tokens` is empty
 };
 
 /// Adds `request` to a scheduler's lookup map and the back of its waiting queue with the strong

@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <iterator>
 #include <map>
 #include <random>
 #include <type_traits>
@@ -86,6 +88,71 @@ TEST(BlockPoolTest, PrefixHitsStopAtFirstMissAndPreferActiveCopies) {
   EXPECT_TRUE(pool.hasActiveCopy(BlockHash{1}));
   EXPECT_EQ(pool.claimCached(BlockHash{1}), a);  // the active copy, not the inactive one
   EXPECT_EQ(pool.numInactive(), 1u);
+  EXPECT_TRUE(pool.checkInvariants().has_value());
+}
+
+// Eviction takes the least recently released inactive block, whatever claims and releases
+// happen around it: a model LRU list against the pool's Removed events, with claims near the
+// head (where the eviction prefetch cursor walks) and evictions in bursts, then a clearCache.
+TEST(BlockPoolTest, EvictsInLruOrderWhileClaimsAndReleasesInterleave) {
+  constexpr std::uint32_t kBlocks = 64;
+  BlockPool pool(kBlocks);
+  std::vector<KvEvent> events;
+  std::vector<std::uint64_t> lru;         // model: inactive hashes, the next victim first
+  std::map<std::uint64_t, BlockId> held;  // active hashes (one copy each)
+  std::uint64_t next_hash = 1;
+  const auto allocateCached = [&] {
+    const BlockId b = pool.allocatePrivate(events);
+    EXPECT_TRUE(pool.finalize(b, BlockHash{next_hash}));
+    held[next_hash++] = b;
+  };
+  for (std::uint32_t i = 0; i < kBlocks; ++i) allocateCached();
+  ASSERT_TRUE(events.empty());
+  std::mt19937 rng(7);
+  std::uint64_t evictions = 0;
+  for (int round = 0; round < 3000; ++round) {
+    const auto op = rng() % 10;
+    if (op < 4 && !held.empty()) {  // release a random active block
+      auto it = held.begin();
+      std::advance(it, rng() % held.size());
+      pool.release(it->second);
+      lru.push_back(it->first);
+      held.erase(it);
+    } else if (op < 6 && !lru.empty()) {  // claim one of the first 16 inactive blocks
+      const std::size_t i = rng() % std::min<std::size_t>(16, lru.size());
+      held[lru[i]] = pool.claimCached(BlockHash{lru[i]});
+      lru.erase(lru.begin() + static_cast<std::ptrdiff_t>(i));
+    } else {  // a burst of evictions
+      for (auto n = 1 + rng() % 12; n > 0 && !lru.empty(); --n) {
+        events.clear();
+        allocateCached();
+        ASSERT_EQ(events.size(), 1u);
+        ASSERT_EQ(std::get<BlockRemoved>(events[0]).block_hash, lru.front()) << "round " << round;
+        lru.erase(lru.begin());
+        ++evictions;
+      }
+    }
+    ASSERT_EQ(pool.numInactive(), lru.size());
+  }
+  EXPECT_GT(evictions, 500u);
+  EXPECT_TRUE(pool.checkInvariants().has_value());
+  // After a clearCache the pool allocates from free blocks, then evicts in release order again.
+  for (const auto& [hash, block] : held) pool.release(block);
+  held.clear();
+  ASSERT_TRUE(pool.clearCache());
+  lru.clear();
+  for (std::uint32_t i = 0; i < kBlocks; ++i) allocateCached();
+  for (auto& [hash, block] : held) {
+    pool.release(block);
+    lru.push_back(hash);
+  }
+  held.clear();
+  for (const std::uint64_t expected : lru) {
+    events.clear();
+    allocateCached();
+    ASSERT_EQ(events.size(), 1u);
+    EXPECT_EQ(std::get<BlockRemoved>(events[0]).block_hash, expected);
+  }
   EXPECT_TRUE(pool.checkInvariants().has_value());
 }
 

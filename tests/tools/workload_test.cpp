@@ -5,6 +5,8 @@
 
 #include <cstdint>
 #include <limits>
+#include <memory>
+#include <string>
 #include <vector>
 
 namespace mocker::replay {
@@ -50,6 +52,31 @@ TEST(PromptSynthesizerTest, WarnsOnceAboutAliasedIds) {
   EXPECT_EQ(synth.synthesize(big).size(), 4u);
   ASSERT_EQ(synth.warnings().size(), 1u);
   EXPECT_THAT(synth.warnings()[0], ::testing::HasSubstr("line 17"));
+}
+
+// defer(): the same tokens as synthesize(), produced when asked, and the same warning, given
+// when deferred (an aliased id past the prompt's end is never used and warns in neither).
+TEST(PromptSynthesizerTest, DeferredPromptIsTheSynthesizedOne) {
+  const std::uint64_t big = (std::uint64_t{1} << 32) + 5;
+  std::vector<Turn> turns = {makeTurn({7, 9}, 7), makeTurn({3, 4}, 100), makeTurn({1, 2, big}, 8),
+                             makeTurn({1, big}, 5)};
+  turns[3].line = 9;
+  PromptSynthesizer now(4);
+  PromptSynthesizer later(4);
+  for (std::size_t i = 0; i < turns.size(); ++i) {
+    SCOPED_TRACE("turn " + std::to_string(i));
+    const std::vector<std::uint32_t> tokens = now.synthesize(turns[i]);
+    const std::shared_ptr<const engine::PromptSource> source = later.defer(turns[i]);
+    EXPECT_EQ(later.warnings(), now.warnings());
+    ASSERT_EQ(source->size(), tokens.size());
+    std::vector<std::uint32_t> out = {42};
+    source->appendTo(out);
+    out.erase(out.begin());
+    EXPECT_EQ(out, tokens);
+    EXPECT_EQ(later.warnings().empty(), i < 3);
+  }
+  ASSERT_EQ(later.warnings().size(), 1u);
+  EXPECT_THAT(later.warnings()[0], ::testing::HasSubstr("line 9"));
 }
 
 TEST(NormalizeArrivalsTest, SortsStablyShiftsAndDividesDelays) {

@@ -79,6 +79,9 @@ OfflineReplay::OfflineReplay(const Workload& workload, const OfflineReplayOption
   // (Engine::setKvEvents; nothing else changes — a third of an SGLang page-1 replay).
   const bool kv_events =
       options_.router == RouterKind::Kv || options_.router == RouterKind::KvPrefix;
+  // Nor do the other routers read a prompt: unless a turn's prompt includes its session's
+  // history (mooncake-delta), the engine synthesizes it when it needs it.
+  defer_prompts_ = !kv_events && !workload.cumulative_prompts;
   for (std::uint32_t w = 0; w < workers_.size(); ++w) {
     workers_[w].setKvEvents(kv_events);
     first_slot_[w] = static_cast<std::uint32_t>(slots_.size());
@@ -319,21 +322,27 @@ void OfflineReplay::dispatch(double now) {
   const Turn& turn = session.turns[next.turn];
 
   engine::Request request;
-  // mooncake-delta: the earlier prompt and its emitted tokens, then this turn's delta.
-  request.tokens = schedule_.prompt(next, synth_.synthesize(turn));
+  if (defer_prompts_) {
+    // The engine synthesizes the prompt when it first considers the request for admission: an
+    // overloaded worker's queue holds thousands of requests, which then cost no prompt memory.
+    request.deferred_prompt = synth_.defer(turn);
+  } else {
+    // mooncake-delta: the earlier prompt and its emitted tokens, then this turn's delta.
+    request.tokens = schedule_.prompt(next, synth_.synthesize(turn));
+  }
   heap_pages_.follow();
   request.max_output_tokens = turn.output_length;
   request.arrival_ms = now;
   request.lora = turn.lora;
-  const std::size_t input_tokens = request.tokens.size();
-  const RequestHandle handle =
-      collector_.onArrival({.session_id = session.session_id,
-                            .turn_index = next.turn,
-                            .request_id = turn.request_id,
-                            .input_length = static_cast<std::uint32_t>(request.tokens.size()),
-                            .requested_output_length = turn.output_length,
-                            .lora = turn.lora},
-                           now);
+  const auto input_tokens = static_cast<std::uint32_t>(
+      defer_prompts_ ? request.deferred_prompt->size() : request.tokens.size());
+  const RequestHandle handle = collector_.onArrival({.session_id = session.session_id,
+                                                     .turn_index = next.turn,
+                                                     .request_id = turn.request_id,
+                                                     .input_length = input_tokens,
+                                                     .requested_output_length = turn.output_length,
+                                                     .lora = turn.lora},
+                                                    now);
 
   const std::uint32_t first_hop_end =
       num_prefill_ > 0 ? num_prefill_ : static_cast<std::uint32_t>(workers_.size());
@@ -380,9 +389,8 @@ void OfflineReplay::dispatch(double now) {
          .arrival_ms = now,
          .abort_after = abort_after});
   if (options_.router == RouterKind::Kv) {
-    cost_router_.load().add(
-        handle, g, hashes_,
-        newPrefillTokens(static_cast<std::uint32_t>(input_tokens), overlap_[g], block_size_));
+    cost_router_.load().add(handle, g, hashes_,
+                            newPrefillTokens(input_tokens, overlap_[g], block_size_));
   }
   ++slot.in_flight;
   slot.blocked = false;
@@ -424,6 +432,7 @@ void OfflineReplay::step(std::uint32_t g, double start_ms) {
     slow = f.slow_factor;
   }
   engine::PassResult pass = engine.step(slot.rank, start_ms);
+  heap_pages_.follow();  // admissions synthesize deferred prompts
   if (!pass.did_work) {
     slot.blocked = true;  // cannot progress until something new arrives on this rank
     refreshNextPass(g);

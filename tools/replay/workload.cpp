@@ -73,18 +73,64 @@ void normalizeArrivals(std::vector<Session>& sessions, double arrival_speedup_ra
   }
 }
 
+namespace {
+
+/// Prompt length of `turn`: input_length, capped at what its hash ids cover.
+std::size_t promptLength(const Turn& turn, std::uint32_t trace_block_size) {
+  return std::min<std::size_t>(turn.input_length, turn.hash_ids.size() * trace_block_size);
+}
+
+/// Appends the `length` prompt tokens of `turn` to `out`; true if an id used was >= 2^32.
+bool appendTurnTokens(const Turn& turn, std::uint32_t trace_block_size, std::size_t length,
+                      std::vector<std::uint32_t>& out) {
+  bool aliased = false;
+  std::size_t written = 0;
+  for (const std::uint64_t h : turn.hash_ids) {
+    if (written >= length) break;
+    if (h > kMaxUnaliasedHashId) aliased = true;
+    const auto token = static_cast<std::uint32_t>(h & kMaxUnaliasedHashId);
+    const std::size_t n = std::min<std::size_t>(trace_block_size, length - written);
+    out.insert(out.end(), n, token);
+    written += n;
+  }
+  return aliased;
+}
+
+/// True if a hash id that `turn`'s prompt uses is >= 2^32 (appendTurnTokens' flag).
+bool usesAliasedId(const Turn& turn, std::uint32_t trace_block_size) {
+  const std::size_t used =
+      (promptLength(turn, trace_block_size) + trace_block_size - 1) / trace_block_size;
+  return std::any_of(turn.hash_ids.begin(),
+                     turn.hash_ids.begin() + static_cast<std::ptrdiff_t>(used),
+                     [](std::uint64_t h) { return h > kMaxUnaliasedHashId; });
+}
+
+/// A turn's prompt, synthesized when the engine first needs it.
+class TurnPrompt final : public engine::PromptSource {
+ public:
+  TurnPrompt(const Turn& turn, std::uint32_t trace_block_size)
+      : turn_(turn),
+        trace_block_size_(trace_block_size),
+        length_(static_cast<std::uint32_t>(promptLength(turn, trace_block_size))) {}
+
+  std::uint32_t size() const override { return length_; }
+  void appendTo(std::vector<std::uint32_t>& out) const override {
+    appendTurnTokens(turn_, trace_block_size_, length_, out);
+  }
+
+ private:
+  const Turn& turn_;
+  const std::uint32_t trace_block_size_;
+  const std::uint32_t length_;
+};
+
+}  // namespace
+
 SynthesizedPrompt synthesizePrompt(const Turn& turn, std::uint32_t trace_block_size) {
   SynthesizedPrompt out;
-  const std::size_t capacity = turn.hash_ids.size() * std::size_t{trace_block_size};
-  const std::size_t length = std::min<std::size_t>(turn.input_length, capacity);
+  const std::size_t length = promptLength(turn, trace_block_size);
   out.tokens.reserve(length + std::min(turn.output_length, kReservedOutputTokens));
-  for (const std::uint64_t h : turn.hash_ids) {
-    if (out.tokens.size() >= length) break;
-    if (h > kMaxUnaliasedHashId) out.aliased_hash_id = true;
-    const auto token = static_cast<std::uint32_t>(h & kMaxUnaliasedHashId);
-    const std::size_t n = std::min<std::size_t>(trace_block_size, length - out.tokens.size());
-    out.tokens.insert(out.tokens.end(), n, token);
-  }
+  out.aliased_hash_id = appendTurnTokens(turn, trace_block_size, length, out.tokens);
   return out;
 }
 
@@ -95,12 +141,21 @@ PromptSynthesizer::PromptSynthesizer(std::uint32_t trace_block_size)
 
 std::vector<std::uint32_t> PromptSynthesizer::synthesize(const Turn& turn) {
   SynthesizedPrompt prompt = synthesizePrompt(turn, trace_block_size_);
-  if (prompt.aliased_hash_id && warnings_.empty()) {
+  noteAliasing(turn, prompt.aliased_hash_id);
+  return std::move(prompt.tokens);
+}
+
+std::shared_ptr<const engine::PromptSource> PromptSynthesizer::defer(const Turn& turn) {
+  noteAliasing(turn, usesAliasedId(turn, trace_block_size_));
+  return std::make_shared<const TurnPrompt>(turn, trace_block_size_);
+}
+
+void PromptSynthesizer::noteAliasing(const Turn& turn, bool aliased) {
+  if (aliased && warnings_.empty()) {
     std::string where =
         turn.line != 0 ? " (first seen on line " + std::to_string(turn.line) + ")" : std::string();
     warnings_.push_back("hash ids >= 2^32 are reduced mod 2^32 and may alias other ids" + where);
   }
-  return std::move(prompt.tokens);
 }
 
 }  // namespace mocker::replay

@@ -8,11 +8,13 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "base/result.h"
+#include "engine/types.h"
 
 namespace mocker::replay {
 
@@ -121,11 +123,16 @@ class PromptSynthesizer {
 
   /// The prompt tokens of `turn`; records the aliasing warning the first time it applies.
   std::vector<std::uint32_t> synthesize(const Turn& turn);
+  /// The same prompt, synthesized only when the engine asks for it (Request::deferred_prompt);
+  /// the warning is recorded now. `turn` must outlive the returned source.
+  std::shared_ptr<const engine::PromptSource> defer(const Turn& turn);
 
   /// At most one message; the caller decides how to print it.
   const std::vector<std::string>& warnings() const { return warnings_; }
 
  private:
+  void noteAliasing(const Turn& turn, bool aliased);
+
   std::uint32_t trace_block_size_;
   std::vector<std::string> warnings_;
 };

@@ -125,6 +125,7 @@ class OfflineReplay {
   ReplayCollector& collector_;
   std::vector<engine::Engine> workers_;
   PromptSynthesizer synth_;
+  bool defer_prompts_ = false;  // submit turns' prompts as Request::deferred_prompt
   SplitMix64 rng_;
   std::uint32_t block_size_;
   engine::HashSeeds seeds_;
