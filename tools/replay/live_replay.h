@@ -4,8 +4,8 @@
 // ReplayCollector. Times are wall-clock milliseconds since the start of the run (taken after
 // every server answered the start-up handshake).
 //
-// One thread, one loop: zmq_poll over every server's sockets with a timeout that ends at the next
-// due dispatch, request timeout or stats poll — no other waiting, no sleeps.
+// One thread, one loop: Client::waitReadable over every server's sockets, with a timeout that
+// ends at the next due dispatch, request timeout or stats poll — no other waiting, no sleeps.
 //   * trace mode (open loop): a session's first turn is sent at wall offset = its normalised
 //     first_arrival_ms; a later turn at (observed terminal of the previous turn + delay). A slow
 //     response never delays other sessions' arrivals. Due turns go out in (eligibility, source
