@@ -13,6 +13,7 @@
 #include "gateway/exchange.h"
 #include "gateway/gateway_metrics.h"
 #include "gateway/lora_rollout.h"
+#include "gateway/output_order.h"
 #include "gateway/tokenizer.h"
 #include "gateway/worker_choice.h"
 #include "tools/replay/decode_router.h"
@@ -486,12 +487,7 @@ class Server final : public GatewayServer, public ExchangeHost {
         continue;
       }
       if (auto* batch = std::get_if<protocol::OutputBatch>(&event.message)) {
-        for (auto& output : batch->outputs) {
-          auto route = find(output.id, w);
-          if (!route) continue;
-          if (kv_ && !output.tokens.empty()) kv_->prefillDone(routes_.at(output.id).dispatch);
-          route->first->onOutput(route->second, output);
-        }
+        onOutputs(w, batch->outputs);
       } else if (auto* handoff = std::get_if<protocol::Handoff>(&event.message)) {
         onHandoff(w, *handoff);
       } else if (auto* lora = std::get_if<protocol::LoraReply>(&event.message)) {
@@ -515,6 +511,30 @@ class Server final : public GatewayServer, public ExchangeHost {
         }
         spdlog::warn("gateway: worker {} error: {}", event.worker, error->message);
       }
+    }
+  }
+
+  /// One output message of worker `w`, in the order of output_order.h (first tokens first).
+  void onOutputs(std::size_t w, const std::vector<protocol::RequestOutput>& outputs) {
+    order_.clear();
+    for (std::size_t i = 0; i < outputs.size(); ++i) {
+      const auto it = routes_.find(outputs[i].id);
+      if (it == routes_.end() || it->second.worker != w) continue;
+      const auto exchange = it->second.exchange.lock();
+      order_.push_back({.index = static_cast<std::uint32_t>(i),
+                        .first_tokens = exchange && !exchange->timing().last_output &&
+                                        !outputs[i].tokens.empty(),
+                        .dispatch = it->second.dispatch});
+    }
+    if (order_.size() > 1) sortForHandling(order_);
+    for (const OutputKey& key : order_) {
+      const protocol::RequestOutput& output = outputs[key.index];
+      // Looked up again: handling an earlier entry may have ended this one's route (its
+      // client went away).
+      auto route = find(output.id, w);
+      if (!route) continue;
+      if (kv_ && !output.tokens.empty()) kv_->prefillDone(routes_.at(output.id).dispatch);
+      route->first->onOutput(route->second, output);
     }
   }
 
@@ -563,6 +583,7 @@ class Server final : public GatewayServer, public ExchangeHost {
   std::unordered_map<std::string, Route> routes_;
   std::unique_ptr<WorkerChoice> choice_;  // created with the pool
   std::uint64_t next_dispatch_ = 0;
+  std::vector<OutputKey> order_;                                   // onOutputs' scratch
   std::map<const Exchange*, std::shared_ptr<Exchange>> inflight_;  // owns them
 };
 
