@@ -58,7 +58,7 @@ class Exchange final : public std::enable_shared_from_this<Exchange> {
   /// (to its DP rank `dp_rank` when given: the kv router's pick).
   void addChoice(std::size_t worker, std::string wire_id,
                  std::optional<std::uint32_t> dp_rank = std::nullopt);
-  /// Submits every choice and, when streaming, opens the stream.
+  /// Submits every choice and then, when streaming, opens the stream.
   void start();
   /// Disaggregated: choice `choice`'s prefill worker handed it off; the same request with the
   /// ticket goes to `decode_worker`, which then holds it (cancels go there).
