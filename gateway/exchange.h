@@ -75,6 +75,8 @@ class Exchange final : public std::enable_shared_from_this<Exchange> {
   /// (504: the worker did not finish in time, e.g. it is gone).
   void expire(const std::string& message);
 
+  /// Choice `c` may still take outputs (the response goes on and the choice did not end).
+  bool choiceOpen(std::size_t c) const { return !completed_ && choices_.at(c).open; }
   const std::string& endpoint() const { return endpoint_; }
   /// The LoRA adapter its choices name (absent: the base model).
   const std::optional<std::string>& lora() const { return lora_; }

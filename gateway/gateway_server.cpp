@@ -514,28 +514,43 @@ class Server final : public GatewayServer, public ExchangeHost {
     }
   }
 
-  /// One output message of worker `w`, in the order of output_order.h (first tokens first).
+  /// One output message of worker `w`. With streams among its requests, in the order of
+  /// output_order.h (first tokens first); a message of non-streaming requests only writes
+  /// nothing before their ends and keeps its order.
   void onOutputs(std::size_t w, const std::vector<protocol::RequestOutput>& outputs) {
-    order_.clear();
+    held_.clear();
+    bool streams = false;
     for (std::size_t i = 0; i < outputs.size(); ++i) {
       const auto it = routes_.find(outputs[i].id);
       if (it == routes_.end() || it->second.worker != w) continue;
-      const auto exchange = it->second.exchange.lock();
-      order_.push_back({.index = static_cast<std::uint32_t>(i),
-                        .first_tokens = exchange && !exchange->timing().last_output &&
-                                        !outputs[i].tokens.empty(),
-                        .dispatch = it->second.dispatch});
+      auto exchange = it->second.exchange.lock();
+      if (!exchange) {
+        forget(outputs[i].id);
+        continue;
+      }
+      streams = streams || exchange->shaper().streaming();
+      held_.push_back({.exchange = std::move(exchange),
+                       .choice = it->second.choice,
+                       .dispatch = it->second.dispatch,
+                       .output = &outputs[i]});
     }
-    if (order_.size() > 1) sortForHandling(order_);
+    order_.clear();
+    for (std::size_t k = 0; k < held_.size(); ++k) {
+      const HeldOutput& h = held_[k];
+      order_.push_back(
+          {.index = static_cast<std::uint32_t>(k),
+           .first_tokens = !h.exchange->timing().last_output && !h.output->tokens.empty(),
+           .dispatch = h.dispatch});
+    }
+    if (streams && order_.size() > 1) sortForHandling(order_);
     for (const OutputKey& key : order_) {
-      const protocol::RequestOutput& output = outputs[key.index];
-      // Looked up again: handling an earlier entry may have ended this one's route (its
-      // client went away).
-      auto route = find(output.id, w);
-      if (!route) continue;
-      if (kv_ && !output.tokens.empty()) kv_->prefillDone(routes_.at(output.id).dispatch);
-      route->first->onOutput(route->second, output);
+      const HeldOutput& h = held_[key.index];
+      // Handling an earlier entry may have ended this one (its client went away).
+      if (!h.exchange->choiceOpen(h.choice)) continue;
+      if (kv_ && !h.output->tokens.empty()) kv_->prefillDone(h.dispatch);
+      h.exchange->onOutput(h.choice, *h.output);
     }
+    held_.clear();  // the exchanges that ended go now
   }
 
   /// The exchange and choice of wire id `id`, when it is live and (given `worker`) held by
@@ -583,7 +598,15 @@ class Server final : public GatewayServer, public ExchangeHost {
   std::unordered_map<std::string, Route> routes_;
   std::unique_ptr<WorkerChoice> choice_;  // created with the pool
   std::uint64_t next_dispatch_ = 0;
-  std::vector<OutputKey> order_;                                   // onOutputs' scratch
+  /// onOutputs' scratch: the message's entries that route somewhere, and their order.
+  struct HeldOutput {
+    std::shared_ptr<Exchange> exchange;
+    std::size_t choice = 0;
+    std::uint64_t dispatch = 0;
+    const protocol::RequestOutput* output = nullptr;
+  };
+  std::vector<HeldOutput> held_;
+  std::vector<OutputKey> order_;
   std::map<const Exchange*, std::shared_ptr<Exchange>> inflight_;  // owns them
 };
 
