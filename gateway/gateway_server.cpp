@@ -14,6 +14,7 @@
 #include "gateway/gateway_metrics.h"
 #include "gateway/lora_rollout.h"
 #include "gateway/output_order.h"
+#include "gateway/token_routes.h"
 #include "gateway/tokenizer.h"
 #include "gateway/worker_choice.h"
 #include "tools/replay/decode_router.h"
@@ -206,8 +207,10 @@ class Server final : public GatewayServer, public ExchangeHost {
       return loraUpdate(connection, path == "/v1/load_lora_adapter", request.body, endpoint,
                         headers);
     }
-    if (path == "/tokenize") return answer(endpoint, tokenizeReply(request.body));
-    if (path == "/detokenize") return answer(endpoint, detokenizeReply(request.body));
+    if (path == "/tokenize") {
+      return answer(endpoint, tokenizeReply(request.body, *tokenizer_, options_.request));
+    }
+    if (path == "/detokenize") return answer(endpoint, detokenizeReply(request.body, *tokenizer_));
     (void)post;
     generate(connection, std::move(request), endpoint, std::move(headers));
   }
@@ -296,57 +299,6 @@ class Server final : public GatewayServer, public ExchangeHost {
                            .body = std::move(std::get<std::string>(result))});
         });
     for (std::size_t w = 0; w < pool_->size(); ++w) pool_->sendLora(w, op, name);
-  }
-
-  HttpReply tokenizeReply(const std::string& body) const {
-    // /tokenize takes a completion-style `prompt` or chat-style `messages`.
-    const auto probe = nlohmann::json::parse(body, nullptr, /*allow_exceptions=*/false);
-    const bool chat = probe.is_object() && probe.contains("messages");
-    const auto parsed = chat ? parseChatRequest(body, *tokenizer_, tokenizeLimits())
-                             : parseCompletionRequest(body, *tokenizer_, tokenizeLimits());
-    if (const auto* e = std::get_if<ApiError>(&parsed)) return errorReply(*e);
-    const auto& request = std::get<GenerateRequest>(parsed);
-    if (request.prompts.size() != 1) {
-      return errorReply(
-          {.status = 400, .message = "prompt: /tokenize takes one prompt", .param = "prompt"});
-    }
-    return jsonReply(ojson{{"count", request.prompts[0].size()},
-                           {"max_model_len", options_.request.max_model_len},
-                           {"tokens", request.prompts[0]}});
-  }
-
-  /// /tokenize counts prompts of any length (no completion room needed).
-  RequestLimits tokenizeLimits() const {
-    RequestLimits limits = options_.request;
-    limits.max_model_len = 0xFFFF'FFFFu;
-    return limits;
-  }
-
-  HttpReply detokenizeReply(const std::string& body) const {
-    nlohmann::json parsed;
-    try {
-      parsed = nlohmann::json::parse(body);
-    } catch (const nlohmann::json::exception& e) {
-      return errorReply({.status = 400, .message = std::string("invalid JSON body: ") + e.what()});
-    }
-    const auto it = parsed.is_object() ? parsed.find("tokens") : parsed.end();
-    if (it == parsed.end() || !it->is_array()) {
-      return errorReply(
-          {.status = 400, .message = "tokens: required list of token ids", .param = "tokens"});
-    }
-    std::vector<std::uint32_t> ids;
-    for (std::size_t i = 0; i < it->size(); ++i) {
-      const auto& t = (*it)[i];
-      if (!t.is_number_unsigned() || t.get<std::uint64_t>() > 0xFFFF'FFFFull) {
-        const std::string name = "tokens[" + std::to_string(i) + "]";
-        return errorReply(
-            {.status = 400,
-             .message = name + ": expected a token id in [0, 4294967295], got " + t.dump(),
-             .param = name});
-      }
-      ids.push_back(static_cast<std::uint32_t>(t.get<std::uint64_t>()));
-    }
-    return jsonReply(ojson{{"prompt", tokenizer_->decode(ids)}});
   }
 
   void generate(const std::shared_ptr<HttpConnection>& connection, HttpRequest&& request,
