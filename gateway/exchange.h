@@ -58,7 +58,7 @@ class Exchange final : public std::enable_shared_from_this<Exchange> {
   /// (to its DP rank `dp_rank` when given: the kv router's pick).
   void addChoice(std::size_t worker, std::string wire_id,
                  std::optional<std::uint32_t> dp_rank = std::nullopt);
-  /// Submits every choice and, when streaming, opens the stream.
+  /// Submits every choice and then, when streaming, opens the stream.
   void start();
   /// Disaggregated: choice `choice`'s prefill worker handed it off; the same request with the
   /// ticket goes to `decode_worker`, which then holds it (cancels go there).
@@ -75,6 +75,8 @@ class Exchange final : public std::enable_shared_from_this<Exchange> {
   /// (504: the worker did not finish in time, e.g. it is gone).
   void expire(const std::string& message);
 
+  /// Choice `c` may still take outputs (the response goes on and the choice did not end).
+  bool choiceOpen(std::size_t c) const { return !completed_ && choices_.at(c).open; }
   const std::string& endpoint() const { return endpoint_; }
   /// The LoRA adapter its choices name (absent: the base model).
   const std::optional<std::string>& lora() const { return lora_; }

@@ -13,6 +13,8 @@
 #include "gateway/exchange.h"
 #include "gateway/gateway_metrics.h"
 #include "gateway/lora_rollout.h"
+#include "gateway/output_order.h"
+#include "gateway/token_routes.h"
 #include "gateway/tokenizer.h"
 #include "gateway/worker_choice.h"
 #include "tools/replay/decode_router.h"
@@ -205,8 +207,10 @@ class Server final : public GatewayServer, public ExchangeHost {
       return loraUpdate(connection, path == "/v1/load_lora_adapter", request.body, endpoint,
                         headers);
     }
-    if (path == "/tokenize") return answer(endpoint, tokenizeReply(request.body));
-    if (path == "/detokenize") return answer(endpoint, detokenizeReply(request.body));
+    if (path == "/tokenize") {
+      return answer(endpoint, tokenizeReply(request.body, *tokenizer_, options_.request));
+    }
+    if (path == "/detokenize") return answer(endpoint, detokenizeReply(request.body, *tokenizer_));
     (void)post;
     generate(connection, std::move(request), endpoint, std::move(headers));
   }
@@ -295,57 +299,6 @@ class Server final : public GatewayServer, public ExchangeHost {
                            .body = std::move(std::get<std::string>(result))});
         });
     for (std::size_t w = 0; w < pool_->size(); ++w) pool_->sendLora(w, op, name);
-  }
-
-  HttpReply tokenizeReply(const std::string& body) const {
-    // /tokenize takes a completion-style `prompt` or chat-style `messages`.
-    const auto probe = nlohmann::json::parse(body, nullptr, /*allow_exceptions=*/false);
-    const bool chat = probe.is_object() && probe.contains("messages");
-    const auto parsed = chat ? parseChatRequest(body, *tokenizer_, tokenizeLimits())
-                             : parseCompletionRequest(body, *tokenizer_, tokenizeLimits());
-    if (const auto* e = std::get_if<ApiError>(&parsed)) return errorReply(*e);
-    const auto& request = std::get<GenerateRequest>(parsed);
-    if (request.prompts.size() != 1) {
-      return errorReply(
-          {.status = 400, .message = "prompt: /tokenize takes one prompt", .param = "prompt"});
-    }
-    return jsonReply(ojson{{"count", request.prompts[0].size()},
-                           {"max_model_len", options_.request.max_model_len},
-                           {"tokens", request.prompts[0]}});
-  }
-
-  /// /tokenize counts prompts of any length (no completion room needed).
-  RequestLimits tokenizeLimits() const {
-    RequestLimits limits = options_.request;
-    limits.max_model_len = 0xFFFF'FFFFu;
-    return limits;
-  }
-
-  HttpReply detokenizeReply(const std::string& body) const {
-    nlohmann::json parsed;
-    try {
-      parsed = nlohmann::json::parse(body);
-    } catch (const nlohmann::json::exception& e) {
-      return errorReply({.status = 400, .message = std::string("invalid JSON body: ") + e.what()});
-    }
-    const auto it = parsed.is_object() ? parsed.find("tokens") : parsed.end();
-    if (it == parsed.end() || !it->is_array()) {
-      return errorReply(
-          {.status = 400, .message = "tokens: required list of token ids", .param = "tokens"});
-    }
-    std::vector<std::uint32_t> ids;
-    for (std::size_t i = 0; i < it->size(); ++i) {
-      const auto& t = (*it)[i];
-      if (!t.is_number_unsigned() || t.get<std::uint64_t>() > 0xFFFF'FFFFull) {
-        const std::string name = "tokens[" + std::to_string(i) + "]";
-        return errorReply(
-            {.status = 400,
-             .message = name + ": expected a token id in [0, 4294967295], got " + t.dump(),
-             .param = name});
-      }
-      ids.push_back(static_cast<std::uint32_t>(t.get<std::uint64_t>()));
-    }
-    return jsonReply(ojson{{"prompt", tokenizer_->decode(ids)}});
   }
 
   void generate(const std::shared_ptr<HttpConnection>& connection, HttpRequest&& request,
@@ -486,12 +439,7 @@ class Server final : public GatewayServer, public ExchangeHost {
         continue;
       }
       if (auto* batch = std::get_if<protocol::OutputBatch>(&event.message)) {
-        for (auto& output : batch->outputs) {
-          auto route = find(output.id, w);
-          if (!route) continue;
-          if (kv_ && !output.tokens.empty()) kv_->prefillDone(routes_.at(output.id).dispatch);
-          route->first->onOutput(route->second, output);
-        }
+        onOutputs(w, batch->outputs);
       } else if (auto* handoff = std::get_if<protocol::Handoff>(&event.message)) {
         onHandoff(w, *handoff);
       } else if (auto* lora = std::get_if<protocol::LoraReply>(&event.message)) {
@@ -516,6 +464,45 @@ class Server final : public GatewayServer, public ExchangeHost {
         spdlog::warn("gateway: worker {} error: {}", event.worker, error->message);
       }
     }
+  }
+
+  /// One output message of worker `w`. With streams among its requests, in the order of
+  /// output_order.h (first tokens first); a message of non-streaming requests only writes
+  /// nothing before their ends and keeps its order.
+  void onOutputs(std::size_t w, const std::vector<protocol::RequestOutput>& outputs) {
+    held_.clear();
+    bool streams = false;
+    for (std::size_t i = 0; i < outputs.size(); ++i) {
+      const auto it = routes_.find(outputs[i].id);
+      if (it == routes_.end() || it->second.worker != w) continue;
+      auto exchange = it->second.exchange.lock();
+      if (!exchange) {
+        forget(outputs[i].id);
+        continue;
+      }
+      streams = streams || exchange->shaper().streaming();
+      held_.push_back({.exchange = std::move(exchange),
+                       .choice = it->second.choice,
+                       .dispatch = it->second.dispatch,
+                       .output = &outputs[i]});
+    }
+    order_.clear();
+    for (std::size_t k = 0; k < held_.size(); ++k) {
+      const HeldOutput& h = held_[k];
+      order_.push_back(
+          {.index = static_cast<std::uint32_t>(k),
+           .first_tokens = !h.exchange->timing().last_output && !h.output->tokens.empty(),
+           .dispatch = h.dispatch});
+    }
+    if (streams && order_.size() > 1) sortForHandling(order_);
+    for (const OutputKey& key : order_) {
+      const HeldOutput& h = held_[key.index];
+      // Handling an earlier entry may have ended this one (its client went away).
+      if (!h.exchange->choiceOpen(h.choice)) continue;
+      if (kv_ && !h.output->tokens.empty()) kv_->prefillDone(h.dispatch);
+      h.exchange->onOutput(h.choice, *h.output);
+    }
+    held_.clear();  // the exchanges that ended go now
   }
 
   /// The exchange and choice of wire id `id`, when it is live and (given `worker`) held by
@@ -563,6 +550,15 @@ class Server final : public GatewayServer, public ExchangeHost {
   std::unordered_map<std::string, Route> routes_;
   std::unique_ptr<WorkerChoice> choice_;  // created with the pool
   std::uint64_t next_dispatch_ = 0;
+  /// onOutputs' scratch: the message's entries that route somewhere, and their order.
+  struct HeldOutput {
+    std::shared_ptr<Exchange> exchange;
+    std::size_t choice = 0;
+    std::uint64_t dispatch = 0;
+    const protocol::RequestOutput* output = nullptr;
+  };
+  std::vector<HeldOutput> held_;
+  std::vector<OutputKey> order_;
   std::map<const Exchange*, std::shared_ptr<Exchange>> inflight_;  // owns them
 };
 
