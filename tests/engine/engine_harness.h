@@ -176,6 +176,21 @@ inline std::vector<std::uint64_t> removedHashes(const PassResult& p) {
   return out;
 }
 
+/// Expects two runs' passes to be the same pass (times, work, admissions, outputs, forward-pass
+/// metrics, load; and the KV events when `with_events`).
+inline void expectSamePass(const PassResult& a, const PassResult& b, bool with_events) {
+  EXPECT_EQ(a.start_ms, b.start_ms);
+  EXPECT_EQ(a.end_ms, b.end_ms);
+  EXPECT_EQ(a.did_work, b.did_work);
+  EXPECT_EQ(a.admissions, b.admissions);
+  EXPECT_EQ(a.outputs, b.outputs);
+  if (with_events) {
+    EXPECT_EQ(a.kv_events, b.kv_events);
+  }
+  EXPECT_EQ(a.fpm, b.fpm);
+  EXPECT_EQ(a.load, b.load);
+}
+
 /// A seeded random workload for tier soaks: `requests` prompts over 5 shared prefix groups
 /// (group g's prompt starts g * 100 + 1 and is `min_len` + 4 * k tokens long, k < `len_steps`),
 /// up to 5 unique tokens after it, 1-4 output tokens; 0-2 steps between submits (advancing to

@@ -321,13 +321,7 @@ TEST_P(SchedulerSharedTest, KvEventsOffChangesNothingElse) {
     const PassResult& a = with[i];
     const PassResult& b = without[i];
     SCOPED_TRACE("pass " + std::to_string(i));
-    EXPECT_EQ(a.start_ms, b.start_ms);
-    EXPECT_EQ(a.end_ms, b.end_ms);
-    EXPECT_EQ(a.did_work, b.did_work);
-    EXPECT_EQ(a.admissions, b.admissions);
-    EXPECT_EQ(a.outputs, b.outputs);
-    EXPECT_EQ(a.fpm, b.fpm);
-    EXPECT_EQ(a.load, b.load);
+    testing::expectSamePass(a, b, /*with_events=*/false);
   }
 }
 

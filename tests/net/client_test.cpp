@@ -64,6 +64,17 @@ struct FakeService {
     std::vector<zmq::message_t> parts;
     ASSERT_EQ(tryRecvMultipart(submit, parts), RecvOutcome::Received);
   }
+  // Both ROUTERs learn client `c`'s routing id (each reads a message from it), so either can
+  // send to it.
+  void introduce(Client& c) {
+    ASSERT_TRUE(c.send(protocol::StatsRequest{}));
+    awaitHello();
+    ASSERT_TRUE(c.cancel("r0"));
+    zmq::pollitem_t item{cancel.handle(), 0, ZMQ_POLLIN, 0};
+    ASSERT_EQ(zmq::poll(&item, 1, 10000ms), 1);
+    std::vector<zmq::message_t> parts;
+    ASSERT_EQ(tryRecvMultipart(cancel, parts), RecvOutcome::Received);
+  }
 };
 
 TEST(ClientTest, NonBlockingSendToAPeerThatNeverTakesSaysItWouldBlock) {
@@ -291,15 +302,8 @@ TEST(ClientTest, ZeroTimeoutReceiveTakesWhatArrivedAndAPositiveOneWaits) {
 TEST(ClientTest, NotifyFdsWakeForWhatArrivesAfterADrain) {
   FakeService svc;
   auto c = svc.connect();
-  ASSERT_TRUE(c->send(protocol::StatsRequest{}));
-  svc.awaitHello();
-  ASSERT_TRUE(c->cancel("r0"));  // the cancel ROUTER learns the client's routing id
-  {
-    zmq::pollitem_t item{svc.cancel.handle(), 0, ZMQ_POLLIN, 0};
-    ASSERT_EQ(zmq::poll(&item, 1, 10000ms), 1);
-    std::vector<zmq::message_t> parts;
-    ASSERT_EQ(tryRecvMultipart(svc.cancel, parts), RecvOutcome::Received);
-  }
+  svc.introduce(*c);
+  if (::testing::Test::HasFatalFailure()) return;
   const auto fds = c->notifyFds();
   std::array<pollfd, 2> pfds{pollfd{.fd = fds[0], .events = POLLIN, .revents = 0},
                              pollfd{.fd = fds[1], .events = POLLIN, .revents = 0}};
@@ -349,15 +353,8 @@ TEST(ClientTest, NotifyFdsWakeForWhatArrivesAfterADrain) {
 TEST(ClientTest, WaitReadableAndReceiveReadyMissNothing) {
   FakeService svc;
   auto c = svc.connect();
-  ASSERT_TRUE(c->send(protocol::StatsRequest{}));
-  svc.awaitHello();
-  ASSERT_TRUE(c->cancel("r0"));  // the cancel ROUTER learns the client's routing id
-  {
-    zmq::pollitem_t item{svc.cancel.handle(), 0, ZMQ_POLLIN, 0};
-    ASSERT_EQ(zmq::poll(&item, 1, 10000ms), 1);
-    std::vector<zmq::message_t> parts;
-    ASSERT_EQ(tryRecvMultipart(svc.cancel, parts), RecvOutcome::Received);
-  }
+  svc.introduce(*c);
+  if (::testing::Test::HasFatalFailure()) return;
   Client* const clients[] = {c.get()};
   const auto sendAck = [&](zmq::socket_t& router, int i) {
     const auto ack = protocol::encodeClientMessage(protocol::SubmitAck{"r" + std::to_string(i), 0});
