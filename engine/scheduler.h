@@ -250,7 +250,9 @@ class VllmScheduler final : public detail::RankCore {
 
   // Per-pass scratch (kept as members to reuse their capacity).
   std::vector<Scheduled> scheduled_;
-  std::vector<PassSequence> roofline_seqs_;  // timeRoofline scratch
+  std::vector<Req*> ready_scratch_;           // Pass::ready's storage between passes
+  std::vector<RequestId> completed_scratch_;  // Pass::completed's storage between passes
+  std::vector<PassSequence> roofline_seqs_;   // timeRoofline scratch
 };
 
 }  // namespace mocker::engine
