@@ -214,6 +214,10 @@ void Engine::setKvEvents(bool enabled) {
   for (auto& rank : ranks_) rank->setKvEvents(enabled);
 }
 
+void Engine::setKvEventTokens(bool enabled) {
+  for (auto& rank : ranks_) rank->setKvEventTokens(enabled);
+}
+
 bool Engine::hasWork(std::uint32_t dp_rank) const { return ranks_.at(dp_rank)->hasWork(); }
 
 bool Engine::hasWork() const {

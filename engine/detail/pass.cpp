@@ -61,8 +61,10 @@ void StoredRuns::flush(std::uint32_t end) {
   BlockStored stored;
   stored.block_hashes = rawHashes(std::span(r_.hashes).subspan(run_start_, end - run_start_));
   if (run_start_ > 0) stored.parent_block_hash = r_.hashes[run_start_ - 1].value();
-  stored.token_ids.assign(r_.tokens.begin() + std::ptrdiff_t{run_start_} * block_size_,
-                          r_.tokens.begin() + std::ptrdiff_t{end} * block_size_);
+  if (with_tokens_) {
+    stored.token_ids.assign(r_.tokens.begin() + std::ptrdiff_t{run_start_} * block_size_,
+                            r_.tokens.begin() + std::ptrdiff_t{end} * block_size_);
+  }
   stored.block_size = block_size_;
   stored.lora_id = r_.lora_id;
   stored.lora_name = r_.lora_name;

@@ -67,6 +67,8 @@ class RankCore {
   /// Engine::setKvEvents: a rank may stop building its KV events (the engine drops whatever a
   /// rank still returns); nothing else may change.
   virtual void setKvEvents(bool /*enabled*/) {}
+  /// Engine::setKvEventTokens: whether BlockStored carries token ids.
+  virtual void setKvEventTokens(bool /*enabled*/) {}
   virtual Status checkInvariants() const = 0;
   /// LoRA adapters of the running and waiting requests (empty when LoRA is off).
   virtual LoraUsage loraUsage() const { return {}; }

@@ -86,6 +86,7 @@ OfflineReplay::OfflineReplay(const Workload& workload, const OfflineReplayOption
   route_reads_prompt_ = kv_events;
   for (std::uint32_t w = 0; w < workers_.size(); ++w) {
     workers_[w].setKvEvents(kv_events);
+    workers_[w].setKvEventTokens(false);  // the KV index reads only the Stored hashes
     first_slot_[w] = static_cast<std::uint32_t>(slots_.size());
     for (std::uint32_t r = 0; r < workers_[w].dpSize(); ++r) {
       Slot& s = slots_.emplace_back();
