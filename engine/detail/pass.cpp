@@ -19,7 +19,11 @@ RequestRecord::RequestRecord(AcceptedRequest&& request)
       plan(std::move(request.output_token_ids)),
       lora_id(request.lora_id),
       lora_name(std::move(request.lora_name)),
-      lora_key(request.lora_key) {}
+      lora_key(request.lora_key) {
+  // The prompt's block hashes the caller computed: the lazy hashing goes on from there.
+  hashes.reserve(request.prompt_hashes.size());
+  for (const std::uint64_t h : request.prompt_hashes) hashes.push_back(BlockHash{h});
+}
 
 void RequestRecord::materializeDeferred() {
   // Room for the first outputs (at most 4,096), so that sampling them does not copy the prompt.

@@ -28,6 +28,7 @@ struct AcceptedRequest {
   std::string lora_name;                                // its name (empty = none)
   std::optional<std::uint64_t> lora_key;                // its hash key (block_hash.h)
   std::shared_ptr<const PromptSource> deferred_prompt;  // the prompt, when `tokens` is empty
+  std::vector<std::uint64_t> prompt_hashes;             // Request::prompt_hashes (or empty)
 };
 
 /// Adds `request` to a scheduler's lookup map and the back of its waiting queue with the strong

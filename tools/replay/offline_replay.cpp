@@ -368,6 +368,8 @@ void OfflineReplay::dispatch(double now) {
   const std::uint32_t g = *routed;
   Slot& slot = slots_[g];
   request.dp_rank = slot.rank;
+  // The KV-aware routers hashed the prompt's blocks as the engine does: it need not again.
+  if (route_reads_prompt_) request.prompt_hashes = hashes_;
   ++stats_.per_worker[slot.worker];
   if (stats_.handoff) ++stats_.handoff->per_prefill_worker[slot.worker];
   std::uint32_t abort_after = 0;
