@@ -90,6 +90,12 @@ Result<RequestId> Engine::submit(Request request) {
     return invalidArgument("request too large: prompt + output tokens exceed " +
                            std::to_string(kMaxRequestTokens));
   }
+  if (!request.prompt_hashes.empty() && request.prompt_hashes.size() != prompt_size / blockSize()) {
+    return invalidArgument("prompt_hashes: " + std::to_string(request.prompt_hashes.size()) +
+                           " hashes for " + std::to_string(prompt_size / blockSize()) +
+                           " full blocks");
+  }
+  if (config_->engine_type == EngineType::Sglang) request.prompt_hashes.clear();
   std::uint32_t lora_id = 0;
   std::optional<std::uint64_t> lora_key;
   if (request.lora) {
@@ -109,7 +115,8 @@ Result<RequestId> Engine::submit(Request request) {
                                    lora_id,
                                    std::move(request.lora).value_or(std::string()),
                                    lora_key,
-                                   std::move(request.deferred_prompt)};
+                                   std::move(request.deferred_prompt),
+                                   std::move(request.prompt_hashes)};
   try {
     ranks_[request.dp_rank]->submit(std::move(accepted));
   } catch (const std::bad_alloc&) {
@@ -212,6 +219,10 @@ PassResult Engine::step(std::uint32_t dp_rank, double now_ms) {
 void Engine::setKvEvents(bool enabled) {
   kv_events_ = enabled;
   for (auto& rank : ranks_) rank->setKvEvents(enabled);
+}
+
+void Engine::setKvEventTokens(bool enabled) {
+  for (auto& rank : ranks_) rank->setKvEventTokens(enabled);
 }
 
 bool Engine::hasWork(std::uint32_t dp_rank) const { return ranks_.at(dp_rank)->hasWork(); }

@@ -122,6 +122,10 @@ class Engine final {
   /// TRT-LLM: the Stored token copies; a rank with offload tiers keeps building them).
   void setKvEvents(bool enabled);
   bool kvEvents() const { return kv_events_; }
+  /// Whether a BlockStored carries its blocks' token ids (the default, as vLLM's wire event).
+  /// Off: `token_ids` stays empty and nothing else changes — for a caller that reads only the
+  /// hashes (the offline replay's KV index), which then pays no copy of every stored prompt.
+  void setKvEventTokens(bool enabled);
 
   /// vLLM reset_prefix_cache: succeeds only when the rank has no active blocks; drops every
   /// cached block and returns the AllBlocksCleared event to publish. nullopt ⇒ refused.

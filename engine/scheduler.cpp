@@ -156,6 +156,12 @@ PassResult VllmScheduler::step(double now_ms) {
             .budget = detail::limitOrUnbounded(config_.max_num_batched_tokens)};
   pass.out.kv_events = std::move(book_.carryEvents());
   book_.carryEvents().clear();
+  // The per-pass lists keep their capacity from pass to pass (a lightly loaded rank runs
+  // millions of small passes: an allocation each was a visible part of them).
+  pass.ready.swap(ready_scratch_);
+  pass.completed.swap(completed_scratch_);
+  pass.ready.clear();
+  pass.completed.clear();
   scheduled_.clear();
   if (tiers_) advanceTiers(pass, now_ms);
   if (isPrefillWorker()) {
@@ -193,6 +199,8 @@ PassResult VllmScheduler::step(double now_ms) {
                       (!kv_events_ && unbuilt != unbuilt_at_pass_end_);
   unbuilt_at_pass_end_ = unbuilt;
   if (pass.out.did_work) last_end_ms_ = std::max(last_end_ms_, pass.out.end_ms);
+  ready_scratch_.swap(pass.ready);
+  completed_scratch_.swap(pass.completed);
   return std::move(pass.out);
 }
 

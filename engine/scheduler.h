@@ -45,6 +45,7 @@ class VllmScheduler final : public detail::RankCore {
   }
   bool clearCache() override { return pool_.clearCache(); }
   void setKvEvents(bool enabled) override;
+  void setKvEventTokens(bool enabled) override { kv_event_tokens_ = enabled; }
   Status checkInvariants() const override;
   void submitHandoff(detail::AcceptedRequest&& request, const HandoffTicket& ticket,
                      double now_ms) override;
@@ -238,6 +239,7 @@ class VllmScheduler final : public detail::RankCore {
   // router reads none); a pass whose only work produced events still reports did_work, counted
   // by the pool's removals and the Stored runs not built since the last pass end.
   bool kv_events_ = true;
+  bool kv_event_tokens_ = true;  // Engine::setKvEventTokens
   std::uint64_t unbuilt_stored_ = 0;
   std::uint64_t unbuilt_at_pass_end_ = 0;
 
@@ -250,7 +252,9 @@ class VllmScheduler final : public detail::RankCore {
 
   // Per-pass scratch (kept as members to reuse their capacity).
   std::vector<Scheduled> scheduled_;
-  std::vector<PassSequence> roofline_seqs_;  // timeRoofline scratch
+  std::vector<Req*> ready_scratch_;           // Pass::ready's storage between passes
+  std::vector<RequestId> completed_scratch_;  // Pass::completed's storage between passes
+  std::vector<PassSequence> roofline_seqs_;   // timeRoofline scratch
 };
 
 }  // namespace mocker::engine

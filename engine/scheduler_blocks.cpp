@@ -100,7 +100,7 @@ void VllmScheduler::finalizeBlocks(Req& r, std::vector<KvEvent>& events) {
   // Newly visible blocks form maximal runs of consecutive indices: one Stored per run when KV
   // events are on; off, the same blocks become visible and are only counted (did_work).
   std::optional<detail::StoredRuns> runs;
-  if (kv_events_) runs.emplace(r, block_size_, events);
+  if (kv_events_) runs.emplace(r, block_size_, events, kv_event_tokens_);
   std::uint64_t unbuilt = 0;
   for (std::uint32_t i = r.num_finalized; i < full; ++i) {
     if (i + kAhead < full) pool_.prefetch(r.hashes[i + kAhead]);

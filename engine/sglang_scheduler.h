@@ -58,6 +58,7 @@ class SglangScheduler final : public detail::RankCore {
   /// Off while the cache is empty at page size 1: the radix tree is keyed by tokens (on again
   /// re-keys it by sequence hashes).
   void setKvEvents(bool enabled) override;
+  void setKvEventTokens(bool enabled) override { kv_event_tokens_ = enabled; }
   Status checkInvariants() const override;
   void submitHandoff(detail::AcceptedRequest&& request, const HandoffTicket& ticket,
                      double now_ms) override;
@@ -227,6 +228,7 @@ class SglangScheduler final : public detail::RankCore {
   // Engine::setKvEvents. Off: no Stored / Removed is built; a pass whose only work was an
   // eviction still reports did_work, counted through the cache's eviction total.
   bool kv_events_ = true;
+  bool kv_event_tokens_ = true;  // Engine::setKvEventTokens
   std::uint64_t evicted_at_pass_end_ = 0;
   const std::uint64_t total_tokens_;  // N·B
   // Our length limit: a sequence needing all N pages stops, a prompt that would is rejected

@@ -63,7 +63,7 @@ void SglangScheduler::publishPages(Req& r, std::vector<KvEvent>& events) {
   if (kv_events_) ensureHashes(r, full);  // Stored carries them (the keys may be tokens)
   const std::span<const BlockHash> keys = pageKeys(r);
   // Newly created pages form maximal runs of consecutive pages; one Stored per run.
-  detail::StoredRuns runs(r, page_size_, events);
+  detail::StoredRuns runs(r, page_size_, events, kv_event_tokens_);
   RadixCache::PageRef parent = cache_.locate(path(r));
   MOCKER_CHECK(r.private_pages >= full - first);
   const std::uint32_t prompt_pages = r.prompt_len / page_size_;

@@ -52,6 +52,12 @@ struct Request {
   /// (the offline replay of an overloaded worker); SGLang ranks produce it at submit. Outputs
   /// are the same as with `tokens` = the source's tokens.
   std::shared_ptr<const PromptSource> deferred_prompt;
+  /// Optional: the sequence hashes of the prompt's full blocks as this engine computes them
+  /// (block_hash.h: its block size, hash seeds and the adapter's key), one per full block. A
+  /// caller that hashed the prompt already (the offline replay's KV-aware router) hands them
+  /// over and a vLLM / TRT-LLM rank does not hash the prompt again; SGLang ranks ignore them.
+  /// Hashes of other tokens or seeds are the caller's bug (KV events and hits follow them).
+  std::vector<std::uint64_t> prompt_hashes;
 };
 
 enum class Terminal : std::uint8_t { None, Completed, Rejected, Cancelled, Failed };

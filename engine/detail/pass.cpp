@@ -19,7 +19,11 @@ RequestRecord::RequestRecord(AcceptedRequest&& request)
       plan(std::move(request.output_token_ids)),
       lora_id(request.lora_id),
       lora_name(std::move(request.lora_name)),
-      lora_key(request.lora_key) {}
+      lora_key(request.lora_key) {
+  // The prompt's block hashes the caller computed: the lazy hashing goes on from there.
+  hashes.reserve(request.prompt_hashes.size());
+  for (const std::uint64_t h : request.prompt_hashes) hashes.push_back(BlockHash{h});
+}
 
 void RequestRecord::materializeDeferred() {
   // Room for the first outputs (at most 4,096), so that sampling them does not copy the prompt.
@@ -61,8 +65,10 @@ void StoredRuns::flush(std::uint32_t end) {
   BlockStored stored;
   stored.block_hashes = rawHashes(std::span(r_.hashes).subspan(run_start_, end - run_start_));
   if (run_start_ > 0) stored.parent_block_hash = r_.hashes[run_start_ - 1].value();
-  stored.token_ids.assign(r_.tokens.begin() + std::ptrdiff_t{run_start_} * block_size_,
-                          r_.tokens.begin() + std::ptrdiff_t{end} * block_size_);
+  if (with_tokens_) {
+    stored.token_ids.assign(r_.tokens.begin() + std::ptrdiff_t{run_start_} * block_size_,
+                            r_.tokens.begin() + std::ptrdiff_t{end} * block_size_);
+  }
   stored.block_size = block_size_;
   stored.lora_id = r_.lora_id;
   stored.lora_name = r_.lora_name;

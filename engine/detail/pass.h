@@ -198,8 +198,10 @@ inline OutputSignal failedSignal(const RequestRecord& r) {
 /// (null for block 0).
 class StoredRuns {
  public:
-  StoredRuns(const RequestRecord& r, std::uint32_t block_size, std::vector<KvEvent>& events)
-      : r_(r), block_size_(block_size), events_(events) {}
+  /// `with_tokens`: each BlockStored carries its blocks' token ids (Engine::setKvEventTokens).
+  StoredRuns(const RequestRecord& r, std::uint32_t block_size, std::vector<KvEvent>& events,
+             bool with_tokens)
+      : r_(r), block_size_(block_size), events_(events), with_tokens_(with_tokens) {}
 
   void visit(std::uint32_t block, bool newly_visible) {
     if (newly_visible && !in_run_) {
@@ -217,6 +219,7 @@ class StoredRuns {
   const RequestRecord& r_;
   const std::uint32_t block_size_;
   std::vector<KvEvent>& events_;
+  const bool with_tokens_;
   std::uint32_t run_start_ = 0;
   bool in_run_ = false;
 };

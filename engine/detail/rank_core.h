@@ -28,6 +28,7 @@ struct AcceptedRequest {
   std::string lora_name;                                // its name (empty = none)
   std::optional<std::uint64_t> lora_key;                // its hash key (block_hash.h)
   std::shared_ptr<const PromptSource> deferred_prompt;  // the prompt, when `tokens` is empty
+  std::vector<std::uint64_t> prompt_hashes;             // Request::prompt_hashes (or empty)
 };
 
 /// Adds `request` to a scheduler's lookup map and the back of its waiting queue with the strong
@@ -67,6 +68,8 @@ class RankCore {
   /// Engine::setKvEvents: a rank may stop building its KV events (the engine drops whatever a
   /// rank still returns); nothing else may change.
   virtual void setKvEvents(bool /*enabled*/) {}
+  /// Engine::setKvEventTokens: whether BlockStored carries token ids.
+  virtual void setKvEventTokens(bool /*enabled*/) {}
   virtual Status checkInvariants() const = 0;
   /// LoRA adapters of the running and waiting requests (empty when LoRA is off).
   virtual LoraUsage loraUsage() const { return {}; }

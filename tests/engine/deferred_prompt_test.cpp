@@ -128,6 +128,90 @@ TEST_P(DeferredPromptTest, SubmitRefusesTokensBesideItAndAnEmptyOne) {
   EXPECT_FALSE(engine.submit(deferred(range(1, 4), 0, calls)).has_value());  // zero output
 }
 
+// Engine::setKvEventTokens(false) (the offline replay's KV-aware routers, with deferred
+// prompts): the same run, every BlockStored without its token ids.
+TEST_P(DeferredPromptTest, KvEventsWithoutTokensAreTheSameRunWithoutTokenIds) {
+  const auto run = [&](bool tokens) {
+    auto cfg = config();
+    cfg.num_gpu_blocks = 7;
+    Engine engine(cfg);
+    engine.setKvEventTokens(tokens);
+    const auto calls = std::make_shared<int>(0);
+    for (std::uint32_t i = 0; i < 10; ++i) {
+      auto prompt = range(1, 4 + 4 * (i % 3));
+      prompt.push_back(100 + i);
+      EXPECT_TRUE(engine.submit(deferred(std::move(prompt), 2 + i % 3, calls)).has_value());
+    }
+    std::vector<PassResult> passes;
+    double now = 0.0;
+    while (engine.hasWork() && passes.size() < 1000) {
+      passes.push_back(engine.step(0, now));
+      now = passes.back().end_ms;
+    }
+    return passes;
+  };
+  const std::vector<PassResult> with = run(true);
+  const std::vector<PassResult> without = run(false);
+  ASSERT_EQ(with.size(), without.size());
+  std::size_t stored = 0;
+  for (std::size_t i = 0; i < with.size(); ++i) {
+    SCOPED_TRACE("pass " + std::to_string(i));
+    EXPECT_EQ(with[i].outputs, without[i].outputs);
+    EXPECT_EQ(with[i].end_ms, without[i].end_ms);
+    std::vector<KvEvent> expected = with[i].kv_events;
+    for (KvEvent& e : expected) {
+      if (auto* s = std::get_if<BlockStored>(&e)) {
+        EXPECT_FALSE(s->token_ids.empty());
+        s->token_ids.clear();
+        ++stored;
+      }
+    }
+    EXPECT_EQ(without[i].kv_events, expected);
+  }
+  EXPECT_GT(stored, 0u);
+}
+
+// Request::prompt_hashes (the KV router's hashes handed over): the same run as hashed by the
+// engine; a count other than the prompt's full blocks is refused.
+TEST_P(DeferredPromptTest, PromptHashesGivenAreTheSameRun) {
+  const auto run = [&](bool give) {
+    auto cfg = config();
+    cfg.num_gpu_blocks = 7;
+    Engine engine(cfg);
+    const auto calls = std::make_shared<int>(0);
+    for (std::uint32_t i = 0; i < 10; ++i) {
+      auto prompt = range(1, 4 + 4 * (i % 3));
+      prompt.push_back(100 + i);
+      Request r = deferred(prompt, 2 + i % 3, calls);
+      if (give)
+        r.prompt_hashes =
+            sequenceHashes(prompt, engine.blockSize(), {cfg.hash_seed, cfg.chain_seed});
+      EXPECT_TRUE(engine.submit(std::move(r)).has_value());
+    }
+    std::vector<PassResult> passes;
+    double now = 0.0;
+    while (engine.hasWork() && passes.size() < 1000) {
+      passes.push_back(engine.step(0, now));
+      now = passes.back().end_ms;
+    }
+    return passes;
+  };
+  const std::vector<PassResult> hashed = run(false);
+  const std::vector<PassResult> given = run(true);
+  ASSERT_EQ(hashed.size(), given.size());
+  for (std::size_t i = 0; i < hashed.size(); ++i) {
+    EXPECT_EQ(hashed[i].outputs, given[i].outputs);
+    EXPECT_EQ(hashed[i].admissions, given[i].admissions);
+    EXPECT_EQ(hashed[i].kv_events, given[i].kv_events);
+    EXPECT_EQ(hashed[i].end_ms, given[i].end_ms);
+  }
+  Engine engine(config());
+  const auto calls = std::make_shared<int>(0);
+  Request wrong = deferred(range(1, 4 * engine.blockSize()), 2, calls);
+  wrong.prompt_hashes = {1, 2, 3};
+  EXPECT_FALSE(engine.submit(std::move(wrong)).has_value());
+}
+
 INSTANTIATE_TEST_SUITE_P(EngineTypes, DeferredPromptTest,
                          ::testing::Values(EngineType::Vllm, EngineType::Trtllm,
                                            EngineType::Sglang),

@@ -27,7 +27,7 @@ detail::RequestRecord recordWithBlocks(std::uint32_t num_blocks) {
 TEST(StoredRunsTest, OneStoredPerMaximalRunWithThePreviousBlockAsParent) {
   const detail::RequestRecord r = recordWithBlocks(5);
   std::vector<KvEvent> events;
-  detail::StoredRuns runs(r, 4, events);
+  detail::StoredRuns runs(r, 4, events, true);
   runs.visit(0, true);
   runs.visit(1, true);
   runs.visit(2, false);
@@ -45,10 +45,31 @@ TEST(StoredRunsTest, OneStoredPerMaximalRunWithThePreviousBlockAsParent) {
   EXPECT_EQ(second.token_ids, range(13, 16));
 }
 
+// Without token ids (Engine::setKvEventTokens(false)): the same runs, hashes and parents.
+TEST(StoredRunsTest, WithoutTokensTheSameRunsCarryNoTokenIds) {
+  const detail::RequestRecord r = recordWithBlocks(5);
+  std::vector<KvEvent> with, without;
+  for (auto* events : {&with, &without}) {
+    detail::StoredRuns runs(r, 4, *events, events == &with);
+    runs.visit(0, true);
+    runs.visit(1, true);
+    runs.visit(2, false);
+    runs.visit(3, true);
+    runs.close(4);
+  }
+  ASSERT_EQ(without.size(), 2u);
+  for (std::size_t i = 0; i < without.size(); ++i) {
+    BlockStored expected = std::get<BlockStored>(with[i]);
+    EXPECT_FALSE(expected.token_ids.empty());
+    expected.token_ids.clear();
+    EXPECT_EQ(std::get<BlockStored>(without[i]), expected);
+  }
+}
+
 TEST(StoredRunsTest, NothingNewlyVisibleStoresNothing) {
   const detail::RequestRecord r = recordWithBlocks(3);
   std::vector<KvEvent> events;
-  detail::StoredRuns runs(r, 4, events);
+  detail::StoredRuns runs(r, 4, events, true);
   for (std::uint32_t i = 0; i < 3; ++i) runs.visit(i, false);
   runs.close(3);
   EXPECT_TRUE(events.empty());

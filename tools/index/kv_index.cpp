@@ -274,6 +274,8 @@ void KvIndex::overlapBlocks(std::span<const std::uint64_t> block_hashes,
   for (std::uint32_t s = kMaskSources; s < n_sources; ++s) alive_overflow.push_back(s);
   const auto n = static_cast<std::uint32_t>(block_hashes.size());
   for (std::uint32_t i = 0; i < n; ++i) {
+    // A long prompt's probes are cache misses once many sources fill the table: overlap them.
+    if (i + kPrefetchAhead < n) prefetch(block_hashes[i + kPrefetchAhead]);
     const Entry* e = find(block_hashes[i]);
     const std::uint64_t owners = e ? e->mask : 0;
     std::uint64_t dropped = alive & ~owners;

@@ -79,11 +79,14 @@ OfflineReplay::OfflineReplay(const Workload& workload, const OfflineReplayOption
   // (Engine::setKvEvents; nothing else changes — a third of an SGLang page-1 replay).
   const bool kv_events =
       options_.router == RouterKind::Kv || options_.router == RouterKind::KvPrefix;
-  // Nor do the other routers read a prompt: unless a turn's prompt includes its session's
-  // history (mooncake-delta), the engine synthesizes it when it needs it.
-  defer_prompts_ = !kv_events && !workload.cumulative_prompts;
+  // Unless a turn's prompt includes its session's history (mooncake-delta), the engine
+  // synthesizes it when it needs it. The KV-aware routers hash it at dispatch from a scratch
+  // copy (the same tokens: the synthesis is a pure function of the turn).
+  defer_prompts_ = !workload.cumulative_prompts;
+  route_reads_prompt_ = kv_events;
   for (std::uint32_t w = 0; w < workers_.size(); ++w) {
     workers_[w].setKvEvents(kv_events);
+    workers_[w].setKvEventTokens(false);  // the KV index reads only the Stored hashes
     first_slot_[w] = static_cast<std::uint32_t>(slots_.size());
     for (std::uint32_t r = 0; r < workers_[w].dpSize(); ++r) {
       Slot& s = slots_.emplace_back();
@@ -346,8 +349,16 @@ void OfflineReplay::dispatch(double now) {
 
   const std::uint32_t first_hop_end =
       num_prefill_ > 0 ? num_prefill_ : static_cast<std::uint32_t>(workers_.size());
+  // A deferred prompt the router hashes is synthesized into a scratch vector: the request then
+  // holds no tokens while it waits in a rank's queue.
+  const std::vector<std::uint32_t>* routed_tokens = &request.tokens;
+  if (defer_prompts_ && route_reads_prompt_) {
+    prompt_scratch_.clear();
+    request.deferred_prompt->appendTo(prompt_scratch_);
+    routed_tokens = &prompt_scratch_;
+  }
   const std::optional<std::uint32_t> routed = route(
-      now, request.tokens, request.lora, options_.router, 0, first_hop_end, dispatches_, true);
+      now, *routed_tokens, request.lora, options_.router, 0, first_hop_end, dispatches_, true);
   ++dispatches_;
   if (!routed) {  // every worker crashed or hung: failed at once, as the live replay does
     ++faults_.stats().no_worker;
@@ -357,6 +368,8 @@ void OfflineReplay::dispatch(double now) {
   const std::uint32_t g = *routed;
   Slot& slot = slots_[g];
   request.dp_rank = slot.rank;
+  // The KV-aware routers hashed the prompt's blocks as the engine does: it need not again.
+  if (route_reads_prompt_) request.prompt_hashes = hashes_;
   ++stats_.per_worker[slot.worker];
   if (stats_.handoff) ++stats_.handoff->per_prefill_worker[slot.worker];
   std::uint32_t abort_after = 0;

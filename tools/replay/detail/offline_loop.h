@@ -125,7 +125,8 @@ class OfflineReplay {
   ReplayCollector& collector_;
   std::vector<engine::Engine> workers_;
   PromptSynthesizer synth_;
-  bool defer_prompts_ = false;  // submit turns' prompts as Request::deferred_prompt
+  bool defer_prompts_ = false;       // submit turns' prompts as Request::deferred_prompt
+  bool route_reads_prompt_ = false;  // the router hashes prompts (kv, kv_prefix)
   SplitMix64 rng_;
   std::uint32_t block_size_;
   engine::HashSeeds seeds_;
@@ -146,9 +147,10 @@ class OfflineReplay {
       pending_events_;
   std::uint64_t next_event_seq_ = 0;
   index::KvIndex index_;
-  std::vector<std::uint64_t> hashes_;      // scratch
-  std::vector<std::uint32_t> overlap_;     // scratch
-  std::vector<std::uint64_t> tree_sizes_;  // scratch
+  std::vector<std::uint64_t> hashes_;          // scratch
+  std::vector<std::uint32_t> prompt_scratch_;  // scratch: a deferred prompt the router hashes
+  std::vector<std::uint32_t> overlap_;         // scratch
+  std::vector<std::uint64_t> tree_sizes_;      // scratch
   KvCostRouter cost_router_;
   std::priority_queue<LoadChange, std::vector<LoadChange>, LoadChangeLater> load_changes_;
   std::uint64_t next_load_seq_ = 0;
