@@ -128,6 +128,18 @@ TEST_P(DeferredPromptTest, SubmitRefusesTokensBesideItAndAnEmptyOne) {
   EXPECT_FALSE(engine.submit(deferred(range(1, 4), 0, calls)).has_value());  // zero output
 }
 
+// Steps rank 0 pass after pass (each starting at the previous one's end) until the engine is
+// idle (at most 1,000 passes); the passes.
+std::vector<PassResult> runUntilIdle(Engine& engine) {
+  std::vector<PassResult> passes;
+  double now = 0.0;
+  while (engine.hasWork() && passes.size() < 1000) {
+    passes.push_back(engine.step(0, now));
+    now = passes.back().end_ms;
+  }
+  return passes;
+}
+
 // Engine::setKvEventTokens(false) (the offline replay's KV-aware routers, with deferred
 // prompts): the same run, every BlockStored without its token ids.
 TEST_P(DeferredPromptTest, KvEventsWithoutTokensAreTheSameRunWithoutTokenIds) {
@@ -142,13 +154,7 @@ TEST_P(DeferredPromptTest, KvEventsWithoutTokensAreTheSameRunWithoutTokenIds) {
       prompt.push_back(100 + i);
       EXPECT_TRUE(engine.submit(deferred(std::move(prompt), 2 + i % 3, calls)).has_value());
     }
-    std::vector<PassResult> passes;
-    double now = 0.0;
-    while (engine.hasWork() && passes.size() < 1000) {
-      passes.push_back(engine.step(0, now));
-      now = passes.back().end_ms;
-    }
-    return passes;
+    return runUntilIdle(engine);
   };
   const std::vector<PassResult> with = run(true);
   const std::vector<PassResult> without = run(false);
@@ -188,13 +194,7 @@ TEST_P(DeferredPromptTest, PromptHashesGivenAreTheSameRun) {
             sequenceHashes(prompt, engine.blockSize(), {cfg.hash_seed, cfg.chain_seed});
       EXPECT_TRUE(engine.submit(std::move(r)).has_value());
     }
-    std::vector<PassResult> passes;
-    double now = 0.0;
-    while (engine.hasWork() && passes.size() < 1000) {
-      passes.push_back(engine.step(0, now));
-      now = passes.back().end_ms;
-    }
-    return passes;
+    return runUntilIdle(engine);
   };
   const std::vector<PassResult> hashed = run(false);
   const std::vector<PassResult> given = run(true);
