@@ -206,9 +206,8 @@ Result<std::optional<protocol::ClientMessage>> Client::receiveReady() {
 Result<std::optional<protocol::ClientMessage>> Client::receive(std::chrono::milliseconds timeout) {
   // A message already queued (the common case while outputs stream) needs no poll call; the
   // cancel socket goes first.
-  const auto take = [this](std::size_t i) { return impl_->take(i); };
   for (std::size_t i = 0; i < 2; ++i) {
-    if (auto got = take(i)) return std::move(*got);
+    if (auto got = impl_->take(i)) return std::move(*got);
   }
   // Both empty. A non-blocking receive that finds nothing has already processed the socket's
   // pending commands (libzmq), so a zero-timeout poll could not find more: it would only cost
@@ -226,7 +225,7 @@ Result<std::optional<protocol::ClientMessage>> Client::receive(std::chrono::mill
   }
   for (std::size_t i = 0; i < 2; ++i) {
     if (!(items[i].revents & ZMQ_POLLIN)) continue;
-    if (auto got = take(i)) return std::move(*got);
+    if (auto got = impl_->take(i)) return std::move(*got);
   }
   return std::optional<protocol::ClientMessage>();
 }

@@ -256,7 +256,7 @@ bool IndexService::Impl::drainSub(std::size_t i) {
 
 bool IndexService::Impl::drainReplay(std::size_t i) {
   bool failed = false;
-  const int n = net::drainSocket(
+  net::drainSocket(
       replays_[i], parts_, -1,
       [&](const std::vector<zmq::message_t>& parts) {
         core_->onReplayMessage(i, parseReplayMessage(frames(parts)));
@@ -265,13 +265,12 @@ bool IndexService::Impl::drainReplay(std::size_t i) {
         failed = true;
         spdlog::warn("index: receive on {} failed: {}", core_->streamSpec(i).replay, error);
       });
-  (void)n;
   return !failed;
 }
 
 bool IndexService::Impl::drainChannel(std::size_t ch) {
   bool failed = false;
-  const int n = net::drainSocket(
+  net::drainSocket(
       dealers_[ch], parts_, -1,
       [&](const std::vector<zmq::message_t>& parts) {
         if (!parts.empty()) core_->onChannelMessage(ch, bytes(parts.back()));
@@ -280,7 +279,6 @@ bool IndexService::Impl::drainChannel(std::size_t ch) {
         failed = true;
         spdlog::warn("index: receive on {} failed: {}", core_->channelEndpoint(ch), error);
       });
-  (void)n;
   return !failed;
 }
 
