@@ -378,8 +378,10 @@ void Server::Impl::handleSubmit(const net::RoutedEnvelope& from, const Peer& pee
     }
     return;
   }
-  // A silenced request is never in the request metrics (the worker lost it).
-  if (!silent) metrics_.onSubmit(*id, rank, engineNowMs(), prompt_tokens);
+  // A silenced request is never in the request metrics (the worker lost it). Its arrival is
+  // the engine's, so the metrics' TTFT is the modelled one even if the thread was descheduled
+  // since.
+  if (!silent) metrics_.onSubmit(*id, rank, er_arrival_ms, prompt_tokens);
   // At most max_buffered_outputs undelivered signals, capped at the request's output length
   // (Dynamo's min(output_len, 8)), at least 1.
   const auto cap = static_cast<std::uint32_t>(std::max<std::uint64_t>(

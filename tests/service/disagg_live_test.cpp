@@ -236,9 +236,10 @@ TEST(DisaggLiveTest, PrefillWorkerMetricsCountAHandoffAsLengthAtThePrefill) {
       << text;
   EXPECT_EQ(finished(text, "abort"), 0) << text;
   EXPECT_EQ(count(text, "vllm:time_to_first_token_seconds_count"), 2);
-  // Arrival to the end of a 20 ms prefill pass, for each (the pass is anchored at the arrival
-  // the engine saw, microseconds before the one /metrics records).
-  EXPECT_GE(count(text, "vllm:time_to_first_token_seconds_sum"), 2 * 0.019);
+  // Arrival to the end of a 20 ms prefill pass, for each: the pass is anchored at the arrival
+  // the engine saw, and /metrics records that same arrival (a second clock reading, taken after
+  // the engine's submit, could be late by however long the loop thread was descheduled).
+  EXPECT_GE(count(text, "vllm:time_to_first_token_seconds_sum"), 2 * 0.0199);
   EXPECT_EQ(count(text, "vllm:e2e_request_latency_seconds_count"), 2);
   EXPECT_EQ(count(text, "vllm:prompt_tokens_total"), 2.0 * kPrompt);
   EXPECT_EQ(count(text, "vllm:generation_tokens_total"), 0);
