@@ -453,6 +453,7 @@ void VllmScheduler::emitTokens(Pass& pass) {
     pass.completed.push_back(r.id);
   };
   bool held = false;
+  pass.out.outputs.reserve(pass.out.outputs.size() + pass.ready.size());  // one token each, mostly
   for (Req* rp : pass.ready) {
     Req& r = *rp;
     if (failed) {
@@ -473,14 +474,13 @@ void VllmScheduler::emitTokens(Pass& pass) {
             ? specBurst(config_, dp_rank_, r.id, r.spec_steps++, limit_.remaining(r))
             : 1;
     for (std::uint32_t t = 0; t < burst; ++t) {
-      OutputSignal sig = detail::sampleToken(r, config_.token_seed);
+      OutputSignal& sig = detail::emitToken(r, config_.token_seed, pass.out.outputs);
       if (reachedEnd(r)) {
         sig.terminal = Terminal::Completed;
         sig.limit = limit_.stopReason(r);
-        complete(r);
+        complete(r);  // touches no signal
+        break;
       }
-      pass.out.outputs.push_back(sig);
-      if (r.state == ReqState::Finished) break;
     }
     if (config_.spec_num_draft_tokens && r.state != ReqState::Finished) acceptDrafts(pass, r);
   }
