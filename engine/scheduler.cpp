@@ -453,7 +453,6 @@ void VllmScheduler::emitTokens(Pass& pass) {
     pass.completed.push_back(r.id);
   };
   bool held = false;
-  pass.out.outputs.reserve(pass.out.outputs.size() + pass.ready.size());  // one token each, mostly
   for (Req* rp : pass.ready) {
     Req& r = *rp;
     if (failed) {
