@@ -5,7 +5,6 @@
 #include <xxhash.h>
 
 #include <algorithm>
-#include <array>
 #include <cmath>
 #include <limits>
 #include <new>
