@@ -227,6 +227,11 @@ void VllmScheduler::scheduleRunning(Pass& pass) {
 inline VllmScheduler::Growth VllmScheduler::growOrPreempt(Pass& pass, std::size_t& i,
                                                           std::uint32_t n, std::uint32_t drafts) {
   Req& r = *running_[i];
+  // Most decode steps stay within the last block: acquire would take nothing (the common case,
+  // checked without its division).
+  if (std::uint64_t{r.num_computed} + n + drafts <= std::uint64_t{r.blocks.size()} * block_size_) {
+    return Growth::Allocated;
+  }
   while (!acquire(r, r.num_computed + n + drafts, 0, pass.out.kv_events)) {
     if (isTrtllm()) {
       // Guaranteed-no-evict admission (fresh or an activated handoff) and reservations that
@@ -257,7 +262,10 @@ inline void VllmScheduler::computeTokens(Pass& pass, Req& r, std::uint32_t compu
                                          std::uint32_t n) {
   scheduled_.push_back({r.id, n, computed_before, r.len(), r.prompt_len, r.lora_id});
   r.num_computed = computed_before + n;
-  finalizeBlocks(r, pass.out.kv_events);
+  // finalizeBlocks' own first check, here to save the call when no block filled (most passes).
+  if (r.num_computed >= (std::uint64_t{r.num_finalized} + 1) * block_size_) {
+    finalizeBlocks(r, pass.out.kv_events);
+  }
   pass.budget -= n;
 }
 
@@ -473,14 +481,13 @@ void VllmScheduler::emitTokens(Pass& pass) {
             ? specBurst(config_, dp_rank_, r.id, r.spec_steps++, limit_.remaining(r))
             : 1;
     for (std::uint32_t t = 0; t < burst; ++t) {
-      OutputSignal sig = detail::sampleToken(r, config_.token_seed);
+      OutputSignal& sig = detail::emitToken(r, config_.token_seed, pass.out.outputs);
       if (reachedEnd(r)) {
         sig.terminal = Terminal::Completed;
         sig.limit = limit_.stopReason(r);
-        complete(r);
+        complete(r);  // touches no signal
+        break;
       }
-      pass.out.outputs.push_back(sig);
-      if (r.state == ReqState::Finished) break;
     }
     if (config_.spec_num_draft_tokens && r.state != ReqState::Finished) acceptDrafts(pass, r);
   }
@@ -528,6 +535,7 @@ void VllmScheduler::admitActivated(Pass& pass, std::uint64_t max_seqs,
 }
 
 std::uint32_t VllmScheduler::draftKv(const Req& r) const {
+  if (config_.spec_num_draft_tokens.value_or(0) == 0) return 0;  // no drafts: no room for them
   const std::uint32_t remaining = limit_.remaining(r);
   return remaining == 0 ? 0 : specWorstCaseBurst(config_, remaining) - 1;
 }

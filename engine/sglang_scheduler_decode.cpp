@@ -132,7 +132,7 @@ void SglangScheduler::emitTokens(Pass& pass) {
             ? specBurst(config_, dp_rank_, r.id, r.spec_steps++, limit_.remaining(r))
             : 1;
     for (std::uint32_t t = 0; t < burst; ++t) {
-      pass.out.outputs.push_back(detail::sampleToken(r, config_.token_seed));
+      (void)detail::emitToken(r, config_.token_seed, pass.out.outputs);
     }
     r.materialized = r.len();
     publishPages(r, pass.out.kv_events);

@@ -305,9 +305,13 @@ std::span<const double> itlBucketsSeconds() { return kItlBuckets; }
 std::span<const double> requestLatencyBucketsSeconds() { return kRequestLatencyBuckets; }
 
 void Histogram::observe(double value) {
-  // Prometheus buckets are "less than or equal to" their upper bound.
-  const auto it = std::lower_bound(bounds.begin(), bounds.end(), value);
-  ++counts[static_cast<std::size_t>(it - bounds.begin())];
+  if (value != last_value_) {
+    // Prometheus buckets are "less than or equal to" their upper bound.
+    const auto it = std::lower_bound(bounds.begin(), bounds.end(), value);
+    last_bucket_ = static_cast<std::size_t>(it - bounds.begin());
+    last_value_ = value;
+  }
+  ++counts[last_bucket_];
   sum += value;
   ++count;
 }
@@ -349,7 +353,12 @@ void MetricsRecorder::onOutput(std::uint32_t rank, const engine::OutputSignal& s
     if (t.first_token_ms < 0) {
       firstToken(m, t, s.time_ms);
     } else {
-      m.inter_token_latency.observe(seconds(s.time_ms - t.last_token_ms));
+      const double itl_ms = s.time_ms - t.last_token_ms;
+      if (itl_ms != itl_ms_) {
+        itl_ms_ = itl_ms;
+        itl_s_ = seconds(itl_ms);
+      }
+      m.inter_token_latency.observe(itl_s_);
     }
     t.last_token_ms = s.time_ms;
   }

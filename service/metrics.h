@@ -43,6 +43,12 @@ struct Histogram {
   explicit Histogram(std::span<const double> upper_bounds = {})
       : bounds(upper_bounds), counts(upper_bounds.size() + 1, 0) {}
   void observe(double value);
+
+ private:
+  // The last value observed and its bucket: a pass's tokens mostly share one inter-token
+  // latency, so the bucket search runs once per pass rather than per token (NaN: none yet).
+  double last_value_ = std::numeric_limits<double>::quiet_NaN();
+  std::size_t last_bucket_ = 0;
 };
 
 /// vLLM's histogram bucket bounds in seconds (vllm/v1/metrics/loggers.py): time to first token,
@@ -179,6 +185,10 @@ class MetricsRecorder final {
 
   MetricsSnapshot snapshot_;
   std::unordered_map<engine::RequestId, Timeline> requests_;  // looked up only, never iterated
+  // The last inter-token interval (ms) and its seconds: a pass's tokens mostly share it, so
+  // the division runs once per pass rather than per token (NaN: none yet).
+  double itl_ms_ = std::numeric_limits<double>::quiet_NaN();
+  double itl_s_ = 0.0;
 };
 
 /// The loop's phase, for /health and /ready.

@@ -165,13 +165,23 @@ inline std::uint32_t nextOutputToken(const RequestRecord& r, std::uint64_t token
   return syntheticToken(token_seed, r.id, k);
 }
 
-/// Samples the next token of `r`: appends it to r.tokens and returns its signal (the first
-/// token carries the reused prompt tokens). The caller sets `terminal` if `r` ends with it.
-inline OutputSignal sampleToken(RequestRecord& r, std::uint64_t token_seed) {
+/// Samples the next token of `r`: appends it to r.tokens and its signal to `outputs` (the first
+/// token carries the reused prompt tokens), and returns the signal. The caller sets `terminal`
+/// if `r` ends with it.
+///
+/// The signal is written field by field into its slot: an aggregate built on the stack and
+/// copied in was stored in narrow pieces and reloaded 16 bytes at a time, a store-forwarding
+/// stall per copy that was the largest part of a decode pass's per-token cost.
+inline OutputSignal& emitToken(RequestRecord& r, std::uint64_t token_seed,
+                               std::vector<OutputSignal>& outputs) {
   const std::uint32_t k = r.generated();
-  OutputSignal sig{r.id, nextOutputToken(r, token_seed), k, 0.0, Terminal::None, {}};
+  const std::uint32_t token = nextOutputToken(r, token_seed);
+  OutputSignal& sig = outputs.emplace_back();
+  sig.id = r.id;
+  sig.token = token;
+  sig.index = k;
   if (k == 0) sig.cached_tokens = r.first_cached_tokens;
-  r.tokens.push_back(*sig.token);
+  r.tokens.push_back(token);
   return sig;
 }
 

@@ -221,6 +221,25 @@ class Writer {
     std::memcpy(p_, bytes.data(), bytes.size());
     p_ += bytes.size();
   }
+  /// raw() for strings that are mostly short (ids, reasons): up to 16 bytes in at most two
+  /// fixed-size, overlapping copies the compiler inlines; a call to memcpy per entry (its id)
+  /// was a visible part of encoding an output message.
+  void shortRaw(std::string_view bytes) {
+    const char* s = bytes.data();
+    const std::size_t n = bytes.size();
+    if (n >= 8 && n <= 16) {
+      std::memcpy(p_, s, 8);
+      std::memcpy(p_ + n - 8, s + n - 8, 8);
+    } else if (n >= 4 && n < 8) {
+      std::memcpy(p_, s, 4);
+      std::memcpy(p_ + n - 4, s + n - 4, 4);
+    } else if (n < 4) {
+      for (std::size_t i = 0; i < n; ++i) p_[i] = static_cast<std::byte>(s[i]);
+    } else {
+      std::memcpy(p_, s, n);
+    }
+    p_ += n;
+  }
   void mapHeader(std::uint32_t n) { header(n, 0x80, 0xde, 0xdf); }
   void arrayHeader(std::uint32_t n) { header(n, 0x90, 0xdc, 0xdd); }
   void str(std::string_view s) {
@@ -237,7 +256,7 @@ class Writer {
       byte(0xdb);
       bigEndian(n, 4);
     }
-    raw(s);
+    shortRaw(s);
   }
   void uint(std::uint32_t v) {
     if (v <= 0x7f) {

@@ -79,16 +79,21 @@ TEST(PassSignalsTest, FirstTokenCarriesCachedTokensAndIsAppended) {
   detail::RequestRecord r(
       detail::AcceptedRequest{RequestId{1}, range(1, 8), 2, std::vector<std::uint32_t>{42, 43}});
   r.first_cached_tokens = 4;
-  const OutputSignal first = detail::sampleToken(r, 0);
+  std::vector<OutputSignal> outputs;
+  const OutputSignal first = detail::emitToken(r, 0, outputs);
+  EXPECT_EQ(first.id, RequestId{1});
   EXPECT_EQ(first.token, 42u);
   EXPECT_EQ(first.index, 0u);
+  EXPECT_EQ(first.time_ms, 0.0);
   EXPECT_EQ(first.cached_tokens, 4u);
   EXPECT_EQ(first.terminal, Terminal::None);
-  const OutputSignal second = detail::sampleToken(r, 0);
+  EXPECT_EQ(first.limit, LengthLimit::None);
+  const OutputSignal second = detail::emitToken(r, 0, outputs);
   EXPECT_EQ(second.token, 43u);
   EXPECT_EQ(second.index, 1u);
   EXPECT_FALSE(second.cached_tokens.has_value());
   EXPECT_EQ(r.tokens, concat(range(1, 8), {42, 43}));
+  EXPECT_EQ(outputs, (std::vector<OutputSignal>{first, second}));  // appended, in order
 }
 
 TEST(PassSignalsTest, TerminalWithoutTokenCarriesCachedTokensOnlyWithoutOutput) {

@@ -3,6 +3,11 @@
 // every engine type shares are in scheduler_shared_test.cpp. Every step goes through
 // Harness::step, which checks the per-step invariants.
 #include <gtest/gtest.h>
+#include <xxhash.h>
+
+#include <array>
+#include <limits>
+#include <random>
 
 #include "engine/block_hash.h"
 #include "engine_harness.h"
@@ -49,6 +54,31 @@ TEST(SchedulerTest, SyntheticTokenVectors) {
   EXPECT_EQ(syntheticToken(0, RequestId{1}, 1), 7036u);
   EXPECT_EQ(syntheticToken(0, RequestId{2}, 0), 21348u);
   EXPECT_NE(syntheticToken(1, RequestId{1}, 0), 24979u);
+}
+
+// syntheticToken computes XXH3 from the words; the definition is XXH3-64 (seed 0) of the bytes
+// token_seed (LE u64) ‖ id (LE u64) ‖ k (LE u32), here hashed by the library itself.
+TEST(SchedulerTest, SyntheticTokenIsXxh3OfItsTwentyBytes) {
+  const auto reference = [](std::uint64_t seed, std::uint64_t id, std::uint32_t k) {
+    std::array<unsigned char, 20> buf{};
+    for (std::size_t i = 0; i < 8; ++i) {
+      buf[i] = static_cast<unsigned char>(seed >> (8 * i));
+      buf[8 + i] = static_cast<unsigned char>(id >> (8 * i));
+    }
+    for (std::size_t i = 0; i < 4; ++i) buf[16 + i] = static_cast<unsigned char>(k >> (8 * i));
+    return 1000 +
+           static_cast<std::uint32_t>(XXH3_64bits_withSeed(buf.data(), buf.size(), 0) % 31000);
+  };
+  std::mt19937_64 rng(7);
+  constexpr std::uint64_t kMax = std::numeric_limits<std::uint64_t>::max();
+  for (int i = 0; i < 20000; ++i) {
+    // Every byte position matters: full-width random words, and the extremes.
+    const std::uint64_t seed = i % 7 == 0 ? kMax : i % 5 == 0 ? 0 : rng();
+    const std::uint64_t id = i % 11 == 0 ? kMax : rng() >> (i % 64);
+    const auto k = static_cast<std::uint32_t>(i % 13 == 0 ? 0xffffffffu : rng());
+    ASSERT_EQ(syntheticToken(seed, RequestId{id}, k), reference(seed, id, k))
+        << seed << " " << id << " " << k;
+  }
 }
 
 // max_output 1 ⇒ the token and `completed` in pass 1; the blocks stay cached, inactive.

@@ -154,6 +154,21 @@ TEST(OutputFastPath, EncodesInPlaceIntoABufferOfTheExactSize) {
   }
 }
 
+// Ids and reasons of every length up to 40 bytes: each way the encoder copies a short string.
+TEST(OutputFastPath, EncodesStringsOfEveryShortLength) {
+  for (std::size_t n = 1; n <= 40; ++n) {
+    std::string id(n, 'a');
+    for (std::size_t i = 0; i < n; ++i) id[i] = static_cast<char>('a' + i % 26);
+    const OutputBatch batch{
+        .outputs = {
+            RequestOutput{.id = id, .tokens = {1}},
+            RequestOutput{.id = "x", .finish = FinishReason::Error, .reason = id.substr(n / 2)}}};
+    ASSERT_EQ(testing::toHex(encodeClientMessage(batch)),
+              testing::toHex(independentEncoding(batch)))
+        << n;
+  }
+}
+
 TEST(OutputFastPath, ReadsTheGolden) {
   const auto fast = detail::decodeCanonicalOutput(readGolden("client_output"));
   ASSERT_TRUE(fast.has_value());

@@ -48,6 +48,17 @@ TEST(HistogramTest, BucketsAreLessOrEqualTheirUpperBound) {
   EXPECT_DOUBLE_EQ(h.sum, 3.65);
 }
 
+// Repeated values (a pass's tokens share their inter-token latency) take the bucket of the
+// last value; a change of value, in either direction, searches again.
+TEST(HistogramTest, RepeatedValuesCountInTheirOwnBucket) {
+  static constexpr double kBounds[] = {0.1, 1.0};
+  Histogram h(kBounds);
+  for (const double v : {0.5, 0.5, 2.0, 2.0, 2.0, 0.05, 0.05, 1.0, 0.5, 0.0, -0.0}) h.observe(v);
+  EXPECT_EQ(h.counts, (std::vector<std::uint64_t>{4, 4, 3}));
+  EXPECT_EQ(h.count, 11u);
+  EXPECT_DOUBLE_EQ(h.sum, 8.6);
+}
+
 // Token timeline of request 1 (engine ms): arrival 0, admitted at 100 (pass start), tokens at
 // 300, 350, 420 (pass ends), the last one completing it.
 TEST(MetricsRecorderTest, TimelineGivesVllmPhaseHistograms) {
