@@ -431,16 +431,26 @@ class Server final : public GatewayServer, public ExchangeHost {
       pool_->cancel(*it->second.prefill_worker, id);
   }
 
+  /// One drain's messages. Consecutive output messages (both workers' pass ends drained
+  /// together, or two passes of one) are handled as one burst, so that every message's first
+  /// tokens go before any message's other entries (output_order.h); any other event first
+  /// handles the outputs collected before it, so they keep their place relative to it.
   void onWorkerEvents(std::vector<WorkerEvent>& events) {
     for (auto& event : events) {
       const std::size_t w = event.worker;
+      auto* batch = event.liveness == Liveness::None
+                        ? std::get_if<protocol::OutputBatch>(&event.message)
+                        : nullptr;
+      if (batch) {
+        holdOutputs(w, batch->outputs);
+        continue;
+      }
+      handleHeld();
       if (event.liveness != Liveness::None) {
         onLiveness(w, event.liveness == Liveness::Lost);
         continue;
       }
-      if (auto* batch = std::get_if<protocol::OutputBatch>(&event.message)) {
-        onOutputs(w, batch->outputs);
-      } else if (auto* handoff = std::get_if<protocol::Handoff>(&event.message)) {
+      if (auto* handoff = std::get_if<protocol::Handoff>(&event.message)) {
         onHandoff(w, *handoff);
       } else if (auto* lora = std::get_if<protocol::LoraReply>(&event.message)) {
         if (!lora_rollout_.onReply(w, *lora)) {
@@ -464,14 +474,13 @@ class Server final : public GatewayServer, public ExchangeHost {
         spdlog::warn("gateway: worker {} error: {}", event.worker, error->message);
       }
     }
+    handleHeld();
   }
 
-  /// One output message of worker `w`. With streams among its requests, in the order of
-  /// output_order.h (first tokens first); a message of non-streaming requests only writes
-  /// nothing before their ends and keeps its order.
-  void onOutputs(std::size_t w, const std::vector<protocol::RequestOutput>& outputs) {
-    held_.clear();
-    bool streams = false;
+  /// Collects the entries of one output message of worker `w` that route to a live request, for
+  /// handleHeld (`outputs` outlives it: the batch of events).
+  void holdOutputs(std::size_t w, const std::vector<protocol::RequestOutput>& outputs) {
+    ++held_messages_;
     for (std::size_t i = 0; i < outputs.size(); ++i) {
       const auto it = routes_.find(outputs[i].id);
       if (it == routes_.end() || it->second.worker != w) continue;
@@ -480,21 +489,27 @@ class Server final : public GatewayServer, public ExchangeHost {
         forget(outputs[i].id);
         continue;
       }
-      streams = streams || exchange->shaper().streaming();
+      held_streams_ = held_streams_ || exchange->shaper().streaming();
       held_.push_back({.exchange = std::move(exchange),
                        .choice = it->second.choice,
                        .dispatch = it->second.dispatch,
                        .output = &outputs[i]});
     }
-    order_.clear();
-    for (std::size_t k = 0; k < held_.size(); ++k) {
-      const HeldOutput& h = held_[k];
-      order_.push_back(
-          {.index = static_cast<std::uint32_t>(k),
-           .first_tokens = !h.exchange->timing().last_output && !h.output->tokens.empty(),
-           .dispatch = h.dispatch});
+  }
+
+  /// Hands the collected entries to their requests. With streams among them, in the order of
+  /// output_order.h (first tokens first); entries of non-streaming requests only write nothing
+  /// before their ends and keep their order.
+  void handleHeld() {
+    if (held_.empty()) return;
+    burst_.clear();
+    for (const HeldOutput& h : held_) {
+      burst_.push_back({.dispatch = h.dispatch,
+                        .has_tokens = !h.output->tokens.empty(),
+                        .had_tokens = h.exchange->timing().last_output.has_value()});
     }
-    if (streams && order_.size() > 1) sortForHandling(order_);
+    burstKeys(burst_, held_messages_, order_, seen_dispatch_);
+    if (held_streams_ && order_.size() > 1) sortForHandling(order_);
     for (const OutputKey& key : order_) {
       const HeldOutput& h = held_[key.index];
       // Handling an earlier entry may have ended this one (its client went away).
@@ -503,6 +518,8 @@ class Server final : public GatewayServer, public ExchangeHost {
       h.exchange->onOutput(h.choice, *h.output);
     }
     held_.clear();  // the exchanges that ended go now
+    held_messages_ = 0;
+    held_streams_ = false;
   }
 
   /// The exchange and choice of wire id `id`, when it is live and (given `worker`) held by
@@ -557,8 +574,12 @@ class Server final : public GatewayServer, public ExchangeHost {
     std::uint64_t dispatch = 0;
     const protocol::RequestOutput* output = nullptr;
   };
-  std::vector<HeldOutput> held_;
+  std::vector<HeldOutput> held_;  // entries of the output messages being handled (handleHeld)
+  std::size_t held_messages_ = 0;
+  bool held_streams_ = false;
+  std::vector<BurstEntry> burst_;
   std::vector<OutputKey> order_;
+  std::unordered_set<std::uint64_t> seen_dispatch_;
   std::map<const Exchange*, std::shared_ptr<Exchange>> inflight_;  // owns them
 };
 

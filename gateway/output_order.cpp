@@ -16,4 +16,17 @@ void sortForHandling(std::vector<OutputKey>& keys) {
   });
 }
 
+void burstKeys(const std::vector<BurstEntry>& entries, std::size_t messages,
+               std::vector<OutputKey>& keys, std::unordered_set<std::uint64_t>& seen) {
+  keys.clear();
+  seen.clear();
+  for (std::size_t k = 0; k < entries.size(); ++k) {
+    const BurstEntry& e = entries[k];
+    const bool first_entry = messages < 2 || seen.insert(e.dispatch).second;
+    keys.push_back({.index = static_cast<std::uint32_t>(k),
+                    .first_tokens = first_entry && e.has_tokens && !e.had_tokens,
+                    .dispatch = e.dispatch});
+  }
+}
+
 }  // namespace mocker::gateway

@@ -10,10 +10,13 @@
 //      whole burst), and each stream's place moves by only the few requests admitted per pass,
 //      so the gaps between its tokens stay even.
 // Only the order between different requests changes: a request has at most one entry per
-// message and its own entries keep their order. Pure; no I/O.
+// message and its own entries keep their order. The messages of one drain are ordered together
+// (burstKeys): taken message by message, a worker's first tokens waited behind the whole burst of
+// the other worker's message drained with it. Pure; no I/O.
 #pragma once
 
 #include <cstdint>
+#include <unordered_set>
 #include <vector>
 
 namespace mocker::gateway {
@@ -26,5 +29,22 @@ struct OutputKey {
 
 /// Sorts `keys` into handling order (above).
 void sortForHandling(std::vector<OutputKey>& keys);
+
+/// One entry of a burst: the messages of one drain handled together (both workers' pass ends,
+/// or two passes of one), so that every message's first tokens go before any message's other
+/// entries.
+struct BurstEntry {
+  std::uint64_t dispatch = 0;  ///< its request's dispatch order
+  bool has_tokens = false;
+  bool had_tokens = false;  ///< its request got tokens before this burst
+};
+
+/// The keys of a burst's entries, given in collection order (message after message; `messages`
+/// of them), into `keys` (cleared first; `seen` is scratch). An entry brings first tokens when it
+/// has tokens, its request had none before, and it is that request's first entry in the burst:
+/// a request has at most one entry per message, so with several messages its later entries are
+/// "the rest" and, sorted by (dispatch, index), keep their order after it.
+void burstKeys(const std::vector<BurstEntry>& entries, std::size_t messages,
+               std::vector<OutputKey>& keys, std::unordered_set<std::uint64_t>& seen);
 
 }  // namespace mocker::gateway

@@ -306,6 +306,13 @@ void registerOpenAiFlags(CLI::App& cmd, ReplayFlags& f) {
                "every output token is stamped when the body arrives (TTFT = E2E, no ITL), usage "
                "from the body")
       ->group(group);
+  cmd.add_option("--openai-connections", f.openai_connections,
+                 "--openai-url: open this many keep-alive connections before the first request "
+                 "is sent (the clock starts after them), so that requests do not pay a TCP "
+                 "handshake as the number in flight grows (default 0: opened as needed; at most "
+                 "256 are kept idle)")
+      ->option_text("N")
+      ->group(group);
   cmd.add_option("--api-key-file", f.api_key_file,
                  "--openai-url: send `Authorization: Bearer KEY` with KEY the file's first line")
       ->option_text("FILE")

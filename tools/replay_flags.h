@@ -36,11 +36,12 @@ struct ReplayFlags {
   std::vector<std::string> connect_cancel;  ///< live: cancel endpoints (default: port + 1)
   std::string fleet_file;  ///< live: --fleet, every worker's submit and cancel endpoints
   // Live against an OpenAI-compatible HTTP server (--openai-url).
-  std::string openai_url;      ///< http://HOST:PORT[/v1]
-  bool chat = false;           ///< /v1/chat/completions
-  bool no_stream = false;      ///< --openai-url: `stream: false` requests
-  std::string api_key_file;    ///< a Bearer key, read from this file
-  std::string tokenizer_file;  ///< a tokenizer.json: text prompts
+  std::string openai_url;                ///< http://HOST:PORT[/v1]
+  bool chat = false;                     ///< /v1/chat/completions
+  bool no_stream = false;                ///< --openai-url: `stream: false` requests
+  std::uint32_t openai_connections = 0;  ///< --openai-url: connections opened before the start
+  std::string api_key_file;              ///< a Bearer key, read from this file
+  std::string tokenizer_file;            ///< a tokenizer.json: text prompts
   /// From --fleet: each worker's KV-event PUB and replay ROUTER endpoints, by rank (kv router).
   std::vector<std::vector<std::string>> fleet_kv_events;
   std::vector<std::vector<std::string>> fleet_kv_replay;

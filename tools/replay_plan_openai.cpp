@@ -86,6 +86,7 @@ Status planOpenAi(const ReplayFlags& f, const GivenFlags& given, ReplayPlan& pla
       .model = f.serve.model,
       .chat = f.chat,
       .stream = !f.no_stream,
+      .connections = f.openai_connections,
       .request_timeout_ms = f.request_timeout_s * 1000.0,
       .connect_timeout_ms = f.connect_timeout_s * 1000.0,
   };
@@ -107,7 +108,8 @@ Status planOpenAi(const ReplayFlags& f, const GivenFlags& given, ReplayPlan& pla
 }
 
 Status refuseOpenAiFlags(const GivenFlags& given) {
-  for (const char* flag : {"--chat", "--no-stream", "--api-key-file", "--tokenizer"}) {
+  for (const char* flag :
+       {"--chat", "--no-stream", "--openai-connections", "--api-key-file", "--tokenizer"}) {
     if (given.contains(flag)) return invalidArgument(std::string(flag) + " is for --openai-url");
   }
   return {};

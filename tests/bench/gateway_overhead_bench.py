@@ -7,15 +7,18 @@ latency). Each request has a prompt of its own (no prefix-cache hits on either p
         --streams 100 --requests 1000 --tokens 32 --rounds 3
         # 100 streams in flight, closed loop: both paths driven by `mocker replay` (ZeroMQ live /
         # --openai-url with SSE), the client's own TTFT / ITL
+    ... gateway_overhead_bench.py --request-rate 180 --requests 1000 --tokens 32 --rounds 5
+        # Poisson arrivals (~100 in flight): the same arrival times on both paths of a round
     ... gateway_overhead_bench.py --client asyncio --streams 100 --tokens 32 --rounds 2
         # one burst of 100 streams opened at once by this script's asyncio clients (pyzmq /
         # raw HTTP): measures how fast the gateway admits a burst as much as its per-request cost
     ... gateway_overhead_bench.py --hold 2000      # 2,000 concurrent streams: the gateway's RSS
-    ... gateway_overhead_bench.py --throughput 4000 --concurrency 64 --tokens 16 \
-        --prefill-ms 0.1 --decode-ms 0.1
+    ... gateway_overhead_bench.py --throughput 30000 --concurrency 64 --tokens 16 \
+        --prefill-ms 0.1 --decode-ms 0.1 --rounds 5
         # non-streaming requests per second, direct vs through the gateway, both driven by
         # `mocker replay` (ZeroMQ / --openai-url --no-stream), same workers, alternating rounds;
-        # CPU per request of the client, the workers and the gateway
+        # CPU per request of the client, the workers and the gateway (30,000 per round: ~1.5 s
+        # direct, ~2.5 s through the gateway; rounds of 3,000 lasted 0.2-0.4 s)
 """
 
 import argparse
@@ -23,6 +26,7 @@ import asyncio
 import itertools
 import json
 import os
+import random
 import resource
 import subprocess
 import sys
@@ -42,6 +46,36 @@ from gateway_live_test import Gateway  # noqa: E402
 from mocker_client import decode_message, encode_message  # noqa: E402
 
 PROMPT_LEN = 64
+# Poisson arrivals: the gateway path's client opens this many connections before the clock
+# starts (~100 in flight at the documented rate, peaks ~140; the client keeps 256 at most).
+PRECONNECT_POISSON = 200
+TRACE_BLOCK = 16  # tokens per hash id of the Poisson traces
+_supports_preconnect = {}
+
+
+def supports_preconnect():
+    """Whether MOCKER_BIN's replay has --openai-connections (older binaries, run for before /
+    after comparisons, open their connections as needed)."""
+    path = mocker_bin()
+    if path not in _supports_preconnect:
+        out = subprocess.run([path, "replay", "--help"], capture_output=True, text=True).stdout
+        _supports_preconnect[path] = "--openai-connections" in out
+    return _supports_preconnect[path]
+
+
+def poisson_trace(path, total, rate, tokens, arrival_seed, first_hash):
+    """A Mooncake-format trace of `total` requests arriving as a Poisson process of `rate` req/s
+    drawn from `arrival_seed`; each a fresh PROMPT_LEN-token prompt (its own hash ids, from
+    `first_hash` on) and exactly `tokens` output tokens."""
+    rng = random.Random(arrival_seed)
+    per = PROMPT_LEN // TRACE_BLOCK
+    t = 0.0
+    with open(path, "w", encoding="utf-8") as f:
+        for i in range(total):
+            ids = list(range(first_hash + i * per, first_hash + (i + 1) * per))
+            f.write(json.dumps({"timestamp": round(t, 3), "input_length": PROMPT_LEN,
+                                "output_length": tokens, "hash_ids": ids}) + "\n")
+            t += rng.expovariate(rate) * 1000.0
 _fresh = itertools.count(1_000_000)
 
 
@@ -111,11 +145,17 @@ async def http_stream(host, port, tokens):
     return t0, times
 
 
-def replay_run(serves, gw, total, concurrency, tokens, seed, stream=False, rate=None):
+def replay_run(serves, gw, total, concurrency, tokens, seed, stream=False, rate=None,
+               arrival_seed=None):
     """One closed-loop run of mocker's own C++ client, `mocker replay --mode live`: `total`
     synthetic requests (a fresh PROMPT_LEN-token prompt each — `seed` differs per run so no run
     hits the prefix cache of an earlier one — and exactly `tokens` output tokens), `concurrency`
-    in flight (or, with `rate`, Poisson arrivals at `rate` req/s and no cap). Direct (`gw` None): over ZeroMQ to `serves`, round robin (streamed: one output
+    in flight (or, with `rate`, Poisson arrivals at `rate` req/s and no cap: a trace whose
+    arrival times come from `arrival_seed`, so that the two paths of a round get the same
+    schedule — the workers' passes, idle between runs, start with its first request, so both
+    paths meet the same pass phases and the difference is the path's own delay, not which
+    passes each schedule happened to hit — and whose prompts come from `seed`, fresh per path
+    and round). Direct (`gw` None): over ZeroMQ to `serves`, round robin (streamed: one output
     message per pass). Through the gateway: `--openai-url`, token-id prompts, /v1/completions on
     keep-alive connections, non-streaming (`--no-stream`) unless `stream`. Both sides time the
     same points: the report's throughput is completed requests over first send to last answer,
@@ -124,16 +164,27 @@ def replay_run(serves, gw, total, concurrency, tokens, seed, stream=False, rate=
     "output_messages": …}, the report)."""
     with tempfile.TemporaryDirectory() as tmp:
         report = os.path.join(tmp, "report.json")
-        args = [mocker_bin(), "replay", "--format", "synthetic", "--num-prompts", str(total),
-                "--input-tokens-mean", str(PROMPT_LEN), "--input-tokens-stddev", "0",
-                "--output-tokens-mean", str(tokens), "--output-tokens-stddev", "0",
-                "--seed", str(seed), "--no-progress", "--report-json", report]
-        args += ["--request-rate", str(rate)] if rate else ["--concurrency", str(concurrency)]
+        if rate:
+            trace = os.path.join(tmp, "trace.jsonl")
+            poisson_trace(trace, total, rate, tokens, arrival_seed,
+                          seed * total * (PROMPT_LEN // TRACE_BLOCK))
+            args = [mocker_bin(), "replay", trace, "--trace-block-size", str(TRACE_BLOCK)]
+        else:
+            args = [mocker_bin(), "replay", "--format", "synthetic", "--num-prompts", str(total),
+                    "--input-tokens-mean", str(PROMPT_LEN), "--input-tokens-stddev", "0",
+                    "--output-tokens-mean", str(tokens), "--output-tokens-stddev", "0",
+                    "--seed", str(seed), "--concurrency", str(concurrency)]
+        args += ["--no-progress", "--report-json", report]
         if gw is None:
             for s in serves:
                 args += ["--connect", s.submit, "--connect-cancel", s.cancel]
         else:
+            # Its connections opened before the clock starts, as the direct client's are: as
+            # many as in flight (closed loop), or enough for the Poisson peak.
             args += ["--openai-url", "http://%s:%d" % (gw.host, gw.port)]
+            if supports_preconnect():
+                args += ["--openai-connections",
+                         str(concurrency if not rate else PRECONNECT_POISSON)]
             if not stream:
                 args.append("--no-stream")
         counters_before = worker_counters(serves)
@@ -210,8 +261,10 @@ def replay_throughput(serves, gw, args):
     for k, v in rates.items():
         print("%-8s %s req/s (median %.0f)" % (k, " ".join("%.0f" % r for r in v), med[k]))
     ratios = [100.0 * g / d for d, g in zip(rates["zeromq"], rates["gateway"])]
-    print("gateway / zeromq: %.1f %% of the medians; per round %s %%" % (
-        100.0 * med["gateway"] / med["zeromq"], " ".join("%.1f" % r for r in ratios)))
+    print("gateway / zeromq: %.1f %% of the medians; per round %s %% (median %.1f, range "
+          "%.1f-%.1f)" % (100.0 * med["gateway"] / med["zeromq"],
+                          " ".join("%.1f" % r for r in ratios), median(ratios), min(ratios),
+                          max(ratios)))
     for path in rates:
         for who, values in cpu[path].items():
             if path == "zeromq" and who == "gateway":
@@ -254,7 +307,7 @@ def replay_streaming(serves, gw, args):
         for path in order:
             report = replay_run(serves, gw if path == "gateway" else None, args.requests,
                                 args.streams, args.tokens, 1 + 2 * i + (path == "gateway"),
-                                stream=True, rate=args.request_rate)[5]
+                                stream=True, rate=args.request_rate, arrival_seed=1000 + i)[5]
             report["in_flight"] = report["request_throughput_rps"] * report[
                 "mean_e2e_latency_ms"] / 1000
             stats[path].append({key: report[key] for _, key in STREAM_STATS})

@@ -262,6 +262,53 @@ class KeepAliveRetryTest(unittest.TestCase):
             self.assertEqual(ClosingKeepAliveHandler.connections, 4)
 
 
+class KeepAliveHandler(http.server.BaseHTTPRequestHandler):
+    """HTTP/1.1 keep-alive: records when each connection was accepted and each request read."""
+    protocol_version = "HTTP/1.1"
+    events = []
+
+    def setup(self):
+        super().setup()
+        KeepAliveHandler.events.append("connect")
+
+    def do_POST(self):
+        self.rfile.read(int(self.headers["Content-Length"]))
+        KeepAliveHandler.events.append("request")
+        body = (b'data: {"choices":[{"text":"a","finish_reason":"length"}],'
+                b'"usage":{"prompt_tokens":16,"completion_tokens":1}}\n\ndata: [DONE]\n\n')
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args):
+        pass
+
+
+class PreconnectTest(unittest.TestCase):
+    ROWS = [{"timestamp": 0, "input_length": 16, "output_length": 1, "hash_ids": [i]}
+            for i in range(4)]
+
+    def run_with(self, *flags):
+        KeepAliveHandler.events = []
+        with stub_replay(KeepAliveHandler, self.ROWS, "--trace-block-size", "16",
+                         *flags) as (r, reqs):
+            self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+            self.assertEqual([q["terminal_status"] for q in reqs], ["completed"] * 4)
+        return list(KeepAliveHandler.events)
+
+    def test_openai_connections_are_open_before_the_first_request(self):
+        # One request at a time on keep-alive connections: without the flag one connection
+        # carries all four; with it, three are opened before the first request is sent and the
+        # requests reuse them (no fourth). (Counts, not order: the server's handler threads may
+        # record a connection it accepted late after a request on another.)
+        for flags, connections in (((), 1), (("--openai-connections", "3"), 3)):
+            events = self.run_with(*flags)
+            self.assertEqual((events.count("connect"), events.count("request")),
+                             (connections, 4), flags)
+
+
 def flood(wfile, head, byte, size, tail):
     """Writes `head`, `size` times `byte`, then `tail`; stops quietly when the client hangs up
     (as it should, at its limit)."""
@@ -366,6 +413,8 @@ class UsageErrorTest(unittest.TestCase):
                                 (["--chat", "--connect", "tcp://127.0.0.1:1"], "--chat"),
                                 (["--no-stream", "--connect", "tcp://127.0.0.1:1"],
                                  "--no-stream"),
+                                (["--openai-connections", "2", "--connect",
+                                  "tcp://127.0.0.1:1"], "--openai-connections"),
                                 (["--openai-url", "https://h:1"], "https")]:
                 r = replay(files.trace, *flags)
                 self.assertEqual(r.returncode, 2, (flags, r.stderr))

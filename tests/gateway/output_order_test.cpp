@@ -1,9 +1,11 @@
 // sortForHandling (gateway/output_order.h): a worker output message's entries are handled first
-// tokens first (oldest request first), then the others newest request first.
+// tokens first (oldest request first), then the others newest request first; burstKeys: the
+// messages of one drain ordered together.
 #include "gateway/output_order.h"
 
 #include <gtest/gtest.h>
 
+#include <unordered_set>
 #include <vector>
 
 namespace mocker::gateway {
@@ -61,6 +63,44 @@ TEST(OutputOrderTest, EmptyAndSingleAreUnchanged) {
   std::vector<OutputKey> one = {{.index = 5, .dispatch = 1}};
   sortForHandling(one);
   EXPECT_EQ(indices(one), (std::vector<std::uint32_t>{5}));
+}
+
+std::vector<OutputKey> burstOrder(const std::vector<BurstEntry>& entries, std::size_t messages) {
+  std::vector<OutputKey> keys;
+  std::unordered_set<std::uint64_t> seen;
+  burstKeys(entries, messages, keys, seen);
+  sortForHandling(keys);
+  return keys;
+}
+
+TEST(OutputOrderTest, ABurstOfTwoMessagesHandlesEveryFirstTokenBeforeTheRest) {
+  // Worker 0's message (running 10, 11; new 14) then worker 1's (running 12; new 13), drained
+  // together: 13's first token must not wait behind worker 0's running streams.
+  const std::vector<BurstEntry> burst = {{.dispatch = 10, .has_tokens = true, .had_tokens = true},
+                                         {.dispatch = 11, .has_tokens = true, .had_tokens = true},
+                                         {.dispatch = 14, .has_tokens = true},
+                                         {.dispatch = 12, .has_tokens = true, .had_tokens = true},
+                                         {.dispatch = 13, .has_tokens = true}};
+  EXPECT_EQ(indices(burstOrder(burst, 2)), (std::vector<std::uint32_t>{4, 2, 3, 1, 0}));
+}
+
+TEST(OutputOrderTest, ARequestWithAnEntryInTwoMessagesKeepsItsOrder) {
+  // Two passes of one worker drained together: request 20 gets its first tokens in the first
+  // and more in the second; 21 had none before and gets an empty entry, then its first tokens.
+  const std::vector<BurstEntry> burst = {{.dispatch = 20, .has_tokens = true},
+                                         {.dispatch = 21, .has_tokens = false},
+                                         {.dispatch = 20, .has_tokens = true},
+                                         {.dispatch = 21, .has_tokens = true}};
+  const auto keys = burstOrder(burst, 2);
+  EXPECT_EQ(indices(keys), (std::vector<std::uint32_t>{0, 1, 3, 2}));
+  // Only request 20's first entry brings first tokens; 21's tokens follow its empty entry.
+  std::size_t first = 0;
+  for (const OutputKey& k : keys) first += k.first_tokens ? 1 : 0;
+  EXPECT_EQ(first, 1u);
+  // One message: every entry is its request's only one.
+  const std::vector<BurstEntry> one = {{.dispatch = 30, .has_tokens = true},
+                                       {.dispatch = 31, .has_tokens = true, .had_tokens = true}};
+  EXPECT_EQ(indices(burstOrder(one, 1)), (std::vector<std::uint32_t>{0, 1}));
 }
 
 }  // namespace

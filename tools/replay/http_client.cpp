@@ -31,12 +31,24 @@ constexpr std::size_t kMaxHeaderBytes = 64 << 10;
 constexpr std::size_t kMaxBufferBytes = kMaxHeaderBytes + kReadChunk;
 /// Idle keep-alive connections kept for reuse; more are closed.
 constexpr std::size_t kMaxIdle = 256;
+/// Read buffer reserved once per connection: a non-streamed answer (~600 bytes) then arrives in
+/// one receive (Beast reads max(512, free capacity) bytes at a time).
+constexpr std::size_t kFirstReadBytes = 4 << 10;
+
+/// One TCP connection and its read buffers, carried from call to call while kept alive (the
+/// buffers' memory with it: nothing allocated per call on a reused connection).
+struct Connection {
+  explicit Connection(asio::io_context& io) : stream(io) { buffer.reserve(kFirstReadBytes); }
+  beast::tcp_stream stream;
+  beast::flat_buffer buffer{kMaxBufferBytes};
+  std::array<char, kReadChunk> chunk;  // not zeroed: written before read
+};
 
 /// The connections of one client: where to connect, and the idle keep-alive ones.
 struct Connections {
   asio::io_context& io;
   tcp::resolver::results_type endpoints;
-  std::vector<beast::tcp_stream> idle{};
+  std::vector<std::unique_ptr<Connection>> idle{};
 };
 
 class BeastCall final : public HttpCall, public std::enable_shared_from_this<BeastCall> {
@@ -51,7 +63,7 @@ class BeastCall final : public HttpCall, public std::enable_shared_from_this<Bea
   void start() {
     newParser();
     if (!connections_->idle.empty()) {
-      stream_.emplace(std::move(connections_->idle.back()));
+      conn_ = std::move(connections_->idle.back());
       connections_->idle.pop_back();
       reused_ = true;
       return write();
@@ -70,18 +82,18 @@ class BeastCall final : public HttpCall, public std::enable_shared_from_this<Bea
     parser_.emplace();
     parser_->header_limit(kMaxHeaderBytes);
     parser_->body_limit(std::numeric_limits<std::uint64_t>::max());
-    buffer_.clear();
   }
 
   void connect() {
     reused_ = false;
-    stream_.emplace(connections_->io);
-    stream_->async_connect(connections_->endpoints,
-                           [self = shared_from_this()](beast::error_code ec, const tcp::endpoint&) {
-                             if (self->ended_) return;
-                             if (ec) return self->end("connect: " + ec.message());
-                             self->write();
-                           });
+    conn_ = std::make_unique<Connection>(connections_->io);
+    conn_->stream.async_connect(
+        connections_->endpoints,
+        [self = shared_from_this()](beast::error_code ec, const tcp::endpoint&) {
+          if (self->ended_) return;
+          if (ec) return self->end("connect: " + ec.message());
+          self->write();
+        });
   }
 
   /// A reused connection the server had closed while idle fails before any response: the request
@@ -95,7 +107,7 @@ class BeastCall final : public HttpCall, public std::enable_shared_from_this<Bea
   }
 
   void write() {
-    http::async_write(*stream_, request_,
+    http::async_write(conn_->stream, request_,
                       [self = shared_from_this()](beast::error_code ec, std::size_t) {
                         if (self->ended_) return;
                         if (ec) {
@@ -107,7 +119,7 @@ class BeastCall final : public HttpCall, public std::enable_shared_from_this<Bea
   }
 
   void readHeader() {
-    http::async_read_header(*stream_, buffer_, *parser_,
+    http::async_read_header(conn_->stream, conn_->buffer, *parser_,
                             [self = shared_from_this()](beast::error_code ec, std::size_t) {
                               if (self->ended_) return;
                               if (ec) {
@@ -125,45 +137,44 @@ class BeastCall final : public HttpCall, public std::enable_shared_from_this<Bea
   void readBody() {
     if (ended_) return;
     if (parser_->is_done()) return end(std::nullopt);
-    parser_->get().body().data = chunk_.data();
-    parser_->get().body().size = chunk_.size();
+    parser_->get().body().data = conn_->chunk.data();
+    parser_->get().body().size = conn_->chunk.size();
     // read_some: hand over what arrived (each SSE event at its receive time), not the whole body.
-    http::async_read_some(*stream_, buffer_, *parser_,
-                          [self = shared_from_this()](beast::error_code ec, std::size_t) {
-                            if (ec == http::error::need_buffer) ec = {};
-                            if (self->ended_) return;
-                            const std::size_t got =
-                                self->chunk_.size() - self->parser_->get().body().size;
-                            if (got > 0 && self->callbacks_.on_body) {
-                              self->callbacks_.on_body(std::string_view(self->chunk_.data(), got));
-                            }
-                            if (ec == http::error::buffer_overflow) {
-                              return self->end(
-                                  "response body: a chunk header or trailer over "
-                                  "the " +
-                                  std::to_string(kMaxBufferBytes >> 10) + " KiB read buffer");
-                            }
-                            if (ec) return self->end("response body: " + ec.message());
-                            self->readBody();
-                          });
+    http::async_read_some(
+        conn_->stream, conn_->buffer, *parser_,
+        [self = shared_from_this()](beast::error_code ec, std::size_t) {
+          if (ec == http::error::need_buffer) ec = {};
+          if (self->ended_) return;
+          const std::size_t got = self->conn_->chunk.size() - self->parser_->get().body().size;
+          if (got > 0 && self->callbacks_.on_body) {
+            self->callbacks_.on_body(std::string_view(self->conn_->chunk.data(), got));
+          }
+          if (ec == http::error::buffer_overflow) {
+            return self->end(
+                "response body: a chunk header or trailer over "
+                "the " +
+                std::to_string(kMaxBufferBytes >> 10) + " KiB read buffer");
+          }
+          if (ec) return self->end("response body: " + ec.message());
+          self->readBody();
+        });
   }
 
   void closeStream() {
-    if (!stream_) return;
+    if (!conn_) return;
     beast::error_code ignored;
-    stream_->socket().shutdown(tcp::socket::shutdown_both, ignored);
-    stream_->socket().close(ignored);
-    stream_.reset();
+    conn_->stream.socket().shutdown(tcp::socket::shutdown_both, ignored);
+    conn_->stream.socket().close(ignored);
+    conn_.reset();
   }
 
   void end(std::optional<std::string> error) {
     if (ended_) return;
     ended_ = true;
     // A complete response on a keep-alive connection with nothing read past it: reusable.
-    if (!error && stream_ && parser_->is_done() && parser_->keep_alive() && buffer_.size() == 0 &&
-        connections_->idle.size() < kMaxIdle) {
-      connections_->idle.push_back(std::move(*stream_));
-      stream_.reset();
+    if (!error && conn_ && parser_->is_done() && parser_->keep_alive() &&
+        conn_->buffer.size() == 0 && connections_->idle.size() < kMaxIdle) {
+      connections_->idle.push_back(std::move(conn_));
     }
     closeStream();
     if (callbacks_.on_end) callbacks_.on_end(std::move(error));
@@ -171,13 +182,11 @@ class BeastCall final : public HttpCall, public std::enable_shared_from_this<Bea
   }
 
   std::shared_ptr<Connections> connections_;
-  std::optional<beast::tcp_stream> stream_;
+  std::unique_ptr<Connection> conn_;  ///< the connection carrying the call, while it has one
   http::request<http::string_body> request_;
   HttpCallbacks callbacks_;
-  beast::flat_buffer buffer_{kMaxBufferBytes};
   std::optional<http::response_parser<http::buffer_body>> parser_;
-  std::array<char, kReadChunk> chunk_;  // not zeroed (16 KiB per call): written before read
-  bool reused_ = false;                 ///< on a reused idle connection, no response byte read yet
+  bool reused_ = false;  ///< on a reused idle connection, no response byte read yet
   bool ended_ = false;
 };
 
@@ -204,6 +213,33 @@ class BeastClient final : public HttpClient {
     auto call = std::make_shared<BeastCall>(connections_, std::move(req), std::move(callbacks));
     call->start();
     return call;
+  }
+
+  void preconnect(std::size_t count, std::function<void(std::size_t opened)> on_done) override {
+    struct Pending {
+      std::vector<std::unique_ptr<Connection>> opening;
+      std::size_t left = 0;
+      std::size_t opened = 0;
+      std::function<void(std::size_t)> on_done;
+    };
+    auto pending = std::make_shared<Pending>();
+    pending->left = count;
+    pending->on_done = std::move(on_done);
+    if (count == 0) return pending->on_done(0);
+    for (std::size_t i = 0; i < count; ++i) {
+      pending->opening.push_back(std::make_unique<Connection>(connections_->io));
+    }
+    for (std::size_t i = 0; i < count; ++i) {
+      pending->opening[i]->stream.async_connect(
+          connections_->endpoints,
+          [pending, i, connections = connections_](beast::error_code ec, const tcp::endpoint&) {
+            if (!ec && connections->idle.size() < kMaxIdle) {
+              connections->idle.push_back(std::move(pending->opening[i]));
+              ++pending->opened;
+            }
+            if (--pending->left == 0) pending->on_done(pending->opened);
+          });
+    }
   }
 
  private:

@@ -4,7 +4,8 @@
 // buffered whole. Keep-alive: a connection whose response ended completely (and that the server
 // keeps open) goes to an idle pool (at most 256) and carries a later request; when a reused
 // connection fails before any byte of its response (the server closed it while idle), the
-// request is sent again once on a new connection.
+// request is sent again once on a new connection. `preconnect` opens connections ahead of the
+// requests (`mocker replay --openai-connections`).
 //
 //   HttpClient client(io, endpoint);                   // resolved once, at start-up
 //   auto call = client.post(target, body, headers, {.on_status = ..., .on_body = ...,
@@ -63,6 +64,11 @@ class HttpClient {
   virtual std::shared_ptr<HttpCall> request(
       std::string_view method, std::string_view target, std::string body,
       const std::vector<std::pair<std::string, std::string>>& headers, HttpCallbacks callbacks) = 0;
+
+  /// Opens `count` connections and keeps them idle for later requests (at most the idle pool's
+  /// 256), so those requests do not wait for a TCP handshake; `on_done(opened)` once every one
+  /// has connected or failed (a failed one is only not kept).
+  virtual void preconnect(std::size_t count, std::function<void(std::size_t opened)> on_done) = 0;
 };
 
 }  // namespace mocker::replay

@@ -383,6 +383,15 @@ Result<OpenAiReplayStats> runOpenAiReplay(const Workload& workload,
   if (stats.model.empty()) {
     MOCKER_TRY(stats.model, discoverModel(io, *client, url, headers, options.connect_timeout_ms));
   }
+  if (options.connections > 0) {
+    // Before the clock starts: requests then find a connection open instead of waiting for a
+    // handshake while the number in flight grows (a failed connect is retried by its request).
+    bool opened = false;
+    client->preconnect(options.connections, [&](std::size_t) { opened = true; });
+    io.restart();
+    while (!opened && io.run_one_for(toDuration(options.connect_timeout_ms)) > 0) {
+    }
+  }
   stats.prompt_form = options.tokenizer ? "text (" + options.tokenizer_name + ")"
                       : options.chat    ? std::string("text (built-in tokenizer)")
                                         : std::string("token ids");

@@ -56,6 +56,8 @@ struct OpenAiReplayOptions {
   /// false: non-streaming requests (`stream: false`): the whole answer in one JSON body, every
   /// output token stamped at its arrival (TTFT = E2E), usage from that body.
   bool stream = true;
+  /// Keep-alive connections opened before the first request is sent (0: opened as needed).
+  std::uint32_t connections = 0;
   std::string api_key{};  ///< sent as `Authorization: Bearer KEY` when not empty
   /// Text prompts spelled with this tokenizer (and outputs re-tokenized with it); null = token-id
   /// prompts (chat: text from the built-in tokenizer).
