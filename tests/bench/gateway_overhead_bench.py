@@ -323,9 +323,19 @@ def replay_streaming(serves, gw, args):
     for path in stats:
         print("%-8s %s" % (path, " ".join("%10.2f" % med[path][key] for _, key in STREAM_STATS)))
     added = {key: med["gateway"][key] - med["zeromq"][key] for _, key in STREAM_STATS}
-    print("%-8s %s  (ms, medians over rounds)" % (
+    print("%-8s %s  (ms, median gateway - median zeromq)" % (
         "added", " ".join("%10.2f" % added[key] for _, key in STREAM_STATS)))
-    print("json: " + json.dumps({"rounds": stats, "median": med, "added": added}))
+    # The rounds are paired (the same arrival times on both paths, one after the other): each
+    # round's own difference, its median and its spread, which the difference of medians hides.
+    paired = {key: sorted(g[key] - z[key] for z, g in zip(stats["zeromq"], stats["gateway"]))
+              for _, key in STREAM_STATS}
+    print("%-8s %s  (ms, median of each round's difference)" % (
+        "paired", " ".join("%10.2f" % median(paired[key]) for _, key in STREAM_STATS)))
+    print("%-8s %s  (ms, smallest / largest round's difference)" % (
+        "range", " ".join("%10s" % ("%.2f/%.2f" % (paired[key][0], paired[key][-1]))
+                          for _, key in STREAM_STATS)))
+    print("json: " + json.dumps({"rounds": stats, "median": med, "added": added,
+                                 "paired_median": {k: median(v) for k, v in paired.items()}}))
 
 
 def cpu_seconds(pid):
