@@ -310,8 +310,9 @@ void registerOpenAiFlags(CLI::App& cmd, ReplayFlags& f) {
                  "--openai-url: open this many keep-alive connections before the first request "
                  "is sent (the clock starts after them), so that requests do not pay a TCP "
                  "handshake as the number in flight grows (default 0: opened as needed; at most "
-                 "256 are kept idle)")
+                 "256, the most kept idle)")
       ->option_text("N")
+      ->check(between(0, 256))
       ->group(group);
   cmd.add_option("--api-key-file", f.api_key_file,
                  "--openai-url: send `Authorization: Bearer KEY` with KEY the file's first line")

@@ -415,6 +415,8 @@ class UsageErrorTest(unittest.TestCase):
                                  "--no-stream"),
                                 (["--openai-connections", "2", "--connect",
                                   "tcp://127.0.0.1:1"], "--openai-connections"),
+                                (url + ["--openai-connections", "1000000000"],
+                                 "--openai-connections: must be in 0..256"),
                                 (["--openai-url", "https://h:1"], "https")]:
                 r = replay(files.trace, *flags)
                 self.assertEqual(r.returncode, 2, (flags, r.stderr))
