@@ -12,6 +12,7 @@
 #include "base/check.h"
 #include "gateway/exchange.h"
 #include "gateway/gateway_metrics.h"
+#include "gateway/http_routes.h"
 #include "gateway/lora_rollout.h"
 #include "gateway/output_order.h"
 #include "gateway/token_routes.h"
@@ -161,49 +162,30 @@ class Server final : public GatewayServer, public ExchangeHost {
       for (auto& h : headers) reply.headers.push_back(h);
       connection->reply(std::move(reply));
     };
-    const bool get = request.method == "GET";
-    const bool post = request.method == "POST";
-    if (path == "/health" && get) return answer("health", HttpReply{.body = ""});
-    if (path == "/ready" && get) return answer("ready", readyReply());
-    if (path == "/metrics" && get) {
+    const RouteLookup route =
+        lookupRoute(request.method, path, options_.allow_runtime_lora_updating);
+    if (route.error) {
+      HttpReply reply = errorReply(*route.error);
+      if (!route.allow.empty()) reply.headers.emplace_back("Allow", route.allow);
+      return answer(route.endpoint, std::move(reply));
+    }
+    const std::string& endpoint = route.endpoint;
+    if (path == "/health") return answer(endpoint, HttpReply{.body = ""});
+    if (path == "/ready") return answer(endpoint, readyReply());
+    if (path == "/metrics") {
       metrics_.setInflight(inflight_.size());
       if (kv_) metrics_.setKvRouting(kv_->figures());
-      return answer("metrics", HttpReply{.content_type = "text/plain; version=0.0.4",
-                                         .body = metrics_.render()});
+      return answer(endpoint, HttpReply{.content_type = "text/plain; version=0.0.4",
+                                        .body = metrics_.render()});
     }
-    static const std::map<std::string, std::string> kRoutes = {
-        {"/v1/models", "GET"}, {"/v1/completions", "POST"}, {"/v1/chat/completions", "POST"},
-        {"/tokenize", "POST"}, {"/detokenize", "POST"},     {"/health", "GET"},
-        {"/ready", "GET"},     {"/metrics", "GET"}};
-    static const std::map<std::string, std::string> kLoraRoutes = {
-        {"/v1/load_lora_adapter", "POST"}, {"/v1/unload_lora_adapter", "POST"}};
-    // The LoRA update routes exist only with --allow-runtime-lora-updating (vLLM: 404 without).
-    const std::string* method = nullptr;
-    if (const auto it = kRoutes.find(path); it != kRoutes.end()) {
-      method = &it->second;
-    } else if (const auto lora = kLoraRoutes.find(path);
-               lora != kLoraRoutes.end() && options_.allow_runtime_lora_updating) {
-      method = &lora->second;
-    }
-    if (method == nullptr) {
-      return answer("unknown", errorReply({.status = 404, .message = "no route " + path}));
-    }
-    if (request.method != *method) {
-      auto reply = errorReply(
-          {.status = 405, .message = "method " + request.method + " not allowed on " + path});
-      reply.headers.emplace_back("Allow", *method);
-      return answer("unknown", std::move(reply));
-    }
-    // The metrics label: the path without its "/v1/" and with '/' as '_' ("chat_completions").
-    std::string endpoint = path.substr(path.starts_with("/v1/") ? 4 : 1);
-    std::replace(endpoint.begin(), endpoint.end(), '/', '_');
-    if (!options_.api_keys.empty() && path.starts_with("/v1/") && !authorized(request)) {
+    if (!options_.api_keys.empty() && path.starts_with("/v1/") &&
+        !bearerAuthorized(request.authorization, options_.api_keys)) {
       return answer(endpoint, errorReply({.status = 401,
                                           .message = "invalid or missing API key "
                                                      "(Authorization: Bearer KEY)"}));
     }
     if (path == "/v1/models") return answer(endpoint, modelsReply());
-    if (kLoraRoutes.contains(path)) {
+    if (route.lora_update) {
       return loraUpdate(connection, path == "/v1/load_lora_adapter", request.body, endpoint,
                         headers);
     }
@@ -211,15 +193,7 @@ class Server final : public GatewayServer, public ExchangeHost {
       return answer(endpoint, tokenizeReply(request.body, *tokenizer_, options_.request));
     }
     if (path == "/detokenize") return answer(endpoint, detokenizeReply(request.body, *tokenizer_));
-    (void)post;
     generate(connection, std::move(request), endpoint, std::move(headers));
-  }
-
-  bool authorized(const HttpRequest& request) const {
-    constexpr std::string_view kBearer = "Bearer ";
-    const std::string_view auth = request.authorization;
-    return auth.starts_with(kBearer) &&
-           options_.api_keys.contains(std::string(auth.substr(kBearer.size())));
   }
 
   HttpReply readyReply() const {
