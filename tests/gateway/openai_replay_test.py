@@ -226,6 +226,17 @@ class MalformedStreamTest(unittest.TestCase):
             self.assertEqual([q["terminal_status"] for q in requests], ["failed", "failed"])
 
 
+def answer_one_token(handler):
+    """A streamed completion of one token with its usage, sized (Content-Length)."""
+    body = (b'data: {"choices":[{"text":"a","finish_reason":"length"}],'
+            b'"usage":{"prompt_tokens":16,"completion_tokens":1}}\n\ndata: [DONE]\n\n')
+    handler.send_response(200)
+    handler.send_header("Content-Type", "text/event-stream")
+    handler.send_header("Content-Length", str(len(body)))
+    handler.end_headers()
+    handler.wfile.write(body)
+
+
 class ClosingKeepAliveHandler(http.server.BaseHTTPRequestHandler):
     """HTTP/1.1 without `Connection: close` that still closes every connection after its
     response, as a server closing idle keep-alive connections does."""
@@ -238,13 +249,7 @@ class ClosingKeepAliveHandler(http.server.BaseHTTPRequestHandler):
 
     def do_POST(self):
         self.rfile.read(int(self.headers["Content-Length"]))
-        body = (b'data: {"choices":[{"text":"a","finish_reason":"length"}],'
-                b'"usage":{"prompt_tokens":16,"completion_tokens":1}}\n\ndata: [DONE]\n\n')
-        self.send_response(200)
-        self.send_header("Content-Type", "text/event-stream")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
+        answer_one_token(self)
         self.close_connection = True
 
     def log_message(self, *args):
@@ -274,13 +279,7 @@ class KeepAliveHandler(http.server.BaseHTTPRequestHandler):
     def do_POST(self):
         self.rfile.read(int(self.headers["Content-Length"]))
         KeepAliveHandler.events.append("request")
-        body = (b'data: {"choices":[{"text":"a","finish_reason":"length"}],'
-                b'"usage":{"prompt_tokens":16,"completion_tokens":1}}\n\ndata: [DONE]\n\n')
-        self.send_response(200)
-        self.send_header("Content-Type", "text/event-stream")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
+        answer_one_token(self)
 
     def log_message(self, *args):
         pass
