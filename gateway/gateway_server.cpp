@@ -4,6 +4,8 @@
 #include <boost/asio.hpp>
 #include <nlohmann/json.hpp>
 
+#include <sched.h>
+
 #include <algorithm>
 #include <fstream>
 #include <map>
@@ -484,8 +486,14 @@ class Server final : public GatewayServer, public ExchangeHost {
     }
     burstKeys(burst_, held_messages_, order_, seen_dispatch_);
     if (held_streams_ && order_.size() > 1) sortForHandling(order_);
-    for (const OutputKey& key : order_) {
-      const HeldOutput& h = held_[key.index];
+    // Once a burst's first tokens are written, the CPU goes once to whoever they woke: a pass's
+    // ~100 SSE writes keep this thread busy ~1.3 ms, and the kernel tends to wake a reader on the
+    // writer's core (wake-affine), so a client on this machine read its first token only after
+    // the whole burst (p90 2.3 ms from write to read; 0.14 ms with the yield, docs/benchmarks.md).
+    const std::size_t yield_at = held_streams_ ? firstTokensEnd(order_) : 0;
+    for (std::size_t k = 0; k < order_.size(); ++k) {
+      if (k == yield_at && k > 0) sched_yield();
+      const HeldOutput& h = held_[order_[k].index];
       // Handling an earlier entry may have ended this one (its client went away).
       if (!h.exchange->choiceOpen(h.choice)) continue;
       if (kv_ && !h.output->tokens.empty()) kv_->prefillDone(h.dispatch);

@@ -16,6 +16,12 @@ void sortForHandling(std::vector<OutputKey>& keys) {
   });
 }
 
+std::size_t firstTokensEnd(const std::vector<OutputKey>& keys) {
+  const auto it =
+      std::find_if(keys.begin(), keys.end(), [](const OutputKey& k) { return !k.first_tokens; });
+  return static_cast<std::size_t>(it - keys.begin());
+}
+
 void burstKeys(const std::vector<BurstEntry>& entries, std::size_t messages,
                std::vector<OutputKey>& keys, std::unordered_set<std::uint64_t>& seen) {
   keys.clear();

@@ -30,6 +30,10 @@ struct OutputKey {
 /// Sorts `keys` into handling order (above).
 void sortForHandling(std::vector<OutputKey>& keys);
 
+/// How many keys lead `keys` (in handling order) with first tokens: where the gateway yields the
+/// CPU once before the rest of a burst (gateway_server.cpp, `handleHeld`).
+std::size_t firstTokensEnd(const std::vector<OutputKey>& keys);
+
 /// One entry of a burst: the messages of one drain handled together (both workers' pass ends,
 /// or two passes of one), so that every message's first tokens go before any message's other
 /// entries.

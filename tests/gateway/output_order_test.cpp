@@ -105,3 +105,24 @@ TEST(OutputOrderTest, ARequestWithAnEntryInTwoMessagesKeepsItsOrder) {
 
 }  // namespace
 }  // namespace mocker::gateway
+
+namespace mocker::gateway {
+namespace {
+
+TEST(OutputOrderTest, FirstTokensEndIsWhereTheFirstTokensStopLeading) {
+  std::vector<OutputKey> keys;
+  EXPECT_EQ(firstTokensEnd(keys), 0u);
+  keys = {{.index = 0, .first_tokens = false, .dispatch = 5}};
+  EXPECT_EQ(firstTokensEnd(keys), 0u);
+  keys = {{.index = 0, .first_tokens = false, .dispatch = 9},
+          {.index = 1, .first_tokens = true, .dispatch = 3},
+          {.index = 2, .first_tokens = true, .dispatch = 1},
+          {.index = 3, .first_tokens = false, .dispatch = 2}};
+  sortForHandling(keys);
+  EXPECT_EQ(firstTokensEnd(keys), 2u);
+  for (OutputKey& k : keys) k.first_tokens = true;
+  EXPECT_EQ(firstTokensEnd(keys), 4u) << "all first tokens: nothing after them";
+}
+
+}  // namespace
+}  // namespace mocker::gateway
