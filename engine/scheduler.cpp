@@ -262,10 +262,7 @@ inline void VllmScheduler::computeTokens(Pass& pass, Req& r, std::uint32_t compu
                                          std::uint32_t n) {
   scheduled_.push_back({r.id, n, computed_before, r.len(), r.prompt_len, r.lora_id});
   r.num_computed = computed_before + n;
-  // finalizeBlocks' own first check, here to save the call when no block filled (most passes).
-  if (r.num_computed >= (std::uint64_t{r.num_finalized} + 1) * block_size_) {
-    finalizeBlocks(r, pass.out.kv_events);
-  }
+  if (blockFilled(r)) finalizeBlocks(r, pass.out.kv_events);  // saves the call in most passes
   pass.budget -= n;
 }
 

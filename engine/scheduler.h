@@ -200,6 +200,11 @@ class VllmScheduler final : public detail::RankCore {
   bool acquire(Req& r, std::uint32_t target_tokens, std::uint32_t hit_blocks,
                std::vector<KvEvent>& events);
   void finalizeBlocks(Req& r, std::vector<KvEvent>& events);
+  /// Whether `r` filled a block since finalizeBlocks last ran (most decode steps do not):
+  /// checked without a division.
+  bool blockFilled(const Req& r) const {
+    return r.num_computed >= (std::uint64_t{r.num_finalized} + 1) * block_size_;
+  }
   void releaseBlocks(Req& r);
   void preempt(std::size_t running_index);
   void removeFromWaitingStats(const Req& r);

@@ -87,8 +87,7 @@ bool VllmScheduler::acquire(Req& r, std::uint32_t target_tokens, std::uint32_t h
 
 void VllmScheduler::finalizeBlocks(Req& r, std::vector<KvEvent>& events) {
   if (!config_.enable_prefix_caching) return;
-  // No block filled since the last call (most decode steps): checked without a division.
-  if (r.num_computed < (std::uint64_t{r.num_finalized} + 1) * block_size_) return;
+  if (!blockFilled(r)) return;
   const std::uint32_t full = r.num_computed / block_size_;
   extendSequenceHashes(std::span(r.tokens).first(std::size_t{full} * block_size_), block_size_,
                        r.hashSeeds(config_), r.hashes);

@@ -353,12 +353,7 @@ void MetricsRecorder::onOutput(std::uint32_t rank, const engine::OutputSignal& s
     if (t.first_token_ms < 0) {
       firstToken(m, t, s.time_ms);
     } else {
-      const double itl_ms = s.time_ms - t.last_token_ms;
-      if (itl_ms != itl_ms_) {
-        itl_ms_ = itl_ms;
-        itl_s_ = seconds(itl_ms);
-      }
-      m.inter_token_latency.observe(itl_s_);
+      m.inter_token_latency.observe(seconds(s.time_ms - t.last_token_ms));
     }
     t.last_token_ms = s.time_ms;
   }

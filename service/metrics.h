@@ -185,10 +185,6 @@ class MetricsRecorder final {
 
   MetricsSnapshot snapshot_;
   std::unordered_map<engine::RequestId, Timeline> requests_;  // looked up only, never iterated
-  // The last inter-token interval (ms) and its seconds: a pass's tokens mostly share it, so
-  // the division runs once per pass rather than per token (NaN: none yet).
-  double itl_ms_ = std::numeric_limits<double>::quiet_NaN();
-  double itl_s_ = 0.0;
 };
 
 /// The loop's phase, for /health and /ready.

@@ -227,16 +227,15 @@ class Writer {
   void shortRaw(std::string_view bytes) {
     const char* s = bytes.data();
     const std::size_t n = bytes.size();
-    if (n >= 8 && n <= 16) {
+    if (n > 16) return raw(bytes);
+    if (n >= 8) {
       std::memcpy(p_, s, 8);
       std::memcpy(p_ + n - 8, s + n - 8, 8);
-    } else if (n >= 4 && n < 8) {
+    } else if (n >= 4) {
       std::memcpy(p_, s, 4);
       std::memcpy(p_ + n - 4, s + n - 4, 4);
-    } else if (n < 4) {
-      for (std::size_t i = 0; i < n; ++i) p_[i] = static_cast<std::byte>(s[i]);
     } else {
-      std::memcpy(p_, s, n);
+      for (std::size_t i = 0; i < n; ++i) p_[i] = static_cast<std::byte>(s[i]);
     }
     p_ += n;
   }
